@@ -1,0 +1,131 @@
+"""The results archive: one CSV row per (run, layout, op), appended, never rewritten;
+plus a JSON sidecar per run with the full metadata and per-rank detail.
+
+CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of columns):
+- 1: first schema. DESIGN.md's required columns, then spread columns (*_min/*_max),
+     bytes_per_rank, op_bytes, elapsed_s, slowest_rank_gbps, slowest_ranks, fs_type, invalid_reason,
+     warnings, then one column per job option (spec.OPTIONS[].column).
+
+Seconds are written with full float precision (repr): a 2 µs stat must survive.
+Not-applicable cells (a stat has no GB/s) are empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from stampede.errors import UsageError
+from stampede.spec import OPTIONS
+
+ARCHIVE_SCHEMA = 1
+
+REQUIRED_COLUMNS = (
+    "schema", "run_id", "timestamp", "job", "backend", "layout", "format", "cache", "nranks",
+    "nnodes", "ranks_per_node", "bytes_total", "block_bytes", "iterations", "op", "count",
+    "errors", "lat_min_s", "lat_p50_s", "lat_p90_s", "lat_p99_s", "lat_p999_s", "lat_max_s",
+    "ops_per_s", "agg_gbps", "time_to_last_rank_s", "first_done_s", "straggler_ratio", "valid",
+    "stampede_version", "hosts", "slurm_job_id",
+)
+EXTRA_COLUMNS = (
+    "bytes_per_rank", "op_bytes", "elapsed_s", "ops_per_s_min", "ops_per_s_max",
+    "agg_gbps_min", "agg_gbps_max", "time_to_last_rank_min_s", "time_to_last_rank_max_s",
+    "slowest_rank_gbps", "slowest_ranks", "fs_type", "invalid_reason", "warnings",
+)
+COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
+    option.column for option in OPTIONS
+    if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
+
+
+def cell(value: object) -> str:
+    """One CSV cell: floats in full precision, NaN and None as empty, bools as true/false."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else repr(value)
+    return str(value)
+
+
+def _encode(rows: Iterable[Mapping[str, object]]) -> str:
+    stream = io.StringIO()
+    writer = csv.DictWriter(stream, fieldnames=COLUMNS, lineterminator="\n")
+    for row in rows:
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"columns not in the archive schema: {sorted(unknown)}")
+        writer.writerow({column: cell(row.get(column)) for column in COLUMNS})
+    return stream.getvalue()
+
+
+def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]]) -> None:
+    """Append a run's rows in one write under an exclusive lock, then fsync.
+
+    The lock makes concurrent runs appending to one archive interleave whole runs; the
+    single write and fsync mean a crash leaves earlier rows intact.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = ",".join(COLUMNS) + "\n"
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size:
+            first = os.pread(fd, len(header) + 1, 0).decode(errors="replace")
+            if not first.startswith(header):
+                raise UsageError(f"archive.path = {str(path)!r}: the file's header is not this "
+                                 f"stampede's CSV schema {ARCHIVE_SCHEMA}",
+                                 hint="give a new archive.path; old archives still load in "
+                                      "`stampede report`")
+            if os.pread(fd, 1, size - 1) != b"\n":  # a torn last line from a crash
+                os.write(fd, b"\n")
+        payload = ("" if size else header) + _encode(rows)
+        os.write(fd, payload.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """Every complete row of an archive, any schema (missing columns read as empty)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read the archive ({error.strerror})") from None
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None or "run_id" not in reader.fieldnames:
+        raise UsageError(f"{path}: not a stampede archive (no run_id column)")
+    rows = []
+    for row in reader:
+        if None in row or any(value is None for value in row.values()):
+            continue  # a torn line: fewer or more cells than the header
+        rows.append({column: row.get(column, "") for column in set(COLUMNS) | set(row)})
+    return rows
+
+
+def sidecar_path(archive: str | Path, run_id: str) -> Path:
+    archive = Path(archive)
+    return archive.with_name(f"{archive.stem}.runs") / f"{run_id}.json"
+
+
+def write_sidecar(archive: str | Path, run_id: str, document: Mapping[str, Any]) -> Path:
+    """Full metadata of one run, written to a temporary name and renamed into place."""
+    path = sidecar_path(archive, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w") as stream:
+        json.dump(document, stream, indent=1, sort_keys=True, default=str)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)
+    return path

@@ -1,0 +1,35 @@
+"""The storage contract every backend implements, written once.
+
+Paths given to a backend are relative to its target root. The hot-path methods (`stat`,
+`open`, `read_into`, `close`) are called between two clock stamps, so a backend binds
+them as directly as it can: every Python frame added here is added to every latency.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Backend(Protocol):
+    name: str
+
+    def path(self, relpath: str) -> str:
+        """The backend's own name for a checkpoint file (resolved once, before timing)."""
+
+    def stat(self, path: str) -> Any:
+        """Fetch the file's metadata (stat(2) / HEAD)."""
+
+    def open(self, path: str, direct: bool) -> Any:
+        """Open for reading and return a handle; direct = bypass the page cache."""
+
+    def read_into(self, handle: Any, buffer: memoryview, offset: int) -> int:
+        """Read len(buffer) bytes at offset into buffer; return the count read."""
+
+    def close(self, handle: Any) -> None:
+        """Release the handle."""
+
+    def evict(self, path: str, offset: int, length: int) -> None:
+        """Drop this range's cached pages so the next read reaches storage."""
+
+    def fs_type(self) -> str:
+        """File-system type of the target (ext4, nfs4, lustre, tmpfs, ...)."""

@@ -1,0 +1,252 @@
+"""The `stampede` command: argument parsing, the MPI entry point, errors to exit codes.
+
+Only this module resolves COMM_WORLD. Errors are caught here and nowhere else: a
+StampedeError becomes one line on rank 0 and the same exit status on every rank; any
+other exception aborts the whole MPI job instead of leaving ranks in a barrier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stampede import __version__
+from stampede.errors import StampedeError, UsageError
+from stampede.launcher import find_mpiexec, launcher_rank
+from stampede.spec import OPTIONS, REQUIRED
+
+METRICS_HELP = """\
+what stampede measures (per layout, per op; all ranks start together after a barrier):
+  op            stat, open, read (one block, os.preadv into a page-aligned buffer), close,
+                verify (hashing, timed apart from reads), restore (pseudo-op: from the
+                start barrier until the rank holds all its bytes)
+  latency       min/p50/p90/p99/p99.9/max over every rank's samples of every measured
+                iteration (exact, int64 ns, linear interpolation), with the count
+  agg GB/s      total bytes / (last stop - first start over all ranks), GB = 1e9 B;
+                per-rank rates are never summed (IOR's definition)
+  time to last rank / first done
+                slowest / fastest rank's restore time; straggler = slowest / median
+  slowest-rank GB/s
+                bytes per rank / time to last rank: BW_rank_io of the recovery model
+  iterations    warmup iterations are run and dropped; the report shows the median
+                over iterations and its min-max spread, and warns when it is wide
+  cache         warm = page cache as it is (a warm read is not a restore);
+                cold = each rank's pages evicted (posix_fadvise DONTNEED) before each
+                iteration; direct = O_DIRECT with aligned buffers
+archive: one CSV row per (run, layout, op), appended, schema-versioned, plus a JSON
+sidecar per run (hosts, MPI library, file system, Slurm variables).
+"""
+
+
+def _job_keys_help() -> str:
+    lines = ["job file keys (TOML [section] key = value; override any with --set KEY=VALUE):"]
+    for option in OPTIONS:
+        default = "required" if option.default is REQUIRED else f"default {option.default!r}"
+        lines.append(f"  {option.key:<26} {default}\n      {option.help}")
+    return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints usage errors on rank 0 only (every rank exits 2)."""
+
+    def error(self, message: str) -> Any:
+        if launcher_rank() == 0:
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog="stampede", formatter_class=formatter,
+                     description="Benchmark the storage stampede of a checkpoint restore: N MPI "
+                                 "ranks open, stat and read a checkpoint at the same moment.",
+                     epilog=METRICS_HELP)
+    parser.add_argument("--version", action="version", version=f"stampede {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+
+    def job_command(name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text,
+                                  formatter_class=formatter, epilog=epilog)
+        sub.add_argument("job", help="job file (TOML), e.g. jobs/quickstart.toml")
+        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a job key, e.g. --set target.path=/lustre/me/ckpt")
+        return sub
+
+    run = job_command("run", "Restore the prepared checkpoint on every rank, timed; archive "
+                             "and report. Launch with mpiexec/srun; alone it is one rank.",
+                      METRICS_HELP + "\n" + _job_keys_help())
+    run.set_defaults(func=cmd_run)
+    prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
+                                     "fsync it, and record sizes and SHA-256 in a manifest. "
+                                     "Use the same rank count as run.", _job_keys_help())
+    prepare.set_defaults(func=cmd_prepare)
+    plan = job_command("plan", "Dry run: validate the job and print who reads what. No I/O.",
+                       _job_keys_help())
+    plan.add_argument("--np", type=int, default=None,
+                      help="rank count to plan for (default: the launcher's, else 1)")
+    plan.set_defaults(func=cmd_plan)
+    clean = job_command("clean", "Remove what prepare wrote (only files in its manifest).")
+    clean.set_defaults(func=cmd_clean)
+    report = commands.add_parser("report", help="Re-render archived runs from a CSV archive.",
+                                 description="Re-render archived runs from the CSV alone: the "
+                                             "last run in full, then every run's restore.",
+                                 formatter_class=formatter, epilog=METRICS_HELP)
+    report.add_argument("archive", help="CSV archive, e.g. results/quickstart.csv")
+    report.add_argument("--run", action="append", default=[], metavar="RUN_ID",
+                        help="show this run in full (repeatable)")
+    report.add_argument("--last", type=int, default=1, help="show the last N runs in full")
+    report.set_defaults(func=cmd_report)
+    demo = commands.add_parser("demo", help="Prepare, run and report the embedded default job "
+                                            "(local temp dir, shared and sharded) with the "
+                                            "venv's own mpiexec.", formatter_class=formatter,
+                               epilog=METRICS_HELP)
+    demo.add_argument("--np", type=int, default=4, help="ranks (default 4)")
+    demo.add_argument("--size", default="512MiB", help="checkpoint size (default 512MiB)")
+    demo.add_argument("--archive", default="results/demo.csv",
+                      help="archive to append to (default results/demo.csv)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    comm = None
+    try:
+        status: int = args.func(args)
+        return status
+    except StampedeError as error:
+        if launcher_rank() == 0:
+            print(f"stampede {args.command}: error: {error}", file=sys.stderr, flush=True)
+        return error.exit_status
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # a bug: stop the whole job rather than hang the other ranks
+        traceback.print_exc()
+        comm = _initialised_comm()
+        if comm is not None and comm.Get_size() > 1:
+            comm.Abort(1)
+        return 1
+
+
+def _initialised_comm() -> Any:
+    mpi4py = sys.modules.get("mpi4py.MPI")
+    if mpi4py is None or not mpi4py.Is_initialized() or mpi4py.Is_finalized():
+        return None
+    return mpi4py.COMM_WORLD
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from stampede import mpi
+    from stampede.archive import append_rows, write_sidecar
+    from stampede.errors import RunFailed
+    from stampede.results import archive_rows, sidecar
+    from stampede.runner import run_job
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, args.set)      # validated before MPI starts and before any I/O
+    comm = mpi.world()
+    context, runs = run_job(comm, spec)
+    if comm.Get_rank() == 0:
+        rows = [row for run in runs for row in archive_rows(spec, context, run)]
+        append_rows(spec.archive_path, rows)
+        sidecar_file = write_sidecar(spec.archive_path, context.run_id, sidecar(spec, context, runs))
+        from stampede.report import make_console, render_run
+        console = make_console()
+        render_run(rows, console, [text for run in runs for text in run.messages])
+        console.print(f"archived: {spec.archive_path} (+ {sidecar_file})")
+    failed = [f"{run.layout}: {run.invalid_reason}" for run in runs if run.invalid_reason]
+    if failed:
+        raise RunFailed("run finished with errors, archived as invalid: " + "; ".join(failed))
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from stampede import mpi
+    from stampede.prepare import prepare
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, args.set)
+    comm = mpi.world()
+    manifest = prepare(comm, spec)
+    if comm.Get_rank() == 0:
+        for layout in spec.layouts:
+            entry = manifest["layouts"][layout]
+            total = sum(record["bytes"] for record in entry["files"])
+            print(f"prepared {layout}: {len(entry['files'])} file(s), {total} bytes for "
+                  f"{entry['nranks']} ranks in {spec.target_path}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from stampede.backends import backend_name_for
+    from stampede.report import make_console, render_plan
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, args.set)
+    nranks = args.np or int(os.environ.get("PMI_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+    if nranks < 1:
+        raise UsageError(f"--np {nranks}: must be at least 1")
+    if launcher_rank() == 0:
+        render_plan(spec, nranks, backend_name_for(spec.target_path), make_console())
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from stampede.clean import clean
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, args.set)
+    if launcher_rank() == 0:
+        removed = clean(spec.target_path)
+        print(f"removed {len(removed)} path(s) that prepare created in {spec.target_path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from stampede.archive import read_rows
+    from stampede.report import make_console, render_archive
+
+    rows = read_rows(args.archive)
+    if not rows:
+        raise UsageError(f"{args.archive}: the archive holds no runs")
+    render_archive(rows, make_console(), args.run, max(args.last, 1))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Prepare, run, report and clean an embedded job in a temporary local directory."""
+    if args.np < 1:
+        raise UsageError(f"--np {args.np}: must be at least 1")
+    mpiexec = find_mpiexec()
+    if mpiexec is None and args.np > 1:
+        raise UsageError(f"demo --np {args.np} needs mpiexec, and none was found",
+                         hint="pip install -e '.[mpi]' (mpi4py and MPICH), or demo --np 1")
+    workdir = Path(tempfile.mkdtemp(prefix="stampede-demo-"))
+    job = workdir / "demo.toml"
+    job.write_text(
+        "# stampede demo: the embedded default job\n"
+        f'[target]\npath = "{workdir / "ckpt"}"\n'
+        f'[checkpoint]\nsize = "{args.size}"\nlayout = ["shared", "sharded"]\n'
+        f'block_size = "4MiB"\n[run]\niterations = 5\nwarmup = 1\ncache = "warm"\n'
+        f'[archive]\npath = "{Path(args.archive).resolve()}"\n')
+    print(f"stampede demo: {args.np} ranks, {args.size} checkpoint in {workdir}")
+    launch = [mpiexec, "-n", str(args.np)] if args.np > 1 and mpiexec else []
+    try:
+        for step in ("prepare", "run"):
+            status = subprocess.call([*launch, sys.executable, "-m", "stampede", step, str(job)])
+            if status:
+                return status
+        subprocess.call([sys.executable, "-m", "stampede", "clean", str(job)])
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0

@@ -1,0 +1,40 @@
+"""The error hierarchy. Raised anywhere, caught only in the CLI.
+
+- `UsageError` (exit 2): the job or the command line is wrong; found before any I/O.
+- `CheckpointError` (exit 2): the checkpoint on the target does not match the job
+  (not prepared, prepared for another rank count, a foreign directory).
+- `RunFailed` (exit 1): the run itself went wrong (I/O errors, corrupt data, deadline);
+  what was measured is archived, marked invalid, before this is raised.
+"""
+
+
+class StampedeError(Exception):
+    """Base class: one clear line for the user, and the exit status to leave with."""
+
+    exit_status = 1
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class UsageError(StampedeError):
+    """A bad job file, override or command-line argument."""
+
+    exit_status = 2
+
+
+class CheckpointError(StampedeError):
+    """The target does not hold the checkpoint this job needs."""
+
+    exit_status = 2
+
+
+class RunFailed(StampedeError):
+    """The run finished with errors; its partial results are archived as invalid."""
+
+    exit_status = 1

@@ -1,0 +1,35 @@
+"""What the process launcher says about this process, read without initialising MPI.
+
+Errors found before MPI starts (a bad job file) are printed by rank 0 only; the rank is
+taken from the variables mpiexec, mpirun or srun set. The demo finds the venv's mpiexec.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK",
+                  "SLURM_PROCID")
+
+
+def launcher_rank() -> int:
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def find_mpiexec() -> str | None:
+    """The mpiexec next to this Python (PyPI's MPICH), else the first one on PATH.
+
+    The venv's own comes first: an mpiexec from another MPI cannot start ranks that
+    load this venv's MPI library.
+    """
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("mpiexec")

@@ -1,0 +1,92 @@
+"""The manifest: what `prepare` wrote, so that `run` can check it and `clean` can undo it.
+
+It lives in the target directory as `stampede-manifest.json` and marks the directory as
+stampede's own: prepare refuses to write into a non-empty directory without one, and
+clean deletes only the files it lists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from stampede import __version__
+from stampede.errors import CheckpointError
+from stampede.spec import JobSpec
+
+MANIFEST_NAME = "stampede-manifest.json"
+MANIFEST_SCHEMA = 1
+
+
+def manifest_path(target: str | Path) -> Path:
+    return Path(target) / MANIFEST_NAME
+
+
+def read_manifest(target: str | Path) -> dict[str, Any] | None:
+    """The manifest of a target, or None when there is none; corrupt ones are errors."""
+    path = manifest_path(target)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot read the manifest ({error.strerror})") from None
+    try:
+        manifest: dict[str, Any] = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path}: the manifest is not valid JSON ({error})",
+                              hint="remove the directory's files by hand and prepare again") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        raise CheckpointError(f"{path}: not a stampede manifest of schema {MANIFEST_SCHEMA}")
+    return manifest
+
+
+def write_manifest(target: str | Path, manifest: dict[str, Any]) -> None:
+    """Atomically: a crash leaves the old manifest or the new one, never half of one."""
+    path = manifest_path(target)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w") as stream:
+        json.dump(manifest, stream, indent=1, sort_keys=True)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)
+
+
+def new_manifest() -> dict[str, Any]:
+    return {"schema": MANIFEST_SCHEMA, "stampede_version": __version__, "layouts": {}}
+
+
+def layout_entry(spec: JobSpec, layout: str, nranks: int, bytes_per_rank: int,
+                 files: list[tuple[str, int]], slices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "nranks": nranks,
+        "bytes_per_rank": bytes_per_rank,
+        "format": spec.format,
+        "files": [{"path": path, "bytes": size} for path, size in files],
+        "slices": slices,  # per rank: path, offset, length, sha256
+    }
+
+
+def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
+                    nranks: int, bytes_per_rank: int) -> dict[str, Any]:
+    """The manifest entry for this layout, checked against the job and the rank count."""
+    target = spec.target_path
+    command = f"mpiexec -n {nranks} stampede prepare {spec.source}"
+    if manifest is None:
+        raise CheckpointError(f"{target}: no checkpoint prepared here ({MANIFEST_NAME} missing)",
+                              hint=f"run `{command}` first (with the same --set options)")
+    entry = manifest["layouts"].get(layout)
+    if entry is None:
+        raise CheckpointError(f"{target}: layout {layout!r} was not prepared here "
+                              f"(prepared: {', '.join(sorted(manifest['layouts'])) or 'none'})",
+                              hint=f"run `{command}` first")
+    if entry["nranks"] != nranks or entry["bytes_per_rank"] != bytes_per_rank \
+            or entry["format"] != spec.format:
+        raise CheckpointError(
+            f"{target}: layout {layout!r} was prepared for {entry['nranks']} ranks x "
+            f"{entry['bytes_per_rank']} bytes ({entry['format']}); this run needs {nranks} "
+            f"ranks x {bytes_per_rank} bytes ({spec.format})",
+            hint=f"run `{command}` again")
+    return entry

@@ -1,0 +1,172 @@
+"""MPI: the only module that imports mpi4py.
+
+Every function takes `comm` as a parameter; only the CLI resolves COMM_WORLD (`world()`).
+Without mpi4py installed, or outside mpiexec, a run is one rank (`SingleRank`).
+
+Waits that are not timed must not spin: on oversubscribed nodes MPI busy-polls inside a
+barrier and steals the core from the ranks still being measured. They use non-blocking
+collectives tested with a short sleep (`_wait_politely`).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from stampede.errors import StampedeError
+
+T = TypeVar("T")
+POLL_SLEEP_S = 0.0005
+
+
+class SingleRank:
+    """The communicator of a run without MPI: rank 0 of 1. Only what size-1 paths use."""
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's spelling
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def Abort(self, errorcode: int = 1) -> None:  # noqa: N802
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise SystemExit(errorcode)
+
+
+def world() -> Any:
+    """COMM_WORLD when mpi4py is importable (this initialises MPI), else a single rank."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return SingleRank()
+    return MPI.COMM_WORLD
+
+
+def library_version(comm: Any) -> str:
+    if isinstance(comm, SingleRank):
+        return "none (mpi4py not installed: one rank)"
+    from mpi4py import MPI
+    return str(MPI.Get_library_version()).strip().splitlines()[0]
+
+
+def processor_name(comm: Any) -> str:
+    if isinstance(comm, SingleRank):
+        return socket.gethostname()
+    from mpi4py import MPI
+    return str(MPI.Get_processor_name())
+
+
+def _wait_politely(request: Any, timeout_s: float | None) -> bool:
+    """Test a non-blocking request, sleeping between tests; False on timeout."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not request.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_SLEEP_S)
+    return True
+
+
+def barrier(comm: Any, timeout_s: float | None = None) -> bool:
+    """Wait for every rank without spinning, then align exits with a real Barrier.
+
+    The polite wait absorbs the long part (ranks arriving at different times); the final
+    Barrier finds everyone present, so ranks leave it within microseconds of each other
+    and a clock origin taken right after it is shared. False if the wait timed out.
+    """
+    if comm.Get_size() == 1:
+        return True
+    if not _wait_politely(comm.Ibarrier(), timeout_s):
+        return False
+    comm.Barrier()
+    return True
+
+
+def allreduce_max(comm: Any, values: np.ndarray, timeout_s: float | None = None) -> np.ndarray | None:
+    """Element-wise max over ranks of an int64 vector, waiting politely; None on timeout."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    if comm.Get_size() == 1:
+        return values.copy()
+    from mpi4py import MPI
+    result = np.empty_like(values)
+    if not _wait_politely(comm.Iallreduce(values, result, op=MPI.MAX), timeout_s):
+        return None
+    return result
+
+
+def gather_rows(comm: Any, rows: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
+    """Gather each rank's 2-D int64 array to root with one Gatherv (no per-sample pickling).
+
+    Returns the per-rank arrays on root (index = rank), None elsewhere.
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    width = rows.shape[1]
+    if comm.Get_size() == 1:
+        return [rows.copy()]
+    counts = comm.gather(rows.size, root=root)
+    if comm.Get_rank() != root:
+        comm.Gatherv(rows.ravel(), None, root=root)
+        return None
+    received = np.empty(sum(counts), dtype=np.int64)
+    comm.Gatherv(rows.ravel(), [received, counts], root=root)
+    bounds = np.cumsum([0, *counts])
+    return [received[lo:hi].reshape(-1, width) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def gather(comm: Any, obj: T, root: int = 0) -> list[T] | None:
+    """Small Python objects (host names, error messages) to root."""
+    if comm.Get_size() == 1:
+        return [obj]
+    result: list[T] | None = comm.gather(obj, root=root)
+    return result
+
+
+def bcast(comm: Any, obj: T, root: int = 0) -> T:
+    if comm.Get_size() == 1:
+        return obj
+    result: T = comm.bcast(obj, root=root)
+    return result
+
+
+def collective(comm: Any, what: str, action: Callable[[], T]) -> T:
+    """Run `action` on every rank; if it fails on any rank, raise on every rank.
+
+    The error raised everywhere names each failing rank (up to ten), so rank 0 can print
+    one report, and no rank is left waiting in a later collective for a rank that died.
+    """
+    error: StampedeError | OSError | None = None
+    result: T | None = None
+    try:
+        result = action()
+    except (StampedeError, OSError) as caught:
+        error = caught
+    barrier(comm)
+    message = None if error is None else f"rank {comm.Get_rank()}: {error}"
+    status = 0 if error is None else getattr(error, "exit_status", 1)
+    if comm.Get_size() == 1:
+        reports = [(message, status)]
+    else:
+        reports = comm.allgather((message, status))
+    failed = [(text, code) for text, code in reports if text is not None]
+    if failed:
+        exit_status = max(code for _, code in failed)
+        lines = [text for text, _ in failed[:10]]
+        more = f"\n  ... and {len(failed) - 10} more ranks" if len(failed) > 10 else ""
+        summary = f"{what} failed on {len(failed)} of {len(reports)} ranks:\n  " + \
+            "\n  ".join(str(line) for line in lines) + more
+        raised = StampedeError(summary)
+        raised.exit_status = exit_status
+        raise raised
+    return result  # type: ignore[return-value]
+
+
+def abort(comm: Any, message: str, status: int = 3) -> None:
+    """Stop every rank of the job; used only when a rank cannot be reached any more."""
+    print(f"stampede: rank {comm.Get_rank()}: {message}; aborting the MPI job",
+          file=sys.stderr, flush=True)
+    comm.Abort(status)

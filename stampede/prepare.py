@@ -1,0 +1,119 @@
+"""`prepare`: every rank writes its part of the checkpoint in parallel, then a manifest.
+
+shared: rank 0 creates the one file at its full size, then each rank writes its slice at
+its offset; sharded: each rank creates and writes its own file. Every rank fsyncs, hashes
+what it wrote (SHA-256 per slice) and rank 0 records it all in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from stampede import mpi
+from stampede.buffers import AlignedBuffer
+from stampede.content import ContentSource
+from stampede.errors import CheckpointError
+from stampede.manifest import MANIFEST_NAME, layout_entry, new_manifest, read_manifest, write_manifest
+from stampede.plan import RankPlan, bytes_per_rank, checkpoint_files, plan_rank
+from stampede.progress import progress_bar
+from stampede.spec import JobSpec
+
+# Files are created without world access: checkpoints can hold other people's models.
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+
+
+def _check_target(spec: JobSpec) -> dict[str, Any]:
+    """Rank 0: the target exists (or is created) and is ours to write into."""
+    root = Path(spec.target_path)
+    if root.is_symlink():
+        raise CheckpointError(f"target.path = {spec.target_path!r} is a symbolic link",
+                              hint="give the real directory")
+    if root.exists() and not root.is_dir():
+        raise CheckpointError(f"target.path = {spec.target_path!r} is not a directory")
+    try:
+        root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    except OSError as error:
+        raise CheckpointError(f"target.path = {spec.target_path!r}: cannot create it "
+                              f"({error.strerror})") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise CheckpointError(f"target.path = {spec.target_path!r} is not writable")
+    manifest = read_manifest(root)
+    if manifest is None and any(root.iterdir()):
+        raise CheckpointError(
+            f"target.path = {spec.target_path!r} is not empty and was not prepared by stampede"
+            f" (no {MANIFEST_NAME})", hint="give an empty or new directory")
+    return manifest or new_manifest()
+
+
+def _create_files(spec: JobSpec, layout: str, nranks: int) -> None:
+    """Rank 0: directories, and the shared file at its full size before ranks write into it."""
+    root = Path(spec.target_path)
+    for relpath, size in checkpoint_files(spec, layout, nranks):
+        (root / relpath).parent.mkdir(mode=DIR_MODE, exist_ok=True)
+        if layout == "shared":
+            fd = os.open(root / relpath, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+
+
+def _write_rank(spec: JobSpec, plan: RankPlan, show_progress: bool) -> list[dict[str, Any]]:
+    """This rank's extents: deterministic content, written block by block, fsynced."""
+    root = Path(spec.target_path)
+    content = ContentSource(spec.block_bytes)
+    slices = []
+    with AlignedBuffer(spec.block_bytes) as buffer, \
+            progress_bar(plan.bytes * plan.nranks, f"prepare {plan.layout}", show_progress) as bar:
+        for extent in plan.extents:
+            digest = hashlib.sha256()
+            fd = os.open(root / extent.relpath, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+            try:
+                for offset, length in extent.blocks(spec.block_bytes):
+                    view = buffer.prefix(length)
+                    content.fill(view, extent.relpath, offset)
+                    written = os.pwritev(fd, (view,), offset)
+                    if written != length:
+                        raise OSError(f"short write to {extent.relpath} at {offset}")
+                    digest.update(view)
+                    # Rank 0 stands for all: every rank writes at about the same pace.
+                    bar(length * plan.nranks)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            slices.append({"rank": plan.rank, "path": extent.relpath, "offset": extent.offset,
+                           "length": extent.length, "sha256": digest.hexdigest()})
+    return slices
+
+
+def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
+    """Write every layout of the job; returns the manifest (on every rank)."""
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    manifest = mpi.collective(comm, "checking the target",
+                              lambda: _check_target(spec) if rank == 0 else None)
+    manifest = mpi.bcast(comm, manifest)
+    for layout in spec.layouts:
+        per_rank = bytes_per_rank(spec, nranks)
+        plan = plan_rank(spec, layout, nranks, rank)
+        create = partial(_create_files, spec, layout, nranks) if rank == 0 else _nothing
+        mpi.collective(comm, f"creating the {layout} files", create)
+        slices = mpi.collective(comm, f"writing the {layout} checkpoint",
+                                partial(_write_rank, spec, plan, show_progress and rank == 0))
+        everyone = mpi.gather(comm, slices)
+        if rank == 0:
+            assert everyone is not None and manifest is not None
+            files = list(checkpoint_files(spec, layout, nranks))
+            manifest["layouts"][layout] = layout_entry(
+                spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
+            write_manifest(spec.target_path, manifest)
+    result: dict[str, Any] = mpi.bcast(comm, manifest or {})
+    return result
+
+
+def _nothing() -> None:
+    return None

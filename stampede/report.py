@@ -1,0 +1,179 @@
+"""The terminal report, rendered from archive rows alone (so `run` and `report` agree).
+
+It only formats: every number shown is a cell of the CSV. rich is imported here, lazily,
+and only rank 0 ever calls this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
+
+DEFINITIONS = (
+    "time to last rank = slowest rank's time from the start barrier until it holds all its "
+    "bytes (median over iterations, min-max spread); first done = fastest rank; straggler = "
+    "slowest / median rank. agg GB/s = total bytes / (last stop - first start), GB = 1e9 B, "
+    "per-rank rates never summed; slowest-rank GB/s = bytes per rank / time to last rank. "
+    "Latencies pool every rank's samples of every measured iteration."
+)
+
+
+def _float(row: dict[str, str], column: str) -> float:
+    text = row.get(column, "")
+    return float(text) if text else float("nan")
+
+
+def _seconds(row: dict[str, str], column: str) -> str:
+    return format_seconds(_float(row, column))
+
+
+def _range(row: dict[str, str], low: str, high: str) -> str:
+    """'30.7-49.3 ms': a min-max spread in one unit."""
+    unit, factor = seconds_unit(_float(row, high))
+    return f"{format_in(_float(row, low), factor)}-{format_in(_float(row, high), factor)} {unit}"
+
+
+def _table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for header in headers:
+        table.add_column(header, justify="left" if header in left else "right", no_wrap=True)
+    return table
+
+
+def _runs(rows: Iterable[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
+    grouped: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        grouped.setdefault(row["run_id"], []).append(row)
+    return grouped
+
+
+def make_console(file: Any = None, width: int | None = None) -> Any:
+    from rich.console import Console
+    return Console(file=file, width=width, highlight=False)
+
+
+def render_archive(rows: Sequence[dict[str, str]], console: Any, run_ids: Sequence[str] = (),
+                   last: int = 1) -> None:
+    """The chosen runs in full (default: the last one), then every run's restore in a line."""
+    grouped = _runs(rows)
+    chosen = list(run_ids) or list(grouped)[-last:]
+    for run_id in chosen:
+        if run_id not in grouped:
+            from stampede.errors import UsageError
+            raise UsageError(f"run {run_id!r} is not in the archive",
+                             hint="the history table lists the run ids")
+        render_run(grouped[run_id], console)
+    if len(grouped) > 1:
+        render_history(rows, console)
+
+
+def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[str] = ()) -> None:
+    first = rows[0]
+    console.print()
+    console.rule(f"[bold]stampede[/] {first['job']}  run {first['run_id']}")
+    console.print(
+        f"{first['nranks']} ranks on {first['nnodes']} node(s) ({first['ranks_per_node']}/node), "
+        f"backend {first['backend']} ({first.get('fs_type') or '?'}) at {first.get('target', '')}\n"
+        f"cache [bold]{first['cache']}[/], {format_bytes(int(first['bytes_per_rank'] or 0))} per rank, "
+        f"block {format_bytes(int(first['block_bytes']))}, pattern {first.get('pattern', '')}, "
+        f"{first['iterations']} iterations + {first.get('warmup', '?')} warmup, "
+        f"verify {first.get('verify', 'none')}, {first['timestamp']}")
+    restores = sorted((row for row in rows if row["op"] == "restore"),
+                      key=lambda row: _float(row, "time_to_last_rank_s"))
+    table = _table("Restore: time until every rank holds its bytes (best first)",
+                   ("layout", "last\nrank", "min-max", "first\ndone", "strag-\ngler", "agg\nGB/s",
+                    "slowest\nGB/s", "valid"), left=("layout",))
+    for row in restores:
+        table.add_row(
+            row["layout"], _seconds(row, "time_to_last_rank_s"),
+            _range(row, "time_to_last_rank_min_s", "time_to_last_rank_max_s"),
+            _seconds(row, "first_done_s"), f"{_float(row, 'straggler_ratio'):.2f}",
+            format_number(_float(row, "agg_gbps")), format_number(_float(row, "slowest_rank_gbps")),
+            "yes" if row["valid"] == "true" else "[red]NO[/]")
+    console.print(table)
+    for row in restores:
+        slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} {format_seconds(float(item.rsplit(':', 1)[1]))}"
+                            for item in row["slowest_ranks"].split())
+        console.print(f"  {row['layout']}: slowest ranks (median restore): {slowest or '-'}")
+    for layout in dict.fromkeys(row["layout"] for row in rows):
+        _render_layout_ops([row for row in rows if row["layout"] == layout], console)
+    for message in messages:
+        console.print(f"[red]error:[/] {message}")
+    console.print(f"[dim]{DEFINITIONS}[/]")
+
+
+def _render_layout_ops(rows: Sequence[dict[str, str]], console: Any) -> None:
+    layout = rows[0]["layout"]
+    table = _table(f"{layout}: latency per op, all ranks and iterations",
+                   ("op", "unit", "count", "err", "min", "p50", "p90", "p99", "p99.9", "max",
+                    "ops/s", "agg\nGB/s"), left=("op", "unit"))
+    for row in rows:
+        unit, factor = seconds_unit(_float(row, "lat_p50_s"))
+        table.add_row(row["op"], unit, row["count"], row["errors"] if row["errors"] == "0" else
+                      f"[red]{row['errors']}[/]",
+                      *(format_in(_float(row, f"lat_{name}_s"), factor)
+                        for name in ("min", "p50", "p90", "p99", "p999", "max")),
+                      format_number(_float(row, "ops_per_s")), format_number(_float(row, "agg_gbps")))
+    console.print(table)
+    first = rows[0]
+    if first.get("invalid_reason"):
+        console.print(f"[red]{layout}: INVALID: {first['invalid_reason']}[/]")
+    for warning in filter(None, first.get("warnings", "").split(" | ")):
+        console.print(f"[yellow]{layout}: warning:[/] {warning}")
+
+
+def render_history(rows: Sequence[dict[str, str]], console: Any) -> None:
+    table = _table("Every run in the archive: restore",
+                   ("run", "job", "layout", "ranks", "cache", "bytes", "last\nrank",
+                    "agg\nGB/s", "valid"), left=("run", "job", "layout"))
+    for row in rows:
+        if row["op"] != "restore":
+            continue
+        table.add_row(row["run_id"], row["job"], row["layout"], row["nranks"], row["cache"],
+                      format_bytes(int(row["bytes_total"] or 0)),
+                      _seconds(row, "time_to_last_rank_s"),
+                      format_number(_float(row, "agg_gbps")),
+                      "yes" if row["valid"] == "true" else "[red]NO[/]")
+    console.print(table)
+
+
+def render_plan(spec: Any, nranks: int, backend: str, console: Any, shown_ranks: int = 4) -> None:
+    """`stampede plan`: the validated options and who reads what; touches no storage."""
+    from stampede.plan import checkpoint_files, plan_rank
+
+    options = _table(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s), "
+                     f"backend {backend}", ("key", "value"), left=("key", "value"))
+    for key, value in spec.values.items():
+        text = "+".join(value) if isinstance(value, tuple) else "-" if value is None else str(value)
+        options.add_row(key, text)
+    console.print(options)
+    for layout in spec.layouts:
+        files = checkpoint_files(spec, layout, nranks)
+        total = sum(size for _, size in files)
+        table = _table(f"{layout}: {len(files)} file(s), {format_bytes(total)} ({total} B); "
+                       "per iteration each rank runs:",
+                       ("rank", "file", "offset", "bytes", *(f"{op}s" for op in spec.ops)),
+                       left=("file",))
+        ranks = list(range(nranks))
+        if nranks > 2 * shown_ranks:
+            ranks = ranks[:shown_ranks] + [-1] + ranks[-shown_ranks:]
+        for rank in ranks:
+            if rank < 0:
+                hidden = f"({nranks - 2 * shown_ranks} more ranks)"
+                table.add_row("...", hidden, "", "", *[""] * len(spec.ops))
+                continue
+            plan = plan_rank(spec, layout, nranks, rank)
+            counts = plan.op_counts()
+            for extent in plan.extents:
+                table.add_row(str(rank), extent.relpath, str(extent.offset), str(extent.length),
+                              *(str(counts[op]) for op in spec.ops))
+        console.print(table)
+    console.print(f"[dim]no storage was touched; `stampede prepare` writes these files, "
+                  f"`stampede run` reads them (cache {spec.cache}, {spec.iterations} iterations "
+                  f"+ {spec.warmup} warmup)[/]")

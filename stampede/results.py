@@ -1,0 +1,106 @@
+"""From a finished run to archive rows and a sidecar document (rank 0 only)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any
+
+from stampede import __version__
+from stampede.archive import ARCHIVE_SCHEMA, cell
+from stampede.runner import LayoutRun, RunContext
+from stampede.spec import JobSpec
+from stampede.stats import LayoutStats, warnings_for
+from stampede.sysinfo import node_facts, slurm_variables
+
+MAX_HOSTS_IN_ROW = 8
+
+
+def _hosts_cell(hosts: tuple[str, ...]) -> str:
+    unique = sorted(set(hosts))
+    shown = " ".join(unique[:MAX_HOSTS_IN_ROW])
+    return shown + (f" (+{len(unique) - MAX_HOSTS_IN_ROW} more)" if len(unique) > MAX_HOSTS_IN_ROW else "")
+
+
+def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
+    return warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
+                        context.fs_type)
+
+
+def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> list[dict[str, str]]:
+    """One row per op of one layout, every row repeating the whole configuration."""
+    stats = layout_run.stats
+    assert stats is not None
+    restore = stats.restore
+    warnings = layout_warnings(spec, context, stats)
+    shared = {
+        **spec.columns(),
+        "schema": ARCHIVE_SCHEMA, "run_id": context.run_id, "timestamp": context.timestamp,
+        "job": spec.name, "backend": context.backend, "layout": layout_run.layout,
+        "nranks": context.nranks, "nnodes": context.nnodes,
+        "ranks_per_node": context.ranks_per_node,
+        "bytes_per_rank": layout_run.bytes_per_rank,
+        "bytes_total": layout_run.bytes_per_rank * context.nranks,
+        "iterations": stats.iterations, "valid": not layout_run.invalid_reason,
+        "invalid_reason": layout_run.invalid_reason,
+        "stampede_version": __version__, "hosts": _hosts_cell(context.hosts),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), "fs_type": context.fs_type,
+        "warnings": " | ".join(warnings),
+    }
+    rows = []
+    for op in stats.ops:
+        row: dict[str, object] = {
+            **shared, "op": op.op, "count": op.count, "errors": op.errors, "op_bytes": op.bytes,
+            "lat_min_s": op.latency.min_s, "lat_p50_s": op.latency.p50_s,
+            "lat_p90_s": op.latency.p90_s, "lat_p99_s": op.latency.p99_s,
+            "lat_p999_s": op.latency.p999_s, "lat_max_s": op.latency.max_s,
+            "elapsed_s": op.elapsed_s.median,
+            "ops_per_s": op.ops_per_s.median, "ops_per_s_min": op.ops_per_s.min,
+            "ops_per_s_max": op.ops_per_s.max,
+        }
+        if op.bytes:  # GB/s only means something for ops that move bytes
+            row.update(agg_gbps=op.agg_gbps.median, agg_gbps_min=op.agg_gbps.min,
+                       agg_gbps_max=op.agg_gbps.max)
+        if op.op == "restore":
+            row.update(
+                time_to_last_rank_s=restore.time_to_last_rank_s.median,
+                time_to_last_rank_min_s=restore.time_to_last_rank_s.min,
+                time_to_last_rank_max_s=restore.time_to_last_rank_s.max,
+                first_done_s=restore.first_done_s.median,
+                straggler_ratio=restore.straggler_ratio.median,
+                # BW_rank_io of the recovery model: the slowest rank's effective rate.
+                slowest_rank_gbps=layout_run.bytes_per_rank / restore.time_to_last_rank_s.median / 1e9
+                if restore.time_to_last_rank_s.median > 0 else None,
+                slowest_ranks=" ".join(f"{rank}@{context.hosts[rank]}:{seconds!r}"
+                                       for rank, seconds in restore.slowest_ranks))
+        rows.append({column: cell(value) for column, value in row.items()})
+    return rows
+
+
+def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[str, Any]:
+    """Everything the CSV cannot hold: per-rank detail, hosts, MPI, mounts, Slurm."""
+    return {
+        "schema": ARCHIVE_SCHEMA,
+        "run_id": context.run_id,
+        "timestamp": context.timestamp,
+        "stampede_version": __version__,
+        "job": {"name": spec.name, "source": spec.source,
+                "options": {key: list(v) if isinstance(v, tuple) else v
+                            for key, v in spec.values.items()}},
+        "nranks": context.nranks,
+        "hosts_by_rank": list(context.hosts),
+        "mpi_library": context.mpi_library,
+        "backend": context.backend,
+        "node": node_facts(spec.target_path),
+        "slurm": slurm_variables(),
+        "layouts": {
+            run.layout: {
+                "valid": not run.invalid_reason,
+                "invalid_reason": run.invalid_reason,
+                "errors": list(run.messages),
+                "warnings": list(layout_warnings(spec, context, run.stats)) if run.stats else [],
+                "stats": asdict(run.stats) if run.stats else None,
+            }
+            for run in runs
+        },
+    }

@@ -1,0 +1,281 @@
+"""The job specification: the only place options are defined.
+
+Each `Option` below is defined once and drives the TOML key, the `--set` override, the
+CSV column and the `stampede plan` output. A job is loaded, overridden and validated
+here, before any I/O; every error names the file, the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from stampede.errors import UsageError
+from stampede.units import SIZE_HELP, parse_size
+
+LAYOUTS = ("shared", "sharded")
+FORMATS = ("raw",)
+CACHE_MODES = ("warm", "cold", "direct")
+PATTERN_OPS = ("stat", "open", "read", "close")
+VERIFY_MODES = ("none", "sha256")
+# O_DIRECT needs buffers, offsets and lengths aligned to the logical block size; 4 KiB
+# covers every Linux file system in practice.
+DIRECT_ALIGN_BYTES = 4096
+
+
+# --- value parsers: each returns the parsed value or raises ValueError(what is allowed) ---
+
+def _size(value: object) -> int:
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise ValueError(f"must be {SIZE_HELP}") from None
+
+
+def _positive_size(value: object) -> int:
+    size = _size(value)
+    if size <= 0:
+        raise ValueError("must be a size greater than zero")
+    return size
+
+
+def _int_at_least(low: int) -> Callable[[object], int]:
+    def parse(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"must be a whole number >= {low}")
+        return value
+    return parse
+
+
+def _positive_float(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError("must be a number of seconds > 0")
+    return float(value)
+
+
+def _nonempty_str(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}{_did_you_mean(value, allowed)}")
+        return str(value)
+    return parse
+
+
+def _choice_list(allowed: tuple[str, ...], unique: bool) -> Callable[[object], tuple[str, ...]]:
+    """A list of allowed words; a plain string is one word, or comma-separated words."""
+    choose = _choice(allowed)
+
+    def parse(value: object) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not items:
+            raise ValueError(f"must be one or a list of {', '.join(allowed)}")
+        words = tuple(choose(item.strip() if isinstance(item, str) else item) for item in items)
+        if unique and len(set(words)) != len(words):
+            raise ValueError("must not name the same entry twice")
+        return words
+    return parse
+
+
+def _optional_size(value: object) -> int | None:
+    return None if value == "" else _positive_size(value)
+
+
+def _did_you_mean(value: object, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(value), list(candidates), n=1)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str                       # dotted TOML key, also the --set name
+    field: str                     # JobSpec attribute
+    parse: Callable[[object], object]
+    default: object                # REQUIRED when the job must give it
+    help: str
+    column: str                    # CSV column that repeats this option in every row
+
+
+REQUIRED = object()
+
+OPTIONS: tuple[Option, ...] = (
+    Option("target.path", "target_path", _nonempty_str, REQUIRED,
+           "POSIX directory that holds the checkpoint (relative paths are from the cwd)",
+           "target"),
+    Option("checkpoint.size", "size_total_bytes", _optional_size, "",
+           "total checkpoint size, split evenly over the ranks (give this or size_per_rank)",
+           "size_total_requested"),
+    Option("checkpoint.size_per_rank", "size_per_rank_bytes", _optional_size, "",
+           "bytes each rank restores (give this or size)", "size_per_rank_requested"),
+    Option("checkpoint.layout", "layouts", _choice_list(LAYOUTS, unique=True), ("shared", "sharded"),
+           "shared = one file, each rank reads its slice; sharded = one file per rank. "
+           "A list runs each in turn on the same target", "layout"),
+    Option("checkpoint.block_size", "block_bytes", _positive_size, "4MiB",
+           "bytes per read op (one preadv into a page-aligned buffer)", "block_bytes"),
+    Option("checkpoint.format", "format", _choice(FORMATS), "raw",
+           "bytes on disk: raw (deterministic pseudo-random bytes)", "format"),
+    Option("pattern.ops", "ops", _choice_list(PATTERN_OPS, unique=True),
+           ("stat", "open", "read", "close"),
+           "ops each rank runs in order on its file(s); read needs open before it", "pattern"),
+    Option("pattern.stat_count", "stat_count", _int_at_least(1), 1,
+           "stats per file per iteration (> 1: an mdtest-style stat storm)", "stat_count"),
+    Option("pattern.open_count", "open_count", _int_at_least(1), 1,
+           "opens per file per iteration, each closed by the close op (> 1: an open storm)",
+           "open_count"),
+    Option("run.iterations", "iterations", _int_at_least(1), 3,
+           "measured repeats of the whole pattern", "iterations"),
+    Option("run.warmup", "warmup", _int_at_least(0), 1,
+           "repeats run first and dropped", "warmup"),
+    Option("run.cache", "cache", _choice(CACHE_MODES), "warm",
+           "warm = page cache as it is; cold = files' pages evicted (posix_fadvise DONTNEED) "
+           "before every iteration; direct = O_DIRECT", "cache"),
+    Option("run.deadline_s", "deadline_s", _positive_float, 600.0,
+           "per-phase deadline: a rank still working then stops, the run is marked invalid",
+           "deadline_s"),
+    Option("run.verify", "verify", _choice(VERIFY_MODES), "none",
+           "sha256 = hash every byte read against the manifest (timed as its own verify op)",
+           "verify"),
+    Option("archive.path", "archive_path", _nonempty_str, "results/{job}.csv",
+           "CSV archive the run appends to; {job} is the job file's name", "archive"),
+)
+OPTIONS_BY_KEY = {option.key: option for option in OPTIONS}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job: frozen, so a plan or a run can never change what was asked."""
+
+    name: str
+    source: str
+    target_path: str
+    size_total_bytes: int | None
+    size_per_rank_bytes: int | None
+    layouts: tuple[str, ...]
+    block_bytes: int
+    format: str
+    ops: tuple[str, ...]
+    stat_count: int
+    open_count: int
+    iterations: int
+    warmup: int
+    cache: str
+    deadline_s: float
+    verify: str
+    archive_path: str
+    values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display
+
+    def columns(self) -> dict[str, object]:
+        """The options as CSV columns, so every archived row carries its configuration."""
+        return {OPTIONS_BY_KEY[key].column: _as_cell(value) for key, value in self.values.items()}
+
+
+def _as_cell(value: object) -> object:
+    if isinstance(value, tuple):
+        return "+".join(str(item) for item in value)
+    return "" if value is None else value
+
+
+def load_job(path: str | Path, overrides: Iterable[str] = ()) -> JobSpec:
+    """Read a TOML job file, apply `--set key=value` overrides and validate everything."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read the job file ({error.strerror})") from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{path}: not valid TOML: {error}") from None
+    return build_job(path.stem, str(path), document, overrides)
+
+
+def build_job(name: str, source: str, document: Mapping[str, object],
+              overrides: Iterable[str] = ()) -> JobSpec:
+    """Validate a parsed job document (plus overrides) into a JobSpec."""
+    raw = _flatten(source, document)
+    for text in overrides:
+        key, value = parse_override(text)
+        raw[key] = (value, "--set")
+    values: dict[str, object] = {}
+    for option in OPTIONS:
+        if option.key in raw:
+            value, origin = raw[option.key]
+        elif option.default is REQUIRED:
+            raise UsageError(f"{source}: [{option.key.split('.')[0]}] {option.key.split('.')[1]}"
+                             f" is required: {option.help}")
+        else:
+            value, origin = option.default, "default"
+        try:
+            values[option.key] = option.parse(value)
+        except ValueError as error:
+            where = source if origin != "--set" else f"--set {option.key}"
+            raise UsageError(f"{where}: {option.key} = {value!r}: {error}") from None
+    values["archive.path"] = str(values["archive.path"]).replace("{job}", name)
+    fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in values.items()}
+    spec = JobSpec(name=name, source=source, values=MappingProxyType(values), **fields)
+    _check_combination(spec)
+    return spec
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """'run.cache=cold' -> ('run.cache', 'cold'); values parse as TOML, else as a string."""
+    key, sep, value_text = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UsageError(f"--set {text!r}: expected KEY=VALUE, for example --set run.cache=cold")
+    _check_key(key, "--set")
+    try:
+        value: object = tomllib.loads(f"v = {value_text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = value_text.strip()
+    return key, value
+
+
+def _flatten(source: str, document: Mapping[str, object]) -> dict[str, tuple[object, str]]:
+    flat: dict[str, tuple[object, str]] = {}
+    for section, table in document.items():
+        if not isinstance(table, dict):
+            _check_key(section, source)  # a bare key at top level: unknown section
+            raise UsageError(f"{source}: {section} must be a [section] table")
+        for key, value in table.items():
+            dotted = f"{section}.{key}"
+            _check_key(dotted, source)
+            flat[dotted] = (value, source)
+    return flat
+
+
+def _check_key(key: str, where: str) -> None:
+    if key not in OPTIONS_BY_KEY:
+        raise UsageError(f"{where}: unknown key {key!r}{_did_you_mean(key, OPTIONS_BY_KEY)}",
+                         hint="`stampede run --help` lists every key")
+
+
+def _check_combination(spec: JobSpec) -> None:
+    """Rules that span several options."""
+    if (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
+        raise UsageError(f"{spec.source}: give exactly one of checkpoint.size and "
+                         "checkpoint.size_per_rank",
+                         hint='for example checkpoint.size = "1GiB"')
+    ops = spec.ops
+    if "read" in ops and ("open" not in ops or ops.index("open") > ops.index("read")):
+        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read needs open before it")
+    if "close" in ops and ("open" not in ops or ops.index("open") > ops.index("close")):
+        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: close needs open before it")
+    if "read" in ops and "close" in ops and ops.index("close") < ops.index("read"):
+        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read must come before close")
+    if spec.cache == "direct" and spec.block_bytes % DIRECT_ALIGN_BYTES:
+        raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: "
+                         f"run.cache = direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
+    if spec.verify != "none" and "read" not in ops:
+        raise UsageError(f"{spec.source}: run.verify = {spec.verify!r} needs a read op in "
+                         "pattern.ops")

@@ -1,0 +1,192 @@
+"""Statistics over gathered samples: pure functions, no I/O, no MPI.
+
+Definitions (also in the README and `stampede run --help`):
+- elapsed of an op in an iteration = max(stop) - min(start) over all ranks' samples of
+  that op (IOR). agg_gbps = sum(bytes) / elapsed / 1e9. Per-rank rates are never summed.
+- latency percentiles of an op pool every successful sample of every measured iteration
+  on every rank: min, p50, p90, p99, p99.9, max, with linear interpolation (numpy's
+  default), exact (from int64 nanoseconds).
+- restore (pseudo-op) = from a rank's barrier exit to the end of its last read.
+  time_to_last_rank_s = max over ranks; first_done_s = min over ranks;
+  straggler_ratio = max / median over ranks; each taken per iteration, then the median
+  over iterations is reported with its min-max spread.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from stampede.samples import ITER, NBYTES, OK, OP, OPS, RANK, START, STOP
+
+NAN = float("nan")
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+# Below these, a result is printed but flagged (pyperf's format_checks spirit).
+WIDE_SPREAD = 0.10          # (max - min) / median across iterations
+SHORT_PHASE_S = 0.010       # barrier skew and timer calls become a visible share
+FEW_SAMPLES_P99 = 100       # p99 needs at least 100 samples to be a p99
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Latency percentiles of one op, in seconds, from `count` samples."""
+
+    count: int
+    min_s: float
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    p999_s: float
+    max_s: float
+
+    def __post_init__(self) -> None:
+        values = (self.min_s, self.p50_s, self.p90_s, self.p99_s, self.p999_s, self.max_s)
+        if self.count and not all(0 <= a <= b for a, b in zip(values, values[1:])):
+            raise ValueError(f"latency percentiles out of order or negative: {values}")
+
+
+EMPTY_LATENCY = Latency(0, NAN, NAN, NAN, NAN, NAN, NAN)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of a per-iteration value with its min and max."""
+
+    median: float
+    min: float
+    max: float
+
+    @property
+    def relative(self) -> float:
+        return (self.max - self.min) / self.median if self.median else NAN
+
+
+EMPTY_SPREAD = Spread(NAN, NAN, NAN)
+
+
+@dataclass(frozen=True)
+class OpStats:
+    op: str
+    count: int                 # successful samples over all measured iterations
+    errors: int                # failed samples
+    bytes: int                 # bytes of successful samples, all iterations
+    latency: Latency
+    elapsed_s: Spread          # max(stop) - min(start) per iteration
+    ops_per_s: Spread          # count / elapsed, per iteration
+    agg_gbps: Spread           # bytes / elapsed / 1e9, per iteration
+
+
+@dataclass(frozen=True)
+class RestoreStats:
+    time_to_last_rank_s: Spread
+    first_done_s: Spread
+    straggler_ratio: Spread
+    slowest_ranks: tuple[tuple[int, float], ...]   # (rank, median restore s), slowest first
+    per_rank_s: tuple[float, ...]                  # median restore s of each rank
+    per_iteration_s: tuple[float, ...]             # time to last rank of each iteration
+
+
+@dataclass(frozen=True)
+class LayoutStats:
+    layout: str
+    iterations: int            # measured iterations that produced samples
+    ops: tuple[OpStats, ...]
+    restore: RestoreStats
+
+
+def latency(durations_ns: np.ndarray) -> Latency:
+    if durations_ns.size == 0:
+        return EMPTY_LATENCY
+    seconds = durations_ns.astype(np.float64) / 1e9
+    p50, p90, p99, p999 = np.percentile(seconds, PERCENTILES)
+    return Latency(int(seconds.size), float(seconds.min()), float(p50), float(p90), float(p99),
+                   float(p999), float(seconds.max()))
+
+
+def spread(values: list[float]) -> Spread:
+    finite = [value for value in values if math.isfinite(value)]
+    if not finite:
+        return EMPTY_SPREAD
+    return Spread(float(np.median(finite)), float(min(finite)), float(max(finite)))
+
+
+def op_stats(samples: np.ndarray, op: str, iterations: list[int]) -> OpStats:
+    rows = samples[samples[:, OP] == OPS.index(op)]
+    good = rows[rows[:, OK] == 1]
+    elapsed, rates, gbps = [], [], []
+    for iteration in iterations:
+        chosen = good[good[:, ITER] == iteration]
+        if chosen.size == 0:
+            continue
+        seconds = (chosen[:, STOP].max() - chosen[:, START].min()) / 1e9
+        elapsed.append(seconds)
+        rates.append(len(chosen) / seconds if seconds > 0 else NAN)
+        gbps.append(chosen[:, NBYTES].sum() / seconds / 1e9 if seconds > 0 else NAN)
+    return OpStats(op=op, count=len(good), errors=len(rows) - len(good),
+                   bytes=int(good[:, NBYTES].sum()), latency=latency(good[:, STOP] - good[:, START]),
+                   elapsed_s=spread(elapsed), ops_per_s=spread(rates), agg_gbps=spread(gbps))
+
+
+def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int) -> RestoreStats:
+    rows = samples[samples[:, OP] == OPS.index("restore")]
+    last, first, straggle = [], [], []
+    per_rank: list[list[float]] = [[] for _ in range(nranks)]
+    for iteration in iterations:
+        chosen = rows[rows[:, ITER] == iteration]
+        if chosen.size == 0:
+            continue
+        seconds = (chosen[:, STOP] - chosen[:, START]) / 1e9
+        last.append(float(seconds.max()))
+        first.append(float(seconds.min()))
+        median = float(np.median(seconds))
+        straggle.append(float(seconds.max()) / median if median > 0 else NAN)
+        for rank, value in zip(chosen[:, RANK], seconds):
+            per_rank[int(rank)].append(float(value))
+    medians = tuple(float(np.median(values)) if values else NAN for values in per_rank)
+    order = sorted((rank for rank in range(nranks) if math.isfinite(medians[rank])),
+                   key=lambda rank: -medians[rank])
+    return RestoreStats(time_to_last_rank_s=spread(last), first_done_s=spread(first),
+                        straggler_ratio=spread(straggle),
+                        slowest_ranks=tuple((rank, medians[rank]) for rank in order[:3]),
+                        per_rank_s=medians, per_iteration_s=tuple(last))
+
+
+def layout_stats(layout: str, samples: np.ndarray, nranks: int) -> LayoutStats:
+    """Everything the archive and report need about one layout's measured iterations."""
+    iterations = sorted({int(value) for value in samples[:, ITER]}) if samples.size else []
+    present = {OPS[int(code)] for code in np.unique(samples[:, OP])} if samples.size else set()
+    ops = tuple(op_stats(samples, op, iterations) for op in OPS if op in present)
+    return LayoutStats(layout=layout, iterations=len(iterations), ops=ops,
+                       restore=restore_stats(samples, iterations, nranks))
+
+
+def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
+                 fs_type: str) -> tuple[str, ...]:
+    """Why a number should not be trusted as it stands; archived with the run."""
+    notes = []
+    ttlr = stats.restore.time_to_last_rank_s
+    if stats.iterations < 3:
+        notes.append(f"only {stats.iterations} measured iteration(s): no trustworthy spread")
+    elif ttlr.relative > WIDE_SPREAD:
+        notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "
+                     f"({ttlr.min:.4g}-{ttlr.max:.4g} s): run more iterations or on a quieter machine")
+    if ttlr.median < SHORT_PHASE_S:
+        notes.append(f"restore phase is {ttlr.median * 1e3:.3g} ms: barrier skew and timer calls "
+                     "are a visible part of it; use a larger checkpoint")
+    few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99]
+    if few:
+        notes.append(f"p99 and p99.9 from fewer than {FEW_SAMPLES_P99} samples ({', '.join(few)}): "
+                     "raise iterations or pattern.stat_count/open_count")
+    for op in stats.ops:
+        if op.errors:
+            notes.append(f"{op.op}: {op.errors} failed op(s)")
+    if cache == "warm":
+        notes.append("cache=warm: reads may come from the page cache, not the storage")
+    if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
+        notes.append(f"cache=cold on {fs_type}: pages cannot be evicted, the run is warm")
+    if ranks_per_node > cpus_per_node:
+        notes.append(f"{ranks_per_node} ranks per node on {cpus_per_node} CPUs: oversubscribed, "
+                     "ranks compete for cores")
+    return tuple(notes)

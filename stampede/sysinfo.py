@@ -1,0 +1,58 @@
+"""Facts about where a run happened, recorded in the sidecar: mounts, Slurm, the node."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Mount:
+    device: str
+    mountpoint: str
+    fs_type: str
+    options: str
+
+
+def _unescape(field: str) -> str:
+    # /proc/mounts escapes spaces, tabs, newlines and backslashes as octal.
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def mount_of(path: str | Path, mounts_file: str = "/proc/mounts") -> Mount:
+    """The mount that holds `path` (longest mount point that is a prefix of it)."""
+    resolved = Path(path).resolve()
+    while not resolved.exists() and resolved != resolved.parent:
+        resolved = resolved.parent
+    best = Mount("?", "/", "unknown", "")
+    try:
+        lines = Path(mounts_file).read_text().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        mountpoint = Path(_unescape(fields[1]))
+        if (resolved == mountpoint or mountpoint in resolved.parents) and \
+                len(str(mountpoint)) >= len(best.mountpoint):
+            best = Mount(fields[0], str(mountpoint), fields[2], fields[3])
+    return best
+
+
+def slurm_variables() -> dict[str, str]:
+    """SLURM_* variables of the job step, as the scheduler set them."""
+    return {key: value for key, value in sorted(os.environ.items()) if key.startswith("SLURM_")}
+
+
+def node_facts(target: str) -> dict[str, object]:
+    """What rank 0 records about its node and the target's file system."""
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "target_mount": asdict(mount_of(target)),
+    }

@@ -1,0 +1,80 @@
+"""Sizes and durations: parsing user text and printing values with their units.
+
+GB is 10^9 bytes and GiB is 2^30 bytes, everywhere; bandwidth is always GB/s (decimal).
+"""
+
+import re
+
+_SIZE_FACTORS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6,
+    "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+SIZE_HELP = "a byte count or a size with a unit: 4096, 4MiB, 1.5GiB, 2GB (GB = 10^9, GiB = 2^30)"
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an int or a string such as '4MiB'. Raises ValueError naming the value."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{value} is negative")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a size")
+    match = _SIZE_RE.match(value)
+    if not match or match.group(2).lower() not in _SIZE_FACTORS:
+        raise ValueError(f"{value!r} is not a size")
+    number, unit = match.groups()
+    size = float(number) * _SIZE_FACTORS[unit.lower()]
+    if size != int(size):
+        raise ValueError(f"{value!r} is not a whole number of bytes")
+    return int(size)
+
+
+def format_bytes(nbytes: float) -> str:
+    """Binary units for sizes of files and blocks (what users type in job files)."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= factor:
+            return f"{nbytes / factor:.4g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration with a unit chosen so that 2 µs and 20 s both stay readable."""
+    if seconds != seconds:  # NaN: no sample
+        return "-"
+    unit, factor = seconds_unit(seconds)
+    return f"{seconds / factor:.3g} {unit}"
+
+
+def seconds_unit(seconds: float) -> tuple[str, float]:
+    """The unit (s, ms, µs, ns) in which `seconds` reads best, and its factor."""
+    magnitude = abs(seconds) if seconds == seconds else 1.0
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if magnitude >= factor:
+            return unit, factor
+    return "ns", 1e-9
+
+
+def format_in(seconds: float, factor: float) -> str:
+    """A duration as a bare number in a unit chosen elsewhere (a table row's unit)."""
+    if seconds != seconds:
+        return "-"
+    value = seconds / factor
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def format_number(value: float) -> str:
+    """Three significant digits with k/M for thousands/millions; '-' when there is none."""
+    if value != value:
+        return "-"
+    for suffix, factor in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}"
+    return f"{value:.3g}"
