@@ -42,7 +42,10 @@ def _table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Any:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   collapse_padding=True)
     for header in headers:
-        table.add_column(header, justify="left" if header in left else "right", no_wrap=True)
+        if header in left:  # names and paths fold rather than lose their tail
+            table.add_column(header, justify="left", overflow="fold")
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
     return table
 
 
@@ -53,9 +56,16 @@ def _runs(rows: Iterable[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
     return grouped
 
 
+# Output to a file or pipe (CI logs, `| less`) is not squeezed into 80 columns.
+PIPE_WIDTH = 120
+
+
 def make_console(file: Any = None, width: int | None = None) -> Any:
     from rich.console import Console
-    return Console(file=file, width=width, highlight=False)
+    console = Console(file=file, width=width, highlight=False)
+    if width is None and not console.is_terminal:
+        console.width = PIPE_WIDTH
+    return console
 
 
 def render_archive(rows: Sequence[dict[str, str]], console: Any, run_ids: Sequence[str] = (),

@@ -105,6 +105,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     origins: dict[int, int] = {}
     messages: list[str] = []
     invalid_reason = ""
+    failed_iteration = None
     with AlignedBuffer(spec.block_bytes) as buffer:
         for iteration in range(-spec.warmup, spec.iterations):
             if spec.cache == "cold":
@@ -124,13 +125,13 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                 mpi.abort(comm, f"{layout}: other ranks still busy {ABORT_GRACE_S:g} s past "
                                 f"the {spec.deadline_s:g} s deadline")
                 raise AssertionError("unreachable")
-            if verdict[1]:
-                invalid_reason = f"deadline of {spec.deadline_s:g} s reached in iteration {iteration}"
+            if verdict.any():
+                failed_iteration = iteration
+                what = "warmup iteration" if iteration < 0 else "iteration"
+                invalid_reason = (f"deadline of {spec.deadline_s:g} s reached in {what} {iteration}"
+                                  if verdict[1] else f"ops failed in {what} {iteration}")
                 break
-            if verdict[0]:
-                invalid_reason = f"ops failed in iteration {iteration}"
-                break
-    samples = _relative_measured(log, origins)
+    samples = _relative_measured(log, origins, failed_iteration)
     gathered = mpi.gather_rows(comm, samples)
     all_messages = mpi.gather(comm, messages)
     stats = None
@@ -155,14 +156,18 @@ def _evict(plan: Any, backend: Backend, paths: dict[str, str], messages: list[st
                                 f"{os.strerror(error.errno or 0)}")
 
 
-def _relative_measured(log: list[tuple[int, int, int, int, int, int]], origins: dict[int, int]) -> np.ndarray:
-    """Measured iterations only (warmup dropped), stamps relative to each origin."""
+def _relative_measured(log: list[tuple[int, int, int, int, int, int]], origins: dict[int, int],
+                       failed_iteration: int | None) -> np.ndarray:
+    """Measured iterations, stamps relative to each iteration's origin.
+
+    Warmup is dropped, except a warmup iteration that failed: its samples are the evidence
+    the invalid run is archived with.
+    """
     rows = np.array(log, dtype=np.int64).reshape(-1, 6)
-    rows = rows[rows[:, ITER] >= 0]
+    rows = rows[(rows[:, ITER] >= 0) | (rows[:, ITER] == failed_iteration)]
     if rows.size:
-        by_iteration = np.array([origins.get(i, 0) for i in range(int(rows[:, ITER].max()) + 1)],
-                                dtype=np.int64)
-        offsets = by_iteration[rows[:, ITER]]
+        offsets = np.array([origins[i] for i in sorted(origins)], dtype=np.int64)[
+            rows[:, ITER] - min(origins)]
         rows[:, START] -= offsets
         rows[:, STOP] -= offsets
     assert rows.shape[1] == RANK  # the rank column is appended on rank 0

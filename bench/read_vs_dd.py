@@ -1,0 +1,220 @@
+"""Warm-cache read bandwidth: stampede versus `dd bs=4M of=/dev/null`, same files, one run.
+
+For each rank count (default 1 and 2) the script prepares one checkpoint with stampede
+(both layouts, --size each), reads every file once untimed so the page cache is warm,
+then measures, alternately and on the SAME files:
+
+  stampede  `mpiexec -n N stampede run` with run.cache=warm, 4 MiB blocks, warmup 1 and
+            --iterations measured iterations; agg GB/s of the `read` op (and of the
+            `restore` pseudo-op) from the CSV archive: median over iterations of
+            bytes / (last read stop - first read start over all ranks).
+  dd        one `dd if=FILE bs=4M of=/dev/null` per rank, all started together: for
+            sharded one dd per shard file, for shared one dd per rank slice of the one
+            file (skip=/count= in 4M units). Aggregate GB/s = total bytes / the slowest
+            dd's own elapsed time (dd's report, which like stampede's excludes process
+            start); median over --repeats.
+
+GB = 1e9 bytes. Target: median stampede read GB/s / median dd GB/s >= 0.95. The best
+(max) of each side is shown too: on a busy machine it is the least-disturbed number. The verdict is printed,
+never turned into an exit status: the script exits non-zero only if a command failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from stampede.sysinfo import mount_of
+from stampede.units import parse_size
+
+VENV_BIN = Path(sys.executable).parent
+BLOCK_BYTES = 4 * 1024 * 1024
+LAYOUTS = ("sharded", "shared")
+TARGET_RATIO = 0.95
+DD_SECONDS = re.compile(r"copied, ([0-9.e+-]+) s")
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line options; --help prints the module docstring (what is compared, how)."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="2GiB",
+                        help="checkpoint size per layout and rank count (default 2GiB)")
+    parser.add_argument("--ranks", default="1,2", help="rank counts, comma-separated (default 1,2)")
+    parser.add_argument("--dir", default=None,
+                        help="parent of the scratch directory (default: the system temp dir); "
+                             "the scratch directory is created fresh and removed at the end")
+    parser.add_argument("--iterations", type=int, default=10,
+                        help="stampede measured iterations (default 10)")
+    parser.add_argument("--repeats", type=int, default=10, help="dd repeats per case (default 10)")
+    args = parser.parse_args()
+    args.size_bytes = parse_size(args.size)
+    args.rank_counts = [int(text) for text in args.ranks.split(",")]
+    for nranks in args.rank_counts:
+        if nranks < 1 or args.size_bytes % (nranks * BLOCK_BYTES):
+            parser.error(f"--size {args.size} must split into {nranks} rank(s) x whole 4 MiB blocks")
+    return args
+
+
+def machine_facts(scratch: Path) -> str:
+    """One line: CPUs, memory, kernel and the scratch directory's file system."""
+    mount = mount_of(scratch)
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    dd_version = subprocess.run(["dd", "--version"], capture_output=True, text=True).stdout
+    return (f"machine: {os.cpu_count()} CPUs, {mem_gib:.0f} GiB RAM, kernel {os.uname().release}; "
+            f"scratch {scratch} on {mount.fs_type} ({mount.device} at {mount.mountpoint}); "
+            f"{dd_version.splitlines()[0] if dd_version else 'dd ?'}; "
+            f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} "
+            "(other work on the machine widens the spread)")
+
+
+def run_checked(command: list[str]) -> str:
+    """Run a command; return its stdout, or exit with its status and output if it fails."""
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        sys.stderr.write(f"FAILED ({result.returncode}): {' '.join(command)}\n"
+                         f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        raise SystemExit(result.returncode)
+    return result.stdout
+
+
+def stampede(step: str, job: Path, nranks: int, *overrides: str) -> None:
+    """`mpiexec -n N stampede STEP JOB --set ...` with the venv's own tools."""
+    command = [str(VENV_BIN / "mpiexec"), "-n", str(nranks), str(VENV_BIN / "stampede"), step,
+               str(job)]
+    for override in overrides:
+        command += ["--set", override]
+    run_checked(command)
+
+
+def write_job(scratch: Path, nranks: int, size_bytes: int) -> Path:
+    """A job file for one rank count: its own target directory, archive in the scratch dir."""
+    job = scratch / f"read_np{nranks}.toml"
+    job.write_text(f'[target]\npath = "{scratch / f"ckpt_np{nranks}"}"\n'
+                   f'[checkpoint]\nsize = {size_bytes}\nlayout = ["sharded", "shared"]\n'
+                   f'block_size = "4MiB"\n'
+                   f'[pattern]\nops = ["open", "read", "close"]\n'
+                   f'[run]\ncache = "warm"\nwarmup = 1\n'
+                   f'[archive]\npath = "{scratch / "archive.csv"}"\n')
+    return job
+
+
+def dd_commands(root: Path, layout: str, nranks: int, size_bytes: int) -> list[list[str]]:
+    """One dd per rank reading exactly what that rank reads in stampede's plan."""
+    if layout == "sharded":
+        return [["dd", f"if={root}/sharded/rank-{rank:05d}-of-{nranks:05d}.raw", "bs=4M",
+                 "of=/dev/null"] for rank in range(nranks)]
+    blocks_per_rank = size_bytes // nranks // BLOCK_BYTES
+    return [["dd", f"if={root}/shared/checkpoint.raw", "bs=4M", "of=/dev/null",
+             f"skip={rank * blocks_per_rank}", f"count={blocks_per_rank}"]
+            for rank in range(nranks)]
+
+
+def run_dd_together(commands: list[list[str]], size_bytes: int) -> float:
+    """Start every dd at once; aggregate GB/s = total bytes / the slowest dd's elapsed."""
+    env = dict(os.environ, LC_ALL="C")
+    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, env=env) for command in commands]
+    seconds = []
+    for command, proc in zip(commands, procs):
+        _, err = proc.communicate()
+        match = DD_SECONDS.search(err)
+        if proc.returncode or not match:
+            sys.stderr.write(f"FAILED ({proc.returncode}): {' '.join(command)}\n{err}")
+            raise SystemExit(proc.returncode or 1)
+        seconds.append(float(match.group(1)))
+    return size_bytes / max(seconds) / 1e9
+
+
+def warm_up(root: Path) -> None:
+    """Untimed: read every checkpoint file once so that all of it is in the page cache."""
+    for path in sorted(root.rglob("*.raw")):
+        run_checked(["dd", f"if={path}", "bs=4M", "of=/dev/null", "status=none"])
+
+
+def archived_gbps(archive: Path, nranks: int) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(layout, op) -> (median, min, max) agg GB/s of the last run at `nranks` ranks."""
+    rows = [row for row in csv.DictReader(archive.open()) if int(row["nranks"]) == nranks]
+    last_run = rows[-1]["run_id"]
+    return {(row["layout"], row["op"]): (float(row["agg_gbps"]), float(row["agg_gbps_min"]),
+                                         float(row["agg_gbps_max"]))
+            for row in rows if row["run_id"] == last_run and row["agg_gbps"]}
+
+
+def measure(scratch: Path, nranks: int, args: argparse.Namespace) -> list[dict[str, object]]:
+    """Prepare, warm, then stampede and dd on the same files; one result per layout."""
+    job = write_job(scratch, nranks, args.size_bytes)
+    root = scratch / f"ckpt_np{nranks}"
+    started = time.perf_counter()
+    stampede("prepare", job, nranks)
+    print(f"  {nranks} rank(s): prepared 2 x {args.size_bytes / 1e9:.2f} GB in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
+    warm_up(root)
+    dd_gbps: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
+    half = args.repeats // 2   # dd before and after stampede, so drift hits both sides
+    for repeat in range(args.repeats):
+        if repeat == half:
+            stampede("run", job, nranks, f"run.iterations={args.iterations}")
+        for layout in LAYOUTS:
+            commands = dd_commands(root, layout, nranks, args.size_bytes)
+            dd_gbps[layout].append(run_dd_together(commands, args.size_bytes))
+    measured = archived_gbps(scratch / "archive.csv", nranks)
+    results = []
+    for layout in LAYOUTS:
+        read = measured[(layout, "read")]
+        results.append({"nranks": nranks, "layout": layout, "read_gbps": read,
+                        "restore_gbps": measured[(layout, "restore")][0],
+                        "dd_gbps": (statistics.median(dd_gbps[layout]), min(dd_gbps[layout]),
+                                    max(dd_gbps[layout]))})
+    stampede("clean", job, 1)
+    return results
+
+
+def print_table(results: list[dict[str, object]]) -> None:
+    """The comparison: medians with min-max spread, and the ratio against the target."""
+    header = (f"{'ranks':>5} {'layout':<8} {'stampede read GB/s':>24} {'restore GB/s':>12} "
+              f"{'dd GB/s':>22} {'read/dd':>8} {'best/best':>9}  verdict")
+    print(header)
+    print("-" * len(header))
+    for result in results:
+        read, dd = result["read_gbps"], result["dd_gbps"]
+        ratio = read[0] / dd[0]
+        verdict = "PASS" if ratio >= TARGET_RATIO else f"below target ({TARGET_RATIO:.2f})"
+        print(f"{result['nranks']:>5} {result['layout']:<8} "
+              f"{read[0]:>7.2f} ({read[1]:5.2f}-{read[2]:5.2f}) {result['restore_gbps']:>12.2f} "
+              f"{dd[0]:>6.2f} ({dd[1]:5.2f}-{dd[2]:5.2f}) {ratio:>8.3f} {read[2] / dd[2]:>9.3f}  "
+              f"{verdict}")
+
+
+def main() -> int:
+    """Measure every rank count in a fresh scratch directory, print the table, clean up."""
+    args = parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="stampede-read-vs-dd-", dir=args.dir))
+    try:
+        print(machine_facts(scratch))
+        print(f"read_vs_dd: {args.size} per layout, 4 MiB blocks, warm cache, ranks "
+              f"{args.ranks}; stampede {args.iterations} iterations, dd {args.repeats} repeats",
+              flush=True)
+        results = [result for nranks in args.rank_counts
+                   for result in measure(scratch, nranks, args)]
+        print()
+        print_table(results)
+        print("GB = 1e9 B; medians with (min-max); read/dd = median stampede read GB/s / median "
+              "dd GB/s; best/best = max / max;\nrestore = agg GB/s from barrier exit to each "
+              "rank's last byte, open and close included")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

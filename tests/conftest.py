@@ -1,0 +1,70 @@
+"""Shared fixtures: the real stampede command, under the venv's own mpiexec."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from stampede.launcher import find_mpiexec
+
+RUN_TIMEOUT_S = 180  # a hung run fails the test instead of the whole suite
+
+
+def write_job(directory: Path, name: str = "job", **sections: dict[str, object]) -> Path:
+    """A TOML job file from keyword sections: write_job(d, target={"path": ...}, ...)."""
+    lines = []
+    for section, table in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in table.items():
+            if isinstance(value, str):
+                lines.append(f'{key} = "{value}"')
+            elif isinstance(value, bool):
+                lines.append(f"{key} = {'true' if value else 'false'}")
+            elif isinstance(value, list | tuple):
+                lines.append(f"{key} = [{', '.join(repr(item).replace(chr(39), chr(34)) for item in value)}]")
+            else:
+                lines.append(f"{key} = {value}")
+    path = directory / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def read_archive(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+@pytest.fixture
+def stampede(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """stampede(*args, np=N): run the CLI, under mpiexec -n N when N > 1 (or N given)."""
+
+    def launch(*args: str, np: int | None = None, timeout: float = RUN_TIMEOUT_S,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "stampede", *args]
+        if np is not None:
+            mpiexec = find_mpiexec()
+            if mpiexec is None:
+                pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
+            command = [mpiexec, "-n", str(np), *command]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd or tmp_path)
+
+    return launch
+
+
+def small_job(tmp_path: Path, **overrides: dict[str, object]) -> Path:
+    """A quick job: 16 MiB per layout, 1 MiB blocks, both layouts, sha256 verify."""
+    sections: dict[str, dict[str, object]] = {
+        "target": {"path": str(tmp_path / "ckpt")},
+        "checkpoint": {"size": "16MiB", "layout": ["shared", "sharded"], "block_size": "1MiB"},
+        "run": {"iterations": 2, "warmup": 1, "verify": "sha256"},
+        "archive": {"path": str(tmp_path / "results" / "job.csv")},
+    }
+    for section, table in overrides.items():
+        sections.setdefault(section, {}).update(table)
+    return write_job(tmp_path, **sections)

@@ -1,0 +1,102 @@
+"""Job files and overrides: accepted exactly when valid, errors that name key and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stampede.errors import UsageError
+from stampede.spec import OPTIONS, build_job, load_job, parse_override
+from stampede.units import parse_size
+
+REPO = Path(__file__).resolve().parents[1]
+MINIMAL = {"target": {"path": "/tmp/x"}, "checkpoint": {"size": "1GiB"}}
+
+
+def test_every_shipped_job_file_loads() -> None:
+    jobs = sorted((REPO / "jobs").glob("*.toml"))
+    assert len(jobs) >= 3
+    for job in jobs:
+        spec = load_job(job)
+        assert spec.name == job.stem
+
+
+def test_defaults_and_units() -> None:
+    spec = build_job("q", "q.toml", MINIMAL)
+    assert spec.size_total_bytes == 2**30
+    assert spec.block_bytes == 4 * 2**20
+    assert spec.layouts == ("shared", "sharded")
+    assert spec.cache == "warm"
+    assert spec.archive_path == "results/q.csv"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("4096", 4096), ("4MiB", 4 * 2**20), ("1.5GiB", 3 * 2**29), ("2GB", 2 * 10**9), ("10 kib", 10240),
+])
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "4XB", "-1", "1.5", "GiB", "0.3KiB"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_overrides_parse_as_toml_or_string() -> None:
+    spec = build_job("q", "q.toml", MINIMAL, ["run.cache=cold", "run.iterations=7",
+                                               "checkpoint.layout=sharded",
+                                               'checkpoint.block_size="1MiB"',
+                                               "target.path=/lustre/me/ckpt"])
+    assert (spec.cache, spec.iterations, spec.layouts) == ("cold", 7, ("sharded",))
+    assert spec.block_bytes == 2**20
+    assert spec.target_path == "/lustre/me/ckpt"
+    assert parse_override("checkpoint.layout=shared,sharded")[1] == "shared,sharded"
+    assert build_job("q", "q", MINIMAL, ["checkpoint.layout=sharded,shared"]).layouts == \
+        ("sharded", "shared")
+
+
+@pytest.mark.parametrize(("document", "overrides", "message"), [
+    ({**MINIMAL, "run": {"cache": "cool"}}, [],
+     'run.cache = \'cool\': must be one of warm, cold, direct (did you mean "cold"?)'),
+    ({**MINIMAL, "checkpoint": {"size": "1GiB", "layuot": "x"}}, [],
+     'unknown key \'checkpoint.layuot\' (did you mean "checkpoint.layout"?)'),
+    (MINIMAL, ["run.iteratons=3"], "unknown key 'run.iteratons'"),
+    (MINIMAL, ["run.iterations=0"], "run.iterations = 0: must be a whole number >= 1"),
+    (MINIMAL, ["checkpoint.block_size=4XB"], "checkpoint.block_size = '4XB': must be a byte count"),
+    (MINIMAL, ["nonsense"], "expected KEY=VALUE"),
+    ({"checkpoint": {"size": "1GiB"}}, [], "[target] path is required"),
+    ({"target": {"path": "/x"}}, [], "give exactly one of checkpoint.size and checkpoint.size_per_rank"),
+    ({**MINIMAL, "pattern": {"ops": ["read", "open"]}}, [], "read needs open before it"),
+    ({**MINIMAL, "pattern": {"ops": ["open", "close", "read"]}}, [], "read must come before close"),
+    ({**MINIMAL, "pattern": {"ops": ["stat", "stat"]}}, [], "must not name the same entry twice"),
+    ({**MINIMAL, "checkpoint": {"size": "1GiB", "block_size": 1000}, "run": {"cache": "direct"}}, [],
+     "run.cache = direct needs a multiple of 4096"),
+    ({**MINIMAL, "run": {"verify": "sha256"}, "pattern": {"ops": ["stat"]}}, [], "needs a read op"),
+    ({"target": "x"}, [], "unknown key 'target'"),
+    ({**MINIMAL, "run": {"deadline_s": -1}}, [], "run.deadline_s = -1: must be a number of seconds > 0"),
+    ({**MINIMAL, "checkpoint": {"size": "1GiB", "layout": []}}, [],
+     "must be one or a list of shared, sharded"),
+])
+def test_errors_name_key_value_and_what_is_allowed(document: dict, overrides: list[str],
+                                                   message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        build_job("q", "q.toml", document, overrides)
+    assert message in str(caught.value)
+
+
+def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[target\npath = 1")
+    with pytest.raises(UsageError, match="broken.toml: not valid TOML"):
+        load_job(broken)
+    with pytest.raises(UsageError, match="cannot read the job file"):
+        load_job(tmp_path / "missing.toml")
+
+
+def test_each_option_has_one_csv_column() -> None:
+    columns = [option.column for option in OPTIONS]
+    assert len(columns) == len(set(columns))
+    spec = build_job("q", "q.toml", MINIMAL)
+    assert set(spec.columns()) == set(columns)
