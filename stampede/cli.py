@@ -49,9 +49,18 @@ sidecar per run (hosts, MPI library, file system, Slurm variables).
 def _job_keys_help() -> str:
     lines = ["job file keys (TOML [section] key = value; override any with --set KEY=VALUE):"]
     for option in OPTIONS:
-        default = "required" if option.default is REQUIRED else f"default {option.default!r}"
+        default = "required" if option.default is REQUIRED else f"default {_toml(option.default)}"
         lines.append(f"  {option.key:<26} {default}\n      {option.help}")
     return "\n".join(lines)
+
+
+def _toml(value: object) -> str:
+    """A default as it would be written in the job file."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if value == "":
+        return "(unset)"
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 class _Parser(argparse.ArgumentParser):

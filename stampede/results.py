@@ -24,7 +24,7 @@ def _hosts_cell(hosts: tuple[str, ...]) -> str:
 
 def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
     return warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
-                        context.fs_type)
+                        context.fs_type, spec.verify)
 
 
 def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> list[dict[str, str]]:

@@ -163,7 +163,7 @@ def layout_stats(layout: str, samples: np.ndarray, nranks: int) -> LayoutStats:
 
 
 def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
-                 fs_type: str) -> tuple[str, ...]:
+                 fs_type: str, verify: str = "none") -> tuple[str, ...]:
     """Why a number should not be trusted as it stands; archived with the run."""
     notes = []
     ttlr = stats.restore.time_to_last_rank_s
@@ -182,6 +182,8 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     for op in stats.ops:
         if op.errors:
             notes.append(f"{op.op}: {op.errors} failed op(s)")
+    if verify != "none":
+        notes.append(f"verify={verify}: hashing runs between reads, so restore times include it")
     if cache == "warm":
         notes.append("cache=warm: reads may come from the page cache, not the storage")
     if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
