@@ -58,7 +58,8 @@ def main() -> int:
     for name in verdicts[0]:
         ok = all(verdict[name] for verdict in verdicts)
         failed += not ok
-        print(f"{name}: {'ok' if ok else 'FAILED on ranks ' + str([r for r, v in enumerate(verdicts) if not v[name]])}")
+        bad_ranks = [r for r, verdict in enumerate(verdicts) if not verdict[name]]
+        print(f"{name}: {'ok' if ok else f'FAILED on ranks {bad_ranks}'}")
     print(f"ranks={comm.Get_size()}")
     return 1 if failed else 0
 
