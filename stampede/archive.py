@@ -66,6 +66,26 @@ def _encode(rows: Iterable[Mapping[str, object]]) -> str:
     return stream.getvalue()
 
 
+def check_appendable(path: str | Path) -> None:
+    """Before a run: the archive is new, or has this schema's header, and can be written."""
+    path = Path(path)
+    header = ",".join(COLUMNS)
+    try:
+        with open(path) as stream:
+            first = stream.readline().rstrip("\n")
+    except FileNotFoundError:
+        first = header
+    except OSError as error:
+        raise UsageError(f"archive.path = {str(path)!r}: cannot read it ({error.strerror})") from None
+    if first and first != header:
+        raise UsageError(f"archive.path = {str(path)!r}: the file's header is not this "
+                         f"stampede's CSV schema {ARCHIVE_SCHEMA}",
+                         hint="give a new archive.path; old archives still load in `stampede report`")
+    directory = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not os.access(directory if directory != path else path, os.W_OK):
+        raise UsageError(f"archive.path = {str(path)!r}: {directory} is not writable")
+
+
 def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]]) -> None:
     """Append a run's rows in one write under an exclusive lock, then fsync.
 

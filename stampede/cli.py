@@ -15,6 +15,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ def _initialised_comm() -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from stampede import mpi
-    from stampede.archive import append_rows, write_sidecar
+    from stampede.archive import append_rows, check_appendable, write_sidecar
     from stampede.errors import RunFailed
     from stampede.results import archive_rows, sidecar
     from stampede.runner import run_job
@@ -164,6 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_job(args.job, args.set)      # validated before MPI starts and before any I/O
     comm = mpi.world()
+    mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
     context, runs = run_job(comm, spec)
     if comm.Get_rank() == 0:
         rows = [row for run in runs for row in archive_rows(spec, context, run)]

@@ -23,6 +23,18 @@ def launcher_rank() -> int:
     return 0
 
 
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+def launcher_size() -> int | None:
+    """How many ranks the launcher started, or None outside a launcher."""
+    for name in SIZE_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def find_mpiexec() -> str | None:
     """The mpiexec next to this Python (PyPI's MPICH), else the first one on PATH.
 

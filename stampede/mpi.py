@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from stampede.errors import StampedeError
+from stampede.errors import StampedeError, UsageError
+from stampede.launcher import launcher_size
 
 T = TypeVar("T")
 POLL_SLEEP_S = 0.0005
@@ -40,12 +41,27 @@ class SingleRank:
 
 
 def world() -> Any:
-    """COMM_WORLD when mpi4py is importable (this initialises MPI), else a single rank."""
+    """COMM_WORLD when mpi4py is importable (this initialises MPI), else a single rank.
+
+    A launcher that started N ranks whose MPI then sees one rank each (a foreign mpiexec,
+    or mpi4py missing) would make N independent runs write the same files and archive:
+    that is refused on every rank.
+    """
+    expected = launcher_size()
     try:
         from mpi4py import MPI
     except ImportError:
+        if expected and expected > 1:
+            raise UsageError(f"launched as {expected} ranks, but mpi4py is not installed",
+                             hint="pip install -e '.[mpi]', or mpi4py built against your MPI") from None
         return SingleRank()
-    return MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD
+    if expected and expected > 1 and comm.Get_size() == 1:
+        raise UsageError(f"launched as {expected} ranks, but MPI sees 1 rank in each process: "
+                         "the launcher does not match the MPI library mpi4py uses",
+                         hint="launch with the mpiexec of that MPI (for PyPI's MPICH: the venv's "
+                              "bin/mpiexec), or srun --mpi=pmi2")
+    return comm
 
 
 def library_version(comm: Any) -> str:
@@ -163,6 +179,13 @@ def collective(comm: Any, what: str, action: Callable[[], T]) -> T:
         raised.exit_status = exit_status
         raise raised
     return result  # type: ignore[return-value]
+
+
+def on_root(comm: Any, what: str, action: Callable[[], T], root: int = 0) -> T:
+    """Run `action` on root only (reading a manifest, creating a directory), collectively:
+    its error is raised on every rank, its result broadcast to every rank."""
+    result: T | None = collective(comm, what, action if comm.Get_rank() == root else lambda: None)
+    return bcast(comm, result, root=root)  # type: ignore[return-value]
 
 
 def abort(comm: Any, message: str, status: int = 3) -> None:

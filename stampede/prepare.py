@@ -94,26 +94,19 @@ def _write_rank(spec: JobSpec, plan: RankPlan, show_progress: bool) -> list[dict
 def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
     """Write every layout of the job; returns the manifest (on every rank)."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
-    manifest = mpi.collective(comm, "checking the target",
-                              lambda: _check_target(spec) if rank == 0 else None)
-    manifest = mpi.bcast(comm, manifest)
+    manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec))
     for layout in spec.layouts:
         per_rank = bytes_per_rank(spec, nranks)
         plan = plan_rank(spec, layout, nranks, rank)
-        create = partial(_create_files, spec, layout, nranks) if rank == 0 else _nothing
-        mpi.collective(comm, f"creating the {layout} files", create)
+        mpi.on_root(comm, f"creating the {layout} files", partial(_create_files, spec, layout, nranks))
         slices = mpi.collective(comm, f"writing the {layout} checkpoint",
                                 partial(_write_rank, spec, plan, show_progress and rank == 0))
         everyone = mpi.gather(comm, slices)
         if rank == 0:
-            assert everyone is not None and manifest is not None
+            assert everyone is not None
             files = list(checkpoint_files(spec, layout, nranks))
             manifest["layouts"][layout] = layout_entry(
                 spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
             write_manifest(spec.target_path, manifest)
-    result: dict[str, Any] = mpi.bcast(comm, manifest or {})
+    result: dict[str, Any] = mpi.bcast(comm, manifest)
     return result
-
-
-def _nothing() -> None:
-    return None

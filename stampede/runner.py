@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -79,9 +80,7 @@ def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout of the job in turn; results are complete on rank 0 only."""
     nranks = comm.Get_size()
     backend = open_backend(spec.target_path)
-    manifest = mpi.bcast(comm, mpi.collective(
-        comm, "reading the manifest",
-        lambda: read_manifest(spec.target_path) if comm.Get_rank() == 0 else None))
+    manifest = mpi.on_root(comm, "reading the manifest", partial(read_manifest, spec.target_path))
     per_rank = bytes_per_rank(spec, nranks)
     # Same manifest on every rank, so every rank reaches the same verdict: no collective.
     entries = {layout: prepared_layout(manifest, spec, layout, nranks, per_rank)

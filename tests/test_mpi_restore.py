@@ -194,3 +194,28 @@ def test_demo_runs_both_layouts_with_the_venvs_mpiexec(stampede, tmp_path: Path)
     assert {row["layout"] for row in rows} == {"shared", "sharded"}
     assert {row["nranks"] for row in rows} == {"2"}
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("stampede-demo-*/ckpt/shared"))
+
+
+def test_a_launcher_that_does_not_match_the_mpi_library_is_refused(stampede, tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    # An Open MPI launcher around PyPI's MPICH: each process would be a 1-rank world, and
+    # four independent "rank 0"s would write the same archive. Simulated by its variable.
+    job = small_job(tmp_path)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    result = stampede("run", str(job))
+    assert result.returncode == 2
+    assert "launched as 4 ranks, but MPI sees 1 rank" in result.stderr
+
+
+def test_an_archive_of_another_schema_is_refused_before_any_io(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path)
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    archive = tmp_path / "results" / "job.csv"
+    archive.parent.mkdir()
+    archive.write_text("when,what\n1,2\n")
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 2
+    assert "not this stampede's CSV schema" in result.stderr
+    assert result.stderr.count("error:") == 1
+    assert "Restore" not in result.stdout
+    assert archive.read_text() == "when,what\n1,2\n"
