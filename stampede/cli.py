@@ -166,6 +166,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = load_job(args.job, args.set)      # validated before MPI starts and before any I/O
     comm = mpi.world()
     mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
+    if comm.Get_rank() == 0:
+        print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), layouts "
+              f"{', '.join(spec.layouts)}, {spec.warmup} warmup + {spec.iterations} iterations "
+              f"each, cache {spec.cache}, target {spec.target_path}", file=sys.stderr, flush=True)
     context, runs = run_job(comm, spec)
     if comm.Get_rank() == 0:
         rows = [row for run in runs for row in archive_rows(spec, context, run)]

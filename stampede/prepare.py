@@ -50,10 +50,20 @@ def _check_target(spec: JobSpec) -> dict[str, Any]:
     return manifest or new_manifest()
 
 
-def _create_files(spec: JobSpec, layout: str, nranks: int) -> None:
-    """Rank 0: directories, and the shared file at its full size before ranks write into it."""
+def _create_files(spec: JobSpec, layout: str, nranks: int, previous: dict[str, Any] | None) -> None:
+    """Rank 0: directories, and the shared file at its full size before ranks write into it.
+
+    Files of an earlier prepare of this layout that the new one does not rewrite (shards
+    of another rank count) are removed: they were ours, and the manifest is about to
+    forget them.
+    """
     root = Path(spec.target_path)
-    for relpath, size in checkpoint_files(spec, layout, nranks):
+    files = checkpoint_files(spec, layout, nranks)
+    keep = {relpath for relpath, _ in files}
+    for record in (previous or {}).get("files", []):
+        if record["path"] not in keep:
+            (root / record["path"]).unlink(missing_ok=True)
+    for relpath, size in files:
         (root / relpath).parent.mkdir(mode=DIR_MODE, exist_ok=True)
         if layout == "shared":
             fd = os.open(root / relpath, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
@@ -67,12 +77,15 @@ def _write_rank(spec: JobSpec, plan: RankPlan, show_progress: bool) -> list[dict
     """This rank's extents: deterministic content, written block by block, fsynced."""
     root = Path(spec.target_path)
     content = ContentSource(spec.block_bytes)
+    # A shard belongs to one rank: truncate what an earlier prepare left; the shared file
+    # was sized by rank 0 and must not be truncated by the ranks writing into it.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if plan.layout == "sharded" else 0)
     slices = []
     with AlignedBuffer(spec.block_bytes) as buffer, \
             progress_bar(plan.bytes * plan.nranks, f"prepare {plan.layout}", show_progress) as bar:
         for extent in plan.extents:
             digest = hashlib.sha256()
-            fd = os.open(root / extent.relpath, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+            fd = os.open(root / extent.relpath, flags, FILE_MODE)
             try:
                 for offset, length in extent.blocks(spec.block_bytes):
                     view = buffer.prefix(length)
@@ -98,7 +111,9 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, A
     for layout in spec.layouts:
         per_rank = bytes_per_rank(spec, nranks)
         plan = plan_rank(spec, layout, nranks, rank)
-        mpi.on_root(comm, f"creating the {layout} files", partial(_create_files, spec, layout, nranks))
+        previous = manifest["layouts"].get(layout)
+        mpi.on_root(comm, f"creating the {layout} files",
+                    partial(_create_files, spec, layout, nranks, previous))
         slices = mpi.collective(comm, f"writing the {layout} checkpoint",
                                 partial(_write_rank, spec, plan, show_progress and rank == 0))
         everyone = mpi.gather(comm, slices)

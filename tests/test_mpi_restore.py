@@ -219,3 +219,13 @@ def test_an_archive_of_another_schema_is_refused_before_any_io(stampede, tmp_pat
     assert result.stderr.count("error:") == 1
     assert "Restore" not in result.stdout
     assert archive.read_text() == "when,what\n1,2\n"
+
+
+def test_preparing_again_for_another_rank_count_leaves_no_stale_shards(stampede,
+                                                                       tmp_path: Path) -> None:
+    job = small_job(tmp_path, checkpoint={"layout": "sharded"})
+    assert stampede("prepare", str(job), np=4).returncode == 0
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    shards = sorted(p.name for p in (tmp_path / "ckpt" / "sharded").iterdir())
+    assert shards == ["rank-00000-of-00002.raw", "rank-00001-of-00002.raw"]
+    assert stampede("run", str(job), np=2).returncode == 0
