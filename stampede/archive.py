@@ -133,6 +133,17 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     return rows
 
 
+def _finite(value: Any) -> Any:
+    """NaN (no sample) becomes null: the sidecar stays strict JSON for every parser."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
 def sidecar_path(archive: str | Path, run_id: str) -> Path:
     archive = Path(archive)
     return archive.with_name(f"{archive.stem}.runs") / f"{run_id}.json"
@@ -144,7 +155,8 @@ def write_sidecar(archive: str | Path, run_id: str, document: Mapping[str, Any])
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     with open(temporary, "w") as stream:
-        json.dump(document, stream, indent=1, sort_keys=True, default=str)
+        json.dump(_finite(document), stream, indent=1, sort_keys=True, default=str,
+                  allow_nan=False)
         stream.flush()
         os.fsync(stream.fileno())
     os.replace(temporary, path)

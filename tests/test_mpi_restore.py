@@ -49,8 +49,12 @@ def test_restore_reads_every_planned_byte_and_matches_the_manifest(stampede, tmp
         assert int(ops["stat"]["count"]) == nranks * iterations
     assert "Restore: time until every rank holds its bytes" in ran.stdout
     run_id = rows[0]["run_id"]
-    sidecar = json.loads((tmp_path / "results" / "job.runs" / f"{run_id}.json").read_text())
+    sidecar = json.loads((tmp_path / "results" / "job.runs" / f"{run_id}.json").read_text(),
+                         parse_constant=lambda name: pytest.fail(f"{name} in the sidecar"))
     assert len(sidecar["hosts_by_rank"]) == nranks
+    for layout in ("shared", "sharded"):
+        per_rank = sidecar["layouts"][layout]["stats"]["restore"]["per_rank_s"]
+        assert len(per_rank) == nranks and all(seconds > 0 for seconds in per_rank)
     assert sidecar["node"]["target_mount"]["fs_type"] == rows[0]["fs_type"]
     if nranks > 1:
         assert "MPICH" in sidecar["mpi_library"]
