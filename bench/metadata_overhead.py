@@ -3,17 +3,20 @@
 One small checkpoint (default 64MiB, 1 rank, sharded layout) is prepared with stampede;
 then, on its one file, in one run:
 
-  C         a program compiled here with gcc: stat() N times, then open() N times keeping
-            every fd, then close() them in reverse order (stampede's own order), each call
-            timed alone with clock_gettime(CLOCK_MONOTONIC); p50 and p99 in ns (linear
-            interpolation, numpy's default). Row "timer": two clock reads with nothing
-            between them, i.e. what the timing itself adds to each sample. Skipped, with a message, if gcc is missing.
+  C         a program compiled here with gcc (skipped, with a message, if gcc is missing):
+            stat() --stats times, then open() --opens times keeping every fd, then close()
+            them in reverse order (stampede's own order), each call timed alone with
+            clock_gettime(CLOCK_MONOTONIC); p50 and p99 in ns (linear interpolation, as
+            numpy). Row "timer": two clock reads with nothing between them, i.e. what
+            the timing itself adds to each sample.
   Python    the same loops in this interpreter, shaped like stampede's: bound os.stat /
             os.open / os.close, time.perf_counter_ns() before and after each call and a
             tuple appended to a list outside the stamps. Shows Python's own share.
-  stampede  `mpiexec -n 1 stampede run` with pattern.ops = ["stat"], stat_count = N, and
-            a separate run with ["open", "close"], open_count = --opens; lat_p50_s and
-            lat_p99_s of each op from the CSV archive (all measured iterations pooled).
+  stampede  `mpiexec -n 1 stampede run` with pattern.ops = ["stat"], stat_count = --stats,
+            and a separate run with ["open", "close"], open_count = --opens; lat_p50_s
+            and lat_p99_s of each op from the CSV archive (all measured iterations pooled).
+
+The sides take turns, --rounds times; the table shows the median over rounds.
 
 Overhead per op = stampede p50 - C p50, in ns; target <= 1000 ns (1 µs). Every side
 does a warm-up pass first. The verdict is printed, never an exit status: the script
@@ -40,6 +43,8 @@ from stampede.sysinfo import mount_of
 VENV_BIN = Path(sys.executable).parent
 TARGET_OVERHEAD_NS = 1000.0
 OPS = ("stat", "open", "close")
+Percentiles = dict[str, tuple[float, float]]   # op -> (p50_ns, p99_ns)
+Log = list[tuple[int, int, int, int, int, int]]   # stampede's sample shape
 C_SOURCE = r"""
 #include <fcntl.h>
 #include <stdio.h>
@@ -49,13 +54,10 @@ C_SOURCE = r"""
 #include <unistd.h>
 
 static long long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000000000LL + t.tv_nsec;
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 static int cmp(const void *a, const void *b) {
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return (x > y) - (x < y);
+    long long x = *(const long long *)a, y = *(const long long *)b; return (x > y) - (x < y);
 }
 static double pct(const long long *d, int n, double q) {   /* numpy's linear method */
     double pos = q * (n - 1); int lo = (int)pos;
@@ -65,36 +67,26 @@ static void report(const char *op, long long *d, int n) {
     qsort(d, n, sizeof *d, cmp);
     printf("%s %.1f %.1f\n", op, pct(d, n, 0.50), pct(d, n, 0.99));
 }
+/* run `call` between two clock reads into d[i]; yields the call's result (GNU C) */
+#define TIMED(call) ({ long long t0 = now_ns(); long r_ = (call); d[i] = now_ns() - t0; r_; })
 int main(int argc, char **argv) {
     if (argc != 4) { fprintf(stderr, "usage: PATH NSTATS NOPENS\n"); return 2; }
     const char *path = argv[1];
-    int nstat = atoi(argv[2]), nopen = atoi(argv[3]), n = nstat > nopen ? nstat : nopen;
-    long long *d = malloc(sizeof *d * n);
+    int nstat = atoi(argv[2]), nopen = atoi(argv[3]), i;
+    long long *d = malloc(sizeof *d * (nstat > nopen ? nstat : nopen));
     int *fds = malloc(sizeof *fds * nopen);
     struct stat st;
-    for (int pass = 0; pass < 2; pass++) {               /* pass 0 is the warm-up */
-        for (int i = 0; i < nstat; i++) {                /* the clock pair alone */
-            long long t0 = now_ns(); long long t1 = now_ns();
-            d[i] = t1 - t0;
-        }
+    for (int pass = 0; pass < 2; pass++) {          /* pass 0 is the warm-up */
+        for (i = 0; i < nstat; i++) TIMED(0);       /* the clock pair alone */
         if (pass) report("timer", d, nstat);
-        for (int i = 0; i < nstat; i++) {
-            long long t0 = now_ns(); int r = stat(path, &st); long long t1 = now_ns();
-            if (r) { perror("stat"); return 1; }
-            d[i] = t1 - t0;
-        }
+        for (i = 0; i < nstat; i++)
+            if (TIMED(stat(path, &st))) { perror("stat"); return 1; }
         if (pass) report("stat", d, nstat);
-        for (int i = 0; i < nopen; i++) {
-            long long t0 = now_ns(); fds[i] = open(path, O_RDONLY); long long t1 = now_ns();
-            if (fds[i] < 0) { perror("open"); return 1; }
-            d[i] = t1 - t0;
-        }
+        for (i = 0; i < nopen; i++)
+            if ((fds[i] = TIMED(open(path, O_RDONLY))) < 0) { perror("open"); return 1; }
         if (pass) report("open", d, nopen);
-        for (int i = nopen - 1; i >= 0; i--) {
-            long long t0 = now_ns(); int r = close(fds[i]); long long t1 = now_ns();
-            if (r) { perror("close"); return 1; }
-            d[i] = t1 - t0;
-        }
+        for (i = nopen - 1; i >= 0; i--)
+            if (TIMED(close(fds[i]))) { perror("close"); return 1; }
         if (pass) report("close", d, nopen);
     }
     return 0;
@@ -112,11 +104,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--opens", type=int, default=10000,
                         help="opens per pass = pattern.open_count; all are open at once, so "
                              "it must stay below the open-files limit (default 10000)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of C, Python, stampede in turn; the table shows the median "
+                             "over rounds of each p50 and p99 (default 3)")
     parser.add_argument("--dir", default=None,
                         help="parent of the scratch directory (default: the system temp dir); "
                              "the scratch directory is created fresh and removed at the end")
     args = parser.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and args.opens + 200 > hard:
         parser.error(f"--opens {args.opens}: the open-files hard limit is {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))   # children inherit it
@@ -149,85 +144,107 @@ def stampede(step: str, job: Path, *overrides: str) -> None:
     run_checked(command)
 
 
-def c_reference(scratch: Path, path: str, nstats: int, nopens: int) -> dict[str, tuple[float, float]]:
-    """op -> (p50_ns, p99_ns) from the compiled C loop; empty when gcc is missing."""
+def compile_c(scratch: Path) -> Path | None:
+    """The C reference compiled into the scratch dir; None (said aloud) without gcc."""
     gcc = shutil.which("gcc")
     if gcc is None:
         print("gcc not found: the C reference is skipped (apt-get install gcc to get it)")
-        return {}
+        return None
     source, binary = scratch / "meta_ref.c", scratch / "meta_ref"
     source.write_text(C_SOURCE)
     run_checked([gcc, "-O2", "-o", str(binary), str(source)])
+    return binary
+
+
+def c_reference(binary: Path | None, path: str, nstats: int, nopens: int) -> Percentiles:
+    """op -> (p50_ns, p99_ns) from the compiled C loop; empty without a binary."""
+    if binary is None:
+        return {}
     lines = run_checked([str(binary), path, str(nstats), str(nopens)]).split("\n")
     return {op: (float(p50), float(p99)) for op, p50, p99 in
             (line.split() for line in lines if line.strip())}
 
 
-def python_reference(path: str, nstats: int, nopens: int) -> dict[str, tuple[float, float]]:
-    """op -> (p50_ns, p99_ns) of loops shaped like stampede's pattern, plus the timer pair."""
+def _python_pass(path: str, nstats: int, nopens: int) -> dict[str, Log]:
+    """One pass of each loop, written as stampede's pattern writes them."""
     clock = time.perf_counter_ns
-    results: dict[str, tuple[float, float]] = {}
-    for is_warmup in (True, False):
-        logs: dict[str, list[tuple[int, int, int, int, int, int]]] = {op: [] for op in OPS}
-        logs["timer"] = []
-        for name, call, arg in (("stat", os.stat, path), ("timer", None, None)):
-            append = logs[name].append
-            for _ in range(nstats):
-                start = clock()
-                if call is not None:
-                    call(arg)
-                stop = clock()
-                append((0, 0, start, stop, 0, 1))
-        fds: list[int] = []
-        open_, append = os.open, logs["open"].append
-        for _ in range(nopens):
-            start = clock()
-            fd = open_(path, os.O_RDONLY)
-            stop = clock()
-            fds.append(fd)
-            append((0, 1, start, stop, 0, 1))
-        close, append = os.close, logs["close"].append
-        while fds:
-            fd = fds.pop()
-            start = clock()
-            close(fd)
-            stop = clock()
-            append((0, 2, start, stop, 0, 1))
-        if not is_warmup:
-            for name, log in logs.items():
-                stamps = np.array(log, dtype=np.int64)
-                p50, p99 = np.percentile(stamps[:, 3] - stamps[:, 2], (50, 99))
-                results[name] = (float(p50), float(p99))
+    logs: dict[str, Log] = {op: [] for op in ("timer", *OPS)}
+    append = logs["timer"].append
+    for _ in range(nstats):
+        start = clock()
+        stop = clock()
+        append((0, 0, start, stop, 0, 1))
+    stat, append = os.stat, logs["stat"].append
+    for _ in range(nstats):
+        start = clock()
+        stat(path)
+        stop = clock()
+        append((0, 0, start, stop, 0, 1))
+    fds: list[int] = []
+    open_, append = os.open, logs["open"].append
+    for _ in range(nopens):
+        start = clock()
+        fd = open_(path, os.O_RDONLY)
+        stop = clock()
+        fds.append(fd)
+        append((0, 1, start, stop, 0, 1))
+    close, append = os.close, logs["close"].append
+    while fds:
+        fd = fds.pop()
+        start = clock()
+        close(fd)
+        stop = clock()
+        append((0, 2, start, stop, 0, 1))
+    return logs
+
+
+def python_reference(path: str, nstats: int, nopens: int) -> Percentiles:
+    """op -> (p50_ns, p99_ns) of bare Python loops (plus the timer pair), after a warm-up."""
+    _python_pass(path, nstats, nopens)
+    results = {}
+    for name, log in _python_pass(path, nstats, nopens).items():
+        stamps = np.array(log, dtype=np.int64)
+        p50, p99 = np.percentile(stamps[:, 3] - stamps[:, 2], (50, 99))
+        results[name] = (float(p50), float(p99))
     return results
 
 
-def stampede_latency(scratch: Path, job: Path, args: argparse.Namespace) -> dict[str, tuple[float, float]]:
+def stampede_latency(archive: Path, job: Path, args: argparse.Namespace) -> Percentiles:
     """op -> (p50_ns, p99_ns) of stampede's stat run and open/close run, from the archive."""
-    stampede("run", job, 'pattern.ops=["stat"]', f"pattern.stat_count={args.stats}")
-    stampede("run", job, 'pattern.ops=["open","close"]', f"pattern.open_count={args.opens}")
-    rows = list(csv.DictReader((scratch / "archive.csv").open()))
+    for ops in ('["stat"]', '["open","close"]'):
+        stampede("run", job, f"pattern.ops={ops}", f"pattern.stat_count={args.stats}",
+                 f"pattern.open_count={args.opens}", f"archive.path={archive}")
+    rows = list(csv.DictReader(archive.open()))
     return {row["op"]: (float(row["lat_p50_s"]) * 1e9, float(row["lat_p99_s"]) * 1e9)
             for row in rows if row["op"] in OPS}
 
 
-def print_table(c_ns: dict[str, tuple[float, float]], py_ns: dict[str, tuple[float, float]],
-                stampede_ns: dict[str, tuple[float, float]]) -> None:
+def median_of_rounds(rounds: list[Percentiles]) -> Percentiles:
+    """Per op, the median over rounds of the p50 and of the p99."""
+    return {op: (float(np.median([r[op][0] for r in rounds])),
+                 float(np.median([r[op][1] for r in rounds]))) for op in rounds[0]}
+
+
+def print_table(c_ns: Percentiles, py_ns: Percentiles, stampede_ns: Percentiles) -> None:
     """p50 (p99) per op for each side, stampede's overhead over C and the verdict."""
-    def cell(values: dict[str, tuple[float, float]], op: str) -> str:
+    def cell(values: Percentiles, op: str) -> str:
         return f"{values[op][0]:8.0f} ({values[op][1]:6.0f})" if op in values else f"{'-':>17}"
     header = (f"{'op':<6} {'C p50 (p99) ns':>17} {'Python p50 (p99)':>17} "
-              f"{'stampede p50 (p99)':>19} {'overhead ns':>12} {'x C':>6}  verdict")
+              f"{'stampede p50 (p99)':>19} {'overhead ns':>12} {'Py-C':>5} {'st-Py':>5} "
+              f"{'x C':>5}  verdict")
     print(header)
     print("-" * len(header))
     for op in ("timer",) + OPS:
-        overhead_ns = ratio = float("nan")
+        overhead_ns = python_ns = ratio = float("nan")
         verdict = "(the two clock reads alone)" if op == "timer" else "no C reference"
         if op in c_ns and op in stampede_ns and op != "timer":
             overhead_ns = stampede_ns[op][0] - c_ns[op][0]
             ratio = stampede_ns[op][0] / c_ns[op][0]
+            python_ns = py_ns[op][0] - c_ns[op][0]
             verdict = ("PASS" if overhead_ns <= TARGET_OVERHEAD_NS
                        else f"above target ({TARGET_OVERHEAD_NS:.0f} ns)")
-        numbers = f"{overhead_ns:>12.0f} {ratio:>6.2f}" if ratio == ratio else f"{'-':>12} {'-':>6}"
+        numbers = (f"{overhead_ns:>12.0f} {python_ns:>5.0f} {overhead_ns - python_ns:>5.0f} "
+                   f"{ratio:>5.2f}" if ratio == ratio else f"{'-':>12} {'-':>5} {'-':>5} {'-':>5}")
         print(f"{op:<6} {cell(c_ns, op)} {cell(py_ns, op)}  {cell(stampede_ns, op)} "
               f"{numbers}  {verdict}")
 
@@ -241,19 +258,24 @@ def main() -> int:
         job = scratch / "metadata.toml"
         job.write_text(f'[target]\npath = "{scratch / "ckpt"}"\n'
                        f'[checkpoint]\nsize = "{args.size}"\nlayout = ["sharded"]\n'
-                       f'[run]\ncache = "warm"\niterations = 3\nwarmup = 1\n'
-                       f'[archive]\npath = "{scratch / "archive.csv"}"\n')
+                       f'[run]\ncache = "warm"\niterations = 3\nwarmup = 1\n')
         stampede("prepare", job)
         path = str(scratch / "ckpt" / "sharded" / "rank-00000-of-00001.raw")
-        print(f"metadata_overhead: {path}; C and Python {args.stats} stats and {args.opens} "
-              f"opens/closes per pass; stampede 3 iterations of the same (+1 warm-up)", flush=True)
-        c_ns = c_reference(scratch, path, args.stats, args.opens)
-        py_ns = python_reference(path, args.stats, args.opens)
-        stampede_ns = stampede_latency(scratch, job, args)
+        print(f"metadata_overhead: {path}; {args.rounds} rounds of: C and Python {args.stats} "
+              f"stats and {args.opens} opens/closes (+ a warm-up pass), stampede 3 iterations "
+              "of the same (+1 warm-up)", flush=True)
+        binary = compile_c(scratch)
+        rounds: dict[str, list[Percentiles]] = {"C": [], "Python": [], "stampede": []}
+        for number in range(args.rounds):
+            rounds["C"].append(c_reference(binary, path, args.stats, args.opens))
+            rounds["Python"].append(python_reference(path, args.stats, args.opens))
+            rounds["stampede"].append(
+                stampede_latency(scratch / f"archive-{number}.csv", job, args))
         print()
-        print_table(c_ns, py_ns, stampede_ns)
-        print("ns per call, p50 (p99); overhead = stampede p50 - C p50, target <= "
-              f"{TARGET_OVERHEAD_NS:.0f} ns; x C = stampede p50 / C p50")
+        print_table(*(median_of_rounds(rounds[side]) for side in ("C", "Python", "stampede")))
+        print("ns per call, median over rounds of p50 (p99); overhead = stampede p50 - C p50, "
+              f"target <= {TARGET_OVERHEAD_NS:.0f} ns;\nof it Py-C = Python's own share (bare loop"
+              " - C), st-Py = stampede's (stampede - bare loop); x C = stampede p50 / C p50")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

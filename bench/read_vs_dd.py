@@ -2,20 +2,23 @@
 
 For each rank count (default 1 and 2) the script prepares one checkpoint with stampede
 (both layouts, --size each), reads every file once untimed so the page cache is warm,
-then measures, alternately and on the SAME files:
+then measures, on the SAME files:
 
   stampede  `mpiexec -n N stampede run` with run.cache=warm, 4 MiB blocks, warmup 1 and
-            --iterations measured iterations; agg GB/s of the `read` op (and of the
-            `restore` pseudo-op) from the CSV archive: median over iterations of
-            bytes / (last read stop - first read start over all ranks).
+            --iterations measured iterations, once per round; agg GB/s of the `read` op
+            (and of the `restore` pseudo-op) from the CSV archive: per run the median
+            over iterations of bytes / (last read stop - first read start over all
+            ranks); shown: the median of the rounds' medians.
   dd        one `dd if=FILE bs=4M of=/dev/null` per rank, all started together: for
             sharded one dd per shard file, for shared one dd per rank slice of the one
             file (skip=/count= in 4M units). Aggregate GB/s = total bytes / the slowest
             dd's own elapsed time (dd's report, which like stampede's excludes process
-            start); median over --repeats.
+            start); --repeats per round, median over all rounds.
 
-GB = 1e9 bytes. Target: median stampede read GB/s / median dd GB/s >= 0.95. The best
-(max) of each side is shown too: on a busy machine it is the least-disturbed number. The verdict is printed,
+The --rounds alternate (dd first, then stampede first, ...) so that load from other work
+on the machine, which comes and goes, falls on both sides alike. GB = 1e9 bytes.
+Target: median stampede read GB/s / median dd GB/s >= 0.95. The best (max) of each side
+is shown too: on a busy machine it is the least-disturbed number. The verdict is printed,
 never turned into an exit status: the script exits non-zero only if a command failed.
 """
 
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from stampede.sysinfo import mount_of
@@ -40,7 +44,20 @@ VENV_BIN = Path(sys.executable).parent
 BLOCK_BYTES = 4 * 1024 * 1024
 LAYOUTS = ("sharded", "shared")
 TARGET_RATIO = 0.95
+NOISY_SPREAD = 0.25   # (max - min) / median above this: the machine was busy
 DD_SECONDS = re.compile(r"copied, ([0-9.e+-]+) s")
+Gbps = tuple[float, float, float]   # (median, min, max) in GB/s
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the comparison: a layout at a rank count, both sides measured."""
+
+    nranks: int
+    layout: str
+    read_gbps: Gbps        # stampede `read` op agg GB/s
+    restore_gbps: float    # stampede `restore` pseudo-op agg GB/s (median)
+    dd_gbps: Gbps
 
 
 def parse_args() -> argparse.Namespace:
@@ -53,12 +70,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dir", default=None,
                         help="parent of the scratch directory (default: the system temp dir); "
                              "the scratch directory is created fresh and removed at the end")
-    parser.add_argument("--iterations", type=int, default=10,
-                        help="stampede measured iterations (default 10)")
-    parser.add_argument("--repeats", type=int, default=10, help="dd repeats per case (default 10)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="alternating rounds of stampede and dd per rank count (default 5)")
+    parser.add_argument("--iterations", type=int, default=3,
+                        help="stampede measured iterations per round (default 3)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="dd repeats per layout per round (default 3)")
     args = parser.parse_args()
-    args.size_bytes = parse_size(args.size)
-    args.rank_counts = [int(text) for text in args.ranks.split(",")]
+    try:
+        args.size_bytes = parse_size(args.size)
+        args.rank_counts = [int(text) for text in args.ranks.split(",")]
+    except ValueError as error:
+        parser.error(str(error))
     for nranks in args.rank_counts:
         if nranks < 1 or args.size_bytes % (nranks * BLOCK_BYTES):
             parser.error(f"--size {args.size} must split into {nranks} rank(s) x whole 4 MiB blocks")
@@ -141,16 +164,19 @@ def warm_up(root: Path) -> None:
         run_checked(["dd", f"if={path}", "bs=4M", "of=/dev/null", "status=none"])
 
 
-def archived_gbps(archive: Path, nranks: int) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """(layout, op) -> (median, min, max) agg GB/s of the last run at `nranks` ranks."""
-    rows = [row for row in csv.DictReader(archive.open()) if int(row["nranks"]) == nranks]
-    last_run = rows[-1]["run_id"]
-    return {(row["layout"], row["op"]): (float(row["agg_gbps"]), float(row["agg_gbps_min"]),
-                                         float(row["agg_gbps_max"]))
-            for row in rows if row["run_id"] == last_run and row["agg_gbps"]}
+def archived_gbps(archive: Path, nranks: int) -> dict[tuple[str, str], Gbps]:
+    """(layout, op) -> agg GB/s over every run at `nranks` ranks: (median of the runs'
+    medians, min of their minima, max of their maxima)."""
+    runs: dict[tuple[str, str], list[Gbps]] = {}
+    for row in csv.DictReader(archive.open()):
+        if int(row["nranks"]) == nranks and row["agg_gbps"]:
+            runs.setdefault((row["layout"], row["op"]), []).append(
+                (float(row["agg_gbps"]), float(row["agg_gbps_min"]), float(row["agg_gbps_max"])))
+    return {key: (statistics.median(run[0] for run in values), min(run[1] for run in values),
+                  max(run[2] for run in values)) for key, values in runs.items()}
 
 
-def measure(scratch: Path, nranks: int, args: argparse.Namespace) -> list[dict[str, object]]:
+def measure(scratch: Path, nranks: int, args: argparse.Namespace) -> list[Case]:
     """Prepare, warm, then stampede and dd on the same files; one result per layout."""
     job = write_job(scratch, nranks, args.size_bytes)
     root = scratch / f"ckpt_np{nranks}"
@@ -160,37 +186,41 @@ def measure(scratch: Path, nranks: int, args: argparse.Namespace) -> list[dict[s
           f"{time.perf_counter() - started:.1f} s", flush=True)
     warm_up(root)
     dd_gbps: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
-    half = args.repeats // 2   # dd before and after stampede, so drift hits both sides
-    for repeat in range(args.repeats):
-        if repeat == half:
+    for round_number in range(args.rounds):
+        if round_number % 2:   # alternate who goes first, so drifting load hits both sides
             stampede("run", job, nranks, f"run.iterations={args.iterations}")
-        for layout in LAYOUTS:
-            commands = dd_commands(root, layout, nranks, args.size_bytes)
-            dd_gbps[layout].append(run_dd_together(commands, args.size_bytes))
+        for _ in range(args.repeats):
+            for layout in LAYOUTS:
+                commands = dd_commands(root, layout, nranks, args.size_bytes)
+                dd_gbps[layout].append(run_dd_together(commands, args.size_bytes))
+        if round_number % 2 == 0:
+            stampede("run", job, nranks, f"run.iterations={args.iterations}")
     measured = archived_gbps(scratch / "archive.csv", nranks)
-    results = []
-    for layout in LAYOUTS:
-        read = measured[(layout, "read")]
-        results.append({"nranks": nranks, "layout": layout, "read_gbps": read,
-                        "restore_gbps": measured[(layout, "restore")][0],
-                        "dd_gbps": (statistics.median(dd_gbps[layout]), min(dd_gbps[layout]),
-                                    max(dd_gbps[layout]))})
     stampede("clean", job, 1)
-    return results
+    return [Case(nranks, layout, measured[(layout, "read")], measured[(layout, "restore")][0],
+                 (statistics.median(dd_gbps[layout]), min(dd_gbps[layout]), max(dd_gbps[layout])))
+            for layout in LAYOUTS]
 
 
-def print_table(results: list[dict[str, object]]) -> None:
+def spread(values: Gbps) -> float:
+    """(max - min) / median of a (median, min, max) triple."""
+    return (values[2] - values[1]) / values[0]
+
+
+def print_table(cases: list[Case]) -> None:
     """The comparison: medians with min-max spread, and the ratio against the target."""
     header = (f"{'ranks':>5} {'layout':<8} {'stampede read GB/s':>24} {'restore GB/s':>12} "
               f"{'dd GB/s':>22} {'read/dd':>8} {'best/best':>9}  verdict")
     print(header)
     print("-" * len(header))
-    for result in results:
-        read, dd = result["read_gbps"], result["dd_gbps"]
+    for case in cases:
+        read, dd = case.read_gbps, case.dd_gbps
         ratio = read[0] / dd[0]
         verdict = "PASS" if ratio >= TARGET_RATIO else f"below target ({TARGET_RATIO:.2f})"
-        print(f"{result['nranks']:>5} {result['layout']:<8} "
-              f"{read[0]:>7.2f} ({read[1]:5.2f}-{read[2]:5.2f}) {result['restore_gbps']:>12.2f} "
+        if ratio < TARGET_RATIO and max(spread(read), spread(dd)) > NOISY_SPREAD:
+            verdict += ", noisy: rerun on a quiet machine"
+        print(f"{case.nranks:>5} {case.layout:<8} "
+              f"{read[0]:>7.2f} ({read[1]:5.2f}-{read[2]:5.2f}) {case.restore_gbps:>12.2f} "
               f"{dd[0]:>6.2f} ({dd[1]:5.2f}-{dd[2]:5.2f}) {ratio:>8.3f} {read[2] / dd[2]:>9.3f}  "
               f"{verdict}")
 
@@ -202,15 +232,14 @@ def main() -> int:
     try:
         print(machine_facts(scratch))
         print(f"read_vs_dd: {args.size} per layout, 4 MiB blocks, warm cache, ranks "
-              f"{args.ranks}; stampede {args.iterations} iterations, dd {args.repeats} repeats",
-              flush=True)
-        results = [result for nranks in args.rank_counts
-                   for result in measure(scratch, nranks, args)]
+              f"{args.ranks}; {args.rounds} rounds of stampede {args.iterations} iterations and "
+              f"dd {args.repeats} repeats", flush=True)
+        cases = [case for nranks in args.rank_counts for case in measure(scratch, nranks, args)]
         print()
-        print_table(results)
-        print("GB = 1e9 B; medians with (min-max); read/dd = median stampede read GB/s / median "
-              "dd GB/s; best/best = max / max;\nrestore = agg GB/s from barrier exit to each "
-              "rank's last byte, open and close included")
+        print_table(cases)
+        print("GB = 1e9 B; medians with (min-max) over all rounds; read/dd = median stampede read "
+              "GB/s / median dd GB/s;\nbest/best = max / max; restore = agg GB/s from barrier exit "
+              "to each rank's last byte, open and close included")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
