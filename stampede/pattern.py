@@ -50,7 +50,7 @@ def _describe(error: OSError, direct: bool) -> str:
     return text
 
 
-def run_pattern(plan: RankPlan, backend: Backend, paths: dict[str, str], buffer: AlignedBuffer,
+def run_pattern(plan: RankPlan, backend: Backend, paths: dict[str, Any], buffer: AlignedBuffer,
                 iteration: int, origin_ns: int, deadline_ns: int, direct: bool,
                 expected_sha256: dict[tuple[str, int], str] | None,
                 log: list[tuple[int, int, int, int, int, int]]) -> PhaseOutcome:
@@ -82,7 +82,7 @@ def run_pattern(plan: RankPlan, backend: Backend, paths: dict[str, str], buffer:
     return outcome
 
 
-def _stat(plan: RankPlan, backend: Backend, paths: dict[str, str], iteration: int,
+def _stat(plan: RankPlan, backend: Backend, paths: dict[str, Any], iteration: int,
           deadline_ns: int, log: list[Any], outcome: PhaseOutcome) -> None:
     clock, stat, append = time.perf_counter_ns, backend.stat, log.append
     for relpath in plan.files:
@@ -102,16 +102,16 @@ def _stat(plan: RankPlan, backend: Backend, paths: dict[str, str], iteration: in
                 raise DeadlineExceeded
 
 
-def _open(plan: RankPlan, backend: Backend, paths: dict[str, str], handles: dict[str, list[Any]],
+def _open(plan: RankPlan, backend: Backend, paths: dict[str, Any], handles: dict[str, list[Any]],
           iteration: int, deadline_ns: int, direct: bool, log: list[Any],
           outcome: PhaseOutcome) -> None:
-    clock, open_, append = time.perf_counter_ns, backend.open, log.append
+    clock, open_, append = time.perf_counter_ns, backend.opener(direct), log.append
     for relpath in plan.files:
         path, fds = paths[relpath], handles[relpath]
         for _ in range(plan.open_count):
             start = clock()
             try:
-                handle = open_(path, direct)
+                handle = open_(path)
             except OSError as error:
                 stop = clock()
                 append((iteration, OPEN, start, stop, 0, 0))

@@ -9,6 +9,7 @@ rank 0 once per layout with one Gatherv.
 from __future__ import annotations
 
 import os
+import resource
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from stampede import mpi
 from stampede.backends import backend_name_for, open_backend
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
+from stampede.errors import UsageError
 from stampede.manifest import prepared_layout, read_manifest
 from stampede.pattern import MAX_MESSAGES, run_pattern
 from stampede.plan import bytes_per_rank, plan_rank
@@ -82,6 +84,7 @@ def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
     backend = open_backend(spec.target_path)
     manifest = mpi.on_root(comm, "reading the manifest", partial(read_manifest, spec.target_path))
     per_rank = bytes_per_rank(spec, nranks)
+    mpi.collective(comm, "checking limits", partial(_check_open_files, spec, nranks, comm.Get_rank()))
     # Same manifest on every rank, so every rank reaches the same verdict: no collective.
     entries = {layout: prepared_layout(manifest, spec, layout, nranks, per_rank)
                for layout in spec.layouts}
@@ -144,7 +147,23 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                      invalid_reason=invalid_reason)
 
 
-def _evict(plan: Any, backend: Backend, paths: dict[str, str], messages: list[str]) -> None:
+def _check_open_files(spec: JobSpec, nranks: int, rank: int) -> None:
+    """An open storm keeps open_count handles per file open at once: refuse a job that
+    would hit the open-files limit mid-run rather than archive it half done."""
+    soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft_limit == resource.RLIM_INFINITY:
+        return
+    files = max(len(plan_rank(spec, layout, nranks, rank).files) for layout in spec.layouts)
+    needed = spec.open_count * files
+    # Python, MPI and the launcher hold descriptors of their own; keep a margin for them.
+    if needed > soft_limit - 64:
+        raise UsageError(f"{spec.source}: pattern.open_count = {spec.open_count} keeps {needed} "
+                         f"files open at once, over this process's open-files limit "
+                         f"({soft_limit}, less 64 for Python and MPI)",
+                         hint="lower open_count, or raise the limit (ulimit -n)")
+
+
+def _evict(plan: Any, backend: Backend, paths: dict[str, Any], messages: list[str]) -> None:
     """Untimed: drop this rank's ranges from the page cache before the phase."""
     for extent in plan.extents:
         try:

@@ -233,3 +233,15 @@ def test_preparing_again_for_another_rank_count_leaves_no_stale_shards(stampede,
     shards = sorted(p.name for p in (tmp_path / "ckpt" / "sharded").iterdir())
     assert shards == ["rank-00000-of-00002.raw", "rank-00001-of-00002.raw"]
     assert stampede("run", str(job), np=2).returncode == 0
+
+
+def test_an_open_storm_over_the_open_files_limit_is_refused_before_any_io(stampede,
+                                                                          tmp_path: Path) -> None:
+    import resource
+    soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    job = small_job(tmp_path, pattern={"open_count": soft_limit + 1})
+    assert stampede("prepare", str(job)).returncode == 0
+    result = stampede("run", str(job))
+    assert result.returncode == 2
+    assert f"pattern.open_count = {soft_limit + 1} keeps" in result.stderr
+    assert not (tmp_path / "results").exists()

@@ -7,20 +7,22 @@ them as directly as it can: every Python frame added here is added to every late
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 
 class Backend(Protocol):
     name: str
 
-    def path(self, relpath: str) -> str:
+    def path(self, relpath: str) -> Any:
         """The backend's own name for a checkpoint file (resolved once, before timing)."""
 
-    def stat(self, path: str) -> Any:
+    def stat(self, path: Any) -> Any:
         """Fetch the file's metadata (stat(2) / HEAD)."""
 
-    def open(self, path: str, direct: bool) -> Any:
-        """Open for reading and return a handle; direct = bypass the page cache."""
+    def opener(self, direct: bool) -> Callable[[Any], Any]:
+        """A function path -> handle, opened for reading; direct = bypass the page cache.
+        Bound once before the timed loop, so each open pays no option handling."""
 
     def read_into(self, handle: Any, buffer: memoryview, offset: int) -> int:
         """Read len(buffer) bytes at offset into buffer; return the count read."""
@@ -28,7 +30,7 @@ class Backend(Protocol):
     def close(self, handle: Any) -> None:
         """Release the handle."""
 
-    def evict(self, path: str, offset: int, length: int) -> None:
+    def evict(self, path: Any, offset: int, length: int) -> None:
         """Drop this range's cached pages so the next read reaches storage."""
 
     def fs_type(self) -> str:

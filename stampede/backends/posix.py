@@ -7,6 +7,8 @@ plus one Python call, as little as Python allows.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from stampede.sysinfo import mount_of
@@ -20,18 +22,18 @@ class PosixBackend:
         self.stat = os.stat
         self.close = os.close
 
-    def path(self, relpath: str) -> str:
-        return str(self.root / relpath)
+    def path(self, relpath: str) -> bytes:
+        # bytes, encoded once here: os.stat/os.open then skip encoding on every timed call
+        return os.fsencode(self.root / relpath)
 
-    def open(self, path: str, direct: bool) -> int:
-        flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
-        return os.open(path, flags)
+    def opener(self, direct: bool) -> Callable[[bytes], int]:
+        return partial(os.open, flags=os.O_RDONLY | (os.O_DIRECT if direct else 0))
 
     @staticmethod
     def read_into(handle: int, buffer: memoryview, offset: int) -> int:
         return os.preadv(handle, (buffer,), offset)
 
-    def evict(self, path: str, offset: int, length: int) -> None:
+    def evict(self, path: bytes, offset: int, length: int) -> None:
         # DONTNEED drops clean pages only; prepare fsyncs, so checkpoint pages are clean.
         fd = os.open(path, os.O_RDONLY)
         try:
