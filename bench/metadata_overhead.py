@@ -260,7 +260,7 @@ def main() -> int:
                        f'[checkpoint]\nsize = "{args.size}"\nlayout = ["sharded"]\n'
                        f'[run]\ncache = "warm"\niterations = 3\nwarmup = 1\n')
         stampede("prepare", job)
-        path = str(scratch / "ckpt" / "sharded" / "rank-00000-of-00001.raw")
+        path = str(scratch / "ckpt" / "sharded" / "shard-00000-of-00001.raw")
         print(f"metadata_overhead: {path}; {args.rounds} rounds of: C and Python {args.stats} "
               f"stats and {args.opens} opens/closes (+ a warm-up pass), stampede 3 iterations "
               "of the same (+1 warm-up)", flush=True)

@@ -62,6 +62,7 @@ def layout_entry(spec: JobSpec, layout: str, nranks: int, bytes_per_rank: int,
                  files: list[tuple[str, int]], slices: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "nranks": nranks,
+        "replicas": spec.replicas,
         "bytes_per_rank": bytes_per_rank,
         "format": spec.format,
         "files": [{"path": path, "bytes": size} for path, size in files],
@@ -82,11 +83,11 @@ def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
         raise CheckpointError(f"{target}: layout {layout!r} was not prepared here "
                               f"(prepared: {', '.join(sorted(manifest['layouts'])) or 'none'})",
                               hint=f"run `{command}` first")
-    if entry["nranks"] != nranks or entry["bytes_per_rank"] != bytes_per_rank \
-            or entry["format"] != spec.format:
+    prepared = (entry["nranks"], entry.get("replicas", 1), entry["bytes_per_rank"], entry["format"])
+    if prepared != (nranks, spec.replicas, bytes_per_rank, spec.format):
         raise CheckpointError(
-            f"{target}: layout {layout!r} was prepared for {entry['nranks']} ranks x "
-            f"{entry['bytes_per_rank']} bytes ({entry['format']}); this run needs {nranks} "
-            f"ranks x {bytes_per_rank} bytes ({spec.format})",
-            hint=f"run `{command}` again")
+            f"{target}: layout {layout!r} was prepared for {entry['nranks']} ranks "
+            f"({prepared[1]} replicas) x {entry['bytes_per_rank']} bytes ({entry['format']}); "
+            f"this run needs {nranks} ranks ({spec.replicas} replicas) x {bytes_per_rank} bytes "
+            f"({spec.format})", hint=f"run `{command}` again")
     return entry

@@ -134,6 +134,42 @@ def gather_rows(comm: Any, rows: np.ndarray, root: int = 0) -> list[np.ndarray] 
     return [received[lo:hi].reshape(-1, width) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
+def split(comm: Any, color: int, by_node: bool = False) -> Any:
+    """The communicator of the ranks with the same color (and node, if by_node); ranks
+    keep their world order, so a group's rank 0 is its lowest world rank."""
+    if comm.Get_size() == 1:
+        return comm
+    from mpi4py import MPI
+    if by_node:
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        group = node.Split(color, key=comm.Get_rank())
+        node.Free()
+        return group
+    return comm.Split(color, key=comm.Get_rank())
+
+
+def free(group: Any, world: Any) -> None:
+    """Release a communicator made by split (never the world one)."""
+    if group is not world and group.Get_size() > 0 and not isinstance(group, SingleRank):
+        group.Free()
+
+
+def bcast_bytes(group: Any, view: memoryview, root: int = 0) -> None:
+    """Broadcast a buffer in place (root sends, the others receive into it)."""
+    if group.Get_size() > 1:
+        from mpi4py import MPI
+        group.Bcast([view, MPI.BYTE], root=root)
+
+
+def allgather_bytes(group: Any, view: memoryview, parts: tuple[tuple[int, int], ...]) -> None:
+    """Complete a buffer in place: member i contributes parts[i] = (offset, length)."""
+    if group.Get_size() > 1:
+        from mpi4py import MPI
+        counts = [length for _, length in parts]
+        offsets = [offset for offset, _ in parts]
+        group.Allgatherv(MPI.IN_PLACE, [view, counts, offsets, MPI.BYTE])
+
+
 def gather(comm: Any, obj: T, root: int = 0) -> list[T] | None:
     """Small Python objects (host names, error messages) to root."""
     if comm.Get_size() == 1:

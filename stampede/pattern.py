@@ -3,7 +3,7 @@
 Each op is timed alone, with `perf_counter_ns` read immediately before and after the call;
 bookkeeping (appending the sample, hashing for verify, deadline checks) happens outside
 those stamps. Errors are counted per op, never raised: a rank that fails keeps its place
-in the collectives that follow, so nothing hangs.
+in the collectives that follow (an exchange, the end-of-phase reduction), so nothing hangs.
 """
 
 from __future__ import annotations
@@ -15,18 +15,43 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.plan import RankPlan
 from stampede.samples import OP_CODE
 
-STAT, OPEN, READ, CLOSE, VERIFY, RESTORE = (OP_CODE[name] for name in
-                                            ("stat", "open", "read", "close", "verify", "restore"))
+(JITTER, LIST, INDEX, STAT, OPEN, READ, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
+ RESTORE) = (OP_CODE[name] for name in ("jitter", "list", "index", "stat", "open", "read",
+                                        "close", "wait", "bcast", "allgather", "verify",
+                                        "restore"))
 MAX_MESSAGES = 10
+Log = list[tuple[int, int, int, int, int, int]]
 
 
 class DeadlineExceeded(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """What a rank prepares once per layout, untimed, and reuses every iteration."""
+
+    plan: RankPlan
+    backend: Backend
+    paths: dict[str, Any]           # relpath -> backend path (and the listed directory)
+    buffer: AlignedBuffer           # one block (read and discard), or the whole held shard
+    direct: bool
+    leads: bool = True              # False: a broadcast member that reads no storage
+    group: Any = None               # communicator of the exchange group
+    world: Any = None               # communicator for list-bcast
+    stripes: tuple[tuple[int, int], ...] = ()
+    expected_sha256: dict[tuple[str, int], str] | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Reads land at their place in a buffer holding the whole shard (exchange layouts)."""
+        return bool(self.plan.exchange)
 
 
 @dataclass
@@ -50,43 +75,103 @@ def _describe(error: OSError, direct: bool) -> str:
     return text
 
 
-def run_pattern(plan: RankPlan, backend: Backend, paths: dict[str, Any], buffer: AlignedBuffer,
-                iteration: int, origin_ns: int, deadline_ns: int, direct: bool,
-                expected_sha256: dict[tuple[str, int], str] | None,
-                log: list[tuple[int, int, int, int, int, int]]) -> PhaseOutcome:
-    """Run the plan's ops once; append samples (absolute stamps) to `log`."""
-    outcome = PhaseOutcome()
+def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: int,
+                jitter_s: float, log: Log) -> PhaseOutcome:
+    """Run the plan once; append samples (absolute stamps) to `log`."""
+    plan, outcome = setup.plan, PhaseOutcome()
     handles: dict[str, list[Any]] = {relpath: [] for relpath in plan.files}
     restore_stop, nbytes = 0, 0
     try:
-        for op in plan.ops:
-            if op == "stat":
-                _stat(plan, backend, paths, iteration, deadline_ns, log, outcome)
-            elif op == "open":
-                _open(plan, backend, paths, handles, iteration, deadline_ns, direct, log, outcome)
-            elif op == "read":
-                restore_stop, nbytes = _read(plan, backend, handles, buffer, iteration, deadline_ns,
-                                     expected_sha256, log, outcome)
-            elif op == "close":
-                _close(plan, backend, handles, iteration, log, outcome)
+        if jitter_s > 0:
+            start = time.perf_counter_ns()
+            time.sleep(jitter_s)
+            log.append((iteration, JITTER, start, time.perf_counter_ns(), 0, 1))
+        if plan.list_dir:
+            _list(setup, iteration, log, outcome)
+        if plan.index_file:
+            _index(setup, iteration, log, outcome)
+        if setup.leads:
+            for op in plan.ops:
+                if op == "stat":
+                    _stat(setup, iteration, deadline_ns, log, outcome)
+                elif op == "open":
+                    _open(setup, handles, iteration, deadline_ns, log, outcome)
+                elif op == "read":
+                    restore_stop, nbytes = _read(setup, handles, iteration, deadline_ns, log,
+                                                 outcome)
+                elif op == "close":
+                    _close(setup, handles, iteration, log, outcome)
     except DeadlineExceeded:
         outcome.timed_out = True
         outcome.fail(f"rank {plan.rank}: deadline reached before the pattern finished")
     finally:
         for fds in handles.values():  # untimed: ops after the deadline, or no close op
             for handle in fds:
-                backend.close(handle)
+                setup.backend.close(handle)
+    if plan.exchange:  # collective: every member takes part, even one that failed
+        restore_stop = _exchange(setup, iteration, deadline_ns, log)
+        nbytes = plan.hold.length
     end = restore_stop or time.perf_counter_ns()
     complete = outcome.errors == 0 and not outcome.timed_out
     log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
+    if setup.holds and setup.expected_sha256 is not None:
+        _verify_held(setup, iteration, log, outcome)
     return outcome
 
 
-def _stat(plan: RankPlan, backend: Backend, paths: dict[str, Any], iteration: int,
-          deadline_ns: int, log: list[Any], outcome: PhaseOutcome) -> None:
-    clock, stat, append = time.perf_counter_ns, backend.stat, log.append
+def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
+    """List the checkpoint directory (every rank, or rank 0 then a broadcast of the names)
+    and check that this rank's files are in the listing."""
+    plan, clock = setup.plan, time.perf_counter_ns
+    names: list[Any] | None = None
+    if plan.rank == 0 or not plan.list_on_root:
+        start = clock()
+        try:
+            names = setup.backend.list(setup.paths[plan.list_dir])
+        except OSError as error:
+            log.append((iteration, LIST, start, clock(), 0, 0))
+            outcome.fail(f"rank {plan.rank}: list {plan.list_dir}: {_describe(error, False)}")
+        else:
+            log.append((iteration, LIST, start, clock(), 0, 1))
+    if plan.list_on_root:
+        start = clock()
+        mpi.barrier(setup.world)  # politely, for rank 0's listing
+        start_bcast = clock()
+        log.append((iteration, WAIT, start, start_bcast, 0, 1))
+        names = mpi.bcast(setup.world, names)
+        log.append((iteration, BCAST, start_bcast, clock(), 0, 1))
+    listed = set(names or ())
     for relpath in plan.files:
-        path = paths[relpath]
+        if names is not None and os.path.basename(setup.paths[relpath]) not in listed:
+            outcome.fail(f"rank {plan.rank}: list {plan.list_dir}: {relpath} is not in the "
+                         "listing (a restore would find no checkpoint)")
+
+
+def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
+    """Open, read whole and close the shared index: one timed op, as loaders do it."""
+    plan, backend, clock = setup.plan, setup.backend, time.perf_counter_ns
+    view = setup.buffer.prefix(min(setup.buffer.nbytes, plan.block_bytes))
+    start, nbytes = clock(), 0
+    try:
+        handle = backend.opener(False)(setup.paths[plan.index_file])
+        try:
+            while count := backend.read_into(handle, view, nbytes):
+                nbytes += count
+        finally:
+            backend.close(handle)
+    except OSError as error:
+        log.append((iteration, INDEX, start, clock(), nbytes, 0))
+        outcome.fail(f"rank {plan.rank}: index {plan.index_file}: {_describe(error, False)}")
+        return
+    log.append((iteration, INDEX, start, clock(), nbytes, 1))
+
+
+def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
+          outcome: PhaseOutcome) -> None:
+    plan = setup.plan
+    clock, stat, append = time.perf_counter_ns, setup.backend.stat, log.append
+    for relpath in plan.files:
+        path = setup.paths[relpath]
         for _ in range(plan.stat_count):
             start = clock()
             try:
@@ -102,12 +187,12 @@ def _stat(plan: RankPlan, backend: Backend, paths: dict[str, Any], iteration: in
                 raise DeadlineExceeded
 
 
-def _open(plan: RankPlan, backend: Backend, paths: dict[str, Any], handles: dict[str, list[Any]],
-          iteration: int, deadline_ns: int, direct: bool, log: list[Any],
-          outcome: PhaseOutcome) -> None:
-    clock, open_, append = time.perf_counter_ns, backend.opener(direct), log.append
+def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadline_ns: int,
+          log: Log, outcome: PhaseOutcome) -> None:
+    plan = setup.plan
+    clock, open_, append = time.perf_counter_ns, setup.backend.opener(setup.direct), log.append
     for relpath in plan.files:
-        path, fds = paths[relpath], handles[relpath]
+        path, fds = setup.paths[relpath], handles[relpath]
         for _ in range(plan.open_count):
             start = clock()
             try:
@@ -115,7 +200,7 @@ def _open(plan: RankPlan, backend: Backend, paths: dict[str, Any], handles: dict
             except OSError as error:
                 stop = clock()
                 append((iteration, OPEN, start, stop, 0, 0))
-                outcome.fail(f"rank {plan.rank}: open {relpath}: {_describe(error, direct)}")
+                outcome.fail(f"rank {plan.rank}: open {relpath}: {_describe(error, setup.direct)}")
                 continue
             stop = clock()
             fds.append(handle)
@@ -124,11 +209,16 @@ def _open(plan: RankPlan, backend: Backend, paths: dict[str, Any], handles: dict
                 raise DeadlineExceeded
 
 
-def _read(plan: RankPlan, backend: Backend, handles: dict[str, list[Any]], buffer: AlignedBuffer,
-          iteration: int, deadline_ns: int, expected_sha256: dict[tuple[str, int], str] | None,
-          log: list[Any], outcome: PhaseOutcome) -> tuple[int, int]:
-    """Read every block of every extent; returns (stop stamp of the last read, bytes read)."""
-    clock, read_into, append = time.perf_counter_ns, backend.read_into, log.append
+def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadline_ns: int,
+          log: Log, outcome: PhaseOutcome) -> tuple[int, int]:
+    """Read every block of every extent; returns (stop stamp of the last read, bytes read).
+
+    Into the reused block buffer, hashing block by block when verifying; or, for layouts
+    that exchange, each block at its place in the held shard (hashed after the exchange).
+    """
+    plan, buffer = setup.plan, setup.buffer
+    clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
+    expected = None if setup.holds else setup.expected_sha256
     last_stop, nbytes = 0, 0
     for extent in plan.extents:
         fds = handles[extent.relpath]
@@ -136,10 +226,14 @@ def _read(plan: RankPlan, backend: Backend, handles: dict[str, list[Any]], buffe
             outcome.fail(f"rank {plan.rank}: read {extent.relpath}: not read, its open failed")
             continue
         handle = fds[-1]
-        digest = hashlib.sha256() if expected_sha256 is not None else None
+        digest = hashlib.sha256() if expected is not None else None
         verify_first, verify_ns = 0, 0
         for offset, length in extent.blocks(plan.block_bytes):
-            view = buffer.prefix(length)
+            if setup.holds:
+                place = offset - plan.hold.offset
+                view = buffer.view[place:place + length]
+            else:
+                view = buffer.prefix(length)
             start = clock()
             try:
                 count = read_into(handle, view, offset)
@@ -166,21 +260,17 @@ def _read(plan: RankPlan, backend: Backend, handles: dict[str, list[Any]], buffe
                 verify_first = verify_first or hash_start
             if stop > deadline_ns:
                 raise DeadlineExceeded
-        if digest is not None and expected_sha256 is not None:
+        if digest is not None and expected is not None:
             # verify is timed as its own op (hashing time summed over the extent's blocks)
             # so the read latencies and GB/s stay those of the storage.
-            matches = digest.hexdigest() == expected_sha256[(extent.relpath, extent.offset)]
-            append((iteration, VERIFY, verify_first, verify_first + verify_ns, extent.length,
-                    int(matches)))
-            if not matches:
-                outcome.fail(f"rank {plan.rank}: verify {extent.relpath} bytes {extent.offset}.."
-                             f"{extent.offset + extent.length}: sha256 differs from the manifest")
+            _verdict(setup, iteration, extent.relpath, extent.offset, extent.length,
+                     digest.hexdigest(), verify_first, verify_first + verify_ns, log, outcome)
     return last_stop, nbytes
 
 
-def _close(plan: RankPlan, backend: Backend, handles: dict[str, list[Any]], iteration: int,
-           log: list[Any], outcome: PhaseOutcome) -> None:
-    clock, close, append = time.perf_counter_ns, backend.close, log.append
+def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log: Log,
+           outcome: PhaseOutcome) -> None:
+    clock, close, append = time.perf_counter_ns, setup.backend.close, log.append
     for relpath, fds in handles.items():
         while fds:
             handle = fds.pop()
@@ -190,7 +280,49 @@ def _close(plan: RankPlan, backend: Backend, handles: dict[str, list[Any]], iter
             except OSError as error:
                 stop = clock()
                 append((iteration, CLOSE, start, stop, 0, 0))
-                outcome.fail(f"rank {plan.rank}: close {relpath}: {_describe(error, False)}")
+                outcome.fail(f"rank {setup.plan.rank}: close {relpath}: {_describe(error, False)}")
                 continue
             stop = clock()
             append((iteration, CLOSE, start, stop, 0, 1))
+
+
+def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log) -> int:
+    """Wait (politely, timed as `wait`) for the group's storage readers, then move the
+    shard over MPI (timed as `bcast` or `allgather`). Returns the stop stamp."""
+    plan, clock = setup.plan, time.perf_counter_ns
+    start = clock()
+    timeout_s = max(deadline_ns - start, 0) / 1e9 + 10.0
+    if not mpi.barrier(setup.group, timeout_s=timeout_s):
+        mpi.abort(setup.group, f"rank {plan.rank}: its {plan.exchange} group did not gather "
+                               f"within {timeout_s:.3g} s")
+    start_exchange = clock()
+    log.append((iteration, WAIT, start, start_exchange, 0, 1))
+    view = setup.buffer.view[:plan.hold.length]
+    if plan.exchange == "bcast":
+        mpi.bcast_bytes(setup.group, view)
+        stop = clock()
+        log.append((iteration, BCAST, start_exchange, stop, plan.hold.length, 1))
+    else:
+        mpi.allgather_bytes(setup.group, view, setup.stripes)
+        stop = clock()
+        log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length, 1))
+    return stop
+
+
+def _verify_held(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
+    """After an exchange: the whole held shard against the manifest (outside restore)."""
+    hold = setup.plan.hold
+    start = time.perf_counter_ns()
+    digest = hashlib.sha256(setup.buffer.view[:hold.length]).hexdigest()
+    _verdict(setup, iteration, hold.relpath, hold.offset, hold.length, digest, start,
+             time.perf_counter_ns(), log, outcome)
+
+
+def _verdict(setup: RankSetup, iteration: int, relpath: str, offset: int, length: int,
+             digest: str, start: int, stop: int, log: Log, outcome: PhaseOutcome) -> None:
+    assert setup.expected_sha256 is not None
+    matches = digest == setup.expected_sha256[(relpath, offset)]
+    log.append((iteration, VERIFY, start, stop, length, int(matches)))
+    if not matches:
+        outcome.fail(f"rank {setup.plan.rank}: verify {relpath} bytes {offset}.."
+                     f"{offset + length}: sha256 differs from the manifest")

@@ -2,8 +2,25 @@
 
 `plan_rank(spec, layout, nranks, rank)` is the whole contract between a layout and the
 code that moves bytes; prepare and run both follow it, so the bytes written are exactly
-the bytes read. Unit tests check that every byte of the checkpoint belongs to exactly the
+the bytes read. Unit tests check that every byte of the checkpoint is read by exactly the
 ranks the layout says.
+
+The model: N ranks = S model shards x R data-parallel replicas (`checkpoint.replicas`);
+rank r must end up holding model shard r mod S. With R = 1 every rank holds its own shard.
+
+| layout         | files                         | storage reads of rank r               | then        |
+|----------------|-------------------------------|----------------------------------------|-------------|
+| shared         | one file of S slices          | slice r mod S                          | -           |
+| sharded        | one file per shard            | shard file r mod S                     | -           |
+| replicated     | one file per shard            | shard file r mod S (R ranks read each) | -           |
+| broadcast      | one file per shard            | its shard file, if it leads its group  | Bcast       |
+| striped        | one file per shard            | stripe (r div S) of R of its shard     | Allgatherv  |
+| metadata-first | shard files + a shared index  | the whole index, then its shard file   | -           |
+| list-first     | one file per shard            | list the directory, then its shard     | -           |
+| list-bcast     | one file per shard            | rank 0 lists and broadcasts; its shard | -           |
+
+A group is the R ranks that hold the same shard (or, with broadcast_group = "node", those
+of them on one node: one storage read per node and shard).
 """
 
 from __future__ import annotations
@@ -15,6 +32,10 @@ from stampede.errors import UsageError
 from stampede.spec import DIRECT_ALIGN_BYTES, JobSpec
 
 SHARED_FILE = "shared/checkpoint.raw"
+SHARD_DIR = "sharded"
+INDEX_FILE = f"{SHARD_DIR}/.metadata"   # where PyTorch DCP keeps its index
+EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}
+LISTING = {"list-first": False, "list-bcast": True}   # layout -> does rank 0 list alone?
 
 
 @dataclass(frozen=True)
@@ -44,10 +65,17 @@ class RankPlan:
     nranks: int
     layout: str
     ops: tuple[str, ...]
-    extents: tuple[Extent, ...]
+    extents: tuple[Extent, ...]     # storage reads (broadcast: only if the rank leads)
     block_bytes: int
     stat_count: int
     open_count: int
+    hold: Extent                    # the model shard this rank must end up holding
+    group: int = 0                  # ranks with the same group (and node) exchange bytes
+    exchange: str = ""              # "", "bcast" or "allgather" after the storage reads
+    leader_reads: bool = False      # broadcast: only the group's first rank reads storage
+    index_file: str = ""            # metadata-first: read whole by every rank first
+    list_dir: str = ""              # list-first / list-bcast: listed before reading
+    list_on_root: bool = False      # list-bcast: rank 0 lists, then broadcasts the names
 
     @property
     def bytes(self) -> int:
@@ -58,21 +86,36 @@ class RankPlan:
         """The files this rank stats and opens, each once per pattern pass."""
         return tuple(dict.fromkeys(extent.relpath for extent in self.extents))
 
-    def op_counts(self) -> dict[str, int]:
-        """How many samples of each op one iteration produces on this rank."""
-        nfiles = len(self.files)
+    def op_counts(self, leads: bool = True) -> dict[str, int]:
+        """Storage ops of one iteration on this rank (broadcast: as leader or not)."""
+        reads_storage = leads or not self.leader_reads
+        nfiles = len(self.files) if reads_storage else 0
         per_op = {
             "stat": self.stat_count * nfiles,
             "open": self.open_count * nfiles,
-            "read": sum(-(-extent.length // self.block_bytes) for extent in self.extents),
+            "read": sum(-(-e.length // self.block_bytes) for e in self.extents) if nfiles else 0,
             "close": self.open_count * nfiles,
         }
-        return {op: per_op[op] for op in self.ops}
+        counts = {op: per_op[op] for op in self.ops}
+        if self.index_file:
+            counts["index"] = 1
+        if self.list_dir:
+            counts["list"] = int(self.rank == 0 or not self.list_on_root)
+        return counts
+
+
+def shard_count(spec: JobSpec, nranks: int) -> int:
+    """S = N / R model shards; the rank count must be a multiple of the replica count."""
+    if nranks % spec.replicas:
+        raise UsageError(f"{spec.source}: checkpoint.replicas = {spec.replicas} does not divide "
+                         f"{nranks} ranks", hint="run on a multiple of the replica count")
+    return nranks // spec.replicas
 
 
 def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
-    """Bytes each rank restores. A total size is split evenly, rounded down to 4 KiB so
-    that slices of a shared file stay aligned for O_DIRECT."""
+    """Bytes each rank must hold: its model shard. A total size is split over the S
+    shards, rounded down to 4 KiB so slices and stripes stay aligned for O_DIRECT."""
+    shards = shard_count(spec, nranks)
     if spec.size_per_rank_bytes is not None:
         per_rank = spec.size_per_rank_bytes
         if spec.cache == "direct" and per_rank % DIRECT_ALIGN_BYTES:
@@ -80,36 +123,78 @@ def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
                              f" direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
         return per_rank
     assert spec.size_total_bytes is not None
-    per_rank = spec.size_total_bytes // nranks // DIRECT_ALIGN_BYTES * DIRECT_ALIGN_BYTES
+    per_rank = spec.size_total_bytes // shards // DIRECT_ALIGN_BYTES * DIRECT_ALIGN_BYTES
     if per_rank == 0:
         raise UsageError(f"{spec.source}: checkpoint.size = {spec.size_total_bytes} is too small "
-                         f"for {nranks} ranks: each needs at least {DIRECT_ALIGN_BYTES} bytes")
+                         f"for {shards} shards: each needs at least {DIRECT_ALIGN_BYTES} bytes")
     return per_rank
 
 
-def shard_path(rank: int, nranks: int) -> str:
-    return f"sharded/rank-{rank:05d}-of-{nranks:05d}.raw"
+def shard_path(shard: int, shards: int) -> str:
+    return f"{SHARD_DIR}/shard-{shard:05d}-of-{shards:05d}.raw"
 
 
 def checkpoint_files(spec: JobSpec, layout: str, nranks: int) -> tuple[tuple[str, int], ...]:
     """(relative path, size in bytes) of every file the layout consists of."""
-    per_rank = bytes_per_rank(spec, nranks)
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     if layout == "shared":
-        return ((SHARED_FILE, per_rank * nranks),)
-    return tuple((shard_path(rank, nranks), per_rank) for rank in range(nranks))
+        return ((SHARED_FILE, per_rank * shards),)
+    files = tuple((shard_path(shard, shards), per_rank) for shard in range(shards))
+    if layout == "metadata-first":
+        return ((INDEX_FILE, spec.index_bytes), *files)
+    return files
+
+
+def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> tuple[Extent, ...]:
+    """What `prepare` writes on this rank: the first S ranks write one shard (or slice)
+    each, rank 0 also the index."""
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
+    writes = []
+    if layout == "metadata-first" and rank == 0:
+        writes.append(Extent(INDEX_FILE, 0, spec.index_bytes))
+    if rank < shards:
+        writes.append(Extent(SHARED_FILE, rank * per_rank, per_rank) if layout == "shared"
+                      else Extent(shard_path(rank, shards), 0, per_rank))
+    return tuple(writes)
+
+
+def _stripe(hold: Extent, index: int, count: int) -> Extent | None:
+    """Stripe `index` of `count` of a shard, in whole 4 KiB pages (the last takes the rest)."""
+    pages = hold.length // DIRECT_ALIGN_BYTES
+    first, last = pages * index // count, pages * (index + 1) // count
+    length = (last - first) * DIRECT_ALIGN_BYTES
+    if index == count - 1:
+        length = hold.length - first * DIRECT_ALIGN_BYTES
+    if length <= 0:
+        return None
+    return Extent(hold.relpath, hold.offset + first * DIRECT_ALIGN_BYTES, length)
 
 
 def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:
-    """The plan of one rank. shared: slice `rank` of the one file; sharded: its own file."""
+    """The plan of one rank in one layout (see the module's table)."""
     if not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
-    per_rank = bytes_per_rank(spec, nranks)
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
+    shard, replica = rank % shards, rank // shards
     if layout == "shared":
-        extent = Extent(SHARED_FILE, rank * per_rank, per_rank)
-    elif layout == "sharded":
-        extent = Extent(shard_path(rank, nranks), 0, per_rank)
+        hold = Extent(SHARED_FILE, shard * per_rank, per_rank)
     else:
-        raise ValueError(f"unknown layout {layout!r}")
-    return RankPlan(rank=rank, nranks=nranks, layout=layout, ops=spec.ops, extents=(extent,),
-                    block_bytes=spec.block_bytes, stat_count=spec.stat_count,
-                    open_count=spec.open_count)
+        hold = Extent(shard_path(shard, shards), 0, per_rank)
+    extents: tuple[Extent, ...] = (hold,)
+    if layout == "striped":
+        stripe = _stripe(hold, replica, spec.replicas)
+        extents = (stripe,) if stripe else ()
+    return RankPlan(
+        rank=rank, nranks=nranks, layout=layout, ops=spec.ops, extents=extents,
+        block_bytes=spec.block_bytes, stat_count=spec.stat_count, open_count=spec.open_count,
+        hold=hold, group=shard, exchange=EXCHANGE.get(layout, ""),
+        leader_reads=layout == "broadcast",
+        index_file=INDEX_FILE if layout == "metadata-first" else "",
+        list_dir=SHARD_DIR if layout in LISTING else "",
+        list_on_root=LISTING.get(layout, False))
+
+
+def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:
+    """(offset within the shard, length) of each replica's stripe: the Allgatherv layout."""
+    parts = (_stripe(hold, index, spec.replicas) for index in range(spec.replicas))
+    return tuple((p.offset - hold.offset, p.length) if p else (0, 0) for p in parts)

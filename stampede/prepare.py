@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from stampede.buffers import AlignedBuffer
 from stampede.content import ContentSource
 from stampede.errors import CheckpointError
 from stampede.manifest import MANIFEST_NAME, layout_entry, new_manifest, read_manifest, write_manifest
-from stampede.plan import RankPlan, bytes_per_rank, checkpoint_files, plan_rank
+from stampede.plan import (
+    SHARED_FILE,
+    Extent,
+    bytes_per_rank,
+    checkpoint_files,
+    shard_count,
+    writes_of_rank,
+)
 from stampede.progress import progress_bar
 from stampede.spec import JobSpec
 
@@ -50,22 +58,24 @@ def _check_target(spec: JobSpec) -> dict[str, Any]:
     return manifest or new_manifest()
 
 
-def _create_files(spec: JobSpec, layout: str, nranks: int, previous: dict[str, Any] | None) -> None:
+def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, Any]) -> None:
     """Rank 0: directories, and the shared file at its full size before ranks write into it.
 
-    Files of an earlier prepare of this layout that the new one does not rewrite (shards
-    of another rank count) are removed: they were ours, and the manifest is about to
-    forget them.
+    Files of an earlier prepare of this layout that no layout needs any more (shards of
+    another rank count) are removed: they were ours, and the manifest is about to forget
+    them.
     """
     root = Path(spec.target_path)
     files = checkpoint_files(spec, layout, nranks)
-    keep = {relpath for relpath, _ in files}
-    for record in (previous or {}).get("files", []):
+    keep = {relpath for relpath, _ in files} | {
+        record["path"] for name, entry in manifest["layouts"].items() if name != layout
+        for record in entry["files"]}
+    for record in manifest["layouts"].get(layout, {}).get("files", []):
         if record["path"] not in keep:
             (root / record["path"]).unlink(missing_ok=True)
     for relpath, size in files:
         (root / relpath).parent.mkdir(mode=DIR_MODE, exist_ok=True)
-        if layout == "shared":
+        if relpath == SHARED_FILE:
             fd = os.open(root / relpath, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
             try:
                 os.ftruncate(fd, size)
@@ -73,49 +83,65 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, previous: dict[str, A
                 os.close(fd)
 
 
-def _write_rank(spec: JobSpec, plan: RankPlan, show_progress: bool) -> list[dict[str, Any]]:
-    """This rank's extents: deterministic content, written block by block, fsynced."""
-    root = Path(spec.target_path)
-    content = ContentSource(spec.block_bytes)
-    # A shard belongs to one rank: truncate what an earlier prepare left; the shared file
-    # was sized by rank 0 and must not be truncated by the ranks writing into it.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if plan.layout == "sharded" else 0)
-    slices = []
-    with AlignedBuffer(spec.block_bytes) as buffer, \
-            progress_bar(plan.bytes * plan.nranks, f"prepare {plan.layout}", show_progress) as bar:
-        for extent in plan.extents:
-            digest = hashlib.sha256()
-            fd = os.open(root / extent.relpath, flags, FILE_MODE)
-            try:
-                for offset, length in extent.blocks(spec.block_bytes):
-                    view = buffer.prefix(length)
-                    content.fill(view, extent.relpath, offset)
-                    written = os.pwritev(fd, (view,), offset)
-                    if written != length:
-                        raise OSError(f"short write to {extent.relpath} at {offset}")
-                    digest.update(view)
-                    # Rank 0 stands for all: every rank writes at about the same pace.
-                    bar(length * plan.nranks)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            slices.append({"rank": plan.rank, "path": extent.relpath, "offset": extent.offset,
-                           "length": extent.length, "sha256": digest.hexdigest()})
-    return slices
+class _Writer:
+    """One rank's writes: deterministic content, block by block, fsynced, hashed.
+
+    Several layouts share files (the shard files); each extent is written once per
+    prepare and its record reused.
+    """
+
+    def __init__(self, spec: JobSpec, rank: int) -> None:
+        self.spec, self.rank = spec, rank
+        self.root = Path(spec.target_path)
+        self.content = ContentSource(spec.block_bytes)
+        self.written: dict[Extent, dict[str, Any]] = {}
+
+    def write(self, extents: tuple[Extent, ...], advance: Callable[[int], None]) -> list[dict[str, Any]]:
+        with AlignedBuffer(self.spec.block_bytes) as buffer:
+            for extent in extents:
+                if extent not in self.written:
+                    self.written[extent] = self._write_extent(extent, buffer, advance)
+        return [self.written[extent] for extent in extents]
+
+    def _write_extent(self, extent: Extent, buffer: AlignedBuffer,
+                      advance: Callable[[int], None]) -> dict[str, Any]:
+        # A file one rank writes whole is truncated (what an earlier prepare left); the
+        # shared file was sized by rank 0 and must not be truncated by the ranks writing it.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+        flags |= 0 if extent.relpath == SHARED_FILE else os.O_TRUNC
+        digest = hashlib.sha256()
+        fd = os.open(self.root / extent.relpath, flags, FILE_MODE)
+        try:
+            for offset, length in extent.blocks(self.spec.block_bytes):
+                view = buffer.prefix(length)
+                self.content.fill(view, extent.relpath, offset)
+                if os.pwritev(fd, (view,), offset) != length:
+                    raise OSError(f"short write to {extent.relpath} at {offset}")
+                digest.update(view)
+                advance(length)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return {"rank": self.rank, "path": extent.relpath, "offset": extent.offset,
+                "length": extent.length, "sha256": digest.hexdigest()}
 
 
 def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
     """Write every layout of the job; returns the manifest (on every rank)."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
     manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec))
+    writer = _Writer(spec, rank)
     for layout in spec.layouts:
         per_rank = bytes_per_rank(spec, nranks)
-        plan = plan_rank(spec, layout, nranks, rank)
-        previous = manifest["layouts"].get(layout)
+        extents = writes_of_rank(spec, layout, nranks, rank)
         mpi.on_root(comm, f"creating the {layout} files",
-                    partial(_create_files, spec, layout, nranks, previous))
-        slices = mpi.collective(comm, f"writing the {layout} checkpoint",
-                                partial(_write_rank, spec, plan, show_progress and rank == 0))
+                    partial(_create_files, spec, layout, nranks, manifest))
+        # Rank 0 stands for all in the progress bar: the writers go at about the same pace.
+        total = sum(extent.length for extent in extents) * min(nranks, shard_count(spec, nranks))
+        with progress_bar(total, f"prepare {layout}", show_progress and rank == 0) as bar:
+            advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
+            slices = mpi.collective(comm, f"writing the {layout} checkpoint",
+                                    partial(writer.write, extents, advance))
         everyone = mpi.gather(comm, slices)
         if rank == 0:
             assert everyone is not None
@@ -125,3 +151,7 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, A
             write_manifest(spec.target_path, manifest)
     result: dict[str, Any] = mpi.bcast(comm, manifest)
     return result
+
+
+def _scaled(advance: Callable[[int], None], factor: float, nbytes: int) -> None:
+    advance(int(nbytes * factor))

@@ -15,7 +15,9 @@ DEFINITIONS = (
     "time to last rank = slowest rank's time from the start barrier until it holds all its "
     "bytes (median over iterations, min-max spread); first done = fastest rank; straggler = "
     "slowest / median rank. agg GB/s = total bytes / (last stop - first start), GB = 1e9 B, "
-    "per-rank rates never summed; slowest-rank GB/s = bytes per rank / time to last rank. "
+    "per-rank rates never summed; slowest-rank GB/s = bytes per rank / time to last rank; "
+    "storage / network part = first start to last stop of the storage ops (list, index, "
+    "stat, open, read, close) / of the exchange ops (bcast, allgather), all ranks. "
     "Latencies pool every rank's samples of every measured iteration."
 )
 
@@ -98,13 +100,16 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
                       key=lambda row: _float(row, "time_to_last_rank_s"))
     table = _table("Restore: time until every rank holds its bytes (best first)",
                    ("layout", "last\nrank", "min-max", "first\ndone", "strag-\ngler", "agg\nGB/s",
-                    "slowest\nGB/s", "valid"), left=("layout",))
+                    "slowest\nGB/s", "storage\nops/it", "storage\npart", "network\npart", "valid"),
+                   left=("layout",))
     for row in restores:
         table.add_row(
             row["layout"], _seconds(row, "time_to_last_rank_s"),
             _range(row, "time_to_last_rank_min_s", "time_to_last_rank_max_s"),
             _seconds(row, "first_done_s"), f"{_float(row, 'straggler_ratio'):.2f}",
             format_number(_float(row, "agg_gbps")), format_number(_float(row, "slowest_rank_gbps")),
+            format_number(_float(row, "storage_ops_per_iteration")), _seconds(row, "storage_s"),
+            _seconds(row, "network_s"),
             "yes" if row["valid"] == "true" else "[red]NO[/]")
     console.print(table)
     for row in restores:

@@ -8,6 +8,7 @@ from typing import Any
 
 from stampede import __version__
 from stampede.archive import ARCHIVE_SCHEMA, cell
+from stampede.plan import EXCHANGE
 from stampede.runner import LayoutRun, RunContext
 from stampede.spec import JobSpec
 from stampede.stats import LayoutStats, warnings_for
@@ -23,8 +24,11 @@ def _hosts_cell(hosts: tuple[str, ...]) -> str:
 
 
 def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
+    # Layouts that exchange verify the held shard after the restore; the others hash
+    # between reads, inside it.
+    inline = spec.verify if spec.verify != "none" and stats.layout not in EXCHANGE else ""
     return warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
-                        context.fs_type, spec.verify)
+                        context.fs_type, inline)
 
 
 def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> list[dict[str, str]]:
@@ -55,9 +59,10 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
             "lat_p90_s": op.latency.p90_s, "lat_p99_s": op.latency.p99_s,
             "lat_p999_s": op.latency.p999_s, "lat_max_s": op.latency.max_s,
             "elapsed_s": op.elapsed_s.median,
-            "ops_per_s": op.ops_per_s.median, "ops_per_s_min": op.ops_per_s.min,
-            "ops_per_s_max": op.ops_per_s.max,
         }
+        if op.op != "restore":  # restores per second would mean nothing
+            row.update(ops_per_s=op.ops_per_s.median, ops_per_s_min=op.ops_per_s.min,
+                       ops_per_s_max=op.ops_per_s.max)
         if op.bytes:  # GB/s only means something for ops that move bytes
             row.update(agg_gbps=op.agg_gbps.median, agg_gbps_min=op.agg_gbps.min,
                        agg_gbps_max=op.agg_gbps.max)
@@ -71,6 +76,9 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
                 # BW_rank_io of the recovery model: the slowest rank's effective rate.
                 slowest_rank_gbps=layout_run.bytes_per_rank / restore.time_to_last_rank_s.median / 1e9
                 if restore.time_to_last_rank_s.median > 0 else None,
+                storage_s=restore.storage_s.median, network_s=restore.network_s.median,
+                storage_ops_per_iteration=restore.storage_ops.median,
+                storage_bytes_per_iteration=restore.storage_bytes.median,
                 slowest_ranks=" ".join(f"{rank}@{context.hosts[rank]}:{seconds!r}"
                                        for rank, seconds in restore.slowest_ranks))
         rows.append({column: cell(value) for column, value in row.items()})

@@ -25,8 +25,8 @@ from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.errors import UsageError
 from stampede.manifest import prepared_layout, read_manifest
-from stampede.pattern import MAX_MESSAGES, run_pattern
-from stampede.plan import bytes_per_rank, plan_rank
+from stampede.pattern import MAX_MESSAGES, RankSetup, run_pattern
+from stampede.plan import bytes_per_rank, plan_rank, stripes
 from stampede.samples import ITER, RANK, START, STOP
 from stampede.spec import JobSpec
 from stampede.stats import LayoutStats, layout_stats
@@ -93,33 +93,63 @@ def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
     return context, runs
 
 
+def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[str, Any],
+           buffer: AlignedBuffer) -> RankSetup:
+    """Untimed, once per layout: paths, the exchange group, expected hashes."""
+    plan = plan_rank(spec, layout, comm.Get_size(), comm.Get_rank())
+    named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
+    paths = {relpath: backend.path(relpath) for relpath in named}
+    group, leads = None, True
+    if plan.exchange:  # collective: every rank of the layout splits
+        by_node = layout == "broadcast" and spec.broadcast_group == "node"
+        group = mpi.split(comm, plan.group, by_node=by_node)
+        leads = not plan.leader_reads or group.Get_rank() == 0
+    expected = None
+    if spec.verify == "sha256":
+        wanted = {(extent.relpath, extent.offset) for extent in (*plan.extents, plan.hold)}
+        expected = {(s["path"], s["offset"]): s["sha256"] for s in entry["slices"]
+                    if (s["path"], s["offset"]) in wanted}
+    return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
+                     direct=spec.cache == "direct", leads=leads, group=group, world=comm,
+                     stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
+                     expected_sha256=expected)
+
+
+def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
+    """This rank's start delay in this iteration: reproducible from run.seed."""
+    if spec.jitter == "none":
+        return 0.0
+    distribution, _, scale = spec.jitter.partition(":")
+    generator = np.random.default_rng([spec.seed, rank, iteration + 2**20])
+    if distribution == "uniform":
+        return float(generator.uniform(0.0, float(scale)))
+    return float(generator.exponential(float(scale)))
+
+
 def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                entry: dict[str, Any]) -> LayoutRun:
     rank, nranks = comm.Get_rank(), comm.Get_size()
     plan = plan_rank(spec, layout, nranks, rank)
-    paths = {relpath: backend.path(relpath) for relpath in plan.files}
-    expected = None
-    if spec.verify == "sha256":
-        wanted = {(extent.relpath, extent.offset) for extent in plan.extents}
-        expected = {(s["path"], s["offset"]): s["sha256"] for s in entry["slices"]
-                    if (s["path"], s["offset"]) in wanted}
+    # Layouts that exchange hold the whole shard in memory; the others reuse one block.
+    buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
     log: list[tuple[int, int, int, int, int, int]] = []
     origins: dict[int, int] = {}
     messages: list[str] = []
     invalid_reason = ""
     failed_iteration = None
-    with AlignedBuffer(spec.block_bytes) as buffer:
+    with AlignedBuffer(buffer_bytes) as buffer:
+        setup = _setup(comm, spec, layout, backend, entry, buffer)
         for iteration in range(-spec.warmup, spec.iterations):
             if spec.cache == "cold":
-                _evict(plan, backend, paths, messages)
+                _evict(setup, messages)
+            delay_s = jitter_s(spec, rank, iteration)
             if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
                 mpi.abort(comm, f"{layout}: other ranks did not reach the start of iteration "
                                 f"{iteration} within {spec.deadline_s + ABORT_GRACE_S:g} s")
             origin = time.perf_counter_ns()
             origins[iteration] = origin
-            outcome = run_pattern(plan, backend, paths, buffer, iteration, origin,
-                                  origin + int(spec.deadline_s * 1e9), spec.cache == "direct",
-                                  expected, log)
+            outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
+                                  delay_s, log)
             messages.extend(outcome.messages[:MAX_MESSAGES - len(messages)])
             verdict = mpi.allreduce_max(comm, np.array([outcome.errors, outcome.timed_out]),
                                         timeout_s=spec.deadline_s + ABORT_GRACE_S)
@@ -133,6 +163,8 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                 invalid_reason = (f"deadline of {spec.deadline_s:g} s reached in {what} {iteration}"
                                   if verdict[1] else f"ops failed in {what} {iteration}")
                 break
+        if setup.group is not None:
+            mpi.free(setup.group, comm)
     samples = _relative_measured(log, origins, failed_iteration)
     gathered = mpi.gather_rows(comm, samples)
     all_messages = mpi.gather(comm, messages)
@@ -163,14 +195,20 @@ def _check_open_files(spec: JobSpec, nranks: int, rank: int) -> None:
                          hint="lower open_count, or raise the limit (ulimit -n)")
 
 
-def _evict(plan: Any, backend: Backend, paths: dict[str, Any], messages: list[str]) -> None:
-    """Untimed: drop this rank's ranges from the page cache before the phase."""
-    for extent in plan.extents:
+def _evict(setup: RankSetup, messages: list[str]) -> None:
+    """Untimed: drop the ranges this rank reads from the page cache before the phase
+    (a shared index too, but that one is read by every rank: it returns warm for all but
+    the first)."""
+    plan = setup.plan
+    ranges = [(e.relpath, e.offset, e.length) for e in plan.extents] if setup.leads else []
+    if plan.index_file:
+        ranges.append((plan.index_file, 0, 0))  # length 0: to the end of the file
+    for relpath, offset, length in ranges:
         try:
-            backend.evict(paths[extent.relpath], extent.offset, extent.length)
+            setup.backend.evict(setup.paths[relpath], offset, length)
         except OSError as error:
             if len(messages) < MAX_MESSAGES:
-                messages.append(f"rank {plan.rank}: evict {extent.relpath}: "
+                messages.append(f"rank {plan.rank}: evict {relpath}: "
                                 f"{os.strerror(error.errno or 0)}")
 
 

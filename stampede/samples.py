@@ -7,10 +7,20 @@ opens the phase); they are only ever combined across ranks as min/max of starts/
 
 from __future__ import annotations
 
-# The ops, in the order of their codes in the OP column. `restore` is a pseudo-op: from
-# the rank's barrier exit until it holds all its bytes (end of its last read).
-OPS = ("stat", "open", "read", "close", "verify", "restore")
+# The ops, in the order a restore runs them (and the report lists them); the index is the
+# op's code in the OP column.
+# - storage ops: jitter (the random start delay, not storage but before it), list (the
+#   checkpoint directory), index (open + read whole + close of a shared index file),
+#   stat, open, read (one block), close;
+# - network ops: wait (for the group's storage readers, before an exchange), bcast,
+#   allgather;
+# - verify (hashing what was read, timed apart) and the pseudo-op restore: from the
+#   rank's barrier exit until it holds all its bytes.
+OPS = ("jitter", "list", "index", "stat", "open", "read", "close", "wait", "bcast",
+       "allgather", "verify", "restore")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
+STORAGE_OPS = ("list", "index", "stat", "open", "read", "close")
+NETWORK_OPS = ("bcast", "allgather")
 
 # Columns of a sample row as gathered on rank 0 (RANK is added there, by position).
 ITER, OP, START, STOP, NBYTES, OK = range(6)

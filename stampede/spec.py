@@ -18,7 +18,11 @@ from typing import Any
 from stampede.errors import UsageError
 from stampede.units import SIZE_HELP, parse_size
 
-LAYOUTS = ("shared", "sharded")
+LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first",
+           "list-first", "list-bcast")
+REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
+BROADCAST_GROUPS = ("replica", "node")
+JITTER_DISTRIBUTIONS = ("uniform", "exponential")
 FORMATS = ("raw",)
 CACHE_MODES = ("warm", "cold", "direct")
 PATTERN_OPS = ("stat", "open", "read", "close")
@@ -87,6 +91,24 @@ def _choice_list(allowed: tuple[str, ...], unique: bool) -> Callable[[object], t
     return parse
 
 
+def _jitter(value: object) -> str:
+    """'none', or DISTRIBUTION:SECONDS (uniform: delays in [0, s); exponential: mean s)."""
+    allowed = "none, uniform:SECONDS or exponential:SECONDS (e.g. uniform:0.5)"
+    if value == "none":
+        return "none"
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(f"must be {allowed}")
+    distribution, _, seconds = value.partition(":")
+    if distribution not in JITTER_DISTRIBUTIONS:
+        raise ValueError(f"must be {allowed}{_did_you_mean(distribution, JITTER_DISTRIBUTIONS)}")
+    try:
+        if not float(seconds) > 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"must be {allowed}, with seconds > 0") from None
+    return f"{distribution}:{float(seconds):g}"
+
+
 def _optional_size(value: object) -> int | None:
     return None if value == "" else _positive_size(value)
 
@@ -118,8 +140,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("checkpoint.size_per_rank", "size_per_rank_bytes", _optional_size, "",
            "bytes each rank restores (give this or size)", "size_per_rank_requested"),
     Option("checkpoint.layout", "layouts", _choice_list(LAYOUTS, unique=True), ("shared", "sharded"),
-           "shared = one file, each rank reads its slice; sharded = one file per rank. "
-           "A list runs each in turn on the same target", "layout"),
+           "restore strategy: shared = one file, each rank reads its slice; sharded = one file "
+           "per shard; replicated = every replica reads its shard; broadcast = one reader per "
+           "group, then MPI Bcast; striped = each replica reads 1/R, then Allgatherv; "
+           "metadata-first = all read a shared index first; list-first = all list the "
+           "directory first; list-bcast = rank 0 lists and broadcasts. A list runs each in "
+           "turn on the same target", "layout"),
+    Option("checkpoint.replicas", "replicas", _int_at_least(1), 1,
+           "data-parallel replicas R: N ranks = N/R model shards x R; the ranks holding one "
+           "shard form a group", "replicas"),
+    Option("checkpoint.broadcast_group", "broadcast_group", _choice(BROADCAST_GROUPS), "replica",
+           "broadcast: one storage reader per replica group, or per group and node", "broadcast_group"),
+    Option("checkpoint.index_size", "index_bytes", _positive_size, "64KiB",
+           "metadata-first: size of the shared index file every rank reads first", "index_bytes"),
     Option("checkpoint.block_size", "block_bytes", _positive_size, "4MiB",
            "bytes per read op (one preadv into a page-aligned buffer)", "block_bytes"),
     Option("checkpoint.format", "format", _choice(FORMATS), "raw",
@@ -139,6 +172,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("run.cache", "cache", _choice(CACHE_MODES), "warm",
            "warm = page cache as it is; cold = files' pages evicted (posix_fadvise DONTNEED) "
            "before every iteration; direct = O_DIRECT", "cache"),
+    Option("run.jitter", "jitter", _jitter, "none",
+           "start-time jitter: each rank waits a random delay before its restore "
+           "(uniform:S = [0, S) s; exponential:S = mean S s), inside the restore time", "jitter"),
+    Option("run.seed", "seed", _int_at_least(0), 1,
+           "seed of the jitter delays (rank and iteration are mixed in)", "seed"),
     Option("run.deadline_s", "deadline_s", _positive_float, 600.0,
            "per-phase deadline: a rank still working then stops, the run is marked invalid",
            "deadline_s"),
@@ -161,6 +199,9 @@ class JobSpec:
     size_total_bytes: int | None
     size_per_rank_bytes: int | None
     layouts: tuple[str, ...]
+    replicas: int
+    broadcast_group: str
+    index_bytes: int
     block_bytes: int
     format: str
     ops: tuple[str, ...]
@@ -169,6 +210,8 @@ class JobSpec:
     iterations: int
     warmup: int
     cache: str
+    jitter: str
+    seed: int
     deadline_s: float
     verify: str
     archive_path: str
@@ -276,6 +319,14 @@ def _check_combination(spec: JobSpec) -> None:
     if spec.cache == "direct" and spec.block_bytes % DIRECT_ALIGN_BYTES:
         raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: "
                          f"run.cache = direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
+    single = [layout for layout in spec.layouts if layout in REPLICA_LAYOUTS]
+    if single and spec.replicas < 2:
+        raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(single)} needs "
+                         f"checkpoint.replicas >= 2 (with one replica it is sharded)",
+                         hint="e.g. --set checkpoint.replicas=2")
+    if "read" not in ops and any(layout in ("broadcast", "striped") for layout in spec.layouts):
+        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: broadcast and striped "
+                         "need a read op (they move the bytes they read)")
     if spec.verify != "none" and "read" not in ops:
         raise UsageError(f"{spec.source}: run.verify = {spec.verify!r} needs a read op in "
                          "pattern.ops")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stampede.samples import ITER, NBYTES, OK, OP, OPS, RANK, START, STOP
+from stampede.samples import ITER, NBYTES, NETWORK_OPS, OK, OP, OPS, RANK, START, STOP, STORAGE_OPS
 
 NAN = float("nan")
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -86,6 +86,10 @@ class RestoreStats:
     slowest_ranks: tuple[tuple[int, float], ...]   # (rank, median restore s), slowest first
     per_rank_s: tuple[float, ...]                  # median restore s of each rank
     per_iteration_s: tuple[float, ...]             # time to last rank of each iteration
+    storage_s: Spread          # first storage op start to last storage op stop, all ranks
+    network_s: Spread          # the same over the exchange ops (bcast, allgather)
+    storage_ops: Spread        # storage ops per iteration, all ranks (what a strategy saves)
+    storage_bytes: Spread      # bytes read from storage per iteration, all ranks
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,22 @@ def op_stats(samples: np.ndarray, op: str, iterations: list[int]) -> OpStats:
                    elapsed_s=spread(elapsed), ops_per_s=spread(rates), agg_gbps=spread(gbps))
 
 
+def _span_s(rows: np.ndarray) -> float:
+    return float(rows[:, STOP].max() - rows[:, START].min()) / 1e9 if rows.size else NAN
+
+
 def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int) -> RestoreStats:
+    """The restore pseudo-op per iteration, and how it splits into storage and network."""
+    storage = samples[np.isin(samples[:, OP], [OPS.index(op) for op in STORAGE_OPS])]
+    network = samples[np.isin(samples[:, OP], [OPS.index(op) for op in NETWORK_OPS])]
+    read_code = OPS.index("read")
+    storage_s, network_s, storage_ops, storage_bytes = [], [], [], []
+    for iteration in iterations:
+        in_storage = storage[storage[:, ITER] == iteration]
+        storage_s.append(_span_s(in_storage))
+        network_s.append(_span_s(network[network[:, ITER] == iteration]))
+        storage_ops.append(float(len(in_storage)))
+        storage_bytes.append(float(in_storage[in_storage[:, OP] == read_code][:, NBYTES].sum()))
     rows = samples[samples[:, OP] == OPS.index("restore")]
     last, first, straggle = [], [], []
     per_rank: list[list[float]] = [[] for _ in range(nranks)]
@@ -150,7 +169,9 @@ def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int) -> Re
     return RestoreStats(time_to_last_rank_s=spread(last), first_done_s=spread(first),
                         straggler_ratio=spread(straggle),
                         slowest_ranks=tuple((rank, medians[rank]) for rank in order[:3]),
-                        per_rank_s=medians, per_iteration_s=tuple(last))
+                        per_rank_s=medians, per_iteration_s=tuple(last),
+                        storage_s=spread(storage_s), network_s=spread(network_s),
+                        storage_ops=spread(storage_ops), storage_bytes=spread(storage_bytes))
 
 
 def layout_stats(layout: str, samples: np.ndarray, nranks: int) -> LayoutStats:
@@ -163,7 +184,7 @@ def layout_stats(layout: str, samples: np.ndarray, nranks: int) -> LayoutStats:
 
 
 def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
-                 fs_type: str, verify: str = "none") -> tuple[str, ...]:
+                 fs_type: str, verify_in_restore: str = "") -> tuple[str, ...]:
     """Why a number should not be trusted as it stands; archived with the run."""
     notes = []
     ttlr = stats.restore.time_to_last_rank_s
@@ -182,8 +203,9 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     for op in stats.ops:
         if op.errors:
             notes.append(f"{op.op}: {op.errors} failed op(s)")
-    if verify != "none":
-        notes.append(f"verify={verify}: hashing runs between reads, so restore times include it")
+    if verify_in_restore:
+        notes.append(f"verify={verify_in_restore}: hashing runs between reads, so restore times "
+                     "include it")
     if cache == "warm":
         notes.append("cache=warm: reads may come from the page cache, not the storage")
     if cache == "cold" and fs_type in ("tmpfs", "ramfs"):

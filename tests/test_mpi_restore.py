@@ -71,7 +71,7 @@ def test_plan_touches_no_storage(stampede, tmp_path: Path) -> None:
     job = small_job(tmp_path, target={"path": str(tmp_path / "never" / "created")})
     planned = stampede("plan", str(job), "--np", "64")
     assert planned.returncode == 0, planned.stderr
-    assert "sharded/rank-00063-of-00064.raw" in planned.stdout
+    assert "sharded/shard-00063-of-00064.raw" in planned.stdout
     assert "(56 more ranks)" in planned.stdout
     assert not (tmp_path / "never").exists()
 
@@ -105,10 +105,10 @@ def test_missing_shard_is_reported_archived_invalid_and_does_not_hang(stampede,
                                                                       tmp_path: Path) -> None:
     job = small_job(tmp_path, checkpoint={"layout": "sharded"})
     assert stampede("prepare", str(job), np=2).returncode == 0
-    (tmp_path / "ckpt" / "sharded" / "rank-00001-of-00002.raw").unlink()
+    (tmp_path / "ckpt" / "sharded" / "shard-00001-of-00002.raw").unlink()
     result = stampede("run", str(job), np=2, timeout=60)
     assert result.returncode == 1
-    assert "rank 1: open sharded/rank-00001-of-00002.raw: No such file or directory" in result.stdout
+    assert "rank 1: open sharded/shard-00001-of-00002.raw: No such file or directory" in result.stdout
     assert "archived as invalid" in result.stderr
     rows = read_archive(tmp_path / "results" / "job.csv")
     assert rows and all(row["valid"] == "false" for row in rows)
@@ -136,10 +136,10 @@ def test_corrupt_byte_is_named_by_file_rank_and_range(stampede, tmp_path: Path) 
 def test_truncated_shard_is_a_short_read(stampede, tmp_path: Path) -> None:
     job = small_job(tmp_path, checkpoint={"layout": "sharded"}, run={"verify": "none"})
     assert stampede("prepare", str(job), np=2).returncode == 0
-    os.truncate(tmp_path / "ckpt" / "sharded" / "rank-00000-of-00002.raw", 3 * MiB + 5)
+    os.truncate(tmp_path / "ckpt" / "sharded" / "shard-00000-of-00002.raw", 3 * MiB + 5)
     result = stampede("run", str(job), np=2)
     assert result.returncode == 1
-    assert "rank 0: read sharded/rank-00000-of-00002.raw at 3145728: short read, 5 of 1048576" \
+    assert "rank 0: read sharded/shard-00000-of-00002.raw at 3145728: short read, 5 of 1048576" \
         in result.stdout
 
 
@@ -231,7 +231,7 @@ def test_preparing_again_for_another_rank_count_leaves_no_stale_shards(stampede,
     assert stampede("prepare", str(job), np=4).returncode == 0
     assert stampede("prepare", str(job), np=2).returncode == 0
     shards = sorted(p.name for p in (tmp_path / "ckpt" / "sharded").iterdir())
-    assert shards == ["rank-00000-of-00002.raw", "rank-00001-of-00002.raw"]
+    assert shards == ["shard-00000-of-00002.raw", "shard-00001-of-00002.raw"]
     assert stampede("run", str(job), np=2).returncode == 0
 
 

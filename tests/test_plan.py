@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from stampede.errors import UsageError
-from stampede.plan import SHARED_FILE, bytes_per_rank, checkpoint_files, plan_rank
+from stampede.plan import (
+    INDEX_FILE,
+    SHARED_FILE,
+    bytes_per_rank,
+    checkpoint_files,
+    plan_rank,
+    stripes,
+    writes_of_rank,
+)
 from stampede.spec import build_job
 
 
@@ -59,9 +67,74 @@ def test_slices_stay_aligned_and_too_small_is_an_error() -> None:
     spec = job(size="10000000")  # not a multiple of 4 KiB per rank
     per_rank = bytes_per_rank(spec, 3)
     assert per_rank % 4096 == 0 and per_rank * 3 <= 10_000_000
-    with pytest.raises(UsageError, match="too small for 4 ranks"):
+    with pytest.raises(UsageError, match="too small for 4 shards"):
         bytes_per_rank(job(size="8KiB"), 4)
     direct = build_job("t", "t", {"target": {"path": "/x"}, "run": {"cache": "direct"},
                                   "checkpoint": {"size_per_rank": 5000}})
     with pytest.raises(UsageError, match="multiple of 4096"):
         bytes_per_rank(direct, 2)
+
+
+def replicated_job(replicas: int, **checkpoint: object):
+    return build_job("t", "t.toml", {"target": {"path": "/nonexistent"},
+                                     "checkpoint": {"size": "8MiB", "block_size": "1MiB",
+                                                    "replicas": replicas, **checkpoint}})
+
+
+def coverage(spec, layout: str, nranks: int, readers) -> dict[str, list[int]]:
+    """Page-granular read counts per file, over the ranks `readers` says read storage."""
+    counts = {path: [0] * (size // 4096) for path, size in checkpoint_files(spec, layout, nranks)}
+    for rank in range(nranks):
+        plan = plan_rank(spec, layout, nranks, rank)
+        if not readers(plan):
+            continue
+        for extent in plan.extents:
+            for page in range(extent.offset // 4096, (extent.offset + extent.length) // 4096):
+                counts[extent.relpath][page] += 1
+    return counts
+
+
+@pytest.mark.parametrize(("nranks", "replicas"), [(2, 2), (4, 2), (6, 3), (8, 4)])
+def test_strategies_read_each_shard_as_often_as_they_promise(nranks: int, replicas: int) -> None:
+    spec = replicated_job(replicas)
+    shards = nranks // replicas
+    # every rank ends holding its model shard, whatever the strategy
+    for layout in ("replicated", "broadcast", "striped"):
+        holds = [plan_rank(spec, layout, nranks, rank).hold for rank in range(nranks)]
+        assert [hold.relpath for hold in holds] == \
+            [f"sharded/shard-{rank % shards:05d}-of-{shards:05d}.raw" for rank in range(nranks)]
+    # replicated: every replica reads the whole shard -> R reads of every byte
+    counts = coverage(spec, "replicated", nranks, lambda plan: True)
+    assert {count for pages in counts.values() for count in pages} == {replicas}
+    # broadcast: one leader per group (the group's lowest rank) -> each byte read once
+    counts = coverage(spec, "broadcast", nranks, lambda plan: plan.rank < shards)
+    assert {count for pages in counts.values() for count in pages} == {1}
+    assert all(plan_rank(spec, "broadcast", nranks, rank).exchange == "bcast"
+               for rank in range(nranks))
+    # striped: the replicas' stripes tile each shard exactly once
+    counts = coverage(spec, "striped", nranks, lambda plan: True)
+    assert {count for pages in counts.values() for count in pages} == {1}
+    plan = plan_rank(spec, "striped", nranks, 0)
+    parts = stripes(spec, plan.hold)
+    assert sum(length for _, length in parts) == plan.hold.length
+    assert [offset for offset, _ in parts] == sorted(offset for offset, _ in parts)
+
+
+def test_metadata_first_and_list_layouts() -> None:
+    spec = replicated_job(1, index_size="100KiB")
+    files = dict(checkpoint_files(spec, "metadata-first", 2))
+    assert files[INDEX_FILE] == 100 * 1024
+    plan = plan_rank(spec, "metadata-first", 2, 1)
+    assert plan.index_file == INDEX_FILE and plan.op_counts()["index"] == 1
+    assert INDEX_FILE not in plan.files  # the index is read by its own op, not the pattern
+    first = [plan_rank(spec, "list-first", 4, rank).op_counts()["list"] for rank in range(4)]
+    once = [plan_rank(spec, "list-bcast", 4, rank).op_counts()["list"] for rank in range(4)]
+    assert (first, once) == ([1, 1, 1, 1], [1, 0, 0, 0])
+    assert writes_of_rank(spec, "metadata-first", 2, 0)[0].relpath == INDEX_FILE
+
+
+def test_replicas_must_divide_the_ranks_and_strategies_need_two() -> None:
+    with pytest.raises(UsageError, match="checkpoint.replicas = 2 does not divide 3 ranks"):
+        plan_rank(replicated_job(2), "broadcast", 3, 0)
+    with pytest.raises(UsageError, match="needs checkpoint.replicas >= 2"):
+        replicated_job(1, layout="broadcast")

@@ -30,6 +30,9 @@ class Backend(Protocol):
     def close(self, handle: Any) -> None:
         """Release the handle."""
 
+    def list(self, path: Any) -> list[Any]:
+        """Names in a directory (readdir / LIST of a prefix), in the backend's form."""
+
     def evict(self, path: Any, offset: int, length: int) -> None:
         """Drop this range's cached pages so the next read reaches storage."""
 

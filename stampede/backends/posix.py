@@ -33,6 +33,10 @@ class PosixBackend:
     def read_into(handle: int, buffer: memoryview, offset: int) -> int:
         return os.preadv(handle, (buffer,), offset)
 
+    @staticmethod
+    def list(path: bytes) -> list[bytes]:
+        return os.listdir(path)
+
     def evict(self, path: bytes, offset: int, length: int) -> None:
         # DONTNEED drops clean pages only; prepare fsyncs, so checkpoint pages are clean.
         fd = os.open(path, os.O_RDONLY)
