@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Sequence
 from functools import partial
@@ -116,6 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show this run in full (repeatable)")
     report.add_argument("--last", type=int, default=1, help="show the last N runs in full")
     report.set_defaults(func=cmd_report)
+    startup = commands.add_parser(
+        "startup", formatter_class=formatter,
+        help="Measure the start-up stampede (T_pod_init) per rank: interpreter, imports, MPI "
+             "init. Under a launcher it measures its own ranks; with --np it launches the "
+             "venv's mpiexec --repeat times.",
+        description="Measure the start-up stampede (T_pod_init) per rank.",
+        epilog="ops: interpreter = launch -> stampede's first line; import = stampede's run "
+               "modules and --import; mpi_init = MPI_Init; startup = launch -> MPI ready.\n"
+               "launch = $STAMPEDE_LAUNCH_NS (ns since the epoch; --np sets it), else the "
+               "process start time from /proc (one clock tick).")
+    startup.add_argument("--import", dest="imports", default="", metavar="MODULES",
+                         help="comma-separated modules every rank imports too, e.g. torch,numpy")
+    startup.add_argument("--archive", default="results/startup.csv",
+                         help="archive to append to (default results/startup.csv)")
+    startup.add_argument("--np", type=int, default=None,
+                         help="launch the venv's mpiexec with this many ranks (else: measure "
+                              "the ranks this process belongs to)")
+    startup.add_argument("--repeat", type=int, default=3,
+                         help="with --np: how many launches (default 3)")
+    startup.set_defaults(func=cmd_startup)
     demo = commands.add_parser("demo", help="Prepare, run and report the embedded default job "
                                             "(local temp dir, shared and sharded) with the "
                                             "venv's own mpiexec.", formatter_class=formatter,
@@ -235,6 +256,44 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not rows:
         raise UsageError(f"{args.archive}: the archive holds no runs")
     render_archive(rows, make_console(), args.run, max(args.last, 1))
+    return 0
+
+
+def cmd_startup(args: argparse.Namespace) -> int:
+    from stampede.startup import LAUNCH_VARIABLE
+
+    imports = tuple(filter(None, (name.strip() for name in args.imports.split(","))))
+    if args.np is None:
+        return _startup_here(imports, args.archive)
+    if args.np < 1 or args.repeat < 1:
+        raise UsageError(f"--np {args.np} --repeat {args.repeat}: both must be at least 1")
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise UsageError("startup --np needs mpiexec, and none was found",
+                         hint="pip install -e '.[mpi]'")
+    command = [mpiexec, "-n", str(args.np), sys.executable, "-m", "stampede", "startup",
+               "--archive", args.archive, *(["--import", ",".join(imports)] if imports else [])]
+    for _ in range(args.repeat):
+        environment = {**os.environ, LAUNCH_VARIABLE: str(time.time_ns())}
+        status = subprocess.call(command, env=environment, stdout=subprocess.DEVNULL)
+        if status:
+            return status
+    from stampede.archive import read_rows
+    from stampede.report import make_console, render_archive
+    render_archive(read_rows(args.archive), make_console(), last=args.repeat)
+    return 0
+
+
+def _startup_here(imports: tuple[str, ...], archive: str) -> int:
+    from stampede import mpi
+    from stampede.startup import archive_startup, measure
+
+    comm, record = measure(mpi.world, imports)
+    records = mpi.gather(comm, record)
+    if records is not None:
+        rows = archive_startup(records, imports, archive, mpi.library_version(comm))
+        from stampede.report import make_console, render_run
+        render_run(rows, make_console())
     return 0
 
 

@@ -89,6 +89,9 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
     first = rows[0]
     console.print()
     console.rule(f"[bold]stampede[/] {first['job']}  run {first['run_id']}")
+    if first["layout"] == "startup":
+        _render_startup(rows, console)
+        return
     console.print(
         f"{first['nranks']} ranks on {first['nnodes']} node(s) ({first['ranks_per_node']}/node), "
         f"backend {first['backend']} ({first.get('fs_type') or '?'}) at {first.get('target', '')}\n"
@@ -123,6 +126,23 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
     console.print(f"[dim]{DEFINITIONS}[/]")
 
 
+def _render_startup(rows: Sequence[dict[str, str]], console: Any) -> None:
+    """`stampede startup`: T_pod_init per rank, the same latency table as any op."""
+    startup = next(row for row in rows if row["op"] == "startup")
+    console.print(f"{startup['nranks']} ranks on {startup['nnodes']} node(s) "
+                  f"({startup['ranks_per_node']}/node), {startup['timestamp']}")
+    slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} {format_seconds(float(item.rsplit(':', 1)[1]))}"
+                        for item in startup["slowest_ranks"].split())
+    console.print(f"Start-up (T_pod_init): last rank ready after [bold]"
+                  f"{_seconds(startup, 'time_to_last_rank_s')}[/], first after "
+                  f"{_seconds(startup, 'first_done_s')}, straggler "
+                  f"{_float(startup, 'straggler_ratio'):.2f}; slowest ranks: {slowest or '-'}")
+    _render_layout_ops(rows, console)
+    console.print("[dim]interpreter = launch -> stampede's first line; import = stampede's run "
+                  "modules and --import; mpi_init = MPI_Init; startup = launch -> MPI ready. "
+                  "Wall clock (time.time_ns) across processes.[/]")
+
+
 def _render_layout_ops(rows: Sequence[dict[str, str]], console: Any) -> None:
     layout = rows[0]["layout"]
     table = _table(f"{layout}: latency per op, all ranks and iterations",
@@ -144,11 +164,11 @@ def _render_layout_ops(rows: Sequence[dict[str, str]], console: Any) -> None:
 
 
 def render_history(rows: Sequence[dict[str, str]], console: Any) -> None:
-    table = _table("Every run in the archive: restore",
+    table = _table("Every run in the archive: time to last rank (restore, or startup)",
                    ("run", "job", "layout", "ranks", "cache", "bytes", "last\nrank",
                     "agg\nGB/s", "valid"), left=("run", "job", "layout"))
     for row in rows:
-        if row["op"] != "restore":
+        if not row.get("time_to_last_rank_s"):
             continue
         table.add_row(row["run_id"], row["job"], row["layout"], row["nranks"], row["cache"],
                       format_bytes(int(row["bytes_total"] or 0)),

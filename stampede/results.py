@@ -10,6 +10,7 @@ from stampede import __version__
 from stampede.archive import ARCHIVE_SCHEMA, cell
 from stampede.plan import EXCHANGE
 from stampede.runner import LayoutRun, RunContext
+from stampede.samples import RATE_OPS
 from stampede.spec import JobSpec
 from stampede.stats import LayoutStats, warnings_for
 from stampede.sysinfo import node_facts, slurm_variables
@@ -17,7 +18,7 @@ from stampede.sysinfo import node_facts, slurm_variables
 MAX_HOSTS_IN_ROW = 8
 
 
-def _hosts_cell(hosts: tuple[str, ...]) -> str:
+def hosts_cell(hosts: tuple[str, ...]) -> str:
     unique = sorted(set(hosts))
     shown = " ".join(unique[:MAX_HOSTS_IN_ROW])
     return shown + (f" (+{len(unique) - MAX_HOSTS_IN_ROW} more)" if len(unique) > MAX_HOSTS_IN_ROW else "")
@@ -35,7 +36,6 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
     """One row per op of one layout, every row repeating the whole configuration."""
     stats = layout_run.stats
     assert stats is not None
-    restore = stats.restore
     warnings = layout_warnings(spec, context, stats)
     shared = {
         **spec.columns(),
@@ -47,10 +47,18 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         "bytes_total": layout_run.bytes_per_rank * context.nranks,
         "iterations": stats.iterations, "valid": not layout_run.invalid_reason,
         "invalid_reason": layout_run.invalid_reason,
-        "stampede_version": __version__, "hosts": _hosts_cell(context.hosts),
+        "stampede_version": __version__, "hosts": hosts_cell(context.hosts),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), "fs_type": context.fs_type,
         "warnings": " | ".join(warnings),
     }
+    return op_rows(shared, stats, layout_run.bytes_per_rank, context.hosts)
+
+
+def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
+            hosts: tuple[str, ...]) -> list[dict[str, str]]:
+    """The rows of one layout: `shared` columns plus each op's results; the completion op
+    (restore, or startup) also carries time to last rank and its kin."""
+    restore = stats.restore
     rows = []
     for op in stats.ops:
         row: dict[str, object] = {
@@ -60,13 +68,13 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
             "lat_p999_s": op.latency.p999_s, "lat_max_s": op.latency.max_s,
             "elapsed_s": op.elapsed_s.median,
         }
-        if op.op != "restore":  # restores per second would mean nothing
+        if op.op in RATE_OPS:  # restores or waits per second would mean nothing
             row.update(ops_per_s=op.ops_per_s.median, ops_per_s_min=op.ops_per_s.min,
                        ops_per_s_max=op.ops_per_s.max)
         if op.bytes:  # GB/s only means something for ops that move bytes
             row.update(agg_gbps=op.agg_gbps.median, agg_gbps_min=op.agg_gbps.min,
                        agg_gbps_max=op.agg_gbps.max)
-        if op.op == "restore":
+        if op.op == stats.completion_op:
             row.update(
                 time_to_last_rank_s=restore.time_to_last_rank_s.median,
                 time_to_last_rank_min_s=restore.time_to_last_rank_s.min,
@@ -74,12 +82,12 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
                 first_done_s=restore.first_done_s.median,
                 straggler_ratio=restore.straggler_ratio.median,
                 # BW_rank_io of the recovery model: the slowest rank's effective rate.
-                slowest_rank_gbps=layout_run.bytes_per_rank / restore.time_to_last_rank_s.median / 1e9
-                if restore.time_to_last_rank_s.median > 0 else None,
+                slowest_rank_gbps=bytes_per_rank / restore.time_to_last_rank_s.median / 1e9
+                if restore.time_to_last_rank_s.median > 0 and bytes_per_rank else None,
                 storage_s=restore.storage_s.median, network_s=restore.network_s.median,
                 storage_ops_per_iteration=restore.storage_ops.median,
                 storage_bytes_per_iteration=restore.storage_bytes.median,
-                slowest_ranks=" ".join(f"{rank}@{context.hosts[rank]}:{seconds!r}"
+                slowest_ranks=" ".join(f"{rank}@{hosts[rank]}:{seconds!r}"
                                        for rank, seconds in restore.slowest_ranks))
         rows.append({column: cell(value) for column, value in row.items()})
     return rows

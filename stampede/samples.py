@@ -17,10 +17,14 @@ from __future__ import annotations
 # - verify (hashing what was read, timed apart) and the pseudo-op restore: from the
 #   rank's barrier exit until it holds all its bytes.
 OPS = ("jitter", "list", "index", "stat", "open", "read", "close", "wait", "bcast",
-       "allgather", "verify", "restore")
+       "allgather", "verify", "restore",
+       # the start-up stampede (`stampede startup`): launch -> first line of stampede ->
+       # imports done -> MPI initialised; startup is the whole, the completion op there
+       "interpreter", "import", "mpi_init", "startup")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 STORAGE_OPS = ("list", "index", "stat", "open", "read", "close")
 NETWORK_OPS = ("bcast", "allgather")
+RATE_OPS = (*STORAGE_OPS, *NETWORK_OPS, "verify")   # ops for which ops/s means something
 
 # Columns of a sample row as gathered on rank 0 (RANK is added there, by position).
 ITER, OP, START, STOP, NBYTES, OK = range(6)

@@ -97,7 +97,8 @@ class LayoutStats:
     layout: str
     iterations: int            # measured iterations that produced samples
     ops: tuple[OpStats, ...]
-    restore: RestoreStats
+    restore: RestoreStats      # of the completion op
+    completion_op: str = "restore"
 
 
 def latency(durations_ns: np.ndarray) -> Latency:
@@ -137,8 +138,10 @@ def _span_s(rows: np.ndarray) -> float:
     return float(rows[:, STOP].max() - rows[:, START].min()) / 1e9 if rows.size else NAN
 
 
-def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int) -> RestoreStats:
-    """The restore pseudo-op per iteration, and how it splits into storage and network."""
+def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int,
+                  completion_op: str = "restore") -> RestoreStats:
+    """The completion op (restore, or startup) per iteration across ranks, and how it
+    splits into storage and network."""
     storage = samples[np.isin(samples[:, OP], [OPS.index(op) for op in STORAGE_OPS])]
     network = samples[np.isin(samples[:, OP], [OPS.index(op) for op in NETWORK_OPS])]
     read_code = OPS.index("read")
@@ -149,7 +152,7 @@ def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int) -> Re
         network_s.append(_span_s(network[network[:, ITER] == iteration]))
         storage_ops.append(float(len(in_storage)))
         storage_bytes.append(float(in_storage[in_storage[:, OP] == read_code][:, NBYTES].sum()))
-    rows = samples[samples[:, OP] == OPS.index("restore")]
+    rows = samples[samples[:, OP] == OPS.index(completion_op)]
     last, first, straggle = [], [], []
     per_rank: list[list[float]] = [[] for _ in range(nranks)]
     for iteration in iterations:
@@ -174,13 +177,16 @@ def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int) -> Re
                         storage_ops=spread(storage_ops), storage_bytes=spread(storage_bytes))
 
 
-def layout_stats(layout: str, samples: np.ndarray, nranks: int) -> LayoutStats:
-    """Everything the archive and report need about one layout's measured iterations."""
+def layout_stats(layout: str, samples: np.ndarray, nranks: int,
+                 completion_op: str = "restore") -> LayoutStats:
+    """Everything the archive and report need about one layout's measured iterations.
+    The completion op is the one whose per-rank durations give time to last rank."""
     iterations = sorted({int(value) for value in samples[:, ITER]}) if samples.size else []
     present = {OPS[int(code)] for code in np.unique(samples[:, OP])} if samples.size else set()
     ops = tuple(op_stats(samples, op, iterations) for op in OPS if op in present)
     return LayoutStats(layout=layout, iterations=len(iterations), ops=ops,
-                       restore=restore_stats(samples, iterations, nranks))
+                       restore=restore_stats(samples, iterations, nranks, completion_op),
+                       completion_op=completion_op)
 
 
 def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
@@ -193,10 +199,11 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     elif ttlr.relative > WIDE_SPREAD:
         notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "
                      f"({ttlr.min:.4g}-{ttlr.max:.4g} s): run more iterations or on a quieter machine")
-    if ttlr.median < SHORT_PHASE_S:
+    if ttlr.median < SHORT_PHASE_S and stats.completion_op == "restore":
         notes.append(f"restore phase is {ttlr.median * 1e3:.3g} ms: barrier skew and timer calls "
                      "are a visible part of it; use a larger checkpoint")
-    few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99]
+    few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99
+           and op.op not in ("jitter", stats.completion_op)]
     if few:
         notes.append(f"p99 and p99.9 from fewer than {FEW_SAMPLES_P99} samples ({', '.join(few)}): "
                      "raise iterations or pattern.stat_count/open_count")
