@@ -181,6 +181,7 @@ def render_history(rows: Sequence[dict[str, str]], console: Any) -> None:
 def render_plan(spec: Any, nranks: int, backend: str, console: Any, shown_ranks: int = 4) -> None:
     """`stampede plan`: the validated options and who reads what; touches no storage."""
     from stampede.plan import checkpoint_files, plan_rank
+    from stampede.samples import OPS
 
     options = _table(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s), "
                      f"backend {backend}", ("key", "value"), left=("key", "value"))
@@ -192,22 +193,33 @@ def render_plan(spec: Any, nranks: int, backend: str, console: Any, shown_ranks:
         files = checkpoint_files(spec, layout, nranks)
         total = sum(size for _, size in files)
         table = _table(f"{layout}: {len(files)} file(s), {format_bytes(total)} ({total} B); "
-                       "per iteration each rank runs:",
-                       ("rank", "file", "offset", "bytes", *(f"{op}s" for op in spec.ops)),
-                       left=("file",))
+                       "per iteration each rank:",
+                       ("rank", "reads from storage", "offset", "bytes", "storage ops", "then",
+                        "holds"), left=("reads from storage", "storage ops", "then", "holds"))
         ranks = list(range(nranks))
         if nranks > 2 * shown_ranks:
             ranks = ranks[:shown_ranks] + [-1] + ranks[-shown_ranks:]
         for rank in ranks:
             if rank < 0:
-                hidden = f"({nranks - 2 * shown_ranks} more ranks)"
-                table.add_row("...", hidden, "", "", *[""] * len(spec.ops))
+                table.add_row("...", f"({nranks - 2 * shown_ranks} more ranks)", *[""] * 5)
                 continue
             plan = plan_rank(spec, layout, nranks, rank)
-            counts = plan.op_counts()
-            for extent in plan.extents:
-                table.add_row(str(rank), extent.relpath, str(extent.offset), str(extent.length),
-                              *(str(counts[op]) for op in spec.ops))
+            # broadcast by replica: a group's leader is its lowest rank, the shard's index;
+            # by node the leaders are only known at run time.
+            leads = not plan.leader_reads or (spec.broadcast_group == "replica"
+                                              and rank == plan.group)
+            ordered = sorted(plan.op_counts(leads).items(), key=lambda item: OPS.index(item[0]))
+            counts = " ".join(f"{count} {op}" for op, count in ordered if count)
+            then = {"bcast": "Bcast", "allgather": "Allgatherv"}.get(plan.exchange, "-")
+            if plan.leader_reads and spec.broadcast_group == "node":
+                then += " (reads if first of its group on its node)"
+            if plan.list_on_root and rank:
+                then = "gets rank 0's listing"
+            reads = [extent for extent in plan.extents if leads] or [None]
+            for extent in reads:
+                table.add_row(str(rank), extent.relpath if extent else "-",
+                              str(extent.offset) if extent else "", str(extent.length) if extent else "",
+                              counts or "-", then, f"shard {plan.group}")
         console.print(table)
     console.print(f"[dim]no storage was touched; `stampede prepare` writes these files, "
                   f"`stampede run` reads them (cache {spec.cache}, {spec.iterations} iterations "
