@@ -8,6 +8,7 @@ other exception aborts the whole MPI job instead of leaving ranks in a barrier.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shutil
 import subprocess
@@ -24,6 +25,10 @@ from stampede import __version__
 from stampede.errors import StampedeError, UsageError
 from stampede.launcher import find_mpiexec, launcher_rank
 from stampede.spec import OPTIONS, REQUIRED
+
+# Subcommands that live in a module of their own: each has register(commands, formatter),
+# which adds its parser with `func` set. Their module level imports only the stdlib.
+COMMAND_MODULES = ("stampede.sweep", "stampede.compare", "stampede.slurm", "stampede.plot")
 
 METRICS_HELP = """\
 what stampede measures (per layout, per op; all ranks start together after a barrier):
@@ -146,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--archive", default="results/demo.csv",
                       help="archive to append to (default results/demo.csv)")
     demo.set_defaults(func=cmd_demo)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(commands, formatter)
     return parser
 
 

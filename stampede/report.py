@@ -180,7 +180,7 @@ def render_history(rows: Sequence[dict[str, str]], console: Any) -> None:
 
 def render_plan(spec: Any, nranks: int, backend: str, console: Any, shown_ranks: int = 4) -> None:
     """`stampede plan`: the validated options and who reads what; touches no storage."""
-    from stampede.plan import checkpoint_files, plan_rank
+    from stampede.plan import Extent, checkpoint_files, plan_rank
     from stampede.samples import OPS
 
     options = _table(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s), "
@@ -215,7 +215,7 @@ def render_plan(spec: Any, nranks: int, backend: str, console: Any, shown_ranks:
                 then += " (reads if first of its group on its node)"
             if plan.list_on_root and rank:
                 then = "gets rank 0's listing"
-            reads = [extent for extent in plan.extents if leads] or [None]
+            reads: list[Extent | None] = [extent for extent in plan.extents if leads] or [None]
             for extent in reads:
                 table.add_row(str(rank), extent.relpath if extent else "-",
                               str(extent.offset) if extent else "", str(extent.length) if extent else "",
@@ -224,3 +224,23 @@ def render_plan(spec: Any, nranks: int, backend: str, console: Any, shown_ranks:
     console.print(f"[dim]no storage was touched; `stampede prepare` writes these files, "
                   f"`stampede run` reads them (cache {spec.cache}, {spec.iterations} iterations "
                   f"+ {spec.warmup} warmup)[/]")
+
+
+def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> None:
+    """`stampede compare`: one line per (configuration, metric), B / A with a verdict."""
+    table = _table(f"{title}: ratio B / A (latest run of each configuration)",
+                   ("layout", "op", "ranks", "cache", "metric", "A", "B", "B / A", "verdict"),
+                   left=("layout", "op", "cache", "metric", "verdict"))
+    for comparison in comparisons:
+        key = dict(comparison.key)
+        seconds = comparison.metric.endswith("_s")
+        shown = (format_seconds if seconds else format_number)
+        colour = {"better": "green", "worse": "red"}.get(comparison.verdict.rstrip("?"), "dim")
+        table.add_row(key.get("layout", "*"), key.get("op", ""), key.get("nranks", ""),
+                      key.get("cache", "*"), comparison.metric, shown(comparison.base),
+                      shown(comparison.other), f"{comparison.ratio:.3f}",
+                      f"[{colour}]{comparison.verdict}[/]")
+    console.print(table)
+    console.print("[dim]within spread = the two sides' per-iteration min-max ranges overlap. "
+                  "p99 has no spread in the archive: '?' marks a verdict by direction only, "
+                  "'similar?' a difference under 5%.[/]")

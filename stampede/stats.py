@@ -93,12 +93,37 @@ class RestoreStats:
 
 
 @dataclass(frozen=True)
+class Histogram:
+    """Latency counts in log-spaced buckets: edges_s[i] <= latency < edges_s[i + 1].
+    Fixed edges (HISTOGRAM_EDGES_S), so histograms of any runs add up bucket by bucket."""
+
+    counts: tuple[int, ...]
+    edges_s: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.counts) + 1 != len(self.edges_s) or min(self.counts, default=0) < 0:
+            raise ValueError("a histogram needs one more edge than counts, and counts >= 0")
+
+
+# 20 buckets per decade from 100 ns to 10^4 s (12% wide): the resolution of a CDF drawn
+# from the sidecar, whatever the number of samples.
+BUCKETS_PER_DECADE = 20
+HISTOGRAM_EDGES_S = tuple(10.0 ** (exponent / BUCKETS_PER_DECADE)
+                          for exponent in range(-7 * BUCKETS_PER_DECADE, 4 * BUCKETS_PER_DECADE + 1))
+# Per rank and iteration: when it began, got its first byte, read its last, was done
+# (seconds from its origin; NaN where the layout has no such moment).
+TIMELINE_COLUMNS = ("rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s")
+
+
+@dataclass(frozen=True)
 class LayoutStats:
     layout: str
     iterations: int            # measured iterations that produced samples
     ops: tuple[OpStats, ...]
     restore: RestoreStats      # of the completion op
     completion_op: str = "restore"
+    histograms: dict[str, Histogram] | None = None       # op -> latency histogram
+    timeline: tuple[tuple[float, ...], ...] = ()         # rows of TIMELINE_COLUMNS
 
 
 def latency(durations_ns: np.ndarray) -> Latency:
@@ -184,9 +209,41 @@ def layout_stats(layout: str, samples: np.ndarray, nranks: int,
     iterations = sorted({int(value) for value in samples[:, ITER]}) if samples.size else []
     present = {OPS[int(code)] for code in np.unique(samples[:, OP])} if samples.size else set()
     ops = tuple(op_stats(samples, op, iterations) for op in OPS if op in present)
+    good = samples[samples[:, OK] == 1] if samples.size else samples
+    histograms = {op: histogram(good[good[:, OP] == OPS.index(op)][:, STOP]
+                                - good[good[:, OP] == OPS.index(op)][:, START])
+                  for op in OPS if op in present}
     return LayoutStats(layout=layout, iterations=len(iterations), ops=ops,
                        restore=restore_stats(samples, iterations, nranks, completion_op),
-                       completion_op=completion_op)
+                       completion_op=completion_op, histograms=histograms,
+                       timeline=timeline(samples, completion_op))
+
+
+def histogram(durations_ns: np.ndarray) -> Histogram:
+    counts, _ = np.histogram(durations_ns.astype(np.float64) / 1e9, bins=HISTOGRAM_EDGES_S)
+    return Histogram(counts=tuple(int(count) for count in counts), edges_s=HISTOGRAM_EDGES_S)
+
+
+def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple[float, ...], ...]:
+    """Each rank's moments in each iteration (TIMELINE_COLUMNS): the herd, rank by rank."""
+    if not samples.size:
+        return ()
+    # One pass, vectorised: a key per (rank, iteration), then min/max reductions by key.
+    pairs, key = np.unique(samples[:, [RANK, ITER]], axis=0, return_inverse=True)
+    key = key.ravel()
+    done_code = OPS.index(completion_op)
+    reads = (samples[:, OP] == OPS.index("read")) & (samples[:, OK] == 1)
+    done, timed = samples[:, OP] == done_code, samples[:, OP] != done_code
+
+    def reduce(mask: np.ndarray, column: int, ufunc: np.ufunc, empty: float) -> np.ndarray:
+        out = np.full(len(pairs), empty)
+        ufunc.at(out, key[mask], samples[mask, column].astype(np.float64) / 1e9)
+        return np.where(np.isinf(out), NAN, out)
+
+    columns = (reduce(timed, START, np.minimum, np.inf), reduce(reads, STOP, np.minimum, np.inf),
+               reduce(reads, STOP, np.maximum, -np.inf), reduce(done, STOP, np.maximum, -np.inf))
+    return tuple((float(rank), float(iteration), *(float(c[i]) for c in columns))
+                 for i, (rank, iteration) in enumerate(pairs))
 
 
 def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,

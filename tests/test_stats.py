@@ -67,3 +67,23 @@ def test_a_summary_with_a_negative_duration_cannot_exist() -> None:
         Latency(1, -1e-6, 0, 0, 0, 0, 0)
     with pytest.raises(ValueError):
         Latency(1, 2e-6, 1e-6, 1e-6, 1e-6, 1e-6, 1e-6)
+
+
+def test_timeline_and_histograms_for_plots() -> None:
+    rows = np.array([
+        sample(0, 0, "open", 100, 200), sample(0, 0, "read", 300, 1_000, 10),
+        sample(0, 0, "read", 1_000, 5_000, 10), sample(0, 0, "restore", 0, 5_000, 20),
+        sample(1, 0, "open", 50, 60), sample(1, 0, "read", 70, 900, 20),
+        sample(1, 0, "restore", 0, 900, 20),
+    ])
+    stats = layout_stats("sharded", rows, nranks=2)
+    assert stats.timeline == (
+        (0.0, 0.0, 100e-9, 1_000e-9, 5_000e-9, 5_000e-9),
+        (1.0, 0.0, 50e-9, 900e-9, 900e-9, 900e-9),
+    )
+    read = stats.histograms["read"]
+    assert sum(read.counts) == 3 and len(read.edges_s) == len(read.counts) + 1
+    # 700 ns, 830 ns and 4 µs fall into the buckets whose edges hold them
+    filled = [i for i, count in enumerate(read.counts) for _ in range(count)]
+    for index, seconds in zip(filled, sorted([700e-9, 830e-9, 4_000e-9])):
+        assert read.edges_s[index] <= seconds < read.edges_s[index + 1]
