@@ -64,7 +64,10 @@ def _overlap(base: dict[str, str], other: dict[str, str], columns: tuple[str, st
     return low_a <= high_b and low_b <= high_a
 
 
-def latest_by_config(rows: list[dict[str, str]], skip: str = "") -> dict[tuple[tuple[str, str], ...], dict[str, str]]:
+Key = tuple[tuple[str, str], ...]
+
+
+def latest_by_config(rows: list[dict[str, str]], skip: str = "") -> dict[Key, dict[str, str]]:
     """The last row (archive order is time order) for each configuration."""
     chosen = {}
     for row in rows:
