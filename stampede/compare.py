@@ -67,19 +67,21 @@ def _overlap(base: dict[str, str], other: dict[str, str], columns: tuple[str, st
 Key = tuple[tuple[str, str], ...]
 
 
-def latest_by_config(rows: list[dict[str, str]], skip: str = "") -> dict[Key, dict[str, str]]:
+def latest_by_config(rows: list[dict[str, str]], skip: str = "",
+                     match: tuple[str, ...] = CONFIG_COLUMNS) -> dict[Key, dict[str, str]]:
     """The last row (archive order is time order) for each configuration."""
     chosen = {}
     for row in rows:
-        key = tuple((column, row.get(column, "")) for column in CONFIG_COLUMNS if column != skip)
+        key = tuple((column, row.get(column, "")) for column in match if column != skip)
         chosen[key] = row
     return chosen
 
 
 def compare_rows(base_rows: list[dict[str, str]], other_rows: list[dict[str, str]],
-                 skip: str = "") -> list[Comparison]:
+                 skip: str = "", match: tuple[str, ...] = CONFIG_COLUMNS) -> list[Comparison]:
     """Every metric of every configuration present on both sides."""
-    base, other = latest_by_config(base_rows, skip), latest_by_config(other_rows, skip)
+    base = latest_by_config(base_rows, skip, match)
+    other = latest_by_config(other_rows, skip, match)
     result = []
     for key in base.keys() & other.keys():
         for metric, spread_columns, higher in METRICS:
@@ -105,6 +107,10 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--by", default="", metavar="COLUMN",
                      help="with one archive: compare the groups of this column (e.g. layout, "
                           "cache, job); the first value seen is the baseline")
+    sub.add_argument("--match", default=",".join(CONFIG_COLUMNS), metavar="COLUMNS",
+                     help="columns that must be equal for rows to be compared (default: the "
+                          "whole configuration); e.g. --match op,layout,nranks to set IOR rows "
+                          "imported with `stampede import` against stampede's")
     sub.set_defaults(func=cmd_compare)
 
 
@@ -113,9 +119,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.report import make_console, render_comparison
 
+    match = tuple(column.strip() for column in args.match.split(",") if column.strip())
+    unknown = [column for column in match if column not in COLUMNS]
+    if unknown or not match:
+        raise UsageError(f"--match {args.match!r}: not archive columns: {unknown}")
     if len(args.archives) == 2 and not args.by:
         base, other = (read_rows(path) for path in args.archives)
-        sections = [(f"A = {args.archives[0]}, B = {args.archives[1]}", compare_rows(base, other))]
+        sections = [(f"A = {args.archives[0]}, B = {args.archives[1]}",
+                     compare_rows(base, other, match=match))]
     elif len(args.archives) == 1 and args.by:
         if args.by not in COLUMNS:
             raise UsageError(f"--by {args.by!r}: not an archive column (e.g. layout, cache, job)")
@@ -126,12 +137,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base = [row for row in rows if row.get(args.by, "") == values[0]]
         sections = [(f"A = {args.by} {values[0]}, B = {args.by} {value}",
                      compare_rows(base, [row for row in rows if row.get(args.by, "") == value],
-                                  skip=args.by)) for value in values[1:]]
+                                  skip=args.by, match=match)) for value in values[1:]]
     else:
         raise UsageError("compare takes two archives, or one archive and --by COLUMN")
     if not any(comparisons for _, comparisons in sections):
         raise UsageError("no configuration appears on both sides",
-                         hint=f"rows are matched on {', '.join(CONFIG_COLUMNS)}")
+                         hint=f"rows are matched on {', '.join(match)}; --match chooses")
     console = make_console()
     for title, comparisons in sections:
         render_comparison(title, comparisons, console)

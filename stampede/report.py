@@ -27,6 +27,11 @@ def _float(row: dict[str, str], column: str) -> float:
     return float(text) if text else float("nan")
 
 
+def _int(row: dict[str, str], column: str) -> int:
+    text = row.get(column, "")
+    return int(text) if text else 0
+
+
 def _seconds(row: dict[str, str], column: str) -> str:
     return format_seconds(_float(row, column))
 
@@ -95,8 +100,8 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
     console.print(
         f"{first['nranks']} ranks on {first['nnodes']} node(s) ({first['ranks_per_node']}/node), "
         f"backend {first['backend']} ({first.get('fs_type') or '?'}) at {first.get('target', '')}\n"
-        f"cache [bold]{first['cache']}[/], {format_bytes(int(first['bytes_per_rank'] or 0))} per rank, "
-        f"block {format_bytes(int(first['block_bytes']))}, pattern {first.get('pattern', '')}, "
+        f"cache [bold]{first['cache']}[/], {format_bytes(_int(first, 'bytes_per_rank'))} per rank, "
+        f"block {format_bytes(_int(first, 'block_bytes'))}, pattern {first.get('pattern', '')}, "
         f"{first['iterations']} iterations + {first.get('warmup', '?')} warmup, "
         f"verify {first.get('verify', 'none')}, {first['timestamp']}")
     restores = sorted((row for row in rows if row["op"] == "restore"),
@@ -105,7 +110,7 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
                    ("layout", "last\nrank", "min-max", "first\ndone", "strag-\ngler", "agg\nGB/s",
                     "slowest\nGB/s", "storage\nops/it", "storage\npart", "network\npart", "valid"),
                    left=("layout",))
-    for row in restores:
+    for row in restores:  # none in rows imported from IOR or mdtest
         table.add_row(
             row["layout"], _seconds(row, "time_to_last_rank_s"),
             _range(row, "time_to_last_rank_min_s", "time_to_last_rank_max_s"),
@@ -114,7 +119,8 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
             format_number(_float(row, "storage_ops_per_iteration")), _seconds(row, "storage_s"),
             _seconds(row, "network_s"),
             "yes" if row["valid"] == "true" else "[red]NO[/]")
-    console.print(table)
+    if restores:
+        console.print(table)
     for row in restores:
         slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} {format_seconds(float(item.rsplit(':', 1)[1]))}"
                             for item in row["slowest_ranks"].split())
@@ -171,7 +177,7 @@ def render_history(rows: Sequence[dict[str, str]], console: Any) -> None:
         if not row.get("time_to_last_rank_s"):
             continue
         table.add_row(row["run_id"], row["job"], row["layout"], row["nranks"], row["cache"],
-                      format_bytes(int(row["bytes_total"] or 0)),
+                      format_bytes(_int(row, "bytes_total")),
                       _seconds(row, "time_to_last_rank_s"),
                       format_number(_float(row, "agg_gbps")),
                       "yes" if row["valid"] == "true" else "[red]NO[/]")

@@ -68,3 +68,44 @@ def test_bad_compare_and_sweep_input_exit_2(stampede, tmp_path: Path) -> None:
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr
     assert not (tmp_path / "ckpt").exists()
+
+
+DATA = Path(__file__).with_name("data")
+
+
+def test_ior_and_mdtest_results_sit_beside_stampede_runs(stampede, tmp_path: Path) -> None:
+    archive = tmp_path / "mixed.csv"
+    job = small_job(tmp_path, checkpoint={"layout": "sharded", "block_size": "4MiB"},
+                    run={"verify": "none"}, archive={"path": str(archive)})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    assert stampede("run", str(job), np=2).returncode == 0
+    for tool, result in (("ior", "ior-summary.json"), ("mdtest", "mdtest-output.txt")):
+        imported = stampede("import", tool, str(DATA / result), "--archive", str(archive),
+                            "--cache", "warm")
+        assert imported.returncode == 0, imported.stderr
+    rows = read_archive(archive)
+    ior = next(row for row in rows if row["backend"] == "ior")
+    # 17,556.1 MiB/s is 18.41 GB/s: IOR's binary units become stampede's decimal GB/s
+    assert float(ior["agg_gbps"]) == pytest.approx(17556.1 * 2**20 / 1e9)
+    assert (ior["layout"], ior["op"], ior["nranks"], ior["block_bytes"]) == \
+        ("sharded", "read", "2", "4194304")
+    assert ior["lat_p50_s"] == ""  # IOR has no percentiles: none invented
+    mdtest = {row["op"]: row for row in rows if row["backend"] == "mdtest"}
+    assert float(mdtest["stat"]["ops_per_s"]) == pytest.approx(456789.012)
+    assert "file_creation" in mdtest and "tree_removal" in mdtest
+    assert len({row["run_id"] for row in mdtest.values()}) == 1
+    compared = stampede("compare", str(archive), "--by", "job", "--match", "op,layout,nranks,cache")
+    assert compared.returncode == 0, compared.stderr
+    assert "A = job job, B = job ior" in compared.stdout and "agg_gbps" in compared.stdout
+    assert stampede("report", str(archive)).returncode == 0
+
+
+def test_import_refuses_what_is_not_the_tools_output(stampede, tmp_path: Path) -> None:
+    archive = tmp_path / "a.csv"
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"tests": []}')
+    result = stampede("import", "ior", str(wrong), "--archive", str(archive))
+    assert result.returncode == 2 and "not IOR's JSON summary" in result.stderr
+    result = stampede("import", "mdtest", str(DATA / "ior-summary.json"), "--archive", str(archive))
+    assert result.returncode == 2 and "not mdtest output" in result.stderr
+    assert not archive.exists()
