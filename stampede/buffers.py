@@ -11,9 +11,11 @@ import mmap
 class AlignedBuffer:
     """One mmap-backed buffer of `nbytes`, reused for every block a rank reads or writes."""
 
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, populate: bool = False) -> None:
+        """populate: fault every page in now, so no first touch lands in a timed copy."""
         self.nbytes = nbytes
-        self._map = mmap.mmap(-1, max(nbytes, mmap.PAGESIZE))
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (mmap.MAP_POPULATE if populate else 0)
+        self._map = mmap.mmap(-1, max(nbytes, mmap.PAGESIZE), flags=flags)
         self._whole = memoryview(self._map)
         self.view = self._whole[:nbytes]
         self._slices: dict[int, memoryview] = {nbytes: self.view}

@@ -29,7 +29,7 @@ from stampede.spec import OPTIONS, REQUIRED
 # Subcommands that live in a module of their own: each has register(commands, formatter),
 # which adds its parser with `func` set. Their module level imports only the stdlib.
 COMMAND_MODULES = ("stampede.sweep", "stampede.compare", "stampede.importers", "stampede.slurm",
-                   "stampede.plot")
+                   "stampede.plot", "stampede.h2d", "stampede.mttr")
 
 METRICS_HELP = """\
 what stampede measures (per layout, per op; all ranks start together after a barrier):

@@ -154,6 +154,17 @@ def free(group: Any, world: Any) -> None:
         group.Free()
 
 
+def node_rank(comm: Any) -> int:
+    """This rank's index among the ranks on its node (its `local_rank`)."""
+    if comm.Get_size() == 1:
+        return 0
+    from mpi4py import MPI
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    local = int(node.Get_rank())
+    node.Free()
+    return local
+
+
 def bcast_bytes(group: Any, view: memoryview, root: int = 0) -> None:
     """Broadcast a buffer in place (root sends, the others receive into it)."""
     if group.Get_size() > 1:

@@ -21,10 +21,9 @@ from stampede.buffers import AlignedBuffer
 from stampede.plan import RankPlan
 from stampede.samples import OP_CODE
 
-(JITTER, LIST, INDEX, STAT, OPEN, READ, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
- RESTORE) = (OP_CODE[name] for name in ("jitter", "list", "index", "stat", "open", "read",
-                                        "close", "wait", "bcast", "allgather", "verify",
-                                        "restore"))
+(JITTER, LIST, INDEX, STAT, OPEN, READ, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY, RESTORE,
+ H2D) = (OP_CODE[name] for name in ("jitter", "list", "index", "stat", "open", "read", "close",
+                                    "wait", "bcast", "allgather", "verify", "restore", "h2d"))
 MAX_MESSAGES = 10
 Log = list[tuple[int, int, int, int, int, int]]
 
@@ -47,6 +46,8 @@ class RankSetup:
     world: Any = None               # communicator for list-bcast
     stripes: tuple[tuple[int, int], ...] = ()
     expected_sha256: dict[tuple[str, int], str] | None = None
+    device: Any = None              # run.h2d: where the restored bytes go on to
+    device_buffer: Any = None       # the held shard's place in device memory
 
     @property
     def holds(self) -> bool:
@@ -111,6 +112,8 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     if plan.exchange:  # collective: every member takes part, even one that failed
         restore_stop = _exchange(setup, iteration, deadline_ns, log)
         nbytes = plan.hold.length
+        if setup.device is not None:
+            restore_stop = _h2d(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
     end = restore_stop or time.perf_counter_ns()
     complete = outcome.errors == 0 and not outcome.timed_out
     log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
@@ -253,6 +256,8 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 break
             append((iteration, READ, start, stop, count, 1))
             nbytes += count
+            if setup.device is not None and not setup.holds:  # block by block on to HBM
+                last_stop = _h2d(setup, iteration, offset - plan.hold.offset, view, log)
             if digest is not None:
                 hash_start = clock()
                 digest.update(view)
@@ -266,6 +271,13 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
             _verdict(setup, iteration, extent.relpath, extent.offset, extent.length,
                      digest.hexdigest(), verify_first, verify_first + verify_ns, log, outcome)
     return last_stop, nbytes
+
+
+def _h2d(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Log) -> int:
+    """Copy bytes just restored on to the device (op h2d); returns the stop stamp."""
+    start, stop = setup.device.copy(setup.device_buffer, place, view)
+    log.append((iteration, H2D, start, stop, len(view), 1))
+    return int(stop)
 
 
 def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log: Log,

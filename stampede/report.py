@@ -103,7 +103,9 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
         f"cache [bold]{first['cache']}[/], {format_bytes(_int(first, 'bytes_per_rank'))} per rank, "
         f"block {format_bytes(_int(first, 'block_bytes'))}, pattern {first.get('pattern', '')}, "
         f"{first['iterations']} iterations + {first.get('warmup', '?')} warmup, "
-        f"verify {first.get('verify', 'none')}, {first['timestamp']}")
+        f"verify {first.get('verify', 'none')}, {first['timestamp']}"
+        + (f"\nh2d {first['h2d']} to [bold]{first.get('device', '')}[/]"
+           if first.get("h2d", "none") not in ("none", "") else ""))
     restores = sorted((row for row in rows if row["op"] == "restore"),
                       key=lambda row: _float(row, "time_to_last_rank_s"))
     table = _table("Restore: time until every rank holds its bytes (best first)",
@@ -250,3 +252,67 @@ def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> N
     console.print("[dim]within spread = the two sides' per-iteration min-max ranges overlap. "
                   "p99 has no spread in the archive: '?' marks a verdict by direction only, "
                   "'similar?' a difference under 5%.[/]")
+
+
+def render_gpu(rows: Sequence[dict[str, str]], console: Any) -> None:
+    """`stampede gpu`: one line per (mode, size), the device named on every report."""
+    first = rows[0]
+    console.print()
+    console.rule(f"[bold]stampede gpu[/]  run {first['run_id']}")
+    console.print(f"{first['nranks']} ranks on {first['nnodes']} node(s), device "
+                  f"[bold]{first['device']}[/], {first['iterations']} trials per size")
+    table = _table("Host -> device, per rank (all ranks at once)",
+                   ("mode", "size", "h2d p50", "h2d agg\nGB/s", "restore\nlast rank",
+                    "slowest-rank\nGB/s", "of link\npeak", "cache"), left=("mode", "cache"))
+    peak = _float(first, "link_peak_gbps")
+    for restore in (row for row in rows if row["op"] == "restore"):
+        h2d = next((row for row in rows if row["op"] == "h2d" and row["layout"] == restore["layout"]
+                    and row["block_bytes"] == restore["block_bytes"]), {})
+        slowest = _float(restore, "slowest_rank_gbps")
+        table.add_row(restore["layout"], format_bytes(_int(restore, "block_bytes")),
+                      _seconds(h2d, "lat_p50_s") if h2d else "-",
+                      format_number(_float(h2d, "agg_gbps")) if h2d else "-",
+                      _seconds(restore, "time_to_last_rank_s"), format_number(slowest),
+                      "-" if peak != peak else f"{slowest / peak:.0%}", restore["cache"])
+    console.print(table)
+    for warning in filter(None, first.get("warnings", "").split(" | ")):
+        console.print(f"[yellow]warning:[/] {warning}")
+    console.print(f"[dim]GB/s = 1e9 B/s; h2d = the copy alone (CUDA events on a GPU); restore = "
+                  f"barrier -> bytes in device memory (file modes: read + copy); link peak "
+                  f"{format_number(peak)} GB/s one way.[/]")
+
+
+def render_mttr(model: Any, extras: dict[str, float],
+                spares: Sequence[tuple[float, int, float]], console: Any) -> None:
+    """`stampede mttr`: the breakdown, which term dominates, what it costs, spares."""
+    table = _table("T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io + "
+                   "T_barrier_sync", ("term", "seconds", "share", "source"), left=("term", "source"))
+    dominant = model.dominant
+    for term in model.terms:
+        name = f"[bold]{term.name}[/]" if term in dominant else term.name
+        table.add_row(name, f"{term.seconds:.6g}", f"{term.seconds / model.total_s:.0%}",
+                      ("[green]" if term.measured else "[dim]") + term.source + "[/]")
+    table.add_row("[bold]T_MTTR[/]", f"[bold]{model.total_s:.6g}[/]", "100%", "")
+    console.print(table)
+    console.print(f"load term: {model.weights_gb:g} GB / {model.bw_rank_gbps:.4g} GB/s per rank; "
+                  f"dominant term{'s (tied)' if len(dominant) > 1 else ''}: "
+                  f"[bold]{', '.join(term.name for term in dominant)}[/]")
+    if model.metadata_stall_s == model.metadata_stall_s:
+        console.print(f"of the measured restore, the slowest rank waited "
+                      f"{format_seconds(model.metadata_stall_s)} for its first byte (metadata)")
+    lost = extras["gpus"] * (model.total_s + extras["checkpoint_interval_s"] / 2) / 3600
+    line = (f"GPU-hours lost per failure at {extras['gpus']:g} GPUs: {lost:.4g}"
+            + (f" (incl. half a {extras['checkpoint_interval_s']:g} s checkpoint interval redone)"
+               if extras["checkpoint_interval_s"] else ""))
+    if extras["mtbf_h"]:
+        line += f"; per day at one failure every {extras['mtbf_h']:g} h: {lost * 24 / extras['mtbf_h']:.4g}"
+    console.print(line)
+    spare_table = _table(f"Hot spares: {extras['nodes']:g} nodes, {extras['node_failures_per_day']:g} "
+                         f"failures/node/day, {extras['replenish_h']:g} h to replenish",
+                         ("pool", "spares", "P(no warm spare)", "adds to T_cordon_swap"))
+    for fraction, count, probability in spares:
+        added_s = probability * extras["cold_swap_s"]
+        spare_table.add_row(f"{fraction:.0%}", str(count),
+                            f"{probability:.3g}" if probability >= 1e-12 else "< 1e-12",
+                            format_seconds(added_s) if added_s >= 1e-6 else "< 1 µs")
+    console.print(spare_table)

@@ -28,8 +28,11 @@ def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> t
     # Layouts that exchange verify the held shard after the restore; the others hash
     # between reads, inside it.
     inline = spec.verify if spec.verify != "none" and stats.layout not in EXCHANGE else ""
-    return warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
-                        context.fs_type, inline)
+    notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
+                         context.fs_type, inline)
+    if spec.h2d == "host":
+        notes += (f"h2d went to {context.device}: a stand-in for tests",)
+    return notes
 
 
 def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> list[dict[str, str]]:
@@ -49,7 +52,7 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         "invalid_reason": layout_run.invalid_reason,
         "stampede_version": __version__, "hosts": hosts_cell(context.hosts),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), "fs_type": context.fs_type,
-        "warnings": " | ".join(warnings),
+        "warnings": " | ".join(warnings), "device": context.device,
     }
     return op_rows(shared, stats, layout_run.bytes_per_rank, context.hosts)
 

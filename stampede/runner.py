@@ -47,6 +47,7 @@ class RunContext:
     backend: str
     fs_type: str
     mpi_library: str
+    device: str = ""             # run.h2d: the devices the bytes went on to
 
     @property
     def nnodes(self) -> int:
@@ -68,14 +69,16 @@ class LayoutRun:
     invalid_reason: str          # empty when valid
 
 
-def new_context(comm: Any, spec: JobSpec, backend: Backend) -> RunContext:
+def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None) -> RunContext:
     hosts = mpi.gather(comm, mpi.processor_name(comm))
+    labels = mpi.gather(comm, device.label if device is not None else "")
     stamp = datetime.now(UTC)
     run_id = mpi.bcast(comm, f"{stamp:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}")
     return RunContext(run_id=run_id, timestamp=stamp.isoformat(timespec="seconds"),
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
                       backend=backend_name_for(spec.target_path), fs_type=backend.fs_type(),
-                      mpi_library=mpi.library_version(comm))
+                      mpi_library=mpi.library_version(comm),
+                      device=" ".join(sorted(set(labels or ()))))
 
 
 def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
@@ -88,13 +91,24 @@ def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
     # Same manifest on every rank, so every rank reaches the same verdict: no collective.
     entries = {layout: prepared_layout(manifest, spec, layout, nranks, per_rank)
                for layout in spec.layouts}
-    context = new_context(comm, spec, backend)
-    runs = [run_layout(comm, spec, layout, backend, entries[layout]) for layout in spec.layouts]
+    device = None
+    if spec.h2d != "none":
+        from stampede.gpu import open_device
+        local_rank = mpi.node_rank(comm)
+        device = mpi.collective(comm, "opening the device",
+                                partial(open_device, spec.h2d.split("-")[0], local_rank))
+    context = new_context(comm, spec, backend, device)
+    try:
+        runs = [run_layout(comm, spec, layout, backend, entries[layout], device)
+                for layout in spec.layouts]
+    finally:
+        if device is not None:
+            device.close()
     return context, runs
 
 
 def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[str, Any],
-           buffer: AlignedBuffer) -> RankSetup:
+           buffer: AlignedBuffer, device: Any) -> RankSetup:
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
     plan = plan_rank(spec, layout, comm.Get_size(), comm.Get_rank())
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
@@ -109,10 +123,15 @@ def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[
         wanted = {(extent.relpath, extent.offset) for extent in (*plan.extents, plan.hold)}
         expected = {(s["path"], s["offset"]): s["sha256"] for s in entry["slices"]
                     if (s["path"], s["offset"]) in wanted}
+    device_buffer = None
+    if device is not None:
+        device_buffer = device.device_buffer(plan.hold.length)
+        if spec.h2d == "cuda-pinned":
+            device.pin(buffer)   # in place, untimed: the read buffer is page-locked
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
                      stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
-                     expected_sha256=expected)
+                     expected_sha256=expected, device=device, device_buffer=device_buffer)
 
 
 def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
@@ -127,7 +146,7 @@ def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
 
 
 def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
-               entry: dict[str, Any]) -> LayoutRun:
+               entry: dict[str, Any], device: Any = None) -> LayoutRun:
     rank, nranks = comm.Get_rank(), comm.Get_size()
     plan = plan_rank(spec, layout, nranks, rank)
     # Layouts that exchange hold the whole shard in memory; the others reuse one block.
@@ -138,7 +157,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     invalid_reason = ""
     failed_iteration = None
     with AlignedBuffer(buffer_bytes) as buffer:
-        setup = _setup(comm, spec, layout, backend, entry, buffer)
+        setup = _setup(comm, spec, layout, backend, entry, buffer, device)
         for iteration in range(-spec.warmup, spec.iterations):
             if spec.cache == "cold":
                 _evict(setup, messages)
@@ -165,6 +184,8 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                 break
         if setup.group is not None:
             mpi.free(setup.group, comm)
+        if device is not None:
+            device.unpin(buffer)
     samples = _relative_measured(log, origins, failed_iteration)
     gathered = mpi.gather_rows(comm, samples)
     all_messages = mpi.gather(comm, messages)

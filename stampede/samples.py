@@ -20,7 +20,11 @@ OPS = ("jitter", "list", "index", "stat", "open", "read", "close", "wait", "bcas
        "allgather", "verify", "restore",
        # the start-up stampede (`stampede startup`): launch -> first line of stampede ->
        # imports done -> MPI initialised; startup is the whole, the completion op there
-       "interpreter", "import", "mpi_init", "startup")
+       "interpreter", "import", "mpi_init", "startup",
+       # host -> device (`stampede gpu`, run.h2d): page-locking a buffer, and the copy
+       "pin", "h2d",
+       # collectives timed once the ranks are up (`stampede startup`): T_barrier_sync
+       "barrier", "allreduce")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 STORAGE_OPS = ("list", "index", "stat", "open", "read", "close")
 NETWORK_OPS = ("bcast", "allgather")

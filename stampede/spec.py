@@ -27,6 +27,7 @@ FORMATS = ("raw",)
 CACHE_MODES = ("warm", "cold", "direct")
 PATTERN_OPS = ("stat", "open", "read", "close")
 VERIFY_MODES = ("none", "sha256")
+H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned")
 # O_DIRECT needs buffers, offsets and lengths aligned to the logical block size; 4 KiB
 # covers every Linux file system in practice.
 DIRECT_ALIGN_BYTES = 4096
@@ -177,6 +178,10 @@ OPTIONS: tuple[Option, ...] = (
            "(uniform:S = [0, S) s; exponential:S = mean S s), inside the restore time", "jitter"),
     Option("run.seed", "seed", _int_at_least(0), 1,
            "seed of the jitter delays (rank and iteration are mixed in)", "seed"),
+    Option("run.h2d", "h2d", _choice(H2D_MODES), "none",
+           "copy the restored bytes on to a device, timed as op h2d inside the restore: "
+           "cuda-pinned (the read buffer page-locked), cuda-pageable, or host (memcpy, "
+           "labelled as not a GPU)", "h2d"),
     Option("run.deadline_s", "deadline_s", _positive_float, 600.0,
            "per-phase deadline: a rank still working then stops, the run is marked invalid",
            "deadline_s"),
@@ -212,6 +217,7 @@ class JobSpec:
     cache: str
     jitter: str
     seed: int
+    h2d: str
     deadline_s: float
     verify: str
     archive_path: str
@@ -284,9 +290,15 @@ def parse_override(text: str) -> tuple[str, object]:
     return key, value
 
 
+# Sections of a job file that other commands read (and validate) and `run` ignores.
+FOREIGN_SECTIONS = ("mttr",)
+
+
 def _flatten(source: str, document: Mapping[str, object]) -> dict[str, tuple[object, str]]:
     flat: dict[str, tuple[object, str]] = {}
     for section, table in document.items():
+        if section in FOREIGN_SECTIONS and isinstance(table, dict):
+            continue
         if not isinstance(table, dict):
             _check_key(section, source)  # a bare key at top level: unknown section
             raise UsageError(f"{source}: {section} must be a [section] table")

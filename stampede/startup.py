@@ -10,7 +10,9 @@ processes share; across nodes it is as good as their clock synchronisation):
   mpi ready    MPI initialised (mpi4py's import runs MPI_Init)
 and the ops are the gaps: interpreter (launch -> first line: spawn, interpreter, site),
 import, mpi_init, and startup (launch -> mpi ready), reported like any op: percentiles
-over ranks, time to last rank ready, first ready, straggler ratio.
+over ranks, time to last rank ready, first ready, straggler ratio. Once every rank is up,
+COLLECTIVE_REPEATS barriers and 8-byte allreduces are timed too (ops barrier, allreduce):
+the T_barrier_sync that `stampede mttr` takes from the archive.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ HEAVY_MODULES = ("rich", "fsspec", "s3fs", "h5py", "torch")
 # What a worker rank imports to run a restore: the start-up cost of stampede itself.
 RUN_MODULES = ("stampede.cli", "stampede.runner", "stampede.results", "stampede.prepare")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+COLLECTIVE_REPEATS = 10
 
 
 def process_start_ns() -> int:
@@ -72,7 +75,27 @@ def measure(comm_factory: Any, imports: tuple[str, ...]) -> tuple[Any, dict[str,
         "host": socket.gethostname(), "launch_source": source,
         "stamps_ns": (launched, stampede.FIRST_LINE_NS, imported, ready),
         "heavy_modules": sorted(set(heavy_before_imports) | set(heavy_own)),
+        "collectives_ns": time_collectives(comm),
     }
+
+
+def time_collectives(comm: Any) -> list[tuple[str, int, int]]:
+    """(op, start, stop) of barriers and small allreduces, each after a polite barrier."""
+    import numpy as np
+
+    from stampede import mpi
+    stamps = []
+    value, result = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    for _ in range(COLLECTIVE_REPEATS):
+        for op in ("barrier", "allreduce"):
+            mpi.barrier(comm)
+            start = time.time_ns()
+            if comm.Get_size() > 1 and op == "barrier":
+                comm.Barrier()
+            elif comm.Get_size() > 1:
+                comm.Allreduce(value, result)
+            stamps.append((op, start, time.time_ns()))
+    return stamps
 
 
 def samples(records: list[dict[str, Any]]) -> Any:
@@ -88,6 +111,8 @@ def samples(records: list[dict[str, Any]]) -> Any:
         for op, start, stop in (("interpreter", launched, first), ("import", first, imported),
                                 ("mpi_init", imported, ready), ("startup", launched, ready)):
             rows.append((0, OP_CODE[op], start, max(stop, start), 0, 1, rank))
+        for op, start, stop in record.get("collectives_ns", ()):
+            rows.append((0, OP_CODE[op], start - origin, stop - origin, 0, 1, rank))
     return np.array(rows, dtype=np.int64)
 
 

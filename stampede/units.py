@@ -50,7 +50,7 @@ def format_seconds(seconds: float) -> str:
     if seconds != seconds:  # NaN: no sample
         return "-"
     unit, factor = seconds_unit(seconds)
-    return f"{seconds / factor:.3g} {unit}"
+    return f"{format_in(seconds, factor)} {unit}"
 
 
 def seconds_unit(seconds: float) -> tuple[str, float]:

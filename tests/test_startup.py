@@ -24,8 +24,12 @@ def test_startup_phases_per_rank_archived(stampede, tmp_path: Path) -> None:
     rows = read_archive(archive)
     assert len({row["run_id"] for row in rows}) == 2
     by_op = {row["op"]: row for row in rows if row["run_id"] == rows[0]["run_id"]}
-    assert set(by_op) == {"interpreter", "import", "mpi_init", "startup"}
-    assert all(row["count"] == "2" and row["nranks"] == "2" for row in by_op.values())
+    assert set(by_op) == {"interpreter", "import", "mpi_init", "startup", "barrier", "allreduce"}
+    assert all(row["count"] == "2" and row["nranks"] == "2" for op, row in by_op.items()
+               if op not in ("barrier", "allreduce"))
+    # T_barrier_sync: COLLECTIVE_REPEATS timed collectives on every rank
+    assert by_op["barrier"]["count"] == by_op["allreduce"]["count"] == str(2 * 10)
+    assert 0 < float(by_op["barrier"]["lat_p50_s"]) < 1
     startup = by_op["startup"]
     # every phase lies inside the whole: launch -> MPI ready
     assert float(startup["time_to_last_rank_s"]) >= max(
