@@ -221,7 +221,10 @@ def _trial(device: Any, mode: str, size: int, path: Path,
     return samples
 
 
-def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * 2**20) -> list[tuple[int, int, int, int, int]]:
+Sample = tuple[int, int, int, int, int]   # (op, start_ns, stop_ns, bytes, ok)
+
+
+def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * 2**20) -> list[Sample]:
     from stampede.samples import OP_CODE
 
     samples = []

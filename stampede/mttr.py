@@ -225,7 +225,11 @@ def cmd_mttr(args: argparse.Namespace) -> int:
             inputs[key], sources[key] = section[key], f"assumed ({args.job} [mttr])"
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
-    values, measured, stall = measured_terms(args.archives, args.layout) if args.archives else ({}, {}, math.nan)
+    values: dict[str, float] = {}
+    measured: dict[str, str] = {}
+    stall = math.nan
+    if args.archives:
+        values, measured, stall = measured_terms(args.archives, args.layout)
     if args.archives and not values:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore or startup run to measure from")
     inputs.update(values)
