@@ -35,7 +35,8 @@ METRICS_HELP = """\
 what stampede measures (per layout, per op; all ranks start together after a barrier):
   op            stat, open, read (one block, os.preadv into a page-aligned buffer), close,
                 verify (hashing, timed apart from reads), restore (pseudo-op: from the
-                start barrier until the rank holds all its bytes)
+                phase's start, the first rank of the node leaving the start barrier,
+                until the rank holds all its bytes); all ranks of a node on one clock
   latency       min/p50/p90/p99/p99.9/max over every rank's samples of every measured
                 iteration (exact, int64 ns, linear interpolation), with the count
   agg GB/s      total bytes / (last stop - first start over all ranks), GB = 1e9 B;

@@ -142,6 +142,7 @@ def _sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...
     rank = comm.Get_rank()
     groups: list[tuple[str, int]] = []
     log: list[tuple[int, ...]] = []
+    origins: dict[int, int] = {}   # phase (one trial of one group) -> barrier exit
     for mode in modes:
         for size in sizes:
             group = len(groups)
@@ -155,18 +156,24 @@ def _sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...
                     if mode in ("file", "safetensors") and args.cache == "cold":
                         _evict(path)
                     mpi.barrier(comm)
-                    origin = time.perf_counter_ns()
+                    phase = len(origins)
+                    origins[phase] = time.perf_counter_ns()
                     for row in _trial(device, mode, size, path, buffers):
-                        log.append((trial, row[0], row[1] - origin, row[2] - origin, *row[3:], group))
+                        if trial >= 0:  # warmup trials are run and dropped
+                            log.append((phase, *row, group))
             if mode in ("file", "safetensors"):
                 path.unlink(missing_ok=True)
-    rows = np.array([row for row in log if row[0] >= 0], dtype=np.int64).reshape(-1, 7)
-    gathered = mpi.gather_rows(comm, rows)
+    from stampede.clock import on_one_axis, origins_array
+    from stampede.samples import OP_CODE
+
+    gathered = mpi.gather_rows(comm, np.array(log, dtype=np.int64).reshape(-1, 7))
+    gathered_origins = mpi.gather_rows(comm, origins_array(origins))
     labels = mpi.gather(comm, device.label)
     hosts = mpi.gather(comm, mpi.processor_name(comm))
-    if gathered is None or labels is None or hosts is None:
+    if gathered is None or gathered_origins is None or labels is None or hosts is None:
         return []
-    return _archive_rows(gathered, groups, tuple(hosts), labels, args)
+    on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
+    return _archive_rows(on_axis, groups, tuple(hosts), labels, args)
 
 
 class _Buffers:

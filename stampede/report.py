@@ -12,7 +12,8 @@ from typing import Any
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
 
 DEFINITIONS = (
-    "time to last rank = slowest rank's time from the start barrier until it holds all its "
+    "time to last rank = slowest rank's time from the phase's start (its node's first rank out "
+    "of the start barrier) until it holds all its "
     "bytes (median over iterations, min-max spread); first done = fastest rank; straggler = "
     "slowest / median rank. agg GB/s = total bytes / (last stop - first start), GB = 1e9 B, "
     "per-rank rates never summed; slowest-rank GB/s = bytes per rank / time to last rank; "

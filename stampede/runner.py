@@ -23,11 +23,12 @@ from stampede import mpi
 from stampede.backends import backend_name_for, open_backend
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
+from stampede.clock import on_one_axis, origins_array
 from stampede.errors import UsageError
 from stampede.manifest import prepared_layout, read_manifest
 from stampede.pattern import MAX_MESSAGES, RankSetup, run_pattern
 from stampede.plan import bytes_per_rank, plan_rank, stripes
-from stampede.samples import ITER, RANK, START, STOP
+from stampede.samples import ITER, OP_CODE, RANK
 from stampede.spec import JobSpec
 from stampede.stats import LayoutStats, layout_stats
 
@@ -99,7 +100,7 @@ def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
                                 partial(open_device, spec.h2d.split("-")[0], local_rank))
     context = new_context(comm, spec, backend, device)
     try:
-        runs = [run_layout(comm, spec, layout, backend, entries[layout], device)
+        runs = [run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts)
                 for layout in spec.layouts]
     finally:
         if device is not None:
@@ -146,7 +147,10 @@ def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
 
 
 def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
-               entry: dict[str, Any], device: Any = None) -> LayoutRun:
+               entry: dict[str, Any], device: Any = None,
+               hosts: tuple[str, ...] = ()) -> LayoutRun:
+    """One layout, every iteration; the statistics are complete on rank 0, whose `hosts`
+    (host of each rank) put the ranks' stamps on one time axis."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
     plan = plan_rank(spec, layout, nranks, rank)
     # Layouts that exchange hold the whole shard in memory; the others reuse one block.
@@ -186,13 +190,14 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
             mpi.free(setup.group, comm)
         if device is not None:
             device.unpin(buffer)
-    samples = _relative_measured(log, origins, failed_iteration)
-    gathered = mpi.gather_rows(comm, samples)
+    gathered = mpi.gather_rows(comm, _measured(log, failed_iteration))
+    gathered_origins = mpi.gather_rows(comm, origins_array(origins))
     all_messages = mpi.gather(comm, messages)
     stats = None
-    if gathered is not None and all_messages is not None:
+    if gathered is not None and gathered_origins is not None and all_messages is not None:
+        on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
         ranked = [np.column_stack([rows, np.full(len(rows), r, dtype=np.int64)])
-                  for r, rows in enumerate(gathered)]
+                  for r, rows in enumerate(on_axis)]
         stats = layout_stats(layout, np.concatenate(ranked), nranks)
         messages = [text for part in all_messages for text in part]
     return LayoutRun(layout=layout, bytes_per_rank=bytes_per_rank(spec, nranks),
@@ -233,19 +238,14 @@ def _evict(setup: RankSetup, messages: list[str]) -> None:
                                 f"{os.strerror(error.errno or 0)}")
 
 
-def _relative_measured(log: list[tuple[int, int, int, int, int, int]], origins: dict[int, int],
-                       failed_iteration: int | None) -> np.ndarray:
-    """Measured iterations, stamps relative to each iteration's origin.
+def _measured(log: list[tuple[int, int, int, int, int, int]],
+              failed_iteration: int | None) -> np.ndarray:
+    """Measured iterations with absolute stamps (rank 0 puts them on one axis).
 
     Warmup is dropped, except a warmup iteration that failed: its samples are the evidence
     the invalid run is archived with.
     """
     rows = np.array(log, dtype=np.int64).reshape(-1, 6)
     rows = rows[(rows[:, ITER] >= 0) | (rows[:, ITER] == failed_iteration)]
-    if rows.size:
-        offsets = np.array([origins[i] for i in sorted(origins)], dtype=np.int64)[
-            rows[:, ITER] - min(origins)]
-        rows[:, START] -= offsets
-        rows[:, STOP] -= offsets
     assert rows.shape[1] == RANK  # the rank column is appended on rank 0
     return rows

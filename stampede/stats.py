@@ -6,7 +6,8 @@ Definitions (also in the README and `stampede run --help`):
 - latency percentiles of an op pool every successful sample of every measured iteration
   on every rank: min, p50, p90, p99, p99.9, max, with linear interpolation (numpy's
   default), exact (from int64 nanoseconds).
-- restore (pseudo-op) = from a rank's barrier exit to the end of its last read.
+- restore (pseudo-op) = from the start of the phase (its node's first rank out of the
+  start barrier, see stampede.clock) until the rank holds all its bytes.
   time_to_last_rank_s = max over ranks; first_done_s = min over ranks;
   straggler_ratio = max / median over ranks; each taken per iteration, then the median
   over iterations is reported with its min-max spread.
