@@ -23,7 +23,9 @@ def launcher_rank() -> int:
     return 0
 
 
-SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
+# SLURM_STEP_NUM_TASKS, not SLURM_NTASKS: the latter is also set in the batch script
+# itself, outside any srun step, where this process is one rank alone.
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 def launcher_size() -> int | None:

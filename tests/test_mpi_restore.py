@@ -245,3 +245,14 @@ def test_an_open_storm_over_the_open_files_limit_is_refused_before_any_io(stampe
     assert result.returncode == 2
     assert f"pattern.open_count = {soft_limit + 1} keeps" in result.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_batch_script_outside_srun_is_one_rank(stampede, tmp_path: Path, monkeypatch) -> None:
+    # sbatch sets SLURM_NTASKS for the whole allocation, also outside any srun step:
+    # there this process is one rank, and must not be refused as a launcher mismatch.
+    job = small_job(tmp_path)
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    assert stampede("prepare", str(job)).returncode == 0
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")  # inside an srun step of 2: refused
+    result = stampede("run", str(job))
+    assert result.returncode == 2 and "launched as 2 ranks" in result.stderr
