@@ -104,3 +104,32 @@ def test_report_renders_from_the_archive_alone(tmp_path: Path) -> None:
     assert "Every run in the archive" in text and "run-2" in text
     with pytest.raises(UsageError, match="not in the archive"):
         render_archive(read_rows(archive), make_console(io.StringIO()), run_ids=["nope"])
+
+
+def _append_forever(path: str) -> None:
+    index = 0
+    while True:
+        append_rows(path, [row(f"loop-{index}", op=op) for op in ("stat", "read", "restore")])
+        index += 1
+
+
+def test_a_writer_killed_mid_append_loses_no_earlier_row(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    archive = str(tmp_path / "r.csv")
+    append_rows(archive, [row("before")])
+    for attempt in range(5):  # kill at different moments of the write loop
+        writer = multiprocessing.Process(target=_append_forever, args=(archive,))
+        writer.start()
+        time.sleep(0.05 + 0.03 * attempt)
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.join(10)
+    rows = read_rows(archive)
+    assert rows[0]["run_id"] == "before"
+    assert len(rows) > 1
+    for row_ in rows:  # every row that reads back is whole: all columns, known values
+        assert row_["schema"] == "1" and row_["valid"] == "true" and row_["op"] in ("stat", "read", "restore")
+    append_rows(archive, [row("after")])
+    assert read_rows(archive)[-1]["run_id"] == "after"

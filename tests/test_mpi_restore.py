@@ -256,3 +256,53 @@ def test_a_batch_script_outside_srun_is_one_rank(stampede, tmp_path: Path, monke
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")  # inside an srun step of 2: refused
     result = stampede("run", str(job))
     assert result.returncode == 2 and "launched as 2 ranks" in result.stderr
+
+
+def _rank_pid(job: Path, rank: int, timeout_s: float = 30.0) -> int:
+    """The PID of the process that is `rank` of a running `stampede run JOB`."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            try:
+                command = (entry / "cmdline").read_bytes().split(b"\0")
+                environment = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"run" in command and str(job).encode() in command and \
+                    f"PMI_RANK={rank}".encode() in environment:
+                return int(entry.name)
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} of {job} never started")
+
+
+def test_a_killed_rank_ends_the_run_without_a_hang_and_keeps_the_archive(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from stampede.launcher import find_mpiexec
+
+    job = small_job(tmp_path, checkpoint={"layout": "sharded"},
+                    run={"iterations": 400, "jitter": "uniform:0.05", "verify": "none"})
+    archive = tmp_path / "results" / "job.csv"
+    command = [find_mpiexec(), "-n", "2", sys.executable, "-m", "stampede"]
+    assert subprocess.run([*command, "prepare", str(job)], capture_output=True).returncode == 0
+    earlier = subprocess.run([*command, "run", str(job), "--set", "run.iterations=2"],
+                             capture_output=True, cwd=tmp_path)
+    assert earlier.returncode == 0
+    before = archive.read_text()
+    started = time.monotonic()
+    run = subprocess.Popen([*command, "run", str(job)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert run.stderr is not None
+    announced = run.stderr.readline()        # rank 0 says it starts once every rank is up
+    assert "stampede run job" in announced
+    time.sleep(0.5)                          # well inside the 400 iterations
+    os.kill(_rank_pid(job, 1), signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode != 0
+    assert time.monotonic() - started < 60
+    assert "signal 9" in (stdout + stderr).lower(), (run.returncode, stdout[-2000:], stderr)
+    assert archive.read_text() == before    # the earlier run's rows, untouched
