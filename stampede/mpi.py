@@ -103,14 +103,14 @@ def barrier(comm: Any, timeout_s: float | None = None) -> bool:
     return True
 
 
-def allreduce_max(comm: Any, values: np.ndarray, timeout_s: float | None = None) -> np.ndarray | None:
-    """Element-wise max over ranks of an int64 vector, waiting politely; None on timeout."""
+def allreduce_sum(comm: Any, values: np.ndarray, timeout_s: float | None = None) -> np.ndarray | None:
+    """Element-wise sum over ranks of an int64 vector, waiting politely; None on timeout."""
     values = np.ascontiguousarray(values, dtype=np.int64)
     if comm.Get_size() == 1:
         return values.copy()
     from mpi4py import MPI
     result = np.empty_like(values)
-    if not _wait_politely(comm.Iallreduce(values, result, op=MPI.MAX), timeout_s):
+    if not _wait_politely(comm.Iallreduce(values, result, op=MPI.SUM), timeout_s):
         return None
     return result
 

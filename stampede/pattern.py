@@ -63,6 +63,7 @@ class PhaseOutcome:
     """What one rank saw in one phase, beyond its samples."""
 
     errors: int = 0
+    ops: int = 0                    # samples this phase produced, failed ones included
     timed_out: bool = False
     messages: list[str] = field(default_factory=list)
 
@@ -83,6 +84,7 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
                 jitter_s: float, log: Log) -> PhaseOutcome:
     """Run the plan once; append samples (absolute stamps) to `log`."""
     plan, outcome = setup.plan, PhaseOutcome()
+    first_sample = len(log)
     handles: dict[str, list[Any]] = {relpath: [] for relpath in plan.files}
     restore_stop, nbytes = 0, 0
     try:
@@ -122,6 +124,7 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
     if setup.holds and setup.expected_sha256 is not None:
         _verify_held(setup, iteration, log, outcome)
+    outcome.ops = len(log) - first_sample
     return outcome
 
 

@@ -174,17 +174,23 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
             outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
                                   delay_s, log)
             messages.extend(outcome.messages[:MAX_MESSAGES - len(messages)])
-            verdict = mpi.allreduce_max(comm, np.array([outcome.errors, outcome.timed_out]),
-                                        timeout_s=spec.deadline_s + ABORT_GRACE_S)
-            if verdict is None:
+            totals = mpi.allreduce_sum(comm, np.array([outcome.errors, outcome.ops,
+                                                       outcome.timed_out]),
+                                       timeout_s=spec.deadline_s + ABORT_GRACE_S)
+            if totals is None:
                 mpi.abort(comm, f"{layout}: other ranks still busy {ABORT_GRACE_S:g} s past "
                                 f"the {spec.deadline_s:g} s deadline")
                 raise AssertionError("unreachable")
-            if verdict.any():
+            errors, ops, timed_out = (int(value) for value in totals)
+            # Every rank holds the same sums, so every rank takes the same decision.
+            if timed_out or errors > spec.max_error_fraction * ops:
                 failed_iteration = iteration
                 what = "warmup iteration" if iteration < 0 else "iteration"
-                invalid_reason = (f"deadline of {spec.deadline_s:g} s reached in {what} {iteration}"
-                                  if verdict[1] else f"ops failed in {what} {iteration}")
+                invalid_reason = (
+                    f"deadline of {spec.deadline_s:g} s reached in {what} {iteration} on "
+                    f"{timed_out} rank(s)" if timed_out else
+                    f"{errors} of {ops} ops failed in {what} {iteration} (run.max_error_fraction "
+                    f"= {spec.max_error_fraction:g})")
                 break
         if setup.group is not None:
             mpi.free(setup.group, comm)

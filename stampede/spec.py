@@ -63,6 +63,12 @@ def _positive_float(value: object) -> float:
     return float(value)
 
 
+def _fraction(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError("must be a number from 0 up to (not including) 1")
+    return float(value)
+
+
 def _nonempty_str(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("must be a non-empty string")
@@ -182,6 +188,10 @@ OPTIONS: tuple[Option, ...] = (
            "copy the restored bytes on to a device, timed as op h2d inside the restore: "
            "cuda-pinned (the read buffer page-locked), cuda-pageable, or host (memcpy, "
            "labelled as not a GPU)", "h2d"),
+    Option("run.max_error_fraction", "max_error_fraction", _fraction, 0.0,
+           "failed ops tolerated per iteration, as a fraction of all ops of all ranks: they "
+           "are counted and reported; past it every rank stops (0 = stop at the first)",
+           "max_error_fraction"),
     Option("run.deadline_s", "deadline_s", _positive_float, 600.0,
            "per-phase deadline: a rank still working then stops, the run is marked invalid",
            "deadline_s"),
@@ -218,6 +228,7 @@ class JobSpec:
     jitter: str
     seed: int
     h2d: str
+    max_error_fraction: float
     deadline_s: float
     verify: str
     archive_path: str
