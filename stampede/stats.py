@@ -111,8 +111,10 @@ class Histogram:
 BUCKETS_PER_DECADE = 20
 HISTOGRAM_EDGES_S = tuple(10.0 ** (exponent / BUCKETS_PER_DECADE)
                           for exponent in range(-7 * BUCKETS_PER_DECADE, 4 * BUCKETS_PER_DECADE + 1))
-# Per rank and iteration: when it began, got its first byte, read its last, was done
-# (seconds from its origin; NaN where the layout has no such moment).
+# Per rank and measured iteration (0-based, warmup dropped): its first op's start (the
+# jitter delay included), the end of its first read (a whole block has arrived: "first
+# byte"), the end of its last read, and when it was done; seconds on the phase's axis
+# (stampede.clock), NaN where the layout has no such moment (a broadcast member reads none).
 TIMELINE_COLUMNS = ("rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s")
 
 
