@@ -1,0 +1,249 @@
+"""Start-up cost per rank (T_pod_init): `stampede startup` versus the bare minimum.
+
+For each rank count (default 2 and 4) the same venv mpiexec launches, --rounds times,
+each of these sides; every rank stamps time.time_ns() and subtracts the launch stamp,
+taken right before mpiexec starts and passed in STAMPEDE_LAUNCH_NS (as stampede does):
+
+  stampede      `stampede startup --np N --repeat 1 --archive A`: per rank interpreter
+                (launch -> stampede's first line), import (stampede's run modules, numpy
+                among them), mpi_init (`from mpi4py import MPI`, i.e. MPI_Init) and
+                startup (launch -> MPI ready); p50 and max over ranks from the archive.
+  mpi4py        `mpiexec -n N python -c CODE`, CODE = stamp, `from mpi4py import MPI`,
+                stamp; the gaps gathered to rank 0: the least any MPI Python rank pays.
+  numpy+mpi4py  the same with `import numpy` first (stampede's one required import).
+
+Each side gets one untimed launch first; every round launches each side (in each bytecode
+mode) once, in an order that rotates from round to round, so that load which comes and
+goes falls on all alike. Shown: per side the median over rounds of each launch's p50 over
+ranks (and of its max over ranks); paired, i.e. the median over rounds of the same round's
+figures: the ratio stampede / mpi4py and the extra ms per rank that stampede adds over
+each reference (over numpy+mpi4py: its own modules and its own work before MPI_Init).
+Every command runs in the scratch directory: `stampede startup` starts its ranks with
+`python -m stampede`, which puts the working directory first on sys.path, so a checkout's
+stampede/ there would be imported instead of the installed one.
+
+Bytecode is part of start-up: with PYTHONDONTWRITEBYTECODE set and no __pycache__ next to
+the sources, every rank compiles stampede's modules from source at every launch.
+--bytecode as-is keeps the environment; cached gives every side a fresh
+PYTHONPYCACHEPREFIX in the scratch directory (filled by the untimed launch); both (the
+default) measures each, interleaved. The verdict is printed, never turned into an exit
+status: the script exits non-zero only if a command failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import stampede
+
+VENV_BIN = Path(sys.executable).parent
+LAUNCH_VARIABLE = "STAMPEDE_LAUNCH_NS"
+OPS = ("interpreter", "import", "mpi_init", "startup")
+SIDES = ("stampede", "mpi4py", "numpy+mpi4py")
+REFERENCE_CODE = """import os, time
+first = time.time_ns()
+{imports}imported = time.time_ns()
+from mpi4py import MPI
+ready = time.time_ns()
+launch = int(os.environ["STAMPEDE_LAUNCH_NS"])
+gaps = MPI.COMM_WORLD.gather((first - launch, imported - first, ready - imported, ready - launch))
+if MPI.COMM_WORLD.Get_rank() == 0:
+    print(gaps)
+"""
+Launch = dict[str, tuple[float, float]]   # op -> (p50 over ranks, max over ranks), seconds
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line options; --help prints the module docstring (what is compared, how)."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (default 2,4)")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="launches of each side per rank count and bytecode mode, in "
+                             "rotating order (default 10)")
+    parser.add_argument("--bytecode", choices=("as-is", "cached", "both"), default="both",
+                        help="as-is: the environment's bytecode handling; cached: a fresh "
+                             "PYTHONPYCACHEPREFIX in the scratch dir; both (default)")
+    parser.add_argument("--dir", default=None,
+                        help="parent of the scratch directory (default: the system temp dir); "
+                             "the scratch directory is created fresh and removed at the end")
+    args = parser.parse_args()
+    try:
+        args.rank_counts = [int(text) for text in args.ranks.split(",")]
+    except ValueError as error:
+        parser.error(str(error))
+    if args.rounds < 1 or min(args.rank_counts) < 1:
+        parser.error("--rounds and every rank count must be at least 1")
+    args.modes = ("as-is", "cached") if args.bytecode == "both" else (args.bytecode,)
+    return args
+
+
+def machine_facts() -> str:
+    """One line: CPUs, kernel, Python, MPI library, load, and whether stampede's modules
+    have cached bytecode next to their sources."""
+    library = run_checked([str(VENV_BIN / "python"), "-c", "from mpi4py import MPI; "
+                           "print(MPI.Get_library_version().splitlines()[0])"], os.environ)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    cli_source = str(Path(stampede.__file__).parent / "cli.py")
+    cached = Path(importlib.util.cache_from_source(cli_source)).exists()
+    return (f"machine: {os.cpu_count()} CPUs, kernel {os.uname().release}, Python "
+            f"{sys.version.split()[0]}, {' '.join(library.split())}; load average {load};\n"
+            f"stampede at {Path(cli_source).parent}: bytecode next to the sources "
+            f"{'present' if cached else 'ABSENT'}, PYTHONDONTWRITEBYTECODE="
+            f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '(unset)')}")
+
+
+def run_checked(command: list[str], env: dict[str, str]) -> str:
+    """Run a command; return its stdout, or exit with its status and output if it fails."""
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    if result.returncode:
+        sys.stderr.write(f"FAILED ({result.returncode}): {' '.join(command)}\n"
+                         f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        raise SystemExit(result.returncode)
+    return result.stdout
+
+
+def environment(scratch: Path, mode: str, nranks: int) -> dict[str, str]:
+    """The launch environment of one bytecode mode (cached: a fresh pycache prefix)."""
+    if mode == "as-is":
+        return dict(os.environ)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(scratch / f"pycache-np{nranks}")
+    return env
+
+
+def launch_reference(side: str, nranks: int, env: dict[str, str]) -> Launch:
+    """One launch of a bare reference; op -> (p50, max) over ranks in seconds."""
+    code = REFERENCE_CODE.format(imports="import numpy\n" if side == "numpy+mpi4py" else "")
+    command = [str(VENV_BIN / "mpiexec"), "-n", str(nranks), str(VENV_BIN / "python"), "-c", code]
+    env = {**env, LAUNCH_VARIABLE: str(time.time_ns())}   # right before mpiexec, as stampede
+    gaps = ast.literal_eval(run_checked(command, env))
+    return {op: (statistics.median(rank[i] for rank in gaps) / 1e9,
+                 max(rank[i] for rank in gaps) / 1e9) for i, op in enumerate(OPS)}
+
+
+def launch_stampede(nranks: int, env: dict[str, str], archive: Path) -> Launch:
+    """One `stampede startup --np N --repeat 1` (it stamps the launch itself); its
+    archived run: op -> (lat_p50_s, lat_max_s)."""
+    run_checked([str(VENV_BIN / "stampede"), "startup", "--np", str(nranks), "--repeat", "1",
+                 "--archive", str(archive)], env)
+    rows = list(csv.DictReader(archive.open()))
+    return {row["op"]: (float(row["lat_p50_s"]), float(row["lat_max_s"]))
+            for row in rows if row["run_id"] == rows[-1]["run_id"]}
+
+
+def launch(side: str, nranks: int, env: dict[str, str], archive: Path) -> Launch:
+    """One launch of one side."""
+    if side == "stampede":
+        return launch_stampede(nranks, env, archive)
+    return launch_reference(side, nranks, env)
+
+
+def measure(scratch: Path, nranks: int, modes: tuple[str, ...],
+            rounds: int) -> dict[str, dict[str, list[Launch]]]:
+    """Mode -> side -> one Launch per round, after one untimed launch of each. Every round
+    launches every (mode, side) once, in an order that rotates from round to round."""
+    envs = {mode: environment(scratch, mode, nranks) for mode in modes}
+    archive = scratch / f"startup-np{nranks}.csv"
+    turns = [(mode, side) for mode in modes for side in SIDES]
+    for mode, side in turns:
+        launch(side, nranks, envs[mode], archive)
+    measured: dict[str, dict[str, list[Launch]]] = {
+        mode: {side: [] for side in SIDES} for mode in modes}
+    for number in range(rounds):
+        shift = number % len(turns)
+        for mode, side in turns[shift:] + turns[:shift]:
+            measured[mode][side].append(launch(side, nranks, envs[mode], archive))
+    return measured
+
+
+def ms(launches: list[Launch], op: str, which: int = 0) -> list[float]:
+    """Per launch, one op's p50 (which=0) or max (which=1) over ranks, in ms."""
+    return [one[op][which] * 1e3 for one in launches]
+
+
+def paired(ours: list[float], theirs: list[float]) -> tuple[float, float]:
+    """Median over rounds of the same round's ratio and difference (ours vs theirs)."""
+    return (statistics.median(a / b for a, b in zip(ours, theirs)),
+            statistics.median(a - b for a, b in zip(ours, theirs)))
+
+
+def print_table(nranks: int, mode: str, measured: dict[str, list[Launch]]) -> None:
+    """One block per rank count and bytecode mode: the sides, ratio and extra ms."""
+    bare, with_numpy = (ms(measured[side], "startup") for side in SIDES[1:])
+    print(f"\n{nranks} ranks, bytecode {mode}: ms per rank, median over "
+          f"{len(bare)} launches of each launch's p50 over ranks")
+    header = (f"{'side':<13} {'startup p50':>11} {'(min-max)':>15} {'startup max':>11} "
+              f"{'interpreter':>11} {'import':>7} {'mpi_init':>8} {'x mpi4py':>8} "
+              f"{'+ms vs mpi4py':>13} {'+ms vs numpy':>12}")
+    print(header)
+    print("-" * len(header))
+    for side in SIDES:
+        launches = measured[side]
+        startup = ms(launches, "startup")
+        ratio, extra = paired(startup, bare)
+        print(f"{side:<13} {statistics.median(startup):>11.1f} "
+              f"({min(startup):6.1f}-{max(startup):6.1f}) "
+              + " ".join(f"{statistics.median(ms(launches, op, which)):>{width}.1f}" for op, which,
+                         width in (("startup", 1, 11), ("interpreter", 0, 11), ("import", 0, 7),
+                                   ("mpi_init", 0, 8)))
+              + f" {ratio:>8.2f} {extra:>13.1f} {paired(startup, with_numpy)[1]:>12.1f}")
+
+
+def print_verdicts(results: dict[int, dict[str, dict[str, list[Launch]]]]) -> None:
+    """Per rank count and mode: where a stampede rank's start-up goes, in ms per rank."""
+    for nranks, by_mode in results.items():
+        for mode, measured in by_mode.items():
+            ours, bare, with_numpy = (ms(measured[side], "startup") for side in SIDES)
+            ratio, extra = paired(ours, bare)
+            print(f"verdict, {nranks} ranks, bytecode {mode}: a stampede rank is MPI-ready after "
+                  f"{statistics.median(ours):.0f} ms, {ratio:.2f}x a bare mpi4py rank: numpy adds "
+                  f"{paired(with_numpy, bare)[1]:.0f} ms, stampede's own modules and work "
+                  f"{paired(ours, with_numpy)[1]:.0f} ms (of {extra:.0f} ms extra)")
+        if len(by_mode) == 2:
+            change = paired(ms(by_mode["cached"]["stampede"], "import"),
+                            ms(by_mode["as-is"]["stampede"], "import"))[1]
+            print(f"verdict, {nranks} ranks: cached bytecode changes stampede's import by "
+                  f"{change:+.1f} ms per rank")
+
+
+def main() -> int:
+    """Measure every rank count, both bytecode modes interleaved, in a fresh scratch dir."""
+    args = parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="stampede-startup-", dir=args.dir)).resolve()
+    cwd = os.getcwd()
+    os.chdir(scratch)   # no stampede/ in the working directory: see the module docstring
+    try:
+        print(machine_facts())
+        print(f"startup_cost: ranks {args.ranks}, bytecode {', '.join(args.modes)}; "
+              f"{args.rounds} rounds of {', '.join(SIDES)} (+1 untimed launch each)", flush=True)
+        results = {nranks: measure(scratch, nranks, args.modes, args.rounds)
+                   for nranks in args.rank_counts}
+        for nranks, by_mode in results.items():
+            for mode, measured in by_mode.items():
+                print_table(nranks, mode, measured)
+        print("\nstartup = launch -> MPI ready; interpreter = launch -> first line (stampede: its "
+              "package's first line); import = stampede's run\nmodules (references: numpy or "
+              "nothing); mpi_init = `from mpi4py import MPI`. x mpi4py and +ms are paired: the "
+              "median over\nrounds of the same round's startup p50 ratio / difference (stampede "
+              "- reference); +ms vs numpy is what stampede's own\nmodules and work cost each rank")
+        print_verdicts(results)
+    finally:
+        os.chdir(cwd)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
