@@ -10,11 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 import traceback
 from collections.abc import Sequence
 from functools import partial
@@ -27,9 +23,13 @@ from stampede.launcher import find_mpiexec, launcher_rank
 from stampede.spec import OPTIONS, REQUIRED
 
 # Subcommands that live in a module of their own: each has register(commands, formatter),
-# which adds its parser with `func` set. Their module level imports only the stdlib.
-COMMAND_MODULES = ("stampede.sweep", "stampede.compare", "stampede.importers", "stampede.slurm",
-                   "stampede.plot", "stampede.h2d", "stampede.mttr")
+# which adds its parser with `func` set. Only the module of the command being run is
+# imported (all of them for --help or a mistyped command): at 16,384 ranks every
+# module a worker rank imports is a metadata storm of its own.
+COMMAND_MODULES = {"sweep": "stampede.sweep", "compare": "stampede.compare",
+                   "import": "stampede.importers", "slurm": "stampede.slurm",
+                   "plot": "stampede.plot", "gpu": "stampede.h2d", "mttr": "stampede.mttr"}
+CORE_COMMANDS = ("run", "prepare", "plan", "clean", "report", "startup", "demo")
 
 METRICS_HELP = """\
 what stampede measures (per layout, per op; all ranks start together after a barrier):
@@ -82,7 +82,18 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _modules_for(argv: Sequence[str] | None) -> list[str]:
+    """The command modules this command line needs registered."""
+    words = [word for word in (sys.argv[1:] if argv is None else argv) if not word.startswith("-")]
+    command = words[0] if words else ""
+    if command in CORE_COMMANDS:
+        return []
+    if command in COMMAND_MODULES:
+        return [COMMAND_MODULES[command]]
+    return list(COMMAND_MODULES.values())
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = _Parser(prog="stampede", formatter_class=formatter,
                      description="Benchmark the storage stampede of a checkpoint restore: N MPI "
@@ -153,13 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--archive", default="results/demo.csv",
                       help="archive to append to (default results/demo.csv)")
     demo.set_defaults(func=cmd_demo)
-    for module in COMMAND_MODULES:
+    for module in _modules_for(argv):
         importlib.import_module(module).register(commands, formatter)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     comm = None
     try:
         status: int = args.func(args)
@@ -269,6 +280,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_startup(args: argparse.Namespace) -> int:
+    import subprocess
+    import time
+
     from stampede.startup import LAUNCH_VARIABLE
 
     imports = tuple(filter(None, (name.strip() for name in args.imports.split(","))))
@@ -280,7 +294,7 @@ def cmd_startup(args: argparse.Namespace) -> int:
     if mpiexec is None:
         raise UsageError("startup --np needs mpiexec, and none was found",
                          hint="pip install -e '.[mpi]'")
-    command = [mpiexec, "-n", str(args.np), sys.executable, "-m", "stampede", "startup",
+    command = [mpiexec, "-n", str(args.np), sys.executable, "-P", "-m", "stampede", "startup",
                "--archive", args.archive, *(["--import", ",".join(imports)] if imports else [])]
     for _ in range(args.repeat):
         environment = {**os.environ, LAUNCH_VARIABLE: str(time.time_ns())}
@@ -308,6 +322,9 @@ def _startup_here(imports: tuple[str, ...], archive: str) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Prepare, run, report and clean an embedded job in a temporary local directory."""
+    import shutil
+    import subprocess
+    import tempfile
     if args.np < 1:
         raise UsageError(f"--np {args.np}: must be at least 1")
     mpiexec = find_mpiexec()
@@ -326,10 +343,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     launch = [mpiexec, "-n", str(args.np)] if args.np > 1 and mpiexec else []
     try:
         for step in ("prepare", "run"):
-            status = subprocess.call([*launch, sys.executable, "-m", "stampede", step, str(job)])
+            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, str(job)])
             if status:
                 return status
-        subprocess.call([sys.executable, "-m", "stampede", "clean", str(job)])
+        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", str(job)])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -10,7 +10,6 @@ collectives tested with a short sleep (`_wait_politely`).
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -73,6 +72,7 @@ def library_version(comm: Any) -> str:
 
 def processor_name(comm: Any) -> str:
     if isinstance(comm, SingleRank):
+        import socket
         return socket.gethostname()
     from mpi4py import MPI
     return str(MPI.Get_processor_name())

@@ -12,7 +12,6 @@ function would add a Python call between the stamps of every timed op.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -228,6 +227,8 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     plan, buffer = setup.plan, setup.buffer
     clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
     expected = None if setup.holds else setup.expected_sha256
+    if expected is not None:
+        import hashlib  # only when verifying: a worker rank imports nothing it does not use
     last_stop, nbytes = 0, 0
     for extent in plan.extents:
         fds = handles[extent.relpath]
@@ -316,19 +317,25 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log) -> i
     start_exchange = clock()
     log.append((iteration, WAIT, start, start_exchange, 0, 1))
     view = setup.buffer.view[:plan.hold.length]
+    # bytes = what reached this rank over the network: nothing for the root of a Bcast,
+    # the others' stripes for an Allgatherv (so agg GB/s is the network's, not N/(N-1) x)
     if plan.exchange == "bcast":
         mpi.bcast_bytes(setup.group, view)
         stop = clock()
-        log.append((iteration, BCAST, start_exchange, stop, plan.hold.length, 1))
+        received = 0 if setup.leads else plan.hold.length
+        log.append((iteration, BCAST, start_exchange, stop, received, 1))
     else:
         mpi.allgather_bytes(setup.group, view, setup.stripes)
         stop = clock()
-        log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length, 1))
+        own = sum(extent.length for extent in plan.extents)
+        log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length - own, 1))
     return stop
 
 
 def _verify_held(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
     """After an exchange: the whole held shard against the manifest (outside restore)."""
+    import hashlib
+
     hold = setup.plan.hold
     start = time.perf_counter_ns()
     digest = hashlib.sha256(setup.buffer.view[:hold.length]).hexdigest()

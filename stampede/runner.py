@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import resource
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,7 +29,9 @@ from stampede.pattern import MAX_MESSAGES, RankSetup, run_pattern
 from stampede.plan import bytes_per_rank, plan_rank, stripes
 from stampede.samples import ITER, OP_CODE, RANK
 from stampede.spec import JobSpec
-from stampede.stats import LayoutStats, layout_stats
+
+if TYPE_CHECKING:
+    from stampede.stats import LayoutStats
 
 # How long past the deadline a rank waits for the others before aborting the whole job:
 # a rank stuck inside one syscall (a hung NFS server) cannot check its own deadline.
@@ -74,12 +75,17 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None) 
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")
     stamp = datetime.now(UTC)
-    run_id = mpi.bcast(comm, f"{stamp:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}")
+    run_id = mpi.bcast(comm, _run_id(stamp) if comm.Get_rank() == 0 else "")
     return RunContext(run_id=run_id, timestamp=stamp.isoformat(timespec="seconds"),
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
                       backend=backend_name_for(spec.target_path), fs_type=backend.fs_type(),
                       mpi_library=mpi.library_version(comm),
                       device=" ".join(sorted(set(labels or ()))))
+
+
+def _run_id(stamp: datetime) -> str:
+    import uuid
+    return f"{stamp:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
 def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
@@ -204,6 +210,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
         on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
         ranked = [np.column_stack([rows, np.full(len(rows), r, dtype=np.int64)])
                   for r, rows in enumerate(on_axis)]
+        from stampede.stats import layout_stats  # rank 0 only: workers never import it
         stats = layout_stats(layout, np.concatenate(ranked), nranks)
         messages = [text for part in all_messages for text in part]
     return LayoutRun(layout=layout, bytes_per_rank=bytes_per_rank(spec, nranks),

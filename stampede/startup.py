@@ -18,6 +18,7 @@ the T_barrier_sync that `stampede mttr` takes from the archive.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import socket
 import sys
@@ -63,6 +64,9 @@ def measure(comm_factory: Any, imports: tuple[str, ...]) -> tuple[Any, dict[str,
     for module in RUN_MODULES:
         importlib.import_module(module)
     heavy_own = [name for name in HEAVY_MODULES if name in sys.modules]
+    # Without cached bytecode every rank compiles stampede again (40-85 ms per rank here).
+    cli_source = sys.modules["stampede.cli"].__file__ or ""
+    compiled = bool(cli_source) and os.path.exists(importlib.util.cache_from_source(cli_source))
     for module in imports:
         try:
             importlib.import_module(module)
@@ -75,6 +79,7 @@ def measure(comm_factory: Any, imports: tuple[str, ...]) -> tuple[Any, dict[str,
         "host": socket.gethostname(), "launch_source": source,
         "stamps_ns": (launched, stampede.FIRST_LINE_NS, imported, ready),
         "heavy_modules": sorted(set(heavy_before_imports) | set(heavy_own)),
+        "bytecode_cached": compiled,
         "collectives_ns": time_collectives(comm),
     }
 
@@ -133,6 +138,10 @@ def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], arc
         warnings.append(f"launch time from /proc/self/stat on some ranks (one clock tick, "
                         f"{1000 // CLOCK_TICKS_PER_S} ms): set {LAUNCH_VARIABLE}=$(date +%s%N) "
                         "before the launcher")
+    if not all(record.get("bytecode_cached", True) for record in records):
+        warnings.append("stampede's bytecode is not cached (PYTHONDONTWRITEBYTECODE, or a "
+                        "read-only install): every rank compiles it; run `python -m compileall` "
+                        "on the install")
     if heavy_workers:
         warnings.append(f"worker ranks imported {', '.join(heavy_workers)} for stampede's own sake")
     if nranks > (os.cpu_count() or 1) and len(set(hosts)) == 1:

@@ -62,14 +62,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
         print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)
         for step in ("prepare", "run"):
-            status = subprocess.call([*launch, sys.executable, "-m", "stampede", step, args.job,
+            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, args.job,
                                       *overrides])
             if status:
                 print(f"stampede sweep: {step} at {nranks} rank(s) failed (exit {status}); runs "
                       f"before it stay in {spec.archive_path}", file=sys.stderr)
                 return status
     if args.clean:
-        subprocess.call([sys.executable, "-m", "stampede", "clean", args.job, *overrides])
+        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *overrides])
     print(f"stampede sweep: {len(counts)} rank counts appended to {spec.archive_path}",
           file=sys.stderr)
     return 0

@@ -26,8 +26,8 @@ def checks(comm) -> dict[str, bool]:
             part.shape == (0 if r == 1 else r + 1, 6) for r, part in enumerate(gathered))
     else:
         results["gather_rows"] = gathered is None
-    reduced = mpi.allreduce_max(comm, np.array([rank, -rank]))
-    results["allreduce_max"] = reduced is not None and list(reduced) == [size - 1, 0]
+    reduced = mpi.allreduce_sum(comm, np.array([rank, 1]))
+    results["allreduce_sum"] = reduced is not None and list(reduced) == [size * (size - 1) // 2, size]
     results["bcast"] = mpi.bcast(comm, "root" if rank == 0 else "other") == "root"
     results["barrier"] = mpi.barrier(comm, timeout_s=30)
 

@@ -73,3 +73,14 @@ def test_process_start_is_in_the_recent_past() -> None:
     import time
     started = process_start_ns()
     assert 0 < time.time_ns() - started < 3600 * 10**9
+
+
+def test_a_run_imports_no_other_command_module() -> None:
+    code = ("import sys; from stampede.cli import build_parser, COMMAND_MODULES; "
+            "build_parser(['run', 'job.toml']); "
+            "print([m for m in COMMAND_MODULES.values() if m in sys.modules]); "
+            "build_parser(['--help']); "
+            "print(all(m in sys.modules for m in COMMAND_MODULES.values()))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "True"]
