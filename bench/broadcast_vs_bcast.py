@@ -34,23 +34,36 @@ into an exit status: the script exits non-zero only if a command failed.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from common import (
+    VENV_BIN,
+    MedianMinMax,
+    add_scratch_parent_option,
+    archive_rows,
+    comma_separated,
+    docstring_parser,
+    load_average_text,
+    machine_text,
+    median_min_max,
+    mpi_library_text,
+    mpiexec_command,
+    ratio_verdict,
+    run_checked,
+    run_stampede,
+    scratch_directory,
+    scratch_text,
+    write_job_toml,
+)
+
 from stampede.plan import shard_path
-from stampede.sysinfo import mount_of
 from stampede.units import parse_size
 
-VENV_BIN = Path(sys.executable).parent
 TARGET_RATIO = 0.9
 BLOCK_BYTES = 4 * 1024 * 1024   # stampede's block_size here, and the reference's preadv size
-NOISY_SPREAD = 0.25   # (max - min) / median above this: the machine was busy
 REFERENCE_SOURCE = r'''
 import mmap, os, statistics, sys, time
 from mpi4py import MPI
@@ -97,8 +110,7 @@ Seconds = dict[str, list[float]]   # "p50" / "elapsed" / ... -> one value per ro
 
 def parse_args() -> argparse.Namespace:
     """Command-line options; --help prints the module docstring (what is compared, how)."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = docstring_parser(__doc__)
     parser.add_argument("--sizes", default="64MiB,256MiB",
                         help="shard sizes, comma-separated (default 64MiB,256MiB)")
     parser.add_argument("--ranks", type=int, default=2,
@@ -109,12 +121,10 @@ def parse_args() -> argparse.Namespace:
                         help="measured iterations (Bcasts) per run, both sides (default 10)")
     parser.add_argument("--warmup", type=int, default=2,
                         help="iterations run first and dropped, both sides (default 2)")
-    parser.add_argument("--dir", default=None,
-                        help="parent of the scratch directory (default: the system temp dir); "
-                             "the scratch directory is created fresh and removed at the end")
+    add_scratch_parent_option(parser)
     args = parser.parse_args()
     try:
-        args.size_bytes = [parse_size(text) for text in args.sizes.split(",")]
+        args.size_bytes = comma_separated(args.sizes, parse_size)
     except ValueError as error:
         parser.error(str(error))
     if args.ranks < 2 or args.rounds < 1 or args.iterations < 1 or args.warmup < 0 or \
@@ -126,52 +136,30 @@ def parse_args() -> argparse.Namespace:
 
 def machine_facts(scratch: Path, nranks: int) -> str:
     """One line: CPUs, memory, kernel, MPI library, load and the scratch file system."""
-    mount = mount_of(scratch)
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    library = run_checked([str(VENV_BIN / "python"), "-c", "from mpi4py import MPI; "
-                           "print(MPI.Get_library_version().splitlines()[0])"])
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     oversubscribed = " (oversubscribed)" if nranks > (os.cpu_count() or 1) else ""
-    return (f"machine: {os.cpu_count()} CPUs, {mem_gib:.0f} GiB RAM, kernel {os.uname().release}; "
-            f"{' '.join(library.split())}; {nranks} ranks on one node{oversubscribed}; scratch "
-            f"{scratch} on {mount.fs_type}; load average {load} (other work widens the spread)")
-
-
-def run_checked(command: list[str]) -> str:
-    """Run a command; return its stdout, or exit with its status and output if it fails."""
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        sys.stderr.write(f"FAILED ({result.returncode}): {' '.join(command)}\n"
-                         f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-        raise SystemExit(result.returncode)
-    return result.stdout
-
-
-def stampede(step: str, job: Path, nranks: int) -> None:
-    """`mpiexec -n N stampede STEP JOB` with the venv's own tools."""
-    run_checked([str(VENV_BIN / "mpiexec"), "-n", str(nranks), str(VENV_BIN / "stampede"), step,
-                 str(job)])
+    return (f"{machine_text(with_ram=True)}; {mpi_library_text()}; "
+            f"{nranks} ranks on one node{oversubscribed}; {scratch_text(scratch, with_device=False)}; "
+            f"load average {load_average_text()} (other work widens the spread)")
 
 
 def write_job(scratch: Path, size_bytes: int, args: argparse.Namespace) -> Path:
     """A broadcast job of one shard held by all N ranks; its own target, and its archive
     next to it (JOB.csv)."""
     job = scratch / f"bcast_{size_bytes}.toml"
-    job.write_text(f'[target]\npath = "{scratch / f"ckpt_{size_bytes}"}"\n'
-                   f'[checkpoint]\nsize_per_rank = {size_bytes}\nlayout = "broadcast"\n'
-                   f'replicas = {args.ranks}\nblock_size = {BLOCK_BYTES}\n'
-                   f'[pattern]\nops = ["open", "read", "close"]\n'
-                   f'[run]\ncache = "warm"\niterations = {args.iterations}\n'
-                   f'warmup = {args.warmup}\n'
-                   f'[archive]\npath = "{job.with_suffix(".csv")}"\n')
-    return job
+    return write_job_toml(job, {
+        "target": {"path": scratch / f"ckpt_{size_bytes}"},
+        "checkpoint": {"size_per_rank": size_bytes, "layout": "broadcast", "replicas": args.ranks,
+                       "block_size": BLOCK_BYTES},
+        "pattern": {"ops": ["open", "read", "close"]},
+        "run": {"cache": "warm", "iterations": args.iterations, "warmup": args.warmup},
+        "archive": {"path": job.with_suffix(".csv")},
+    })
 
 
 def stampede_round(job: Path, args: argparse.Namespace, results: Seconds) -> None:
     """One stampede run; append its bcast p50 and elapsed seconds (and agg_gbps column)."""
-    stampede("run", job, args.ranks)
-    row = [row for row in csv.DictReader(job.with_suffix(".csv").open())
-           if row["op"] == "bcast"][-1]
+    run_stampede("run", job, args.ranks)
+    row = [row for row in archive_rows(job.with_suffix(".csv")) if row["op"] == "bcast"][-1]
     if row["errors"] != "0" or row["valid"] != "true":
         sys.stderr.write(f"stampede run {job}: bcast errors {row['errors']}, valid {row['valid']}\n")
         raise SystemExit(1)
@@ -183,18 +171,17 @@ def stampede_round(job: Path, args: argparse.Namespace, results: Seconds) -> Non
 def bare_round(source: Path, size_bytes: int, args: argparse.Namespace, results: Seconds) -> None:
     """One launch of the bare Bcast script; append its median duration and elapsed, plain
     and with the root's refill."""
-    output = run_checked([str(VENV_BIN / "mpiexec"), "-n", str(args.ranks),
-                          str(VENV_BIN / "python"), str(source), str(size_bytes),
-                          str(args.iterations), str(args.warmup), str(BLOCK_BYTES),
-                          str(source.parent / f"ckpt_{size_bytes}" / shard_path(0, 1))])
+    output = run_checked(mpiexec_command(
+        args.ranks, str(VENV_BIN / "python"), str(source), str(size_bytes), str(args.iterations),
+        str(args.warmup), str(BLOCK_BYTES),
+        str(source.parent / f"ckpt_{size_bytes}" / shard_path(0, 1))))
     for key, text in zip(("p50", "elapsed", "fill_p50", "fill_elapsed"), output.split()):
         results[key].append(float(text))
 
 
-def gbps(size_bytes: int, seconds: list[float]) -> tuple[float, float, float]:
+def gbps(size_bytes: int, seconds: list[float]) -> MedianMinMax:
     """(median, min, max) GB/s over rounds of shard bytes / seconds."""
-    rates = [size_bytes / value / 1e9 for value in seconds]
-    return statistics.median(rates), min(rates), max(rates)
+    return median_min_max(size_bytes / value / 1e9 for value in seconds)
 
 
 def print_table(sizes: list[int], measured: dict[int, tuple[Seconds, Seconds]]) -> None:
@@ -209,9 +196,7 @@ def print_table(sizes: list[int], measured: dict[int, tuple[Seconds, Seconds]]) 
         st, ref = gbps(size, ours["p50"]), gbps(size, bare["p50"])
         paired = statistics.median(b / s for s, b in zip(ours["p50"], bare["p50"]))
         fill = statistics.median(b / s for s, b in zip(ours["p50"], bare["fill_p50"]))
-        verdict = "PASS" if paired >= TARGET_RATIO else f"below target ({TARGET_RATIO:.2f})"
-        if paired < TARGET_RATIO and max((x[2] - x[1]) / x[0] for x in (st, ref)) > NOISY_SPREAD:
-            verdict += ", noisy: rerun on a quiet machine"
+        verdict = ratio_verdict(paired, TARGET_RATIO, (st, ref))
         print(f"{size / 2**20:>5.0f}MiB {st[0]:>6.2f} ({st[1]:5.2f}-{st[2]:5.2f}) "
               f"{ref[0]:>6.2f} ({ref[1]:5.2f}-{ref[2]:5.2f}) {paired:>6.3f} "
               f"{gbps(size, bare['fill_p50'])[0]:>9.2f} {fill:>6.3f} {st[2] / ref[2]:>5.2f} "
@@ -223,8 +208,7 @@ def print_table(sizes: list[int], measured: dict[int, tuple[Seconds, Seconds]]) 
 def main() -> int:
     """Prepare one broadcast checkpoint per size, alternate both sides, print, clean up."""
     args = parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="stampede-bcast-", dir=args.dir))
-    try:
+    with scratch_directory("stampede-bcast-", args.dir) as scratch:
         print(machine_facts(scratch, args.ranks))
         print(f"broadcast_vs_bcast: {args.ranks} ranks, one group (replicas = {args.ranks}), "
               f"shards {args.sizes}; {args.rounds} rounds of stampede and bare, each "
@@ -233,7 +217,7 @@ def main() -> int:
         source.write_text(REFERENCE_SOURCE)
         jobs = {size: write_job(scratch, size, args) for size in args.size_bytes}
         for job in jobs.values():
-            stampede("prepare", job, args.ranks)
+            run_stampede("prepare", job, args.ranks)
         measured: dict[int, tuple[Seconds, Seconds]] = {
             size: ({"p50": [], "elapsed": [], "agg_gbps": []},
                    {"p50": [], "elapsed": [], "fill_p50": [], "fill_elapsed": []})
@@ -254,8 +238,6 @@ def main() -> int:
               "over rounds of the round's stampede / bare (the verdict, target >= 0.9), then / "
               "bare+fill; best = max / max.\nagg col = the archive's agg_gbps of the bcast op: "
               f"bytes of all {args.ranks} ranks, the root's own copy included, / elapsed")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

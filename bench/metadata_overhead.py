@@ -26,21 +26,27 @@ exits non-zero only if a command failed.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import resource
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from common import (
+    add_scratch_parent_option,
+    archive_rows,
+    docstring_parser,
+    load_average_text,
+    machine_text,
+    run_checked,
+    run_stampede,
+    scratch_directory,
+    scratch_text,
+    write_job_toml,
+)
 
-from stampede.sysinfo import mount_of
-
-VENV_BIN = Path(sys.executable).parent
 TARGET_OVERHEAD_NS = 1000.0
 OPS = ("stat", "open", "close")
 Percentiles = dict[str, tuple[float, float]]   # op -> (p50_ns, p99_ns)
@@ -96,8 +102,7 @@ int main(int argc, char **argv) {
 
 def parse_args() -> argparse.Namespace:
     """Command-line options; --help prints the module docstring (what is compared, how)."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = docstring_parser(__doc__)
     parser.add_argument("--size", default="64MiB", help="checkpoint size (default 64MiB)")
     parser.add_argument("--stats", type=int, default=20000,
                         help="stats per pass = stampede pattern.stat_count (default 20000)")
@@ -107,9 +112,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of C, Python, stampede in turn; the table shows the median "
                              "over rounds of each p50 and p99 (default 3)")
-    parser.add_argument("--dir", default=None,
-                        help="parent of the scratch directory (default: the system temp dir); "
-                             "the scratch directory is created fresh and removed at the end")
+    add_scratch_parent_option(parser)
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and args.opens + 200 > hard:
@@ -120,28 +123,8 @@ def parse_args() -> argparse.Namespace:
 
 def machine_facts(scratch: Path) -> str:
     """One line: CPUs, kernel, load and the scratch directory's file system."""
-    mount = mount_of(scratch)
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    return (f"machine: {os.cpu_count()} CPUs, kernel {os.uname().release}, load average {load}; "
-            f"scratch {scratch} on {mount.fs_type} ({mount.device} at {mount.mountpoint})")
-
-
-def run_checked(command: list[str]) -> str:
-    """Run a command; return its stdout, or exit with its status and output if it fails."""
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        sys.stderr.write(f"FAILED ({result.returncode}): {' '.join(command)}\n"
-                         f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-        raise SystemExit(result.returncode)
-    return result.stdout
-
-
-def stampede(step: str, job: Path, *overrides: str) -> None:
-    """`mpiexec -n 1 stampede STEP JOB --set ...` with the venv's own tools."""
-    command = [str(VENV_BIN / "mpiexec"), "-n", "1", str(VENV_BIN / "stampede"), step, str(job)]
-    for override in overrides:
-        command += ["--set", override]
-    run_checked(command)
+    return (f"{machine_text(with_ram=False)}, load average {load_average_text()}; "
+            f"{scratch_text(scratch)}")
 
 
 def compile_c(scratch: Path) -> Path | None:
@@ -212,9 +195,9 @@ def python_reference(path: str, nstats: int, nopens: int) -> Percentiles:
 def stampede_latency(archive: Path, job: Path, args: argparse.Namespace) -> Percentiles:
     """op -> (p50_ns, p99_ns) of stampede's stat run and open/close run, from the archive."""
     for ops in ('["stat"]', '["open","close"]'):
-        stampede("run", job, f"pattern.ops={ops}", f"pattern.stat_count={args.stats}",
-                 f"pattern.open_count={args.opens}", f"archive.path={archive}")
-    rows = list(csv.DictReader(archive.open()))
+        run_stampede("run", job, 1, f"pattern.ops={ops}", f"pattern.stat_count={args.stats}",
+                     f"pattern.open_count={args.opens}", f"archive.path={archive}")
+    rows = archive_rows(archive)
     return {row["op"]: (float(row["lat_p50_s"]) * 1e9, float(row["lat_p99_s"]) * 1e9)
             for row in rows if row["op"] in OPS}
 
@@ -252,14 +235,14 @@ def print_table(c_ns: Percentiles, py_ns: Percentiles, stampede_ns: Percentiles)
 def main() -> int:
     """Prepare a small checkpoint, measure the three sides on its file, print, clean up."""
     args = parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="stampede-metadata-", dir=args.dir))
-    try:
+    with scratch_directory("stampede-metadata-", args.dir) as scratch:
         print(machine_facts(scratch))
-        job = scratch / "metadata.toml"
-        job.write_text(f'[target]\npath = "{scratch / "ckpt"}"\n'
-                       f'[checkpoint]\nsize = "{args.size}"\nlayout = ["sharded"]\n'
-                       f'[run]\ncache = "warm"\niterations = 3\nwarmup = 1\n')
-        stampede("prepare", job)
+        job = write_job_toml(scratch / "metadata.toml", {
+            "target": {"path": scratch / "ckpt"},
+            "checkpoint": {"size": args.size, "layout": ["sharded"]},
+            "run": {"cache": "warm", "iterations": 3, "warmup": 1},
+        })
+        run_stampede("prepare", job, 1)
         path = str(scratch / "ckpt" / "sharded" / "shard-00000-of-00001.raw")
         print(f"metadata_overhead: {path}; {args.rounds} rounds of: C and Python {args.stats} "
               f"stats and {args.opens} opens/closes (+ a warm-up pass), stampede 3 iterations "
@@ -276,8 +259,6 @@ def main() -> int:
         print("ns per call, median over rounds of p50 (p99); overhead = stampede p50 - C p50, "
               f"target <= {TARGET_OVERHEAD_NS:.0f} ns;\nof it Py-C = Python's own share (bare loop"
               " - C), st-Py = stampede's (stampede - bare loop); x C = stampede p50 / C p50")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

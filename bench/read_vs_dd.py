@@ -25,28 +25,40 @@ never turned into an exit status: the script exits non-zero only if a command fa
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stampede.sysinfo import mount_of
+from common import (
+    MedianMinMax,
+    add_scratch_parent_option,
+    archive_rows,
+    comma_separated,
+    docstring_parser,
+    load_average_text,
+    machine_text,
+    median_min_max,
+    ratio_verdict,
+    run_checked,
+    run_stampede,
+    scratch_directory,
+    scratch_text,
+    write_job_toml,
+)
+
+from stampede.plan import SHARED_FILE, shard_path
 from stampede.units import parse_size
 
-VENV_BIN = Path(sys.executable).parent
 BLOCK_BYTES = 4 * 1024 * 1024
 LAYOUTS = ("sharded", "shared")
 TARGET_RATIO = 0.95
-NOISY_SPREAD = 0.25   # (max - min) / median above this: the machine was busy
 DD_SECONDS = re.compile(r"copied, ([0-9.e+-]+) s")
-Gbps = tuple[float, float, float]   # (median, min, max) in GB/s
+Gbps = MedianMinMax   # (median, min, max) in GB/s
 
 
 @dataclass(frozen=True)
@@ -62,14 +74,11 @@ class Case:
 
 def parse_args() -> argparse.Namespace:
     """Command-line options; --help prints the module docstring (what is compared, how)."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = docstring_parser(__doc__)
     parser.add_argument("--size", default="2GiB",
                         help="checkpoint size per layout and rank count (default 2GiB)")
     parser.add_argument("--ranks", default="1,2", help="rank counts, comma-separated (default 1,2)")
-    parser.add_argument("--dir", default=None,
-                        help="parent of the scratch directory (default: the system temp dir); "
-                             "the scratch directory is created fresh and removed at the end")
+    add_scratch_parent_option(parser)
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternating rounds of stampede and dd per rank count (default 5)")
     parser.add_argument("--iterations", type=int, default=3,
@@ -79,7 +88,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     try:
         args.size_bytes = parse_size(args.size)
-        args.rank_counts = [int(text) for text in args.ranks.split(",")]
+        args.rank_counts = comma_separated(args.ranks, int)
     except ValueError as error:
         parser.error(str(error))
     for nranks in args.rank_counts:
@@ -89,55 +98,32 @@ def parse_args() -> argparse.Namespace:
 
 
 def machine_facts(scratch: Path) -> str:
-    """One line: CPUs, memory, kernel and the scratch directory's file system."""
-    mount = mount_of(scratch)
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    """One line: CPUs, memory, kernel, the scratch directory's file system, dd, load."""
     dd_version = subprocess.run(["dd", "--version"], capture_output=True, text=True).stdout
-    return (f"machine: {os.cpu_count()} CPUs, {mem_gib:.0f} GiB RAM, kernel {os.uname().release}; "
-            f"scratch {scratch} on {mount.fs_type} ({mount.device} at {mount.mountpoint}); "
+    return (f"{machine_text(with_ram=True)}; {scratch_text(scratch)}; "
             f"{dd_version.splitlines()[0] if dd_version else 'dd ?'}; "
-            f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} "
+            f"load average {load_average_text()} "
             "(other work on the machine widens the spread)")
-
-
-def run_checked(command: list[str]) -> str:
-    """Run a command; return its stdout, or exit with its status and output if it fails."""
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        sys.stderr.write(f"FAILED ({result.returncode}): {' '.join(command)}\n"
-                         f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-        raise SystemExit(result.returncode)
-    return result.stdout
-
-
-def stampede(step: str, job: Path, nranks: int, *overrides: str) -> None:
-    """`mpiexec -n N stampede STEP JOB --set ...` with the venv's own tools."""
-    command = [str(VENV_BIN / "mpiexec"), "-n", str(nranks), str(VENV_BIN / "stampede"), step,
-               str(job)]
-    for override in overrides:
-        command += ["--set", override]
-    run_checked(command)
 
 
 def write_job(scratch: Path, nranks: int, size_bytes: int) -> Path:
     """A job file for one rank count: its own target directory, archive in the scratch dir."""
-    job = scratch / f"read_np{nranks}.toml"
-    job.write_text(f'[target]\npath = "{scratch / f"ckpt_np{nranks}"}"\n'
-                   f'[checkpoint]\nsize = {size_bytes}\nlayout = ["sharded", "shared"]\n'
-                   f'block_size = "4MiB"\n'
-                   f'[pattern]\nops = ["open", "read", "close"]\n'
-                   f'[run]\ncache = "warm"\nwarmup = 1\n'
-                   f'[archive]\npath = "{scratch / "archive.csv"}"\n')
-    return job
+    return write_job_toml(scratch / f"read_np{nranks}.toml", {
+        "target": {"path": scratch / f"ckpt_np{nranks}"},
+        "checkpoint": {"size": size_bytes, "layout": ["sharded", "shared"], "block_size": "4MiB"},
+        "pattern": {"ops": ["open", "read", "close"]},
+        "run": {"cache": "warm", "warmup": 1},
+        "archive": {"path": scratch / "archive.csv"},
+    })
 
 
 def dd_commands(root: Path, layout: str, nranks: int, size_bytes: int) -> list[list[str]]:
     """One dd per rank reading exactly what that rank reads in stampede's plan."""
     if layout == "sharded":
-        return [["dd", f"if={root}/sharded/rank-{rank:05d}-of-{nranks:05d}.raw", "bs=4M",
-                 "of=/dev/null"] for rank in range(nranks)]
+        return [["dd", f"if={root / shard_path(rank, nranks)}", "bs=4M", "of=/dev/null"]
+                for rank in range(nranks)]
     blocks_per_rank = size_bytes // nranks // BLOCK_BYTES
-    return [["dd", f"if={root}/shared/checkpoint.raw", "bs=4M", "of=/dev/null",
+    return [["dd", f"if={root / SHARED_FILE}", "bs=4M", "of=/dev/null",
              f"skip={rank * blocks_per_rank}", f"count={blocks_per_rank}"]
             for rank in range(nranks)]
 
@@ -168,7 +154,7 @@ def archived_gbps(archive: Path, nranks: int) -> dict[tuple[str, str], Gbps]:
     """(layout, op) -> agg GB/s over every run at `nranks` ranks: (median of the runs'
     medians, min of their minima, max of their maxima)."""
     runs: dict[tuple[str, str], list[Gbps]] = {}
-    for row in csv.DictReader(archive.open()):
+    for row in archive_rows(archive):
         if int(row["nranks"]) == nranks and row["agg_gbps"]:
             runs.setdefault((row["layout"], row["op"]), []).append(
                 (float(row["agg_gbps"]), float(row["agg_gbps_min"]), float(row["agg_gbps_max"])))
@@ -181,30 +167,25 @@ def measure(scratch: Path, nranks: int, args: argparse.Namespace) -> list[Case]:
     job = write_job(scratch, nranks, args.size_bytes)
     root = scratch / f"ckpt_np{nranks}"
     started = time.perf_counter()
-    stampede("prepare", job, nranks)
+    run_stampede("prepare", job, nranks)
     print(f"  {nranks} rank(s): prepared 2 x {args.size_bytes / 1e9:.2f} GB in "
           f"{time.perf_counter() - started:.1f} s", flush=True)
     warm_up(root)
     dd_gbps: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
     for round_number in range(args.rounds):
         if round_number % 2:   # alternate who goes first, so drifting load hits both sides
-            stampede("run", job, nranks, f"run.iterations={args.iterations}")
+            run_stampede("run", job, nranks, f"run.iterations={args.iterations}")
         for _ in range(args.repeats):
             for layout in LAYOUTS:
                 commands = dd_commands(root, layout, nranks, args.size_bytes)
                 dd_gbps[layout].append(run_dd_together(commands, args.size_bytes))
         if round_number % 2 == 0:
-            stampede("run", job, nranks, f"run.iterations={args.iterations}")
+            run_stampede("run", job, nranks, f"run.iterations={args.iterations}")
     measured = archived_gbps(scratch / "archive.csv", nranks)
-    stampede("clean", job, 1)
+    run_stampede("clean", job, 1)
     return [Case(nranks, layout, measured[(layout, "read")], measured[(layout, "restore")][0],
-                 (statistics.median(dd_gbps[layout]), min(dd_gbps[layout]), max(dd_gbps[layout])))
+                 median_min_max(dd_gbps[layout]))
             for layout in LAYOUTS]
-
-
-def spread(values: Gbps) -> float:
-    """(max - min) / median of a (median, min, max) triple."""
-    return (values[2] - values[1]) / values[0]
 
 
 def print_table(cases: list[Case]) -> None:
@@ -216,9 +197,7 @@ def print_table(cases: list[Case]) -> None:
     for case in cases:
         read, dd = case.read_gbps, case.dd_gbps
         ratio = read[0] / dd[0]
-        verdict = "PASS" if ratio >= TARGET_RATIO else f"below target ({TARGET_RATIO:.2f})"
-        if ratio < TARGET_RATIO and max(spread(read), spread(dd)) > NOISY_SPREAD:
-            verdict += ", noisy: rerun on a quiet machine"
+        verdict = ratio_verdict(ratio, TARGET_RATIO, (read, dd))
         print(f"{case.nranks:>5} {case.layout:<8} "
               f"{read[0]:>7.2f} ({read[1]:5.2f}-{read[2]:5.2f}) {case.restore_gbps:>12.2f} "
               f"{dd[0]:>6.2f} ({dd[1]:5.2f}-{dd[2]:5.2f}) {ratio:>8.3f} {read[2] / dd[2]:>9.3f}  "
@@ -228,8 +207,7 @@ def print_table(cases: list[Case]) -> None:
 def main() -> int:
     """Measure every rank count in a fresh scratch directory, print the table, clean up."""
     args = parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="stampede-read-vs-dd-", dir=args.dir))
-    try:
+    with scratch_directory("stampede-read-vs-dd-", args.dir) as scratch:
         print(machine_facts(scratch))
         print(f"read_vs_dd: {args.size} per layout, 4 MiB blocks, warm cache, ranks "
               f"{args.ranks}; {args.rounds} rounds of stampede {args.iterations} iterations and "
@@ -240,8 +218,6 @@ def main() -> int:
         print("GB = 1e9 B; medians with (min-max) over all rounds; read/dd = median stampede read "
               "GB/s / median dd GB/s;\nbest/best = max / max; restore = agg GB/s from barrier exit "
               "to each rank's last byte, open and close included")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

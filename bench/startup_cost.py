@@ -34,20 +34,31 @@ from __future__ import annotations
 
 import argparse
 import ast
-import csv
 import importlib.util
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+from contextlib import chdir
 from pathlib import Path
+
+from common import (
+    VENV_BIN,
+    add_scratch_parent_option,
+    archive_rows,
+    comma_separated,
+    docstring_parser,
+    load_average_text,
+    machine_text,
+    median_min_max,
+    mpi_library_text,
+    mpiexec_command,
+    run_checked,
+    scratch_directory,
+)
 
 import stampede
 
-VENV_BIN = Path(sys.executable).parent
 LAUNCH_VARIABLE = "STAMPEDE_LAUNCH_NS"
 OPS = ("interpreter", "import", "mpi_init", "startup")
 SIDES = ("stampede", "mpi4py", "numpy+mpi4py")
@@ -66,8 +77,7 @@ Launch = dict[str, tuple[float, float]]   # op -> (p50 over ranks, max over rank
 
 def parse_args() -> argparse.Namespace:
     """Command-line options; --help prints the module docstring (what is compared, how)."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = docstring_parser(__doc__)
     parser.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (default 2,4)")
     parser.add_argument("--rounds", type=int, default=10,
                         help="launches of each side per rank count and bytecode mode, in "
@@ -75,12 +85,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--bytecode", choices=("as-is", "cached", "both"), default="both",
                         help="as-is: the environment's bytecode handling; cached: a fresh "
                              "PYTHONPYCACHEPREFIX in the scratch dir; both (default)")
-    parser.add_argument("--dir", default=None,
-                        help="parent of the scratch directory (default: the system temp dir); "
-                             "the scratch directory is created fresh and removed at the end")
+    add_scratch_parent_option(parser)
     args = parser.parse_args()
     try:
-        args.rank_counts = [int(text) for text in args.ranks.split(",")]
+        args.rank_counts = comma_separated(args.ranks, int)
     except ValueError as error:
         parser.error(str(error))
     if args.rounds < 1 or min(args.rank_counts) < 1:
@@ -92,26 +100,13 @@ def parse_args() -> argparse.Namespace:
 def machine_facts() -> str:
     """One line: CPUs, kernel, Python, MPI library, load, and whether stampede's modules
     have cached bytecode next to their sources."""
-    library = run_checked([str(VENV_BIN / "python"), "-c", "from mpi4py import MPI; "
-                           "print(MPI.Get_library_version().splitlines()[0])"], os.environ)
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     cli_source = str(Path(stampede.__file__).parent / "cli.py")
     cached = Path(importlib.util.cache_from_source(cli_source)).exists()
-    return (f"machine: {os.cpu_count()} CPUs, kernel {os.uname().release}, Python "
-            f"{sys.version.split()[0]}, {' '.join(library.split())}; load average {load};\n"
+    return (f"{machine_text(with_ram=False)}, Python {sys.version.split()[0]}, "
+            f"{mpi_library_text()}; load average {load_average_text()};\n"
             f"stampede at {Path(cli_source).parent}: bytecode next to the sources "
             f"{'present' if cached else 'ABSENT'}, PYTHONDONTWRITEBYTECODE="
             f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '(unset)')}")
-
-
-def run_checked(command: list[str], env: dict[str, str]) -> str:
-    """Run a command; return its stdout, or exit with its status and output if it fails."""
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
-    if result.returncode:
-        sys.stderr.write(f"FAILED ({result.returncode}): {' '.join(command)}\n"
-                         f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-        raise SystemExit(result.returncode)
-    return result.stdout
 
 
 def environment(scratch: Path, mode: str, nranks: int) -> dict[str, str]:
@@ -126,7 +121,7 @@ def environment(scratch: Path, mode: str, nranks: int) -> dict[str, str]:
 def launch_reference(side: str, nranks: int, env: dict[str, str]) -> Launch:
     """One launch of a bare reference; op -> (p50, max) over ranks in seconds."""
     code = REFERENCE_CODE.format(imports="import numpy\n" if side == "numpy+mpi4py" else "")
-    command = [str(VENV_BIN / "mpiexec"), "-n", str(nranks), str(VENV_BIN / "python"), "-c", code]
+    command = mpiexec_command(nranks, str(VENV_BIN / "python"), "-c", code)
     env = {**env, LAUNCH_VARIABLE: str(time.time_ns())}   # right before mpiexec, as stampede
     gaps = ast.literal_eval(run_checked(command, env))
     return {op: (statistics.median(rank[i] for rank in gaps) / 1e9,
@@ -138,7 +133,7 @@ def launch_stampede(nranks: int, env: dict[str, str], archive: Path) -> Launch:
     archived run: op -> (lat_p50_s, lat_max_s)."""
     run_checked([str(VENV_BIN / "stampede"), "startup", "--np", str(nranks), "--repeat", "1",
                  "--archive", str(archive)], env)
-    rows = list(csv.DictReader(archive.open()))
+    rows = archive_rows(archive)
     return {row["op"]: (float(row["lat_p50_s"]), float(row["lat_max_s"]))
             for row in rows if row["run_id"] == rows[-1]["run_id"]}
 
@@ -192,9 +187,9 @@ def print_table(nranks: int, mode: str, measured: dict[str, list[Launch]]) -> No
     for side in SIDES:
         launches = measured[side]
         startup = ms(launches, "startup")
+        startup_median, startup_min, startup_max = median_min_max(startup)
         ratio, extra = paired(startup, bare)
-        print(f"{side:<13} {statistics.median(startup):>11.1f} "
-              f"({min(startup):6.1f}-{max(startup):6.1f}) "
+        print(f"{side:<13} {startup_median:>11.1f} ({startup_min:6.1f}-{startup_max:6.1f}) "
               + " ".join(f"{statistics.median(ms(launches, op, which)):>{width}.1f}" for op, which,
                          width in (("startup", 1, 11), ("interpreter", 0, 11), ("import", 0, 7),
                                    ("mpi_init", 0, 8)))
@@ -221,27 +216,23 @@ def print_verdicts(results: dict[int, dict[str, dict[str, list[Launch]]]]) -> No
 def main() -> int:
     """Measure every rank count, both bytecode modes interleaved, in a fresh scratch dir."""
     args = parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="stampede-startup-", dir=args.dir)).resolve()
-    cwd = os.getcwd()
-    os.chdir(scratch)   # no stampede/ in the working directory: see the module docstring
-    try:
-        print(machine_facts())
-        print(f"startup_cost: ranks {args.ranks}, bytecode {', '.join(args.modes)}; "
-              f"{args.rounds} rounds of {', '.join(SIDES)} (+1 untimed launch each)", flush=True)
-        results = {nranks: measure(scratch, nranks, args.modes, args.rounds)
-                   for nranks in args.rank_counts}
-        for nranks, by_mode in results.items():
-            for mode, measured in by_mode.items():
-                print_table(nranks, mode, measured)
-        print("\nstartup = launch -> MPI ready; interpreter = launch -> first line (stampede: its "
-              "package's first line); import = stampede's run\nmodules (references: numpy or "
-              "nothing); mpi_init = `from mpi4py import MPI`. x mpi4py and +ms are paired: the "
-              "median over\nrounds of the same round's startup p50 ratio / difference (stampede "
-              "- reference); +ms vs numpy is what stampede's own\nmodules and work cost each rank")
-        print_verdicts(results)
-    finally:
-        os.chdir(cwd)
-        shutil.rmtree(scratch, ignore_errors=True)
+    with scratch_directory("stampede-startup-", args.dir) as made:
+        scratch = made.resolve()
+        with chdir(scratch):   # no stampede/ in the working directory: see the module docstring
+            print(machine_facts())
+            print(f"startup_cost: ranks {args.ranks}, bytecode {', '.join(args.modes)}; "
+                  f"{args.rounds} rounds of {', '.join(SIDES)} (+1 untimed launch each)", flush=True)
+            results = {nranks: measure(scratch, nranks, args.modes, args.rounds)
+                       for nranks in args.rank_counts}
+            for nranks, by_mode in results.items():
+                for mode, measured in by_mode.items():
+                    print_table(nranks, mode, measured)
+            print("\nstartup = launch -> MPI ready; interpreter = launch -> first line (stampede: its "
+                  "package's first line); import = stampede's run\nmodules (references: numpy or "
+                  "nothing); mpi_init = `from mpi4py import MPI`. x mpi4py and +ms are paired: the "
+                  "median over\nrounds of the same round's startup p50 ratio / difference (stampede "
+                  "- reference); +ms vs numpy is what stampede's own\nmodules and work cost each rank")
+            print_verdicts(results)
     return 0
 
 
