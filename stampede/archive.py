@@ -125,6 +125,8 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         text = path.read_text()
     except OSError as error:
         raise UsageError(f"{path}: cannot read the archive ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text (UTF-8) file, so not a stampede archive") from None
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or "run_id" not in reader.fieldnames:
         raise UsageError(f"{path}: not a stampede archive (no run_id column)")

@@ -231,7 +231,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from stampede.prepare import prepare
     from stampede.spec import load_job
 
+    from stampede.backends import backend_name_for
+
     spec = load_job(args.job, args.set)
+    if backend_name_for(spec.target_path) != "posix":   # before MPI and any I/O
+        raise UsageError(f"target.path = {spec.target_path!r}: prepare writes POSIX targets only")
     comm = mpi.world()
     manifest = prepare(comm, spec)
     if comm.Get_rank() == 0:
@@ -249,7 +253,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from stampede.spec import load_job
 
     spec = load_job(args.job, args.set)
-    nranks = args.np or int(os.environ.get("PMI_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+    nranks = args.np if args.np is not None else \
+        int(os.environ.get("PMI_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
     if nranks < 1:
         raise UsageError(f"--np {nranks}: must be at least 1")
     if launcher_rank() == 0:
@@ -261,7 +266,11 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from stampede.clean import clean
     from stampede.spec import load_job
 
+    from stampede.backends import backend_name_for
+
     spec = load_job(args.job, args.set)
+    if backend_name_for(spec.target_path) != "posix":
+        raise UsageError(f"target.path = {spec.target_path!r}: clean removes POSIX files only")
     if launcher_rank() == 0:
         removed = clean(spec.target_path)
         print(f"removed {len(removed)} path(s) that prepare created in {spec.target_path}")

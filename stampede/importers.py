@@ -124,6 +124,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         text = path.read_text()
     except OSError as error:
         raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text file: not {args.tool}'s output") from None
     check_appendable(args.archive)
     job = args.job or args.tool
     if args.tool == "ior":

@@ -170,7 +170,7 @@ def _time_to_first_byte(sidecar: Path, layout: str) -> float:
 def _section(path: str) -> dict[str, float]:
     try:
         document = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise UsageError(f"{path}: cannot read it as TOML ({error})") from None
     table = document.get("mttr", {})
     for key, value in table.items():

@@ -78,10 +78,6 @@ class RankPlan:
     list_on_root: bool = False      # list-bcast: rank 0 lists, then broadcasts the names
 
     @property
-    def bytes(self) -> int:
-        return sum(extent.length for extent in self.extents) if "read" in self.ops else 0
-
-    @property
     def files(self) -> tuple[str, ...]:
         """The files this rank stats and opens, each once per pattern pass."""
         return tuple(dict.fromkeys(extent.relpath for extent in self.extents))

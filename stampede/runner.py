@@ -153,8 +153,7 @@ def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
 
 
 def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
-               entry: dict[str, Any], device: Any = None,
-               hosts: tuple[str, ...] = ()) -> LayoutRun:
+               entry: dict[str, Any], device: Any, hosts: tuple[str, ...]) -> LayoutRun:
     """One layout, every iteration; the statistics are complete on rank 0, whose `hosts`
     (host of each rank) put the ranks' stamps on one time axis."""
     rank, nranks = comm.Get_rank(), comm.Get_size()

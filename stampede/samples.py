@@ -1,8 +1,8 @@
 """Timed samples: the one record format from the timed loop to the statistics.
 
 A sample is one row of int64 columns. Stamps are `time.perf_counter_ns()` of the rank
-that took them, made relative to that rank's origin (taken right after the barrier that
-opens the phase); they are only ever combined across ranks as min/max of starts/stops.
+that took them; rank 0 puts them on one axis per phase (stampede.clock), and they are only
+ever combined across ranks as min/max of starts/stops.
 """
 
 from __future__ import annotations
@@ -33,4 +33,3 @@ RATE_OPS = (*STORAGE_OPS, *NETWORK_OPS, "verify")   # ops for which ops/s means 
 # Columns of a sample row as gathered on rank 0 (RANK is added there, by position).
 ITER, OP, START, STOP, NBYTES, OK = range(6)
 RANK = 6
-SAMPLE_COLUMNS = ("iteration", "op", "start_ns", "stop_ns", "bytes", "ok", "rank")

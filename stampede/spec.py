@@ -57,9 +57,13 @@ def _int_at_least(low: int) -> Callable[[object], int]:
     return parse
 
 
+MAX_SECONDS = 10**7   # ~4 months: beyond it a deadline or delay is a typo, not a wish
+
+
 def _positive_float(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError("must be a number of seconds > 0")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"must be a number of seconds > 0 and <= {MAX_SECONDS:g}")
     return float(value)
 
 
@@ -109,10 +113,10 @@ def _jitter(value: object) -> str:
     if distribution not in JITTER_DISTRIBUTIONS:
         raise ValueError(f"must be {allowed}{_did_you_mean(distribution, JITTER_DISTRIBUTIONS)}")
     try:
-        if not float(seconds) > 0:
+        if not 0 < float(seconds) <= MAX_SECONDS:
             raise ValueError
     except ValueError:
-        raise ValueError(f"must be {allowed}, with seconds > 0") from None
+        raise ValueError(f"must be {allowed}, with 0 < seconds <= {MAX_SECONDS:g}") from None
     return f"{distribution}:{float(seconds):g}"
 
 
@@ -252,6 +256,8 @@ def load_job(path: str | Path, overrides: Iterable[str] = ()) -> JobSpec:
         text = path.read_text()
     except OSError as error:
         raise UsageError(f"{path}: cannot read the job file ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text (UTF-8) file, so not a TOML job") from None
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

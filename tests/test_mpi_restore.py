@@ -190,14 +190,16 @@ def test_clean_removes_only_what_prepare_wrote(stampede, tmp_path: Path) -> None
     assert again.returncode == 2 and "nothing here was prepared by stampede" in again.stderr
 
 
-def test_demo_runs_both_layouts_with_the_venvs_mpiexec(stampede, tmp_path: Path) -> None:
+def test_demo_runs_both_layouts_with_the_venvs_mpiexec(stampede, tmp_path: Path,
+                                                       monkeypatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the demo's temporary directory, ours alone
     archive = tmp_path / "demo.csv"
     result = stampede("demo", "--np", "2", "--size", "32MiB", "--archive", str(archive))
     assert result.returncode == 0, result.stderr + result.stdout
     rows = read_archive(archive)
     assert {row["layout"] for row in rows} == {"shared", "sharded"}
     assert {row["nranks"] for row in rows} == {"2"}
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("stampede-demo-*/ckpt/shared"))
+    assert not list(tmp_path.glob("stampede-demo-*"))  # removed after the run
 
 
 def test_a_launcher_that_does_not_match_the_mpi_library_is_refused(stampede, tmp_path: Path,
@@ -323,3 +325,12 @@ def test_errors_under_the_tolerated_fraction_are_counted_and_the_run_goes_on(sta
     strict = stampede("run", str(job), "--set", "run.max_error_fraction=0", np=2)
     assert strict.returncode == 1
     assert "1 of 22 ops failed in warmup iteration -1" in strict.stderr
+
+
+def test_prepare_and_clean_refuse_a_target_they_cannot_write(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, target={"path": "s3://bucket/ckpt"})
+    for command in ("prepare", "clean"):
+        result = stampede(command, str(job))
+        assert result.returncode == 2 and "s3://bucket/ckpt" in result.stderr
+    assert not (tmp_path / "s3:").exists()
+    assert stampede("plan", str(job), "--np", "0").returncode == 2

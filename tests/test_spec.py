@@ -100,3 +100,21 @@ def test_each_option_has_one_csv_column() -> None:
     assert len(columns) == len(set(columns))
     spec = build_job("q", "q.toml", MINIMAL)
     assert set(spec.columns()) == set(columns)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("run.deadline_s=inf", "must be a number of seconds > 0 and <= 1e+07"),
+    ("run.deadline_s=1e300", "must be a number of seconds > 0 and <= 1e+07"),
+    ("run.jitter=uniform:inf", "with 0 < seconds <= 1e+07"),
+    ("run.jitter=exponential:nan", "with 0 < seconds <= 1e+07"),
+])
+def test_numbers_must_be_finite_and_bounded(override: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("+", r"\+")):
+        build_job("q", "q.toml", MINIMAL, [override])
+
+
+def test_a_binary_job_file_is_a_usage_error(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(UsageError, match="not a text"):
+        load_job(binary)
