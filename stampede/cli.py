@@ -228,10 +228,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from stampede import mpi
+    from stampede.backends import backend_name_for
     from stampede.prepare import prepare
     from stampede.spec import load_job
-
-    from stampede.backends import backend_name_for
 
     spec = load_job(args.job, args.set)
     if backend_name_for(spec.target_path) != "posix":   # before MPI and any I/O
@@ -263,10 +262,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
+    from stampede.backends import backend_name_for
     from stampede.clean import clean
     from stampede.spec import load_job
-
-    from stampede.backends import backend_name_for
 
     spec = load_job(args.job, args.set)
     if backend_name_for(spec.target_path) != "posix":
