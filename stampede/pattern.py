@@ -17,15 +17,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.plan import RankPlan
-from stampede.samples import OP_CODE
+from stampede.samples import OP_CODE, STORAGE_OPS
 
 (JITTER, LIST, INDEX, STAT, OPEN, READ, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY, RESTORE,
  H2D) = (OP_CODE[name] for name in ("jitter", "list", "index", "stat", "open", "read", "close",
                                     "wait", "bcast", "allgather", "verify", "restore", "h2d"))
+STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
 MAX_MESSAGES = 10
 Log = list[tuple[int, int, int, int, int, int]]
 
@@ -62,8 +65,9 @@ class PhaseOutcome:
     """What one rank saw in one phase, beyond its samples."""
 
     errors: int = 0
-    ops: int = 0                    # samples this phase produced, failed ones included
+    ops: int = 0                    # storage ops this phase issued, failed ones included
     timed_out: bool = False
+    incomplete: bool = False        # the rank does not hold all its bytes
     messages: list[str] = field(default_factory=list)
 
     def fail(self, text: str) -> None:
@@ -113,17 +117,24 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
         for fds in handles.values():  # untimed: ops after the deadline, or no close op
             for handle in fds:
                 setup.backend.close(handle)
+    # A rank holds all its bytes when it read every planned byte without running out of
+    # time; failed ops that did not cost bytes (a stat, a spare open) leave it complete.
+    read_all = nbytes == (sum(e.length for e in plan.extents) if setup.leads else 0)
+    complete = read_all and not outcome.timed_out if "read" in plan.ops else not outcome.errors
     if plan.exchange:  # collective: every member takes part, even one that failed
         restore_stop = _exchange(setup, iteration, deadline_ns, log)
-        nbytes = plan.hold.length
         if setup.device is not None:
             restore_stop = _h2d(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
+        # What a member holds is what its group read: complete only if every reader was.
+        missing = mpi.allreduce_sum(setup.group, np.array([int(not complete)]))
+        complete = missing is not None and int(missing[0]) == 0
+        nbytes = plan.hold.length if complete else 0
     end = restore_stop or time.perf_counter_ns()
-    complete = outcome.errors == 0 and not outcome.timed_out
+    outcome.incomplete = not complete
     log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
     if setup.holds and setup.expected_sha256 is not None:
         _verify_held(setup, iteration, log, outcome)
-    outcome.ops = len(log) - first_sample
+    outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
     return outcome
 
 

@@ -180,22 +180,28 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                                   delay_s, log)
             messages.extend(outcome.messages[:MAX_MESSAGES - len(messages)])
             totals = mpi.allreduce_sum(comm, np.array([outcome.errors, outcome.ops,
-                                                       outcome.timed_out]),
+                                                       outcome.timed_out, outcome.incomplete]),
                                        timeout_s=spec.deadline_s + ABORT_GRACE_S)
             if totals is None:
                 mpi.abort(comm, f"{layout}: other ranks still busy {ABORT_GRACE_S:g} s past "
                                 f"the {spec.deadline_s:g} s deadline")
                 raise AssertionError("unreachable")
-            errors, ops, timed_out = (int(value) for value in totals)
+            errors, ops, timed_out, incomplete = (int(value) for value in totals)
+            if incomplete and not invalid_reason:
+                # max_error_fraction tolerates failed ops, never missing bytes: measuring
+                # goes on, but the layout is not a valid restore.
+                invalid_reason = (f"{incomplete} rank(s) did not hold all their bytes in "
+                                  f"iteration {iteration}")
             # Every rank holds the same sums, so every rank takes the same decision.
             if timed_out or errors > spec.max_error_fraction * ops:
                 failed_iteration = iteration
                 what = "warmup iteration" if iteration < 0 else "iteration"
-                invalid_reason = (
+                stopped = (
                     f"deadline of {spec.deadline_s:g} s reached in {what} {iteration} on "
                     f"{timed_out} rank(s)" if timed_out else
                     f"{errors} of {ops} ops failed in {what} {iteration} (run.max_error_fraction "
                     f"= {spec.max_error_fraction:g})")
+                invalid_reason = "; ".join(filter(None, (stopped, invalid_reason)))
                 break
         if setup.group is not None:
             mpi.free(setup.group, comm)

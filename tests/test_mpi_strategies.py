@@ -124,3 +124,16 @@ def test_jitter_delays_each_rank_inside_the_restore(stampede, tmp_path: Path) ->
     assert 0 < float(ops["jitter"]["lat_max_s"]) < 0.06
     assert float(ops["restore"]["lat_max_s"]) >= float(ops["jitter"]["lat_max_s"])
     assert ops["restore"]["jitter"] == "uniform:0.05"
+
+
+def test_a_member_whose_leader_failed_does_not_count_as_restored(stampede, tmp_path: Path) -> None:
+    import os
+    job = small_job(tmp_path, checkpoint={"layout": "broadcast", "replicas": 2},
+                    run={"verify": "none"})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    os.truncate(tmp_path / "ckpt" / "sharded" / "shard-00000-of-00001.raw", 3 * MiB)
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 1
+    restore = ops_of(read_archive(tmp_path / "results" / "job.csv"), "broadcast")["restore"]
+    assert restore["errors"] == "2" and restore["count"] == "0"   # the leader and its member
+    assert "2 rank(s) did not hold all their bytes" in result.stderr
