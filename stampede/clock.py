@@ -42,8 +42,9 @@ def on_one_axis(rows_by_rank: Sequence[np.ndarray], origins_by_rank: Sequence[np
     for host, rows in zip(hosts, rows_by_rank):
         rows = rows.copy()
         if rows.size:
-            zero = np.array([first_exit[(host, int(phase))] for phase in rows[:, ITER]],
-                            dtype=np.int64)
+            phases = np.unique(rows[:, ITER])
+            zeros = np.array([first_exit[(host, int(phase))] for phase in phases], dtype=np.int64)
+            zero = zeros[np.searchsorted(phases, rows[:, ITER])]
             rows[:, START] -= zero
             rows[:, STOP] -= zero
             rows[rows[:, 1] == restore_code, START] = 0

@@ -19,7 +19,8 @@ from typing import Any
 NO_SPREAD_TOLERANCE = 0.05
 # What must be equal for two rows to measure the same thing.
 CONFIG_COLUMNS = ("layout", "op", "nranks", "cache", "format", "bytes_per_rank", "block_bytes",
-                  "pattern", "replicas", "stat_count", "open_count", "verify", "jitter")
+                  "pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",
+                  "open_count", "verify", "jitter", "h2d", "backend", "fs_type")
 # metric column, its spread columns (or None), and whether higher is better
 METRICS = (
     ("agg_gbps", ("agg_gbps_min", "agg_gbps_max"), True),
@@ -69,9 +70,11 @@ Key = tuple[tuple[str, str], ...]
 
 def latest_by_config(rows: list[dict[str, str]], skip: str = "",
                      match: tuple[str, ...] = CONFIG_COLUMNS) -> dict[Key, dict[str, str]]:
-    """The last row (archive order is time order) for each configuration."""
+    """The last valid row (archive order is time order) for each configuration."""
     chosen = {}
     for row in rows:
+        if row.get("valid") == "false":
+            continue
         key = tuple((column, row.get(column, "")) for column in match if column != skip)
         chosen[key] = row
     return chosen
@@ -92,8 +95,7 @@ def compare_rows(base_rows: list[dict[str, str]], other_rows: list[dict[str, str
                 continue
             within = _overlap(base[key], other[key], spread_columns) if spread_columns else None
             result.append(Comparison(key, metric, value_a, value_b, within, higher))
-    order = {column: index for index, column in enumerate(CONFIG_COLUMNS)}
-    return sorted(result, key=lambda c: ([value for _, value in c.key], c.metric, order))
+    return sorted(result, key=lambda c: ([value for _, value in c.key], c.metric))
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:

@@ -8,7 +8,11 @@ From archives it takes:
                   the slowest rank sets the restart, not the mean; its time to first byte
                   (metadata stall) is shown as the part of the load term before data flows
   T_pod_init      `stampede startup`: time until the last rank is up (launch -> MPI ready)
-  T_barrier_sync  `stampede startup`: median MPI barrier across the ranks once up
+  T_barrier_sync  the restore's straggler wait (time to last rank - first done: what the
+                  ranks that finished wait at the sync), plus the median MPI barrier of
+                  `stampede startup` when given; the barrier alone without a restore run
+A restore measured with a warm page cache is not a storage measurement: cold or direct
+runs are preferred, and a warm one is used only with a warning in its source.
 Every other term is an assumption from the flags (or an [mttr] section of a job file),
 and the report marks each term measured or assumed.
 
@@ -32,6 +36,8 @@ from stampede.errors import UsageError
 
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
+EXTRA_DEFAULTS = {"gpus": 16384.0, "mtbf_h": 0.0, "checkpoint_interval_s": 0.0, "nodes": 2048.0,
+                  "node_failures_per_day": 0.001, "replenish_h": 24.0, "cold_swap_s": 1800.0}
 SECTION_KEYS = (*EXAMPLE, "gpus", "mtbf_h", "checkpoint_interval_s", "nodes",
                 "node_failures_per_day", "spares", "replenish_h", "cold_swap_s")
 
@@ -136,20 +142,33 @@ def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], 
             barrier = next((row for row in reversed(rows) if row["op"] == "barrier"
                             and row["run_id"] == startup["run_id"]), None)
             if barrier is not None and barrier.get("lat_p50_s"):
-                values["sync_s"] = float(barrier["lat_p50_s"])
-                sources["sync_s"] = (f"measured: {name} run {startup['run_id']}, MPI barrier p50 "
-                                     f"over {barrier['nranks']} ranks")
+                values["barrier_s"] = float(barrier["lat_p50_s"])
+                sources["barrier_s"] = (f"{name} run {startup['run_id']}, MPI barrier p50 over "
+                                        f"{barrier['nranks']} ranks")
         restores = [row for row in rows if row["op"] == "restore" and row.get("valid") == "true"
                     and row.get("slowest_rank_gbps") and (not layout or row["layout"] == layout)]
-        if restores:
-            run_id = restores[-1]["run_id"]
-            best = min((row for row in restores if row["run_id"] == run_id),
+        storage = [row for row in restores if row.get("cache") != "warm"] or restores
+        if storage:
+            run_id = storage[-1]["run_id"]
+            best = min((row for row in storage if row["run_id"] == run_id),
                        key=lambda row: float(row["time_to_last_rank_s"]))
+            warm = " (WARM: page cache, not storage)" if best.get("cache") == "warm" else ""
             values["bw_rank_gbps"] = float(best["slowest_rank_gbps"])
             sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
-                                       f"of {best['nranks']} ranks, cache {best['cache']}")
+                                       f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
+            values["straggler_s"] = float(best["time_to_last_rank_s"]) - float(best["first_done_s"])
+            sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
             stall = _time_to_first_byte(sidecar_path(archive, run_id), best["layout"])
-    return values, sources, stall
+    return _sync(values, sources), sources, stall
+
+
+def _sync(values: dict[str, float], sources: dict[str, str]) -> dict[str, float]:
+    """T_barrier_sync from what was measured: straggler wait plus barrier, or either."""
+    parts = [key for key in ("straggler_s", "barrier_s") if key in values]
+    if parts:
+        values["sync_s"] = sum(values[key] for key in parts)
+        sources["sync_s"] = "measured: " + " + ".join(sources[key] for key in parts)
+    return {key: value for key, value in values.items() if key in EXAMPLE}
 
 
 def _time_to_first_byte(sidecar: Path, layout: str) -> float:
@@ -199,17 +218,17 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     for key, default in EXAMPLE.items():
         sub.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
                          help=f"default {default:g} (the worked example)")
-    sub.add_argument("--gpus", type=float, default=16384, help="GPUs of the job (default 16384)")
-    sub.add_argument("--mtbf-h", type=float, default=0.0,
+    sub.add_argument("--gpus", type=float, default=None, help="GPUs of the job (default 16384)")
+    sub.add_argument("--mtbf-h", type=float, default=None,
                      help="the job's mean time between failures, hours: GPU-hours lost per day")
-    sub.add_argument("--checkpoint-interval-s", type=float, default=0.0,
+    sub.add_argument("--checkpoint-interval-s", type=float, default=None,
                      help="seconds between checkpoints: half of it is redone after a failure")
-    sub.add_argument("--nodes", type=float, default=2048, help="nodes in the cluster (default 2048)")
-    sub.add_argument("--node-failures-per-day", type=float, default=0.001,
+    sub.add_argument("--nodes", type=float, default=None, help="nodes in the cluster (default 2048)")
+    sub.add_argument("--node-failures-per-day", type=float, default=None,
                      help="failures per node per day (default 0.001)")
-    sub.add_argument("--replenish-h", type=float, default=24.0,
+    sub.add_argument("--replenish-h", type=float, default=None,
                      help="hours to return a spare to the pool (default 24)")
-    sub.add_argument("--cold-swap-s", type=float, default=1800.0,
+    sub.add_argument("--cold-swap-s", type=float, default=None,
                      help="seconds to bring in a node when no warm spare is left (default 1800)")
     sub.set_defaults(func=cmd_mttr)
 
@@ -235,9 +254,9 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     inputs.update(values)
     sources.update(measured)
     model = breakdown(**inputs, sources=sources, metadata_stall_s=stall)
-    extras = {key: section.get(key, float(getattr(args, key))) for key in
-              ("gpus", "mtbf_h", "checkpoint_interval_s", "nodes", "node_failures_per_day",
-               "replenish_h", "cold_swap_s")}
+    # a flag beats the [mttr] section, which beats the built-in default
+    extras = {key: float(getattr(args, key)) if getattr(args, key) is not None
+              else section.get(key, EXTRA_DEFAULTS[key]) for key in EXTRA_DEFAULTS}
     spares = [(fraction, max(1, round(extras["nodes"] * fraction))) for fraction in (0.02, 0.03, 0.05)]
     render_mttr(model, extras, [(fraction, count, no_spare_probability(
         int(extras["nodes"]), extras["node_failures_per_day"], count, extras["replenish_h"]))

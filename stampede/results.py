@@ -32,6 +32,12 @@ def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> t
                          context.fs_type, inline)
     if spec.h2d == "host":
         notes += (f"h2d went to {context.device}: a stand-in for tests",)
+    between = [what for what, on in (("sha256 hashing", bool(inline)),
+                                      ("copies to the device", spec.h2d != "none"
+                                       and stats.layout not in EXCHANGE)) if on]
+    if between:
+        notes += (f"{' and '.join(between)} run between reads: the read op's aggregate GB/s "
+                  "spans them (its latencies do not)",)
     return notes
 
 
@@ -71,10 +77,12 @@ def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
             "lat_p999_s": op.latency.p999_s, "lat_max_s": op.latency.max_s,
             "elapsed_s": op.elapsed_s.median,
         }
-        if op.op in RATE_OPS:  # restores or waits per second would mean nothing
+        if op.op in RATE_OPS and op.op != "verify":  # restores or waits per second mean nothing
             row.update(ops_per_s=op.ops_per_s.median, ops_per_s_min=op.ops_per_s.min,
                        ops_per_s_max=op.ops_per_s.max)
-        if op.bytes:  # GB/s only means something for ops that move bytes
+        # GB/s only for ops that move bytes between real stamps (verify's stop is its start
+        # plus summed hashing time, so its span across ranks is not a time anything took)
+        if op.bytes and op.op != "verify":
             row.update(agg_gbps=op.agg_gbps.median, agg_gbps_min=op.agg_gbps.min,
                        agg_gbps_max=op.agg_gbps.max)
         if op.op == stats.completion_op:

@@ -133,8 +133,8 @@ def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[
     device_buffer = None
     if device is not None:
         device_buffer = device.device_buffer(plan.hold.length)
-        if spec.h2d == "cuda-pinned":
-            device.pin(buffer)   # in place, untimed: the read buffer is page-locked
+        if spec.h2d == "cuda-pinned":  # in place, untimed: the read buffer is page-locked
+            mpi.collective(comm, "page-locking the read buffer", partial(device.pin, buffer))
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
                      stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
@@ -165,7 +165,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     messages: list[str] = []
     invalid_reason = ""
     failed_iteration = None
-    with AlignedBuffer(buffer_bytes) as buffer:
+    with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
         setup = _setup(comm, spec, layout, backend, entry, buffer, device)
         for iteration in range(-spec.warmup, spec.iterations):
             if spec.cache == "cold":

@@ -45,9 +45,11 @@ def process_start_ns() -> int:
     with open("/proc/self/stat") as stream:
         fields = stream.read().rsplit(")", 1)[1].split()
     start_ticks = int(fields[19])  # field 22 of stat(5); fields[0] is field 3
-    with open("/proc/stat") as stream:
-        boot_s = next(int(line.split()[1]) for line in stream if line.startswith("btime"))
-    return boot_s * 10**9 + start_ticks * 10**9 // CLOCK_TICKS_PER_S
+    # The start is in ticks since boot; CLOCK_BOOTTIME counts from the same boot, so the
+    # wall time of the start is now - (time since boot - start). (btime, the boot's wall
+    # time in /proc/stat, has whole seconds only: up to a second wrong.)
+    since_boot_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    return time.time_ns() - (since_boot_ns - start_ticks * 10**9 // CLOCK_TICKS_PER_S)
 
 
 def launch_ns() -> tuple[int, str]:

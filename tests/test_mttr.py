@@ -49,6 +49,8 @@ def test_mttr_takes_measured_terms_from_real_runs(stampede, tmp_path: Path) -> N
     assert f"{load_s:.6g}" in text                               # 30 GB / measured GB/s
     assert "sharded, slowest of 2 ranks, cache warm" in text
     assert "last rank up" in text and "MPI barrier p50 over 2 ranks" in text
+    assert "sharded straggler wait +" in text                   # T_barrier_sync's two parts
+    assert "(WARM: page cache, not storage)" in text             # a warm restore is flagged
     assert "waited" in text and "for its first byte" in text
     assert "assumed" in text                                     # T_detect, T_cordon_swap
 
