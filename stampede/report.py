@@ -93,6 +93,9 @@ def render_archive(rows: Sequence[dict[str, str]], console: Any, run_ids: Sequen
 
 def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[str] = ()) -> None:
     first = rows[0]
+    if first["job"] == "gpu" and first.get("device"):
+        render_gpu(rows, console)   # `stampede gpu` runs: one line per mode and size
+        return
     console.print()
     console.rule(f"[bold]stampede[/] {first['job']}  run {first['run_id']}")
     if first["layout"] == "startup":

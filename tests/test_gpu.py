@@ -40,6 +40,8 @@ def test_gpu_sweep_on_the_host_device_is_labelled_everywhere(stampede, tmp_path:
         assert float(row["agg_gbps"]) > 0
     reads = [row for row in rows if row["op"] == "read"]
     assert {row["layout"] for row in reads} == {"file"} and {row["cache"] for row in reads} == {"cold"}
+    again = stampede("report", str(archive))   # re-rendered from the archive alone
+    assert again.returncode == 0 and "Host -> device" in again.stdout and HOST_LABEL in again.stdout
 
 
 @pytest.mark.skipif(cuda_available(), reason="a CUDA device is visible here")
