@@ -28,7 +28,8 @@ from stampede.spec import OPTIONS, REQUIRED
 # module a worker rank imports is a metadata storm of its own.
 COMMAND_MODULES = {"sweep": "stampede.sweep", "compare": "stampede.compare",
                    "import": "stampede.importers", "slurm": "stampede.slurm",
-                   "plot": "stampede.plot", "gpu": "stampede.h2d", "mttr": "stampede.mttr"}
+                   "plot": "stampede.plot", "gpu": "stampede.h2d", "mttr": "stampede.mttr",
+                   "emulate-mds": "stampede.emulate", "project": "stampede.project"}
 CORE_COMMANDS = ("run", "prepare", "plan", "clean", "report", "startup", "demo")
 
 METRICS_HELP = """\
