@@ -5,7 +5,7 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
 - 1: first schema. DESIGN.md's required columns, then spread columns (*_min/*_max),
      bytes_per_rank, op_bytes, elapsed_s, slowest_rank_gbps, slowest_ranks, storage_s,
      network_s, storage_ops_per_iteration, storage_bytes_per_iteration, device, link_peak_gbps,
-     fs_type, invalid_reason,
+     samples (exact | histogram: how the percentiles were made), fs_type, invalid_reason,
      warnings, then one column per job option (spec.OPTIONS[].column).
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
@@ -40,7 +40,8 @@ EXTRA_COLUMNS = (
     "bytes_per_rank", "op_bytes", "elapsed_s", "ops_per_s_min", "ops_per_s_max",
     "agg_gbps_min", "agg_gbps_max", "time_to_last_rank_min_s", "time_to_last_rank_max_s",
     "slowest_rank_gbps", "slowest_ranks", "storage_s", "network_s", "storage_ops_per_iteration",
-    "storage_bytes_per_iteration", "device", "link_peak_gbps", "fs_type", "invalid_reason", "warnings",
+    "storage_bytes_per_iteration", "device", "link_peak_gbps", "samples", "fs_type",
+    "invalid_reason", "warnings",
 )
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS

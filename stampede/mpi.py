@@ -165,6 +165,30 @@ def node_rank(comm: Any) -> int:
     return local
 
 
+def node_min(comm: Any, values: np.ndarray) -> np.ndarray:
+    """Element-wise MIN of an int64 vector over the ranks of this rank's node."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    if comm.Get_size() == 1:
+        return values.copy()
+    from mpi4py import MPI
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    result = np.empty_like(values)
+    node.Allreduce(values, result, op=MPI.MIN)
+    node.Free()
+    return result
+
+
+def reduce_to_root(comm: Any, values: np.ndarray, how: str, root: int = 0) -> np.ndarray | None:
+    """Element-wise sum, min or max of an int64 array over all ranks, on root only."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    if comm.Get_size() == 1:
+        return values.copy()
+    from mpi4py import MPI
+    result = np.empty_like(values) if comm.Get_rank() == root else None
+    comm.Reduce(values, result, op={"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}[how], root=root)
+    return result
+
+
 def bcast_bytes(group: Any, view: memoryview, root: int = 0) -> None:
     """Broadcast a buffer in place (root sends, the others receive into it)."""
     if group.Get_size() > 1:

@@ -157,7 +157,9 @@ def _render_startup(rows: Sequence[dict[str, str]], console: Any) -> None:
 
 def _render_layout_ops(rows: Sequence[dict[str, str]], console: Any) -> None:
     layout = rows[0]["layout"]
-    table = _table(f"{layout}: latency per op, all ranks and iterations",
+    approximate = rows[0].get("samples") == "histogram"
+    table = _table(f"{layout}: latency per op, all ranks and iterations"
+                   + (" (p50-p99.9 from histograms, within 12%)" if approximate else ""),
                    ("op", "unit", "count", "err", "min", "p50", "p90", "p99", "p99.9", "max",
                     "ops/s", "agg\nGB/s"), left=("op", "unit"))
     for row in rows:

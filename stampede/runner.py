@@ -27,7 +27,7 @@ from stampede.errors import UsageError
 from stampede.manifest import prepared_layout, read_manifest
 from stampede.pattern import MAX_MESSAGES, RankSetup, run_pattern
 from stampede.plan import bytes_per_rank, plan_rank, stripes
-from stampede.samples import ITER, OP_CODE, RANK
+from stampede.samples import ITER, OP, OP_CODE, RANK
 from stampede.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -207,20 +207,59 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
             mpi.free(setup.group, comm)
         if device is not None:
             device.unpin(buffer)
-    gathered = mpi.gather_rows(comm, _measured(log, failed_iteration))
-    gathered_origins = mpi.gather_rows(comm, origins_array(origins))
+    rows = _measured(log, failed_iteration)
     all_messages = mpi.gather(comm, messages)
-    stats = None
-    if gathered is not None and gathered_origins is not None and all_messages is not None:
-        on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
-        ranked = [np.column_stack([rows, np.full(len(rows), r, dtype=np.int64)])
-                  for r, rows in enumerate(on_axis)]
-        from stampede.stats import layout_stats  # rank 0 only: workers never import it
-        stats = layout_stats(layout, np.concatenate(ranked), nranks)
+    if _histogram_mode(spec, plan, nranks):
+        stats = _reduced_stats(comm, layout, rows, origins, failed_iteration)
+    else:
+        stats = _exact_stats(comm, layout, rows, origins, hosts)
+    if all_messages is not None:
         messages = [text for part in all_messages for text in part]
     return LayoutRun(layout=layout, bytes_per_rank=bytes_per_rank(spec, nranks),
                      stats=stats, messages=tuple(messages),
                      invalid_reason=invalid_reason)
+
+
+def _histogram_mode(spec: JobSpec, plan: Any, nranks: int) -> bool:
+    """run.samples, with auto deciding from the samples this layout will produce."""
+    if spec.samples != "auto":
+        return spec.samples == "histogram"
+    from stampede.histo import AUTO_SAMPLES
+    per_rank = sum(plan.op_counts().values()) + 4   # + restore, verify, exchange, h2d
+    return nranks * spec.iterations * per_rank > AUTO_SAMPLES
+
+
+def _exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+                 hosts: tuple[str, ...]) -> LayoutStats | None:
+    """Every sample to rank 0 (one Gatherv), put on one axis there."""
+    gathered = mpi.gather_rows(comm, rows)
+    gathered_origins = mpi.gather_rows(comm, origins_array(origins))
+    if gathered is None or gathered_origins is None:
+        return None
+    on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
+    ranked = [np.column_stack([part, np.full(len(part), r, dtype=np.int64)])
+              for r, part in enumerate(on_axis)]
+    from stampede.stats import layout_stats  # rank 0 only: workers never import it
+    return layout_stats(layout, np.concatenate(ranked), comm.Get_size())
+
+
+def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+                   failed_iteration: int | None) -> LayoutStats | None:
+    """Histogram mode (stampede.histo): fixed-size reductions, restores and timelines whole."""
+    from stampede import histo
+    from stampede.stats import layout_stats_reduced, timeline
+
+    restore = OP_CODE["restore"]
+    on_axis = histo.to_node_axis(comm, rows, origins, restore)
+    iterations = tuple(i for i in sorted(origins) if i >= 0 or i == failed_iteration)
+    reduced = histo.reduce(comm, histo.summarize(on_axis, iterations), iterations)
+    ranked = np.column_stack([on_axis, np.full(len(on_axis), comm.Get_rank(), dtype=np.int64)])
+    restores = mpi.gather_rows(comm, ranked[ranked[:, OP] == restore])
+    timelines = mpi.gather(comm, timeline(ranked))
+    if reduced is None or restores is None or timelines is None:
+        return None
+    return layout_stats_reduced(layout, reduced, np.concatenate(restores),
+                                tuple(row for part in timelines for row in part), comm.Get_size())
 
 
 def _check_open_files(spec: JobSpec, nranks: int, rank: int) -> None:

@@ -196,6 +196,10 @@ OPTIONS: tuple[Option, ...] = (
            "failed ops tolerated per iteration, as a fraction of all ops of all ranks: they "
            "are counted and reported; past it every rank stops (0 = stop at the first)",
            "max_error_fraction"),
+    Option("run.samples", "samples", _choice(("auto", "exact", "histogram")), "auto",
+           "exact = every sample to rank 0 (Gatherv); histogram = each rank reduces its samples "
+           "to log-bucket histograms and MPI sums them (p50..p99.9 within 12%, min/max exact), "
+           "for thousands of ranks; auto = histogram past 4 million samples", "samples_mode"),
     Option("run.deadline_s", "deadline_s", _positive_float, 600.0,
            "per-phase deadline: a rank still working then stops, the run is marked invalid",
            "deadline_s"),
@@ -233,6 +237,7 @@ class JobSpec:
     seed: int
     h2d: str
     max_error_fraction: float
+    samples: str
     deadline_s: float
     verify: str
     archive_path: str

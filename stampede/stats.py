@@ -16,7 +16,8 @@ Definitions (also in the README and `stampede run --help`):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ class Latency:
     p99_s: float
     p999_s: float
     max_s: float
+    approximate: bool = False   # p50..p99.9 interpolated in a histogram bucket (min, max exact)
 
     def __post_init__(self) -> None:
         values = (self.min_s, self.p50_s, self.p90_s, self.p99_s, self.p999_s, self.max_s)
@@ -127,6 +129,7 @@ class LayoutStats:
     completion_op: str = "restore"
     histograms: dict[str, Histogram] | None = None       # op -> latency histogram
     timeline: tuple[tuple[float, ...], ...] = ()         # rows of TIMELINE_COLUMNS
+    samples: str = "exact"     # or "histogram": reduced per rank (stampede.histo)
 
 
 def latency(durations_ns: np.ndarray) -> Latency:
@@ -281,3 +284,92 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
         notes.append(f"{ranks_per_node} ranks per node on {cpus_per_node} CPUs: oversubscribed, "
                      "ranks compete for cores")
     return tuple(notes)
+
+
+# --- histogram mode (stampede.histo): the same summaries from reduced arrays ---
+
+def latency_from_histogram(counts: np.ndarray, min_ns: int, max_ns: int) -> Latency:
+    """Percentiles of the pooled samples from log-bucket counts, by numpy's linear
+    definition: the two order statistics around the percentile are each placed inside
+    their bucket (geometrically, by their rank in it) and clamped to the exact min and
+    max, then interpolated linearly. Each lies in the same bucket as the true sample, so
+    the result is within one bucket's width (12.2%) of the exact percentile."""
+    total = int(counts.sum())
+    if total == 0:
+        return EMPTY_LATENCY
+    cumulative = np.cumsum(counts)
+    low_s, high_s = min_ns / 1e9, max_ns / 1e9
+
+    def order_statistic(index: int) -> float:
+        bucket = int(np.searchsorted(cumulative, index, side="right"))
+        before = int(cumulative[bucket - 1]) if bucket else 0
+        fraction = (index - before + 0.5) / int(counts[bucket])
+        lo, hi = HISTOGRAM_EDGES_S[bucket], HISTOGRAM_EDGES_S[bucket + 1]
+        return min(max(lo * (hi / lo) ** fraction, low_s), high_s)
+
+    def at(percent: float) -> float:
+        position = percent / 100 * (total - 1)            # 0-based, in sorted order
+        below = int(position)
+        above = min(below + 1, total - 1)
+        low, high = order_statistic(below), order_statistic(above)
+        return low + (high - low) * (position - below)
+
+    p50, p90, p99, p999 = (at(percent) for percent in PERCENTILES)
+    return Latency(total, low_s, p50, p90, p99, p999, high_s, approximate=True)
+
+
+def layout_stats_reduced(layout: str, reduced: Any, restore_rows: np.ndarray,
+                         timeline_rows: tuple[tuple[float, ...], ...], nranks: int,
+                         completion_op: str = "restore") -> LayoutStats:
+    """LayoutStats from histogram mode's reduced arrays (stampede.histo.Reduced) and the
+    exact restore samples; elapsed, counts, bytes, ops/s and GB/s are exact."""
+    iterations = list(reduced.iterations)
+    ops, histograms = [], {}
+    for code, op in enumerate(OPS):
+        ok, failed = reduced.ok[code], reduced.failed[code]
+        if not (ok.sum() + failed.sum()):
+            continue
+        elapsed, rates, gbps = [], [], []
+        for column in range(len(iterations)):
+            if ok[column] == 0:
+                continue
+            seconds = (reduced.last_stop_ns[code, column] - reduced.first_start_ns[code, column]) / 1e9
+            elapsed.append(seconds)
+            rates.append(ok[column] / seconds if seconds > 0 else NAN)
+            gbps.append(reduced.nbytes[code, column] / seconds / 1e9 if seconds > 0 else NAN)
+        ops.append(OpStats(op=op, count=int(ok.sum()), errors=int(failed.sum()),
+                           bytes=int(reduced.nbytes[code].sum()),
+                           latency=latency_from_histogram(reduced.histograms[code],
+                                                          int(reduced.latency_min_ns[code]),
+                                                          int(reduced.latency_max_ns[code])),
+                           elapsed_s=spread(elapsed), ops_per_s=spread(rates), agg_gbps=spread(gbps)))
+        histograms[op] = Histogram(tuple(int(c) for c in reduced.histograms[code]), HISTOGRAM_EDGES_S)
+    restore = restore_stats(restore_rows, iterations, nranks, completion_op)
+    parts = _parts_reduced(reduced, len(iterations))
+    restore = replace(restore, storage_s=parts["storage_s"], network_s=parts["network_s"],
+                      storage_ops=parts["storage_ops"], storage_bytes=parts["storage_bytes"])
+    return LayoutStats(layout=layout, iterations=len(iterations), ops=tuple(ops), restore=restore,
+                       completion_op=completion_op, histograms=histograms,
+                       timeline=timeline_rows, samples="histogram")
+
+
+def _parts_reduced(reduced: Any, nits: int) -> dict[str, Spread]:
+    """Storage and network parts per iteration from the reduced first starts / last stops."""
+    storage = [OPS.index(op) for op in STORAGE_OPS]
+    network = [OPS.index(op) for op in NETWORK_OPS]
+    read = OPS.index("read")
+
+    def span(codes: list[int], column: int) -> float:
+        used = [code for code in codes if reduced.ok[code, column]]
+        if not used:
+            return NAN
+        return float(max(reduced.last_stop_ns[c, column] for c in used)
+                     - min(reduced.first_start_ns[c, column] for c in used)) / 1e9
+
+    return {
+        "storage_s": spread([span(storage, column) for column in range(nits)]),
+        "network_s": spread([span(network, column) for column in range(nits)]),
+        "storage_ops": spread([float(sum(reduced.ok[c, column] + reduced.failed[c, column]
+                                         for c in storage)) for column in range(nits)]),
+        "storage_bytes": spread([float(reduced.nbytes[read, column]) for column in range(nits)]),
+    }
