@@ -16,6 +16,7 @@ Definitions (also in the README and `stampede run --help`):
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -185,7 +186,7 @@ def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int,
         storage_bytes.append(float(in_storage[in_storage[:, OP] == read_code][:, NBYTES].sum()))
     rows = samples[samples[:, OP] == OPS.index(completion_op)]
     last, first, straggle = [], [], []
-    per_rank: list[list[float]] = [[] for _ in range(nranks)]
+    per_rank = np.full((nranks, len(iterations)), np.nan)
     for iteration in iterations:
         chosen = rows[rows[:, ITER] == iteration]
         if chosen.size == 0:
@@ -195,14 +196,17 @@ def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int,
         first.append(float(seconds.min()))
         median = float(np.median(seconds))
         straggle.append(float(seconds.max()) / median if median > 0 else NAN)
-        for rank, value in zip(chosen[:, RANK], seconds):
-            per_rank[int(rank)].append(float(value))
-    medians = tuple(float(np.median(values)) if values else NAN for values in per_rank)
-    order = sorted((rank for rank in range(nranks) if math.isfinite(medians[rank])),
-                   key=lambda rank: -medians[rank])
+        per_rank[chosen[:, RANK], iterations.index(iteration)] = seconds
+    # one vectorised median per rank (16,384 np.median calls would cost rank 0 a second)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a rank with no sample: NaN
+        per_rank_median = np.nanmedian(per_rank, axis=1) if per_rank.size else np.empty(0)
+    medians = tuple(float(value) for value in per_rank_median)
+    finite = np.flatnonzero(np.isfinite(per_rank_median))
+    order = finite[np.argsort(-per_rank_median[finite], kind="stable")]
     return RestoreStats(time_to_last_rank_s=spread(last), first_done_s=spread(first),
                         straggler_ratio=spread(straggle),
-                        slowest_ranks=tuple((rank, medians[rank]) for rank in order[:3]),
+                        slowest_ranks=tuple((int(rank), medians[rank]) for rank in order[:3]),
                         per_rank_s=medians, per_iteration_s=tuple(last),
                         storage_s=spread(storage_s), network_s=spread(network_s),
                         storage_ops=spread(storage_ops), storage_bytes=spread(storage_bytes))
