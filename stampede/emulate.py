@@ -1,10 +1,352 @@
-"""Placeholder: being written."""
+"""`stampede emulate-mds`: a laptop-sized stand-in for an overloaded metadata server.
+
+    stampede emulate-mds MOUNTPOINT --backing DIR [--service-s S] [--threads C]
+                         [--serialize-inode] [--jitter-s J] [--attr-cache-s 0]
+
+It mounts a read-only FUSE file system at MOUNTPOINT that shows DIR. Data passes through
+(read, release/close, readdir's names), but every metadata request - getattr (which also
+answers the kernel's LOOKUP of a name), open, opendir, readdir, readlink - is served by one
+of C service slots (a semaphore), each request holding its slot for S seconds (plus a
+uniform random [0, J) with --jitter-s) before the real operation runs: C metadata threads
+that each take S per request, as on an NFS server or a Lustre MDS under load. With
+--serialize-inode, requests on the same file also queue one at a time, in arrival order,
+on a lock per path (they wait for the lock before they take a slot): N ranks stat-ing one
+shared file take N times as long as N ranks stat-ing a file each. Directories are not
+serialized: lookups in one directory are shared (read) operations on real servers, and
+the hot spot this models is the file.
+
+The kernel's attribute and entry caches are off (attr_timeout = entry_timeout =
+negative_timeout = --attr-cache-s, default 0), so every stat reaches the emulator: with
+them off, stat(2) of MOUNTPOINT/dir/file costs one LOOKUP per path component below the
+mount (the kernel revalidates each name) and one GETATTR of the file, i.e. three service
+times for a checkpoint file (`sharded/shard-….raw`, `shared/checkpoint.raw`). Reads may
+add GETATTRs of their own (the kernel checks the file size), as NFS clients do. The file
+system is multithreaded (libfuse's worker pool grows with the requests in flight), so C
+slots really serve C requests at once; a single-threaded FUSE daemon would serialize all.
+
+Lifecycle: runs in the foreground until unmounted (`fusermount -u MOUNTPOINT`, exit 0),
+Ctrl-C (SIGINT), SIGTERM or SIGHUP; each ends with the file system unmounted by libfuse
+and a summary of the requests served on stderr. It also always asks the kernel to send it
+SIGTERM when its parent process dies (prctl PR_SET_PDEATHSIG; there is no flag to turn it
+off): an emulator left running would leave a slow mount behind. Run it with `&` from the
+shell that runs the benchmark, or under a supervisor. Only SIGKILL leaves a stale mount
+("Transport endpoint is not connected"): `fusermount -u MOUNTPOINT` clears it.
+
+Root only (it mounts with allow_other so that ranks of any user can use it). The kernel
+does no permission checks (that would add a GETATTR per path component); the emulator
+refuses open/readdir to other users by the backing files' mode bits (owner, the primary
+group, others; supplementary groups are not known to it). Writes are refused (read-only):
+prepare the checkpoint in DIR directly, then point target.path at MOUNTPOINT.
+
+Needs fusepy and libfuse 2 (`pip install fusepy`, `apt-get install libfuse2`), imported
+only when the command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import random
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
+
+FUSE_HINT = "pip install fusepy (and the libfuse 2 library: apt-get install libfuse2)"
+STAT_FIELDS = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
+               "st_ctime_ns", "st_blocks", "st_blksize", "st_rdev")
+PR_SET_PDEATHSIG = 1
+METADATA_OPS = ("getattr", "open", "opendir", "readdir", "readlink")
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    return None
+    sub = commands.add_parser(
+        "emulate-mds", formatter_class=formatter,
+        help="Mount a FUSE pass-through of a directory whose metadata requests (stat, open, "
+             "readdir) are served by C slots of S seconds each: an overloaded NFS/Lustre "
+             "metadata server on a laptop. Root only; runs until unmounted or signalled.",
+        description="Mount a read-only FUSE pass-through of --backing at MOUNTPOINT that "
+                    "delays every metadata request by a service time in one of C slots.",
+        epilog=__doc__)
+    sub.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory to mount on")
+    sub.add_argument("--backing", required=True, metavar="DIR",
+                     help="the directory whose files are shown (prepare the checkpoint here)")
+    sub.add_argument("--service-s", type=float, default=0.005, metavar="S",
+                     help="seconds each metadata request holds its slot (default 0.005)")
+    sub.add_argument("--threads", type=int, default=4, metavar="C",
+                     help="service slots: metadata requests served at once (default 4)")
+    sub.add_argument("--serialize-inode", action="store_true",
+                     help="requests on the same file wait for each other (a lock per path, "
+                          "first come first served): the shared-file hot spot")
+    sub.add_argument("--jitter-s", type=float, default=0.0, metavar="J",
+                     help="add a uniform random [0, J) seconds to each service time (default 0)")
+    sub.add_argument("--attr-cache-s", type=float, default=0.0, metavar="T",
+                     help="the kernel's attribute and entry cache timeouts (default 0: every "
+                          "stat reaches the emulator)")
+    sub.set_defaults(func=cmd_emulate_mds)
+
+
+class FifoLock:
+    """A lock granted in arrival order (threading.Lock lets a newcomer barge in)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._condition:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            while self._serving != ticket:
+                self._condition.wait()
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._condition:
+            self._serving += 1
+            self._condition.notify_all()
+
+
+def may_read(status: os.stat_result, uid: int, gid: int) -> bool:
+    """Whether the caller may read (or list) this file by its mode bits; root may."""
+    if uid == 0:
+        return True
+    if uid == status.st_uid:
+        return bool(status.st_mode & stat.S_IRUSR)
+    if gid == status.st_gid:
+        return bool(status.st_mode & stat.S_IRGRP)
+    return bool(status.st_mode & stat.S_IROTH)
+
+
+class MetadataServer:
+    """fusepy operations: metadata through C slots of service_s seconds, data straight through.
+
+    fusepy calls `self(op, *args)`; an OSError becomes the errno returned to the kernel.
+    Operations not defined here (write, create, ...) are not registered: ENOSYS, and the
+    mount is read-only anyway.
+    """
+
+    use_ns = True   # fusepy: times in nanoseconds (st_*time_ns)
+
+    def __init__(self, backing: str, service_s: float, threads: int, serialize: bool = False,
+                 jitter_s: float = 0.0, caller: Callable[[], tuple[int, int, int]] | None = None,
+                 on_mount: Callable[[], None] | None = None) -> None:
+        self.backing = backing
+        self.service_s, self.jitter_s, self.serialize = service_s, jitter_s, serialize
+        self.threads = threads
+        self._slots = threading.BoundedSemaphore(threads)
+        self._caller = caller or (lambda: (0, 0, 0))
+        self._on_mount = on_mount
+        self._guard = threading.Lock()
+        self._path_locks: dict[str, FifoLock] = {}
+        self.counts: dict[str, int] = dict.fromkeys(METADATA_OPS, 0)
+        self.waited_s: dict[str, float] = dict.fromkeys(METADATA_OPS, 0.0)
+
+    def __call__(self, op: str, *args: Any) -> Any:
+        return getattr(self, op)(*args)
+
+    def _real(self, path: str) -> str:
+        return os.path.join(self.backing, path.lstrip("/"))
+
+    def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], Any]) -> Any:
+        """Queue for the path (files, with --serialize-inode), take a slot, spend the service time."""
+        arrived = time.perf_counter()
+        lock = nullcontext() if is_directory or not self.serialize else self._path_lock(path)
+        with lock, self._slots:
+            waited = time.perf_counter() - arrived
+            delay = self.service_s + (random.uniform(0.0, self.jitter_s) if self.jitter_s else 0.0)
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                return work()
+            finally:
+                with self._guard:
+                    self.counts[op] += 1
+                    self.waited_s[op] += waited
+
+    def _path_lock(self, path: str) -> FifoLock:
+        with self._guard:
+            return self._path_locks.setdefault(path, FifoLock())
+
+    def _lstat(self, path: str) -> os.stat_result | OSError:
+        try:
+            return os.lstat(self._real(path))
+        except OSError as error:
+            return error
+
+    def _check_read(self, status: os.stat_result) -> None:
+        uid, gid, _ = self._caller()
+        if not may_read(status, uid, gid):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    # --- metadata: through the slots ------------------------------------------------------
+
+    def getattr(self, path: str, fh: int | None = None) -> dict[str, int]:
+        found = self._lstat(path)     # a missing name costs a service time too (negative lookup)
+        is_directory = isinstance(found, os.stat_result) and stat.S_ISDIR(found.st_mode)
+
+        def attributes() -> dict[str, int]:
+            if isinstance(found, OSError):
+                raise found
+            result = {field: getattr(found, field) for field in STAT_FIELDS}
+            for name in ("atime", "mtime", "ctime"):
+                result[f"st_{name}"] = result.pop(f"st_{name}_ns")
+            return result
+
+        return self._serve("getattr", path, is_directory, attributes)
+
+    def readlink(self, path: str) -> str:
+        return self._serve("readlink", path, False,
+                           lambda: os.readlink(self._real(path)))
+
+    def open(self, path: str, flags: int) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+        def open_file() -> int:
+            descriptor = os.open(self._real(path), os.O_RDONLY)
+            try:
+                self._check_read(os.fstat(descriptor))
+            except OSError:
+                os.close(descriptor)
+                raise
+            return descriptor
+
+        return self._serve("open", path, False, open_file)
+
+    def opendir(self, path: str) -> int:
+        def open_directory() -> int:
+            self._check_read(os.stat(self._real(path)))
+            return 0
+
+        return self._serve("opendir", path, True, open_directory)
+
+    def readdir(self, path: str, fh: int) -> list[str]:
+        return self._serve("readdir", path, True,
+                           lambda: [".", "..", *os.listdir(self._real(path))])
+
+    # --- data and bookkeeping: straight through ---------------------------------------------
+
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        return os.pread(fh, size, offset)
+
+    def release(self, path: str, fh: int) -> int:
+        os.close(fh)
+        return 0
+
+    def releasedir(self, path: str, fh: int) -> int:
+        return 0
+
+    def statfs(self, path: str) -> dict[str, int]:
+        status = os.statvfs(self.backing)
+        return {field: getattr(status, field) for field in
+                ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree",
+                 "f_favail", "f_flag", "f_namemax")}
+
+    def init(self, path: str) -> None:
+        if self._on_mount is not None:
+            self._on_mount()
+
+    def summary(self) -> str:
+        served = sum(self.counts.values())
+        parts = [f"{op} {count} (queued {self.waited_s[op] / count * 1e3:.2f} ms on average)"
+                 for op, count in self.counts.items() if count]
+        return f"{served} metadata request(s) served" + (": " + ", ".join(parts) if parts else "")
+
+
+def load_fuse() -> Any:
+    """fusepy, imported now (it loads libfuse.so.2), or a UsageError with the install hint."""
+    import importlib
+    try:
+        fuse = importlib.import_module("fuse")
+    except ImportError as error:
+        raise _usage(f"emulate-mds needs fusepy, which is not installed ({error})") from None
+    except OSError as error:     # fusepy found, libfuse.so.2 not: "Unable to find libfuse"
+        raise _usage(f"emulate-mds needs the libfuse 2 library ({error})") from None
+    if not hasattr(fuse, "FUSE") or not hasattr(fuse, "fuse_get_context"):
+        raise _usage(f"the module `fuse` ({getattr(fuse, '__file__', '?')}) is not fusepy")
+    return fuse
+
+
+def _usage(message: str, hint: str = FUSE_HINT) -> Exception:
+    from stampede.errors import UsageError
+    return UsageError(message, hint=hint)
+
+
+def check_arguments(args: argparse.Namespace) -> tuple[str, str]:
+    """Every refusal before anything is mounted: (backing, mountpoint), both absolute."""
+    for name in ("service_s", "jitter_s", "attr_cache_s"):
+        value = getattr(args, name)
+        if not value >= 0 or value == float("inf"):
+            raise _usage(f"--{name.replace('_', '-')} {value}: must be a finite number >= 0", "")
+    if args.threads < 1:
+        raise _usage(f"--threads {args.threads}: must be at least 1", "")
+    if os.geteuid() != 0:
+        raise _usage("emulate-mds mounts a FUSE file system (allow_other) and runs as root only",
+                     "sudo stampede emulate-mds ...")
+    backing = os.path.realpath(args.backing)
+    mountpoint = os.path.realpath(args.mountpoint)
+    if not os.path.isdir(backing):
+        raise _usage(f"--backing {args.backing}: not a directory", "")
+    if not os.path.isdir(mountpoint):
+        raise _usage(f"mountpoint {args.mountpoint}: not a directory", f"mkdir {args.mountpoint}")
+    try:
+        entries = os.listdir(mountpoint)
+    except OSError as error:
+        raise _usage(f"mountpoint {args.mountpoint}: {error.strerror} (a stale mount?)",
+                     f"fusermount -u {args.mountpoint}") from None
+    if entries:
+        raise _usage(f"mountpoint {args.mountpoint}: not empty ({len(entries)} entries); "
+                     "emulate-mds mounts only on an empty directory", "")
+    if os.path.commonpath([backing, mountpoint]) == backing:
+        raise _usage(f"mountpoint {args.mountpoint} is inside --backing {args.backing}: the "
+                     "file system would serve itself", "")
+    return backing, mountpoint
+
+
+def die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the parent dies (libfuse then unmounts and exits)."""
+    import ctypes
+    import signal
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:   # the parent died before the request was in place
+        from stampede.errors import RunFailed
+        raise RunFailed("the parent process exited before emulate-mds could mount")
+
+
+def cmd_emulate_mds(args: argparse.Namespace) -> int:
+    from stampede.errors import RunFailed
+
+    backing, mountpoint = check_arguments(args)
+    fuse = load_fuse()
+    die_with_parent()
+
+    def on_mount() -> None:
+        print(f"emulate-mds: mounted {backing} at {mountpoint}: {args.threads} slot(s) x "
+              f"{args.service_s:g} s" + (f" + uniform [0, {args.jitter_s:g}) s" if args.jitter_s else "")
+              + (", requests on one file serialized" if args.serialize_inode else "")
+              + f", kernel caches {args.attr_cache_s:g} s; stop with Ctrl-C or fusermount -u "
+              f"{mountpoint}", file=sys.stderr, flush=True)
+
+    def caller() -> tuple[int, int, int]:
+        uid, gid, pid = fuse.fuse_get_context()
+        return int(uid), int(gid), int(pid)
+
+    server = MetadataServer(backing, args.service_s, args.threads, args.serialize_inode,
+                            args.jitter_s, caller, on_mount)
+    timeout = f"{args.attr_cache_s:g}"
+    try:
+        fuse.FUSE(server, mountpoint, foreground=True, nothreads=False, ro=True, allow_other=True,
+                  attr_timeout=timeout, entry_timeout=timeout, negative_timeout=timeout,
+                  fsname="stampede-emulate-mds")
+    except RuntimeError as error:   # libfuse printed why (fuse: ...) just above
+        raise RunFailed(f"mounting {mountpoint} failed (libfuse status {error})") from None
+    print(f"emulate-mds: unmounted {mountpoint}; {server.summary()}", file=sys.stderr, flush=True)
+    return 0
