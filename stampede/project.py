@@ -25,8 +25,10 @@ exceeds capacity (N ranks with an op in flight each outrun c threads), the serve
 the burst's N k services c at a time: the last reply comes RTT + N k s / c after the
 start. (The issue wrote RTT + s + N k s / c; the first op's s is already one of the N k
 drained, so it is not added twice.) With --threads given (a server of known c, such as
-`stampede emulate-mds`) the drain is counted in whole rounds, s ceil(N k / c): exact for a
-FIFO server with a constant s.
+`stampede emulate-mds`) the drain is counted in whole rounds, s ceil(N k / c): within a
+few % of a simulated closed-loop FIFO server with a constant s at N = 1..8, where the
+continuous form misses by up to ~20% near the knee. predict(params, nranks, layout) is
+the model alone, for parameters known beforehand (such a validation).
 
 The fit (least squares on relative errors, numpy):
 1. Points: per layout, the configuration of its latest valid restore row, and the latest
@@ -37,11 +39,12 @@ The fit (least squares on relative errors, numpy):
    k = 1 a FIFO burst's median is about half of it). (RTT, s, c) are fitted: for each c
    (a log grid from 1 to 1e6, refined by golden section; c_eff = 1 for shared) and each
    split of the rank counts into unsaturated / saturated, the model is linear in
-   (RTT, s); the combination with the least error wins. When the points cannot tell RTT
-   from s, RTT = 0 (all latency is server time); when no rank count saturated the server,
-   the smallest c that fits (the knee at the largest run) is taken. Both are the most
-   pessimistic values the points allow, and the output says so: the projected stall is
-   then an upper bound. Known --rtt-s, --service-s, --threads are held fixed.
+   (RTT, s); the combination with the least error wins (ties: the smaller c). When no
+   rank count saturated the server, the points fix only RTT + s, and the fit takes the
+   most pessimistic split they allow: as much of it server time s as keeps every run
+   unsaturated (RTT = 0 unless c is fixed), with the fewest threads c that do (the knee
+   at the largest run). The output says so: the projected stall is then an upper bound.
+   Known --rtt-s, --service-s, --threads are held fixed.
 3. Data: (T(N) - T_meta model(N)) / bytes_per_rank = max(N / B_agg, 1 / B_client), fitted
    the same way in (1/B_agg, 1/B_client). When no rank count reached the aggregate limit,
    B_agg is only bounded below: the bound (the largest run exactly at the limit) is used,
@@ -50,9 +53,12 @@ The fit (least squares on relative errors, numpy):
 5. Band: the data fit repeated on time_to_last_rank_min_s and _max_s (every rank count's
    fastest and slowest iteration: run-to-run noise carried to N) and, with four or more
    rank counts, leave-one-out refits (each rank count dropped in turn: how much the
-   projection leans on one run). The band is the envelope of those projections. It is
-   not a confidence interval of the model: no band from a few small runs bounds an
-   extrapolation thousands of times beyond them.
+   projection leans on one run). The band is the envelope of those projections. The
+   per-op latencies have no spread columns, so the stall's band comes from leave-one-out
+   alone. It is not a confidence interval of the model: no band from a few small runs
+   bounds an extrapolation thousands of times beyond them.
+Each layout is printed with its configuration (job, backend, fs_type, cache, pattern,
+stat_count, open_count), and warm-cache or oversubscribed runs are noted.
 
 Limits: one server (a file system with several metadata targets spreads a sharded
 checkpoint's ops over them: c is then their total, while a shared file still sits on
@@ -321,6 +327,32 @@ def fit_metadata(points: Sequence[Point], layout: str,
         if at(refined)[0] <= best_error + tolerance:
             threads = refined
     _, rtt, service = at(threads)
+    c_eff = effective_threads(layout, threads)
+    if layout in SHARED_INODE_LAYOUTS and known.threads is not None:
+        threads = known.threads         # reported as given; the one inode still serialises
+    if any(is_saturated(*point, rtt, service, c_eff, whole) for point in zip(n, k)):
+        return rtt, service, threads
+    # No run saturated the server: the points fix only L0 = RTT + s. Take the most
+    # pessimistic consistent split: as much of L0 server time as allowed, and the fewest
+    # threads with which every run stays unsaturated (the knee at the largest run).
+    unloaded = float(np.sum(weight ** 2 * k * y) / np.sum(weight ** 2 * k * k))
+    if grid == [1.0] or known.threads is not None:      # c fixed: s as large as stays unsaturated
+        rounds = n * k / c_eff
+        if whole:
+            rounds = np.ceil(rounds - 1e-9)
+        excess = rounds - 1
+        limits = [(kk - 1) * unloaded / e for kk, e in zip(k, excess) if e > 0]
+        service = min([unloaded, *limits])
+    else:
+        service = unloaded
+    if known.service_s is not None:
+        service = known.service_s
+    rtt = known.rtt_s if known.rtt_s is not None else max(unloaded - service, 0.0)
+    if known.rtt_s is not None and known.service_s is None:
+        service = max(unloaded - rtt, 0.0)
+    if grid != [1.0] and known.threads is None and service > 0:
+        threads = max([1.0] + [service * nn * kk / (kk * (rtt + service) - rtt)
+                               for nn, kk in zip(n, k) if kk * (rtt + service) > rtt])
     return rtt, service, threads
 
 
@@ -340,7 +372,7 @@ def fit_data(nranks: Sequence[float], bytes_per_rank: Sequence[float],
     weight = 1 / y
     w2 = weight ** 2
     order = np.argsort(n, kind="stable")
-    best: tuple[float, float, float, bool, bool] = (math.inf, 0.0, 0.0, False, False)
+    best = (math.inf, 0.0, 0.0)
     for split in range(len(y) + 1):
         agg = np.zeros(len(y), dtype=bool)
         agg[order[split:]] = True
@@ -348,16 +380,18 @@ def fit_data(nranks: Sequence[float], bytes_per_rank: Sequence[float],
         v = float(np.sum(w2[client] * y[client]) / np.sum(w2[client])) if client.any() else math.nan
         u = float(np.sum(w2[agg] * n[agg] * y[agg]) / np.sum(w2[agg] * n[agg] ** 2)) \
             if agg.any() else math.nan
-        agg_bound, client_bound = math.isnan(u), math.isnan(v)
-        if agg_bound:
+        if math.isnan(u):
             u = v / float(n.max())     # the largest run exactly at the aggregate limit
-        if client_bound:
+        if math.isnan(v):
             v = u * float(n.min())     # the smallest run exactly at the per-client limit
         model = np.maximum(n * u, v)
         error = float(np.sum(((model - y) * weight) ** 2))
         if error < best[0] * (1 - 1e-9) - 1e-300:
-            best = (error, u, v, agg_bound, client_bound)
-    _, u, v, agg_bound, client_bound = best
+            best = (error, u, v)
+    _, u, v = best
+    # a limit no point is strictly past is a bound (the knee at the edge of the points)
+    agg_bound = not bool(np.any(n * u > v * (1 + 1e-6)))
+    client_bound = not bool(np.any(n * u < v * (1 - 1e-6)))
     return (1 / u if u > 0 else math.inf), (1 / v if v > 0 else math.inf), agg_bound, client_bound
 
 
@@ -509,8 +543,8 @@ def _number(row: dict[str, str], column: str) -> float:
 def _point(row: dict[str, str], op_rows: dict[tuple[str, str, str], dict[str, str]],
            ops: Sequence[str]) -> Point:
     nranks = int(row["nranks"])
-    iterations = max(_number(row, "iterations"), 1.0) if math.isfinite(_number(row, "iterations")) \
-        else 1.0
+    iterations = _number(row, "iterations")
+    iterations = iterations if math.isfinite(iterations) and iterations >= 1 else 1.0
     counts, stall = [], 0.0
     for op in ops:
         op_row = op_rows.get((row["run_id"], row["layout"], op))
@@ -660,8 +694,9 @@ def render(projections: Sequence[tuple[Series, Projection]], nranks: int,
 
     lines = [f"stampede project: {len(projections)} layout(s) from {', '.join(archives)}, "
              f"projected to {nranks} ranks",
-             "model: T_meta = max(k (RTT + s), RTT + s N k / c_eff);  T_data = bytes_per_rank / "
-             "min(B_agg / N, B_client, B_net);  time to last rank = T_meta + T_data", ""]
+             "model: T_meta = max(k (RTT + s), RTT + s N k / c_eff)  (stampede project --help)",
+             "       T_data = bytes_per_rank / min(B_agg / N, B_client, B_net);  time to last rank = "
+             "T_meta + T_data", ""]
     given = [name for name, value in (("RTT", known.rtt_s), ("s", known.service_s),
                                       ("c", known.threads)) if value is not None]
     for series, projection in projections:
