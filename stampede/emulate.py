@@ -23,6 +23,10 @@ times for a checkpoint file (`sharded/shard-….raw`, `shared/checkpoint.raw`). 
 add GETATTRs of their own (the kernel checks the file size), as NFS clients do. The file
 system is multithreaded (libfuse's worker pool grows with the requests in flight), so C
 slots really serve C requests at once; a single-threaded FUSE daemon would serialize all.
+One limit of libfuse 2 remains: it cannot ask the kernel for parallel directory operations,
+so the first lookup of each name, and listings, are serialized per directory by the kernel
+itself; later stats only revalidate known names, which runs in parallel (after a restore's
+warmup iteration every stat is such a revalidation).
 
 Lifecycle: runs in the foreground until unmounted (`fusermount -u MOUNTPOINT`, exit 0),
 Ctrl-C (SIGINT), SIGTERM or SIGHUP; each ends with the file system unmounted by libfuse
