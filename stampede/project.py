@@ -632,7 +632,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--rtt-s", type=float, default=None,
                      help="known round trip of one metadata op outside the server (seconds)")
     sub.add_argument("--service-s", type=float, default=None,
-                     help="known server time of one metadata op, s (seconds), e.g. emulate-mds's")
+                     help="known server time of one stampede metadata op, s (seconds); through "
+                          "emulate-mds one stat or open of dir/file is 3 requests: pass 3 x its "
+                          "--service-s")
     sub.add_argument("--threads", type=float, default=None,
                      help="known server threads c (the drain then counts whole rounds of s)")
     sub.add_argument("--net-gbps", type=float, default=None,

@@ -8,7 +8,6 @@ on a shared file when requests on one file are serialized.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -25,23 +24,9 @@ from pathlib import Path
 import pytest
 
 from stampede import cli
-from tests.conftest import read_archive, small_job
+from tests.conftest import fuse_missing, read_archive, small_job
 
 pytestmark = pytest.mark.mpi
-
-
-def fuse_missing() -> str:
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if importlib.util.find_spec("fuse") is None:
-        return "fusepy is not installed (pip install -e '.[test]')"
-    try:
-        import fuse  # noqa: F401 - loads libfuse.so.2
-    except OSError as error:
-        return f"libfuse 2 is missing ({error}; apt-get install -y libfuse2)"
-    if os.geteuid() != 0:
-        return "emulate-mds mounts as root only"
-    return ""
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ rank and file, a non-zero exit, an archive marked invalid, and no hang."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,24 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_archive, small_job
+from tests.conftest import fuse_missing, read_archive, small_job
 
 pytestmark = pytest.mark.mpi
 FAULTFS = Path(__file__).with_name("faultfs.py")
-
-
-def fuse_missing() -> str:
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if importlib.util.find_spec("fuse") is None:
-        return "fusepy is not installed (pip install -e '.[test]')"
-    try:
-        import fuse  # noqa: F401 - loads libfuse.so.2
-    except OSError as error:
-        return f"libfuse 2 is missing ({error}; apt-get install -y libfuse2)"
-    if os.geteuid() != 0:
-        return "mounting needs root here"
-    return ""
 
 
 @contextmanager
