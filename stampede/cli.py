@@ -177,6 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.func(args)
         return status
     except StampedeError as error:
+        comm = _initialised_comm()
+        if comm is not None and comm.Get_size() > 1 and not error.collective:
+            # Raised on this rank alone while MPI runs: the others may be waiting for it.
+            print(f"stampede {args.command}: error on rank {comm.Get_rank()}: {error}",
+                  file=sys.stderr, flush=True)
+            comm.Abort(error.exit_status)
         if launcher_rank() == 0:
             print(f"stampede {args.command}: error: {error}", file=sys.stderr, flush=True)
         return error.exit_status
@@ -223,7 +229,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"archived: {spec.archive_path} (+ {sidecar_file})")
     failed = [f"{run.layout}: {run.invalid_reason}" for run in runs if run.invalid_reason]
     if failed:
-        raise RunFailed("run finished with errors, archived as invalid: " + "; ".join(failed))
+        error = RunFailed("run finished with errors, archived as invalid: " + "; ".join(failed))
+        error.collective = True  # every rank took the same decisions, so every rank is here
+        raise error
     return 0
 
 

@@ -12,6 +12,9 @@ class StampedeError(Exception):
     """Base class: one clear line for the user, and the exit status to leave with."""
 
     exit_status = 1
+    # True when raised on every rank at once (by stampede.mpi.collective): the ranks then
+    # leave together. An error raised on one rank alone, once MPI runs, aborts the job.
+    collective = False
 
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)

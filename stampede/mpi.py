@@ -248,6 +248,7 @@ def collective(comm: Any, what: str, action: Callable[[], T]) -> T:
             "\n  ".join(str(line) for line in lines) + more
         raised = StampedeError(summary)
         raised.exit_status = exit_status
+        raised.collective = True
         raise raised
     return result  # type: ignore[return-value]
 

@@ -36,7 +36,8 @@ DIR_MODE = 0o750
 
 
 def _check_target(spec: JobSpec) -> dict[str, Any]:
-    """Rank 0: the target exists (or is created) and is ours to write into."""
+    """Rank 0: the job fits the rank count, the target exists (or is created) and is ours
+    to write into."""
     root = Path(spec.target_path)
     if root.is_symlink():
         raise CheckpointError(f"target.path = {spec.target_path!r} is a symbolic link",
@@ -129,6 +130,7 @@ class _Writer:
 def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
     """Write every layout of the job; returns the manifest (on every rank)."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
+    mpi.on_root(comm, "checking the job", partial(bytes_per_rank, spec, nranks))
     manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec))
     writer = _Writer(spec, rank)
     for layout in spec.layouts:

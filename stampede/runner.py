@@ -91,13 +91,9 @@ def _run_id(stamp: datetime) -> str:
 def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout of the job in turn; results are complete on rank 0 only."""
     nranks = comm.Get_size()
+    entries = mpi.on_root(comm, "checking the checkpoint", partial(_prepared_entries, spec, nranks))
     backend = open_backend(spec.target_path)
-    manifest = mpi.on_root(comm, "reading the manifest", partial(read_manifest, spec.target_path))
-    per_rank = bytes_per_rank(spec, nranks)
     mpi.collective(comm, "checking limits", partial(_check_open_files, spec, nranks, comm.Get_rank()))
-    # Same manifest on every rank, so every rank reaches the same verdict: no collective.
-    entries = {layout: prepared_layout(manifest, spec, layout, nranks, per_rank)
-               for layout in spec.layouts}
     device = None
     if spec.h2d != "none":
         from stampede.gpu import open_device
@@ -260,6 +256,15 @@ def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, 
         return None
     return layout_stats_reduced(layout, reduced, np.concatenate(restores),
                                 tuple(row for part in timelines for row in part), comm.Get_size())
+
+
+def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
+    """Rank 0: the manifest's entry of every layout, checked against the job."""
+    open_backend(spec.target_path)   # a missing optional package, named with its hint
+    manifest = read_manifest(spec.target_path)
+    per_rank = bytes_per_rank(spec, nranks)
+    return {layout: prepared_layout(manifest, spec, layout, nranks, per_rank)
+            for layout in spec.layouts}
 
 
 def _check_open_files(spec: JobSpec, nranks: int, rank: int) -> None:

@@ -99,3 +99,15 @@ def test_gpu_sweep_on_a_real_gpu(stampede, tmp_path: Path) -> None:
     assert all(row["device"].startswith("cuda:") for row in rows)
     pinned = next(row for row in rows if row["layout"] == "pinned" and row["op"] == "h2d")
     assert float(pinned["agg_gbps"]) > 1
+
+
+def test_a_rank_failing_alone_aborts_the_job_instead_of_hanging(stampede, tmp_path: Path) -> None:
+    # rank 1 cannot create its file (a directory stands where it goes); rank 0 can, and
+    # would wait for rank 1 in the next barrier forever if the failure were not fatal.
+    (tmp_path / "files" / f"rank-00001-{4 * MiB}.raw").mkdir(parents=True)
+    result = stampede("gpu", "--device", "host", "--modes", "file", "--sizes", "4MiB",
+                      "--dir", str(tmp_path / "files"), "--archive", str(tmp_path / "g.csv"),
+                      np=2, timeout=60)
+    assert result.returncode != 0
+    assert "Is a directory" in result.stderr
+    assert not (tmp_path / "g.csv").exists()
