@@ -48,6 +48,19 @@ COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
 
 
+def new_run_id(tag: str = "") -> str:
+    """`<UTC time>-[<tag>-]<random>`: sorts by time, unique across concurrent runs."""
+    import uuid
+    from datetime import UTC, datetime
+
+    return "-".join(filter(None, (f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}", tag, uuid.uuid4().hex[:8])))
+
+
+def node_counts(hosts: Sequence[str]) -> tuple[int, int]:
+    """(nodes, most ranks on one node) from the host of each rank."""
+    return len(set(hosts)), max((list(hosts).count(host) for host in set(hosts)), default=0)
+
+
 def cell(value: object) -> str:
     """One CSV cell: floats in full precision, NaN and None as empty, bools as true/false."""
     if value is None:

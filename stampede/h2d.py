@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stampede.backends.posix import PosixBackend
 from stampede.gpu import LINK_PEAKS_GBPS
 
 MODES = ("pageable", "pinned", "pin+copy", "file", "safetensors")
@@ -154,7 +155,7 @@ def _sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...
             with _Buffers(device, mode, size) as buffers:
                 for trial in range(-args.warmup, args.trials):
                     if mode in ("file", "safetensors") and args.cache == "cold":
-                        _evict(path)
+                        PosixBackend.evict(path, 0, 0)
                     mpi.barrier(comm)
                     phase = len(origins)
                     origins[phase] = time.perf_counter_ns()
@@ -268,24 +269,15 @@ def _write_raw(path: Path, size: int) -> None:
         os.fsync(stream.fileno())
 
 
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def _archive_rows(gathered: list[Any], groups: list[tuple[str, int]], hosts: tuple[str, ...],
                   labels: list[str], args: argparse.Namespace) -> list[dict[str, str]]:
     """Rank 0: one layout (= mode) per group, its ops as rows, the device on every row."""
-    import uuid
     from datetime import UTC, datetime
 
     import numpy as np
 
     from stampede import __version__
-    from stampede.archive import ARCHIVE_SCHEMA
+    from stampede.archive import ARCHIVE_SCHEMA, new_run_id, node_counts
     from stampede.gpu import HOST_LABEL
     from stampede.results import hosts_cell, op_rows
     from stampede.stats import layout_stats
@@ -294,7 +286,8 @@ def _archive_rows(gathered: list[Any], groups: list[tuple[str, int]], hosts: tup
     samples = np.concatenate([np.column_stack([part[:, :6], np.full(len(part), rank), part[:, 6]])
                               for rank, part in enumerate(gathered)])
     stamp = datetime.now(UTC)
-    run_id = f"{stamp:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id()
+    nnodes, per_node = node_counts(hosts)
     host_device = args.device == "host"
     peak = LINK_PEAKS_GBPS["host" if host_device else args.link]
     rows: list[dict[str, str]] = []
@@ -304,7 +297,7 @@ def _archive_rows(gathered: list[Any], groups: list[tuple[str, int]], hosts: tup
             "schema": ARCHIVE_SCHEMA, "run_id": run_id, "timestamp": stamp.isoformat(timespec="seconds"),
             "job": "gpu", "backend": args.device, "layout": mode, "format": "raw",
             "cache": args.cache if mode in ("file", "safetensors") else "-", "nranks": nranks,
-            "nnodes": len(set(hosts)), "ranks_per_node": max(hosts.count(h) for h in set(hosts)),
+            "nnodes": nnodes, "ranks_per_node": per_node,
             "bytes_per_rank": size, "bytes_total": size * nranks, "block_bytes": size,
             "iterations": stats.iterations, "valid": True, "stampede_version": __version__,
             "hosts": hosts_cell(hosts), "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),

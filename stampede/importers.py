@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,10 @@ MDTEST_OPS = {"File stat": "stat", "File read": "read"}
 
 def _base(tool: str, job: str, cache: str, nranks: int, nnodes: int, source: str) -> dict[str, object]:
     from stampede import __version__
-    from stampede.archive import ARCHIVE_SCHEMA
+    from stampede.archive import ARCHIVE_SCHEMA, new_run_id
 
     stamp = datetime.now(UTC)
-    return {"schema": ARCHIVE_SCHEMA, "run_id": f"{stamp:%Y%m%dT%H%M%SZ}-{tool}-{uuid.uuid4().hex[:6]}",
+    return {"schema": ARCHIVE_SCHEMA, "run_id": new_run_id(tool),
             "timestamp": stamp.isoformat(timespec="seconds"), "job": job, "backend": tool,
             "cache": cache, "nranks": nranks, "nnodes": nnodes,
             "ranks_per_node": -(-nranks // max(nnodes, 1)), "valid": True,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stampede import mpi
+from stampede.archive import new_run_id, node_counts
 from stampede.backends import backend_name_for, open_backend
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
@@ -53,11 +54,11 @@ class RunContext:
 
     @property
     def nnodes(self) -> int:
-        return len(set(self.hosts))
+        return node_counts(self.hosts)[0]
 
     @property
     def ranks_per_node(self) -> int:
-        return max(self.hosts.count(host) for host in set(self.hosts))
+        return node_counts(self.hosts)[1]
 
 
 @dataclass(frozen=True)
@@ -75,17 +76,12 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None) 
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")
     stamp = datetime.now(UTC)
-    run_id = mpi.bcast(comm, _run_id(stamp) if comm.Get_rank() == 0 else "")
+    run_id = mpi.bcast(comm, new_run_id() if comm.Get_rank() == 0 else "")
     return RunContext(run_id=run_id, timestamp=stamp.isoformat(timespec="seconds"),
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
                       backend=backend_name_for(spec.target_path), fs_type=backend.fs_type(),
                       mpi_library=mpi.library_version(comm),
                       device=" ".join(sorted(set(labels or ()))))
-
-
-def _run_id(stamp: datetime) -> str:
-    import uuid
-    return f"{stamp:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
 def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:

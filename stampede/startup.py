@@ -23,7 +23,6 @@ import os
 import socket
 import sys
 import time
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -126,7 +125,7 @@ def samples(records: list[dict[str, Any]]) -> Any:
 def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], archive: str,
                     mpi_library: str) -> list[dict[str, str]]:
     """Rank 0: stats over ranks, archive rows and a sidecar; returns the rows."""
-    from stampede.archive import ARCHIVE_SCHEMA, append_rows, write_sidecar
+    from stampede.archive import ARCHIVE_SCHEMA, append_rows, new_run_id, node_counts, write_sidecar
     from stampede.results import hosts_cell, op_rows
     from stampede.stats import layout_stats
 
@@ -149,11 +148,12 @@ def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], arc
     if nranks > (os.cpu_count() or 1) and len(set(hosts)) == 1:
         warnings.append(f"{nranks} ranks on {os.cpu_count()} CPUs: oversubscribed")
     stamp = datetime.now(UTC)
-    run_id = f"{stamp:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id()
+    nnodes, per_node = node_counts(hosts)
     shared: dict[str, object] = {
         "schema": ARCHIVE_SCHEMA, "run_id": run_id, "timestamp": stamp.isoformat(timespec="seconds"),
         "job": "startup", "backend": "-", "layout": "startup", "nranks": nranks,
-        "nnodes": len(set(hosts)), "ranks_per_node": max(hosts.count(h) for h in set(hosts)),
+        "nnodes": nnodes, "ranks_per_node": per_node,
         "iterations": stats.iterations, "valid": True, "stampede_version": stampede.__version__,
         "hosts": hosts_cell(hosts), "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
         "pattern": "+".join(("interpreter", "import", "mpi_init")),

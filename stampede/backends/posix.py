@@ -37,7 +37,8 @@ class PosixBackend:
     def list(path: bytes) -> list[bytes]:
         return os.listdir(path)
 
-    def evict(self, path: bytes, offset: int, length: int) -> None:
+    @staticmethod
+    def evict(path: bytes | str | os.PathLike[str], offset: int, length: int) -> None:
         # DONTNEED drops clean pages only; prepare fsyncs, so checkpoint pages are clean.
         fd = os.open(path, os.O_RDONLY)
         try:
