@@ -63,11 +63,8 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 from common import (
@@ -83,6 +80,7 @@ from common import (
     write_job_toml,
 )
 
+from stampede.mds_mount import fuse_unavailable, requests_per_op, running
 from stampede.project import Params, data_time, fit_data, predict
 from stampede.units import parse_size
 
@@ -90,77 +88,7 @@ OPS = ("stat", "open")                 # the metadata ops of the pattern, one of
 MOUNT_WAIT_S = 15.0
 
 
-# --- the emulator ---------------------------------------------------------------------------
-
-def mounted(mountpoint: Path) -> bool:
-    """From the mount table (os.path.ismount says False for a stale FUSE mount)."""
-    with open("/proc/self/mounts") as table:
-        return any(line.split()[1] == str(mountpoint) for line in table)
-
-
-def force_unmount(mountpoint: Path) -> None:
-    if mounted(mountpoint):
-        unmount = shutil.which("fusermount") or shutil.which("fusermount3")
-        command = [unmount, "-u", "-z", str(mountpoint)] if unmount else ["umount", "-l", str(mountpoint)]
-        subprocess.run(command, capture_output=True)
-
-
-@contextmanager
-def emulator(backing: Path, mountpoint: Path, *options: str) -> Iterator[Path]:
-    """`stampede emulate-mds` mounted at mountpoint until the block ends, however it ends."""
-    mountpoint.mkdir(exist_ok=True)
-    log = mountpoint.with_suffix(".log")
-    with open(log, "wb") as stream:
-        daemon = subprocess.Popen([sys.executable, "-m", "stampede", "emulate-mds", str(mountpoint),
-                                   "--backing", str(backing), *options], stderr=stream)
-    try:
-        deadline = time.monotonic() + MOUNT_WAIT_S
-        while not mounted(mountpoint) and daemon.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not mounted(mountpoint):
-            raise SystemExit(f"emulate-mds did not mount {mountpoint}: {log.read_text()}")
-        yield mountpoint
-    finally:
-        if daemon.poll() is None:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
-        force_unmount(mountpoint)
-
-
-def fuse_missing() -> str:
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    try:
-        import fuse  # noqa: F401 - fusepy, loads libfuse.so.2
-    except (ImportError, OSError) as error:
-        return f"fusepy / libfuse 2 missing ({error})"
-    if os.geteuid() != 0:
-        return "emulate-mds mounts as root only"
-    return ""
-
-
 # --- measuring ------------------------------------------------------------------------------
-
-def requests_per_op(path: Path, service_s: float, repeats: int = 5) -> dict[str, int]:
-    """Emulator requests of one stat and one open of `path`: median time / S, rounded."""
-    os.stat(path)                      # the first lookup of a name is serialized by the kernel
-
-    def timed(call: Callable[[], object]) -> float:
-        start = time.perf_counter()
-        call()
-        return time.perf_counter() - start
-
-    def open_close() -> None:
-        os.close(os.open(path, os.O_RDONLY))
-
-    return {"stat": round(statistics.median(timed(lambda: os.stat(path)) for _ in range(repeats))
-                          / service_s),
-            "open": round(statistics.median(timed(open_close) for _ in range(repeats)) / service_s)}
-
 
 def write_job(scratch: Path, backing: Path, args: argparse.Namespace) -> Path:
     return write_job_toml(scratch / "job.toml", {
@@ -229,7 +157,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    missing = fuse_missing()
+    missing = fuse_unavailable()
     if missing:
         print(f"model_vs_emulator: cannot mount the emulator: {missing}", file=sys.stderr)
         return 2
@@ -253,8 +181,9 @@ def main() -> int:
         backing = scratch / "backing"
         backing.mkdir()
         job = write_job(scratch, backing, args)
-        points = {name: stack.enter_context(emulator(backing, scratch / name, *options))
-                  for name, options in mounts.items()}
+        points = {name: scratch / name for name in mounts}
+        for name, options in mounts.items():
+            stack.enter_context(running(backing, points[name], *options))
         for nranks in args.ranks:
             shutil.rmtree(backing)
             backing.mkdir()

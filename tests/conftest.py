@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from stampede.launcher import find_mpiexec
+from stampede.mds_mount import fuse_unavailable as fuse_missing  # noqa: F401 - for the FUSE tests
 
 RUN_TIMEOUT_S = 180  # a hung run fails the test instead of the whole suite
 
@@ -70,18 +69,3 @@ def small_job(tmp_path: Path, **overrides: dict[str, object]) -> Path:
     for section, table in overrides.items():
         sections.setdefault(section, {}).update(table)
     return write_job(tmp_path, **sections)
-
-
-def fuse_missing() -> str:
-    """Why FUSE cannot be used here, or "" when it can (root, /dev/fuse, fusepy, libfuse2)."""
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if importlib.util.find_spec("fuse") is None:
-        return "fusepy is not installed (pip install -e '.[test]')"
-    try:
-        import fuse  # noqa: F401 - loads libfuse.so.2
-    except OSError as error:
-        return f"libfuse 2 is missing ({error}; apt-get install -y libfuse2)"
-    if os.geteuid() != 0:
-        return "mounting FUSE file systems needs root here"
-    return ""

@@ -18,12 +18,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from stampede import cli
+from stampede.mds_mount import emulate_command, force_unmount, is_mounted, running
 from tests.conftest import fuse_missing, read_archive, small_job
 
 pytestmark = pytest.mark.mpi
@@ -49,12 +49,6 @@ def fuse_ready() -> None:
         pytest.skip(reason)
 
 
-def mounted(mountpoint: Path) -> bool:
-    """From the mount table (os.path.ismount says False for a stale FUSE mount)."""
-    with open("/proc/self/mounts") as table:
-        return any(line.split()[1] == str(mountpoint) for line in table)
-
-
 def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -62,41 +56,6 @@ def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def emulate_command(backing: Path, mountpoint: Path, *options: str) -> list[str]:
-    return [sys.executable, "-m", "stampede", "emulate-mds", str(mountpoint), "--backing",
-            str(backing), *options]
-
-
-def force_unmount(mountpoint: Path) -> None:
-    """The last resort of a failed test: never leave a mount behind."""
-    if mounted(mountpoint):
-        unmount = shutil.which("fusermount") or shutil.which("fusermount3")
-        command = [unmount, "-u", "-z", str(mountpoint)] if unmount else ["umount", "-l", str(mountpoint)]
-        subprocess.run(command, capture_output=True)
-
-
-@contextmanager
-def emulator(backing: Path, mountpoint: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`stampede emulate-mds` running and mounted; its stderr in mountpoint + '.log'."""
-    mountpoint.mkdir(exist_ok=True)
-    log = mountpoint.with_suffix(".log")
-    with open(log, "wb") as stream:
-        daemon = subprocess.Popen(emulate_command(backing, mountpoint, *options), stderr=stream)
-    try:
-        if not wait_for(lambda: mounted(mountpoint) or daemon.poll() is not None) or not mounted(mountpoint):
-            pytest.fail(f"emulate-mds did not mount: {log.read_text()}")
-        yield daemon
-    finally:
-        if daemon.poll() is None:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
-        force_unmount(mountpoint)
 
 
 def backing_dir(tmp_path: Path) -> Path:
@@ -110,10 +69,10 @@ def backing_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_mounted_until_signalled_then_unmounted(fuse_ready: None, tmp_path: Path,
+def test_mounted_until_signalled_then_unis_mounted(fuse_ready: None, tmp_path: Path,
                                                 signal_number: int) -> None:
     backing, mountpoint = backing_dir(tmp_path), tmp_path / "mnt"
-    with emulator(backing, mountpoint, "--service-s", "0.001") as daemon:
+    with running(backing, mountpoint, "--service-s", "0.001") as daemon:
         assert os.listdir(mountpoint) == ["sharded"]
         shard = mountpoint / "sharded" / "shard.raw"
         assert shard.read_bytes() == (backing / "sharded" / "shard.raw").read_bytes()
@@ -122,7 +81,7 @@ def test_mounted_until_signalled_then_unmounted(fuse_ready: None, tmp_path: Path
             os.open(mountpoint / "sharded" / "new", os.O_WRONLY | os.O_CREAT)
         daemon.send_signal(signal_number)
         assert daemon.wait(timeout=10) == 0
-        assert not mounted(mountpoint)
+        assert not is_mounted(mountpoint)
     log = mountpoint.with_suffix(".log").read_text()
     assert "mounted" in log and f"unmounted {mountpoint}" in log
     assert "metadata request(s) served: getattr" in log
@@ -141,10 +100,10 @@ def test_unmounted_when_its_parent_dies(fuse_ready: None, tmp_path: Path) -> Non
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     try:
-        assert wait_for(lambda: mounted(mountpoint)), (tmp_path / "mnt.log").read_text()
+        assert wait_for(lambda: is_mounted(mountpoint)), (tmp_path / "mnt.log").read_text()
         parent.kill()                                   # SIGKILL: the parent cannot clean up
         parent.wait()
-        assert wait_for(lambda: not mounted(mountpoint), timeout=10)
+        assert wait_for(lambda: not is_mounted(mountpoint), timeout=10)
         assert wait_for(lambda: not alive(child), timeout=10)
         assert f"unmounted {mountpoint}" in (tmp_path / "mnt.log").read_text()
     finally:
@@ -172,7 +131,7 @@ def test_a_non_empty_mountpoint_is_refused(stampede, fuse_ready: None, tmp_path:
     result = stampede("emulate-mds", str(mountpoint), "--backing", str(backing), timeout=30)
     assert result.returncode == 2, result.stderr
     assert "not empty" in result.stderr
-    assert not mounted(mountpoint)
+    assert not is_mounted(mountpoint)
     assert (mountpoint / "precious").read_text() == "keep me"
 
 
@@ -191,7 +150,7 @@ def test_other_users_get_what_the_modes_allow(fuse_ready: None, tmp_path: Path) 
         for directory in (outer, backing, backing / "sharded"):
             directory.chmod(0o755)
         nobody = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-        with emulator(backing, mountpoint, "--service-s", "0.001"):
+        with running(backing, mountpoint, "--service-s", "0.001"):
             secret = subprocess.run([*nobody, "cat", str(mountpoint / "secret")],
                                     capture_output=True, text=True)
             shard = subprocess.run([*nobody, "wc", "-c", str(mountpoint / "sharded" / "shard.raw")],
@@ -200,7 +159,7 @@ def test_other_users_get_what_the_modes_allow(fuse_ready: None, tmp_path: Path) 
         assert secret.returncode == 1 and "Permission denied" in secret.stderr
         assert shard.returncode == 0 and shard.stdout.startswith("100000 "), shard.stderr
     finally:
-        if not mounted(outer / "mnt"):          # never delete through a live mount
+        if not is_mounted(outer / "mnt"):          # never delete through a live mount
             shutil.rmtree(outer)
 
 
@@ -211,7 +170,7 @@ def test_slots_serve_requests_in_parallel(fuse_ready: None, tmp_path: Path, thre
     for index in range(4):
         (backing / f"file{index}").write_bytes(b"x")
     files = [mountpoint / f"file{index}" for index in range(4)]
-    with emulator(backing, mountpoint, "--service-s", str(service_s), "--threads", str(threads)):
+    with running(backing, mountpoint, "--service-s", str(service_s), "--threads", str(threads)):
         for path in files:
             # The first lookup of a name is serialized by the kernel on its directory (libfuse
             # 2 cannot ask for parallel directory operations); later stats only revalidate
@@ -235,7 +194,7 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().err
 
 
-def test_refusals_before_anything_is_mounted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_refusals_before_anything_is_is_mounted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     backing, mountpoint = backing_dir(tmp_path), tmp_path / "mnt"
     mountpoint.mkdir()
@@ -252,7 +211,7 @@ def test_refusals_before_anything_is_mounted(tmp_path: Path, monkeypatch: pytest
     assert "needs fusepy" in message and "pip install fusepy" in message and "libfuse2" in message
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert "root only" in refusal(base, capsys)
-    assert not mounted(mountpoint)
+    assert not is_mounted(mountpoint)
 
 
 def test_the_service_model_without_fuse(tmp_path: Path) -> None:
@@ -294,7 +253,7 @@ def test_an_injected_latency_is_measured_back_by_stat_percentiles(stampede, fuse
                     pattern={"ops": ["stat"], "stat_count": 20}, run={"verify": "none"})
     assert stampede("prepare", str(job)).returncode == 0       # into the backing dir directly
     mountpoint = tmp_path / "mnt"
-    with emulator(tmp_path / "ckpt", mountpoint, "--service-s", str(SERVICE_S), "--threads", "4"):
+    with running(tmp_path / "ckpt", mountpoint, "--service-s", str(SERVICE_S), "--threads", "4"):
         # One stat(2) of MOUNT/sharded/shard-….raw with the kernel's entry and attribute
         # caches off is three requests, each one service time: LOOKUP "sharded" (the entry
         # is revalidated on every path walk; the mount's root never is), LOOKUP the shard's
@@ -330,7 +289,7 @@ def test_a_shared_file_is_a_hot_spot_when_requests_on_it_are_serialized(stampede
                     run={"verify": "none", "iterations": 1})
     assert stampede("prepare", str(job), np=ranks).returncode == 0
     mountpoint = tmp_path / "mnt"
-    with emulator(tmp_path / "ckpt", mountpoint, "--service-s", str(service_s), "--threads",
+    with running(tmp_path / "ckpt", mountpoint, "--service-s", str(service_s), "--threads",
                   str(ranks), "--serialize-inode"):
         result = stampede("run", str(job), "--set", f"target.path={mountpoint}", np=ranks, timeout=60)
         assert result.returncode == 0, result.stderr

@@ -19,37 +19,21 @@ N = 1; data term = that run's time to last rank - k RTT, fitted by project's fit
 
 from __future__ import annotations
 
-import os
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from stampede.launcher import find_mpiexec
+from stampede.mds_mount import requests_per_op, running
 from stampede.project import Params, fit_data, predict
 from tests.conftest import read_archive, write_job
-from tests.test_emulate import emulator, fuse_ready, no_mount_left  # noqa: F401 - fixtures
+from tests.test_emulate import fuse_ready, no_mount_left  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.mpi
 
 SERVICE_S, THREADS, RANKS, TOLERANCE = 0.010, 2, (1, 2, 4), 0.15
 BYTES_PER_RANK = 2 * 2**20
 K = 2                                   # stat_count = open_count = 1: two metadata ops per rank
-
-
-def requests_per_op(path: Path) -> dict[str, int]:
-    os.stat(path)                       # the kernel serializes a name's first lookup
-
-    def timed(call: Callable[[], object]) -> float:
-        start = time.perf_counter()
-        call()
-        return time.perf_counter() - start
-
-    stat = statistics.median(timed(lambda: os.stat(path)) for _ in range(5))
-    opened = statistics.median(timed(lambda: os.close(os.open(path, os.O_RDONLY))) for _ in range(5))
-    return {"stat": round(stat / SERVICE_S), "open": round(opened / SERVICE_S)}
 
 
 def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,  # noqa: F811
@@ -71,9 +55,9 @@ def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,  # 
     results: dict[str, dict[str, dict[int, tuple[float, float, float]]]] = {}
     requests: dict[str, dict[str, int]] = {}
     through = {"base": '["shared", "sharded"]', "plain": '["sharded"]', "serial": '["shared"]'}
-    with emulator(backing, tmp_path / "base", "--service-s", "0", *options), \
-            emulator(backing, tmp_path / "plain", "--service-s", str(SERVICE_S), *options), \
-            emulator(backing, tmp_path / "serial", "--service-s", str(SERVICE_S), *options,
+    with running(backing, tmp_path / "base", "--service-s", "0", *options), \
+            running(backing, tmp_path / "plain", "--service-s", str(SERVICE_S), *options), \
+            running(backing, tmp_path / "serial", "--service-s", str(SERVICE_S), *options,
                      "--serialize-inode"):
         for nranks in RANKS:
             if nranks > 1:
@@ -81,8 +65,10 @@ def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,  # 
             prepared = stampede("prepare", str(job), np=nranks)
             assert prepared.returncode == 0, prepared.stderr
             if not requests:
-                requests["sharded"] = requests_per_op(next((tmp_path / "plain" / "sharded").iterdir()))
-                requests["shared"] = requests_per_op(tmp_path / "serial" / "shared" / "checkpoint.raw")
+                shard = next((tmp_path / "plain" / "sharded").iterdir())
+                requests["sharded"] = requests_per_op(shard, SERVICE_S)
+                shared = tmp_path / "serial" / "shared" / "checkpoint.raw"
+                requests["shared"] = requests_per_op(shared, SERVICE_S)
             for mount, layouts in through.items():
                 archive.unlink(missing_ok=True)
                 result = stampede("run", str(job), "--set", f"target.path={tmp_path / mount}",
