@@ -7,6 +7,10 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      network_s, storage_ops_per_iteration, storage_bytes_per_iteration, device, link_peak_gbps,
      samples (exact | histogram: how the percentiles were made), fs_type, invalid_reason,
      warnings, then one column per job option (spec.OPTIONS[].column).
+- 2: retries (per op: requests the client retried, e.g. on 503 SlowDown; not in count),
+     cache_resident_pct (median over iterations of the share of the bytes to read that
+     were in the page cache at the start of the phase), and the options storage_options,
+     stripe_count, stripe_size, dtype, drop_caches, rank_shift, check_finite.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.
@@ -27,7 +31,7 @@ from typing import Any
 from stampede.errors import UsageError
 from stampede.spec import OPTIONS
 
-ARCHIVE_SCHEMA = 1
+ARCHIVE_SCHEMA = 2
 
 REQUIRED_COLUMNS = (
     "schema", "run_id", "timestamp", "job", "backend", "layout", "format", "cache", "nranks",
@@ -41,7 +45,7 @@ EXTRA_COLUMNS = (
     "agg_gbps_min", "agg_gbps_max", "time_to_last_rank_min_s", "time_to_last_rank_max_s",
     "slowest_rank_gbps", "slowest_ranks", "storage_s", "network_s", "storage_ops_per_iteration",
     "storage_bytes_per_iteration", "device", "link_peak_gbps", "samples", "fs_type",
-    "invalid_reason", "warnings",
+    "invalid_reason", "warnings", "retries", "cache_resident_pct",
 )
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS

@@ -65,8 +65,12 @@ def layout_entry(spec: JobSpec, layout: str, nranks: int, bytes_per_rank: int,
         "replicas": spec.replicas,
         "bytes_per_rank": bytes_per_rank,
         "format": spec.format,
+        "dtype": spec.dtype,
+        # the content's block boundaries (stampede.content): a run regenerates the bytes
+        # a corrupt slice should hold from them, to say which bytes differ
+        "content_block_bytes": spec.block_bytes,
         "files": [{"path": path, "bytes": size} for path, size in files],
-        "slices": slices,  # per rank: path, offset, length, sha256
+        "slices": slices,  # per writer: path, tensor, offset, length, sha256, xxh3
     }
 
 
@@ -84,6 +88,13 @@ def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
                               f"(prepared: {', '.join(sorted(manifest['layouts'])) or 'none'})",
                               hint=f"run `{command}` first")
     prepared = (entry["nranks"], entry.get("replicas", 1), entry["bytes_per_rank"], entry["format"])
+    if spec.format != "raw" and entry.get("dtype") != spec.dtype:
+        raise CheckpointError(f"{target}: layout {layout!r} was prepared with checkpoint.dtype "
+                              f"= {entry.get('dtype')!r}; this run asks for {spec.dtype!r}",
+                              hint=f"run `{command}` again")
+    if spec.verify != "none" and any(spec.verify not in s for s in entry["slices"]):
+        raise CheckpointError(f"{target}: layout {layout!r} was prepared without {spec.verify} "
+                              "hashes (by an older stampede)", hint=f"run `{command}` again")
     if prepared != (nranks, spec.replicas, bytes_per_rank, spec.format):
         raise CheckpointError(
             f"{target}: layout {layout!r} was prepared for {entry['nranks']} ranks "

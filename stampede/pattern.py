@@ -22,12 +22,14 @@ import numpy as np
 from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
-from stampede.plan import RankPlan
+from stampede.formats import parse_header
+from stampede.plan import Extent, RankPlan
 from stampede.samples import OP_CODE, STORAGE_OPS
 
-(JITTER, LIST, INDEX, STAT, OPEN, READ, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY, RESTORE,
- H2D) = (OP_CODE[name] for name in ("jitter", "list", "index", "stat", "open", "read", "close",
-                                    "wait", "bcast", "allgather", "verify", "restore", "h2d"))
+(JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
+ RESTORE, H2D) = (OP_CODE[name] for name in (
+     "jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "close", "wait",
+     "bcast", "allgather", "verify", "restore", "h2d"))
 STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
 MAX_MESSAGES = 10
 Log = list[tuple[int, int, int, int, int, int]]
@@ -50,9 +52,18 @@ class RankSetup:
     group: Any = None               # communicator of the exchange group
     world: Any = None               # communicator for list-bcast
     stripes: tuple[tuple[int, int], ...] = ()
-    expected_sha256: dict[tuple[str, int], str] | None = None
+    format: str = "raw"             # checkpoint.format: formatted files start with a header
+    verify: str = "none"            # run.verify: the hash algorithm
+    expected: dict[tuple[str, str, int], str] | None = None   # (path, tensor, offset) -> hash
+    finite_dtype: str = ""          # run.check_finite: the dtype to check, or ""
+    content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
     device: Any = None              # run.h2d: where the restored bytes go on to
     device_buffer: Any = None       # the held shard's place in device memory
+
+    @property
+    def checks(self) -> bool:
+        """Anything to compute over the bytes read (timed apart, as op verify)."""
+        return self.expected is not None or bool(self.finite_dtype)
 
     @property
     def holds(self) -> bool:
@@ -68,6 +79,7 @@ class PhaseOutcome:
     ops: int = 0                    # storage ops this phase issued, failed ones included
     timed_out: bool = False
     incomplete: bool = False        # the rank does not hold all its bytes
+    corrupt: bool = False           # bytes read differ from the checkpoint (or are not finite)
     messages: list[str] = field(default_factory=list)
 
     def fail(self, text: str) -> None:
@@ -132,7 +144,7 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     end = restore_stop or time.perf_counter_ns()
     outcome.incomplete = not complete
     log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
-    if setup.holds and setup.expected_sha256 is not None:
+    if setup.holds and setup.checks and complete:
         _verify_held(setup, iteration, log, outcome)
     outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
     return outcome
@@ -232,14 +244,16 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
           log: Log, outcome: PhaseOutcome) -> tuple[int, int]:
     """Read every block of every extent; returns (stop stamp of the last read, bytes read).
 
-    Into the reused block buffer, hashing block by block when verifying; or, for layouts
-    that exchange, each block at its place in the held shard (hashed after the exchange).
+    A formatted file's header is read and parsed first (op header), and locates the
+    tensors. Blocks go into the reused block buffer, checked block by block when verifying;
+    or, for layouts that exchange, each at its place in the held shard (checked after the
+    exchange). With an object store's backend, each read also yields its time to first byte.
     """
     plan, buffer = setup.plan, setup.buffer
     clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
-    expected = None if setup.holds else setup.expected_sha256
-    if expected is not None:
-        import hashlib  # only when verifying: a worker rank imports nothing it does not use
+    ttfb = getattr(setup.backend, "ttfb", False)
+    checking = setup.checks and not setup.holds
+    headers: dict[str, dict[str, tuple[int, int]]] = {}
     last_stop, nbytes = 0, 0
     for extent in plan.extents:
         fds = handles[extent.relpath]
@@ -247,8 +261,20 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
             outcome.fail(f"rank {plan.rank}: read {extent.relpath}: not read, its open failed")
             continue
         handle = fds[-1]
-        digest = hashlib.sha256() if expected is not None else None
-        verify_first, verify_ns = 0, 0
+        base = 0
+        if extent.tensor:
+            if extent.relpath not in headers:
+                headers[extent.relpath] = _header(setup, extent.relpath, handle, iteration,
+                                                  deadline_ns, log, outcome)
+            located = headers[extent.relpath].get(extent.tensor)
+            if located is None:
+                continue   # the header failed: counted there
+            base, size = located
+            if extent.offset + extent.length > size:
+                outcome.fail(f"rank {plan.rank}: read {extent.relpath}: tensor {extent.tensor} "
+                             f"holds {size} bytes, the plan needs {extent.offset + extent.length}")
+                continue
+        check = _Check(setup, extent, base) if checking else None
         for offset, length in extent.blocks(plan.block_bytes):
             if setup.holds:
                 place = offset - plan.hold.offset
@@ -257,38 +283,121 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 view = buffer.prefix(length)
             start = clock()
             try:
-                count = read_into(handle, view, offset)
+                count = read_into(handle, view, base + offset)
             except OSError as error:
                 stop = clock()
                 append((iteration, READ, start, stop, 0, 0))
-                outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {offset}: "
+                outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {base + offset}: "
                              f"{_describe(error, False)}")
-                digest = None
+                check = None
                 break
             stop = last_stop = clock()
             if count != length:
                 append((iteration, READ, start, stop, count, 0))
-                outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {offset}: short read, "
-                             f"{count} of {length} bytes (truncated file?)")
-                digest = None
+                outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {base + offset}: "
+                             f"short read, {count} of {length} bytes (truncated file?)")
+                check = None
                 break
             append((iteration, READ, start, stop, count, 1))
+            if ttfb:
+                append((iteration, TTFB, start, getattr(setup.backend, "first_byte_ns", stop), 0, 1))
             nbytes += count
             if setup.device is not None and not setup.holds:  # block by block on to HBM
                 last_stop = _h2d(setup, iteration, offset - plan.hold.offset, view, log)
-            if digest is not None:
-                hash_start = clock()
-                digest.update(view)
-                verify_ns += clock() - hash_start
-                verify_first = verify_first or hash_start
+            if check is not None:
+                check.update(view)
             if stop > deadline_ns:
                 raise DeadlineExceeded
-        if digest is not None and expected is not None:
-            # verify is timed as its own op (hashing time summed over the extent's blocks)
-            # so the read latencies and GB/s stay those of the storage.
-            _verdict(setup, iteration, extent.relpath, extent.offset, extent.length,
-                     digest.hexdigest(), verify_first, verify_first + verify_ns, log, outcome)
+        if check is not None:
+            check.verdict(iteration, log, outcome,
+                          lambda at, length, h=handle, b=base: _reread(setup, h, b + at, length))
     return last_stop, nbytes
+
+
+def _header(setup: RankSetup, relpath: str, handle: Any, iteration: int, deadline_ns: int,
+            log: Log, outcome: PhaseOutcome) -> dict[str, tuple[int, int]]:
+    """The timed header op: where this file's wanted tensors are ({} when it failed)."""
+    plan, clock = setup.plan, time.perf_counter_ns
+    wanted = tuple(e.tensor for e in plan.extents if e.relpath == relpath)
+    start = clock()
+    try:
+        found = parse_header(setup.format, setup.backend, setup.paths[relpath], handle,
+                             setup.buffer.view, wanted)
+    except OSError as error:
+        log.append((iteration, HEADER, start, clock(), 0, 0))
+        outcome.fail(f"rank {plan.rank}: header {relpath}: {_describe(error, False)}")
+        return {}
+    stop = clock()
+    log.append((iteration, HEADER, start, stop, 0, 1))
+    if stop > deadline_ns:
+        raise DeadlineExceeded
+    return found
+
+
+def _reread(setup: RankSetup, handle: Any, offset: int, length: int) -> memoryview:
+    """Untimed, only after a failed check: the bytes at a file offset, read again."""
+    view = memoryview(bytearray(length))
+    done = 0
+    while done < length:
+        count = setup.backend.read_into(handle, view[done:], offset + done)
+        if count <= 0:
+            break
+        done += count
+    return view[:done]
+
+
+class _Check:
+    """run.verify and run.check_finite over one extent, block by block: hashing and the
+    finiteness test are timed together as one verify op (their summed time), apart from
+    the reads, so read latencies and GB/s stay the storage's."""
+
+    def __init__(self, setup: RankSetup, extent: Extent, base: int | None = None) -> None:
+        self.setup, self.extent, self.base = setup, extent, base   # base: tensor's file offset
+        self.digest = _new_digest(setup.verify) if setup.expected is not None else None
+        self.nonfinite, self.first_ns, self.spent_ns = 0, 0, 0
+
+    def update(self, view: memoryview) -> None:
+        start = time.perf_counter_ns()
+        if self.digest is not None:
+            self.digest.update(view)
+        if self.setup.finite_dtype:
+            from stampede.formats import nonfinite_count
+            self.nonfinite += nonfinite_count(view, self.setup.finite_dtype)
+        self.spent_ns += time.perf_counter_ns() - start
+        self.first_ns = self.first_ns or start
+
+    def verdict(self, iteration: int, log: Log, outcome: PhaseOutcome,
+                fetch: Any) -> None:
+        """Log the verify op; on a mismatch say which bytes differ (untimed)."""
+        setup, extent = self.setup, self.extent
+        rank, where = setup.plan.rank, f"{extent.relpath}" + (
+            f" tensor {extent.tensor}" if extent.tensor else "")
+        span = f"bytes {extent.offset}..{extent.offset + extent.length}"
+        matches = True
+        if self.digest is not None and setup.expected is not None:
+            wanted = setup.expected.get((extent.relpath, extent.tensor, extent.offset))
+            matches = wanted is None or self.digest.hexdigest() == wanted
+        good = matches and not self.nonfinite
+        log.append((iteration, VERIFY, self.first_ns, self.first_ns + self.spent_ns,
+                    extent.length, int(good)))
+        if not matches:
+            outcome.corrupt = True
+            from stampede.corruption import describe_difference
+            outcome.fail(f"rank {rank}: verify {where} {span}: {setup.verify} differs from "
+                         f"what prepare wrote; " + describe_difference(
+                             setup.plan.hold, extent, setup.content_block_bytes, fetch, self.base))
+        if self.nonfinite:
+            outcome.corrupt = True
+            outcome.fail(f"rank {rank}: verify {where} {span}: {self.nonfinite} element(s) "
+                         f"are NaN or Inf as {setup.finite_dtype}")
+
+
+def _new_digest(algorithm: str) -> Any:
+    if algorithm == "xxh3":
+        import xxhash
+        return xxhash.xxh3_128()
+    import hashlib
+    return hashlib.sha256()
 
 
 def _h2d(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Log) -> int:
@@ -344,21 +453,9 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log) -> i
 
 
 def _verify_held(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
-    """After an exchange: the whole held shard against the manifest (outside restore)."""
-    import hashlib
-
+    """After an exchange: the whole held shard, checked in memory (outside restore)."""
     hold = setup.plan.hold
-    start = time.perf_counter_ns()
-    digest = hashlib.sha256(setup.buffer.view[:hold.length]).hexdigest()
-    _verdict(setup, iteration, hold.relpath, hold.offset, hold.length, digest, start,
-             time.perf_counter_ns(), log, outcome)
-
-
-def _verdict(setup: RankSetup, iteration: int, relpath: str, offset: int, length: int,
-             digest: str, start: int, stop: int, log: Log, outcome: PhaseOutcome) -> None:
-    assert setup.expected_sha256 is not None
-    matches = digest == setup.expected_sha256[(relpath, offset)]
-    log.append((iteration, VERIFY, start, stop, length, int(matches)))
-    if not matches:
-        outcome.fail(f"rank {setup.plan.rank}: verify {relpath} bytes {offset}.."
-                     f"{offset + length}: sha256 differs from the manifest")
+    check = _Check(setup, hold)
+    check.update(setup.buffer.view[:hold.length])
+    check.verdict(iteration, log, outcome,
+                  lambda at, length: setup.buffer.view[at - hold.offset:at - hold.offset + length])

@@ -20,7 +20,12 @@ rank r must end up holding model shard r mod S. With R = 1 every rank holds its 
 | list-bcast     | one file per shard            | rank 0 lists and broadcasts; its shard | -           |
 
 A group is the R ranks that hold the same shard (or, with broadcast_group = "node", those
-of them on one node: one storage read per node and shard).
+of them on one node: one storage read per node and shard). With `run.rank_shift` = k, rank
+r takes the place of rank (r + k) mod N above, so it reads bytes another rank wrote.
+
+Formats (stampede.formats): in a safetensors or HDF5 file each shard is a tensor named
+`shard-SSSSS`, and an extent's offset counts from the tensor's first byte, which the
+file's header locates at run time (the `header` op). Raw extents are file offsets.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stampede.errors import UsageError
+from stampede.formats import DTYPES, EXTENSIONS
 from stampede.spec import DIRECT_ALIGN_BYTES, JobSpec
 
 SHARED_FILE = "shared/checkpoint.raw"
@@ -43,8 +49,9 @@ class Extent:
     """One contiguous byte range of one checkpoint file, read (or written) by one rank."""
 
     relpath: str
-    offset: int
+    offset: int                     # in the file (raw), or from the tensor's first byte
     length: int
+    tensor: str = ""                # formatted files: the tensor the bytes belong to
 
     def __post_init__(self) -> None:
         if self.offset < 0 or self.length <= 0:
@@ -76,6 +83,7 @@ class RankPlan:
     index_file: str = ""            # metadata-first: read whole by every rank first
     list_dir: str = ""              # list-first / list-bcast: listed before reading
     list_on_root: bool = False      # list-bcast: rank 0 lists, then broadcasts the names
+    formatted: bool = False         # files have headers: one header op per file read
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -93,6 +101,8 @@ class RankPlan:
             "close": self.open_count * nfiles,
         }
         counts = {op: per_op[op] for op in self.ops}
+        if self.formatted and "read" in self.ops and nfiles:
+            counts["header"] = nfiles
         if self.index_file:
             counts["index"] = 1
         if self.list_dir:
@@ -117,6 +127,10 @@ def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
         if spec.cache == "direct" and per_rank % DIRECT_ALIGN_BYTES:
             raise UsageError(f"{spec.source}: checkpoint.size_per_rank = {per_rank}: run.cache ="
                              f" direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
+        itemsize = DTYPES[spec.dtype].itemsize
+        if (spec.format != "raw" or spec.check_finite) and per_rank % itemsize:
+            raise UsageError(f"{spec.source}: checkpoint.size_per_rank = {per_rank}: a shard "
+                             f"of {spec.dtype} elements needs a multiple of {itemsize} bytes")
         return per_rank
     assert spec.size_total_bytes is not None
     per_rank = spec.size_total_bytes // shards // DIRECT_ALIGN_BYTES * DIRECT_ALIGN_BYTES
@@ -126,31 +140,67 @@ def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
     return per_rank
 
 
-def shard_path(shard: int, shards: int) -> str:
-    return f"{SHARD_DIR}/shard-{shard:05d}-of-{shards:05d}.raw"
+def shard_path(shard: int, shards: int, fmt: str = "raw") -> str:
+    return f"{SHARD_DIR}/shard-{shard:05d}-of-{shards:05d}.{EXTENSIONS[fmt]}"
+
+
+def shared_path(fmt: str = "raw") -> str:
+    return SHARED_FILE.replace(".raw", f".{EXTENSIONS[fmt]}")
+
+
+def tensor_name(shard: int, fmt: str) -> str:
+    """The tensor that holds a shard in a formatted file ("" in a raw one)."""
+    return f"shard-{shard:05d}" if fmt != "raw" else ""
+
+
+def _shard_extent(spec: JobSpec, layout: str, shard: int, shards: int, per_rank: int) -> Extent:
+    """Where shard `shard` lives, in the layout's files."""
+    fmt, tensor = spec.format, tensor_name(shard, spec.format)
+    if layout == "shared":
+        return Extent(shared_path(fmt), 0 if tensor else shard * per_rank, per_rank, tensor)
+    return Extent(shard_path(shard, shards, fmt), 0, per_rank, tensor)
 
 
 def checkpoint_files(spec: JobSpec, layout: str, nranks: int) -> tuple[tuple[str, int], ...]:
-    """(relative path, size in bytes) of every file the layout consists of."""
+    """(relative path, data bytes) of every file the layout consists of; a formatted file
+    is larger by its header."""
+    return tuple((relpath, sum(nbytes for _, nbytes in tensors))
+                 for relpath, tensors in file_tensors(spec, layout, nranks).items())
+
+
+def file_tensors(spec: JobSpec, layout: str,
+                 nranks: int) -> dict[str, tuple[tuple[str, int], ...]]:
+    """relpath -> the (tensor, bytes) it holds, in file order (raw: one unnamed tensor)."""
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
-    if layout == "shared":
-        return ((SHARED_FILE, per_rank * shards),)
-    files = tuple((shard_path(shard, shards), per_rank) for shard in range(shards))
+    fmt = spec.format
+    files: dict[str, tuple[tuple[str, int], ...]] = {}
     if layout == "metadata-first":
-        return ((INDEX_FILE, spec.index_bytes), *files)
+        files[INDEX_FILE] = (("", spec.index_bytes),)
+    if layout == "shared":
+        files[shared_path(fmt)] = tuple((tensor_name(shard, fmt), per_rank)
+                                        for shard in range(shards)) if fmt != "raw" \
+            else (("", per_rank * shards),)
+    else:
+        for shard in range(shards):
+            files[shard_path(shard, shards, fmt)] = ((tensor_name(shard, fmt), per_rank),)
     return files
 
 
-def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> tuple[Extent, ...]:
+def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
+                   whole_files: bool = False) -> tuple[Extent, ...]:
     """What `prepare` writes on this rank: the first S ranks write one shard (or slice)
-    each, rank 0 also the index."""
+    each, rank 0 also the index. whole_files (object stores, written sequentially): the
+    shared file is written whole by rank 0."""
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     writes = []
     if layout == "metadata-first" and rank == 0:
         writes.append(Extent(INDEX_FILE, 0, spec.index_bytes))
-    if rank < shards:
-        writes.append(Extent(SHARED_FILE, rank * per_rank, per_rank) if layout == "shared"
-                      else Extent(shard_path(rank, shards), 0, per_rank))
+    if layout == "shared" and whole_files:
+        if rank == 0:
+            writes.extend(_shard_extent(spec, layout, shard, shards, per_rank)
+                          for shard in range(shards))
+    elif rank < shards:
+        writes.append(_shard_extent(spec, layout, rank, shards, per_rank))
     return tuple(writes)
 
 
@@ -163,7 +213,7 @@ def _stripe(hold: Extent, index: int, count: int) -> Extent | None:
         length = hold.length - first * DIRECT_ALIGN_BYTES
     if length <= 0:
         return None
-    return Extent(hold.relpath, hold.offset + first * DIRECT_ALIGN_BYTES, length)
+    return Extent(hold.relpath, hold.offset + first * DIRECT_ALIGN_BYTES, length, hold.tensor)
 
 
 def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:
@@ -171,11 +221,9 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:
     if not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
-    shard, replica = rank % shards, rank // shards
-    if layout == "shared":
-        hold = Extent(SHARED_FILE, shard * per_rank, per_rank)
-    else:
-        hold = Extent(shard_path(shard, shards), 0, per_rank)
+    place = (rank + spec.rank_shift) % nranks   # the rank whose shard this one restores
+    shard, replica = place % shards, place // shards
+    hold = _shard_extent(spec, layout, shard, shards, per_rank)
     extents: tuple[Extent, ...] = (hold,)
     if layout == "striped":
         stripe = _stripe(hold, replica, spec.replicas)
@@ -187,7 +235,7 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:
         leader_reads=layout == "broadcast",
         index_file=INDEX_FILE if layout == "metadata-first" else "",
         list_dir=SHARD_DIR if layout in LISTING else "",
-        list_on_root=LISTING.get(layout, False))
+        list_on_root=LISTING.get(layout, False), formatted=spec.format != "raw")
 
 
 def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:

@@ -1,8 +1,9 @@
 """`prepare`: every rank writes its part of the checkpoint in parallel, then a manifest.
 
-shared: rank 0 creates the one file at its full size, then each rank writes its slice at
-its offset; sharded: each rank creates and writes its own file. Every rank fsyncs, hashes
-what it wrote (SHA-256 per slice) and rank 0 records it all in the manifest.
+shared: rank 0 creates the one file at its full size (with its header, in a formatted
+file), then each rank writes its slice at its offset; sharded: each rank creates and
+writes its own file. Every rank fsyncs, hashes what it wrote (SHA-256 and XXH3-128 per
+slice) and rank 0 records it all in the manifest.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from typing import Any
 
 from stampede import mpi
 from stampede.buffers import AlignedBuffer
-from stampede.content import ContentSource
+from stampede.content import ContentSource, content_label
 from stampede.errors import CheckpointError
+from stampede.formats import create_file
+from stampede.lustre import apply_stripe
 from stampede.manifest import MANIFEST_NAME, layout_entry, new_manifest, read_manifest, write_manifest
 from stampede.plan import (
-    SHARED_FILE,
     Extent,
     bytes_per_rank,
     checkpoint_files,
+    file_tensors,
     shard_count,
+    shared_path,
     writes_of_rank,
 )
 from stampede.progress import progress_bar
@@ -59,8 +63,14 @@ def _check_target(spec: JobSpec) -> dict[str, Any]:
     return manifest or new_manifest()
 
 
-def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, Any]) -> None:
-    """Rank 0: directories, and the shared file at its full size before ranks write into it.
+Offsets = dict[str, dict[str, int]]   # relpath -> tensor -> file offset of its first byte
+
+
+def _create_files(spec: JobSpec, layout: str, nranks: int,
+                  manifest: dict[str, Any]) -> tuple[Offsets, list[str]]:
+    """Rank 0: directories (striped on Lustre when the job asks), and the shared file at its
+    full size, header included, before ranks write into it. Returns the shared file's
+    tensor offsets and notes for the user.
 
     Files of an earlier prepare of this layout that no layout needs any more (shards of
     another rank count) are removed: they were ours, and the manifest is about to forget
@@ -74,14 +84,21 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
     for record in manifest["layouts"].get(layout, {}).get("files", []):
         if record["path"] not in keep:
             (root / record["path"]).unlink(missing_ok=True)
-    for relpath, size in files:
-        (root / relpath).parent.mkdir(mode=DIR_MODE, exist_ok=True)
-        if relpath == SHARED_FILE:
-            fd = os.open(root / relpath, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
-            try:
-                os.ftruncate(fd, size)
-            finally:
-                os.close(fd)
+    offsets: Offsets = {}
+    notes: list[str] = []
+    tensors = file_tensors(spec, layout, nranks)
+    for directory in sorted({(root / relpath).parent for relpath, _ in files}):
+        if not directory.exists():
+            directory.mkdir(mode=DIR_MODE)
+            # Striping applies to files created afterwards, so it is set on the empty
+            # directory; a directory that exists keeps what it has.
+            if spec.stripe_count or spec.stripe_size_bytes:
+                notes.append(apply_stripe(directory, spec.stripe_count, spec.stripe_size_bytes))
+    shared = shared_path(spec.format)
+    if shared in tensors:
+        offsets[shared] = create_file(spec.format, root / shared, tensors[shared], spec.dtype,
+                                      FILE_MODE)
+    return offsets, notes
 
 
 class _Writer:
@@ -97,34 +114,46 @@ class _Writer:
         self.content = ContentSource(spec.block_bytes)
         self.written: dict[Extent, dict[str, Any]] = {}
 
-    def write(self, extents: tuple[Extent, ...], advance: Callable[[int], None]) -> list[dict[str, Any]]:
+    def write(self, extents: tuple[Extent, ...], shared_offsets: Offsets,
+              tensors: dict[str, tuple[tuple[str, int], ...]],
+              advance: Callable[[int], None]) -> list[dict[str, Any]]:
         with AlignedBuffer(self.spec.block_bytes) as buffer:
             for extent in extents:
-                if extent not in self.written:
-                    self.written[extent] = self._write_extent(extent, buffer, advance)
+                if extent in self.written:
+                    continue
+                # The shared file was created (and sized) by rank 0; a file this rank
+                # writes alone it creates itself, header and all, replacing an old one.
+                offsets = shared_offsets.get(extent.relpath) or create_file(
+                    self.spec.format if extent.tensor else "raw", self.root / extent.relpath,
+                    tensors[extent.relpath], self.spec.dtype, FILE_MODE)
+                self.written[extent] = self._write_extent(extent, offsets[extent.tensor],
+                                                          buffer, advance)
         return [self.written[extent] for extent in extents]
 
-    def _write_extent(self, extent: Extent, buffer: AlignedBuffer,
+    def _write_extent(self, extent: Extent, base: int, buffer: AlignedBuffer,
                       advance: Callable[[int], None]) -> dict[str, Any]:
-        # A file one rank writes whole is truncated (what an earlier prepare left); the
-        # shared file was sized by rank 0 and must not be truncated by the ranks writing it.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-        flags |= 0 if extent.relpath == SHARED_FILE else os.O_TRUNC
-        digest = hashlib.sha256()
-        fd = os.open(self.root / extent.relpath, flags, FILE_MODE)
+        """Write the extent's content at `base` + its offsets (base: where its tensor
+        starts in a formatted file, 0 in a raw one)."""
+        import xxhash  # a prepare-time dependency only
+
+        sha256, xxh3 = hashlib.sha256(), xxhash.xxh3_128()
+        label = content_label(extent.relpath, extent.tensor)
+        fd = os.open(self.root / extent.relpath, os.O_WRONLY | os.O_NOFOLLOW)
         try:
             for offset, length in extent.blocks(self.spec.block_bytes):
                 view = buffer.prefix(length)
-                self.content.fill(view, extent.relpath, offset)
-                if os.pwritev(fd, (view,), offset) != length:
-                    raise OSError(f"short write to {extent.relpath} at {offset}")
-                digest.update(view)
+                self.content.fill(view, label, offset)
+                if os.pwritev(fd, (view,), base + offset) != length:
+                    raise OSError(f"short write to {extent.relpath} at {base + offset}")
+                sha256.update(view)
+                xxh3.update(view)
                 advance(length)
             os.fsync(fd)
         finally:
             os.close(fd)
-        return {"rank": self.rank, "path": extent.relpath, "offset": extent.offset,
-                "length": extent.length, "sha256": digest.hexdigest()}
+        return {"rank": self.rank, "path": extent.relpath, "tensor": extent.tensor,
+                "offset": extent.offset, "length": extent.length,
+                "sha256": sha256.hexdigest(), "xxh3": xxh3.hexdigest()}
 
 
 def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
@@ -136,14 +165,18 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, A
     for layout in spec.layouts:
         per_rank = bytes_per_rank(spec, nranks)
         extents = writes_of_rank(spec, layout, nranks, rank)
-        mpi.on_root(comm, f"creating the {layout} files",
-                    partial(_create_files, spec, layout, nranks, manifest))
+        offsets, notes = mpi.on_root(comm, f"creating the {layout} files",
+                                     partial(_create_files, spec, layout, nranks, manifest))
+        if rank == 0:
+            for note in dict.fromkeys(notes):
+                print(f"stampede: {note}", flush=True)
+        tensors = file_tensors(spec, layout, nranks)
         # Rank 0 stands for all in the progress bar: the writers go at about the same pace.
         total = sum(extent.length for extent in extents) * min(nranks, shard_count(spec, nranks))
         with progress_bar(total, f"prepare {layout}", show_progress and rank == 0) as bar:
             advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
             slices = mpi.collective(comm, f"writing the {layout} checkpoint",
-                                    partial(writer.write, extents, advance))
+                                    partial(writer.write, extents, offsets, tensors, advance))
         everyone = mpi.gather(comm, slices)
         if rank == 0:
             assert everyone is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import asdict
 from typing import Any
 
@@ -10,12 +11,13 @@ from stampede import __version__
 from stampede.archive import ARCHIVE_SCHEMA, cell
 from stampede.plan import EXCHANGE
 from stampede.runner import LayoutRun, RunContext
-from stampede.samples import RATE_OPS
+from stampede.samples import RATE_OPS, STORAGE_OPS
 from stampede.spec import JobSpec
 from stampede.stats import LayoutStats, warnings_for
 from stampede.sysinfo import node_facts, slurm_variables
 
 MAX_HOSTS_IN_ROW = 8
+COLD_RESIDENT_MAX = 0.05   # a cold phase that starts with more cached than this is warned
 
 
 def hosts_cell(hosts: tuple[str, ...]) -> str:
@@ -27,7 +29,9 @@ def hosts_cell(hosts: tuple[str, ...]) -> str:
 def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
     # Layouts that exchange verify the held shard after the restore; the others hash
     # between reads, inside it.
-    inline = spec.verify if spec.verify != "none" and stats.layout not in EXCHANGE else ""
+    checks = "+".join(filter(None, (spec.verify if spec.verify != "none" else "",
+                                    "finite check" if spec.check_finite else "")))
+    inline = checks if stats.layout not in EXCHANGE else ""
     notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
                          context.fs_type, inline)
     if spec.h2d == "host":
@@ -35,7 +39,7 @@ def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> t
     if stats.samples == "histogram":
         notes += ("p50-p99.9 interpolated in log buckets (run.samples = histogram): within 12% "
                   "of the exact values; min, max, counts, GB/s and restore times are exact",)
-    between = [what for what, on in (("sha256 hashing", bool(inline)),
+    between = [what for what, on in ((f"{inline} checking", bool(inline)),
                                       ("copies to the device", spec.h2d != "none"
                                        and stats.layout not in EXCHANGE)) if on]
     if between:
@@ -49,6 +53,11 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
     stats = layout_run.stats
     assert stats is not None
     warnings = layout_warnings(spec, context, stats)
+    resident = statistics.median(layout_run.resident_fraction) \
+        if layout_run.resident_fraction else None
+    if spec.cache != "warm" and resident is not None and resident > COLD_RESIDENT_MAX:
+        warnings += (f"cache={spec.cache}, yet {100 * resident:.0f}% of the bytes to read were "
+                     "in the page cache when the phase started: not as cold as asked",)
     shared = {
         **spec.columns(),
         "schema": ARCHIVE_SCHEMA, "run_id": context.run_id, "timestamp": context.timestamp,
@@ -62,8 +71,13 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         "stampede_version": __version__, "hosts": hosts_cell(context.hosts),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), "fs_type": context.fs_type,
         "warnings": " | ".join(warnings), "device": context.device,
+        "cache_resident_pct": 100 * resident if resident is not None else None,
     }
-    return op_rows(shared, stats, layout_run.bytes_per_rank, context.hosts)
+    rows = op_rows(shared, stats, layout_run.bytes_per_rank, context.hosts)
+    for row in rows:
+        row["retries"] = cell(layout_run.retries.get(row["op"], 0)) \
+            if row["op"] in STORAGE_OPS else ""
+    return rows
 
 
 def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
@@ -122,6 +136,7 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
         "hosts_by_rank": list(context.hosts),
         "mpi_library": context.mpi_library,
         "backend": context.backend,
+        "storage": context.storage,
         "node": node_facts(spec.target_path),
         "slurm": slurm_variables(),
         "layouts": {
@@ -130,6 +145,8 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 "invalid_reason": run.invalid_reason,
                 "errors": list(run.messages),
                 "warnings": list(layout_warnings(spec, context, run.stats)) if run.stats else [],
+                "retries": run.retries,
+                "cache_resident_fraction": list(run.resident_fraction),
                 "stats": asdict(run.stats) if run.stats else None,
             }
             for run in runs

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +52,7 @@ class RunContext:
     fs_type: str
     mpi_library: str
     device: str = ""             # run.h2d: the devices the bytes went on to
+    storage: dict[str, Any] = field(default_factory=dict)   # backend settings, stripes
 
     @property
     def nnodes(self) -> int:
@@ -70,6 +72,8 @@ class LayoutRun:
     stats: LayoutStats | None    # None on ranks other than 0
     messages: tuple[str, ...]
     invalid_reason: str          # empty when valid
+    retries: dict[str, int] = field(default_factory=dict)   # op -> requests retried
+    resident_fraction: tuple[float, ...] = ()   # per measured iteration, cache residency
 
 
 def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None) -> RunContext:
@@ -77,11 +81,22 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None) 
     labels = mpi.gather(comm, device.label if device is not None else "")
     stamp = datetime.now(UTC)
     run_id = mpi.bcast(comm, new_run_id() if comm.Get_rank() == 0 else "")
+    storage: dict[str, Any] = {}
+    if comm.Get_rank() == 0:
+        describe = getattr(backend, "describe", None)
+        storage = dict(describe()) if describe is not None else {}
+        if backend.fs_type() == "lustre":
+            from stampede.lustre import stripe_layout
+            from stampede.plan import checkpoint_files
+            files = [relpath for layout in spec.layouts
+                     for relpath, _ in checkpoint_files(spec, layout, comm.Get_size())]
+            storage["lfs_getstripe"] = stripe_layout(
+                [Path(spec.target_path) / relpath for relpath in dict.fromkeys(files)][:4])
     return RunContext(run_id=run_id, timestamp=stamp.isoformat(timespec="seconds"),
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
                       backend=backend_name_for(spec.target_path), fs_type=backend.fs_type(),
                       mpi_library=mpi.library_version(comm),
-                      device=" ".join(sorted(set(labels or ()))))
+                      device=" ".join(sorted(set(labels or ()))), storage=storage)
 
 
 def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
@@ -118,10 +133,10 @@ def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[
         group = mpi.split(comm, plan.group, by_node=by_node)
         leads = not plan.leader_reads or group.Get_rank() == 0
     expected = None
-    if spec.verify == "sha256":
-        wanted = {(extent.relpath, extent.offset) for extent in (*plan.extents, plan.hold)}
-        expected = {(s["path"], s["offset"]): s["sha256"] for s in entry["slices"]
-                    if (s["path"], s["offset"]) in wanted}
+    if spec.verify != "none":
+        wanted = {(e.relpath, e.tensor, e.offset) for e in (*plan.extents, plan.hold)}
+        expected = {key: s[spec.verify] for s in entry["slices"]
+                    if (key := (s["path"], s.get("tensor", ""), s["offset"])) in wanted}
     device_buffer = None
     if device is not None:
         device_buffer = device.device_buffer(plan.hold.length)
@@ -130,7 +145,10 @@ def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
                      stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
-                     expected_sha256=expected, device=device, device_buffer=device_buffer)
+                     format=spec.format, verify=spec.verify, expected=expected,
+                     finite_dtype=spec.dtype if spec.check_finite else "",
+                     content_block_bytes=int(entry.get("content_block_bytes", 0)),
+                     device=device, device_buffer=device_buffer)
 
 
 def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
@@ -157,11 +175,17 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     messages: list[str] = []
     invalid_reason = ""
     failed_iteration = None
+    retries_before = dict(getattr(backend, "retries", {}))
+    drops_caches = spec.drop_caches and mpi.node_rank(comm) == 0
+    resident: list[float] = []
     with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
         setup = _setup(comm, spec, layout, backend, entry, buffer, device)
         for iteration in range(-spec.warmup, spec.iterations):
             if spec.cache == "cold":
+                if drops_caches:
+                    _drop_caches(messages)
                 _evict(setup, messages)
+            cached, asked = _residency(setup, messages)
             delay_s = jitter_s(spec, rank, iteration)
             if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
                 mpi.abort(comm, f"{layout}: other ranks did not reach the start of iteration "
@@ -172,13 +196,24 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                                   delay_s, log)
             messages.extend(outcome.messages[:MAX_MESSAGES - len(messages)])
             totals = mpi.allreduce_sum(comm, np.array([outcome.errors, outcome.ops,
-                                                       outcome.timed_out, outcome.incomplete]),
+                                                       outcome.timed_out, outcome.incomplete,
+                                                       outcome.corrupt, cached, asked]),
                                        timeout_s=spec.deadline_s + ABORT_GRACE_S)
             if totals is None:
                 mpi.abort(comm, f"{layout}: other ranks still busy {ABORT_GRACE_S:g} s past "
                                 f"the {spec.deadline_s:g} s deadline")
                 raise AssertionError("unreachable")
-            errors, ops, timed_out, incomplete = (int(value) for value in totals)
+            errors, ops, timed_out, incomplete, corrupt, cached, asked = (
+                int(value) for value in totals)
+            if iteration >= 0 and asked:
+                resident.append(cached / asked)
+            if corrupt and "differ" not in invalid_reason:
+                # Never tolerated, whatever max_error_fraction says: a restore of wrong
+                # bytes is not a restore.
+                invalid_reason = "; ".join(filter(None, (
+                    invalid_reason, f"{corrupt} rank(s) read bytes that differ from the "
+                                    f"checkpoint in iteration {iteration} (run.verify / "
+                                    "check_finite)")))
             if incomplete and not invalid_reason:
                 # max_error_fraction tolerates failed ops, never missing bytes: measuring
                 # goes on, but the layout is not a valid restore.
@@ -200,6 +235,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
         if device is not None:
             device.unpin(buffer)
     rows = _measured(log, failed_iteration)
+    retries = _retries(comm, backend, retries_before)
     all_messages = mpi.gather(comm, messages)
     if _histogram_mode(spec, plan, nranks):
         stats = _reduced_stats(comm, layout, rows, origins, failed_iteration)
@@ -209,7 +245,21 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
         messages = [text for part in all_messages for text in part]
     return LayoutRun(layout=layout, bytes_per_rank=bytes_per_rank(spec, nranks),
                      stats=stats, messages=tuple(messages),
-                     invalid_reason=invalid_reason)
+                     invalid_reason=invalid_reason, retries=retries,
+                     resident_fraction=tuple(resident))
+
+
+def _retries(comm: Any, backend: Backend, before: dict[str, int]) -> dict[str, int]:
+    """Requests the backend's client retried in this layout, per op, summed over ranks
+    (object stores: throttling and timeouts show up here before they become errors)."""
+    from stampede.samples import STORAGE_OPS
+
+    now = getattr(backend, "retries", {})
+    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in STORAGE_OPS])
+    total = mpi.allreduce_sum(comm, mine)
+    if total is None:
+        return {}
+    return {op: int(count) for op, count in zip(STORAGE_OPS, total, strict=True) if count}
 
 
 def _histogram_mode(spec: JobSpec, plan: Any, nranks: int) -> bool:
@@ -279,15 +329,61 @@ def _check_open_files(spec: JobSpec, nranks: int, rank: int) -> None:
                          hint="lower open_count, or raise the limit (ulimit -n)")
 
 
+def _ranges(setup: RankSetup) -> list[tuple[str, int, int]]:
+    """(relpath, offset, length) this rank reads from storage in a phase; length 0 = to
+    the end of the file. A formatted file is taken whole: its header is read too, and
+    where its tensors lie is only known from it."""
+    plan = setup.plan
+    reads = plan.extents if setup.leads else ()
+    ranges = [(e.relpath, e.offset, e.length) if not e.tensor else (e.relpath, 0, 0)
+              for e in reads]
+    if plan.index_file:
+        ranges.append((plan.index_file, 0, 0))
+    return list(dict.fromkeys(ranges))
+
+
+def _residency(setup: RankSetup, messages: list[str]) -> tuple[int, int]:
+    """Untimed: (bytes in the page cache, bytes this rank will read), before the phase;
+    (0, 0) where the backend has no page cache to ask (object stores)."""
+    if setup.backend.name != "posix":
+        return 0, 0
+    from stampede.residency import resident_bytes
+
+    cached = asked = 0
+    for relpath, offset, length in _ranges(setup):
+        try:
+            in_cache, wanted = resident_bytes(setup.paths[relpath], offset, length)
+        except OSError as error:
+            if len(messages) < MAX_MESSAGES:
+                messages.append(f"rank {setup.plan.rank}: residency of {relpath}: "
+                                f"{os.strerror(error.errno or 0)}")
+            continue
+        cached, asked = cached + in_cache, asked + wanted
+    return cached, asked
+
+
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+def _drop_caches(messages: list[str]) -> None:
+    """Untimed, one rank per node: write back, then drop the whole page cache (root only)."""
+    os.sync()
+    try:
+        with open(DROP_CACHES, "w") as stream:
+            stream.write("3\n")
+    except OSError as error:
+        note = (f"run.drop_caches: cannot write {DROP_CACHES} ({error.strerror}); "
+                "pages were evicted per file only")
+        if note not in messages and len(messages) < MAX_MESSAGES:
+            messages.append(note)
+
+
 def _evict(setup: RankSetup, messages: list[str]) -> None:
     """Untimed: drop the ranges this rank reads from the page cache before the phase
     (a shared index too, but that one is read by every rank: it returns warm for all but
     the first)."""
     plan = setup.plan
-    ranges = [(e.relpath, e.offset, e.length) for e in plan.extents] if setup.leads else []
-    if plan.index_file:
-        ranges.append((plan.index_file, 0, 0))  # length 0: to the end of the file
-    for relpath, offset, length in ranges:
+    for relpath, offset, length in _ranges(setup):
         try:
             setup.backend.evict(setup.paths[relpath], offset, length)
         except OSError as error:

@@ -23,10 +23,11 @@ LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
 BROADCAST_GROUPS = ("replica", "node")
 JITTER_DISTRIBUTIONS = ("uniform", "exponential")
-FORMATS = ("raw",)
+FORMATS = ("raw", "safetensors", "hdf5")
+DTYPES = ("float16", "bfloat16", "float32")
 CACHE_MODES = ("warm", "cold", "direct")
 PATTERN_OPS = ("stat", "open", "read", "close")
-VERIFY_MODES = ("none", "sha256")
+VERIFY_MODES = ("none", "sha256", "xxh3")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned")
 # O_DIRECT needs buffers, offsets and lengths aligned to the logical block size; 4 KiB
 # covers every Linux file system in practice.
@@ -120,6 +121,46 @@ def _jitter(value: object) -> str:
     return f"{distribution}:{float(seconds):g}"
 
 
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def _stripe_count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError("must be a whole number: 0 = the file system's default, -1 = every "
+                         "OST, N = N OSTs")
+    return value
+
+
+# Words that name credentials: they come from the environment (AWS_ACCESS_KEY_ID, ...),
+# never from a job file that ends up copied into archives and sidecars.
+_SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth")
+_SECRET_EXCEPTIONS = ("sse_kms_key_id",)
+
+
+def _storage_options(value: object) -> dict[str, object]:
+    """fsspec storage options (endpoint, timeouts, ...): a table, no credentials in it."""
+    if not isinstance(value, dict):
+        raise ValueError("must be a table, e.g. {client_kwargs = {endpoint_url = "
+                         '"http://127.0.0.1:8333"}}')
+
+    def check(table: dict[str, object], where: str) -> None:
+        for key, item in table.items():
+            lowered = key.lower()
+            if any(word in lowered for word in _SECRET_WORDS) and lowered not in _SECRET_EXCEPTIONS:
+                raise ValueError(f"{where}{key} looks like a credential: credentials come from "
+                                 "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                                 "AWS_PROFILE, ...), never from the job file")
+            if isinstance(item, dict):
+                check(item, f"{where}{key}.")
+            elif not isinstance(item, str | int | float | bool):
+                raise ValueError(f"{where}{key} must be a string, number, boolean or table")
+    check(value, "")
+    return dict(value)
+
+
 def _optional_size(value: object) -> int | None:
     return None if value == "" else _positive_size(value)
 
@@ -143,8 +184,17 @@ REQUIRED = object()
 
 OPTIONS: tuple[Option, ...] = (
     Option("target.path", "target_path", _nonempty_str, REQUIRED,
-           "POSIX directory that holds the checkpoint (relative paths are from the cwd)",
+           "where the checkpoint lives: a POSIX directory (relative paths are from the cwd) or "
+           "an fsspec URL (s3://bucket/prefix, gs://..., memory://..., file:///...)",
            "target"),
+    Option("target.storage_options", "storage_options", _storage_options, {},
+           "fsspec options of an object-store target (endpoint_url, timeouts, retries); "
+           "credentials never go here: they come from the environment", "storage_options"),
+    Option("target.stripe_count", "stripe_count", _stripe_count, 0,
+           "Lustre: `lfs setstripe -c` on the checkpoint directories before prepare writes "
+           "(0 = leave the file system's default, -1 = every OST)", "stripe_count"),
+    Option("target.stripe_size", "stripe_size_bytes", _optional_size, "",
+           "Lustre: `lfs setstripe -S` (empty = the file system's default)", "stripe_size"),
     Option("checkpoint.size", "size_total_bytes", _optional_size, "",
            "total checkpoint size, split evenly over the ranks (give this or size_per_rank)",
            "size_total_requested"),
@@ -167,7 +217,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("checkpoint.block_size", "block_bytes", _positive_size, "4MiB",
            "bytes per read op (one preadv into a page-aligned buffer)", "block_bytes"),
     Option("checkpoint.format", "format", _choice(FORMATS), "raw",
-           "bytes on disk: raw (deterministic pseudo-random bytes)", "format"),
+           "bytes on disk: raw (the bytes alone); safetensors (a JSON header of named "
+           "tensors, then their data; the header is read and parsed inside the timed restore, "
+           "op header); hdf5 (one contiguous dataset per shard, located through h5py inside "
+           "the timed restore)", "format"),
+    Option("checkpoint.dtype", "dtype", _choice(DTYPES), "float16",
+           "element type of the tensors written (finite values, so run.check_finite passes "
+           "on a good checkpoint)", "dtype"),
     Option("pattern.ops", "ops", _choice_list(PATTERN_OPS, unique=True),
            ("stat", "open", "read", "close"),
            "ops each rank runs in order on its file(s); read needs open before it", "pattern"),
@@ -183,6 +239,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("run.cache", "cache", _choice(CACHE_MODES), "warm",
            "warm = page cache as it is; cold = files' pages evicted (posix_fadvise DONTNEED) "
            "before every iteration; direct = O_DIRECT", "cache"),
+    Option("run.drop_caches", "drop_caches", _bool, False,
+           "cold: also drop the whole page cache (sync; echo 3 > /proc/sys/vm/drop_caches, one "
+           "rank per node) before every iteration, where permitted (root)", "drop_caches"),
+    Option("run.rank_shift", "rank_shift", _int_at_least(0), 0,
+           "rank r restores the shard of rank (r + shift) mod N, so it reads bytes another "
+           "rank wrote: with shift = ranks per node, another node's (defeats client caches, "
+           "like IOR's task reordering)", "rank_shift"),
     Option("run.jitter", "jitter", _jitter, "none",
            "start-time jitter: each rank waits a random delay before its restore "
            "(uniform:S = [0, S) s; exponential:S = mean S s), inside the restore time", "jitter"),
@@ -204,8 +267,12 @@ OPTIONS: tuple[Option, ...] = (
            "per-phase deadline: a rank still working then stops, the run is marked invalid",
            "deadline_s"),
     Option("run.verify", "verify", _choice(VERIFY_MODES), "none",
-           "sha256 = hash every byte read against the manifest (timed as its own verify op)",
+           "hash every byte read and compare with what prepare recorded: sha256, or xxh3 "
+           "(xxh3-128, ~20x faster); timed as its own verify op, never inside read",
            "verify"),
+    Option("run.check_finite", "check_finite", _bool, False,
+           "check every element read is finite (no NaN/Inf) as checkpoint.dtype; timed with "
+           "verify", "check_finite"),
     Option("archive.path", "archive_path", _nonempty_str, "results/{job}.csv",
            "CSV archive the run appends to; {job} is the job file's name", "archive"),
 )
@@ -219,6 +286,9 @@ class JobSpec:
     name: str
     source: str
     target_path: str
+    storage_options: dict[str, object]
+    stripe_count: int
+    stripe_size_bytes: int | None
     size_total_bytes: int | None
     size_per_rank_bytes: int | None
     layouts: tuple[str, ...]
@@ -227,12 +297,15 @@ class JobSpec:
     index_bytes: int
     block_bytes: int
     format: str
+    dtype: str
     ops: tuple[str, ...]
     stat_count: int
     open_count: int
     iterations: int
     warmup: int
     cache: str
+    drop_caches: bool
+    rank_shift: int
     jitter: str
     seed: int
     h2d: str
@@ -240,6 +313,7 @@ class JobSpec:
     samples: str
     deadline_s: float
     verify: str
+    check_finite: bool
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display
 
@@ -249,6 +323,9 @@ class JobSpec:
 
 
 def _as_cell(value: object) -> object:
+    if isinstance(value, dict):
+        import json
+        return json.dumps(value, sort_keys=True) if value else ""
     if isinstance(value, tuple):
         return "+".join(str(item) for item in value)
     return "" if value is None else value
@@ -290,7 +367,9 @@ def build_job(name: str, source: str, document: Mapping[str, object],
             values[option.key] = option.parse(value)
         except ValueError as error:
             where = source if origin != "--set" else f"--set {option.key}"
-            raise UsageError(f"{where}: {option.key} = {value!r}: {error}") from None
+            # a table that may hold a credential by mistake is never echoed
+            shown = "{...}" if option.key == "target.storage_options" else repr(value)
+            raise UsageError(f"{where}: {option.key} = {shown}: {error}") from None
     values["archive.path"] = str(values["archive.path"]).replace("{job}", name)
     fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in values.items()}
     spec = JobSpec(name=name, source=source, values=MappingProxyType(values), **fields)
@@ -361,6 +440,13 @@ def _check_combination(spec: JobSpec) -> None:
     if "read" not in ops and any(layout in ("broadcast", "striped") for layout in spec.layouts):
         raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: broadcast and striped "
                          "need a read op (they move the bytes they read)")
+    if spec.check_finite and "read" not in ops:
+        raise UsageError(f"{spec.source}: run.check_finite = true needs a read op in pattern.ops")
+    if spec.drop_caches and spec.cache != "cold":
+        raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
+    if spec.format == "hdf5" and spec.dtype == "bfloat16":
+        raise UsageError(f"{spec.source}: checkpoint.dtype = \"bfloat16\": HDF5 has no "
+                         "bfloat16 type", hint="use float16 or float32 with hdf5")
     if spec.verify != "none" and "read" not in ops:
         raise UsageError(f"{spec.source}: run.verify = {spec.verify!r} needs a read op in "
                          "pattern.ops")

@@ -78,12 +78,24 @@ def test_overrides_parse_as_toml_or_string() -> None:
     ({**MINIMAL, "run": {"deadline_s": -1}}, [], "run.deadline_s = -1: must be a number of seconds > 0"),
     ({**MINIMAL, "checkpoint": {"size": "1GiB", "layout": []}}, [],
      "must be one or a list of shared, sharded"),
+    ({**MINIMAL, "target": {"path": "s3://b/p", "storage_options": {"secret": "x"}}}, [],
+     "secret looks like a credential: credentials come from the environment"),
+    (MINIMAL, ["target.storage_options={client_kwargs={aws_access_key_id='x'}}"],
+     "client_kwargs.aws_access_key_id looks like a credential"),
+    (MINIMAL, ["target.storage_options=3"], "must be a table"),
+    (MINIMAL, ["target.storage_options={token='hunter2'}"], "target.storage_options = {...}: token"),
+    (MINIMAL, ["run.drop_caches=true"], 'run.drop_caches = true needs run.cache = "cold"'),
+    (MINIMAL, ["checkpoint.format=hdf5", "checkpoint.dtype=bfloat16"], "HDF5 has no bfloat16"),
+    (MINIMAL, ["checkpoint.format=npz"], "must be one of raw, safetensors, hdf5"),
+    (MINIMAL, ["run.verify=md5"], "must be one of none, sha256, xxh3"),
+    (MINIMAL, ["target.stripe_count=-2"], "0 = the file system's default, -1 = every OST"),
 ])
 def test_errors_name_key_value_and_what_is_allowed(document: dict, overrides: list[str],
                                                    message: str) -> None:
     with pytest.raises(UsageError) as caught:
         build_job("q", "q.toml", document, overrides)
     assert message in str(caught.value)
+    assert "hunter2" not in str(caught.value)
 
 
 def test_bad_toml_and_missing_file(tmp_path: Path) -> None:

@@ -1,0 +1,183 @@
+"""Checkpoint formats and integrity, end to end under a real mpiexec: files prepare writes
+load with the formats' own libraries; runs parse headers inside the timed restore; a
+corrupted byte, a broken header or a NaN is reported with file, rank and offsets, exits
+non-zero and archives the run as invalid; cold runs say how cold they were."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import read_archive, small_job
+
+pytestmark = pytest.mark.mpi
+
+
+def _job(tmp_path: Path, fmt: str, **run: object) -> Path:
+    return small_job(tmp_path, checkpoint={"format": fmt, "layout": ["shared", "sharded"]},
+                     run={"verify": "xxh3", "check_finite": True, **run})
+
+
+def _slices(tmp_path: Path, layout: str) -> list[dict[str, object]]:
+    manifest = json.loads((tmp_path / "ckpt" / "stampede-manifest.json").read_text())
+    slices: list[dict[str, object]] = manifest["layouts"][layout]["slices"]
+    return slices
+
+
+def test_safetensors_files_load_with_safe_open(stampede, tmp_path: Path) -> None:
+    safetensors = pytest.importorskip("safetensors")
+    job = _job(tmp_path, "safetensors")
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    for layout, relpath in (("shared", "shared/checkpoint.safetensors"),
+                            ("sharded", "sharded/shard-00001-of-00002.safetensors")):
+        with safetensors.safe_open(tmp_path / "ckpt" / relpath, "np") as handle:
+            names = list(handle.keys())
+            tensors = {name: handle.get_tensor(name) for name in names}
+        by_tensor = {s["tensor"]: s for s in _slices(tmp_path, layout) if s["path"] == relpath}
+        assert sorted(names) == sorted(by_tensor) and names
+        for name, tensor in tensors.items():
+            assert tensor.dtype == np.float16 and np.isfinite(tensor).all()
+            # the bytes safe_open returns are the bytes prepare hashed
+            assert hashlib.sha256(tensor.tobytes()).hexdigest() == by_tensor[name]["sha256"]
+        # the data starts on a 4 KiB boundary (O_DIRECT): 8 + header length
+        header_length = struct.unpack("<Q", (tmp_path / "ckpt" / relpath).read_bytes()[:8])[0]
+        assert (8 + header_length) % 4096 == 0
+
+
+def test_hdf5_files_load_with_h5py(stampede, tmp_path: Path) -> None:
+    h5py = pytest.importorskip("h5py")
+    job = _job(tmp_path, "hdf5")
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    with h5py.File(tmp_path / "ckpt" / "shared" / "checkpoint.h5", "r") as file:
+        assert sorted(file) == ["shard-00000", "shard-00001"]
+        by_tensor = {s["tensor"]: s for s in _slices(tmp_path, "shared")}
+        for name in file:
+            data = file[name][:]
+            assert data.dtype == np.float16 and np.isfinite(data).all()
+            assert file[name].id.get_offset() % 4096 == 0
+            assert hashlib.sha256(data.tobytes()).hexdigest() == by_tensor[name]["sha256"]
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "hdf5"])
+def test_run_parses_headers_inside_the_restore(stampede, tmp_path: Path, fmt: str) -> None:
+    job = _job(tmp_path, fmt, iterations=2, warmup=0)
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 0, result.stderr + result.stdout
+    rows = read_archive(tmp_path / "results" / "job.csv")
+    for layout in ("shared", "sharded"):
+        ops = {row["op"]: row for row in rows if row["layout"] == layout}
+        assert all(row["valid"] == "true" and row["format"] == fmt for row in ops.values())
+        # one header per file per rank per iteration; verify checked every byte
+        assert int(ops["header"]["count"]) == 2 * 2 and int(ops["header"]["errors"]) == 0
+        assert int(ops["verify"]["op_bytes"]) == int(ops["read"]["op_bytes"]) == 2 * 16 * 2**20
+        assert ops["restore"]["check_finite"] == "true" and ops["restore"]["verify"] == "xxh3"
+
+
+def _said(message: str, result: object) -> bool:
+    """Is `message` in the command's output, whatever the terminal wrapping?"""
+    output = result.stdout + result.stderr  # type: ignore[attr-defined]
+    return "".join(message.split()) in "".join(output.split())
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    with open(path, "r+b") as stream:
+        stream.seek(offset)
+        value = stream.read(1)[0]
+        stream.seek(offset)
+        stream.write(bytes([value ^ 0x01]))
+
+
+def test_a_corrupted_byte_is_located(stampede, tmp_path: Path) -> None:
+    job = _job(tmp_path, "safetensors", verify="sha256", check_finite=False)
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    shard = tmp_path / "ckpt" / "sharded" / "shard-00001-of-00002.safetensors"
+    data_start = 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
+    _flip_byte(shard, data_start + 1_234_567)
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 1
+    assert _said("rank 1: verify sharded/shard-00001-of-00002.safetensors tensor shard-00001 "
+                 "bytes 0..8388608: sha256 differs", result)
+    assert _said(f"1 byte(s) differ of tensor shard-00001, first at offset 1234567, last at "
+                 f"offset 1234567 (file offsets {data_start + 1_234_567}..{data_start + 1_234_567})",
+                 result)
+    rows = read_archive(tmp_path / "results" / "job.csv")
+    assert {row["valid"] for row in rows if row["layout"] == "sharded"} == {"false"}
+    assert {row["valid"] for row in rows if row["layout"] == "shared"} == {"true"}
+    assert "read bytes that differ" in next(r for r in rows if r["layout"] == "sharded")["invalid_reason"]
+
+
+def test_corruption_is_never_tolerated(stampede, tmp_path: Path) -> None:
+    """max_error_fraction tolerates failed ops, never wrong bytes; raw files too."""
+    job = small_job(tmp_path, checkpoint={"layout": "shared"},
+                    run={"verify": "xxh3", "max_error_fraction": 0.9})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    _flip_byte(tmp_path / "ckpt" / "shared" / "checkpoint.raw", 9 * 2**20 + 5)
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 1
+    assert _said("rank 1: verify shared/checkpoint.raw bytes 8388608..16777216: xxh3 differs", result)
+    assert _said("first at offset 9437189, last at offset 9437189", result)
+    assert {row["valid"] for row in read_archive(tmp_path / "results" / "job.csv")} == {"false"}
+
+
+def test_non_finite_values_are_reported(stampede, tmp_path: Path) -> None:
+    job = _job(tmp_path, "safetensors", verify="none")
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    shard = tmp_path / "ckpt" / "sharded" / "shard-00000-of-00002.safetensors"
+    data_start = 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
+    with open(shard, "r+b") as stream:   # two float16 NaNs and one +Inf
+        stream.seek(data_start + 4096)
+        stream.write(np.array([np.nan, np.nan, np.inf], dtype=np.float16).tobytes())
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 1
+    assert _said("rank 0: verify sharded/shard-00000-of-00002.safetensors tensor shard-00000 "
+                 "bytes 0..8388608: 3 element(s) are NaN or Inf as float16", result)
+
+
+def test_a_broken_header_fails_the_header_op(stampede, tmp_path: Path) -> None:
+    job = _job(tmp_path, "safetensors", verify="none", check_finite=False)
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    shard = tmp_path / "ckpt" / "sharded" / "shard-00001-of-00002.safetensors"
+    with open(shard, "r+b") as stream:
+        stream.write(struct.pack("<Q", 2**40))   # an absurd header length
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 1
+    assert _said("rank 1: header sharded/shard-00001-of-00002.safetensors: safetensors header "
+                 "length 1099511627776 is not plausible", result)
+
+
+def test_cold_runs_say_how_cold_they_were(stampede, tmp_path: Path) -> None:
+    """Residency (mincore) before every phase: ~0% after eviction, ~100% warm."""
+    job = small_job(tmp_path, checkpoint={"layout": "sharded"}, run={"verify": "none"})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    for cache in ("cold", "warm"):
+        assert stampede("run", str(job), "--set", f"run.cache={cache}", np=2).returncode == 0
+    rows = read_archive(tmp_path / "results" / "job.csv")
+    resident = {row["cache"]: float(row["cache_resident_pct"]) for row in rows}
+    assert resident["cold"] < 5 and resident["warm"] > 95, resident
+
+
+def test_rank_shift_reads_another_ranks_bytes(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, checkpoint={"layout": "sharded"},
+                    run={"rank_shift": 1, "verify": "sha256", "iterations": 1, "warmup": 0})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    # rank 1 wrote shard 1; with the shift rank 0 reads it: delete shard 0 and rank 1 fails
+    os.unlink(tmp_path / "ckpt" / "sharded" / "shard-00000-of-00002.raw")
+    result = stampede("run", str(job), np=2)
+    assert _said("rank 1: stat sharded/shard-00000-of-00002.raw: No such file", result)
+    assert "rank 0:" not in result.stdout + result.stderr
+
+
+def test_stripe_options_without_lfs_say_so(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, target={"stripe_count": 4, "stripe_size": "1MiB"},
+                    checkpoint={"layout": "sharded"})
+    result = stampede("prepare", str(job), np=2)
+    assert result.returncode == 0
+    assert _said("target.stripe_* (stripe_count=4, stripe_size=1048576) not applied: no `lfs`",
+                 result)
