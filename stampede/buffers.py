@@ -31,8 +31,13 @@ class AlignedBuffer:
         for view in self._slices.values():
             view.release()
         self._slices.clear()
-        self._whole.release()
-        self._map.close()
+        try:
+            self._whole.release()
+            self._map.close()
+        except BufferError:
+            # A view of it is still referenced (a failed request's traceback, a client
+            # that kept a slice): the map is freed with the last reference instead.
+            pass
 
     def __enter__(self) -> "AlignedBuffer":
         return self

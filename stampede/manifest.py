@@ -8,11 +8,10 @@ clean deletes only the files it lists.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from stampede import __version__
+from stampede.backends.base import Backend
 from stampede.errors import CheckpointError
 from stampede.spec import JobSpec
 
@@ -20,38 +19,29 @@ MANIFEST_NAME = "stampede-manifest.json"
 MANIFEST_SCHEMA = 1
 
 
-def manifest_path(target: str | Path) -> Path:
-    return Path(target) / MANIFEST_NAME
-
-
-def read_manifest(target: str | Path) -> dict[str, Any] | None:
+def read_manifest(backend: Backend, target: str) -> dict[str, Any] | None:
     """The manifest of a target, or None when there is none; corrupt ones are errors."""
-    path = manifest_path(target)
+    where = f"{target.rstrip('/')}/{MANIFEST_NAME}"
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
+        text = backend.get_bytes(MANIFEST_NAME)
     except OSError as error:
-        raise CheckpointError(f"{path}: cannot read the manifest ({error.strerror})") from None
+        raise CheckpointError(f"{where}: cannot read the manifest ({error.strerror or error})"
+                              ) from None
+    if text is None:
+        return None
     try:
         manifest: dict[str, Any] = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}: the manifest is not valid JSON ({error})",
-                              hint="remove the directory's files by hand and prepare again") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{where}: the manifest is not valid JSON ({error})",
+                              hint="remove the target's files by hand and prepare again") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
-        raise CheckpointError(f"{path}: not a stampede manifest of schema {MANIFEST_SCHEMA}")
+        raise CheckpointError(f"{where}: not a stampede manifest of schema {MANIFEST_SCHEMA}")
     return manifest
 
 
-def write_manifest(target: str | Path, manifest: dict[str, Any]) -> None:
-    """Atomically: a crash leaves the old manifest or the new one, never half of one."""
-    path = manifest_path(target)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as stream:
-        json.dump(manifest, stream, indent=1, sort_keys=True)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
+def write_manifest(backend: Backend, manifest: dict[str, Any]) -> None:
+    """Atomically (backend.put_bytes): a crash leaves the old manifest or the new one."""
+    backend.put_bytes(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True).encode())
 
 
 def new_manifest() -> dict[str, Any]:

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from stampede import mpi
+from stampede.backends import open_backend
+from stampede.backends.base import Backend
+from stampede.backends.posix import DIR_MODE, FILE_MODE
 from stampede.buffers import AlignedBuffer
 from stampede.content import ContentSource, content_label
 from stampede.errors import CheckpointError
-from stampede.formats import create_file
+from stampede.formats import create_file, safetensors_prefix
 from stampede.lustre import apply_stripe
 from stampede.manifest import MANIFEST_NAME, layout_entry, new_manifest, read_manifest, write_manifest
 from stampede.plan import (
@@ -34,56 +37,54 @@ from stampede.plan import (
 from stampede.progress import progress_bar
 from stampede.spec import JobSpec
 
-# Files are created without world access: checkpoints can hold other people's models.
-FILE_MODE = 0o640
-DIR_MODE = 0o750
 
-
-def _check_target(spec: JobSpec) -> dict[str, Any]:
-    """Rank 0: the job fits the rank count, the target exists (or is created) and is ours
-    to write into."""
-    root = Path(spec.target_path)
-    if root.is_symlink():
-        raise CheckpointError(f"target.path = {spec.target_path!r} is a symbolic link",
-                              hint="give the real directory")
-    if root.exists() and not root.is_dir():
-        raise CheckpointError(f"target.path = {spec.target_path!r} is not a directory")
+def _check_target(spec: JobSpec, backend: Backend) -> dict[str, Any]:
+    """Rank 0: the target exists (or is created) and is ours to write into."""
+    if backend.name == "posix":
+        root = Path(spec.target_path)
+        if root.is_symlink():
+            raise CheckpointError(f"target.path = {spec.target_path!r} is a symbolic link",
+                                  hint="give the real directory")
+        if root.exists() and not root.is_dir():
+            raise CheckpointError(f"target.path = {spec.target_path!r} is not a directory")
     try:
-        root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        backend.ensure_root()
     except OSError as error:
         raise CheckpointError(f"target.path = {spec.target_path!r}: cannot create it "
-                              f"({error.strerror})") from None
-    if not os.access(root, os.W_OK | os.X_OK):
+                              f"({error.strerror or error})") from None
+    if backend.name == "posix" and not os.access(spec.target_path, os.W_OK | os.X_OK):
         raise CheckpointError(f"target.path = {spec.target_path!r} is not writable")
-    manifest = read_manifest(root)
-    if manifest is None and any(root.iterdir()):
+    manifest = read_manifest(backend, spec.target_path)
+    if manifest is None and backend.names():
         raise CheckpointError(
             f"target.path = {spec.target_path!r} is not empty and was not prepared by stampede"
-            f" (no {MANIFEST_NAME})", hint="give an empty or new directory")
+            f" (no {MANIFEST_NAME})", hint="give an empty or new directory (or prefix)")
     return manifest or new_manifest()
 
 
 Offsets = dict[str, dict[str, int]]   # relpath -> tensor -> file offset of its first byte
 
 
-def _create_files(spec: JobSpec, layout: str, nranks: int,
-                  manifest: dict[str, Any]) -> tuple[Offsets, list[str]]:
+def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, Any],
+                  backend: Backend) -> tuple[Offsets, list[str]]:
     """Rank 0: directories (striped on Lustre when the job asks), and the shared file at its
-    full size, header included, before ranks write into it. Returns the shared file's
-    tensor offsets and notes for the user.
+    full size, header included, before ranks write into it (POSIX). Returns the shared
+    file's tensor offsets and notes for the user.
 
     Files of an earlier prepare of this layout that no layout needs any more (shards of
     another rank count) are removed: they were ours, and the manifest is about to forget
     them.
     """
-    root = Path(spec.target_path)
     files = checkpoint_files(spec, layout, nranks)
     keep = {relpath for relpath, _ in files} | {
         record["path"] for name, entry in manifest["layouts"].items() if name != layout
         for record in entry["files"]}
     for record in manifest["layouts"].get(layout, {}).get("files", []):
         if record["path"] not in keep:
-            (root / record["path"]).unlink(missing_ok=True)
+            backend.remove(record["path"])
+    if backend.name != "posix":   # objects are written whole, in sequence, by one rank each
+        return {}, []
+    root = Path(spec.target_path)
     offsets: Offsets = {}
     notes: list[str] = []
     tensors = file_tensors(spec, layout, nranks)
@@ -102,35 +103,51 @@ def _create_files(spec: JobSpec, layout: str, nranks: int,
 
 
 class _Writer:
-    """One rank's writes: deterministic content, block by block, fsynced, hashed.
+    """One rank's writes: deterministic content, block by block, durable, hashed.
 
     Several layouts share files (the shard files); each extent is written once per
-    prepare and its record reused.
+    prepare and its record reused. A file is written through the backend's writer: at
+    offsets in place (POSIX), or as one sequential upload, header first (object stores).
     """
 
-    def __init__(self, spec: JobSpec, rank: int) -> None:
-        self.spec, self.rank = spec, rank
-        self.root = Path(spec.target_path)
+    def __init__(self, spec: JobSpec, rank: int, backend: Backend) -> None:
+        self.spec, self.rank, self.backend = spec, rank, backend
         self.content = ContentSource(spec.block_bytes)
         self.written: dict[Extent, dict[str, Any]] = {}
 
     def write(self, extents: tuple[Extent, ...], shared_offsets: Offsets,
               tensors: dict[str, tuple[tuple[str, int], ...]],
               advance: Callable[[int], None]) -> list[dict[str, Any]]:
+        todo = [extent for extent in extents if extent not in self.written]
         with AlignedBuffer(self.spec.block_bytes) as buffer:
-            for extent in extents:
-                if extent in self.written:
-                    continue
-                # The shared file was created (and sized) by rank 0; a file this rank
-                # writes alone it creates itself, header and all, replacing an old one.
-                offsets = shared_offsets.get(extent.relpath) or create_file(
-                    self.spec.format if extent.tensor else "raw", self.root / extent.relpath,
-                    tensors[extent.relpath], self.spec.dtype, FILE_MODE)
-                self.written[extent] = self._write_extent(extent, offsets[extent.tensor],
-                                                          buffer, advance)
+            for relpath in dict.fromkeys(extent.relpath for extent in todo):
+                fmt = self.spec.format if any(t for t, _ in tensors[relpath]) else "raw"
+                prefix, offsets = self._create(relpath, fmt, tensors[relpath], shared_offsets)
+                mine = sorted((e for e in todo if e.relpath == relpath),
+                              key=lambda e: offsets[e.tensor] + e.offset)
+                with self.backend.writer(relpath) as out:
+                    if prefix:
+                        out.write_at(0, memoryview(prefix))
+                    for extent in mine:
+                        self.written[extent] = self._write_extent(
+                            out, extent, offsets[extent.tensor], buffer, advance)
         return [self.written[extent] for extent in extents]
 
-    def _write_extent(self, extent: Extent, base: int, buffer: AlignedBuffer,
+    def _create(self, relpath: str, fmt: str, tensors: tuple[tuple[str, int], ...],
+                shared_offsets: Offsets) -> tuple[bytes, dict[str, int]]:
+        """(bytes to write first, tensor offsets). POSIX: the shared file was created by
+        rank 0; a file this rank writes alone it creates itself, header and all, replacing
+        an old one. Object stores: the header goes first in the upload."""
+        if relpath in shared_offsets:
+            return b"", shared_offsets[relpath]
+        if self.backend.name == "posix":
+            return b"", create_file(fmt, Path(self.spec.target_path) / relpath, tensors,
+                                    self.spec.dtype, FILE_MODE)
+        if fmt == "safetensors":
+            return safetensors_prefix(tensors, self.spec.dtype)
+        return b"", {"": 0}
+
+    def _write_extent(self, out: Any, extent: Extent, base: int, buffer: AlignedBuffer,
                       advance: Callable[[int], None]) -> dict[str, Any]:
         """Write the extent's content at `base` + its offsets (base: where its tensor
         starts in a formatted file, 0 in a raw one)."""
@@ -138,19 +155,13 @@ class _Writer:
 
         sha256, xxh3 = hashlib.sha256(), xxhash.xxh3_128()
         label = content_label(extent.relpath, extent.tensor)
-        fd = os.open(self.root / extent.relpath, os.O_WRONLY | os.O_NOFOLLOW)
-        try:
-            for offset, length in extent.blocks(self.spec.block_bytes):
-                view = buffer.prefix(length)
-                self.content.fill(view, label, offset)
-                if os.pwritev(fd, (view,), base + offset) != length:
-                    raise OSError(f"short write to {extent.relpath} at {base + offset}")
-                sha256.update(view)
-                xxh3.update(view)
-                advance(length)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        for offset, length in extent.blocks(self.spec.block_bytes):
+            view = buffer.prefix(length)
+            self.content.fill(view, label, offset)
+            out.write_at(base + offset, view)
+            sha256.update(view)
+            xxh3.update(view)
+            advance(length)
         return {"rank": self.rank, "path": extent.relpath, "tensor": extent.tensor,
                 "offset": extent.offset, "length": extent.length,
                 "sha256": sha256.hexdigest(), "xxh3": xxh3.hexdigest()}
@@ -160,13 +171,17 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, A
     """Write every layout of the job; returns the manifest (on every rank)."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
     mpi.on_root(comm, "checking the job", partial(bytes_per_rank, spec, nranks))
-    manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec))
-    writer = _Writer(spec, rank)
+    backend = mpi.collective(comm, "connecting to the target",
+                             partial(open_backend, spec.target_path, spec.storage_options))
+    whole_files = backend.name != "posix"
+    manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec, backend))
+    writer = _Writer(spec, rank, backend)
     for layout in spec.layouts:
         per_rank = bytes_per_rank(spec, nranks)
-        extents = writes_of_rank(spec, layout, nranks, rank)
+        extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
         offsets, notes = mpi.on_root(comm, f"creating the {layout} files",
-                                     partial(_create_files, spec, layout, nranks, manifest))
+                                     partial(_create_files, spec, layout, nranks, manifest,
+                                             backend))
         if rank == 0:
             for note in dict.fromkeys(notes):
                 print(f"stampede: {note}", flush=True)
@@ -183,7 +198,7 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, A
             files = list(checkpoint_files(spec, layout, nranks))
             manifest["layouts"][layout] = layout_entry(
                 spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
-            write_manifest(spec.target_path, manifest)
+            write_manifest(backend, manifest)
     result: dict[str, Any] = mpi.bcast(comm, manifest)
     return result
 

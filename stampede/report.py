@@ -18,7 +18,7 @@ DEFINITIONS = (
     "slowest / median rank. agg GB/s = total bytes / (last stop - first start), GB = 1e9 B, "
     "per-rank rates never summed; slowest-rank GB/s = bytes per rank / time to last rank; "
     "storage / network part = first start to last stop of the storage ops (list, index, "
-    "stat, open, read, close) / of the exchange ops (bcast, allgather), all ranks. "
+    "stat, open, header, read, close) / of the exchange ops (bcast, allgather), all ranks. "
     "Latencies pool every rank's samples of every measured iteration."
 )
 

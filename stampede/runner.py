@@ -103,7 +103,8 @@ def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout of the job in turn; results are complete on rank 0 only."""
     nranks = comm.Get_size()
     entries = mpi.on_root(comm, "checking the checkpoint", partial(_prepared_entries, spec, nranks))
-    backend = open_backend(spec.target_path)
+    backend = mpi.collective(comm, "connecting to the target",
+                             partial(open_backend, spec.target_path, spec.storage_options))
     mpi.collective(comm, "checking limits", partial(_check_open_files, spec, nranks, comm.Get_rank()))
     device = None
     if spec.h2d != "none":
@@ -306,8 +307,8 @@ def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, 
 
 def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
     """Rank 0: the manifest's entry of every layout, checked against the job."""
-    open_backend(spec.target_path)   # a missing optional package, named with its hint
-    manifest = read_manifest(spec.target_path)
+    backend = open_backend(spec.target_path, spec.storage_options)
+    manifest = read_manifest(backend, spec.target_path)
     per_rank = bytes_per_rank(spec, nranks)
     return {layout: prepared_layout(manifest, spec, layout, nranks, per_rank)
             for layout in spec.layouts}

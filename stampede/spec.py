@@ -444,6 +444,10 @@ def _check_combination(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: run.check_finite = true needs a read op in pattern.ops")
     if spec.drop_caches and spec.cache != "cold":
         raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
+    if spec.format == "hdf5" and "://" in spec.target_path:
+        raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" on {spec.target_path!r}: "
+                         "HDF5 files are read through a POSIX path (h5py); object stores take "
+                         "raw or safetensors")
     if spec.format == "hdf5" and spec.dtype == "bfloat16":
         raise UsageError(f"{spec.source}: checkpoint.dtype = \"bfloat16\": HDF5 has no "
                          "bfloat16 type", hint="use float16 or float32 with hdf5")

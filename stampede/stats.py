@@ -256,6 +256,10 @@ def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple
                  for i, (rank, iteration) in enumerate(pairs))
 
 
+# Targets with no page cache on the client (fsspec protocols): the cache mode means nothing.
+NO_CLIENT_CACHE = ("s3", "gcs", "gs", "memory", "http", "https")
+
+
 def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
                  fs_type: str, verify_in_restore: str = "") -> tuple[str, ...]:
     """Why a number should not be trusted as it stands; archived with the run."""
@@ -280,7 +284,7 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     if verify_in_restore:
         notes.append(f"verify={verify_in_restore}: hashing runs between reads, so restore times "
                      "include it")
-    if cache == "warm":
+    if cache == "warm" and fs_type not in NO_CLIENT_CACHE:
         notes.append("cache=warm: reads may come from the page cache, not the storage")
     if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
         notes.append(f"cache=cold on {fs_type}: pages cannot be evicted, the run is warm")

@@ -48,11 +48,32 @@ def slurm_variables() -> dict[str, str]:
     return {key: value for key, value in sorted(os.environ.items()) if key.startswith("SLURM_")}
 
 
+# NFS mount options that change what a restore measures: attribute caching (ac*, actimeo)
+# turns repeated stats into cache hits; vers, nconnect, rsize and proto set the data path.
+NFS_KEYS = ("vers", "proto", "nconnect", "rsize", "wsize", "actimeo", "acregmin", "acregmax",
+            "acdirmin", "acdirmax", "noac", "lookupcache", "hard", "soft", "timeo", "retrans")
+
+
+def nfs_options(options: str) -> dict[str, str]:
+    """The NFS mount options that matter, from /proc/mounts' option string."""
+    found = {}
+    for option in options.split(","):
+        key, _, value = option.partition("=")
+        if key in NFS_KEYS:
+            found[key] = value or "on"
+    return found
+
+
 def node_facts(target: str) -> dict[str, object]:
     """What rank 0 records about its node and the target's file system."""
-    return {
+    facts: dict[str, object] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "target_mount": asdict(mount_of(target)),
     }
+    if "://" not in target:   # object stores have no mount
+        mount = mount_of(target)
+        facts["target_mount"] = asdict(mount)
+        if mount.fs_type.startswith("nfs"):
+            facts["nfs_options"] = nfs_options(mount.options)
+    return facts

@@ -16,20 +16,25 @@ from stampede.mds_mount import fuse_unavailable as fuse_missing  # noqa: F401 - 
 RUN_TIMEOUT_S = 180  # a hung run fails the test instead of the whole suite
 
 
+def toml_value(value: object) -> str:
+    """A Python value as TOML: strings, booleans, numbers, lists and inline tables."""
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return f"[{', '.join(toml_value(item) for item in value)}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items()) + "}"
+    return str(value)
+
+
 def write_job(directory: Path, name: str = "job", **sections: dict[str, object]) -> Path:
     """A TOML job file from keyword sections: write_job(d, target={"path": ...}, ...)."""
     lines = []
     for section, table in sections.items():
         lines.append(f"[{section}]")
-        for key, value in table.items():
-            if isinstance(value, str):
-                lines.append(f'{key} = "{value}"')
-            elif isinstance(value, bool):
-                lines.append(f"{key} = {'true' if value else 'false'}")
-            elif isinstance(value, list | tuple):
-                lines.append(f"{key} = [{', '.join(repr(item).replace(chr(39), chr(34)) for item in value)}]")
-            else:
-                lines.append(f"{key} = {value}")
+        lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
     path = directory / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

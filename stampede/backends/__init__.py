@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 from stampede.backends.base import Backend
 from stampede.errors import UsageError
+
+S3_HINT = "pip install 'stampede[s3]'"
 
 
 @dataclass(frozen=True)
@@ -19,10 +22,20 @@ class BackendEntry:
     module: str
     cls: str
     install_hint: str
+    requires: tuple[str, ...] = ()   # packages imported up front, so a missing one is named
 
 
 REGISTRY: dict[str, BackendEntry] = {
     "posix": BackendEntry("stampede.backends.posix", "PosixBackend", ""),
+    "s3": BackendEntry("stampede.backends.fsspec", "S3Backend", S3_HINT, ("fsspec", "s3fs")),
+    "gs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
+                       ("fsspec", "gcsfs")),
+    "gcs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
+                        ("fsspec", "gcsfs")),
+    "memory": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
+                           ("fsspec",)),
+    "file": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
+                         ("fsspec",)),
 }
 
 
@@ -31,19 +44,24 @@ def backend_name_for(target_path: str) -> str:
     scheme, sep, _ = target_path.partition("://")
     if not sep:
         return "posix"
-    if scheme not in REGISTRY:
+    if scheme not in REGISTRY or scheme == "posix":
         raise UsageError(f"target.path = {target_path!r}: no backend for {scheme}:// "
-                         f"(available: {', '.join(sorted(REGISTRY))})")
+                         f"(available: a POSIX path, or "
+                         f"{', '.join(f'{name}://' for name in sorted(REGISTRY) if name != 'posix')})")
     return scheme
 
 
-def open_backend(target_path: str) -> Backend:
+def open_backend(target_path: str, storage_options: dict[str, Any] | None = None) -> Backend:
+    """The backend for a target, with its client created (untimed). Credentials are never
+    in `storage_options`: clients read them from the environment themselves."""
     name = backend_name_for(target_path)
     entry = REGISTRY[name]
     try:
+        for package in entry.requires:
+            importlib.import_module(package)
         module = importlib.import_module(entry.module)
     except ImportError as error:
         raise UsageError(f"backend {name!r} needs a package that is not installed ({error.name})",
                          hint=entry.install_hint) from None
-    backend: Backend = getattr(module, entry.cls)(target_path)
+    backend: Backend = getattr(module, entry.cls)(target_path, dict(storage_options or {}))
     return backend

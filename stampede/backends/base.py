@@ -1,31 +1,61 @@
 """The storage contract every backend implements, written once.
 
 Paths given to a backend are relative to its target root. The hot-path methods (`stat`,
-`open`, `read_into`, `close`) are called between two clock stamps, so a backend binds
-them as directly as it can: every Python frame added here is added to every latency.
+`open`, `read_into`, `close`, `list`) are called between two clock stamps, so a backend
+binds them as directly as it can: every Python frame added here is added to every latency.
+They raise OSError and nothing else (FileNotFoundError for a missing file or object): the
+pattern counts OSError per op and carries on; any other exception would stop the rank.
+
+The untimed methods (`get_bytes`, `put_bytes`, `remove`, `names`, `writer`,
+`ensure_root`, `local_path`, `describe`) serve prepare, the manifest and clean; they are
+never called between clock stamps.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
+
+RETRY_OPS = ("stat", "open", "read", "list", "close")   # the keys of Backend.retries
+
+
+class Writer(Protocol):
+    """Writes one file or object, handed out by `Backend.writer` as a context manager."""
+
+    def write_at(self, offset: int, view: memoryview) -> None:
+        """Write all of `view` at `offset`. Object stores write an object as one streaming
+        upload: there `offset` must equal the bytes written so far (ValueError if not)."""
 
 
 class Backend(Protocol):
     name: str
+    # True when read_into sets `first_byte_ns` (perf_counter_ns when the first byte of
+    # the response arrived): a request's time to first byte, apart from its transfer.
+    ttfb: bool
+    first_byte_ns: int
+    # Retries the backend's client made on its own, cumulative per op name ("stat",
+    # "open", "read", "list", "close"): an op that succeeded after 2 retries is one
+    # sample, but 3 requests reached the storage. Zero where the client never retries.
+    retries: dict[str, int]
+
+    # --- timed -----------------------------------------------------------------------
 
     def path(self, relpath: str) -> Any:
         """The backend's own name for a checkpoint file (resolved once, before timing)."""
 
     def stat(self, path: Any) -> Any:
-        """Fetch the file's metadata (stat(2) / HEAD)."""
+        """Fetch the file's metadata (stat(2) / one HEAD)."""
 
     def opener(self, direct: bool) -> Callable[[Any], Any]:
-        """A function path -> handle, opened for reading; direct = bypass the page cache.
-        Bound once before the timed loop, so each open pays no option handling."""
+        """A function path -> handle, opened for reading; direct = bypass the page cache
+        (meaningless for object stores, which have none client-side). Bound once before
+        the timed loop, so each open pays no option handling."""
 
     def read_into(self, handle: Any, buffer: memoryview, offset: int) -> int:
-        """Read len(buffer) bytes at offset into buffer; return the count read."""
+        """Read len(buffer) bytes at offset into buffer (one pread / one ranged GET);
+        return the count read: fewer at the end of the file, 0 at or past it."""
 
     def close(self, handle: Any) -> None:
         """Release the handle."""
@@ -34,7 +64,38 @@ class Backend(Protocol):
         """Names in a directory (readdir / LIST of a prefix), in the backend's form."""
 
     def evict(self, path: Any, offset: int, length: int) -> None:
-        """Drop this range's cached pages so the next read reaches storage."""
+        """Drop this range's cached pages so the next read reaches storage (a no-op where
+        nothing is cached client-side)."""
 
     def fs_type(self) -> str:
-        """File-system type of the target (ext4, nfs4, lustre, tmpfs, ...)."""
+        """File-system type of the target (ext4, nfs4, lustre, tmpfs, s3, memory, ...)."""
+
+    # --- untimed: prepare, manifest, clean, sidecar ----------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """For the sidecar: what the backend is and how it is configured (client, caches,
+        retries, timeouts, library versions). Never a credential."""
+
+    def ensure_root(self) -> None:
+        """Make the target root usable for writing: a directory (mode 0o750) or a bucket."""
+
+    def get_bytes(self, relpath: str) -> bytes | None:
+        """A whole (small) file's bytes; None when it does not exist."""
+
+    def put_bytes(self, relpath: str, data: bytes) -> None:
+        """Replace a whole (small) file atomically: readers see the old or the new bytes."""
+
+    def remove(self, relpath: str) -> None:
+        """Delete a file (POSIX: or an empty directory); a missing one is not an error."""
+
+    def names(self, relpath: str = "") -> builtins.list[str]:
+        """Every file under the root (or its sub-directory / sub-prefix `relpath`),
+        recursively, as paths relative to the root, sorted."""
+
+    def writer(self, relpath: str) -> AbstractContextManager[Writer]:
+        """A writer for one file; the bytes are durable (fsync / upload completed) when
+        the block ends without an exception. On an exception nothing new is committed
+        where the store allows it (an object upload is aborted)."""
+
+    def local_path(self, relpath: str) -> str | None:
+        """The file's path on a local mount, or None when there is none (object stores)."""

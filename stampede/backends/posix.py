@@ -6,21 +6,34 @@ plus one Python call, as little as Python allows.
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+from stampede.backends.base import RETRY_OPS
+from stampede.errors import UsageError
 from stampede.sysinfo import mount_of
+
+FILE_MODE = 0o640   # checkpoint files: no world access
+DIR_MODE = 0o750
 
 
 class PosixBackend:
     name = "posix"
+    ttfb = False          # a pread's first byte is its last: no separate time to first byte
+    first_byte_ns = 0
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+        if storage_options:
+            raise UsageError(f"target.path = {root!r} is a POSIX path: storage options "
+                             f"({', '.join(sorted(storage_options))}) apply to URLs only")
         self.root = Path(root)
         self.stat = os.stat
         self.close = os.close
+        self.retries = dict.fromkeys(RETRY_OPS, 0)   # system calls are not retried
 
     def path(self, relpath: str) -> bytes:
         # bytes, encoded once here: os.stat/os.open then skip encoding on every timed call
@@ -48,3 +61,96 @@ class PosixBackend:
 
     def fs_type(self) -> str:
         return mount_of(self.root).fs_type
+
+    # --- untimed: prepare, manifest, clean, sidecar ----------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {"protocol": "posix", "fs_type": self.fs_type(),
+                "client_cache": "page cache (run.cache decides: warm, cold or direct)"}
+
+    def ensure_root(self) -> None:
+        os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
+
+    def get_bytes(self, relpath: str) -> bytes | None:
+        try:
+            fd = os.open(self.root / relpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        with open(fd, "rb") as stream:
+            return stream.read()
+
+    def put_bytes(self, relpath: str, data: bytes) -> None:
+        """Atomic: written to a temporary file beside it, fsynced, then renamed over it
+        (and the directory fsynced, so the rename itself survives a crash)."""
+        target = self.root / relpath
+        target.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     FILE_MODE)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(temporary)
+            raise
+        os.close(fd)
+        os.replace(temporary, target)
+        _fsync_directory(target.parent)
+
+    def remove(self, relpath: str) -> None:
+        path = self.root / relpath
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            os.rmdir(path)
+
+    def names(self, relpath: str = "") -> builtins.list[str]:
+        top = self.root / relpath
+        found = []
+        for directory, _, files in os.walk(top):   # a missing top yields nothing
+            found += [os.path.relpath(os.path.join(directory, name), self.root) for name in files]
+        return sorted(found)
+
+    def writer(self, relpath: str) -> PosixWriter:
+        path = self.root / relpath
+        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        return PosixWriter(path)
+
+    def local_path(self, relpath: str) -> str:
+        return str(self.root / relpath)
+
+
+class PosixWriter:
+    """pwritev at any offset into one file (created 0o640, never truncated, never through
+    a symlink); fsynced and closed when the block ends."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+
+    def write_at(self, offset: int, view: memoryview) -> None:
+        while view:
+            written = os.pwritev(self.fd, (view,), offset)
+            view, offset = view[written:], offset + written
+
+    def __enter__(self) -> PosixWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
