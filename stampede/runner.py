@@ -186,7 +186,9 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                 if drops_caches:
                     _drop_caches(messages)
                 _evict(setup, messages)
-            cached, asked = _residency(setup, messages)
+            # Only where the pages were just evicted: asking opens each file, and on NFS an
+            # open revalidates attributes, which would warm a warm run's timed stats.
+            cached, asked = _residency(setup, messages) if spec.cache == "cold" else (0, 0)
             delay_s = jitter_s(spec, rank, iteration)
             if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
                 mpi.abort(comm, f"{layout}: other ranks did not reach the start of iteration "
@@ -344,8 +346,8 @@ def _ranges(setup: RankSetup) -> list[tuple[str, int, int]]:
 
 
 def _residency(setup: RankSetup, messages: list[str]) -> tuple[int, int]:
-    """Untimed: (bytes in the page cache, bytes this rank will read), before the phase;
-    (0, 0) where the backend has no page cache to ask (object stores)."""
+    """Untimed, after a cold eviction: (bytes in the page cache, bytes this rank will
+    read) as mincore sees them; (0, 0) where there is no page cache to ask (object stores)."""
     if setup.backend.name != "posix":
         return 0, 0
     from stampede.residency import resident_bytes
