@@ -8,9 +8,10 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      samples (exact | histogram: how the percentiles were made), fs_type, invalid_reason,
      warnings, then one column per job option (spec.OPTIONS[].column).
 - 2: retries (per op: requests the client retried, e.g. on 503 SlowDown; not in count),
-     cache_resident_pct (median over iterations of the share of the bytes to read that
-     were in the page cache at the start of the phase), and the options storage_options,
-     stripe_count, stripe_size, dtype, drop_caches, rank_shift, check_finite.
+     cache_resident_pct (cold runs: median over iterations of the share of the bytes to
+     read still in the page cache after eviction), and the options storage_options,
+     stripe_count, stripe_size, dtype, drop_caches, rank_shift, check_finite,
+     checkpoint_source, assign, from.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import traceback
@@ -115,15 +116,26 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     run = job_command("run", "Restore the prepared checkpoint on every rank, timed; archive "
                              "and report. Launch with mpiexec/srun; alone it is one rank.",
                       METRICS_HELP + "\n" + _job_keys_help())
+    run.add_argument("--checkpoint", metavar="PATH", default=None,
+                     help="restore an existing checkpoint (safetensors file or directory with "
+                          "an index, PyTorch DCP directory, HDF5), read-only: sets "
+                          "checkpoint.source = existing and target.path = PATH")
     run.set_defaults(func=cmd_run)
     prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
                                      "fsync it, and record sizes and SHA-256 in a manifest. "
                                      "Use the same rank count as run.", _job_keys_help())
+    prepare.add_argument("--from", dest="from_path", metavar="PATH", default=None,
+                         help="fill the layouts with the tensors of this existing checkpoint "
+                              "(a copy at target.path; the source is only read): sets "
+                              "checkpoint.from = PATH")
     prepare.set_defaults(func=cmd_prepare)
     plan = job_command("plan", "Dry run: validate the job and print who reads what. No I/O.",
                        _job_keys_help())
     plan.add_argument("--np", type=int, default=None,
                       help="rank count to plan for (default: the launcher's, else 1)")
+    plan.add_argument("--checkpoint", metavar="PATH", default=None,
+                      help="plan the restore of an existing checkpoint: what it holds and who "
+                           "reads what (reads its headers only)")
     plan.set_defaults(func=cmd_plan)
     clean = job_command("clean", "Remove what prepare wrote (only files in its manifest).")
     clean.set_defaults(func=cmd_clean)
@@ -211,8 +223,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stampede.runner import run_job
     from stampede.spec import load_job
 
-    spec = load_job(args.job, args.set)      # validated before MPI starts and before any I/O
+    spec = load_job(args.job, _overrides(args))  # validated before MPI starts and before any I/O
     comm = mpi.world()
+    from stampede.relayout import resolve
+    spec, _ = resolve(comm, spec)
     mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
     if comm.Get_rank() == 0:
         print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), layouts "
@@ -235,13 +249,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """--set, plus what --checkpoint (run, plan) and --from (prepare) stand for."""
+    overrides = list(args.set)
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint is not None:
+        overrides += ["checkpoint.source=existing", f"target.path={json.dumps(checkpoint)}"]
+    from_path = getattr(args, "from_path", None)
+    if from_path is not None:
+        overrides.append(f"checkpoint.from={json.dumps(from_path)}")
+    return overrides
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.backends import backend_name_for
     from stampede.prepare import prepare
     from stampede.spec import load_job
 
-    spec = load_job(args.job, args.set)
+    spec = load_job(args.job, _overrides(args))
     backend_name_for(spec.target_path)   # an unknown scheme: before MPI and any I/O
     comm = mpi.world()
     manifest = prepare(comm, spec)
@@ -259,13 +285,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from stampede.report import make_console, render_plan
     from stampede.spec import load_job
 
-    spec = load_job(args.job, args.set)
+    spec = load_job(args.job, _overrides(args))
     nranks = args.np if args.np is not None else \
         int(os.environ.get("PMI_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
     if nranks < 1:
         raise UsageError(f"--np {nranks}: must be at least 1")
-    if launcher_rank() == 0:
-        render_plan(spec, nranks, backend_name_for(spec.target_path), make_console())
+    if launcher_rank() != 0:
+        return 0
+    if spec.checkpoint_source == "existing":
+        from stampede.existing import scan
+        from stampede.report import render_existing_plan
+        render_existing_plan(spec, scan(spec.target_path), nranks, make_console())
+        return 0
+    if spec.from_path:
+        from stampede.relayout import sized, source_catalogue
+        spec = sized(spec, source_catalogue(spec).total_bytes, nranks)
+    render_plan(spec, nranks, backend_name_for(spec.target_path), make_console())
     return 0
 
 
@@ -274,6 +309,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from stampede.spec import load_job
 
     spec = load_job(args.job, args.set)
+    if spec.checkpoint_source == "existing":
+        raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": clean never deletes "
+                         "a checkpoint stampede did not make")
     if launcher_rank() == 0:
         removed = clean(spec)
         print(f"removed {len(removed)} path(s) that prepare created in {spec.target_path}")

@@ -58,7 +58,8 @@ from typing import Any
 from stampede.errors import CheckpointError, UsageError
 from stampede.formats import MAX_HEADER_BYTES
 from stampede.manifest import MANIFEST_NAME
-from stampede.plan import Extent
+from stampede.plan import Extent, RankPlan
+from stampede.spec import JobSpec
 
 FORMATS = ("safetensors", "dcp", "hdf5")
 POLICIES = ("files", "tensor-slices", "saved")
@@ -657,3 +658,33 @@ def describe(catalogue: Catalogue) -> list[str]:
     if catalogue.format == "dcp":
         lines.append(f"saving ranks: {catalogue.saving_ranks}")
     return lines
+
+
+# --------------------------------------------------------------------------------- plan
+
+SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
+
+
+def plan_existing(catalogue: Catalogue, spec: JobSpec, policy: str, nranks: int,
+                  rank: int) -> RankPlan:
+    """The RankPlan of one rank restoring an existing checkpoint under a policy: its
+    extents, the shared index every rank reads first (DCP's .metadata, a safetensors
+    index), and header ops for safetensors and HDF5 files. With rank_shift, rank r reads
+    what rank (r + shift) mod N would."""
+    place = (rank + spec.rank_shift) % nranks
+    extents = assign(catalogue, policy, nranks, place)
+    # `hold` only sizes buffers for layouts that exchange, which existing checkpoints do
+    # not; it names the rank's first file (or the index) and the bytes it restores.
+    first = extents[0].relpath if extents else (catalogue.index_file or catalogue.files[0][0])
+    hold = Extent(first, 0, max(sum(e.length for e in extents), 1))
+    return RankPlan(rank=rank, nranks=nranks, layout=policy, ops=spec.ops, extents=extents,
+                    block_bytes=spec.block_bytes, stat_count=spec.stat_count,
+                    open_count=spec.open_count, hold=hold,
+                    index_file=catalogue.index_file,
+                    formatted=catalogue.format in ("safetensors", "hdf5"))
+
+
+def finite_dtypes(catalogue: Catalogue) -> dict[str, str]:
+    """tensor -> the float dtype run.check_finite checks it as (others are not checked)."""
+    return {t.name: SAFETENSORS_DTYPES[t.dtype] for t in catalogue.tensors
+            if t.dtype in SAFETENSORS_DTYPES}

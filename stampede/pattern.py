@@ -56,6 +56,8 @@ class RankSetup:
     verify: str = "none"            # run.verify: the hash algorithm
     expected: dict[tuple[str, str, int], str] | None = None   # (path, tensor, offset) -> hash
     finite_dtype: str = ""          # run.check_finite: the dtype to check, or ""
+    tensor_dtypes: dict[str, str] | None = None   # existing checkpoints: per tensor instead
+    record_digests: bool = False    # existing checkpoints: keep each extent's hash
     content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
     device: Any = None              # run.h2d: where the restored bytes go on to
     device_buffer: Any = None       # the held shard's place in device memory
@@ -63,7 +65,7 @@ class RankSetup:
     @property
     def checks(self) -> bool:
         """Anything to compute over the bytes read (timed apart, as op verify)."""
-        return self.expected is not None or bool(self.finite_dtype)
+        return self.verify != "none" or bool(self.finite_dtype)
 
     @property
     def holds(self) -> bool:
@@ -81,6 +83,7 @@ class PhaseOutcome:
     incomplete: bool = False        # the rank does not hold all its bytes
     corrupt: bool = False           # bytes read differ from the checkpoint (or are not finite)
     messages: list[str] = field(default_factory=list)
+    digests: list[dict[str, Any]] = field(default_factory=list)   # record_digests: per extent
 
     def fail(self, text: str) -> None:
         self.errors += 1
@@ -353,16 +356,19 @@ class _Check:
 
     def __init__(self, setup: RankSetup, extent: Extent, base: int | None = None) -> None:
         self.setup, self.extent, self.base = setup, extent, base   # base: tensor's file offset
-        self.digest = _new_digest(setup.verify) if setup.expected is not None else None
+        self.digest = _new_digest(setup.verify) if setup.verify != "none" else None
+        self.dtype = setup.finite_dtype
+        if setup.finite_dtype and setup.tensor_dtypes is not None:
+            self.dtype = setup.tensor_dtypes.get(extent.tensor, "")   # not a float: unchecked
         self.nonfinite, self.first_ns, self.spent_ns = 0, 0, 0
 
     def update(self, view: memoryview) -> None:
         start = time.perf_counter_ns()
         if self.digest is not None:
             self.digest.update(view)
-        if self.setup.finite_dtype:
+        if self.dtype:
             from stampede.formats import nonfinite_count
-            self.nonfinite += nonfinite_count(view, self.setup.finite_dtype)
+            self.nonfinite += nonfinite_count(view, self.dtype)
         self.spent_ns += time.perf_counter_ns() - start
         self.first_ns = self.first_ns or start
 
@@ -377,6 +383,11 @@ class _Check:
         if self.digest is not None and setup.expected is not None:
             wanted = setup.expected.get((extent.relpath, extent.tensor, extent.offset))
             matches = wanted is None or self.digest.hexdigest() == wanted
+        if self.digest is not None and setup.record_digests:
+            outcome.digests.append({
+                "rank": rank, "path": extent.relpath, "tensor": extent.tensor,
+                "offset": extent.offset, "file_offset": (self.base or 0) + extent.offset,
+                "length": extent.length, setup.verify: self.digest.hexdigest()})
         good = matches and not self.nonfinite
         log.append((iteration, VERIFY, self.first_ns, self.first_ns + self.spent_ns,
                     extent.length, int(good)))
@@ -389,7 +400,7 @@ class _Check:
         if self.nonfinite:
             outcome.corrupt = True
             outcome.fail(f"rank {rank}: verify {where} {span}: {self.nonfinite} element(s) "
-                         f"are NaN or Inf as {setup.finite_dtype}")
+                         f"are NaN or Inf as {self.dtype}")
 
 
 def _new_digest(algorithm: str) -> Any:

@@ -21,7 +21,7 @@ from stampede.backends.base import Backend
 from stampede.backends.posix import DIR_MODE, FILE_MODE
 from stampede.buffers import AlignedBuffer
 from stampede.content import ContentSource, content_label
-from stampede.errors import CheckpointError
+from stampede.errors import CheckpointError, UsageError
 from stampede.formats import create_file, safetensors_prefix
 from stampede.lustre import apply_stripe
 from stampede.manifest import MANIFEST_NAME, layout_entry, new_manifest, read_manifest, write_manifest
@@ -35,6 +35,7 @@ from stampede.plan import (
     writes_of_rank,
 )
 from stampede.progress import progress_bar
+from stampede.relayout import SourceContent
 from stampede.spec import JobSpec
 
 
@@ -112,7 +113,7 @@ class _Writer:
 
     def __init__(self, spec: JobSpec, rank: int, backend: Backend) -> None:
         self.spec, self.rank, self.backend = spec, rank, backend
-        self.content = ContentSource(spec.block_bytes)
+        self.content: ContentSource | SourceContent = ContentSource(spec.block_bytes)
         self.written: dict[Extent, dict[str, Any]] = {}
 
     def write(self, extents: tuple[Extent, ...], shared_offsets: Offsets,
@@ -170,12 +171,21 @@ class _Writer:
 def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
     """Write every layout of the job; returns the manifest (on every rank)."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
+    if spec.checkpoint_source == "existing":
+        raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": prepare never "
+                         "writes to a checkpoint stampede did not make",
+                         hint="run it as it is, or copy it into stampede's layouts with "
+                              "`prepare --from PATH` and another target.path")
+    from stampede.relayout import resolve
+    spec, source = resolve(comm, spec)
     mpi.on_root(comm, "checking the job", partial(bytes_per_rank, spec, nranks))
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
     whole_files = backend.name != "posix"
     manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec, backend))
     writer = _Writer(spec, rank, backend)
+    if source is not None:   # the user's tensors instead of synthetic bytes
+        writer.content = SourceContent(source, bytes_per_rank(spec, nranks), spec.block_bytes)
     for layout in spec.layouts:
         per_rank = bytes_per_rank(spec, nranks)
         extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
@@ -196,9 +206,15 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, A
         if rank == 0:
             assert everyone is not None
             files = list(checkpoint_files(spec, layout, nranks))
-            manifest["layouts"][layout] = layout_entry(
+            entry = manifest["layouts"][layout] = layout_entry(
                 spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
+            if source is not None:   # not regenerable: a corrupt byte is not located
+                entry.update(content_block_bytes=0, source={
+                    "path": spec.from_path, "format": source.format,
+                    "bytes": source.total_bytes})
             write_manifest(backend, manifest)
+    if isinstance(writer.content, SourceContent):
+        writer.content.close()
     result: dict[str, Any] = mpi.bcast(comm, manifest)
     return result
 

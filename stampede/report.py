@@ -240,6 +240,42 @@ def render_plan(spec: Any, nranks: int, backend: str, console: Any, shown_ranks:
                   f"+ {spec.warmup} warmup)[/]")
 
 
+def render_existing_plan(spec: Any, catalogue: Any, nranks: int, console: Any,
+                         shown_ranks: int = 4) -> None:
+    """`stampede plan --checkpoint PATH`: what the checkpoint holds (from its headers) and
+    who reads what under each assign policy."""
+    from stampede.existing import describe, plan_existing
+    from stampede.samples import OPS
+
+    for line in describe(catalogue):
+        console.print(line)
+    for policy in spec.assign:
+        plans = [plan_existing(catalogue, spec, policy, nranks, rank) for rank in range(nranks)]
+        shares = [sum(extent.length for extent in plan.extents) for plan in plans]
+        table = _table(f"assign {policy}: {nranks} rank(s), largest share "
+                       f"{format_bytes(max(shares))}, smallest {format_bytes(min(shares))}; "
+                       "per iteration each rank:",
+                       ("rank", "files", "tensors", "bytes", "storage ops"),
+                       left=("files", "storage ops"))
+        ranks = list(range(nranks))
+        if nranks > 2 * shown_ranks:
+            ranks = ranks[:shown_ranks] + [-1] + ranks[-shown_ranks:]
+        for rank in ranks:
+            if rank < 0:
+                table.add_row("...", f"({nranks - 2 * shown_ranks} more ranks)", "", "", "")
+                continue
+            plan = plans[rank]
+            ordered = sorted(plan.op_counts().items(), key=lambda item: OPS.index(item[0]))
+            files = plan.files
+            table.add_row(str(rank), f"{len(files)}: {', '.join(files[:2])}"
+                          + (" ..." if len(files) > 2 else ""),
+                          str(len(plan.extents)), f"{shares[rank]:,}",
+                          " ".join(f"{count} {op}" for op, count in ordered if count) or "-")
+        console.print(table)
+    console.print("[dim]only the headers were read; `stampede run --checkpoint PATH` restores "
+                  "it read-only[/]")
+
+
 def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> None:
     """`stampede compare`: one line per (configuration, metric), B / A with a verdict."""
     table = _table(f"{title}: ratio B / A (latest run of each configuration)",

@@ -39,7 +39,10 @@ def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> t
     if stats.samples == "histogram":
         notes += ("p50-p99.9 interpolated in log buckets (run.samples = histogram): within 12% "
                   "of the exact values; min, max, counts, GB/s and restore times are exact",)
-    between = [what for what, on in ((f"{inline} checking", bool(inline)),
+    checking = " and ".join(filter(None, (
+        f"{spec.verify} hashing" if spec.verify != "none" else "",
+        "the finite check" if spec.check_finite else "")))
+    between = [what for what, on in ((checking, bool(inline)),
                                       ("copies to the device", spec.h2d != "none"
                                        and stats.layout not in EXCHANGE)) if on]
     if between:
@@ -65,7 +68,7 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         "nranks": context.nranks, "nnodes": context.nnodes,
         "ranks_per_node": context.ranks_per_node,
         "bytes_per_rank": layout_run.bytes_per_rank,
-        "bytes_total": layout_run.bytes_per_rank * context.nranks,
+        "bytes_total": layout_run.bytes_total or layout_run.bytes_per_rank * context.nranks,
         "iterations": stats.iterations, "valid": not layout_run.invalid_reason,
         "invalid_reason": layout_run.invalid_reason,
         "stampede_version": __version__, "hosts": hosts_cell(context.hosts),
@@ -73,6 +76,8 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         "warnings": " | ".join(warnings), "device": context.device,
         "cache_resident_pct": 100 * resident if resident is not None else None,
     }
+    if context.checkpoint_format:   # an existing checkpoint: the format found, not asked
+        shared["format"] = context.checkpoint_format
     rows = op_rows(shared, stats, layout_run.bytes_per_rank, context.hosts)
     for row in rows:
         row["retries"] = cell(layout_run.retries.get(row["op"], 0)) \
@@ -146,6 +151,7 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 "errors": list(run.messages),
                 "warnings": list(layout_warnings(spec, context, run.stats)) if run.stats else [],
                 "retries": run.retries,
+                "digests": list(run.digests),
                 "cache_resident_fraction": list(run.resident_fraction),
                 "stats": asdict(run.stats) if run.stats else None,
             }

@@ -28,11 +28,12 @@ from stampede.clock import on_one_axis, origins_array
 from stampede.errors import UsageError
 from stampede.manifest import prepared_layout, read_manifest
 from stampede.pattern import MAX_MESSAGES, RankSetup, run_pattern
-from stampede.plan import bytes_per_rank, plan_rank, stripes
+from stampede.plan import RankPlan, bytes_per_rank, plan_rank, stripes
 from stampede.samples import ITER, OP, OP_CODE, RANK
 from stampede.spec import JobSpec
 
 if TYPE_CHECKING:
+    from stampede.existing import Catalogue
     from stampede.stats import LayoutStats
 
 # How long past the deadline a rank waits for the others before aborting the whole job:
@@ -53,6 +54,7 @@ class RunContext:
     mpi_library: str
     device: str = ""             # run.h2d: the devices the bytes went on to
     storage: dict[str, Any] = field(default_factory=dict)   # backend settings, stripes
+    checkpoint_format: str = ""  # an existing checkpoint's format, as found
 
     @property
     def nnodes(self) -> int:
@@ -74,9 +76,12 @@ class LayoutRun:
     invalid_reason: str          # empty when valid
     retries: dict[str, int] = field(default_factory=dict)   # op -> requests retried
     resident_fraction: tuple[float, ...] = ()   # per measured iteration, cache residency
+    bytes_total: int = 0         # all ranks' bytes, when they differ by rank (existing)
+    digests: tuple[dict[str, Any], ...] = ()   # existing checkpoints: what each rank read
 
 
-def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None) -> RunContext:
+def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
+                catalogue: Catalogue | None = None) -> RunContext:
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")
     stamp = datetime.now(UTC)
@@ -88,44 +93,85 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None) 
         if backend.fs_type() == "lustre":
             from stampede.lustre import stripe_layout
             from stampede.plan import checkpoint_files
-            files = [relpath for layout in spec.layouts
-                     for relpath, _ in checkpoint_files(spec, layout, comm.Get_size())]
+            root = catalogue.root if catalogue else spec.target_path
+            files = [relpath for relpath, _ in catalogue.files] if catalogue else [
+                relpath for layout in spec.layouts
+                for relpath, _ in checkpoint_files(spec, layout, comm.Get_size())]
             storage["lfs_getstripe"] = stripe_layout(
-                [Path(spec.target_path) / relpath for relpath in dict.fromkeys(files)][:4])
+                [Path(root) / relpath for relpath in dict.fromkeys(files)][:4])
     return RunContext(run_id=run_id, timestamp=stamp.isoformat(timespec="seconds"),
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
                       backend=backend_name_for(spec.target_path), fs_type=backend.fs_type(),
                       mpi_library=mpi.library_version(comm),
-                      device=" ".join(sorted(set(labels or ()))), storage=storage)
+                      device=" ".join(sorted(set(labels or ()))), storage=storage,
+                      checkpoint_format=catalogue.format if catalogue else "")
 
 
 def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
-    """Every layout of the job in turn; results are complete on rank 0 only."""
+    """Every layout (or, for an existing checkpoint, every assign policy) of the job in
+    turn; results are complete on rank 0 only."""
     nranks = comm.Get_size()
-    entries = mpi.on_root(comm, "checking the checkpoint", partial(_prepared_entries, spec, nranks))
+    catalogue: Catalogue | None = None
+    if spec.checkpoint_source == "existing":
+        catalogue = mpi.on_root(comm, "reading the checkpoint's headers",
+                                partial(_scan_existing, spec))
+        strategies, root = spec.assign, catalogue.root
+        entries: dict[str, dict[str, Any]] = {policy: {} for policy in strategies}
+    else:
+        entries = mpi.on_root(comm, "checking the checkpoint",
+                              partial(_prepared_entries, spec, nranks))
+        strategies, root = spec.layouts, spec.target_path
     backend = mpi.collective(comm, "connecting to the target",
-                             partial(open_backend, spec.target_path, spec.storage_options))
-    mpi.collective(comm, "checking limits", partial(_check_open_files, spec, nranks, comm.Get_rank()))
+                             partial(open_backend, root, spec.storage_options))
+    mpi.collective(comm, "checking limits",
+                   partial(_check_open_files, spec, catalogue, strategies, nranks, comm.Get_rank()))
     device = None
     if spec.h2d != "none":
         from stampede.gpu import open_device
         local_rank = mpi.node_rank(comm)
         device = mpi.collective(comm, "opening the device",
                                 partial(open_device, spec.h2d.split("-")[0], local_rank))
-    context = new_context(comm, spec, backend, device)
+    context = new_context(comm, spec, backend, device, catalogue)
     try:
-        runs = [run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts)
-                for layout in spec.layouts]
+        runs = [run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts,
+                           catalogue)
+                for layout in strategies]
     finally:
         if device is not None:
             device.close()
     return context, runs
 
 
-def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[str, Any],
-           buffer: AlignedBuffer, device: Any) -> RankSetup:
+def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: int,
+             rank: int) -> RankPlan:
+    """A rank's plan: a stampede layout, or a policy over an existing checkpoint."""
+    if catalogue is not None:
+        from stampede.existing import plan_existing
+        return plan_existing(catalogue, spec, layout, nranks, rank)
+    return plan_rank(spec, layout, nranks, rank)
+
+
+def _scan_existing(spec: JobSpec) -> Catalogue:
+    """Rank 0: the existing checkpoint's headers, and a check that nothing this run
+    writes lands next to it."""
+    from stampede.existing import scan
+
+    if "://" in spec.target_path:
+        raise UsageError(f"target.path = {spec.target_path!r}: existing checkpoints are read "
+                         "from POSIX paths for now")
+    catalogue = scan(spec.target_path)
+    archive = Path(spec.archive_path).resolve()
+    if Path(catalogue.root).resolve() in archive.parents:
+        raise UsageError(f"archive.path = {spec.archive_path!r} lies inside the checkpoint "
+                         f"{catalogue.root}: stampede never writes next to a checkpoint it "
+                         "did not make", hint="--set archive.path=results/{job}.csv")
+    return catalogue
+
+
+def _setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
+           buffer: AlignedBuffer, device: Any, catalogue: Catalogue | None) -> RankSetup:
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
-    plan = plan_rank(spec, layout, comm.Get_size(), comm.Get_rank())
+    layout = plan.layout
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
     paths = {relpath: backend.path(relpath) for relpath in named}
     group, leads = None, True
@@ -134,7 +180,7 @@ def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[
         group = mpi.split(comm, plan.group, by_node=by_node)
         leads = not plan.leader_reads or group.Get_rank() == 0
     expected = None
-    if spec.verify != "none":
+    if spec.verify != "none" and catalogue is None:
         wanted = {(e.relpath, e.tensor, e.offset) for e in (*plan.extents, plan.hold)}
         expected = {key: s[spec.verify] for s in entry["slices"]
                     if (key := (s["path"], s.get("tensor", ""), s["offset"])) in wanted}
@@ -146,10 +192,27 @@ def _setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, entry: dict[
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
                      stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
-                     format=spec.format, verify=spec.verify, expected=expected,
+                     format=_format(spec, catalogue), verify=spec.verify, expected=expected,
                      finite_dtype=spec.dtype if spec.check_finite else "",
+                     tensor_dtypes=_tensor_dtypes(spec, catalogue),
+                     record_digests=catalogue is not None,
                      content_block_bytes=int(entry.get("content_block_bytes", 0)),
                      device=device, device_buffer=device_buffer)
+
+
+def _format(spec: JobSpec, catalogue: Catalogue | None) -> str:
+    """How the files are read: DCP's byte ranges are raw; the others have headers."""
+    if catalogue is None:
+        return spec.format
+    return "raw" if catalogue.format == "dcp" else catalogue.format
+
+
+def _tensor_dtypes(spec: JobSpec, catalogue: Catalogue | None) -> dict[str, str] | None:
+    """Existing checkpoints: run.check_finite checks each float tensor as its own dtype."""
+    if catalogue is None or not spec.check_finite:
+        return None
+    from stampede.existing import finite_dtypes
+    return finite_dtypes(catalogue)
 
 
 def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
@@ -164,11 +227,12 @@ def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
 
 
 def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
-               entry: dict[str, Any], device: Any, hosts: tuple[str, ...]) -> LayoutRun:
+               entry: dict[str, Any], device: Any, hosts: tuple[str, ...],
+               catalogue: Catalogue | None = None) -> LayoutRun:
     """One layout, every iteration; the statistics are complete on rank 0, whose `hosts`
     (host of each rank) put the ranks' stamps on one time axis."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
-    plan = plan_rank(spec, layout, nranks, rank)
+    plan = plan_for(spec, catalogue, layout, nranks, rank)
     # Layouts that exchange hold the whole shard in memory; the others reuse one block.
     buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
     log: list[tuple[int, int, int, int, int, int]] = []
@@ -177,10 +241,11 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     invalid_reason = ""
     failed_iteration = None
     retries_before = dict(getattr(backend, "retries", {}))
+    digests: list[dict[str, Any]] = []
     drops_caches = spec.drop_caches and mpi.node_rank(comm) == 0
     resident: list[float] = []
     with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
-        setup = _setup(comm, spec, layout, backend, entry, buffer, device)
+        setup = _setup(comm, spec, plan, backend, entry, buffer, device, catalogue)
         for iteration in range(-spec.warmup, spec.iterations):
             if spec.cache == "cold":
                 if drops_caches:
@@ -198,6 +263,8 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
             outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
                                   delay_s, log)
             messages.extend(outcome.messages[:MAX_MESSAGES - len(messages)])
+            if iteration == 0:
+                digests = outcome.digests
             totals = mpi.allreduce_sum(comm, np.array([outcome.errors, outcome.ops,
                                                        outcome.timed_out, outcome.incomplete,
                                                        outcome.corrupt, cached, asked]),
@@ -240,16 +307,23 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     rows = _measured(log, failed_iteration)
     retries = _retries(comm, backend, retries_before)
     all_messages = mpi.gather(comm, messages)
+    all_digests = mpi.gather(comm, digests)
+    shares = mpi.gather(comm, sum(extent.length for extent in plan.extents))
     if _histogram_mode(spec, plan, nranks):
         stats = _reduced_stats(comm, layout, rows, origins, failed_iteration)
     else:
         stats = _exact_stats(comm, layout, rows, origins, hosts)
     if all_messages is not None:
         messages = [text for part in all_messages for text in part]
-    return LayoutRun(layout=layout, bytes_per_rank=bytes_per_rank(spec, nranks),
+    # An existing checkpoint's ranks restore different amounts: the row's bytes per rank
+    # is the largest share (whose rank the time to last rank most likely belongs to).
+    per_rank = max(shares or [0]) if catalogue is not None else bytes_per_rank(spec, nranks)
+    return LayoutRun(layout=layout, bytes_per_rank=per_rank,
                      stats=stats, messages=tuple(messages),
                      invalid_reason=invalid_reason, retries=retries,
-                     resident_fraction=tuple(resident))
+                     resident_fraction=tuple(resident),
+                     bytes_total=sum(shares or [0]) if catalogue is not None else 0,
+                     digests=tuple(d for part in all_digests or [] for d in part))
 
 
 def _retries(comm: Any, backend: Backend, before: dict[str, int]) -> dict[str, int]:
@@ -316,13 +390,14 @@ def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
             for layout in spec.layouts}
 
 
-def _check_open_files(spec: JobSpec, nranks: int, rank: int) -> None:
+def _check_open_files(spec: JobSpec, catalogue: Catalogue | None, layouts: tuple[str, ...],
+                      nranks: int, rank: int) -> None:
     """An open storm keeps open_count handles per file open at once: refuse a job that
     would hit the open-files limit mid-run rather than archive it half done."""
     soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft_limit == resource.RLIM_INFINITY:
         return
-    files = max(len(plan_rank(spec, layout, nranks, rank).files) for layout in spec.layouts)
+    files = max(len(plan_for(spec, catalogue, layout, nranks, rank).files) for layout in layouts)
     needed = spec.open_count * files
     # Python, MPI and the launcher hold descriptors of their own; keep a margin for them.
     if needed > soft_limit - 64:

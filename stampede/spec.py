@@ -26,6 +26,8 @@ JITTER_DISTRIBUTIONS = ("uniform", "exponential")
 FORMATS = ("raw", "safetensors", "hdf5")
 DTYPES = ("float16", "bfloat16", "float32")
 CACHE_MODES = ("warm", "cold", "direct")
+SOURCES = ("synthetic", "existing")
+ASSIGN_POLICIES = ("files", "tensor-slices", "saved")   # stampede.existing: who reads what
 PATTERN_OPS = ("stat", "open", "read", "close")
 VERIFY_MODES = ("none", "sha256", "xxh3")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned")
@@ -161,6 +163,12 @@ def _storage_options(value: object) -> dict[str, object]:
     return dict(value)
 
 
+def _optional_path(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a path (a string), or empty")
+    return value
+
+
 def _optional_size(value: object) -> int | None:
     return None if value == "" else _positive_size(value)
 
@@ -195,6 +203,20 @@ OPTIONS: tuple[Option, ...] = (
            "(0 = leave the file system's default, -1 = every OST)", "stripe_count"),
     Option("target.stripe_size", "stripe_size_bytes", _optional_size, "",
            "Lustre: `lfs setstripe -S` (empty = the file system's default)", "stripe_size"),
+    Option("checkpoint.source", "checkpoint_source", _choice(SOURCES), "synthetic",
+           "synthetic = the checkpoint prepare writes; existing = a checkpoint stampede did "
+           "not write (safetensors with or without an index, PyTorch DCP, HDF5) at "
+           "target.path, restored as its loader would and never written to "
+           "(`run --checkpoint PATH`)", "checkpoint_source"),
+    Option("checkpoint.assign", "assign", _choice_list(ASSIGN_POLICIES, unique=True), ("files",),
+           "existing checkpoints: who reads what. files = whole files to ranks, balanced by "
+           "bytes; tensor-slices = every rank a 1/N slice of every tensor (tensor-parallel); "
+           "saved = DCP files to the rank that saved them (mod N). A list runs each in turn",
+           "assign"),
+    Option("checkpoint.from", "from_path", _optional_path, "",
+           "prepare: fill the job's layouts with the tensors of this existing checkpoint "
+           "instead of synthetic bytes (`prepare --from PATH`), written as a copy at "
+           "target.path; its size is the checkpoint's", "from"),
     Option("checkpoint.size", "size_total_bytes", _optional_size, "",
            "total checkpoint size, split evenly over the ranks (give this or size_per_rank)",
            "size_total_requested"),
@@ -286,6 +308,9 @@ class JobSpec:
     name: str
     source: str
     target_path: str
+    checkpoint_source: str
+    assign: tuple[str, ...]
+    from_path: str
     storage_options: dict[str, object]
     stripe_count: int
     stripe_size_bytes: int | None
@@ -418,7 +443,20 @@ def _check_key(key: str, where: str) -> None:
 
 def _check_combination(spec: JobSpec) -> None:
     """Rules that span several options."""
-    if (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
+    sized = spec.size_total_bytes is not None or spec.size_per_rank_bytes is not None
+    if spec.checkpoint_source == "existing" or spec.from_path:
+        what = "an existing checkpoint" if spec.checkpoint_source == "existing" else "checkpoint.from"
+        if sized:
+            raise UsageError(f"{spec.source}: checkpoint.size and size_per_rank have no "
+                             f"meaning with {what}: its size is the checkpoint's")
+        if spec.checkpoint_source == "existing" and spec.from_path:
+            raise UsageError(f"{spec.source}: checkpoint.from copies an existing checkpoint "
+                             "into a synthetic one; with checkpoint.source = \"existing\" the "
+                             "checkpoint is read in place")
+        if spec.checkpoint_source == "existing" and spec.h2d != "none":
+            raise UsageError(f"{spec.source}: run.h2d with an existing checkpoint is not "
+                             "supported yet", hint="measure h2d on a synthetic checkpoint")
+    elif (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
         raise UsageError(f"{spec.source}: give exactly one of checkpoint.size and "
                          "checkpoint.size_per_rank",
                          hint='for example checkpoint.size = "1GiB"')

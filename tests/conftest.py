@@ -12,6 +12,7 @@ import pytest
 
 from stampede.launcher import find_mpiexec
 from stampede.mds_mount import fuse_unavailable as fuse_missing  # noqa: F401 - for the FUSE tests
+from tests import checkpoints
 
 RUN_TIMEOUT_S = 180  # a hung run fails the test instead of the whole suite
 
@@ -74,3 +75,26 @@ def small_job(tmp_path: Path, **overrides: dict[str, object]) -> Path:
     for section, table in overrides.items():
         sections.setdefault(section, {}).update(table)
     return write_job(tmp_path, **sections)
+
+
+# --- real checkpoints that stampede did not write (tests/checkpoints.py), made once ---
+
+@pytest.fixture(scope="session")
+def published() -> Path:
+    return checkpoints.published_safetensors()
+
+
+@pytest.fixture(scope="session")
+def sharded(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.reshard_safetensors(published, tmp_path_factory.mktemp("sharded"))
+
+
+@pytest.fixture(scope="session")
+def hdf5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("h5py")
+    return checkpoints.write_hdf5(tmp_path_factory.mktemp("hdf5")).parent
+
+
+@pytest.fixture(scope="session")
+def dcp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.write_dcp(tmp_path_factory.mktemp("dcp"))

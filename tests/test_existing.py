@@ -43,25 +43,7 @@ RANKS = range(1, 8)
 # ------------------------------------------------------------------------------ fixtures
 
 
-@pytest.fixture(scope="session")
-def published() -> Path:
-    return checkpoints.published_safetensors()
-
-
-@pytest.fixture(scope="session")
-def sharded(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.reshard_safetensors(published, tmp_path_factory.mktemp("sharded"))
-
-
-@pytest.fixture(scope="session")
-def hdf5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("h5py")
-    return checkpoints.write_hdf5(tmp_path_factory.mktemp("hdf5")).parent
-
-
-@pytest.fixture(scope="session")
-def dcp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.write_dcp(tmp_path_factory.mktemp("dcp"))
+# published, sharded, hdf5_dir and dcp_dir are session fixtures in tests/conftest.py
 
 
 CHECKPOINTS = ("published", "sharded", "hdf5_dir", "dcp_dir")
