@@ -8,6 +8,7 @@ here, before any I/O; every error names the file, the key, the value and what is
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,14 @@ def _nonempty_str(value: object) -> str:
     return value
 
 
+def _target(value: object) -> str:
+    path = _nonempty_str(value)
+    if _URL_WITH_PASSWORD.match(path):
+        raise ValueError("holds a password in a URL (user:password@): credentials come from "
+                         "the environment, never from the job file")
+    return path
+
+
 def _choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
     def parse(value: object) -> str:
         if value not in allowed:
@@ -140,6 +149,7 @@ def _stripe_count(value: object) -> int:
 # never from a job file that ends up copied into archives and sidecars.
 _SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth")
 _SECRET_EXCEPTIONS = ("sse_kms_key_id",)
+_URL_WITH_PASSWORD = re.compile(r"^[a-zA-Z][\w+.-]*://[^/@\s]*:[^/@\s]*@")
 
 
 def _storage_options(value: object) -> dict[str, object]:
@@ -155,6 +165,10 @@ def _storage_options(value: object) -> dict[str, object]:
                 raise ValueError(f"{where}{key} looks like a credential: credentials come from "
                                  "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                                  "AWS_PROFILE, ...), never from the job file")
+            if isinstance(item, str) and _URL_WITH_PASSWORD.match(item):
+                raise ValueError(f"{where}{key} holds a password in a URL (user:password@): "
+                                 "credentials come from the environment, never from the job "
+                                 "file")
             if isinstance(item, dict):
                 check(item, f"{where}{key}.")
             elif not isinstance(item, str | int | float | bool):
@@ -191,7 +205,7 @@ class Option:
 REQUIRED = object()
 
 OPTIONS: tuple[Option, ...] = (
-    Option("target.path", "target_path", _nonempty_str, REQUIRED,
+    Option("target.path", "target_path", _target, REQUIRED,
            "where the checkpoint lives: a POSIX directory (relative paths are from the cwd) or "
            "an fsspec URL (s3://bucket/prefix, gs://..., memory://..., file:///...)",
            "target"),
@@ -394,6 +408,8 @@ def build_job(name: str, source: str, document: Mapping[str, object],
             where = source if origin != "--set" else f"--set {option.key}"
             # a table that may hold a credential by mistake is never echoed
             shown = "{...}" if option.key == "target.storage_options" else repr(value)
+            if isinstance(value, str) and _URL_WITH_PASSWORD.match(value):
+                shown = "'<a URL with a password, not shown>'"
             raise UsageError(f"{where}: {option.key} = {shown}: {error}") from None
     values["archive.path"] = str(values["archive.path"]).replace("{job}", name)
     fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in values.items()}
