@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stampede.errors import CheckpointError, UsageError
-from stampede.formats import MAX_HEADER_BYTES
+from stampede.formats import MAX_HEADER_BYTES, open_hdf5
 from stampede.manifest import MANIFEST_NAME
 from stampede.plan import Extent, RankPlan
 from stampede.spec import JobSpec
@@ -142,6 +142,9 @@ def scan(path: str) -> Catalogue:
     what was found and what is supported), when a header is corrupt or truncated, when a
     file an index names is missing, or when the path is a stampede-prepared target.
     """
+    if "://" in path:
+        raise UsageError(f"{path}: existing checkpoints are read from POSIX paths for now "
+                         "(an object store's checkpoint: copy it to a file system)")
     path = os.path.abspath(os.fspath(path))
     try:
         mode = os.stat(path).st_mode
@@ -398,9 +401,16 @@ class _MetadataUnpickler(pickle.Unpickler):
             or (module == "builtins" and name in ("object", "set", "frozenset", "tuple", "list",
                                                   "dict", "slice", "complex"))
         )
-        if not allowed:
+        if not allowed or "." in name:   # a dotted name reaches through to any attribute
             raise pickle.UnpicklingError(f"refusing {module}.{name}: not part of DCP metadata")
-        return super().find_class(module, name)
+        found = super().find_class(module, name)
+        # Inside torch.distributed.checkpoint only its own classes: a module there can
+        # import os, and `os.system` is then an attribute of it.
+        if module.startswith("torch.distributed.checkpoint") and not (
+                isinstance(found, type)
+                and found.__module__.startswith("torch.distributed.checkpoint")):
+            raise pickle.UnpicklingError(f"refusing {module}.{name}: not a DCP metadata class")
+        return found
 
 
 def _scan_dcp(root: str) -> Catalogue:
@@ -506,10 +516,7 @@ def _scan_hdf5(root: str, relpaths: list[str]) -> Catalogue:
         where = os.path.join(root, relpath)
         try:
             size = os.stat(where).st_size
-            try:
-                handle = h5py.File(where, "r", locking=False)
-            except (TypeError, ValueError):   # an HDF5 library without the locking switch
-                handle = h5py.File(where, "r")
+            handle = open_hdf5(where)
         except OSError as error:
             raise CheckpointError(f"{where}: not a readable HDF5 file ({error})") from None
         with handle:

@@ -124,7 +124,8 @@ def parse_header(fmt: str, backend: Any, path: Any, handle: Any, scratch: memory
                  wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
     """The timed `header` op: tensor name -> (file offset, bytes) for the wanted tensors.
 
-    safetensors: read the length, read the JSON, parse it (whole, as loaders do).
+    safetensors: read the length and the JSON (in whole pages), parse it (whole, as
+    loaders do).
     hdf5: open the file through h5py and look each wanted dataset up.
     Raises HeaderError when the header is unreadable or lacks a wanted tensor.
     """
@@ -138,38 +139,79 @@ def parse_header(fmt: str, backend: Any, path: Any, handle: Any, scratch: memory
     return found
 
 
-def _read_exactly(backend: Any, handle: Any, view: memoryview, offset: int) -> None:
+def _read_exactly(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
+    """Fill `view` from `offset`; fewer bytes only at the end of the file."""
     done = 0
     while done < len(view):
         count = backend.read_into(handle, view[done:], offset + done)
         if count <= 0:
-            raise HeaderError(f"the file ends inside its header (at byte {offset + done})")
+            break
         done += count
+    return done
 
 
 def _safetensors_tensors(backend: Any, handle: Any, scratch: memoryview) -> dict[str, tuple[int, int]]:
-    length_view = scratch[:8] if len(scratch) >= 8 else memoryview(bytearray(8))
-    _read_exactly(backend, handle, length_view, 0)
-    length = int.from_bytes(length_view, "little")
-    if not 0 < length <= MAX_HEADER_BYTES:
-        raise HeaderError(f"safetensors header length {length} is not plausible (corrupt?)")
-    text = scratch[:length] if length <= len(scratch) else memoryview(bytearray(length))
-    _read_exactly(backend, handle, text, 8)
+    """Read the header in whole 4 KiB pages from offset 0 into the page-aligned scratch
+    buffer (or an aligned one of its own when the header is larger), so the same reads
+    work on a handle opened with O_DIRECT."""
+    from stampede.buffers import AlignedBuffer
+
+    page = ALIGN_BYTES
+    first = scratch[:page] if len(scratch) >= page else None
+    own = None
+    if first is None:
+        own = AlignedBuffer(page)
+        first = own.view
     try:
-        header = json.loads(bytes(text))
-        start = 8 + length
-        return {name: (start + entry["data_offsets"][0],
-                       entry["data_offsets"][1] - entry["data_offsets"][0])
-                for name, entry in header.items() if name != "__metadata__"}
-    except (ValueError, TypeError, KeyError, IndexError) as error:
-        raise HeaderError(f"safetensors header is not valid ({error})") from None
+        got = _read_exactly(backend, handle, first, 0)
+        if got < 8:
+            raise HeaderError(f"the file ends inside its header ({got} bytes)")
+        length = int.from_bytes(first[:8], "little")
+        if not 0 < length <= MAX_HEADER_BYTES:
+            raise HeaderError(f"safetensors header length {length} is not plausible (corrupt?)")
+        whole = -(-(8 + length) // page) * page
+        if whole > page:
+            if whole <= len(scratch):
+                view = scratch[:whole]
+            else:
+                if own is not None:
+                    own.close()
+                own = AlignedBuffer(whole)
+                view = own.view
+            got = _read_exactly(backend, handle, view, 0)
+        else:
+            view = first
+        if got < 8 + length:
+            raise HeaderError(f"the file ends inside its header (at byte {got})")
+        try:
+            header = json.loads(bytes(view[8:8 + length]))
+            start = 8 + length
+            return {name: (start + entry["data_offsets"][0],
+                           entry["data_offsets"][1] - entry["data_offsets"][0])
+                    for name, entry in header.items() if name != "__metadata__"}
+        except (ValueError, TypeError, KeyError, IndexError) as error:
+            raise HeaderError(f"safetensors header is not valid ({error})") from None
+    finally:
+        if own is not None:
+            own.close()
+
+
+def open_hdf5(path: str) -> Any:
+    """An HDF5 file opened read-only without file locking: a lock is a write of a kind,
+    and file systems mounted without flock refuse it."""
+    import h5py
+
+    try:
+        return h5py.File(path, "r", locking=False)
+    except (TypeError, ValueError):   # an HDF5 library without the locking switch
+        return h5py.File(path, "r")
 
 
 def _hdf5_tensors(path: Any, wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
     import h5py
 
     try:
-        with h5py.File(os.fsdecode(path), "r") as file:
+        with open_hdf5(os.fsdecode(path)) as file:
             found = {}
             for name in wanted:
                 dataset = file.get(name)

@@ -85,6 +85,11 @@ def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
     if spec.verify != "none" and any(spec.verify not in s for s in entry["slices"]):
         raise CheckpointError(f"{target}: layout {layout!r} was prepared without {spec.verify} "
                               "hashes (by an older stampede)", hint=f"run `{command}` again")
+    if spec.check_finite and int(entry.get("content_block_bytes", 0)) % 4:
+        raise CheckpointError(f"{target}: layout {layout!r} was prepared with block_size "
+                              f"{entry['content_block_bytes']}, not a multiple of 4: its values "
+                              "are not element-aligned, so run.check_finite would flag them",
+                              hint=f"run `{command}` again with a block_size multiple of 4")
     if prepared != (nranks, spec.replicas, bytes_per_rank, spec.format):
         raise CheckpointError(
             f"{target}: layout {layout!r} was prepared for {entry['nranks']} ranks "

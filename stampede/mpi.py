@@ -134,18 +134,19 @@ def gather_rows(comm: Any, rows: np.ndarray, root: int = 0) -> list[np.ndarray] 
     return [received[lo:hi].reshape(-1, width) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def split(comm: Any, color: int, by_node: bool = False) -> Any:
-    """The communicator of the ranks with the same color (and node, if by_node); ranks
-    keep their world order, so a group's rank 0 is its lowest world rank."""
+def split(comm: Any, color: int, by_node: bool = False, key: int | None = None) -> Any:
+    """The communicator of the ranks with the same color (and node, if by_node), ordered
+    by `key` (default: world order, so a group's rank 0 is its lowest world rank)."""
     if comm.Get_size() == 1:
         return comm
     from mpi4py import MPI
+    order = comm.Get_rank() if key is None else key
     if by_node:
         node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-        group = node.Split(color, key=comm.Get_rank())
+        group = node.Split(color, key=order)
         node.Free()
         return group
-    return comm.Split(color, key=comm.Get_rank())
+    return comm.Split(color, key=order)
 
 
 def free(group: Any, world: Any) -> None:

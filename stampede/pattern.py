@@ -32,6 +32,7 @@ from stampede.samples import OP_CODE, STORAGE_OPS
      "bcast", "allgather", "verify", "restore", "h2d"))
 STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
 MAX_MESSAGES = 10
+MAX_DIGESTS = 4096   # per rank and phase: what an existing checkpoint's sidecar keeps
 Log = list[tuple[int, int, int, int, int, int]]
 
 
@@ -58,6 +59,7 @@ class RankSetup:
     finite_dtype: str = ""          # run.check_finite: the dtype to check, or ""
     tensor_dtypes: dict[str, str] | None = None   # existing checkpoints: per tensor instead
     record_digests: bool = False    # existing checkpoints: keep each extent's hash
+    tensors_of_file: dict[str, tuple[str, ...]] = field(default_factory=dict)  # for headers
     content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
     device: Any = None              # run.h2d: where the restored bytes go on to
     device_buffer: Any = None       # the held shard's place in device memory
@@ -313,7 +315,8 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 raise DeadlineExceeded
         if check is not None:
             check.verdict(iteration, log, outcome,
-                          lambda at, length, h=handle, b=base: _reread(setup, h, b + at, length))
+                          lambda at, length, r=extent.relpath, b=base: _reread(setup, r, b + at,
+                                                                               length))
     return last_stop, nbytes
 
 
@@ -321,7 +324,7 @@ def _header(setup: RankSetup, relpath: str, handle: Any, iteration: int, deadlin
             log: Log, outcome: PhaseOutcome) -> dict[str, tuple[int, int]]:
     """The timed header op: where this file's wanted tensors are ({} when it failed)."""
     plan, clock = setup.plan, time.perf_counter_ns
-    wanted = tuple(e.tensor for e in plan.extents if e.relpath == relpath)
+    wanted = setup.tensors_of_file.get(relpath, ())
     start = clock()
     try:
         found = parse_header(setup.format, setup.backend, setup.paths[relpath], handle,
@@ -337,15 +340,20 @@ def _header(setup: RankSetup, relpath: str, handle: Any, iteration: int, deadlin
     return found
 
 
-def _reread(setup: RankSetup, handle: Any, offset: int, length: int) -> memoryview:
-    """Untimed, only after a failed check: the bytes at a file offset, read again."""
+def _reread(setup: RankSetup, relpath: str, offset: int, length: int) -> memoryview:
+    """Untimed, only after a failed check: the bytes at a file offset, read again through
+    a handle of its own (never O_DIRECT, whose alignment rules a bytearray breaks)."""
     view = memoryview(bytearray(length))
+    handle = setup.backend.opener(False)(setup.paths[relpath])
     done = 0
-    while done < length:
-        count = setup.backend.read_into(handle, view[done:], offset + done)
-        if count <= 0:
-            break
-        done += count
+    try:
+        while done < length:
+            count = setup.backend.read_into(handle, view[done:], offset + done)
+            if count <= 0:
+                break
+            done += count
+    finally:
+        setup.backend.close(handle)
     return view[:done]
 
 
@@ -356,7 +364,7 @@ class _Check:
 
     def __init__(self, setup: RankSetup, extent: Extent, base: int | None = None) -> None:
         self.setup, self.extent, self.base = setup, extent, base   # base: tensor's file offset
-        self.digest = _new_digest(setup.verify) if setup.verify != "none" else None
+        self.digest = new_digest(setup.verify) if setup.verify != "none" else None
         self.dtype = setup.finite_dtype
         if setup.finite_dtype and setup.tensor_dtypes is not None:
             self.dtype = setup.tensor_dtypes.get(extent.tensor, "")   # not a float: unchecked
@@ -380,10 +388,13 @@ class _Check:
             f" tensor {extent.tensor}" if extent.tensor else "")
         span = f"bytes {extent.offset}..{extent.offset + extent.length}"
         matches = True
+        unrecorded = False
         if self.digest is not None and setup.expected is not None:
             wanted = setup.expected.get((extent.relpath, extent.tensor, extent.offset))
-            matches = wanted is None or self.digest.hexdigest() == wanted
-        if self.digest is not None and setup.record_digests:
+            unrecorded = wanted is None
+            matches = not unrecorded and self.digest.hexdigest() == wanted
+        if self.digest is not None and setup.record_digests and \
+                len(outcome.digests) < MAX_DIGESTS:
             outcome.digests.append({
                 "rank": rank, "path": extent.relpath, "tensor": extent.tensor,
                 "offset": extent.offset, "file_offset": (self.base or 0) + extent.offset,
@@ -391,7 +402,10 @@ class _Check:
         good = matches and not self.nonfinite
         log.append((iteration, VERIFY, self.first_ns, self.first_ns + self.spent_ns,
                     extent.length, int(good)))
-        if not matches:
+        if unrecorded:
+            outcome.fail(f"rank {rank}: verify {where} {span}: the manifest records no "
+                         f"{setup.verify} for these bytes: not verified")
+        elif not matches:
             outcome.corrupt = True
             from stampede.corruption import describe_difference
             outcome.fail(f"rank {rank}: verify {where} {span}: {setup.verify} differs from "
@@ -403,7 +417,7 @@ class _Check:
                          f"are NaN or Inf as {self.dtype}")
 
 
-def _new_digest(algorithm: str) -> Any:
+def new_digest(algorithm: str) -> Any:
     if algorithm == "xxh3":
         import xxhash
         return xxhash.xxh3_128()

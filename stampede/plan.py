@@ -78,6 +78,7 @@ class RankPlan:
     open_count: int
     hold: Extent                    # the model shard this rank must end up holding
     group: int = 0                  # ranks with the same group (and node) exchange bytes
+    member: int = 0                 # its place in the group: the replica (striped: stripe)
     exchange: str = ""              # "", "bcast" or "allgather" after the storage reads
     leader_reads: bool = False      # broadcast: only the group's first rank reads storage
     index_file: str = ""            # metadata-first: read whole by every rank first
@@ -231,7 +232,7 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:
     return RankPlan(
         rank=rank, nranks=nranks, layout=layout, ops=spec.ops, extents=extents,
         block_bytes=spec.block_bytes, stat_count=spec.stat_count, open_count=spec.open_count,
-        hold=hold, group=shard, exchange=EXCHANGE.get(layout, ""),
+        hold=hold, group=shard, member=replica, exchange=EXCHANGE.get(layout, ""),
         leader_reads=layout == "broadcast",
         index_file=INDEX_FILE if layout == "metadata-first" else "",
         list_dir=SHARD_DIR if layout in LISTING else "",

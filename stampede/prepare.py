@@ -89,13 +89,17 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
     offsets: Offsets = {}
     notes: list[str] = []
     tensors = file_tensors(spec, layout, nranks)
+    striping = bool(spec.stripe_count or spec.stripe_size_bytes)
     for directory in sorted({(root / relpath).parent for relpath, _ in files}):
+        # Striping applies to files created afterwards, so it is set on the new, empty
+        # directory; a directory that exists keeps what it has, and the user is told.
         if not directory.exists():
             directory.mkdir(mode=DIR_MODE)
-            # Striping applies to files created afterwards, so it is set on the empty
-            # directory; a directory that exists keeps what it has.
-            if spec.stripe_count or spec.stripe_size_bytes:
+            if striping:
                 notes.append(apply_stripe(directory, spec.stripe_count, spec.stripe_size_bytes))
+        elif striping:
+            notes.append(f"{directory} exists: its striping is left as it is (clean, then "
+                         "prepare again to apply target.stripe_*)")
     shared = shared_path(spec.format)
     if shared in tensors:
         offsets[shared] = create_file(spec.format, root / shared, tensors[shared], spec.dtype,

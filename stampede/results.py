@@ -55,7 +55,7 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
     """One row per op of one layout, every row repeating the whole configuration."""
     stats = layout_run.stats
     assert stats is not None
-    warnings = layout_warnings(spec, context, stats)
+    warnings = layout_warnings(spec, context, stats) + layout_run.notes
     resident = statistics.median(layout_run.resident_fraction) \
         if layout_run.resident_fraction else None
     if spec.cache != "warm" and resident is not None and resident > COLD_RESIDENT_MAX:
@@ -149,7 +149,8 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 "valid": not run.invalid_reason,
                 "invalid_reason": run.invalid_reason,
                 "errors": list(run.messages),
-                "warnings": list(layout_warnings(spec, context, run.stats)) if run.stats else [],
+                "warnings": [*(layout_warnings(spec, context, run.stats) if run.stats else ()),
+                             *run.notes],
                 "retries": run.retries,
                 "digests": list(run.digests),
                 "cache_resident_fraction": list(run.resident_fraction),

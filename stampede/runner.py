@@ -27,7 +27,7 @@ from stampede.buffers import AlignedBuffer
 from stampede.clock import on_one_axis, origins_array
 from stampede.errors import UsageError
 from stampede.manifest import prepared_layout, read_manifest
-from stampede.pattern import MAX_MESSAGES, RankSetup, run_pattern
+from stampede.pattern import MAX_MESSAGES, RankSetup, new_digest, run_pattern
 from stampede.plan import RankPlan, bytes_per_rank, plan_rank, stripes
 from stampede.samples import ITER, OP, OP_CODE, RANK
 from stampede.spec import JobSpec
@@ -78,6 +78,7 @@ class LayoutRun:
     resident_fraction: tuple[float, ...] = ()   # per measured iteration, cache residency
     bytes_total: int = 0         # all ranks' bytes, when they differ by rank (existing)
     digests: tuple[dict[str, Any], ...] = ()   # existing checkpoints: what each rank read
+    notes: tuple[str, ...] = ()  # warnings from the ranks (a drop_caches refused, ...)
 
 
 def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
@@ -177,13 +178,17 @@ def _setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: di
     group, leads = None, True
     if plan.exchange:  # collective: every rank of the layout splits
         by_node = layout == "broadcast" and spec.broadcast_group == "node"
-        group = mpi.split(comm, plan.group, by_node=by_node)
+        # ordered by replica: member i of a striped group reads stripe i (with rank_shift
+        # the replica order is not the world order)
+        group = mpi.split(comm, plan.group, by_node=by_node, key=plan.member)
         leads = not plan.leader_reads or group.Get_rank() == 0
     expected = None
     if spec.verify != "none" and catalogue is None:
         wanted = {(e.relpath, e.tensor, e.offset) for e in (*plan.extents, plan.hold)}
         expected = {key: s[spec.verify] for s in entry["slices"]
                     if (key := (s["path"], s.get("tensor", ""), s["offset"])) in wanted}
+    if spec.verify != "none":   # the hash module's import is not part of a restore
+        new_digest(spec.verify)
     device_buffer = None
     if device is not None:
         device_buffer = device.device_buffer(plan.hold.length)
@@ -195,6 +200,9 @@ def _setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: di
                      format=_format(spec, catalogue), verify=spec.verify, expected=expected,
                      finite_dtype=spec.dtype if spec.check_finite else "",
                      tensor_dtypes=_tensor_dtypes(spec, catalogue),
+                     tensors_of_file={relpath: tuple(e.tensor for e in plan.extents
+                                                     if e.relpath == relpath)
+                                      for relpath in plan.files},
                      record_digests=catalogue is not None,
                      content_block_bytes=int(entry.get("content_block_bytes", 0)),
                      device=device, device_buffer=device_buffer)
@@ -242,18 +250,26 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     failed_iteration = None
     retries_before = dict(getattr(backend, "retries", {}))
     digests: list[dict[str, Any]] = []
+    notes: list[str] = []        # not errors: what the reader of the numbers must know
+    if catalogue is not None and catalogue.format == "dcp" and spec.check_finite and rank == 0:
+        notes.append("run.check_finite: DCP items are torch-serialised blobs, not checked")
     drops_caches = spec.drop_caches and mpi.node_rank(comm) == 0
     resident: list[float] = []
     with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
         setup = _setup(comm, spec, plan, backend, entry, buffer, device, catalogue)
         for iteration in range(-spec.warmup, spec.iterations):
+            cached = asked = 0
             if spec.cache == "cold":
-                if drops_caches:
-                    _drop_caches(messages)
                 _evict(setup, messages)
-            # Only where the pages were just evicted: asking opens each file, and on NFS an
-            # open revalidates attributes, which would warm a warm run's timed stats.
-            cached, asked = _residency(setup, messages) if spec.cache == "cold" else (0, 0)
+                # Only where the pages were just evicted: asking opens each file, and on NFS
+                # an open revalidates attributes, which would warm a warm run's timed stats.
+                cached, asked = _residency(setup, notes)
+                if spec.drop_caches:
+                    # Last, once no rank opens a file again before the phase: the drop also
+                    # takes the dentries and inodes those opens brought back.
+                    mpi.barrier(comm)
+                    if drops_caches:
+                        _drop_caches(notes)
             delay_s = jitter_s(spec, rank, iteration)
             if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
                 mpi.abort(comm, f"{layout}: other ranks did not reach the start of iteration "
@@ -308,8 +324,9 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     retries = _retries(comm, backend, retries_before)
     all_messages = mpi.gather(comm, messages)
     all_digests = mpi.gather(comm, digests)
+    all_notes = mpi.gather(comm, notes)
     shares = mpi.gather(comm, sum(extent.length for extent in plan.extents))
-    if _histogram_mode(spec, plan, nranks):
+    if _histogram_mode(comm, spec, plan):
         stats = _reduced_stats(comm, layout, rows, origins, failed_iteration)
     else:
         stats = _exact_stats(comm, layout, rows, origins, hosts)
@@ -323,6 +340,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                      invalid_reason=invalid_reason, retries=retries,
                      resident_fraction=tuple(resident),
                      bytes_total=sum(shares or [0]) if catalogue is not None else 0,
+                     notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      digests=tuple(d for part in all_digests or [] for d in part))
 
 
@@ -339,13 +357,16 @@ def _retries(comm: Any, backend: Backend, before: dict[str, int]) -> dict[str, i
     return {op: int(count) for op, count in zip(STORAGE_OPS, total, strict=True) if count}
 
 
-def _histogram_mode(spec: JobSpec, plan: Any, nranks: int) -> bool:
-    """run.samples, with auto deciding from the samples this layout will produce."""
+def _histogram_mode(comm: Any, spec: JobSpec, plan: Any) -> bool:
+    """run.samples, with auto deciding from the samples this layout will produce on all
+    ranks together: collectively, since ranks can plan very different work (an existing
+    checkpoint's files) and the two modes gather with different collectives."""
     if spec.samples != "auto":
         return spec.samples == "histogram"
     from stampede.histo import AUTO_SAMPLES
-    per_rank = sum(plan.op_counts().values()) + 4   # + restore, verify, exchange, h2d
-    return nranks * spec.iterations * per_rank > AUTO_SAMPLES
+    mine = (sum(plan.op_counts().values()) + 4) * spec.iterations  # + restore, verify, ...
+    total = mpi.allreduce_sum(comm, np.array([mine]))
+    return total is not None and int(total[0]) > AUTO_SAMPLES
 
 
 def _exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
@@ -420,7 +441,7 @@ def _ranges(setup: RankSetup) -> list[tuple[str, int, int]]:
     return list(dict.fromkeys(ranges))
 
 
-def _residency(setup: RankSetup, messages: list[str]) -> tuple[int, int]:
+def _residency(setup: RankSetup, notes: list[str]) -> tuple[int, int]:
     """Untimed, after a cold eviction: (bytes in the page cache, bytes this rank will
     read) as mincore sees them; (0, 0) where there is no page cache to ask (object stores)."""
     if setup.backend.name != "posix":
@@ -432,9 +453,9 @@ def _residency(setup: RankSetup, messages: list[str]) -> tuple[int, int]:
         try:
             in_cache, wanted = resident_bytes(setup.paths[relpath], offset, length)
         except OSError as error:
-            if len(messages) < MAX_MESSAGES:
-                messages.append(f"rank {setup.plan.rank}: residency of {relpath}: "
-                                f"{os.strerror(error.errno or 0)}")
+            if len(notes) < MAX_MESSAGES:
+                notes.append(f"rank {setup.plan.rank}: cache residency of {relpath} not "
+                             f"measured: {os.strerror(error.errno or 0)}")
             continue
         cached, asked = cached + in_cache, asked + wanted
     return cached, asked
@@ -443,7 +464,7 @@ def _residency(setup: RankSetup, messages: list[str]) -> tuple[int, int]:
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 
 
-def _drop_caches(messages: list[str]) -> None:
+def _drop_caches(notes: list[str]) -> None:
     """Untimed, one rank per node: write back, then drop the whole page cache (root only)."""
     os.sync()
     try:
@@ -452,8 +473,8 @@ def _drop_caches(messages: list[str]) -> None:
     except OSError as error:
         note = (f"run.drop_caches: cannot write {DROP_CACHES} ({error.strerror}); "
                 "pages were evicted per file only")
-        if note not in messages and len(messages) < MAX_MESSAGES:
-            messages.append(note)
+        if note not in notes:
+            notes.append(note)
 
 
 def _evict(setup: RankSetup, messages: list[str]) -> None:

@@ -486,14 +486,33 @@ def _check_combination(spec: JobSpec) -> None:
     if spec.cache == "direct" and spec.block_bytes % DIRECT_ALIGN_BYTES:
         raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: "
                          f"run.cache = direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
+    existing = spec.checkpoint_source == "existing"   # its layouts are ignored
     single = [layout for layout in spec.layouts if layout in REPLICA_LAYOUTS]
-    if single and spec.replicas < 2:
+    if single and spec.replicas < 2 and not existing:
         raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(single)} needs "
                          f"checkpoint.replicas >= 2 (with one replica it is sharded)",
                          hint="e.g. --set checkpoint.replicas=2")
-    if "read" not in ops and any(layout in ("broadcast", "striped") for layout in spec.layouts):
+    if "read" not in ops and not existing and any(
+            layout in ("broadcast", "striped") for layout in spec.layouts):
         raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: broadcast and striped "
                          "need a read op (they move the bytes they read)")
+    if existing and spec.cache == "direct":
+        raise UsageError(f"{spec.source}: run.cache = \"direct\" with an existing checkpoint: "
+                         "its tensors lie at offsets O_DIRECT cannot read",
+                         hint="use cold (evicted pages) instead")
+    if spec.check_finite and spec.from_path:
+        raise UsageError(f"{spec.source}: run.check_finite with checkpoint.from: the copy "
+                         "holds the source's tensors of every dtype end to end, so checking "
+                         "them as one dtype flags good values", hint="use run.verify")
+    if (spec.format != "raw" or spec.check_finite) and spec.block_bytes % 4:
+        raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: tensors "
+                         "(a format other than raw, or run.check_finite) need a multiple of 4 "
+                         "bytes, so blocks start on element boundaries")
+    if spec.format == "hdf5":
+        import importlib.util
+        if importlib.util.find_spec("h5py") is None:
+            raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" needs h5py, which "
+                             "is not installed", hint="pip install 'stampede[hdf5]'")
     if spec.check_finite and "read" not in ops:
         raise UsageError(f"{spec.source}: run.check_finite = true needs a read op in pattern.ops")
     if spec.drop_caches and spec.cache != "cold":

@@ -496,6 +496,14 @@ def test_dcp_metadata_is_unpickled_with_torch_classes_only(tmp_path: Path) -> No
     _expect(tmp_path, "not a readable PyTorch DCP metadata file", "refusing posix.getcwd")
     (tmp_path / ".metadata").write_bytes(b"\x80\x04garbage")
     _expect(tmp_path, "not a readable PyTorch DCP metadata file")
+    # through a torch.distributed.checkpoint module to what it imported: a dotted name
+    # (protocol 4), or the imported module itself (protocol 0)
+    module = b"torch.distributed.checkpoint.filesystem"
+    for name in (b"os.getcwd", b"os"):
+        (tmp_path / ".metadata").write_bytes(
+            b"\x80\x04\x8c" + bytes([len(module)]) + module + b"\x8c" + bytes([len(name)])
+            + name + b"\x93)R.")
+        _expect(tmp_path, "not a readable PyTorch DCP metadata file", "refusing")
 
 
 # --------------------------------------------------------------- assign, as a property
