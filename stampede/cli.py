@@ -35,10 +35,13 @@ CORE_COMMANDS = ("run", "prepare", "plan", "clean", "report", "startup", "demo")
 
 METRICS_HELP = """\
 what stampede measures (per layout, per op; all ranks start together after a barrier):
-  op            stat, open, read (one block, os.preadv into a page-aligned buffer), close,
-                verify (hashing, timed apart from reads), restore (pseudo-op: from the
-                phase's start, the first rank of the node leaving the start barrier,
-                until the rank holds all its bytes); all ranks of a node on one clock
+  op            stat, open (object stores: one HEAD each), header (read and parse a
+                safetensors/HDF5 header), read (one block: os.preadv into a page-aligned
+                buffer, or one ranged GET; ttfb = its time to first byte), close, index
+                (a shared index read whole), verify (hashing and the finite check,
+                timed apart from reads), restore (pseudo-op: from the phase's start,
+                the first rank of the node leaving the start barrier, until the rank
+                holds all its bytes); all ranks of a node on one clock
   latency       min/p50/p90/p99/p99.9/max over every rank's samples of every measured
                 iteration (exact, int64 ns, linear interpolation), with the count
   agg GB/s      total bytes / (last stop - first start over all ranks), GB = 1e9 B;
@@ -51,7 +54,10 @@ what stampede measures (per layout, per op; all ranks start together after a bar
                 over iterations and its min-max spread, and warns when it is wide
   cache         warm = page cache as it is (a warm read is not a restore);
                 cold = each rank's pages evicted (posix_fadvise DONTNEED) before each
-                iteration; direct = O_DIRECT with aligned buffers
+                iteration, then how many are still cached (mincore: cache_resident_pct);
+                direct = O_DIRECT with aligned buffers
+  retries       requests the storage client retried (503 SlowDown, timeouts), per op,
+                apart from count (successes) and errors (failed after retries)
 archive: one CSV row per (run, layout, op), appended, schema-versioned, plus a JSON
 sidecar per run (hosts, MPI library, file system, Slurm variables).
 """
@@ -71,6 +77,8 @@ def _toml(value: object) -> str:
         return "[" + ", ".join(_toml(item) for item in value) + "]"
     if value == "":
         return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
@@ -122,7 +130,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                           "checkpoint.source = existing and target.path = PATH")
     run.set_defaults(func=cmd_run)
     prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
-                                     "fsync it, and record sizes and SHA-256 in a manifest. "
+                                     "fsync it, and record sizes, SHA-256 and XXH3 in a "
+                                     "manifest. "
                                      "Use the same rank count as run.", _job_keys_help())
     prepare.add_argument("--from", dest="from_path", metavar="PATH", default=None,
                          help="fill the layouts with the tensors of this existing checkpoint "
