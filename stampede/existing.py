@@ -44,6 +44,7 @@ empty (zero-byte tensors are catalogued but never read).
 from __future__ import annotations
 
 import heapq
+import io
 import json
 import math
 import os
@@ -51,7 +52,7 @@ import pickle
 import re
 import stat as stat_module
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -689,6 +690,29 @@ def plan_existing(catalogue: Catalogue, spec: JobSpec, policy: str, nranks: int,
                     open_count=spec.open_count, hold=hold,
                     index_file=catalogue.index_file,
                     formatted=catalogue.format in ("safetensors", "hdf5"))
+
+
+def index_parser(catalogue: Catalogue) -> Callable[[bytes], object] | None:
+    """How a loader parses the checkpoint's shared index, inside the timed `index` op:
+    DCP's .metadata unpickled (with torch, imported here, before any timing), a
+    safetensors index JSON-parsed. Raises ValueError on what it cannot parse."""
+    if catalogue.format == "dcp":
+        torch = _import_torch()
+
+        def unpickle(data: bytes) -> object:
+            try:
+                return _MetadataUnpickler(io.BytesIO(data), torch).load()
+            except Exception as error:  # a corrupt pickle raises about anything
+                raise ValueError(f"not readable PyTorch DCP metadata ({error})") from None
+        return unpickle
+    if catalogue.index_file:
+        def parse_json(data: bytes) -> object:
+            try:
+                return json.loads(data)
+            except ValueError as error:
+                raise ValueError(f"not a valid safetensors index ({error})") from None
+        return parse_json
+    return None
 
 
 def finite_dtypes(catalogue: Catalogue) -> dict[str, str]:

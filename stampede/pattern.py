@@ -60,6 +60,7 @@ class RankSetup:
     tensor_dtypes: dict[str, str] | None = None   # existing checkpoints: per tensor instead
     record_digests: bool = False    # existing checkpoints: keep each extent's hash
     tensors_of_file: dict[str, tuple[str, ...]] = field(default_factory=dict)  # for headers
+    index_parser: Any = None        # existing checkpoints: bytes -> parsed index (or raise)
     content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
     device: Any = None              # run.h2d: where the restored bytes go on to
     device_buffer: Any = None       # the held shard's place in device memory
@@ -184,20 +185,29 @@ def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> 
 
 
 def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
-    """Open, read whole and close the shared index: one timed op, as loaders do it."""
+    """Open, read whole, close and (for an existing checkpoint) parse the shared index:
+    one timed op, as loaders do it (DCP's .metadata is unpickled, a safetensors index
+    JSON-parsed)."""
     plan, backend, clock = setup.plan, setup.backend, time.perf_counter_ns
     view = setup.buffer.prefix(min(setup.buffer.nbytes, plan.block_bytes))
+    parse = setup.index_parser
+    whole = bytearray() if parse is not None else None
     start, nbytes = clock(), 0
     try:
         handle = backend.opener(False)(setup.paths[plan.index_file])
         try:
             while count := backend.read_into(handle, view, nbytes):
                 nbytes += count
+                if whole is not None:
+                    whole += view[:count]
         finally:
             backend.close(handle)
-    except OSError as error:
+        if parse is not None and whole is not None:
+            parse(bytes(whole))
+    except (OSError, ValueError) as error:
         log.append((iteration, INDEX, start, clock(), nbytes, 0))
-        outcome.fail(f"rank {plan.rank}: index {plan.index_file}: {_describe(error, False)}")
+        text = _describe(error, False) if isinstance(error, OSError) else str(error)
+        outcome.fail(f"rank {plan.rank}: index {plan.index_file}: {text}")
         return
     log.append((iteration, INDEX, start, clock(), nbytes, 1))
 

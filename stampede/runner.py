@@ -200,6 +200,7 @@ def _setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: di
                      format=_format(spec, catalogue), verify=spec.verify, expected=expected,
                      finite_dtype=spec.dtype if spec.check_finite else "",
                      tensor_dtypes=_tensor_dtypes(spec, catalogue),
+                     index_parser=_index_parser(catalogue),
                      tensors_of_file={relpath: tuple(e.tensor for e in plan.extents
                                                      if e.relpath == relpath)
                                       for relpath in plan.files},
@@ -213,6 +214,13 @@ def _format(spec: JobSpec, catalogue: Catalogue | None) -> str:
     if catalogue is None:
         return spec.format
     return "raw" if catalogue.format == "dcp" else catalogue.format
+
+
+def _index_parser(catalogue: Catalogue | None) -> Any:
+    if catalogue is None:
+        return None
+    from stampede.existing import index_parser
+    return index_parser(catalogue)
 
 
 def _tensor_dtypes(spec: JobSpec, catalogue: Catalogue | None) -> dict[str, str] | None:
