@@ -33,7 +33,8 @@ pytestmark = pytest.mark.mpi
 def _sections(tmp_path: Path, target: dict[str, object], name: str) -> dict[str, dict[str, object]]:
     return {
         "target": target,
-        "checkpoint": {"size": "8MiB", "layout": ["shared", "sharded", "broadcast"],
+        "checkpoint": {"size": "8MiB", "layout": ["shared", "sharded", "broadcast", "list-bcast",
+                                                  "metadata-first"],
                        "replicas": 2, "block_size": "1MiB", "format": "safetensors"},
         "run": {"iterations": 2, "warmup": 1, "verify": "xxh3", "check_finite": True},
         "archive": {"path": str(tmp_path / "results" / f"{name}.csv")},
@@ -64,7 +65,7 @@ def test_same_job_on_posix_and_s3(stampede, s3_env: S3Server, tmp_path: Path) ->
             assert result.returncode == 0, result.stdout + result.stderr
             results.append(result)
     rows = {name: read_archive(tmp_path / "results" / f"{name}.csv") for name in ("posix", "s3")}
-    for layout in ("shared", "sharded", "broadcast"):
+    for layout in ("shared", "sharded", "broadcast", "list-bcast", "metadata-first"):
         ops = {name: {r["op"]: r for r in rows[name] if r["layout"] == layout} for name in rows}
         # the same restore: the same ops (S3 adds each read's time to first byte), the same
         # bytes, all valid and verified
@@ -80,7 +81,7 @@ def test_same_job_on_posix_and_s3(stampede, s3_env: S3Server, tmp_path: Path) ->
         assert float(ops["s3"]["ttfb"]["lat_p50_s"]) <= float(ops["s3"]["read"]["lat_p50_s"])
         assert ops["s3"]["read"]["retries"] == "0"
     # clean removed every object prepare wrote, the manifest too
-    assert "removed 4 path(s)" in results[-1].stdout
+    assert "removed 5 path(s)" in results[-1].stdout   # 2 shards, shared, index, manifest
     secrets = _outputs(tmp_path, *results)
     assert FAKE_SECRET_ACCESS_KEY not in secrets and FAKE_ACCESS_KEY_ID not in secrets
 
