@@ -304,7 +304,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if spec.checkpoint_source == "existing":
         from stampede.existing import scan
         from stampede.report import render_existing_plan
-        render_existing_plan(spec, scan(spec.target_path), nranks, make_console())
+        render_existing_plan(spec, scan(spec.target_path, spec.storage_options), nranks,
+                             make_console())
         return 0
     if spec.from_path:
         from stampede.relayout import sized, source_catalogue

@@ -8,6 +8,13 @@ real loader splits the work. Both are pure apart from scan's reads: nothing is w
 anywhere near the checkpoint (no manifest, no temporary file), and every file is opened
 read-only.
 
+Where scan reads: a POSIX path through os (open O_RDONLY, pread), or a URL (s3://bucket/
+prefix, or one object's URL) through the target's backend (`stampede.backends`), with
+only reading requests: one LIST of the prefix, a HEAD per file (its size), ranged GETs of
+the headers, and whole GETs of the small files (DCP's .metadata; a missing
+stampede-manifest.json). The same format code serves both (`_PosixReader`,
+`_ObjectReader`). HDF5 is read from POSIX paths only: h5py opens the file itself.
+
 Formats:
 - safetensors: one `*.safetensors` file, or the shards a `*.safetensors.index.json`
   (Hugging Face's `weight_map`) names. Each file: 8 bytes (little-endian header length
@@ -43,6 +50,8 @@ empty (zero-byte tensors are catalogued but never read).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import heapq
 import io
 import json
@@ -52,9 +61,9 @@ import pickle
 import re
 import stat as stat_module
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from stampede.errors import CheckpointError, UsageError
 from stampede.formats import MAX_HEADER_BYTES, open_hdf5
@@ -115,7 +124,8 @@ class TensorInfo:
 class Catalogue:
     """What an existing checkpoint holds, from its headers alone."""
 
-    root: str                 # the directory (or the single file's directory), absolute
+    root: str                 # the directory (or the single file's directory), absolute;
+                              # a URL: the prefix (or the object's parent), no trailing /
     format: str               # "safetensors" | "dcp" | "hdf5"
     files: tuple[tuple[str, int], ...]     # (relpath, bytes) of every data file, sorted
     tensors: tuple[TensorInfo, ...]        # sorted by (relpath, file_offset)
@@ -136,37 +146,33 @@ def itemsize(dtype: str) -> int:
 # --------------------------------------------------------------------------------- scan
 
 
-def scan(path: str) -> Catalogue:
-    """Catalogue the checkpoint at `path` (a directory or one file), reading only headers.
+def scan(path: str, storage_options: dict[str, Any] | None = None) -> Catalogue:
+    """Catalogue the checkpoint at `path` (a directory or one file, or a URL: an object
+    store's prefix or one object), reading only headers. `storage_options` configure the
+    backend of a URL (its endpoint, ...; credentials come from the environment).
 
     Raises CheckpointError when the path holds no checkpoint stampede can read (saying
     what was found and what is supported), when a header is corrupt or truncated, when a
-    file an index names is missing, or when the path is a stampede-prepared target.
+    file an index names is missing, or when the path is a stampede-prepared target;
+    UsageError for HDF5 on an object store (h5py reads through a POSIX path).
     """
+    reader: _Reader
     if "://" in path:
-        raise UsageError(f"{path}: existing checkpoints are read from POSIX paths for now "
-                         "(an object store's checkpoint: copy it to a file system)")
-    path = os.path.abspath(os.fspath(path))
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as error:
-        raise CheckpointError(f"{path}: {error.strerror or error}") from None
-    if stat_module.S_ISDIR(mode):
-        root, only = path, ""
-    elif stat_module.S_ISREG(mode):
-        root, only = os.path.dirname(path), os.path.basename(path)
+        if path.rstrip("/").lower().endswith(_HDF5_SUFFIXES):
+            raise _hdf5_on_objects(path.rstrip("/"))
+        reader, only = _ObjectReader.at(path, storage_options)
     else:
-        raise CheckpointError(f"{path}: neither a directory nor a regular file",
-                              hint=f"point at a checkpoint: {SUPPORTED}")
-    _refuse_prepared(root)
+        reader, only = _PosixReader.at(path)
+    reader.refuse_prepared()
     if only:
-        return _scan_file(root, only)
-    names = _listing(root)
+        return _scan_file(reader, only)
+    names = reader.names()
     if DCP_INDEX in names:
-        return _scan_dcp(root)
-    indexes = sorted(n for n in names if n.endswith(_INDEX_SUFFIX) and _is_file(root, n))
-    weights = sorted(n for n in names if n.endswith(".safetensors") and _is_file(root, n))
-    hdf5 = sorted(n for n in names if n.lower().endswith(_HDF5_SUFFIXES) and _is_file(root, n))
+        return _scan_dcp(reader)
+    indexes = sorted(n for n in names if n.endswith(_INDEX_SUFFIX) and reader.is_file(n))
+    weights = sorted(n for n in names if n.endswith(".safetensors") and reader.is_file(n))
+    hdf5 = sorted(n for n in names if n.lower().endswith(_HDF5_SUFFIXES) and reader.is_file(n))
+    root = reader.root
     if (indexes or weights) and hdf5:
         raise CheckpointError(f"{root}: holds both safetensors ({(indexes + weights)[0]}) and "
                               f"HDF5 ({hdf5[0]}) files: which is the checkpoint?",
@@ -176,55 +182,37 @@ def scan(path: str) -> Catalogue:
                               f"({', '.join(indexes)}): which is the checkpoint?",
                               hint="point at the index file to restore")
     if indexes:
-        return _scan_safetensors(root, indexes[0])
+        return _scan_safetensors(reader, indexes[0])
     if weights:
-        return _scan_safetensors(root, "", weights)
+        return _scan_safetensors(reader, "", weights)
     if hdf5:
-        return _scan_hdf5(root, hdf5)
-    raise CheckpointError(_nothing_found(root, names), hint=f"stampede reads {SUPPORTED}")
+        return _scan_hdf5(reader, hdf5)
+    raise CheckpointError(_nothing_found(reader, names), hint=f"stampede reads {SUPPORTED}")
 
 
-def _scan_file(root: str, name: str) -> Catalogue:
+def _scan_file(reader: _Reader, name: str) -> Catalogue:
     """A single file: a safetensors or HDF5 file, an index, or a DCP .metadata."""
     if name == DCP_INDEX:
-        return _scan_dcp(root)
+        return _scan_dcp(reader)
     if name.endswith(_INDEX_SUFFIX):
-        return _scan_safetensors(root, name)
+        return _scan_safetensors(reader, name)
     if name.endswith(".safetensors"):
-        return _scan_safetensors(root, "", [name])
+        return _scan_safetensors(reader, "", [name])
     if name.lower().endswith(_HDF5_SUFFIXES):
-        return _scan_hdf5(root, [name])
-    raise CheckpointError(f"{os.path.join(root, name)}: not a checkpoint file stampede reads",
+        return _scan_hdf5(reader, [name])
+    raise CheckpointError(f"{reader.where(name)}: not a checkpoint file stampede reads",
                           hint=f"stampede reads {SUPPORTED}")
 
 
-def _refuse_prepared(root: str) -> None:
-    for where in (root, os.path.dirname(root)):
-        if os.path.lexists(os.path.join(where, MANIFEST_NAME)):
-            raise CheckpointError(
-                f"{where}: a target stampede prepared ({MANIFEST_NAME}), not a checkpoint of "
-                "another tool", hint="restore it with a normal `stampede run` of its job")
-
-
-def _listing(root: str) -> list[str]:
-    try:
-        return sorted(os.listdir(root))
-    except OSError as error:
-        raise CheckpointError(f"{root}: cannot list it ({error.strerror or error})") from None
-
-
-def _is_file(root: str, name: str) -> bool:
-    return os.path.isfile(os.path.join(root, name))
-
-
-def _nothing_found(root: str, names: list[str]) -> str:
+def _nothing_found(reader: _Reader, names: list[str]) -> str:
+    root = reader.root
     if not names:
         return f"{root}: empty, no checkpoint here"
     unsupported = [n for n in names if n.lower().endswith(_UNSUPPORTED)]
     if unsupported:
         return (f"{root}: no checkpoint stampede reads; found {_some(unsupported)} "
                 "(a format stampede does not read)")
-    dirs = [n for n in names if os.path.isdir(os.path.join(root, n))]
+    dirs = [n for n in names if reader.is_dir(n)]
     found = f"{len(names)} entr{'y' if len(names) == 1 else 'ies'}: {_some(names)}"
     if dirs and len(dirs) == len(names):
         found += " (directories only: point at the one that holds the weight files)"
@@ -236,45 +224,290 @@ def _some(names: list[str], count: int = 5) -> str:
     return shown + (f" and {len(names) - count} more" if len(names) > count else "")
 
 
-def _open(root: str, relpath: str) -> tuple[int, int]:
-    """(fd opened read-only, file size); CheckpointError naming the file on failure."""
-    where = os.path.join(root, relpath)
-    try:
-        fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as error:
-        raise CheckpointError(f"{where}: {error.strerror or error}") from None
-    try:
-        size = os.fstat(fd).st_size
-    except OSError as error:
-        os.close(fd)
-        raise CheckpointError(f"{where}: {error.strerror or error}") from None
-    return fd, size
+def _prepared_error(where: str) -> CheckpointError:
+    return CheckpointError(
+        f"{where}: a target stampede prepared ({MANIFEST_NAME}), not a checkpoint of "
+        "another tool", hint="restore it with a normal `stampede run` of its job")
 
 
-def _pread_exactly(fd: int, length: int, offset: int) -> bytes:
-    chunks, done = [], 0
-    while done < length:
-        chunk = os.pread(fd, length - done, offset + done)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        done += len(chunk)
-    return b"".join(chunks)
+# ------------------------------------------------------------------------------ readers
+
+
+class _Reader:
+    """Where scan reads a checkpoint's headers: read-only access to the files under
+    `root`, by relative path. Every failure leaves as a CheckpointError naming the file
+    (or, from `size`, an OSError the caller words)."""
+
+    root: str
+    local = True   # a POSIX path (h5py can open its files)
+
+    def where(self, relpath: str) -> str:
+        """A file's full name, for messages."""
+        return os.path.join(self.root, relpath)
+
+    def refuse_prepared(self) -> None:
+        """CheckpointError when the root or its parent holds a stampede manifest."""
+        raise NotImplementedError
+
+    def names(self) -> list[str]:
+        """The entries at the top of the root (files and directories), sorted."""
+        raise NotImplementedError
+
+    def is_file(self, relpath: str) -> bool:
+        raise NotImplementedError
+
+    def is_dir(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def open(self, relpath: str) -> tuple[Any, int]:
+        """(handle opened read-only, file size)."""
+        raise NotImplementedError
+
+    def read(self, handle: Any, length: int, offset: int) -> bytes:
+        """Up to `length` bytes at `offset` (fewer only at the end of the file)."""
+        raise NotImplementedError
+
+    def close(self, handle: Any) -> None:
+        raise NotImplementedError
+
+    def size(self, relpath: str) -> int:
+        """A file's size; OSError when it cannot be had."""
+        raise NotImplementedError
+
+    def stream(self, relpath: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        """A whole (small) file as a binary stream."""
+        raise NotImplementedError
+
+
+class _PosixReader(_Reader):
+    """A directory on a file system: os.open(O_RDONLY) and pread."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    @classmethod
+    def at(cls, path: str) -> tuple[_PosixReader, str]:
+        """(the reader of the directory, "") or (of the file's directory, the file)."""
+        path = os.path.abspath(os.fspath(path))
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as error:
+            raise CheckpointError(f"{path}: {error.strerror or error}") from None
+        if stat_module.S_ISDIR(mode):
+            return cls(path), ""
+        if stat_module.S_ISREG(mode):
+            return cls(os.path.dirname(path)), os.path.basename(path)
+        raise CheckpointError(f"{path}: neither a directory nor a regular file",
+                              hint=f"point at a checkpoint: {SUPPORTED}")
+
+    def refuse_prepared(self) -> None:
+        for where in (self.root, os.path.dirname(self.root)):
+            if os.path.lexists(os.path.join(where, MANIFEST_NAME)):
+                raise _prepared_error(where)
+
+    def names(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root))
+        except OSError as error:
+            raise CheckpointError(f"{self.root}: cannot list it "
+                                  f"({error.strerror or error})") from None
+
+    def is_file(self, relpath: str) -> bool:
+        return os.path.isfile(os.path.join(self.root, relpath))
+
+    def is_dir(self, name: str) -> bool:
+        return os.path.isdir(os.path.join(self.root, name))
+
+    def open(self, relpath: str) -> tuple[int, int]:
+        where = self.where(relpath)
+        try:
+            fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as error:
+            raise CheckpointError(f"{where}: {error.strerror or error}") from None
+        try:
+            size = os.fstat(fd).st_size
+        except OSError as error:
+            os.close(fd)
+            raise CheckpointError(f"{where}: {error.strerror or error}") from None
+        return fd, size
+
+    def read(self, handle: int, length: int, offset: int) -> bytes:
+        chunks, done = [], 0
+        while done < length:
+            chunk = os.pread(handle, length - done, offset + done)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            done += len(chunk)
+        return b"".join(chunks)
+
+    def close(self, handle: int) -> None:
+        os.close(handle)
+
+    def size(self, relpath: str) -> int:
+        return os.stat(os.path.join(self.root, relpath)).st_size
+
+    def stream(self, relpath: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        fd, _ = self.open(relpath)
+        return os.fdopen(fd, "rb", closefd=True)
+
+
+class _ObjectReader(_Reader):
+    """A prefix of an object store (or any fsspec target), through its stampede backend:
+    reading requests only. The prefix is listed once (recursively: the names of nested
+    files are known without a request); a file's size is one HEAD, a header one ranged
+    GET per read, a small file one GET."""
+
+    local = False
+
+    def __init__(self, root: str, backend: Any, storage_options: dict[str, Any] | None,
+                 listed: list[str] | None) -> None:
+        self.root, self.backend, self.storage_options = root, backend, storage_options
+        self.listed = set(listed) if listed is not None else None
+        self._open = backend.opener(False)
+
+    @classmethod
+    def at(cls, url: str, storage_options: dict[str, Any] | None) -> tuple[_ObjectReader, str]:
+        """(the reader of the prefix, "") when objects lie under it, else (of the parent
+        prefix, the object's name) when the URL names one object."""
+        from stampede.backends import open_backend
+
+        url = url.rstrip("/")
+        backend = open_backend(url, storage_options)
+        listed = _listing(backend, url)
+        if listed:
+            return cls(url, backend, storage_options, listed), ""
+        parent = _parent_url(url)
+        if parent is not None:
+            try:
+                backend.close(backend.opener(False)(backend.path("")))
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                raise CheckpointError(f"{url}: {error.strerror or error}") from None
+            else:
+                return cls(parent, open_backend(parent, storage_options), storage_options,
+                           None), url[len(parent) + 1:]
+        raise CheckpointError(f"{url}: empty, no checkpoint here (no object has this name or "
+                              "this prefix)", hint=f"stampede reads {SUPPORTED}")
+
+    def where(self, relpath: str) -> str:
+        return f"{self.root}/{relpath}"
+
+    def refuse_prepared(self) -> None:
+        from stampede.backends import open_backend
+
+        parent = _parent_url(self.root)
+        for where in (self.root, parent):
+            if where is None:
+                continue
+            backend = self.backend if where == self.root else \
+                open_backend(where, self.storage_options)
+            try:
+                found = backend.get_bytes(MANIFEST_NAME) is not None
+            except OSError as error:
+                raise CheckpointError(f"{where}/{MANIFEST_NAME}: "
+                                      f"{error.strerror or error}") from None
+            if found:
+                raise _prepared_error(where)
+
+    def names(self) -> list[str]:
+        return sorted({name.partition("/")[0] for name in self.listed or ()})
+
+    def is_file(self, relpath: str) -> bool:
+        if self.listed is not None:
+            return relpath in self.listed
+        try:
+            self.backend.close(self._head(relpath))
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            raise CheckpointError(f"{self.where(relpath)}: {error.strerror or error}") from None
+        return True
+
+    def is_dir(self, name: str) -> bool:
+        return any(listed.startswith(f"{name}/") for listed in self.listed or ())
+
+    def _head(self, relpath: str) -> Any:
+        return self._open(self.backend.path(relpath))
+
+    def open(self, relpath: str) -> tuple[tuple[Any, str], int]:
+        """((the backend's handle, relpath), the size its HEAD told)."""
+        try:
+            handle = self._head(relpath)
+        except OSError as error:
+            raise CheckpointError(f"{self.where(relpath)}: {error.strerror or error}") from None
+        return (handle, relpath), int(handle.size)
+
+    def read(self, handle: tuple[Any, str], length: int, offset: int) -> bytes:
+        data = bytearray(length)
+        done = 0
+        with memoryview(data) as view:
+            try:
+                while done < length:
+                    count = self.backend.read_into(handle[0], view[done:], offset + done)
+                    if count <= 0:
+                        break
+                    done += count
+            except OSError as error:
+                raise CheckpointError(f"{self.where(handle[1])}: "
+                                      f"{error.strerror or error}") from None
+        return bytes(data[:done])
+
+    def close(self, handle: tuple[Any, str]) -> None:
+        self.backend.close(handle[0])
+
+    def size(self, relpath: str) -> int:
+        handle = self._head(relpath)
+        self.backend.close(handle)
+        return int(handle.size)
+
+    @contextlib.contextmanager
+    def _whole(self, relpath: str) -> Iterator[IO[bytes]]:
+        try:
+            data = self.backend.get_bytes(relpath)
+        except OSError as error:
+            raise CheckpointError(f"{self.where(relpath)}: {error.strerror or error}") from None
+        if data is None:
+            raise CheckpointError(f"{self.where(relpath)}: {os.strerror(errno.ENOENT)}")
+        yield io.BytesIO(data)
+
+    def stream(self, relpath: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        return self._whole(relpath)
+
+
+def _listing(backend: Any, url: str) -> list[str]:
+    """Every file under the prefix, relative to it (one LIST per 1,000 names)."""
+    try:
+        found = backend.names()
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise CheckpointError(f"{url}: cannot list it ({error.strerror or error})") from None
+    # fsspec's find of a file's own path returns that path: not a name under it
+    return [name for name in found if name and name != backend.path("")]
+
+
+def _parent_url(url: str) -> str | None:
+    """scheme://a/b -> scheme://a; None at the top (a bucket: nothing above it)."""
+    scheme, _, rest = url.partition("://")
+    head, slash, _ = rest.rstrip("/").rpartition("/")
+    return f"{scheme}://{head}" if slash and head.strip("/") else None
 
 
 # ------------------------------------------------------------------------- safetensors
 
 
-def _weight_map(root: str, index: str) -> dict[str, str]:
+def _weight_map(reader: _Reader, index: str) -> dict[str, str]:
     """tensor -> shard, from a Hugging Face index; every shard it names must exist."""
-    where = os.path.join(root, index)
-    fd, size = _open(root, index)
+    where = reader.where(index)
+    handle, size = reader.open(index)
     try:
         if size > MAX_HEADER_BYTES:
             raise CheckpointError(f"{where}: {size} bytes is not a plausible index (corrupt?)")
-        text = _pread_exactly(fd, size, 0)
+        text = reader.read(handle, size, 0)
     finally:
-        os.close(fd)
+        reader.close(handle)
     try:
         weight_map = json.loads(text)["weight_map"]
         if not isinstance(weight_map, dict) or not weight_map or not all(
@@ -285,9 +518,9 @@ def _weight_map(root: str, index: str) -> dict[str, str]:
     for relpath in sorted(set(weight_map.values())):
         if not _inside(relpath):
             raise CheckpointError(f"{where}: names {relpath!r}, outside the checkpoint directory")
-        if not _is_file(root, relpath):
+        if not reader.is_file(relpath):
             raise CheckpointError(f"{where}: names {relpath}, which is missing "
-                                  f"({os.path.join(root, relpath)}: No such file)",
+                                  f"({reader.where(relpath)}: No such file)",
                                   hint="a sharded checkpoint restores only with every shard")
     return weight_map
 
@@ -297,28 +530,28 @@ def _inside(relpath: str) -> bool:
     return bool(relpath) and not os.path.isabs(relpath) and ".." not in parts
 
 
-def _scan_safetensors(root: str, index: str, relpaths: Iterable[str] = ()) -> Catalogue:
+def _scan_safetensors(reader: _Reader, index: str, relpaths: Iterable[str] = ()) -> Catalogue:
     """The files named (no index), or those the index names: loaders read only those."""
-    weight_map = _weight_map(root, index) if index else {}
+    weight_map = _weight_map(reader, index) if index else {}
     files, tensors = [], []
     for relpath in sorted(set(weight_map.values())) if index else relpaths:
-        size, found = _safetensors_header(root, relpath)
+        size, found = _safetensors_header(reader, relpath)
         files.append((relpath, size))
         tensors.extend(found)
     held = {(t.name, t.relpath) for t in tensors}
     for name, relpath in sorted(weight_map.items()):
         if (name, relpath) not in held:   # loaders look tensors up where the index says
-            raise CheckpointError(f"{os.path.join(root, index)}: names tensor {name!r} in "
+            raise CheckpointError(f"{reader.where(index)}: names tensor {name!r} in "
                                   f"{relpath}, whose header does not hold it")
-    return _catalogue(root, "safetensors", files, tensors, index, 0)
+    return _catalogue(reader.root, "safetensors", files, tensors, index, 0)
 
 
-def _safetensors_header(root: str, relpath: str) -> tuple[int, list[TensorInfo]]:
+def _safetensors_header(reader: _Reader, relpath: str) -> tuple[int, list[TensorInfo]]:
     """(file size, tensors) from one file's length prefix and JSON header."""
-    where = os.path.join(root, relpath)
-    fd, size = _open(root, relpath)
+    where = reader.where(relpath)
+    handle, size = reader.open(relpath)
     try:
-        prefix = _pread_exactly(fd, 8, 0)
+        prefix = reader.read(handle, 8, 0)
         if len(prefix) < 8:
             raise CheckpointError(f"{where}: {size} bytes, too short for a safetensors header "
                                   "(truncated?)")
@@ -329,9 +562,9 @@ def _safetensors_header(root: str, relpath: str) -> tuple[int, list[TensorInfo]]
         if 8 + length > size:
             raise CheckpointError(f"{where}: the file ends inside its header ({size} bytes, the "
                                   f"header needs {8 + length}): truncated?")
-        text = _pread_exactly(fd, length, 8)
+        text = reader.read(handle, length, 8)
     finally:
-        os.close(fd)
+        reader.close(handle)
     try:
         header = json.loads(text)
         if not isinstance(header, dict):
@@ -414,13 +647,13 @@ class _MetadataUnpickler(pickle.Unpickler):
         return found
 
 
-def _scan_dcp(root: str) -> Catalogue:
+def _scan_dcp(reader: _Reader) -> Catalogue:
     torch = _import_torch()
-    where = os.path.join(root, DCP_INDEX)
-    fd, _ = _open(root, DCP_INDEX)
+    where = reader.where(DCP_INDEX)
+    stream = reader.stream(DCP_INDEX)
     try:
-        with os.fdopen(fd, "rb", closefd=True) as stream:
-            metadata = _MetadataUnpickler(stream, torch).load()
+        with stream as opened:
+            metadata = _MetadataUnpickler(opened, torch).load()
     except CheckpointError:
         raise
     except Exception as error:  # a corrupt pickle raises about anything
@@ -441,20 +674,21 @@ def _scan_dcp(root: str) -> Catalogue:
             raise CheckpointError(f"{where}: names {relpath!r}, outside the checkpoint directory")
         if relpath not in sizes:
             try:
-                sizes[relpath] = os.stat(os.path.join(root, relpath)).st_size
+                sizes[relpath] = reader.size(relpath)
             except OSError as error:
                 raise CheckpointError(f"{where}: names {relpath}, which cannot be read "
-                                      f"({os.path.join(root, relpath)}: "
+                                      f"({reader.where(relpath)}: "
                                       f"{error.strerror or error})") from None
         if offset < 0 or length < 0 or offset + length > sizes[relpath]:
-            raise CheckpointError(f"{os.path.join(root, relpath)}: {index.fqn} is saved at bytes "
+            raise CheckpointError(f"{reader.where(relpath)}: {index.fqn} is saved at bytes "
                                   f"{offset}..{offset + length}, the file has {sizes[relpath]}:"
                                   " truncated?")
         name, dtype, shape = _dcp_item(index, state.get(index.fqn))
         tensors.append(TensorInfo(name, relpath, dtype, shape, length, offset))
     tensors = _unique_names(tensors)
     saved_by = {m.group(1) for relpath in sizes if (m := _SAVED_BY.match(relpath))}
-    return _catalogue(root, "dcp", list(sizes.items()), tensors, DCP_INDEX, len(saved_by))
+    return _catalogue(reader.root, "dcp", list(sizes.items()), tensors, DCP_INDEX,
+                      len(saved_by))
 
 
 def _dcp_item(index: Any, meta: Any) -> tuple[str, str, tuple[int, ...]]:
@@ -493,6 +727,12 @@ def _unique_names(tensors: list[TensorInfo]) -> list[TensorInfo]:
 # --------------------------------------------------------------------------------- hdf5
 
 
+def _hdf5_on_objects(where: str) -> UsageError:
+    return UsageError(f"{where}: HDF5 checkpoints are read from POSIX paths only: h5py reads "
+                      "a file through a POSIX path, not from an object store",
+                      hint="copy the HDF5 files to a file system and point at them there")
+
+
 def _h5py() -> Any:
     try:
         import h5py
@@ -510,7 +750,10 @@ def _numpy_dtype_name(dtype: Any) -> str:
     return name if name in ITEMSIZE else str(dtype.str)
 
 
-def _scan_hdf5(root: str, relpaths: list[str]) -> Catalogue:
+def _scan_hdf5(reader: _Reader, relpaths: list[str]) -> Catalogue:
+    root = reader.root
+    if not reader.local:
+        raise _hdf5_on_objects(reader.where(relpaths[0]))
     h5py = _h5py()
     files, tensors = [], []
     for relpath in relpaths:

@@ -26,6 +26,10 @@ _SHARD = re.compile(r"shard-(\d+)")
 
 def source_catalogue(spec: JobSpec) -> Catalogue:
     """Rank 0: the source's headers; the copy must go elsewhere."""
+    if "://" in spec.from_path:
+        raise UsageError(f"checkpoint.from = {spec.from_path!r}: prepare --from reads a POSIX "
+                         "checkpoint (copy an object store's checkpoint to a file system, "
+                         "or run it in place with --checkpoint)")
     catalogue = scan(spec.from_path)
     source, target = Path(catalogue.root).resolve(), Path(spec.target_path).resolve()
     if target == source or source in target.parents or target in source.parents:

@@ -153,14 +153,14 @@ def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: in
 
 
 def _scan_existing(spec: JobSpec) -> Catalogue:
-    """Rank 0: the existing checkpoint's headers, and a check that nothing this run
-    writes lands next to it."""
+    """Rank 0: the existing checkpoint's headers (a POSIX path, or an object store's URL
+    through the target's storage options; HDF5 only on POSIX), and a check that nothing
+    this run writes lands next to it."""
     from stampede.existing import scan
 
-    if "://" in spec.target_path:
-        raise UsageError(f"target.path = {spec.target_path!r}: existing checkpoints are read "
-                         "from POSIX paths for now")
-    catalogue = scan(spec.target_path)
+    catalogue = scan(spec.target_path, spec.storage_options)
+    if "://" in catalogue.root:   # the archive is a local path: never inside an object store
+        return catalogue
     archive = Path(spec.archive_path).resolve()
     if Path(catalogue.root).resolve() in archive.parents:
         raise UsageError(f"archive.path = {spec.archive_path!r} lies inside the checkpoint "
