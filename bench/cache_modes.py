@@ -18,7 +18,8 @@ script puts the files in the mode's state (untimed):
             over iterations of total bytes / (last read stop - first read start over all
             ranks)), the `restore` row's time_to_last_rank_s, and cache_resident_pct: the
             share of the bytes to read that were in the page cache when the phase started,
-            measured by stampede with mincore(2) after its eviction. Shown: the median of
+            measured by stampede with mincore(2) after its eviction (cold runs only; it
+            does not ask in warm and direct runs, shown as -). Shown: the median of
             the rounds' medians, with (min of their minima - max of their maxima).
   dd        one `dd if=SHARD bs=4M of=/dev/null` per rank (direct: iflag=direct), all
             started together; GB/s = total bytes / the slowest dd's own elapsed time (dd's
@@ -37,14 +38,15 @@ The --rounds alternate (references first, then stampede first, ...) so that load
 other work on the machine falls on both sides alike. GB = 1e9 bytes. read/dd = median
 stampede read GB/s / median dd GB/s. Nothing is judged pass or fail: the table shows how
 far each mode moves stampede and the reference alike, and res% shows that cold was cold
-(about 0%) and warm was warm (about 100%). The script exits non-zero only if a command
-failed.
+(about 0%) and, on the reference side, that warm was warm (about 100%). The script exits
+non-zero only if a command failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -289,7 +291,9 @@ def stampede_results(archive: Path) -> tuple[Gbps, float, MedianMinMax]:
             max(float(row["agg_gbps_max"]) for row in reads))
     last_rank_s = statistics.median(float(row["time_to_last_rank_s"])
                                     for row in rows if row["op"] == "restore")
-    return read, last_rank_s, median_min_max(float(row["cache_resident_pct"]) for row in reads)
+    # stampede asks mincore only after a cold eviction: empty in warm and direct rows
+    resident = [float(row["cache_resident_pct"]) for row in reads if row["cache_resident_pct"]]
+    return read, last_rank_s, median_min_max(resident) if resident else NOT_MEASURED
 
 
 def measure(scratch: Path, nranks: int, args: argparse.Namespace, fio: str | None) -> list[ModeResult]:
@@ -322,9 +326,14 @@ def measure(scratch: Path, nranks: int, args: argparse.Namespace, fio: str | Non
 
 # --- the table and what it means ----------------------------------------------------------
 
+NOT_MEASURED: MedianMinMax = (math.nan, math.nan, math.nan)
+
+
 def percent_text(summary: MedianMinMax) -> str:
     """`median` of a residency, with (min-max) when they are a point or more apart."""
     median, low, high = summary
+    if math.isnan(median):
+        return "-"
     return f"{median:.0f}" if high - low < 1 else f"{median:.0f} ({low:.0f}-{high:.0f})"
 
 
@@ -362,10 +371,10 @@ def cold_notes(results: list[ModeResult], scratch: Path) -> list[str]:
     for nranks in sorted({result.nranks for result in results}):
         by_mode = {result.mode: result for result in results if result.nranks == nranks}
         warm = by_mode.get("warm")
-        if warm and min(warm.resident_pct[0], warm.reference_resident_pct[0]) < WARM_RESIDENT_MIN:
-            notes.append(f"{nranks} rank(s): warm was not all warm: {warm.resident_pct[0]:.0f}% "
-                         f"(stampede) / {warm.reference_resident_pct[0]:.0f}% (dd) of the bytes "
-                         "were in the page cache (memory pressure may have evicted some)")
+        if warm and warm.reference_resident_pct[0] < WARM_RESIDENT_MIN:
+            notes.append(f"{nranks} rank(s): warm was not all warm: "
+                         f"{warm.reference_resident_pct[0]:.0f}% of the bytes were in the page "
+                         "cache before dd (memory pressure may have evicted some)")
         for mode in ("cold", "cold+drop", "direct"):
             if warm is None or mode not in by_mode:
                 continue
@@ -375,7 +384,8 @@ def cold_notes(results: list[ModeResult], scratch: Path) -> list[str]:
                          f"{shares[1]:.2f} x warm for dd")
             if mode == "direct" or max(shares) < COLD_LIKE_WARM:
                 continue
-            if max(this.resident_pct[2], this.reference_resident_pct[2]) > COLD_RESIDENT_MAX:
+            if max(value for value in (this.resident_pct[2], this.reference_resident_pct[2])
+                   if not math.isnan(value)) > COLD_RESIDENT_MAX:
                 notes.append(f"  {mode} was not cold: up to {this.resident_pct[2]:.0f}% "
                              f"(stampede) / {this.reference_resident_pct[2]:.0f}% (dd) of the "
                              "bytes were still in the page cache after eviction")
@@ -410,8 +420,9 @@ def main() -> int:
               "stampede read GB/s / median reference GB/s;\nlast rank s = stampede restore time "
               "to last rank (barrier exit to the slowest rank's last byte, open and close "
               "included);\nres% = share of the bytes to read in the page cache when the phase "
-              "started (mincore, after eviction): stampede's cache_resident_pct, and the same "
-              "measured before each dd/fio read (ref res%)")
+              "started (mincore, after eviction): stampede's cache_resident_pct (cold runs "
+              "only: '-' where stampede does not ask), and the same measured before each "
+              "dd/fio read (ref res%)")
         for note in cold_notes(results, scratch):
             print(note)
     return 0
