@@ -139,7 +139,7 @@ def parse_header(fmt: str, backend: Any, path: Any, handle: Any, scratch: memory
     return found
 
 
-def _read_exactly(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
+def read_fully(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
     """Fill `view` from `offset`; fewer bytes only at the end of the file."""
     done = 0
     while done < len(view):
@@ -163,7 +163,7 @@ def _safetensors_tensors(backend: Any, handle: Any, scratch: memoryview) -> dict
         own = AlignedBuffer(page)
         first = own.view
     try:
-        got = _read_exactly(backend, handle, first, 0)
+        got = read_fully(backend, handle, first, 0)
         if got < 8:
             raise HeaderError(f"the file ends inside its header ({got} bytes)")
         length = int.from_bytes(first[:8], "little")
@@ -178,7 +178,7 @@ def _safetensors_tensors(backend: Any, handle: Any, scratch: memoryview) -> dict
                     own.close()
                 own = AlignedBuffer(whole)
                 view = own.view
-            got = _read_exactly(backend, handle, view, 0)
+            got = read_fully(backend, handle, view, 0)
         else:
             view = first
         if got < 8 + length:

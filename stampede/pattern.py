@@ -22,7 +22,7 @@ import numpy as np
 from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
-from stampede.formats import parse_header
+from stampede.formats import parse_header, read_fully
 from stampede.plan import Extent, RankPlan
 from stampede.samples import OP_CODE, STORAGE_OPS
 
@@ -355,13 +355,8 @@ def _reread(setup: RankSetup, relpath: str, offset: int, length: int) -> memoryv
     a handle of its own (never O_DIRECT, whose alignment rules a bytearray breaks)."""
     view = memoryview(bytearray(length))
     handle = setup.backend.opener(False)(setup.paths[relpath])
-    done = 0
     try:
-        while done < length:
-            count = setup.backend.read_into(handle, view[done:], offset + done)
-            if count <= 0:
-                break
-            done += count
+        done = read_fully(setup.backend, handle, view, offset)
     finally:
         setup.backend.close(handle)
     return view[:done]
