@@ -304,7 +304,7 @@ OPTIONS: tuple[Option, ...] = (
            "deadline_s"),
     Option("run.verify", "verify", _choice(VERIFY_MODES), "none",
            "hash every byte read and compare with what prepare recorded: sha256, or xxh3 "
-           "(xxh3-128, ~20x faster); timed as its own verify op, never inside read",
+           "(xxh3-128, ~15x faster than sha256 on one core); timed as its own verify op, never inside read",
            "verify"),
     Option("run.check_finite", "check_finite", _bool, False,
            "check every element read is finite (no NaN/Inf) as checkpoint.dtype; timed with "
