@@ -238,8 +238,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec, _ = resolve(comm, spec)
     mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
     if comm.Get_rank() == 0:
-        print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), layouts "
-              f"{', '.join(spec.layouts)}, {spec.warmup} warmup + {spec.iterations} iterations "
+        strategies = (f"assign {', '.join(spec.assign)}" if spec.checkpoint_source == "existing"
+                      else f"layouts {', '.join(spec.layouts)}")
+        print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), {strategies}, "
+              f"{spec.warmup} warmup + {spec.iterations} iterations "
               f"each, cache {spec.cache}, target {spec.target_path}", file=sys.stderr, flush=True)
     context, runs = run_job(comm, spec)
     if comm.Get_rank() == 0:

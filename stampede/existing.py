@@ -513,7 +513,7 @@ def _weight_map(reader: _Reader, index: str) -> dict[str, str]:
         if not isinstance(weight_map, dict) or not weight_map or not all(
                 isinstance(v, str) for v in weight_map.values()):
             raise TypeError("weight_map is not a non-empty map of tensor -> file")
-    except (ValueError, TypeError, KeyError) as error:
+    except (ValueError, TypeError, KeyError, RecursionError) as error:
         raise CheckpointError(f"{where}: not a safetensors index ({error!s})") from None
     for relpath in sorted(set(weight_map.values())):
         if not _inside(relpath):
@@ -569,7 +569,7 @@ def _safetensors_header(reader: _Reader, relpath: str) -> tuple[int, list[Tensor
         header = json.loads(text)
         if not isinstance(header, dict):
             raise TypeError("the header is not a JSON object")
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, RecursionError) as error:
         raise CheckpointError(f"{where}: safetensors header is not valid JSON ({error})") from None
     data_start, tensors = 8 + length, []
     for name, entry in header.items():
@@ -617,6 +617,14 @@ class _MetadataUnpickler(pickle.Unpickler):
     foreign checkpoint can hold any pickle) is refused before it can run."""
 
     _PATHS = frozenset({"Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"})
+    # By exact name: what torch 2.x writes into .metadata (seen with torch 2.13). Any
+    # other class of torch.distributed.checkpoint could do work when built (one starts a
+    # process group), so none is let out.
+    _DCP_CLASSES = frozenset(
+        [("torch.distributed.checkpoint.metadata", name) for name in (
+            "Metadata", "MetadataIndex", "TensorStorageMetadata", "BytesStorageMetadata",
+            "ChunkStorageMetadata", "TensorProperties", "StorageMeta", "_MEM_FORMAT_ENCODING")]
+        + [("torch.distributed.checkpoint.filesystem", "_StorageInfo")])
 
     def __init__(self, stream: Any, torch: Any) -> None:
         super().__init__(stream)
@@ -625,7 +633,7 @@ class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         torch = self.torch
         allowed = (
-            module.startswith("torch.distributed.checkpoint")
+            (module, name) in self._DCP_CLASSES
             or (module == "torch" and (name == "Size" or isinstance(
                 getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format))))
             or (module == "torch.serialization" and name == "_get_layout")
@@ -637,14 +645,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         )
         if not allowed or "." in name:   # a dotted name reaches through to any attribute
             raise pickle.UnpicklingError(f"refusing {module}.{name}: not part of DCP metadata")
-        found = super().find_class(module, name)
-        # Inside torch.distributed.checkpoint only its own classes: a module there can
-        # import os, and `os.system` is then an attribute of it.
-        if module.startswith("torch.distributed.checkpoint") and not (
-                isinstance(found, type)
-                and found.__module__.startswith("torch.distributed.checkpoint")):
-            raise pickle.UnpicklingError(f"refusing {module}.{name}: not a DCP metadata class")
-        return found
+        return super().find_class(module, name)
 
 
 def _scan_dcp(reader: _Reader) -> Catalogue:
@@ -935,24 +936,24 @@ def plan_existing(catalogue: Catalogue, spec: JobSpec, policy: str, nranks: int,
                     formatted=catalogue.format in ("safetensors", "hdf5"))
 
 
-def index_parser(catalogue: Catalogue) -> Callable[[bytes], object] | None:
+def index_parser(catalogue: Catalogue) -> Callable[[bytes | bytearray], object] | None:
     """How a loader parses the checkpoint's shared index, inside the timed `index` op:
     DCP's .metadata unpickled (with torch, imported here, before any timing), a
     safetensors index JSON-parsed. Raises ValueError on what it cannot parse."""
     if catalogue.format == "dcp":
         torch = _import_torch()
 
-        def unpickle(data: bytes) -> object:
+        def unpickle(data: bytes | bytearray) -> object:
             try:
                 return _MetadataUnpickler(io.BytesIO(data), torch).load()
             except Exception as error:  # a corrupt pickle raises about anything
                 raise ValueError(f"not readable PyTorch DCP metadata ({error})") from None
         return unpickle
     if catalogue.index_file:
-        def parse_json(data: bytes) -> object:
+        def parse_json(data: bytes | bytearray) -> object:
             try:
                 return json.loads(data)
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:
                 raise ValueError(f"not a valid safetensors index ({error})") from None
         return parse_json
     return None

@@ -140,13 +140,16 @@ def parse_header(fmt: str, backend: Any, path: Any, handle: Any, scratch: memory
 
 
 def read_fully(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
-    """Fill `view` from `offset`; fewer bytes only at the end of the file."""
+    """Fill `view` from `offset`; fewer bytes only at the end of the file. Stops at the
+    first short read (the end of a file or object): a read after it would start at an
+    unaligned offset, which O_DIRECT may refuse even at the end of the file."""
     done = 0
     while done < len(view):
+        wanted = len(view) - done
         count = backend.read_into(handle, view[done:], offset + done)
-        if count <= 0:
+        done += max(count, 0)
+        if count < wanted:
             break
-        done += count
     return done
 
 
@@ -189,7 +192,7 @@ def _safetensors_tensors(backend: Any, handle: Any, scratch: memoryview) -> dict
             return {name: (start + entry["data_offsets"][0],
                            entry["data_offsets"][1] - entry["data_offsets"][0])
                     for name, entry in header.items() if name != "__metadata__"}
-        except (ValueError, TypeError, KeyError, IndexError) as error:
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as error:
             raise HeaderError(f"safetensors header is not valid ({error})") from None
     finally:
         if own is not None:

@@ -203,7 +203,7 @@ def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) ->
         finally:
             backend.close(handle)
         if parse is not None and whole is not None:
-            parse(bytes(whole))
+            parse(whole)   # json and pickle take the bytearray as it is: no copy
     except (OSError, ValueError) as error:
         log.append((iteration, INDEX, start, clock(), nbytes, 0))
         text = _describe(error, False) if isinstance(error, OSError) else str(error)

@@ -159,10 +159,11 @@ def _scan_existing(spec: JobSpec) -> Catalogue:
     from stampede.existing import scan
 
     catalogue = scan(spec.target_path, spec.storage_options)
-    if "://" in catalogue.root:   # the archive is a local path: never inside an object store
+    root = catalogue.root.removeprefix("file://")
+    if "://" in root:   # the archive is a local path: never inside an object store
         return catalogue
     archive = Path(spec.archive_path).resolve()
-    if Path(catalogue.root).resolve() in archive.parents:
+    if Path(root).resolve() in archive.parents:
         raise UsageError(f"archive.path = {spec.archive_path!r} lies inside the checkpoint "
                          f"{catalogue.root}: stampede never writes next to a checkpoint it "
                          "did not make", hint="--set archive.path=results/{job}.csv")
@@ -200,7 +201,8 @@ def _setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: di
                      format=_format(spec, catalogue), verify=spec.verify, expected=expected,
                      finite_dtype=spec.dtype if spec.check_finite else "",
                      tensor_dtypes=_tensor_dtypes(spec, catalogue),
-                     index_parser=_index_parser(catalogue),
+                     index_parser=mpi.collective(comm, "loading the index parser",
+                                                 partial(_index_parser, catalogue)),
                      tensors_of_file={relpath: tuple(e.tensor for e in plan.extents
                                                      if e.relpath == relpath)
                                       for relpath in plan.files},

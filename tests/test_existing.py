@@ -465,6 +465,9 @@ def test_a_corrupt_safetensors_header(tmp_path: Path, published: Path) -> None:
     _expect(tmp_path, "'w'", "needs 16 bytes", "corrupt header")
     (tmp_path / "a.safetensors").write_bytes((4).to_bytes(8, "little") + b"{{{{")
     _expect(tmp_path, "not valid JSON")
+    nested = b"[" * 200_000 + b"]" * 200_000   # valid JSON too deep for the parser
+    (tmp_path / "a.safetensors").write_bytes(len(nested).to_bytes(8, "little") + nested)
+    _expect(tmp_path, "not valid JSON")
 
 
 def test_a_dcp_shard_is_missing(tmp_path: Path, dcp_dir: Path) -> None:
@@ -499,6 +502,10 @@ def test_dcp_metadata_is_unpickled_with_torch_classes_only(tmp_path: Path) -> No
     # through a torch.distributed.checkpoint module to what it imported: a dotted name
     # (protocol 4), or the imported module itself (protocol 0)
     module = b"torch.distributed.checkpoint.filesystem"
+    # ... and a DCP class that is not part of the metadata (one starts a process group)
+    (tmp_path / ".metadata").write_bytes(
+        b"\x80\x04\x8c" + bytes([len(module)]) + module + b"\x8c\x10FileSystemWriter\x93)R.")
+    _expect(tmp_path, "not a readable PyTorch DCP metadata file", "refusing")
     for name in (b"os.getcwd", b"os"):
         (tmp_path / ".metadata").write_bytes(
             b"\x80\x04\x8c" + bytes([len(module)]) + module + b"\x8c" + bytes([len(name)])

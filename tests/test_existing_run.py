@@ -156,6 +156,9 @@ def test_the_checkpoint_is_never_written(stampede, tmp_path: Path, published: Pa
     inside = stampede("run", str(job), "--checkpoint", str(published), "--set",
                       f"archive.path={json.dumps(str(published.parent / 'x.csv'))}")
     assert inside.returncode == 2 and "lies inside the checkpoint" in inside.stderr
+    as_url = stampede("run", str(job), "--checkpoint", f"file://{published}", "--set",
+                      f"archive.path={json.dumps(str(published.parent / 'x.csv'))}")
+    assert as_url.returncode == 2 and "lies inside the checkpoint" in as_url.stderr
 
 
 def test_prepare_from_lays_out_the_users_tensors(stampede, tmp_path: Path,
