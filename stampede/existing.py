@@ -405,6 +405,10 @@ class _ObjectReader(_Reader):
                 open_backend(where, self.storage_options)
             try:
                 found = backend.get_bytes(MANIFEST_NAME) is not None
+            except PermissionError:
+                # S3 answers 403, not 404, for a missing key to a reader without
+                # s3:ListBucket: read-only credentials must still scan
+                found = False
             except OSError as error:
                 raise CheckpointError(f"{where}/{MANIFEST_NAME}: "
                                       f"{error.strerror or error}") from None
@@ -480,7 +484,8 @@ def _listing(backend: Any, url: str) -> list[str]:
     """Every file under the prefix, relative to it (one LIST per 1,000 names)."""
     try:
         found = backend.names()
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):
+        # PermissionError: no s3:ListBucket; a single object's URL is still HEAD-able
         return []
     except OSError as error:
         raise CheckpointError(f"{url}: cannot list it ({error.strerror or error})") from None
