@@ -128,6 +128,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                      help="restore an existing checkpoint (safetensors file or directory with "
                           "an index, PyTorch DCP directory, HDF5), read-only: sets "
                           "checkpoint.source = existing and target.path = PATH")
+    run.add_argument("--from", dest="from_path", metavar="PATH", default=None,
+                     help="run the copy `prepare --from PATH` made (its size comes from PATH): "
+                          "sets checkpoint.from = PATH and checkpoint.source = synthetic")
     run.set_defaults(func=cmd_run)
     prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
                                      "fsync it, and record sizes, SHA-256 and XXH3 in a "
@@ -136,7 +139,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     prepare.add_argument("--from", dest="from_path", metavar="PATH", default=None,
                          help="fill the layouts with the tensors of this existing checkpoint "
                               "(a copy at target.path; the source is only read): sets "
-                              "checkpoint.from = PATH")
+                              "checkpoint.from = PATH and checkpoint.source = synthetic")
     prepare.set_defaults(func=cmd_prepare)
     plan = job_command("plan", "Dry run: validate the job and print who reads what. No I/O.",
                        _job_keys_help())
@@ -147,6 +150,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                            "reads what (reads its headers only)")
     plan.set_defaults(func=cmd_plan)
     clean = job_command("clean", "Remove what prepare wrote (only files in its manifest).")
+    clean.add_argument("--from", dest="from_path", metavar="PATH", default=None,
+                       help="clean the copy `prepare --from PATH` made (PATH is not touched)")
     clean.set_defaults(func=cmd_clean)
     report = commands.add_parser("report", help="Re-render archived runs from a CSV archive.",
                                  description="Re-render archived runs from the CSV alone: the "
@@ -267,8 +272,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     if checkpoint is not None:
         overrides += ["checkpoint.source=existing", f"target.path={json.dumps(checkpoint)}"]
     from_path = getattr(args, "from_path", None)
-    if from_path is not None:
-        overrides.append(f"checkpoint.from={json.dumps(from_path)}")
+    if from_path is not None:   # a copy in stampede's layouts, whatever the job's source
+        overrides += [f"checkpoint.from={json.dumps(from_path)}", "checkpoint.source=synthetic"]
     return overrides
 
 
@@ -320,7 +325,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from stampede.clean import clean
     from stampede.spec import load_job
 
-    spec = load_job(args.job, args.set)
+    spec = load_job(args.job, _overrides(args))
     if spec.checkpoint_source == "existing":
         raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": clean never deletes "
                          "a checkpoint stampede did not make")

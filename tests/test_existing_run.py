@@ -173,8 +173,7 @@ def test_prepare_from_lays_out_the_users_tensors(stampede, tmp_path: Path,
                     archive={"path": str(tmp_path / "results" / "copy.csv")})
     prepared = stampede("prepare", str(job), "--from", str(published), np=2)
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
-    ran = stampede("run", str(job), "--set", f"checkpoint.from={json.dumps(str(published))}",
-                   np=2)
+    ran = stampede("run", str(job), "--from", str(published), np=2)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert {row["valid"] for row in read_archive(tmp_path / "results" / "copy.csv")} == {"true"}
     # the copy's shards, end to end, are the source's tensor bytes (then zero padding)
