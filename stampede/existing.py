@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from stampede.errors import CheckpointError, UsageError
-from stampede.formats import MAX_HEADER_BYTES, open_hdf5
+from stampede.formats import MAX_HEADER_BYTES, open_hdf5, read_fully
 from stampede.manifest import MANIFEST_NAME
 from stampede.plan import Extent, RankPlan
 from stampede.spec import JobSpec
@@ -445,14 +445,9 @@ class _ObjectReader(_Reader):
 
     def read(self, handle: tuple[Any, str], length: int, offset: int) -> bytes:
         data = bytearray(length)
-        done = 0
         with memoryview(data) as view:
             try:
-                while done < length:
-                    count = self.backend.read_into(handle[0], view[done:], offset + done)
-                    if count <= 0:
-                        break
-                    done += count
+                done = read_fully(self.backend, handle[0], view, offset)
             except OSError as error:
                 raise CheckpointError(f"{self.where(handle[1])}: "
                                       f"{error.strerror or error}") from None
