@@ -59,7 +59,7 @@ from common import (
     write_job_toml,
 )
 
-from stampede.plan import shard_path
+from stampede.checkpoint.plan import shard_path
 from stampede.units import parse_size
 
 TARGET_RATIO = 0.9

@@ -76,8 +76,8 @@ from common import (
 from read_vs_dd import dd_commands, run_dd_together, warm_up
 
 from stampede.backends.posix import PosixBackend
-from stampede.plan import shard_path
-from stampede.residency import resident_bytes
+from stampede.checkpoint.plan import shard_path
+from stampede.run.residency import resident_bytes
 from stampede.sysinfo import mount_of
 from stampede.units import parse_size
 

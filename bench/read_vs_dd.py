@@ -51,7 +51,7 @@ from common import (
     write_job_toml,
 )
 
-from stampede.plan import SHARED_FILE, shard_path
+from stampede.checkpoint.plan import SHARED_FILE, shard_path
 from stampede.units import parse_size
 
 BLOCK_BYTES = 4 * 1024 * 1024

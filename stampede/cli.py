@@ -27,10 +27,10 @@ from stampede.spec import OPTIONS, REQUIRED
 # which adds its parser with `func` set. Only the module of the command being run is
 # imported (all of them for --help or a mistyped command): at 16,384 ranks every
 # module a worker rank imports is a metadata storm of its own.
-COMMAND_MODULES = {"sweep": "stampede.sweep", "compare": "stampede.compare",
-                   "import": "stampede.importers", "slurm": "stampede.slurm",
-                   "plot": "stampede.plot", "gpu": "stampede.h2d", "mttr": "stampede.mttr",
-                   "emulate-mds": "stampede.emulate", "project": "stampede.project"}
+COMMAND_MODULES = {"sweep": "stampede.commands.sweep", "compare": "stampede.results.compare",
+                   "import": "stampede.results.importers", "slurm": "stampede.commands.slurm",
+                   "plot": "stampede.results.plot", "gpu": "stampede.run.h2d", "mttr": "stampede.model.mttr",
+                   "emulate-mds": "stampede.emulate.mds", "project": "stampede.model.project"}
 CORE_COMMANDS = ("run", "prepare", "plan", "clean", "report", "startup", "demo")
 
 METRICS_HELP = """\
@@ -231,15 +231,15 @@ def _initialised_comm() -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from stampede import mpi
-    from stampede.archive import append_rows, check_appendable, write_sidecar
     from stampede.errors import RunFailed
-    from stampede.results import archive_rows, sidecar
-    from stampede.runner import run_job
+    from stampede.results.archive import append_rows, check_appendable, write_sidecar
+    from stampede.results.rows import archive_rows, sidecar
+    from stampede.run.job import run_job
     from stampede.spec import load_job
 
     spec = load_job(args.job, _overrides(args))  # validated before MPI starts and before any I/O
     comm = mpi.world()
-    from stampede.relayout import resolve
+    from stampede.checkpoint.relayout import resolve
     spec, _ = resolve(comm, spec)
     mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
     if comm.Get_rank() == 0:
@@ -253,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows = [row for run in runs for row in archive_rows(spec, context, run)]
         append_rows(spec.archive_path, rows)
         sidecar_file = write_sidecar(spec.archive_path, context.run_id, sidecar(spec, context, runs))
-        from stampede.report import make_console, render_run
+        from stampede.results.report import make_console, render_run
         console = make_console()
         render_run(rows, console, [text for run in runs for text in run.messages])
         console.print(f"archived: {spec.archive_path} (+ {sidecar_file})")
@@ -280,7 +280,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 def cmd_prepare(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.backends import backend_name_for
-    from stampede.prepare import prepare
+    from stampede.checkpoint.prepare import prepare
     from stampede.spec import load_job
 
     spec = load_job(args.job, _overrides(args))
@@ -298,7 +298,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from stampede.backends import backend_name_for
-    from stampede.report import make_console, render_plan
+    from stampede.results.report import make_console, render_plan
     from stampede.spec import load_job
 
     spec = load_job(args.job, _overrides(args))
@@ -309,20 +309,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if launcher_rank() != 0:
         return 0
     if spec.checkpoint_source == "existing":
-        from stampede.existing import scan
-        from stampede.report import render_existing_plan
+        from stampede.existing.catalogue import scan
+        from stampede.results.report import render_existing_plan
         render_existing_plan(spec, scan(spec.target_path, spec.storage_options), nranks,
                              make_console())
         return 0
     if spec.from_path:
-        from stampede.relayout import sized, source_catalogue
+        from stampede.checkpoint.relayout import sized, source_catalogue
         spec = sized(spec, source_catalogue(spec).total_bytes, nranks)
     render_plan(spec, nranks, backend_name_for(spec.target_path), make_console())
     return 0
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from stampede.clean import clean
+    from stampede.checkpoint.clean import clean
     from stampede.spec import load_job
 
     spec = load_job(args.job, _overrides(args))
@@ -336,8 +336,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from stampede.archive import read_rows
-    from stampede.report import make_console, render_archive
+    from stampede.results.archive import read_rows
+    from stampede.results.report import make_console, render_archive
 
     rows = read_rows(args.archive)
     if not rows:
@@ -350,7 +350,7 @@ def cmd_startup(args: argparse.Namespace) -> int:
     import subprocess
     import time
 
-    from stampede.startup import LAUNCH_VARIABLE
+    from stampede.run.startup import LAUNCH_VARIABLE
 
     imports = tuple(filter(None, (name.strip() for name in args.imports.split(","))))
     if args.np is None:
@@ -368,21 +368,21 @@ def cmd_startup(args: argparse.Namespace) -> int:
         status = subprocess.call(command, env=environment, stdout=subprocess.DEVNULL)
         if status:
             return status
-    from stampede.archive import read_rows
-    from stampede.report import make_console, render_archive
+    from stampede.results.archive import read_rows
+    from stampede.results.report import make_console, render_archive
     render_archive(read_rows(args.archive), make_console(), last=args.repeat)
     return 0
 
 
 def _startup_here(imports: tuple[str, ...], archive: str) -> int:
     from stampede import mpi
-    from stampede.startup import archive_startup, measure
+    from stampede.run.startup import archive_startup, measure
 
     comm, record = measure(mpi.world, imports)
     records = mpi.gather(comm, record)
     if records is not None:
         rows = archive_startup(records, imports, archive, mpi.library_version(comm))
-        from stampede.report import make_console, render_run
+        from stampede.results.report import make_console, render_run
         render_run(rows, make_console())
     return 0
 

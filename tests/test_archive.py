@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stampede.archive import COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
 from stampede.errors import UsageError
-from stampede.report import make_console, render_archive
+from stampede.results.archive import COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
+from stampede.results.report import make_console, render_archive
 
 
 def row(run_id: str, op: str = "restore", **values: object) -> dict[str, object]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from stampede.clock import on_one_axis, origins_array
-from stampede.samples import OP_CODE
+from stampede.results.samples import OP_CODE
+from stampede.run.clock import on_one_axis, origins_array
 
 RESTORE, READ = OP_CODE["restore"], OP_CODE["read"]
 

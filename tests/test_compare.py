@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stampede.compare import Comparison, compare_rows
+from stampede.results.compare import Comparison, compare_rows
 from tests.conftest import read_archive, small_job
 
 pytestmark = pytest.mark.mpi

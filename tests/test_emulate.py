@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from stampede import cli
-from stampede.mds_mount import emulate_command, force_unmount, is_mounted, running
+from stampede.emulate.mount import emulate_command, force_unmount, is_mounted, running
 from tests.conftest import fuse_missing, read_archive, small_job
 
 pytestmark = pytest.mark.mpi
@@ -216,7 +216,7 @@ def test_refusals_before_anything_is_is_mounted(tmp_path: Path, monkeypatch: pyt
 
 def test_the_service_model_without_fuse(tmp_path: Path) -> None:
     """MetadataServer alone: slots, the lock per file (not per directory), jitter."""
-    from stampede.emulate import MetadataServer
+    from stampede.emulate.mds import MetadataServer
 
     backing, service_s = backing_dir(tmp_path), 0.02
 

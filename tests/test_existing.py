@@ -1,4 +1,4 @@
-"""stampede.existing on real checkpoints no test wrote by hand (tests/checkpoints.py): a
+"""stampede.existing.catalogue on real checkpoints no test wrote by hand (tests/checkpoints.py): a
 published model's safetensors file, shards and an index re-split from it by the
 safetensors library, a DCP checkpoint saved by torch.distributed.checkpoint on 2 gloo
 ranks, HDF5 files written by h5py. scan must agree with the formats' own libraries,
@@ -22,8 +22,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stampede.checkpoint.formats import parse_header
+from stampede.checkpoint.plan import Extent
 from stampede.errors import CheckpointError, UsageError
-from stampede.existing import (
+from stampede.existing.catalogue import (
     ITEMSIZE,
     POLICIES,
     Catalogue,
@@ -33,8 +35,6 @@ from stampede.existing import (
     describe,
     scan,
 )
-from stampede.formats import parse_header
-from stampede.plan import Extent
 from tests import checkpoints
 
 RANKS = range(1, 8)
@@ -68,7 +68,7 @@ class _Pread:
 
 def _locate(catalogue: Catalogue) -> dict[tuple[str, str], tuple[int, int]]:
     """(relpath, tensor) -> (file offset, bytes), located as a run locates them: by
-    stampede.formats.parse_header, not by the catalogue under test."""
+    stampede.checkpoint.formats.parse_header, not by the catalogue under test."""
     if catalogue.format == "dcp":
         return {}
     located = {}

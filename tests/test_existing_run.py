@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stampede.existing import scan
+from stampede.existing.catalogue import scan
 from tests.conftest import read_archive, write_job
 
 pytestmark = pytest.mark.mpi

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from stampede.errors import CheckpointError, UsageError
-from stampede.existing import Catalogue, scan
+from stampede.existing.catalogue import Catalogue, scan
 from tests.conftest import read_archive, write_job
 from tests.s3server import FaultProxy, S3Server, s3_env, s3_server
 from tests.test_existing_run import _accounted, _digests

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stampede.gpu import HOST_LABEL
-from stampede.h2d import write_safetensors
+from stampede.run.devices import HOST_LABEL
+from stampede.run.h2d import write_safetensors
 from tests.conftest import read_archive, small_job
 
 pytestmark = pytest.mark.mpi

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
-from stampede.mttr import breakdown, gpu_hours_lost, no_spare_probability
+from stampede.model.mttr import breakdown, gpu_hours_lost, no_spare_probability
 from tests.conftest import read_archive, small_job
 
 

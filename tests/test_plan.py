@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stampede.errors import UsageError
-from stampede.plan import (
+from stampede.checkpoint.plan import (
     INDEX_FILE,
     SHARED_FILE,
     bytes_per_rank,
@@ -14,6 +13,7 @@ from stampede.plan import (
     stripes,
     writes_of_rank,
 )
+from stampede.errors import UsageError
 from stampede.spec import build_job
 
 

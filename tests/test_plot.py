@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from stampede.archive import read_rows, sidecar_path
+from stampede.results.archive import read_rows, sidecar_path
 from tests.conftest import RUN_TIMEOUT_S, small_job
 
 
@@ -85,7 +85,7 @@ def last_sidecar(archive: Path) -> dict[str, Any]:
 
 
 def build(archive: Path, kind: str, **options: Any) -> tuple[Any, list[str]]:
-    from stampede import plot
+    from stampede.results import plot
 
     figures, notes = plot.build_figures(archive, read_rows(archive), (kind,), **options)
     return figures.get(kind), notes
@@ -211,7 +211,7 @@ def test_a_bad_run_or_iteration_is_a_usage_error(sweep: Path, tmp_path: Path, ar
 
 @needs_matplotlib
 def test_an_archive_without_runs_is_a_usage_error(tmp_path: Path) -> None:
-    from stampede.archive import COLUMNS
+    from stampede.results.archive import COLUMNS
 
     (tmp_path / "empty.csv").write_text(",".join(COLUMNS) + "\n")
     result = cli("plot", str(tmp_path / "empty.csv"), cwd=tmp_path)
@@ -228,7 +228,7 @@ def test_without_matplotlib_plot_says_how_to_install_it_and_exits_2(
 
 
 def test_output_is_a_file_for_one_kind_and_a_stem_for_all() -> None:
-    from stampede.plot import output_paths
+    from stampede.results.plot import output_paths
 
     assert output_paths("out.png", ("cdf",)) == {"cdf": Path("out.png")}
     assert output_paths("d/out.png", ("cdf", "timeline")) == {

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stampede.archive import append_rows, read_rows
 from stampede.errors import UsageError
-from stampede.project import (
+from stampede.model.project import (
     Known,
     Params,
     Point,
@@ -26,6 +25,7 @@ from stampede.project import (
     project,
     series_from_rows,
 )
+from stampede.results.archive import append_rows, read_rows
 from tests.conftest import small_job
 
 TRUE = Params(rtt_s=50e-6, service_s=200e-6, threads=8, agg_bps=20e9, client_bps=2e9,

@@ -142,8 +142,8 @@ def test_render_prints_the_script_and_submits_nothing(slurm: SlurmCluster, tmp_p
 
 
 def test_slurm_module_imports_only_the_stdlib() -> None:
-    # stampede.slurm is imported on every CLI start, on every rank.
-    loaded = subprocess.run([sys.executable, "-c", "import sys, stampede.slurm; print(' '.join("
+    # stampede.commands.slurm is imported on every CLI start, on every rank.
+    loaded = subprocess.run([sys.executable, "-c", "import sys, stampede.commands.slurm; print(' '.join("
                              "name for name in sys.modules if name.split('.')[0] in "
                              "('numpy', 'rich', 'mpi4py', 'fsspec', 'torch')))"],
                             capture_output=True, text=True, timeout=60)

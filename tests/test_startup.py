@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stampede.startup import HEAVY_MODULES, RUN_MODULES, process_start_ns
+from stampede.run.startup import HEAVY_MODULES, RUN_MODULES, process_start_ns
 from tests.conftest import read_archive
 
 pytestmark = pytest.mark.mpi

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stampede.samples import OPS
-from stampede.stats import Latency, layout_stats, warnings_for
+from stampede.results.samples import OPS
+from stampede.results.stats import Latency, layout_stats, warnings_for
 
 
 def sample(rank: int, iteration: int, op: str, start_ns: int, stop_ns: int, nbytes: int = 0,

@@ -1,0 +1,245 @@
+"""Who reads (and writes) what: pure functions, no I/O, no MPI.
+
+`plan_rank(spec, layout, nranks, rank)` is the whole contract between a layout and the
+code that moves bytes; prepare and run both follow it, so the bytes written are exactly
+the bytes read. Unit tests check that every byte of the checkpoint is read by exactly the
+ranks the layout says.
+
+The model: N ranks = S model shards x R data-parallel replicas (`checkpoint.replicas`);
+rank r must end up holding model shard r mod S. With R = 1 every rank holds its own shard.
+
+| layout         | files                         | storage reads of rank r               | then        |
+|----------------|-------------------------------|----------------------------------------|-------------|
+| shared         | one file of S slices          | slice r mod S                          | -           |
+| sharded        | one file per shard            | shard file r mod S                     | -           |
+| replicated     | one file per shard            | shard file r mod S (R ranks read each) | -           |
+| broadcast      | one file per shard            | its shard file, if it leads its group  | Bcast       |
+| striped        | one file per shard            | stripe (r div S) of R of its shard     | Allgatherv  |
+| metadata-first | shard files + a shared index  | the whole index, then its shard file   | -           |
+| list-first     | one file per shard            | list the directory, then its shard     | -           |
+| list-bcast     | one file per shard            | rank 0 lists and broadcasts; its shard | -           |
+
+A group is the R ranks that hold the same shard (or, with broadcast_group = "node", those
+of them on one node: one storage read per node and shard). With `run.rank_shift` = k, rank
+r takes the place of rank (r + k) mod N above, so it reads bytes another rank wrote.
+
+Formats (stampede.checkpoint.formats): in a safetensors or HDF5 file each shard is a tensor named
+`shard-SSSSS`, and an extent's offset counts from the tensor's first byte, which the
+file's header locates at run time (the `header` op). Raw extents are file offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from stampede.checkpoint.formats import DTYPES, EXTENSIONS
+from stampede.errors import UsageError
+from stampede.spec import DIRECT_ALIGN_BYTES, JobSpec
+
+SHARED_FILE = "shared/checkpoint.raw"
+SHARD_DIR = "sharded"
+INDEX_FILE = f"{SHARD_DIR}/.metadata"   # where PyTorch DCP keeps its index
+EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}
+LISTING = {"list-first": False, "list-bcast": True}   # layout -> does rank 0 list alone?
+
+
+@dataclass(frozen=True)
+class Extent:
+    """One contiguous byte range of one checkpoint file, read (or written) by one rank."""
+
+    relpath: str
+    offset: int                     # in the file (raw), or from the tensor's first byte
+    length: int
+    tensor: str = ""                # formatted files: the tensor the bytes belong to
+
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.length <= 0:
+            raise ValueError(f"bad extent {self}")
+
+    def blocks(self, block_bytes: int) -> Iterator[tuple[int, int]]:
+        """(offset, length) of each read op; the last block may be shorter."""
+        end = self.offset + self.length
+        for offset in range(self.offset, end, block_bytes):
+            yield offset, min(block_bytes, end - offset)
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """Everything one rank does in one iteration of the pattern, in order."""
+
+    rank: int
+    nranks: int
+    layout: str
+    ops: tuple[str, ...]
+    extents: tuple[Extent, ...]     # storage reads (broadcast: only if the rank leads)
+    block_bytes: int
+    stat_count: int
+    open_count: int
+    hold: Extent                    # the model shard this rank must end up holding
+    group: int = 0                  # ranks with the same group (and node) exchange bytes
+    member: int = 0                 # its place in the group: the replica (striped: stripe)
+    exchange: str = ""              # "", "bcast" or "allgather" after the storage reads
+    leader_reads: bool = False      # broadcast: only the group's first rank reads storage
+    index_file: str = ""            # metadata-first: read whole by every rank first
+    list_dir: str = ""              # list-first / list-bcast: listed before reading
+    list_on_root: bool = False      # list-bcast: rank 0 lists, then broadcasts the names
+    formatted: bool = False         # files have headers: one header op per file read
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files this rank stats and opens, each once per pattern pass."""
+        return tuple(dict.fromkeys(extent.relpath for extent in self.extents))
+
+    def op_counts(self, leads: bool = True) -> dict[str, int]:
+        """Storage ops of one iteration on this rank (broadcast: as leader or not)."""
+        reads_storage = leads or not self.leader_reads
+        nfiles = len(self.files) if reads_storage else 0
+        per_op = {
+            "stat": self.stat_count * nfiles,
+            "open": self.open_count * nfiles,
+            "read": sum(-(-e.length // self.block_bytes) for e in self.extents) if nfiles else 0,
+            "close": self.open_count * nfiles,
+        }
+        counts = {op: per_op[op] for op in self.ops}
+        if self.formatted and "read" in self.ops and nfiles:
+            counts["header"] = nfiles
+        if self.index_file:
+            counts["index"] = 1
+        if self.list_dir:
+            counts["list"] = int(self.rank == 0 or not self.list_on_root)
+        return counts
+
+
+def shard_count(spec: JobSpec, nranks: int) -> int:
+    """S = N / R model shards; the rank count must be a multiple of the replica count."""
+    if nranks % spec.replicas:
+        raise UsageError(f"{spec.source}: checkpoint.replicas = {spec.replicas} does not divide "
+                         f"{nranks} ranks", hint="run on a multiple of the replica count")
+    return nranks // spec.replicas
+
+
+def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
+    """Bytes each rank must hold: its model shard. A total size is split over the S
+    shards, rounded down to 4 KiB so slices and stripes stay aligned for O_DIRECT."""
+    shards = shard_count(spec, nranks)
+    if spec.size_per_rank_bytes is not None:
+        per_rank = spec.size_per_rank_bytes
+        if spec.cache == "direct" and per_rank % DIRECT_ALIGN_BYTES:
+            raise UsageError(f"{spec.source}: checkpoint.size_per_rank = {per_rank}: run.cache ="
+                             f" direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
+        itemsize = DTYPES[spec.dtype].itemsize
+        if (spec.format != "raw" or spec.check_finite) and per_rank % itemsize:
+            raise UsageError(f"{spec.source}: checkpoint.size_per_rank = {per_rank}: a shard "
+                             f"of {spec.dtype} elements needs a multiple of {itemsize} bytes")
+        return per_rank
+    assert spec.size_total_bytes is not None
+    per_rank = spec.size_total_bytes // shards // DIRECT_ALIGN_BYTES * DIRECT_ALIGN_BYTES
+    if per_rank == 0:
+        raise UsageError(f"{spec.source}: checkpoint.size = {spec.size_total_bytes} is too small "
+                         f"for {shards} shards: each needs at least {DIRECT_ALIGN_BYTES} bytes")
+    return per_rank
+
+
+def shard_path(shard: int, shards: int, fmt: str = "raw") -> str:
+    return f"{SHARD_DIR}/shard-{shard:05d}-of-{shards:05d}.{EXTENSIONS[fmt]}"
+
+
+def shared_path(fmt: str = "raw") -> str:
+    return SHARED_FILE.replace(".raw", f".{EXTENSIONS[fmt]}")
+
+
+def tensor_name(shard: int, fmt: str) -> str:
+    """The tensor that holds a shard in a formatted file ("" in a raw one)."""
+    return f"shard-{shard:05d}" if fmt != "raw" else ""
+
+
+def _shard_extent(spec: JobSpec, layout: str, shard: int, shards: int, per_rank: int) -> Extent:
+    """Where shard `shard` lives, in the layout's files."""
+    fmt, tensor = spec.format, tensor_name(shard, spec.format)
+    if layout == "shared":
+        return Extent(shared_path(fmt), 0 if tensor else shard * per_rank, per_rank, tensor)
+    return Extent(shard_path(shard, shards, fmt), 0, per_rank, tensor)
+
+
+def checkpoint_files(spec: JobSpec, layout: str, nranks: int) -> tuple[tuple[str, int], ...]:
+    """(relative path, data bytes) of every file the layout consists of; a formatted file
+    is larger by its header."""
+    return tuple((relpath, sum(nbytes for _, nbytes in tensors))
+                 for relpath, tensors in file_tensors(spec, layout, nranks).items())
+
+
+def file_tensors(spec: JobSpec, layout: str,
+                 nranks: int) -> dict[str, tuple[tuple[str, int], ...]]:
+    """relpath -> the (tensor, bytes) it holds, in file order (raw: one unnamed tensor)."""
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
+    fmt = spec.format
+    files: dict[str, tuple[tuple[str, int], ...]] = {}
+    if layout == "metadata-first":
+        files[INDEX_FILE] = (("", spec.index_bytes),)
+    if layout == "shared":
+        files[shared_path(fmt)] = tuple((tensor_name(shard, fmt), per_rank)
+                                        for shard in range(shards)) if fmt != "raw" \
+            else (("", per_rank * shards),)
+    else:
+        for shard in range(shards):
+            files[shard_path(shard, shards, fmt)] = ((tensor_name(shard, fmt), per_rank),)
+    return files
+
+
+def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
+                   whole_files: bool = False) -> tuple[Extent, ...]:
+    """What `prepare` writes on this rank: the first S ranks write one shard (or slice)
+    each, rank 0 also the index. whole_files (object stores, written sequentially): the
+    shared file is written whole by rank 0."""
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
+    writes = []
+    if layout == "metadata-first" and rank == 0:
+        writes.append(Extent(INDEX_FILE, 0, spec.index_bytes))
+    if layout == "shared" and whole_files:
+        if rank == 0:
+            writes.extend(_shard_extent(spec, layout, shard, shards, per_rank)
+                          for shard in range(shards))
+    elif rank < shards:
+        writes.append(_shard_extent(spec, layout, rank, shards, per_rank))
+    return tuple(writes)
+
+
+def _stripe(hold: Extent, index: int, count: int) -> Extent | None:
+    """Stripe `index` of `count` of a shard, in whole 4 KiB pages (the last takes the rest)."""
+    pages = hold.length // DIRECT_ALIGN_BYTES
+    first, last = pages * index // count, pages * (index + 1) // count
+    length = (last - first) * DIRECT_ALIGN_BYTES
+    if index == count - 1:
+        length = hold.length - first * DIRECT_ALIGN_BYTES
+    if length <= 0:
+        return None
+    return Extent(hold.relpath, hold.offset + first * DIRECT_ALIGN_BYTES, length, hold.tensor)
+
+
+def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:
+    """The plan of one rank in one layout (see the module's table)."""
+    if not 0 <= rank < nranks:
+        raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
+    place = (rank + spec.rank_shift) % nranks   # the rank whose shard this one restores
+    shard, replica = place % shards, place // shards
+    hold = _shard_extent(spec, layout, shard, shards, per_rank)
+    extents: tuple[Extent, ...] = (hold,)
+    if layout == "striped":
+        stripe = _stripe(hold, replica, spec.replicas)
+        extents = (stripe,) if stripe else ()
+    return RankPlan(
+        rank=rank, nranks=nranks, layout=layout, ops=spec.ops, extents=extents,
+        block_bytes=spec.block_bytes, stat_count=spec.stat_count, open_count=spec.open_count,
+        hold=hold, group=shard, member=replica, exchange=EXCHANGE.get(layout, ""),
+        leader_reads=layout == "broadcast",
+        index_file=INDEX_FILE if layout == "metadata-first" else "",
+        list_dir=SHARD_DIR if layout in LISTING else "",
+        list_on_root=LISTING.get(layout, False), formatted=spec.format != "raw")
+
+
+def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:
+    """(offset within the shard, length) of each replica's stripe: the Allgatherv layout."""
+    parts = (_stripe(hold, index, spec.replicas) for index in range(spec.replicas))
+    return tuple((p.offset - hold.offset, p.length) if p else (0, 0) for p in parts)

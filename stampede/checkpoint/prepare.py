@@ -1,0 +1,233 @@
+"""`prepare`: every rank writes its part of the checkpoint in parallel, then a manifest.
+
+shared: rank 0 creates the one file at its full size (with its header, in a formatted
+file), then each rank writes its slice at its offset; sharded: each rank creates and
+writes its own file. Every rank fsyncs, hashes what it wrote (SHA-256 and XXH3-128 per
+slice) and rank 0 records it all in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from stampede import mpi
+from stampede.backends import open_backend
+from stampede.backends.base import Backend
+from stampede.backends.posix import DIR_MODE, FILE_MODE
+from stampede.buffers import AlignedBuffer
+from stampede.checkpoint.content import ContentSource, content_label
+from stampede.checkpoint.formats import create_file, safetensors_prefix
+from stampede.checkpoint.lustre import apply_stripe
+from stampede.checkpoint.manifest import (
+    MANIFEST_NAME,
+    layout_entry,
+    new_manifest,
+    read_manifest,
+    write_manifest,
+)
+from stampede.checkpoint.plan import (
+    Extent,
+    bytes_per_rank,
+    checkpoint_files,
+    file_tensors,
+    shard_count,
+    shared_path,
+    writes_of_rank,
+)
+from stampede.checkpoint.relayout import SourceContent
+from stampede.errors import CheckpointError, UsageError
+from stampede.results.progress import progress_bar
+from stampede.spec import JobSpec
+
+
+def _check_target(spec: JobSpec, backend: Backend) -> dict[str, Any]:
+    """Rank 0: the target exists (or is created) and is ours to write into."""
+    if backend.name == "posix":
+        root = Path(spec.target_path)
+        if root.is_symlink():
+            raise CheckpointError(f"target.path = {spec.target_path!r} is a symbolic link",
+                                  hint="give the real directory")
+        if root.exists() and not root.is_dir():
+            raise CheckpointError(f"target.path = {spec.target_path!r} is not a directory")
+    try:
+        backend.ensure_root()
+    except OSError as error:
+        raise CheckpointError(f"target.path = {spec.target_path!r}: cannot create it "
+                              f"({error.strerror or error})") from None
+    if backend.name == "posix" and not os.access(spec.target_path, os.W_OK | os.X_OK):
+        raise CheckpointError(f"target.path = {spec.target_path!r} is not writable")
+    manifest = read_manifest(backend, spec.target_path)
+    if manifest is None and backend.names():
+        raise CheckpointError(
+            f"target.path = {spec.target_path!r} is not empty and was not prepared by stampede"
+            f" (no {MANIFEST_NAME})", hint="give an empty or new directory (or prefix)")
+    return manifest or new_manifest()
+
+
+Offsets = dict[str, dict[str, int]]   # relpath -> tensor -> file offset of its first byte
+
+
+def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, Any],
+                  backend: Backend) -> tuple[Offsets, list[str]]:
+    """Rank 0: directories (striped on Lustre when the job asks), and the shared file at its
+    full size, header included, before ranks write into it (POSIX). Returns the shared
+    file's tensor offsets and notes for the user.
+
+    Files of an earlier prepare of this layout that no layout needs any more (shards of
+    another rank count) are removed: they were ours, and the manifest is about to forget
+    them.
+    """
+    files = checkpoint_files(spec, layout, nranks)
+    keep = {relpath for relpath, _ in files} | {
+        record["path"] for name, entry in manifest["layouts"].items() if name != layout
+        for record in entry["files"]}
+    for record in manifest["layouts"].get(layout, {}).get("files", []):
+        if record["path"] not in keep:
+            backend.remove(record["path"])
+    if backend.name != "posix":   # objects are written whole, in sequence, by one rank each
+        return {}, []
+    root = Path(spec.target_path)
+    offsets: Offsets = {}
+    notes: list[str] = []
+    tensors = file_tensors(spec, layout, nranks)
+    striping = bool(spec.stripe_count or spec.stripe_size_bytes)
+    for directory in sorted({(root / relpath).parent for relpath, _ in files}):
+        # Striping applies to files created afterwards, so it is set on the new, empty
+        # directory; a directory that exists keeps what it has, and the user is told.
+        if not directory.exists():
+            directory.mkdir(mode=DIR_MODE)
+            if striping:
+                notes.append(apply_stripe(directory, spec.stripe_count, spec.stripe_size_bytes))
+        elif striping:
+            notes.append(f"{directory} exists: its striping is left as it is (clean, then "
+                         "prepare again to apply target.stripe_*)")
+    shared = shared_path(spec.format)
+    if shared in tensors:
+        offsets[shared] = create_file(spec.format, root / shared, tensors[shared], spec.dtype,
+                                      FILE_MODE)
+    return offsets, notes
+
+
+class _Writer:
+    """One rank's writes: deterministic content, block by block, durable, hashed.
+
+    Several layouts share files (the shard files); each extent is written once per
+    prepare and its record reused. A file is written through the backend's writer: at
+    offsets in place (POSIX), or as one sequential upload, header first (object stores).
+    """
+
+    def __init__(self, spec: JobSpec, rank: int, backend: Backend) -> None:
+        self.spec, self.rank, self.backend = spec, rank, backend
+        self.content: ContentSource | SourceContent = ContentSource(spec.block_bytes)
+        self.written: dict[Extent, dict[str, Any]] = {}
+
+    def write(self, extents: tuple[Extent, ...], shared_offsets: Offsets,
+              tensors: dict[str, tuple[tuple[str, int], ...]],
+              advance: Callable[[int], None]) -> list[dict[str, Any]]:
+        todo = [extent for extent in extents if extent not in self.written]
+        with AlignedBuffer(self.spec.block_bytes) as buffer:
+            for relpath in dict.fromkeys(extent.relpath for extent in todo):
+                fmt = self.spec.format if any(t for t, _ in tensors[relpath]) else "raw"
+                prefix, offsets = self._create(relpath, fmt, tensors[relpath], shared_offsets)
+                mine = sorted((e for e in todo if e.relpath == relpath),
+                              key=lambda e: offsets[e.tensor] + e.offset)
+                with self.backend.writer(relpath) as out:
+                    if prefix:
+                        out.write_at(0, memoryview(prefix))
+                    for extent in mine:
+                        self.written[extent] = self._write_extent(
+                            out, extent, offsets[extent.tensor], buffer, advance)
+        return [self.written[extent] for extent in extents]
+
+    def _create(self, relpath: str, fmt: str, tensors: tuple[tuple[str, int], ...],
+                shared_offsets: Offsets) -> tuple[bytes, dict[str, int]]:
+        """(bytes to write first, tensor offsets). POSIX: the shared file was created by
+        rank 0; a file this rank writes alone it creates itself, header and all, replacing
+        an old one. Object stores: the header goes first in the upload."""
+        if relpath in shared_offsets:
+            return b"", shared_offsets[relpath]
+        if self.backend.name == "posix":
+            return b"", create_file(fmt, Path(self.spec.target_path) / relpath, tensors,
+                                    self.spec.dtype, FILE_MODE)
+        if fmt == "safetensors":
+            return safetensors_prefix(tensors, self.spec.dtype)
+        return b"", {"": 0}
+
+    def _write_extent(self, out: Any, extent: Extent, base: int, buffer: AlignedBuffer,
+                      advance: Callable[[int], None]) -> dict[str, Any]:
+        """Write the extent's content at `base` + its offsets (base: where its tensor
+        starts in a formatted file, 0 in a raw one)."""
+        import xxhash  # a prepare-time dependency only
+
+        sha256, xxh3 = hashlib.sha256(), xxhash.xxh3_128()
+        label = content_label(extent.relpath, extent.tensor)
+        for offset, length in extent.blocks(self.spec.block_bytes):
+            view = buffer.prefix(length)
+            self.content.fill(view, label, offset)
+            out.write_at(base + offset, view)
+            sha256.update(view)
+            xxh3.update(view)
+            advance(length)
+        return {"rank": self.rank, "path": extent.relpath, "tensor": extent.tensor,
+                "offset": extent.offset, "length": extent.length,
+                "sha256": sha256.hexdigest(), "xxh3": xxh3.hexdigest()}
+
+
+def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
+    """Write every layout of the job; returns the manifest (on every rank)."""
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    if spec.checkpoint_source == "existing":
+        raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": prepare never "
+                         "writes to a checkpoint stampede did not make",
+                         hint="run it as it is, or copy it into stampede's layouts with "
+                              "`prepare --from PATH` and another target.path")
+    from stampede.checkpoint.relayout import resolve
+    spec, source = resolve(comm, spec)
+    mpi.on_root(comm, "checking the job", partial(bytes_per_rank, spec, nranks))
+    backend = mpi.collective(comm, "connecting to the target",
+                             partial(open_backend, spec.target_path, spec.storage_options))
+    whole_files = backend.name != "posix"
+    manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec, backend))
+    writer = _Writer(spec, rank, backend)
+    if source is not None:   # the user's tensors instead of synthetic bytes
+        writer.content = SourceContent(source, bytes_per_rank(spec, nranks), spec.block_bytes)
+    for layout in spec.layouts:
+        per_rank = bytes_per_rank(spec, nranks)
+        extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
+        offsets, notes = mpi.on_root(comm, f"creating the {layout} files",
+                                     partial(_create_files, spec, layout, nranks, manifest,
+                                             backend))
+        if rank == 0:
+            for note in dict.fromkeys(notes):
+                print(f"stampede: {note}", flush=True)
+        tensors = file_tensors(spec, layout, nranks)
+        # Rank 0 stands for all in the progress bar: the writers go at about the same pace.
+        total = sum(extent.length for extent in extents) * min(nranks, shard_count(spec, nranks))
+        with progress_bar(total, f"prepare {layout}", show_progress and rank == 0) as bar:
+            advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
+            slices = mpi.collective(comm, f"writing the {layout} checkpoint",
+                                    partial(writer.write, extents, offsets, tensors, advance))
+        everyone = mpi.gather(comm, slices)
+        if rank == 0:
+            assert everyone is not None
+            files = list(checkpoint_files(spec, layout, nranks))
+            entry = manifest["layouts"][layout] = layout_entry(
+                spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
+            if source is not None:   # not regenerable: a corrupt byte is not located
+                entry.update(content_block_bytes=0, source={
+                    "path": spec.from_path, "format": source.format,
+                    "bytes": source.total_bytes})
+            write_manifest(backend, manifest)
+    if isinstance(writer.content, SourceContent):
+        writer.content.close()
+    result: dict[str, Any] = mpi.bcast(comm, manifest)
+    return result
+
+
+def _scaled(advance: Callable[[int], None], factor: float, nbytes: int) -> None:
+    advance(int(nbytes * factor))

@@ -1,0 +1,75 @@
+"""`stampede sweep`: one job at several rank counts through the local mpiexec, every run
+appended to the job's one archive (for users without Slurm; slurm/sweep.sbatch is the
+batch-system twin).
+
+A checkpoint is prepared for one rank count (a sharded one has a file per shard), so
+each step prepares, then runs; `--clean` removes the checkpoint at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from typing import Any
+
+
+def parse_ranks(text: str) -> tuple[int, ...]:
+    """'1,2,4,8' -> (1, 2, 4, 8); counts must be whole numbers >= 1, no repeats."""
+    from stampede.errors import UsageError
+
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise UsageError(f"--ranks {text!r}: must be distinct rank counts >= 1, e.g. 1,2,4,8")
+    return counts
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "sweep", formatter_class=formatter,
+        help="Run one job at several rank counts through the local mpiexec, appending every "
+             "run to the job's archive (prepare, then run, at each count).",
+        description="Run one job at several rank counts through the local mpiexec.",
+        epilog="Each rank count is a separate `stampede run`, appended to archive.path; "
+               "`stampede plot ARCHIVE` then draws GB/s and time to last rank against ranks.")
+    sub.add_argument("job", help="job file (TOML)")
+    sub.add_argument("--ranks", required=True, type=str, help="rank counts, e.g. 1,2,4,8")
+    sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a job key (passed to every step)")
+    sub.add_argument("--clean", action="store_true", help="remove the checkpoint at the end")
+    sub.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from stampede.checkpoint.plan import bytes_per_rank
+    from stampede.errors import UsageError
+    from stampede.launcher import find_mpiexec
+    from stampede.spec import load_job
+
+    counts = parse_ranks(args.ranks)
+    spec = load_job(args.job, args.set)   # every error before the first launch
+    for nranks in counts:
+        bytes_per_rank(spec, nranks)      # replicas divide it, the size is large enough
+    mpiexec = find_mpiexec()
+    if mpiexec is None and max(counts) > 1:
+        raise UsageError("sweep needs mpiexec for more than one rank, and none was found",
+                         hint="pip install -e '.[mpi]'")
+    overrides = [item for pair in args.set for item in ("--set", pair)]
+    for nranks in counts:
+        launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
+        print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)
+        for step in ("prepare", "run"):
+            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, args.job,
+                                      *overrides])
+            if status:
+                print(f"stampede sweep: {step} at {nranks} rank(s) failed (exit {status}); runs "
+                      f"before it stay in {spec.archive_path}", file=sys.stderr)
+                return status
+    if args.clean:
+        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *overrides])
+    print(f"stampede sweep: {len(counts)} rank counts appended to {spec.archive_path}",
+          file=sys.stderr)
+    return 0

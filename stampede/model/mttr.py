@@ -1,0 +1,264 @@
+"""`stampede mttr`: the recovery-time model, fed by measurements where the archive has them.
+
+    T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights / BW_rank_io + T_barrier_sync
+    example: 15 s + 10 s + 5 s + 30 GB / 2 GB/s + 10 s = 55 s   (the defaults)
+
+From archives it takes:
+  BW_rank_io      a restore run's slowest-rank GB/s (bytes per rank / time to last rank):
+                  the slowest rank sets the restart, not the mean; its time to first byte
+                  (metadata stall) is shown as the part of the load term before data flows
+  T_pod_init      `stampede startup`: time until the last rank is up (launch -> MPI ready)
+  T_barrier_sync  the restore's straggler wait (time to last rank - first done: what the
+                  ranks that finished wait at the sync), plus the median MPI barrier of
+                  `stampede startup` when given; the barrier alone without a restore run
+A restore measured with a warm page cache is not a storage measurement: cold or direct
+runs are preferred, and a warm one is used only with a warning in its source.
+Every other term is an assumption from the flags (or an [mttr] section of a job file),
+and the report marks each term measured or assumed.
+
+Beside it: GPU-hours lost per failure (and per day at a failure interval), and hot spares:
+with a cluster of N nodes that each fail at a rate r per hour and a pool of S warm spares
+that take R hours to replenish, the nodes in repair are Poisson with mean N r R, so a
+failure finds no warm spare with P = P(Poisson(N r R) >= S), and adds P x T_cold_swap to
+T_cordon_swap on average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stampede.errors import UsageError
+
+EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
+           "bw_rank_gbps": 2.0, "sync_s": 10.0}
+EXTRA_DEFAULTS = {"gpus": 16384.0, "mtbf_h": 0.0, "checkpoint_interval_s": 0.0, "nodes": 2048.0,
+                  "node_failures_per_day": 0.001, "replenish_h": 24.0, "cold_swap_s": 1800.0}
+SECTION_KEYS = (*EXAMPLE, "gpus", "mtbf_h", "checkpoint_interval_s", "nodes",
+                "node_failures_per_day", "spares", "replenish_h", "cold_swap_s")
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    seconds: float
+    source: str          # "assumed (...)" or "measured: archive run column"
+
+    @property
+    def measured(self) -> bool:
+        return self.source.startswith("measured")
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    terms: tuple[Term, ...]
+    weights_gb: float
+    bw_rank_gbps: float
+    metadata_stall_s: float = math.nan   # inside the load term, when measured
+
+    @property
+    def total_s(self) -> float:
+        return sum(term.seconds for term in self.terms)
+
+    @property
+    def dominant(self) -> tuple[Term, ...]:
+        """The largest term, or the terms tied for largest."""
+        largest = max(term.seconds for term in self.terms)
+        return tuple(term for term in self.terms if term.seconds == largest)
+
+
+def breakdown(detect_s: float, swap_s: float, init_s: float, weights_gb: float,
+              bw_rank_gbps: float, sync_s: float, sources: dict[str, str] | None = None,
+              metadata_stall_s: float = math.nan) -> Breakdown:
+    """The model's five terms; `sources` says which were measured and where."""
+    if bw_rank_gbps <= 0 or weights_gb < 0 or min(detect_s, swap_s, init_s, sync_s) < 0:
+        raise UsageError("mttr: times and sizes must be >= 0 and BW_rank_io > 0")
+    sources = sources or {}
+
+    def source(key: str) -> str:
+        return sources.get(key, "assumed")
+
+    load_source = sources.get("bw_rank_gbps", "assumed")
+    return Breakdown(terms=(
+        Term("T_detect", detect_s, source("detect_s")),
+        Term("T_cordon_swap", swap_s, source("swap_s")),
+        Term("T_pod_init", init_s, source("init_s")),
+        Term("S_weights / BW_rank_io", weights_gb / bw_rank_gbps, load_source),
+        Term("T_barrier_sync", sync_s, source("sync_s")),
+    ), weights_gb=weights_gb, bw_rank_gbps=bw_rank_gbps, metadata_stall_s=metadata_stall_s)
+
+
+def gpu_hours_lost(total_s: float, gpus: int, checkpoint_interval_s: float = 0.0) -> float:
+    """Per failure: every GPU idles for T_MTTR, plus on average half a checkpoint interval
+    of work redone."""
+    return gpus * (total_s + checkpoint_interval_s / 2) / 3600
+
+
+def no_spare_probability(nodes: int, node_failures_per_day: float, spares: int,
+                         replenish_h: float) -> float:
+    """P(a failure finds the warm-spare pool empty) = P(Poisson(N r R) >= S)."""
+    mean = nodes * node_failures_per_day / 24 * replenish_h
+    if mean == 0:
+        return 0.0 if spares > 0 else 1.0
+    # Sum the tail itself (1 - the head loses everything below 1e-16 to rounding), with
+    # each term from the last by ratio, in logs so that large means do not overflow.
+    log_term = -mean + spares * math.log(mean) - math.lgamma(spares + 1)
+    tail, k = 0.0, spares
+    while True:
+        term = math.exp(log_term)
+        tail += term
+        k += 1
+        log_term += math.log(mean) - math.log(k)
+        if k > mean and term < 1e-18 * max(tail, 1e-300):
+            return min(tail, 1.0)
+
+
+# --- measurements from archives ---
+
+def _latest(rows: list[dict[str, str]], op: str, layout: str = "") -> dict[str, str] | None:
+    chosen = [row for row in rows if row["op"] == op and row.get("valid") == "true"
+              and row.get("time_to_last_rank_s") and (not layout or row["layout"] == layout)]
+    return chosen[-1] if chosen else None
+
+
+def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], dict[str, str], float]:
+    """Values and sources of the terms the archives hold, and the metadata stall."""
+    from stampede.results.archive import read_rows, sidecar_path
+
+    values: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    stall = math.nan
+    for archive in archives:
+        rows = read_rows(archive)
+        name = Path(archive).name
+        startup = _latest(rows, "startup")
+        if startup is not None:
+            values["init_s"] = float(startup["time_to_last_rank_s"])
+            sources["init_s"] = f"measured: {name} run {startup['run_id']}, last rank up"
+            barrier = next((row for row in reversed(rows) if row["op"] == "barrier"
+                            and row["run_id"] == startup["run_id"]), None)
+            if barrier is not None and barrier.get("lat_p50_s"):
+                values["barrier_s"] = float(barrier["lat_p50_s"])
+                sources["barrier_s"] = (f"{name} run {startup['run_id']}, MPI barrier p50 over "
+                                        f"{barrier['nranks']} ranks")
+        restores = [row for row in rows if row["op"] == "restore" and row.get("valid") == "true"
+                    and row.get("slowest_rank_gbps") and (not layout or row["layout"] == layout)]
+        storage = [row for row in restores if row.get("cache") != "warm"] or restores
+        if storage:
+            run_id = storage[-1]["run_id"]
+            best = min((row for row in storage if row["run_id"] == run_id),
+                       key=lambda row: float(row["time_to_last_rank_s"]))
+            warm = " (WARM: page cache, not storage)" if best.get("cache") == "warm" else ""
+            values["bw_rank_gbps"] = float(best["slowest_rank_gbps"])
+            sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
+                                       f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
+            values["straggler_s"] = float(best["time_to_last_rank_s"]) - float(best["first_done_s"])
+            sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
+            stall = _time_to_first_byte(sidecar_path(archive, run_id), best["layout"])
+    return _sync(values, sources), sources, stall
+
+
+def _sync(values: dict[str, float], sources: dict[str, str]) -> dict[str, float]:
+    """T_barrier_sync from what was measured: straggler wait plus barrier, or either."""
+    parts = [key for key in ("straggler_s", "barrier_s") if key in values]
+    if parts:
+        values["sync_s"] = sum(values[key] for key in parts)
+        sources["sync_s"] = "measured: " + " + ".join(sources[key] for key in parts)
+    return {key: value for key, value in values.items() if key in EXAMPLE}
+
+
+def _time_to_first_byte(sidecar: Path, layout: str) -> float:
+    """The slowest rank's barrier -> first byte (median over iterations), from a sidecar."""
+    import json
+    import statistics
+    try:
+        stats = json.loads(sidecar.read_text())["layouts"][layout]["stats"]
+    except (OSError, KeyError, ValueError, TypeError):
+        return math.nan
+    by_iteration: dict[float, float] = {}
+    for _, iteration, _, first_byte, *_ in stats.get("timeline") or ():
+        if first_byte is not None:
+            by_iteration[iteration] = max(by_iteration.get(iteration, 0.0), first_byte)
+    return statistics.median(by_iteration.values()) if by_iteration else math.nan
+
+
+def _section(path: str) -> dict[str, float]:
+    try:
+        document = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise UsageError(f"{path}: cannot read it as TOML ({error})") from None
+    table = document.get("mttr", {})
+    for key, value in table.items():
+        if key not in SECTION_KEYS:
+            import difflib
+            close = difflib.get_close_matches(key, SECTION_KEYS, n=1)
+            raise UsageError(f"{path}: unknown key 'mttr.{key}'"
+                             + (f' (did you mean "mttr.{close[0]}"?)' if close else ""))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise UsageError(f"{path}: mttr.{key} = {value!r}: must be a number >= 0")
+    return {key: float(value) for key, value in table.items()}
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "mttr", formatter_class=formatter,
+        help="The recovery-time model T_MTTR with the terms stampede measured (restore "
+             "bandwidth of the slowest rank, start-up, barrier) and the rest assumed.",
+        description="T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io "
+                    "+ T_barrier_sync", epilog=__doc__)
+    sub.add_argument("archives", nargs="*", metavar="ARCHIVE",
+                     help="archives to take measured terms from (restore runs, startup runs)")
+    sub.add_argument("--job", default="", help="a TOML file whose [mttr] section sets the inputs")
+    sub.add_argument("--layout", default="", help="restore layout to take BW_rank_io from "
+                     "(default: the latest run's fastest layout)")
+    for key, default in EXAMPLE.items():
+        sub.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
+                         help=f"default {default:g} (the worked example)")
+    sub.add_argument("--gpus", type=float, default=None, help="GPUs of the job (default 16384)")
+    sub.add_argument("--mtbf-h", type=float, default=None,
+                     help="the job's mean time between failures, hours: GPU-hours lost per day")
+    sub.add_argument("--checkpoint-interval-s", type=float, default=None,
+                     help="seconds between checkpoints: half of it is redone after a failure")
+    sub.add_argument("--nodes", type=float, default=None, help="nodes in the cluster (default 2048)")
+    sub.add_argument("--node-failures-per-day", type=float, default=None,
+                     help="failures per node per day (default 0.001)")
+    sub.add_argument("--replenish-h", type=float, default=None,
+                     help="hours to return a spare to the pool (default 24)")
+    sub.add_argument("--cold-swap-s", type=float, default=None,
+                     help="seconds to bring in a node when no warm spare is left (default 1800)")
+    sub.set_defaults(func=cmd_mttr)
+
+
+def cmd_mttr(args: argparse.Namespace) -> int:
+    from stampede.results.report import make_console, render_mttr
+
+    inputs = dict(EXAMPLE)
+    sources = {key: "assumed (worked example)" for key in EXAMPLE}
+    section = _section(args.job) if args.job else {}
+    for key in EXAMPLE:
+        if key in section:
+            inputs[key], sources[key] = section[key], f"assumed ({args.job} [mttr])"
+        if getattr(args, key) is not None:
+            inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
+    values: dict[str, float] = {}
+    measured: dict[str, str] = {}
+    stall = math.nan
+    if args.archives:
+        values, measured, stall = measured_terms(args.archives, args.layout)
+    if args.archives and not values:
+        raise UsageError(f"{', '.join(args.archives)}: no valid restore or startup run to measure from")
+    inputs.update(values)
+    sources.update(measured)
+    model = breakdown(**inputs, sources=sources, metadata_stall_s=stall)
+    # a flag beats the [mttr] section, which beats the built-in default
+    extras = {key: float(getattr(args, key)) if getattr(args, key) is not None
+              else section.get(key, EXTRA_DEFAULTS[key]) for key in EXTRA_DEFAULTS}
+    spares = [(fraction, max(1, round(extras["nodes"] * fraction))) for fraction in (0.02, 0.03, 0.05)]
+    render_mttr(model, extras, [(fraction, count, no_spare_probability(
+        int(extras["nodes"]), extras["node_failures_per_day"], count, extras["replenish_h"]))
+        for fraction, count in spares], make_console())
+    return 0

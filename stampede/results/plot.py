@@ -1,0 +1,545 @@
+"""`stampede plot`: the pictures a storage engineer wants from an archive and its sidecars.
+
+Three figures, one PNG each (matplotlib, Agg backend, never a display):
+- cdf: latency CDF of every op, one panel per op, one line per layout, of one run. Drawn
+  from the sidecar's fixed log-bucket histograms (stats.HISTOGRAM_EDGES_S, 20 buckets per
+  decade, all measured iterations and ranks pooled): at each bucket edge the curve is the
+  exact fraction of samples below it; between edges it is flat, so it resolves about 12%.
+- scaling: aggregate GB/s (restore and read rows) and time to last rank against the rank
+  count, one line per layout, over every valid run of the archive (CSV only). Where
+  several runs share a rank count the point is the median of their medians, and the error
+  bar spans the lowest *_min to the highest *_max of those runs (their iteration spread).
+- timeline: one run's herd: per rank a bar from its first op's start to done (restore
+  end), marks where its first read and last read ended, one panel per layout, for one
+  iteration (default: the one whose time to last rank is nearest the median).
+
+The module's top level imports only the stdlib: the CLI imports it on every start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+KINDS = ("cdf", "scaling", "timeline")
+INSTALL_HINT = "pip install -e '.[plot]'"
+DPI = 110
+Row = dict[str, str]
+
+PLOT_HELP = """\
+output: with --kind all (the default) -o is a stem: -o out.png (or -o out) writes
+  out-cdf.png, out-scaling.png and out-timeline.png; with one kind, -o is that file.
+  Default -o: the archive's path with .png (results/job.csv -> results/job-cdf.png, ...).
+figures:
+  cdf       latency CDF per op (panel) and layout (line) of one run, from the sidecar's
+            log-bucket histograms (20 buckets per decade, iterations and ranks pooled)
+  scaling   aggregate GB/s (restore, and read) and time to last rank against ranks, one
+            line per layout, over every valid run in the archive; median where runs share
+            a rank count, error bars from the *_min/*_max (iteration spread) columns
+  timeline  per rank: a bar from its first op's start to done, marks at first byte and
+            last read (from the sidecar), one panel per layout, one iteration
+--run picks the run of cdf and timeline (default: the archive's last); runs without a
+sidecar are skipped with a note. matplotlib is optional: """ + INSTALL_HINT
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    """Add `stampede plot` to the CLI (called on every start: nothing heavy here)."""
+    sub = commands.add_parser(
+        "plot", formatter_class=formatter, epilog=PLOT_HELP,
+        help="Draw an archive as PNGs: latency CDFs, GB/s and time to last rank against "
+             "ranks, and one run's per-rank timeline (needs matplotlib).",
+        description="Draw an archive (CSV) and its JSON sidecars as PNG figures.")
+    sub.add_argument("archive", help="CSV archive, e.g. results/quickstart.csv")
+    sub.add_argument("-o", "--output", default=None, metavar="PATH",
+                     help="output file (one kind) or stem (--kind all); default: the archive's "
+                          "path with .png")
+    sub.add_argument("--kind", choices=(*KINDS, "all"), default="all",
+                     help="which figure to draw (default all)")
+    sub.add_argument("--run", default=None, metavar="RUN_ID",
+                     help="run of the cdf and timeline figures (default: the last)")
+    sub.add_argument("--iteration", type=int, default=None, metavar="N",
+                     help="timeline: measured iteration N (0-based; default: the median one)")
+    sub.set_defaults(func=cmd_plot)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Write the chosen figures; print each file written and each panel skipped."""
+    require_matplotlib()
+    from stampede.results.archive import read_rows
+
+    kinds = KINDS if args.kind == "all" else (args.kind,)
+    figures, notes = build_figures(args.archive, read_rows(args.archive), kinds, args.run,
+                                   args.iteration)
+    for note in notes:
+        print(f"stampede plot: note: {note}", file=sys.stderr)
+    if not figures:
+        from stampede.errors import UsageError
+        raise UsageError(f"{args.archive}: nothing to draw for --kind {args.kind} (see the notes above)")
+    targets = output_paths(args.output or Path(args.archive).with_suffix(".png"), kinds)
+    for kind, figure in figures.items():
+        save(figure, targets[kind])
+        print(f"wrote {targets[kind]}")
+    return 0
+
+
+def require_matplotlib() -> None:
+    """matplotlib is an optional extra: say how to get it (exit 2) when it is missing."""
+    from stampede.errors import UsageError
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("stampede plot needs matplotlib, which is not installed",
+                         hint=INSTALL_HINT) from None
+
+
+def output_paths(output: str | Path, kinds: Sequence[str]) -> dict[str, Path]:
+    """One kind: `output` itself; several: `output` as a stem, `<stem>-<kind>.png` each."""
+    output = Path(output)
+    if len(kinds) == 1:
+        return {kinds[0]: output}
+    stem = output.with_suffix("") if output.suffix == ".png" else output
+    return {kind: stem.with_name(f"{stem.name}-{kind}.png") for kind in kinds}
+
+
+def save(figure: Figure, path: Path) -> None:
+    """Write one figure; the format follows the extension (.png; .svg and .pdf work too)."""
+    from stampede.errors import UsageError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=DPI)
+    except OSError as error:
+        raise UsageError(f"-o {path}: cannot write it ({error.strerror})") from None
+    except ValueError as error:   # an extension matplotlib cannot write
+        raise UsageError(f"-o {path}: {error}", hint="use a .png (or .svg, .pdf) name") from None
+
+
+def build_figures(archive: str | Path, rows: list[Row], kinds: Sequence[str],
+                  run_id: str | None = None, iteration: int | None = None
+                  ) -> tuple[dict[str, Figure], list[str]]:
+    """The figures of `kinds` that the data allows, and notes on those it does not."""
+    run_id = select_run(archive, rows, run_id)
+    run_rows = [row for row in rows if row["run_id"] == run_id]
+    notes: list[str] = []
+    figures: dict[str, Figure | None] = {}
+    if "scaling" in kinds:
+        figures["scaling"] = scaling_figure(rows, notes)
+    if "cdf" in kinds or "timeline" in kinds:
+        document = load_sidecar(archive, run_id, notes)
+        if "cdf" in kinds:
+            figures["cdf"] = cdf_figure(run_rows, document, notes) if document else None
+        if "timeline" in kinds:
+            figures["timeline"] = (timeline_figure(run_rows, document, notes, iteration)
+                                   if document else None)
+    return ({kind: figure for kind, figure in figures.items() if figure is not None},
+            list(dict.fromkeys(notes)))
+
+
+def select_run(archive: str | Path, rows: list[Row], run_id: str | None) -> str:
+    """The run to draw: `run_id`, or the archive's last; a UsageError when there is none."""
+    from stampede.errors import UsageError
+
+    runs = list(dict.fromkeys(row["run_id"] for row in rows))
+    if not runs:
+        raise UsageError(f"{archive}: the archive holds no runs")
+    if run_id is None:
+        return runs[-1]
+    if run_id not in runs:
+        raise UsageError(f"--run {run_id}: no such run in {archive}",
+                         hint="runs there: " + ", ".join(runs[-5:]))
+    return run_id
+
+
+def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, Any] | None:
+    """The run's JSON sidecar, or None (with a note) when it is missing or unreadable."""
+    from stampede.results.archive import sidecar_path
+
+    path = sidecar_path(archive, run_id)
+    try:
+        document: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        notes.append(f"run {run_id}: no readable sidecar at {path} ({error.__class__.__name__}): "
+                     "skipping the cdf and timeline figures")
+        return None
+    return document
+
+
+def new_figure(nrows: int, ncols: int, width_in: float, height_in: float,
+               **options: Any) -> tuple[Figure, Any]:
+    """A Figure on the Agg canvas (no pyplot, no display) and its grid of axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width_in, height_in), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(nrows, ncols, squeeze=False, **options)
+    return figure, axes
+
+
+def layout_colours(rows: list[Row]) -> dict[str, str]:
+    """A colour per layout, in the archive's order (the job's order): the same layout has the
+    same colour in every figure."""
+    layouts = dict.fromkeys(row["layout"] for row in rows)
+    return {layout: f"C{index % 10}" for index, layout in enumerate(layouts)}
+
+
+def describe_run(run_rows: list[Row]) -> str:
+    """'job J, run R, N ranks, cache C' for titles."""
+    first = run_rows[0]
+    ranks = f"{first['nranks']} rank{'s' if first['nranks'] != '1' else ''}"
+    return f"job {first['job']}, run {first['run_id']}, {ranks}, cache {first['cache'] or 'n/a'}"
+
+
+def layout_stats(document: dict[str, Any], run_rows: list[Row], notes: list[str]
+                 ) -> dict[str, dict[str, Any]]:
+    """Each layout's stats from a sidecar, in the archive's layout order; layouts without
+    stats get a note."""
+    entries = document.get("layouts", {})
+    order = [*dict.fromkeys(row["layout"] for row in run_rows if row["layout"] in entries),
+             *sorted(set(entries) - {row["layout"] for row in run_rows})]
+    stats = {}
+    for layout in order:
+        entry = entries[layout]
+        if entry.get("stats"):
+            stats[layout] = entry["stats"]
+        else:
+            notes.append(f"run {document.get('run_id')}: layout {layout} has no stats "
+                         f"({entry.get('invalid_reason') or 'no samples'}): not drawn")
+    return stats
+
+
+# ---- cdf ------------------------------------------------------------------------------
+
+def cdf_steps(counts: Sequence[int], edges_s: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Step points (edge, fraction of samples below it), trimmed to one empty bucket either
+    side of the samples. Exact at each edge; flat between (drawn with where='post')."""
+    total = sum(counts)
+    used = [index for index, count in enumerate(counts) if count]
+    if not total or not used:
+        return [], []
+    low, high = max(used[0] - 1, 0), min(used[-1] + 2, len(counts))
+    below = sum(counts[:low])
+    xs, ys = [edges_s[low]], [below / total]
+    for index in range(low, high):
+        below += counts[index]
+        xs.append(edges_s[index + 1])
+        ys.append(below / total)
+    return xs, ys
+
+
+def cdf_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str]) -> Figure | None:
+    """One panel per op, one step line per layout, x log-scaled in seconds."""
+    from stampede.results.samples import OPS
+
+    stats = layout_stats(document, run_rows, notes)
+    histograms = {layout: s.get("histograms") or {} for layout, s in stats.items()}
+    ops = [op for op in OPS if any(sum(h.get(op, {}).get("counts", ())) for h in histograms.values())]
+    if not ops:
+        notes.append(f"run {run_rows[0]['run_id']}: the sidecar holds no latency histograms: "
+                     "no cdf figure")
+        return None
+    ncols = min(3, len(ops))
+    nrows = -(-len(ops) // ncols)
+    figure, axes = new_figure(nrows, ncols, 5.0 * ncols + 1.8, 3.6 * nrows + 0.6)
+    colours = layout_colours(run_rows)
+    for ax, op in zip(axes.flat, ops):
+        draw_cdf_panel(ax, op, {layout: h[op] for layout, h in histograms.items() if op in h}, colours)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.set_visible(False)
+    figure_legend(figure, f"layout (cache {run_rows[0]['cache'] or 'n/a'})", list(colours))
+    figure.suptitle(f"Latency CDF per op: {describe_run(run_rows)}\n(steps at the edges of "
+                    "20-per-decade log buckets; all ranks and measured iterations pooled)")
+    return figure
+
+
+def draw_cdf_panel(ax: Axes, op: str, by_layout: dict[str, dict[str, Any]],
+                   colours: dict[str, str]) -> None:
+    """One op's panel: a step CDF per layout that has samples of it; n in the title."""
+    low_s, high_s, counts = float("inf"), 0.0, []
+    for layout, histogram in by_layout.items():
+        xs, ys = cdf_steps(histogram["counts"], histogram["edges_s"])
+        if xs:
+            ax.step(xs, ys, where="post", color=colours.get(layout), label=layout)
+            low_s, high_s = min(low_s, xs[0]), max(high_s, xs[-1])
+            counts.append(sum(histogram["counts"]))
+    log_seconds_axis(ax, low_s, high_s)
+    samples = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+    ax.set_title(f"{op if op != 'restore' else 'restore (barrier exit to all bytes held)'}: "
+                 f"n = {samples} per layout", fontsize="medium")
+    ax.set_xlabel("latency (log scale; unit on each tick)")
+    ax.set_ylabel("fraction of ops (CDF, 0-1)")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def log_seconds_axis(ax: Axes, low_s: float, high_s: float) -> None:
+    """x log-scaled, ticks labelled with their unit (20 µs, 1.5 ms): denser ticks when the
+    data spans few decades, decades only when it spans many."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from stampede.units import format_seconds
+
+    decades = math.log10(high_s / low_s) if 0 < low_s < high_s else 1.0
+    subs = (1.0,) if decades > 1.5 else (1.0, 2.0, 5.0) if decades > 0.5 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _position: format_seconds(value)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def figure_legend(figure: Figure, title: str, order: Sequence[str] = ()) -> None:
+    """One legend for the whole figure, right of the panels: each label once, those in
+    `order` first and in that order."""
+    entries: dict[str, Any] = {}
+    for ax in figure.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    rank = {label: index for index, label in enumerate(order)}
+    entries = dict(sorted(entries.items(), key=lambda item: rank.get(item[0], len(rank))))
+    if entries:
+        figure.legend(list(entries.values()), list(entries), loc="outside right center", title=title,
+                      fontsize="small")
+
+
+# ---- scaling --------------------------------------------------------------------------
+
+Series = dict[str, dict[int, tuple[float, float, float]]]   # label -> nranks -> (median, low, high)
+
+
+def number(row: Row, column: str) -> float:
+    """A CSV cell as a float; empty (not applicable) is NaN."""
+    try:
+        return float(row.get(column) or "nan")
+    except ValueError:
+        return float("nan")
+
+
+def summarise(rows: list[Row], column: str, low: str, high: str) -> tuple[float, float, float]:
+    """(median of `column`, lowest `low`, highest `high`) over the runs at one rank count;
+    an empty spread cell falls back to the value itself."""
+    values = [number(row, column) for row in rows]
+    lows = [number(row, low) for row in rows]
+    highs = [number(row, high) for row in rows]
+    return (statistics.median(values),
+            min(lo if lo == lo else value for lo, value in zip(lows, values)),
+            max(hi if hi == hi else value for hi, value in zip(highs, values)))
+
+
+def series_label(row: Row, mixed: Sequence[str]) -> str:
+    """The layout, with the cache state and job added when the archive mixes them."""
+    return row["layout"] + "".join(f", {key} {row[key]}" for key in mixed)
+
+
+def scaling_series(rows: list[Row], ops: Sequence[str], column: str, low: str, high: str,
+                   mixed: Sequence[str]) -> Series:
+    """{series label: {nranks: (median, low, high)}} of one metric over rows of `ops` that
+    have it, in the archive's order."""
+    groups: dict[str, dict[int, list[Row]]] = {}
+    for row in rows:
+        if row["op"] in ops and number(row, column) == number(row, column):
+            groups.setdefault(series_label(row, mixed), {}).setdefault(int(row["nranks"]), []).append(row)
+    return {label: {nranks: summarise(group, column, low, high)
+                    for nranks, group in sorted(by_ranks.items())}
+            for label, by_ranks in groups.items()}
+
+
+DODGE_OCTAVES = 0.025   # series sit this far apart around a rank count, so error bars do not hide
+
+
+def draw_series(ax: Axes, series: Series, colours: dict[str, str], factor: float = 1.0,
+                style: str = "-") -> None:
+    """One line with error bars per series (label: its layout), values divided by `factor`
+    (a unit), each series nudged sideways by its place in `colours`."""
+    for label, points in series.items():
+        ranks = list(points)
+        nudge = 2 ** (DODGE_OCTAVES * (list(colours).index(label) - (len(colours) - 1) / 2))
+        values = [points[n][0] / factor for n in ranks]
+        below = [max(points[n][0] - points[n][1], 0.0) / factor for n in ranks]
+        above = [max(points[n][2] - points[n][0], 0.0) / factor for n in ranks]
+        ax.errorbar([n * nudge for n in ranks], values, yerr=[below, above], fmt=f"o{style}",
+                    capsize=3, markersize=5, color=colours.get(label), label=label,
+                    markerfacecolor="none" if style == "--" else colours.get(label))
+
+
+def rank_axis(ax: Axes, ranks: Sequence[int]) -> None:
+    """x = rank count, log2-spaced, ticks at the counts measured."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(ranks), labels=[str(n) for n in sorted(ranks)])
+    ax.minorticks_off()
+    ax.set_xlim(min(ranks) / 1.4, max(ranks) * 1.4)
+    ax.set_xlabel("MPI ranks (nranks)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+
+
+def valid_rows(rows: list[Row], notes: list[str]) -> list[Row]:
+    """Rows of valid runs; the runs left out get a note."""
+    invalid = sorted({row["run_id"] for row in rows if row.get("valid") == "false"})
+    if invalid:
+        notes.append(f"scaling leaves out {len(invalid)} invalid run(s): {', '.join(invalid[:5])}")
+    return [row for row in rows if row["run_id"] not in invalid]
+
+
+def scaling_figure(rows: list[Row], notes: list[str]) -> Figure | None:
+    """Aggregate GB/s (restore, read) and time to last rank against ranks, a line per layout."""
+    rows = valid_rows(rows, notes)
+    mixed = [key for key in ("cache", "job") if len({row[key] for row in rows}) > 1]
+    colours = layout_colours([{"layout": series_label(row, mixed)} for row in rows])
+    spread = ("time_to_last_rank_s", "time_to_last_rank_min_s", "time_to_last_rank_max_s")
+    done = scaling_series(rows, sorted({row["op"] for row in rows}), *spread, mixed)
+    if not done:
+        notes.append("no valid run with a time to last rank in the archive: no scaling figure")
+        return None
+    gbps = [scaling_series(rows, (op,), "agg_gbps", "agg_gbps_min", "agg_gbps_max", mixed)
+            for op in ("restore", "read")]
+    ranks = sorted({n for series in (done, *gbps) for points in series.values() for n in points})
+    figure, axes = new_figure(1, 2 if any(gbps) else 1, 12 if any(gbps) else 8, 4.8)
+    if any(gbps):
+        draw_gbps_panel(axes[0, 0], gbps[0], gbps[1], colours)
+    completion = "/".join(sorted({row["op"] for row in rows if row["time_to_last_rank_s"]}))
+    draw_last_rank_panel(axes[0, -1], done, colours, completion)
+    for ax in axes.flat:
+        rank_axis(ax, ranks)
+    figure_legend(figure, "layout" + "".join(f", {key}" for key in mixed), list(colours))
+    if len(ranks) == 1:
+        notes.append(f"the archive has one rank count ({ranks[0]}): a scaling curve needs runs at "
+                     "several (stampede sweep)")
+    figure.suptitle(f"Scaling: {describe_archive(rows)}\n(median over runs at a rank count; "
+                    "error bars: min-max over their iterations)")
+    return figure
+
+
+def draw_gbps_panel(ax: Axes, restore: Series, read: Series, colours: dict[str, str]) -> None:
+    """Aggregate GB/s of the restore (solid, filled) and of the read op (dashed, hollow)."""
+    draw_series(ax, restore, colours)
+    draw_series(ax, read, colours, style="--")
+    ax.set_ylabel("aggregate GB/s (10^9 B/s)")
+    ax.set_title("aggregate GB/s: solid, filled = restore; dashed, hollow = read op\n"
+                 "(total bytes / (last stop - first start))", fontsize="medium")
+
+
+def draw_last_rank_panel(ax: Axes, done: Series, colours: dict[str, str], completion: str) -> None:
+    """Time to last rank, in the unit that reads best."""
+    from stampede.units import seconds_unit
+
+    unit, factor = seconds_unit(max(point[0] for points in done.values() for point in points.values()))
+    draw_series(ax, done, colours, factor=factor)
+    ax.set_ylabel(f"time to last rank ({unit})")
+    ax.set_title(f"time to last rank\n(slowest rank's {completion}, median over iterations)",
+                 fontsize="medium")
+
+
+def describe_archive(rows: list[Row]) -> str:
+    """'job J, cache C, K runs' for titles; several values are listed."""
+    jobs = ", ".join(sorted({row["job"] for row in rows}))
+    caches = ", ".join(sorted({row["cache"] or "n/a" for row in rows}))
+    runs = len({row["run_id"] for row in rows})
+    return f"job {jobs}, cache {caches}, {runs} run{'s' if runs != 1 else ''}"
+
+
+# ---- timeline -------------------------------------------------------------------------
+
+START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S = 2, 3, 4, 5   # stats.TIMELINE_COLUMNS positions
+
+
+def timeline_rows(stats: dict[str, Any]) -> list[tuple[float, ...]]:
+    """The sidecar's timeline rows as floats: the sidecar writes NaN (no such moment, e.g. no
+    read on a rank that receives by broadcast) as null."""
+    return [tuple(float("nan") if value is None else float(value) for value in row)
+            for row in stats.get("timeline") or ()]
+
+
+def median_iteration(timeline: Sequence[Sequence[float]]) -> int:
+    """The iteration whose time to last rank (max done_s) is nearest the median (lower on
+    ties): a typical iteration, neither the luckiest nor the worst."""
+    last_done: dict[int, float] = {}
+    for row in timeline:
+        if row[DONE_S] == row[DONE_S]:
+            last_done[int(row[1])] = max(last_done.get(int(row[1]), 0.0), row[DONE_S])
+    middle = statistics.median_low(last_done.values())
+    return min(last_done, key=lambda it: (abs(last_done[it] - middle), it))
+
+
+def pick_iteration(timeline: Sequence[Sequence[float]], iteration: int | None) -> int:
+    """`iteration` if the timeline has it (else a UsageError), or the median one."""
+    from stampede.errors import UsageError
+
+    if iteration is None:
+        return median_iteration(timeline)
+    present = sorted({int(row[1]) for row in timeline})
+    if iteration not in present:
+        raise UsageError(f"--iteration {iteration}: the run's measured iterations are "
+                         f"{present[0]}..{present[-1]}")
+    return iteration
+
+
+def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str],
+                    iteration: int | None = None) -> Figure | None:
+    """One panel per layout: each rank's bar from start to done, first byte and last read."""
+    from stampede.units import seconds_unit
+
+    stats = layout_stats(document, run_rows, notes)
+    timelines = {layout: rows for layout, s in stats.items() if (rows := timeline_rows(s))}
+    if not timelines:
+        notes.append(f"run {run_rows[0]['run_id']}: the sidecar holds no timeline: no timeline figure")
+        return None
+    chosen = {layout: pick_iteration(rows, iteration) for layout, rows in timelines.items()}
+    shown = {layout: [row for row in rows if int(row[1]) == chosen[layout]]
+             for layout, rows in timelines.items()}
+    longest_s = max((row[DONE_S] for rows in shown.values() for row in rows if row[DONE_S] == row[DONE_S]),
+                    default=1.0)
+    unit = seconds_unit(longest_s)
+    nranks = int(run_rows[0]["nranks"])
+    panel_in = min(max(1.2 + 0.2 * nranks, 2.0), 9.0)
+    bar_pt = min(max(0.6 * panel_in * 72 / (nranks + 1), 0.3), 12.0)   # bars fill ~60% of a row
+    figure, axes = new_figure(len(shown), 1, 11, panel_in * len(shown) + 1.0, sharex=True)
+    colours = layout_colours(run_rows)
+    how = "as asked" if iteration is not None else "nearest the median time to last rank"
+    for ax, (layout, rows) in zip(axes.flat, shown.items()):
+        style = (colours.get(layout, "C0"), stats[layout].get("completion_op") or "restore")
+        draw_timeline_panel(ax, rows, unit, bar_pt, style)
+        ax.set_title(f"{layout}: measured iteration {chosen[layout]} (0-based, of "
+                     f"{stats[layout].get('iterations', '?')}; {how})")
+    axes[-1, 0].set_xlim(0, longest_s / unit[1] * 1.03)   # shared by the panels
+    axes[-1, 0].set_xlabel(f"time since the rank left the start barrier ({unit[0]})")
+    figure.suptitle(f"Per-rank timeline, the herd: {describe_run(run_rows)}")
+    return figure
+
+
+def draw_timeline_panel(ax: Axes, rows: Sequence[Sequence[float]], unit: tuple[str, float],
+                        bar_pt: float, style: tuple[str, str]) -> None:
+    """Bars (start to done) per rank, marks at first byte and last read, a line at the last
+    rank done; times in `unit` (name, seconds per unit); style = (colour, completion op)."""
+    name, factor = unit
+    colour, completion = style
+    ranks = [row[0] for row in rows]
+    start, first, last, done = ([row[column] / factor for row in rows]
+                                for column in (START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S))
+    ax.hlines(ranks, start, done, colors=colour, linewidth=bar_pt, alpha=0.55,
+              label=f"first op start to done ({completion} end)")
+    for values, marker_colour, label in ((first, "green", "first byte (first read done)"),
+                                         (last, "red", "last read done")):
+        if any(value == value for value in values):
+            ax.scatter(values, ranks, marker="|", s=(bar_pt * 1.6) ** 2, color=marker_colour,
+                       zorder=3, label=label)
+    finite = [value for value in done if value == value]
+    if finite:
+        ax.axvline(max(finite), color="k", linestyle="--", linewidth=1,
+                   label=f"time to last rank {max(finite):.3g} {name}")
+    ax.set_ylim(max(ranks) + 0.7, min(ranks) - 0.7)   # rank 0 on top
+    if len(ranks) <= 16:
+        ax.set_yticks(sorted(set(ranks)))
+    ax.set_ylabel("rank")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -1,0 +1,37 @@
+"""Timed samples: the one record format from the timed loop to the statistics.
+
+A sample is one row of int64 columns. Stamps are `time.perf_counter_ns()` of the rank
+that took them; rank 0 puts them on one axis per phase (stampede.run.clock), and they are only
+ever combined across ranks as min/max of starts/stops.
+"""
+
+from __future__ import annotations
+
+# The ops, in the order a restore runs them (and the report lists them); the index is the
+# op's code in the OP column.
+# - storage ops: jitter (the random start delay, not storage but before it), list (the
+#   checkpoint directory), index (open + read whole + close of a shared index file),
+#   stat, open, header (read and parse a formatted file's header), read (one block),
+#   close; ttfb is not an op of its own but a read's time to first byte (object stores:
+#   request sent -> first byte of the body), from the same start stamp;
+# - network ops: wait (for the group's storage readers, before an exchange), bcast,
+#   allgather;
+# - verify (hashing what was read, timed apart) and the pseudo-op restore: from the
+#   rank's barrier exit until it holds all its bytes.
+OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "close", "wait",
+       "bcast", "allgather", "verify", "restore",
+       # the start-up stampede (`stampede startup`): launch -> first line of stampede ->
+       # imports done -> MPI initialised; startup is the whole, the completion op there
+       "interpreter", "import", "mpi_init", "startup",
+       # host -> device (`stampede gpu`, run.h2d): page-locking a buffer, and the copy
+       "pin", "h2d",
+       # collectives timed once the ranks are up (`stampede startup`): T_barrier_sync
+       "barrier", "allreduce")
+OP_CODE = {name: code for code, name in enumerate(OPS)}
+STORAGE_OPS = ("list", "index", "stat", "open", "header", "read", "close")
+NETWORK_OPS = ("bcast", "allgather")
+RATE_OPS = (*STORAGE_OPS, *NETWORK_OPS, "verify")   # ops for which ops/s means something
+
+# Columns of a sample row as gathered on rank 0 (RANK is added there, by position).
+ITER, OP, START, STOP, NBYTES, OK = range(6)
+RANK = 6

@@ -1,0 +1,491 @@
+"""The timed pattern: what one rank does in one phase, stamp by stamp.
+
+Each op is timed alone, with `perf_counter_ns` read immediately before and after the call;
+bookkeeping (appending the sample, hashing for verify, deadline checks) happens outside
+those stamps. Errors are counted per op, never raised: a rank that fails keeps its place
+in the collectives that follow (an exchange, the end-of-phase reduction), so nothing hangs.
+
+The stat, open and close loops look alike on purpose: a shared helper taking the op as a
+function would add a Python call between the stamps of every timed op.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stampede import mpi
+from stampede.backends.base import Backend
+from stampede.buffers import AlignedBuffer
+from stampede.checkpoint.formats import parse_header, read_fully
+from stampede.checkpoint.plan import Extent, RankPlan
+from stampede.results.samples import OP_CODE, STORAGE_OPS
+
+(JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
+ RESTORE, H2D) = (OP_CODE[name] for name in (
+     "jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "close", "wait",
+     "bcast", "allgather", "verify", "restore", "h2d"))
+STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
+MAX_MESSAGES = 10
+MAX_DIGESTS = 4096   # per rank and phase: what an existing checkpoint's sidecar keeps
+Log = list[tuple[int, int, int, int, int, int]]
+
+
+class DeadlineExceeded(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """What a rank prepares once per layout, untimed, and reuses every iteration."""
+
+    plan: RankPlan
+    backend: Backend
+    paths: dict[str, Any]           # relpath -> backend path (and the listed directory)
+    buffer: AlignedBuffer           # one block (read and discard), or the whole held shard
+    direct: bool
+    leads: bool = True              # False: a broadcast member that reads no storage
+    group: Any = None               # communicator of the exchange group
+    world: Any = None               # communicator for list-bcast
+    stripes: tuple[tuple[int, int], ...] = ()
+    format: str = "raw"             # checkpoint.format: formatted files start with a header
+    verify: str = "none"            # run.verify: the hash algorithm
+    expected: dict[tuple[str, str, int], str] | None = None   # (path, tensor, offset) -> hash
+    finite_dtype: str = ""          # run.check_finite: the dtype to check, or ""
+    tensor_dtypes: dict[str, str] | None = None   # existing checkpoints: per tensor instead
+    record_digests: bool = False    # existing checkpoints: keep each extent's hash
+    tensors_of_file: dict[str, tuple[str, ...]] = field(default_factory=dict)  # for headers
+    index_parser: Any = None        # existing checkpoints: bytes -> parsed index (or raise)
+    content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
+    device: Any = None              # run.h2d: where the restored bytes go on to
+    device_buffer: Any = None       # the held shard's place in device memory
+
+    @property
+    def checks(self) -> bool:
+        """Anything to compute over the bytes read (timed apart, as op verify)."""
+        return self.verify != "none" or bool(self.finite_dtype)
+
+    @property
+    def holds(self) -> bool:
+        """Reads land at their place in a buffer holding the whole shard (exchange layouts)."""
+        return bool(self.plan.exchange)
+
+
+@dataclass
+class PhaseOutcome:
+    """What one rank saw in one phase, beyond its samples."""
+
+    errors: int = 0
+    ops: int = 0                    # storage ops this phase issued, failed ones included
+    timed_out: bool = False
+    incomplete: bool = False        # the rank does not hold all its bytes
+    corrupt: bool = False           # bytes read differ from the checkpoint (or are not finite)
+    messages: list[str] = field(default_factory=list)
+    digests: list[dict[str, Any]] = field(default_factory=list)   # record_digests: per extent
+
+    def fail(self, text: str) -> None:
+        self.errors += 1
+        if len(self.messages) < MAX_MESSAGES:
+            self.messages.append(text)
+
+
+def _describe(error: OSError, direct: bool) -> str:
+    text = os.strerror(error.errno) if error.errno else str(error)
+    if direct and error.errno == errno.EINVAL:
+        text += " (O_DIRECT refused: the file system may not support it)"
+    return text
+
+
+def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: int,
+                jitter_s: float, log: Log) -> PhaseOutcome:
+    """Run the plan once; append samples (absolute stamps) to `log`."""
+    plan, outcome = setup.plan, PhaseOutcome()
+    first_sample = len(log)
+    handles: dict[str, list[Any]] = {relpath: [] for relpath in plan.files}
+    restore_stop, nbytes = 0, 0
+    try:
+        if jitter_s > 0:
+            start = time.perf_counter_ns()
+            time.sleep(jitter_s)
+            log.append((iteration, JITTER, start, time.perf_counter_ns(), 0, 1))
+        if plan.list_dir:
+            _list(setup, iteration, log, outcome)
+        if plan.index_file:
+            _index(setup, iteration, log, outcome)
+        if setup.leads:
+            for op in plan.ops:
+                if op == "stat":
+                    _stat(setup, iteration, deadline_ns, log, outcome)
+                elif op == "open":
+                    _open(setup, handles, iteration, deadline_ns, log, outcome)
+                elif op == "read":
+                    restore_stop, nbytes = _read(setup, handles, iteration, deadline_ns, log,
+                                                 outcome)
+                elif op == "close":
+                    _close(setup, handles, iteration, log, outcome)
+    except DeadlineExceeded:
+        outcome.timed_out = True
+        outcome.fail(f"rank {plan.rank}: deadline reached before the pattern finished")
+    finally:
+        for fds in handles.values():  # untimed: ops after the deadline, or no close op
+            for handle in fds:
+                setup.backend.close(handle)
+    # A rank holds all its bytes when it read every planned byte without running out of
+    # time; failed ops that did not cost bytes (a stat, a spare open) leave it complete.
+    read_all = nbytes == (sum(e.length for e in plan.extents) if setup.leads else 0)
+    complete = read_all and not outcome.timed_out if "read" in plan.ops else not outcome.errors
+    if plan.exchange:  # collective: every member takes part, even one that failed
+        restore_stop = _exchange(setup, iteration, deadline_ns, log)
+        if setup.device is not None:
+            restore_stop = _h2d(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
+        # What a member holds is what its group read: complete only if every reader was.
+        missing = mpi.allreduce_sum(setup.group, np.array([int(not complete)]))
+        complete = missing is not None and int(missing[0]) == 0
+        nbytes = plan.hold.length if complete else 0
+    end = restore_stop or time.perf_counter_ns()
+    outcome.incomplete = not complete
+    log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
+    if setup.holds and setup.checks and complete:
+        _verify_held(setup, iteration, log, outcome)
+    outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
+    return outcome
+
+
+def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
+    """List the checkpoint directory (every rank, or rank 0 then a broadcast of the names)
+    and check that this rank's files are in the listing."""
+    plan, clock = setup.plan, time.perf_counter_ns
+    names: list[Any] | None = None
+    if plan.rank == 0 or not plan.list_on_root:
+        start = clock()
+        try:
+            names = setup.backend.list(setup.paths[plan.list_dir])
+        except OSError as error:
+            log.append((iteration, LIST, start, clock(), 0, 0))
+            outcome.fail(f"rank {plan.rank}: list {plan.list_dir}: {_describe(error, False)}")
+        else:
+            log.append((iteration, LIST, start, clock(), 0, 1))
+    if plan.list_on_root:
+        start = clock()
+        mpi.barrier(setup.world)  # politely, for rank 0's listing
+        start_bcast = clock()
+        log.append((iteration, WAIT, start, start_bcast, 0, 1))
+        names = mpi.bcast(setup.world, names)
+        log.append((iteration, BCAST, start_bcast, clock(), 0, 1))
+    listed = set(names or ())
+    for relpath in plan.files:
+        if names is not None and os.path.basename(setup.paths[relpath]) not in listed:
+            outcome.fail(f"rank {plan.rank}: list {plan.list_dir}: {relpath} is not in the "
+                         "listing (a restore would find no checkpoint)")
+
+
+def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
+    """Open, read whole, close and (for an existing checkpoint) parse the shared index:
+    one timed op, as loaders do it (DCP's .metadata is unpickled, a safetensors index
+    JSON-parsed)."""
+    plan, backend, clock = setup.plan, setup.backend, time.perf_counter_ns
+    view = setup.buffer.prefix(min(setup.buffer.nbytes, plan.block_bytes))
+    parse = setup.index_parser
+    whole = bytearray() if parse is not None else None
+    start, nbytes = clock(), 0
+    try:
+        handle = backend.opener(False)(setup.paths[plan.index_file])
+        try:
+            while count := backend.read_into(handle, view, nbytes):
+                nbytes += count
+                if whole is not None:
+                    whole += view[:count]
+        finally:
+            backend.close(handle)
+        if parse is not None and whole is not None:
+            parse(whole)   # json and pickle take the bytearray as it is: no copy
+    except (OSError, ValueError) as error:
+        log.append((iteration, INDEX, start, clock(), nbytes, 0))
+        text = _describe(error, False) if isinstance(error, OSError) else str(error)
+        outcome.fail(f"rank {plan.rank}: index {plan.index_file}: {text}")
+        return
+    log.append((iteration, INDEX, start, clock(), nbytes, 1))
+
+
+def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
+          outcome: PhaseOutcome) -> None:
+    plan = setup.plan
+    clock, stat, append = time.perf_counter_ns, setup.backend.stat, log.append
+    for relpath in plan.files:
+        path = setup.paths[relpath]
+        for _ in range(plan.stat_count):
+            start = clock()
+            try:
+                stat(path)
+            except OSError as error:
+                stop = clock()
+                append((iteration, STAT, start, stop, 0, 0))
+                outcome.fail(f"rank {plan.rank}: stat {relpath}: {_describe(error, False)}")
+                continue
+            stop = clock()
+            append((iteration, STAT, start, stop, 0, 1))
+            if stop > deadline_ns:
+                raise DeadlineExceeded
+
+
+def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadline_ns: int,
+          log: Log, outcome: PhaseOutcome) -> None:
+    plan = setup.plan
+    clock, open_, append = time.perf_counter_ns, setup.backend.opener(setup.direct), log.append
+    for relpath in plan.files:
+        path, fds = setup.paths[relpath], handles[relpath]
+        for _ in range(plan.open_count):
+            start = clock()
+            try:
+                handle = open_(path)
+            except OSError as error:
+                stop = clock()
+                append((iteration, OPEN, start, stop, 0, 0))
+                outcome.fail(f"rank {plan.rank}: open {relpath}: {_describe(error, setup.direct)}")
+                continue
+            stop = clock()
+            fds.append(handle)
+            append((iteration, OPEN, start, stop, 0, 1))
+            if stop > deadline_ns:
+                raise DeadlineExceeded
+
+
+def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadline_ns: int,
+          log: Log, outcome: PhaseOutcome) -> tuple[int, int]:
+    """Read every block of every extent; returns (stop stamp of the last read, bytes read).
+
+    A formatted file's header is read and parsed first (op header), and locates the
+    tensors. Blocks go into the reused block buffer, checked block by block when verifying;
+    or, for layouts that exchange, each at its place in the held shard (checked after the
+    exchange). With an object store's backend, each read also yields its time to first byte.
+    """
+    plan, buffer = setup.plan, setup.buffer
+    clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
+    ttfb = getattr(setup.backend, "ttfb", False)
+    checking = setup.checks and not setup.holds
+    headers: dict[str, dict[str, tuple[int, int]]] = {}
+    last_stop, nbytes = 0, 0
+    for extent in plan.extents:
+        fds = handles[extent.relpath]
+        if not fds:
+            outcome.fail(f"rank {plan.rank}: read {extent.relpath}: not read, its open failed")
+            continue
+        handle = fds[-1]
+        base = 0
+        if extent.tensor:
+            if extent.relpath not in headers:
+                headers[extent.relpath] = _header(setup, extent.relpath, handle, iteration,
+                                                  deadline_ns, log, outcome)
+            located = headers[extent.relpath].get(extent.tensor)
+            if located is None:
+                continue   # the header failed: counted there
+            base, size = located
+            if extent.offset + extent.length > size:
+                outcome.fail(f"rank {plan.rank}: read {extent.relpath}: tensor {extent.tensor} "
+                             f"holds {size} bytes, the plan needs {extent.offset + extent.length}")
+                continue
+        check = _Check(setup, extent, base) if checking else None
+        for offset, length in extent.blocks(plan.block_bytes):
+            if setup.holds:
+                place = offset - plan.hold.offset
+                view = buffer.view[place:place + length]
+            else:
+                view = buffer.prefix(length)
+            start = clock()
+            try:
+                count = read_into(handle, view, base + offset)
+            except OSError as error:
+                stop = clock()
+                append((iteration, READ, start, stop, 0, 0))
+                outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {base + offset}: "
+                             f"{_describe(error, False)}")
+                check = None
+                break
+            stop = last_stop = clock()
+            if count != length:
+                append((iteration, READ, start, stop, count, 0))
+                outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {base + offset}: "
+                             f"short read, {count} of {length} bytes (truncated file?)")
+                check = None
+                break
+            append((iteration, READ, start, stop, count, 1))
+            if ttfb:
+                append((iteration, TTFB, start, getattr(setup.backend, "first_byte_ns", stop), 0, 1))
+            nbytes += count
+            if setup.device is not None and not setup.holds:  # block by block on to HBM
+                last_stop = _h2d(setup, iteration, offset - plan.hold.offset, view, log)
+            if check is not None:
+                check.update(view)
+            if stop > deadline_ns:
+                raise DeadlineExceeded
+        if check is not None:
+            check.verdict(iteration, log, outcome,
+                          lambda at, length, r=extent.relpath, b=base: _reread(setup, r, b + at,
+                                                                               length))
+    return last_stop, nbytes
+
+
+def _header(setup: RankSetup, relpath: str, handle: Any, iteration: int, deadline_ns: int,
+            log: Log, outcome: PhaseOutcome) -> dict[str, tuple[int, int]]:
+    """The timed header op: where this file's wanted tensors are ({} when it failed)."""
+    plan, clock = setup.plan, time.perf_counter_ns
+    wanted = setup.tensors_of_file.get(relpath, ())
+    start = clock()
+    try:
+        found = parse_header(setup.format, setup.backend, setup.paths[relpath], handle,
+                             setup.buffer.view, wanted)
+    except OSError as error:
+        log.append((iteration, HEADER, start, clock(), 0, 0))
+        outcome.fail(f"rank {plan.rank}: header {relpath}: {_describe(error, False)}")
+        return {}
+    stop = clock()
+    log.append((iteration, HEADER, start, stop, 0, 1))
+    if stop > deadline_ns:
+        raise DeadlineExceeded
+    return found
+
+
+def _reread(setup: RankSetup, relpath: str, offset: int, length: int) -> memoryview:
+    """Untimed, only after a failed check: the bytes at a file offset, read again through
+    a handle of its own (never O_DIRECT, whose alignment rules a bytearray breaks)."""
+    view = memoryview(bytearray(length))
+    handle = setup.backend.opener(False)(setup.paths[relpath])
+    try:
+        done = read_fully(setup.backend, handle, view, offset)
+    finally:
+        setup.backend.close(handle)
+    return view[:done]
+
+
+class _Check:
+    """run.verify and run.check_finite over one extent, block by block: hashing and the
+    finiteness test are timed together as one verify op (their summed time), apart from
+    the reads, so read latencies and GB/s stay the storage's."""
+
+    def __init__(self, setup: RankSetup, extent: Extent, base: int | None = None) -> None:
+        self.setup, self.extent, self.base = setup, extent, base   # base: tensor's file offset
+        self.digest = new_digest(setup.verify) if setup.verify != "none" else None
+        self.dtype = setup.finite_dtype
+        if setup.finite_dtype and setup.tensor_dtypes is not None:
+            self.dtype = setup.tensor_dtypes.get(extent.tensor, "")   # not a float: unchecked
+        self.nonfinite, self.first_ns, self.spent_ns = 0, 0, 0
+
+    def update(self, view: memoryview) -> None:
+        start = time.perf_counter_ns()
+        if self.digest is not None:
+            self.digest.update(view)
+        if self.dtype:
+            from stampede.checkpoint.formats import nonfinite_count
+            self.nonfinite += nonfinite_count(view, self.dtype)
+        self.spent_ns += time.perf_counter_ns() - start
+        self.first_ns = self.first_ns or start
+
+    def verdict(self, iteration: int, log: Log, outcome: PhaseOutcome,
+                fetch: Any) -> None:
+        """Log the verify op; on a mismatch say which bytes differ (untimed)."""
+        setup, extent = self.setup, self.extent
+        rank, where = setup.plan.rank, f"{extent.relpath}" + (
+            f" tensor {extent.tensor}" if extent.tensor else "")
+        span = f"bytes {extent.offset}..{extent.offset + extent.length}"
+        matches = True
+        unrecorded = False
+        if self.digest is not None and setup.expected is not None:
+            wanted = setup.expected.get((extent.relpath, extent.tensor, extent.offset))
+            unrecorded = wanted is None
+            matches = not unrecorded and self.digest.hexdigest() == wanted
+        if self.digest is not None and setup.record_digests and \
+                len(outcome.digests) < MAX_DIGESTS:
+            outcome.digests.append({
+                "rank": rank, "path": extent.relpath, "tensor": extent.tensor,
+                "offset": extent.offset, "file_offset": (self.base or 0) + extent.offset,
+                "length": extent.length, setup.verify: self.digest.hexdigest()})
+        good = matches and not self.nonfinite
+        log.append((iteration, VERIFY, self.first_ns, self.first_ns + self.spent_ns,
+                    extent.length, int(good)))
+        if unrecorded:
+            outcome.fail(f"rank {rank}: verify {where} {span}: the manifest records no "
+                         f"{setup.verify} for these bytes: not verified")
+        elif not matches:
+            outcome.corrupt = True
+            from stampede.checkpoint.corruption import describe_difference
+            outcome.fail(f"rank {rank}: verify {where} {span}: {setup.verify} differs from "
+                         f"what prepare wrote; " + describe_difference(
+                             setup.plan.hold, extent, setup.content_block_bytes, fetch, self.base))
+        if self.nonfinite:
+            outcome.corrupt = True
+            outcome.fail(f"rank {rank}: verify {where} {span}: {self.nonfinite} element(s) "
+                         f"are NaN or Inf as {self.dtype}")
+
+
+def new_digest(algorithm: str) -> Any:
+    if algorithm == "xxh3":
+        import xxhash
+        return xxhash.xxh3_128()
+    import hashlib
+    return hashlib.sha256()
+
+
+def _h2d(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Log) -> int:
+    """Copy bytes just restored on to the device (op h2d); returns the stop stamp."""
+    start, stop = setup.device.copy(setup.device_buffer, place, view)
+    log.append((iteration, H2D, start, stop, len(view), 1))
+    return int(stop)
+
+
+def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log: Log,
+           outcome: PhaseOutcome) -> None:
+    clock, close, append = time.perf_counter_ns, setup.backend.close, log.append
+    for relpath, fds in handles.items():
+        while fds:
+            handle = fds.pop()
+            start = clock()
+            try:
+                close(handle)
+            except OSError as error:
+                stop = clock()
+                append((iteration, CLOSE, start, stop, 0, 0))
+                outcome.fail(f"rank {setup.plan.rank}: close {relpath}: {_describe(error, False)}")
+                continue
+            stop = clock()
+            append((iteration, CLOSE, start, stop, 0, 1))
+
+
+def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log) -> int:
+    """Wait (politely, timed as `wait`) for the group's storage readers, then move the
+    shard over MPI (timed as `bcast` or `allgather`). Returns the stop stamp."""
+    plan, clock = setup.plan, time.perf_counter_ns
+    start = clock()
+    timeout_s = max(deadline_ns - start, 0) / 1e9 + 10.0
+    if not mpi.barrier(setup.group, timeout_s=timeout_s):
+        mpi.abort(setup.group, f"rank {plan.rank}: its {plan.exchange} group did not gather "
+                               f"within {timeout_s:.3g} s")
+    start_exchange = clock()
+    log.append((iteration, WAIT, start, start_exchange, 0, 1))
+    view = setup.buffer.view[:plan.hold.length]
+    # bytes = what reached this rank over the network: nothing for the root of a Bcast,
+    # the others' stripes for an Allgatherv (so agg GB/s is the network's, not N/(N-1) x)
+    if plan.exchange == "bcast":
+        mpi.bcast_bytes(setup.group, view)
+        stop = clock()
+        received = 0 if setup.leads else plan.hold.length
+        log.append((iteration, BCAST, start_exchange, stop, received, 1))
+    else:
+        mpi.allgather_bytes(setup.group, view, setup.stripes)
+        stop = clock()
+        own = sum(extent.length for extent in plan.extents)
+        log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length - own, 1))
+    return stop
+
+
+def _verify_held(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
+    """After an exchange: the whole held shard, checked in memory (outside restore)."""
+    hold = setup.plan.hold
+    check = _Check(setup, hold)
+    check.update(setup.buffer.view[:hold.length])
+    check.verdict(iteration, log, outcome,
+                  lambda at, length: setup.buffer.view[at - hold.offset:at - hold.offset + length])
