@@ -7,8 +7,6 @@ here, before any I/O; every error names the file, the key, the value and what is
 
 from __future__ import annotations
 
-import difflib
-import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,181 +14,23 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from stampede import values
+from stampede.checkpoint.dtypes import WRITTEN
 from stampede.errors import UsageError
-from stampede.units import SIZE_HELP, parse_size
+from stampede.units import ALIGN_BYTES
 
 LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first",
            "list-first", "list-bcast")
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
 BROADCAST_GROUPS = ("replica", "node")
-JITTER_DISTRIBUTIONS = ("uniform", "exponential")
 FORMATS = ("raw", "safetensors", "hdf5")
-DTYPES = ("float16", "bfloat16", "float32")
+DTYPES = tuple(WRITTEN)
 CACHE_MODES = ("warm", "cold", "direct")
 SOURCES = ("synthetic", "existing")
 ASSIGN_POLICIES = ("files", "tensor-slices", "saved")   # stampede.existing.catalogue: who reads what
 PATTERN_OPS = ("stat", "open", "read", "close")
 VERIFY_MODES = ("none", "sha256", "xxh3")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned")
-# O_DIRECT needs buffers, offsets and lengths aligned to the logical block size; 4 KiB
-# covers every Linux file system in practice.
-DIRECT_ALIGN_BYTES = 4096
-
-
-# --- value parsers: each returns the parsed value or raises ValueError(what is allowed) ---
-
-def _size(value: object) -> int:
-    try:
-        return parse_size(value)
-    except ValueError:
-        raise ValueError(f"must be {SIZE_HELP}") from None
-
-
-def _positive_size(value: object) -> int:
-    size = _size(value)
-    if size <= 0:
-        raise ValueError("must be a size greater than zero")
-    return size
-
-
-def _int_at_least(low: int) -> Callable[[object], int]:
-    def parse(value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"must be a whole number >= {low}")
-        return value
-    return parse
-
-
-MAX_SECONDS = 10**7   # ~4 months: beyond it a deadline or delay is a typo, not a wish
-
-
-def _positive_float(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not 0 < value <= MAX_SECONDS:
-        raise ValueError(f"must be a number of seconds > 0 and <= {MAX_SECONDS:g}")
-    return float(value)
-
-
-def _fraction(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError("must be a number from 0 up to (not including) 1")
-    return float(value)
-
-
-def _nonempty_str(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError("must be a non-empty string")
-    return value
-
-
-def _target(value: object) -> str:
-    path = _nonempty_str(value)
-    if _URL_WITH_PASSWORD.match(path):
-        raise ValueError("holds a password in a URL (user:password@): credentials come from "
-                         "the environment, never from the job file")
-    return path
-
-
-def _choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
-    def parse(value: object) -> str:
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}{_did_you_mean(value, allowed)}")
-        return str(value)
-    return parse
-
-
-def _choice_list(allowed: tuple[str, ...], unique: bool) -> Callable[[object], tuple[str, ...]]:
-    """A list of allowed words; a plain string is one word, or comma-separated words."""
-    choose = _choice(allowed)
-
-    def parse(value: object) -> tuple[str, ...]:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not items:
-            raise ValueError(f"must be one or a list of {', '.join(allowed)}")
-        words = tuple(choose(item.strip() if isinstance(item, str) else item) for item in items)
-        if unique and len(set(words)) != len(words):
-            raise ValueError("must not name the same entry twice")
-        return words
-    return parse
-
-
-def _jitter(value: object) -> str:
-    """'none', or DISTRIBUTION:SECONDS (uniform: delays in [0, s); exponential: mean s)."""
-    allowed = "none, uniform:SECONDS or exponential:SECONDS (e.g. uniform:0.5)"
-    if value == "none":
-        return "none"
-    if not isinstance(value, str) or ":" not in value:
-        raise ValueError(f"must be {allowed}")
-    distribution, _, seconds = value.partition(":")
-    if distribution not in JITTER_DISTRIBUTIONS:
-        raise ValueError(f"must be {allowed}{_did_you_mean(distribution, JITTER_DISTRIBUTIONS)}")
-    try:
-        if not 0 < float(seconds) <= MAX_SECONDS:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"must be {allowed}, with 0 < seconds <= {MAX_SECONDS:g}") from None
-    return f"{distribution}:{float(seconds):g}"
-
-
-def _bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError("must be true or false")
-    return value
-
-
-def _stripe_count(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise ValueError("must be a whole number: 0 = the file system's default, -1 = every "
-                         "OST, N = N OSTs")
-    return value
-
-
-# Words that name credentials: they come from the environment (AWS_ACCESS_KEY_ID, ...),
-# never from a job file that ends up copied into archives and sidecars.
-_SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth")
-_SECRET_EXCEPTIONS = ("sse_kms_key_id",)
-_URL_WITH_PASSWORD = re.compile(r"^[a-zA-Z][\w+.-]*://[^/@\s]*:[^/@\s]*@")
-
-
-def _storage_options(value: object) -> dict[str, object]:
-    """fsspec storage options (endpoint, timeouts, ...): a table, no credentials in it."""
-    if not isinstance(value, dict):
-        raise ValueError("must be a table, e.g. {client_kwargs = {endpoint_url = "
-                         '"http://127.0.0.1:8333"}}')
-
-    def check(table: dict[str, object], where: str) -> None:
-        for key, item in table.items():
-            lowered = key.lower()
-            if any(word in lowered for word in _SECRET_WORDS) and lowered not in _SECRET_EXCEPTIONS:
-                raise ValueError(f"{where}{key} looks like a credential: credentials come from "
-                                 "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-                                 "AWS_PROFILE, ...), never from the job file")
-            if isinstance(item, str) and _URL_WITH_PASSWORD.match(item):
-                raise ValueError(f"{where}{key} holds a password in a URL (user:password@): "
-                                 "credentials come from the environment, never from the job "
-                                 "file")
-            if isinstance(item, dict):
-                check(item, f"{where}{key}.")
-            elif not isinstance(item, str | int | float | bool):
-                raise ValueError(f"{where}{key} must be a string, number, boolean or table")
-    check(value, "")
-    return dict(value)
-
-
-def _optional_path(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError("must be a path (a string), or empty")
-    return value
-
-
-def _optional_size(value: object) -> int | None:
-    return None if value == "" else _positive_size(value)
-
-
-def _did_you_mean(value: object, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(str(value), list(candidates), n=1)
-    return f' (did you mean "{close[0]}"?)' if close else ""
-
 
 @dataclass(frozen=True)
 class Option:
@@ -205,111 +45,111 @@ class Option:
 REQUIRED = object()
 
 OPTIONS: tuple[Option, ...] = (
-    Option("target.path", "target_path", _target, REQUIRED,
+    Option("target.path", "target_path", values.target_path, REQUIRED,
            "where the checkpoint lives: a POSIX directory (relative paths are from the cwd) or "
            "an fsspec URL (s3://bucket/prefix, gs://..., memory://..., file:///...)",
            "target"),
-    Option("target.storage_options", "storage_options", _storage_options, {},
+    Option("target.storage_options", "storage_options", values.storage_options, {},
            "fsspec options of an object-store target (endpoint_url, timeouts, retries); "
            "credentials never go here: they come from the environment", "storage_options"),
-    Option("target.stripe_count", "stripe_count", _stripe_count, 0,
+    Option("target.stripe_count", "stripe_count", values.stripe_count, 0,
            "Lustre: `lfs setstripe -c` on the checkpoint directories before prepare writes "
            "(0 = leave the file system's default, -1 = every OST)", "stripe_count"),
-    Option("target.stripe_size", "stripe_size_bytes", _optional_size, "",
+    Option("target.stripe_size", "stripe_size_bytes", values.optional_size, "",
            "Lustre: `lfs setstripe -S` (empty = the file system's default)", "stripe_size"),
-    Option("checkpoint.source", "checkpoint_source", _choice(SOURCES), "synthetic",
+    Option("checkpoint.source", "checkpoint_source", values.choice(SOURCES), "synthetic",
            "synthetic = the checkpoint prepare writes; existing = a checkpoint stampede did "
            "not write (safetensors with or without an index, PyTorch DCP, HDF5) at "
            "target.path, restored as its loader would and never written to "
            "(`run --checkpoint PATH`)", "checkpoint_source"),
-    Option("checkpoint.assign", "assign", _choice_list(ASSIGN_POLICIES, unique=True), ("files",),
+    Option("checkpoint.assign", "assign", values.choice_list(ASSIGN_POLICIES, unique=True), ("files",),
            "existing checkpoints: who reads what. files = whole files to ranks, balanced by "
            "bytes; tensor-slices = every rank a 1/N slice of every tensor (tensor-parallel); "
            "saved = DCP files to the rank that saved them (mod N). A list runs each in turn",
            "assign"),
-    Option("checkpoint.from", "from_path", _optional_path, "",
+    Option("checkpoint.from", "from_path", values.optional_path, "",
            "prepare: fill the job's layouts with the tensors of this existing checkpoint "
            "instead of synthetic bytes (`prepare --from PATH`), written as a copy at "
            "target.path; its size is the checkpoint's", "from"),
-    Option("checkpoint.size", "size_total_bytes", _optional_size, "",
+    Option("checkpoint.size", "size_total_bytes", values.optional_size, "",
            "total checkpoint size, split evenly over the ranks (give this or size_per_rank)",
            "size_total_requested"),
-    Option("checkpoint.size_per_rank", "size_per_rank_bytes", _optional_size, "",
+    Option("checkpoint.size_per_rank", "size_per_rank_bytes", values.optional_size, "",
            "bytes each rank restores (give this or size)", "size_per_rank_requested"),
-    Option("checkpoint.layout", "layouts", _choice_list(LAYOUTS, unique=True), ("shared", "sharded"),
+    Option("checkpoint.layout", "layouts", values.choice_list(LAYOUTS, unique=True), ("shared", "sharded"),
            "restore strategy: shared = one file, each rank reads its slice; sharded = one file "
            "per shard; replicated = every replica reads its shard; broadcast = one reader per "
            "group, then MPI Bcast; striped = each replica reads 1/R, then Allgatherv; "
            "metadata-first = all read a shared index first; list-first = all list the "
            "directory first; list-bcast = rank 0 lists and broadcasts. A list runs each in "
            "turn on the same target", "layout"),
-    Option("checkpoint.replicas", "replicas", _int_at_least(1), 1,
+    Option("checkpoint.replicas", "replicas", values.whole_number(1), 1,
            "data-parallel replicas R: N ranks = N/R model shards x R; the ranks holding one "
            "shard form a group", "replicas"),
-    Option("checkpoint.broadcast_group", "broadcast_group", _choice(BROADCAST_GROUPS), "replica",
+    Option("checkpoint.broadcast_group", "broadcast_group", values.choice(BROADCAST_GROUPS), "replica",
            "broadcast: one storage reader per replica group, or per group and node", "broadcast_group"),
-    Option("checkpoint.index_size", "index_bytes", _positive_size, "64KiB",
+    Option("checkpoint.index_size", "index_bytes", values.positive_size, "64KiB",
            "metadata-first: size of the shared index file every rank reads first", "index_bytes"),
-    Option("checkpoint.block_size", "block_bytes", _positive_size, "4MiB",
+    Option("checkpoint.block_size", "block_bytes", values.positive_size, "4MiB",
            "bytes per read op (one preadv into a page-aligned buffer)", "block_bytes"),
-    Option("checkpoint.format", "format", _choice(FORMATS), "raw",
+    Option("checkpoint.format", "format", values.choice(FORMATS), "raw",
            "bytes on disk: raw (the bytes alone); safetensors (a JSON header of named "
            "tensors, then their data; the header is read and parsed inside the timed restore, "
            "op header); hdf5 (one contiguous dataset per shard, located through h5py inside "
            "the timed restore)", "format"),
-    Option("checkpoint.dtype", "dtype", _choice(DTYPES), "float16",
+    Option("checkpoint.dtype", "dtype", values.choice(DTYPES), "float16",
            "element type of the tensors written (finite values, so run.check_finite passes "
            "on a good checkpoint)", "dtype"),
-    Option("pattern.ops", "ops", _choice_list(PATTERN_OPS, unique=True),
+    Option("pattern.ops", "ops", values.choice_list(PATTERN_OPS, unique=True),
            ("stat", "open", "read", "close"),
            "ops each rank runs in order on its file(s); read needs open before it", "pattern"),
-    Option("pattern.stat_count", "stat_count", _int_at_least(1), 1,
+    Option("pattern.stat_count", "stat_count", values.whole_number(1), 1,
            "stats per file per iteration (> 1: an mdtest-style stat storm)", "stat_count"),
-    Option("pattern.open_count", "open_count", _int_at_least(1), 1,
+    Option("pattern.open_count", "open_count", values.whole_number(1), 1,
            "opens per file per iteration, each closed by the close op (> 1: an open storm)",
            "open_count"),
-    Option("run.iterations", "iterations", _int_at_least(1), 3,
+    Option("run.iterations", "iterations", values.whole_number(1), 3,
            "measured repeats of the whole pattern", "iterations"),
-    Option("run.warmup", "warmup", _int_at_least(0), 1,
+    Option("run.warmup", "warmup", values.whole_number(0), 1,
            "repeats run first and dropped", "warmup"),
-    Option("run.cache", "cache", _choice(CACHE_MODES), "warm",
+    Option("run.cache", "cache", values.choice(CACHE_MODES), "warm",
            "warm = page cache as it is; cold = files' pages evicted (posix_fadvise DONTNEED) "
            "before every iteration; direct = O_DIRECT", "cache"),
-    Option("run.drop_caches", "drop_caches", _bool, False,
+    Option("run.drop_caches", "drop_caches", values.boolean, False,
            "cold: also drop the whole page cache (sync; echo 3 > /proc/sys/vm/drop_caches, one "
            "rank per node) before every iteration, where permitted (root)", "drop_caches"),
-    Option("run.rank_shift", "rank_shift", _int_at_least(0), 0,
+    Option("run.rank_shift", "rank_shift", values.whole_number(0), 0,
            "rank r restores the shard of rank (r + shift) mod N, so it reads bytes another "
            "rank wrote: with shift = ranks per node, another node's (defeats client caches, "
            "like IOR's task reordering)", "rank_shift"),
-    Option("run.jitter", "jitter", _jitter, "none",
+    Option("run.jitter", "jitter", values.jitter, "none",
            "start-time jitter: each rank waits a random delay before its restore "
            "(uniform:S = [0, S) s; exponential:S = mean S s), inside the restore time", "jitter"),
-    Option("run.seed", "seed", _int_at_least(0), 1,
+    Option("run.seed", "seed", values.whole_number(0), 1,
            "seed of the jitter delays (rank and iteration are mixed in)", "seed"),
-    Option("run.h2d", "h2d", _choice(H2D_MODES), "none",
+    Option("run.h2d", "h2d", values.choice(H2D_MODES), "none",
            "copy the restored bytes on to a device, timed as op h2d inside the restore: "
            "cuda-pinned (the read buffer page-locked), cuda-pageable, or host (memcpy, "
            "labelled as not a GPU)", "h2d"),
-    Option("run.max_error_fraction", "max_error_fraction", _fraction, 0.0,
+    Option("run.max_error_fraction", "max_error_fraction", values.fraction, 0.0,
            "failed ops tolerated per iteration, as a fraction of all ops of all ranks: they "
            "are counted and reported; past it every rank stops (0 = stop at the first)",
            "max_error_fraction"),
-    Option("run.samples", "samples", _choice(("auto", "exact", "histogram")), "auto",
+    Option("run.samples", "samples", values.choice(("auto", "exact", "histogram")), "auto",
            "exact = every sample to rank 0 (Gatherv); histogram = each rank reduces its samples "
            "to log-bucket histograms and MPI sums them (p50..p99.9 within 12%, min/max exact), "
            "for thousands of ranks; auto = histogram past 4 million samples", "samples_mode"),
-    Option("run.deadline_s", "deadline_s", _positive_float, 600.0,
+    Option("run.deadline_s", "deadline_s", values.seconds, 600.0,
            "per-phase deadline: a rank still working then stops, the run is marked invalid",
            "deadline_s"),
-    Option("run.verify", "verify", _choice(VERIFY_MODES), "none",
+    Option("run.verify", "verify", values.choice(VERIFY_MODES), "none",
            "hash every byte read and compare with what prepare recorded: sha256, or xxh3 "
            "(xxh3-128, ~15x faster than sha256 on one core); timed as its own verify op, never inside read",
            "verify"),
-    Option("run.check_finite", "check_finite", _bool, False,
+    Option("run.check_finite", "check_finite", values.boolean, False,
            "check every element read is finite (no NaN/Inf) as checkpoint.dtype; timed with "
            "verify", "check_finite"),
-    Option("archive.path", "archive_path", _nonempty_str, "results/{job}.csv",
+    Option("archive.path", "archive_path", values.nonempty_text, "results/{job}.csv",
            "CSV archive the run appends to; {job} is the job file's name", "archive"),
 )
 OPTIONS_BY_KEY = {option.key: option for option in OPTIONS}
@@ -393,7 +233,7 @@ def build_job(name: str, source: str, document: Mapping[str, object],
     for text in overrides:
         key, value = parse_override(text)
         raw[key] = (value, "--set")
-    values: dict[str, object] = {}
+    parsed: dict[str, object] = {}
     for option in OPTIONS:
         if option.key in raw:
             value, origin = raw[option.key]
@@ -403,17 +243,17 @@ def build_job(name: str, source: str, document: Mapping[str, object],
         else:
             value, origin = option.default, "default"
         try:
-            values[option.key] = option.parse(value)
+            parsed[option.key] = option.parse(value)
         except ValueError as error:
             where = source if origin != "--set" else f"--set {option.key}"
             # a table that may hold a credential by mistake is never echoed
             shown = "{...}" if option.key == "target.storage_options" else repr(value)
-            if isinstance(value, str) and _URL_WITH_PASSWORD.match(value):
+            if isinstance(value, str) and values.URL_WITH_PASSWORD.match(value):
                 shown = "'<a URL with a password, not shown>'"
             raise UsageError(f"{where}: {option.key} = {shown}: {error}") from None
-    values["archive.path"] = str(values["archive.path"]).replace("{job}", name)
-    fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in values.items()}
-    spec = JobSpec(name=name, source=source, values=MappingProxyType(values), **fields)
+    parsed["archive.path"] = str(parsed["archive.path"]).replace("{job}", name)
+    fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in parsed.items()}
+    spec = JobSpec(name=name, source=source, values=MappingProxyType(parsed), **fields)
     _check_combination(spec)
     return spec
 
@@ -453,12 +293,19 @@ def _flatten(source: str, document: Mapping[str, object]) -> dict[str, tuple[obj
 
 def _check_key(key: str, where: str) -> None:
     if key not in OPTIONS_BY_KEY:
-        raise UsageError(f"{where}: unknown key {key!r}{_did_you_mean(key, OPTIONS_BY_KEY)}",
+        raise UsageError(f"{where}: unknown key {key!r}{values.did_you_mean(key, OPTIONS_BY_KEY)}",
                          hint="`stampede run --help` lists every key")
 
 
 def _check_combination(spec: JobSpec) -> None:
-    """Rules that span several options."""
+    """Rules that span several options; the same answer on every machine (no check here
+    depends on what is installed: that is the command's, see checkpoint.formats)."""
+    for rules in (_size_rules, _pattern_rules, _layout_rules, _cache_rules, _check_rules,
+                  _format_rules):
+        rules(spec)
+
+
+def _size_rules(spec: JobSpec) -> None:
     sized = spec.size_total_bytes is not None or spec.size_per_rank_bytes is not None
     if spec.checkpoint_source == "existing" or spec.from_path:
         what = "an existing checkpoint" if spec.checkpoint_source == "existing" else "checkpoint.from"
@@ -476,6 +323,9 @@ def _check_combination(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: give exactly one of checkpoint.size and "
                          "checkpoint.size_per_rank",
                          hint='for example checkpoint.size = "1GiB"')
+
+
+def _pattern_rules(spec: JobSpec) -> None:
     ops = spec.ops
     if "read" in ops and ("open" not in ops or ops.index("open") > ops.index("read")):
         raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read needs open before it")
@@ -483,40 +333,51 @@ def _check_combination(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: close needs open before it")
     if "read" in ops and "close" in ops and ops.index("close") < ops.index("read"):
         raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read must come before close")
-    if spec.cache == "direct" and spec.block_bytes % DIRECT_ALIGN_BYTES:
-        raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: "
-                         f"run.cache = direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
-    existing = spec.checkpoint_source == "existing"   # its layouts are ignored
+
+
+def _layout_rules(spec: JobSpec) -> None:
+    if spec.checkpoint_source == "existing":   # its layouts are ignored
+        return
     single = [layout for layout in spec.layouts if layout in REPLICA_LAYOUTS]
-    if single and spec.replicas < 2 and not existing:
+    if single and spec.replicas < 2:
         raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(single)} needs "
                          f"checkpoint.replicas >= 2 (with one replica it is sharded)",
                          hint="e.g. --set checkpoint.replicas=2")
-    if "read" not in ops and not existing and any(
-            layout in ("broadcast", "striped") for layout in spec.layouts):
-        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: broadcast and striped "
+    if "read" not in spec.ops and any(layout in ("broadcast", "striped")
+                                      for layout in spec.layouts):
+        raise UsageError(f"{spec.source}: pattern.ops = {list(spec.ops)}: broadcast and striped "
                          "need a read op (they move the bytes they read)")
-    if existing and spec.cache == "direct":
+
+
+def _cache_rules(spec: JobSpec) -> None:
+    if spec.cache == "direct" and spec.block_bytes % ALIGN_BYTES:
+        raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: "
+                         f"run.cache = direct needs a multiple of {ALIGN_BYTES} bytes")
+    if spec.checkpoint_source == "existing" and spec.cache == "direct":
         raise UsageError(f"{spec.source}: run.cache = \"direct\" with an existing checkpoint: "
                          "its tensors lie at offsets O_DIRECT cannot read",
                          hint="use cold (evicted pages) instead")
+    if spec.drop_caches and spec.cache != "cold":
+        raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
+
+
+def _check_rules(spec: JobSpec) -> None:
     if spec.check_finite and spec.from_path:
         raise UsageError(f"{spec.source}: run.check_finite with checkpoint.from: the copy "
                          "holds the source's tensors of every dtype end to end, so checking "
                          "them as one dtype flags good values", hint="use run.verify")
+    if spec.check_finite and "read" not in spec.ops:
+        raise UsageError(f"{spec.source}: run.check_finite = true needs a read op in pattern.ops")
+    if spec.verify != "none" and "read" not in spec.ops:
+        raise UsageError(f"{spec.source}: run.verify = {spec.verify!r} needs a read op in "
+                         "pattern.ops")
+
+
+def _format_rules(spec: JobSpec) -> None:
     if (spec.format != "raw" or spec.check_finite) and spec.block_bytes % 4:
         raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: tensors "
                          "(a format other than raw, or run.check_finite) need a multiple of 4 "
                          "bytes, so blocks start on element boundaries")
-    if spec.format == "hdf5":
-        import importlib.util
-        if importlib.util.find_spec("h5py") is None:
-            raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" needs h5py, which "
-                             "is not installed", hint="pip install 'stampede[hdf5]'")
-    if spec.check_finite and "read" not in ops:
-        raise UsageError(f"{spec.source}: run.check_finite = true needs a read op in pattern.ops")
-    if spec.drop_caches and spec.cache != "cold":
-        raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
     if spec.format == "hdf5" and "://" in spec.target_path:
         raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" on {spec.target_path!r}: "
                          "HDF5 files are read through a POSIX path (h5py); object stores take "
@@ -524,6 +385,3 @@ def _check_combination(spec: JobSpec) -> None:
     if spec.format == "hdf5" and spec.dtype == "bfloat16":
         raise UsageError(f"{spec.source}: checkpoint.dtype = \"bfloat16\": HDF5 has no "
                          "bfloat16 type", hint="use float16 or float32 with hdf5")
-    if spec.verify != "none" and "read" not in ops:
-        raise UsageError(f"{spec.source}: run.verify = {spec.verify!r} needs a read op in "
-                         "pattern.ops")

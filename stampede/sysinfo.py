@@ -43,6 +43,11 @@ def mount_of(path: str | Path, mounts_file: str = "/proc/mounts") -> Mount:
     return best
 
 
+def slurm_job_id() -> str:
+    """The Slurm job this process runs in ("" outside Slurm): a column of every row."""
+    return os.environ.get("SLURM_JOB_ID", "")
+
+
 def slurm_variables() -> dict[str, str]:
     """SLURM_* variables of the job step, as the scheduler set them."""
     return {key: value for key, value in sorted(os.environ.items()) if key.startswith("SLURM_")}

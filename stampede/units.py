@@ -14,6 +14,11 @@ _SIZE_FACTORS = {
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
+# The alignment of every read and write buffer, offset and length under O_DIRECT (the
+# logical block size; 4 KiB covers every Linux file system in practice), and where the
+# data of a formatted file stampede writes starts.
+ALIGN_BYTES = 4096
+
 SIZE_HELP = "a byte count or a size with a unit: 4096, 4MiB, 1.5GiB, 2GB (GB = 10^9, GiB = 2^30)"
 
 

@@ -2,7 +2,7 @@
 
 Every rank makes deterministic synthetic samples (log-normal latencies, several ops and
 iterations). The exact path gathers them whole (stats.layout_stats); the histogram path
-reduces them with real MPI reductions (histo.summarize + histo.reduce, then
+reduces them with real MPI reductions (histogram.summarize + gather.reduce_summaries, then
 stats.layout_stats_reduced). Rank 0 prints one verdict line per check.
 """
 
@@ -14,8 +14,10 @@ import numpy as np
 
 from stampede import mpi
 from stampede.results import histogram as histo
+from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.samples import OP_CODE
 from stampede.results.stats import layout_stats, layout_stats_reduced, timeline
+from stampede.run.gather import reduce_summaries
 
 ITERATIONS = (0, 1, 2)
 
@@ -42,7 +44,7 @@ def main() -> int:
     rows = synthetic(rank)
     ranked = np.column_stack([rows, np.full(len(rows), rank, dtype=np.int64)])
     exact_parts = mpi.gather_rows(comm, ranked)
-    reduced = histo.reduce(comm, histo.summarize(rows, ITERATIONS), ITERATIONS)
+    reduced = reduce_summaries(comm, histo.summarize(rows, ITERATIONS), ITERATIONS)
     restores = mpi.gather_rows(comm, ranked[ranked[:, 1] == OP_CODE["restore"]])
     timelines = mpi.gather(comm, timeline(ranked))
     if rank != 0:
@@ -60,10 +62,10 @@ def main() -> int:
                                                    theirs.elapsed_s, theirs.agg_gbps)
         worst = max(abs(getattr(theirs.latency, name) / getattr(mine.latency, name) - 1)
                     for name in ("p50_s", "p90_s", "p99_s", "p999_s"))
-        ok = same and worst <= histo.BUCKET_ERROR
+        ok = same and worst <= BUCKET_ERROR
         failures += not ok
         print(f"{mine.op}: exact-fields {'same' if same else 'DIFFER'}, worst percentile error "
-              f"{worst:.3%} (allowed {histo.BUCKET_ERROR:.1%}): {'ok' if ok else 'FAILED'}")
+              f"{worst:.3%} (allowed {BUCKET_ERROR:.1%}): {'ok' if ok else 'FAILED'}")
     same_restore = exact.restore.time_to_last_rank_s == approx.restore.time_to_last_rank_s
     same_timeline = exact.timeline == tuple(sorted(approx.timeline))
     print(f"restore: {'ok' if same_restore else 'FAILED'}; timeline: {'ok' if same_timeline else 'FAILED'}")

@@ -22,19 +22,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stampede.checkpoint.dtypes import ITEMSIZE
 from stampede.checkpoint.formats import parse_header
 from stampede.checkpoint.plan import Extent
 from stampede.errors import CheckpointError, UsageError
-from stampede.existing.catalogue import (
-    ITEMSIZE,
-    POLICIES,
-    Catalogue,
-    TensorInfo,
-    assign,
-    balance,
-    describe,
-    scan,
-)
+from stampede.existing.assign import assign, balance
+from stampede.existing.catalogue import Catalogue, TensorInfo
+from stampede.existing.scan import scan
+from stampede.spec import ASSIGN_POLICIES as POLICIES
 from tests import checkpoints
 
 RANKS = range(1, 8)
@@ -257,17 +252,30 @@ def test_dcp_as_torch_reads_it(dcp_dir: Path) -> None:
         assert torch.equal(item, restored[index.fqn][where])
 
 
+def _described(path: Path) -> str:
+    """What `stampede plan --checkpoint PATH` prints about the checkpoint itself."""
+    import io
+
+    from stampede.results.report import make_console, render_existing_plan
+    from stampede.spec import build_job
+
+    stream = io.StringIO()
+    spec = build_job("j", "j.toml", {"target": {"path": str(path)},
+                                     "checkpoint": {"source": "existing"}})
+    render_existing_plan(spec, scan(str(path)), 2, make_console(stream, width=200))
+    return stream.getvalue()
+
+
 def test_describe_says_what_the_checkpoint_holds(published: Path, sharded: Path) -> None:
-    lines = describe(scan(str(sharded)))
-    text = "\n".join(lines)
-    assert "safetensors" in lines[0] and "files: 3" in text
+    text = _described(sharded)
+    assert "safetensors" in text.splitlines()[0] and "files: 3" in text
     assert "tensors: 104 (F32 103, I64 1)" in text
     assert "index file: model.safetensors.index.json" in text and "GiB" in text
     assert "saving ranks" not in text
 
 
 def test_describe_dcp(dcp_dir: Path) -> None:
-    text = "\n".join(describe(scan(str(dcp_dir))))
+    text = _described(dcp_dir)
     assert "PyTorch DCP" in text and "saving ranks: 2" in text and "index file: .metadata" in text
 
 
@@ -375,7 +383,7 @@ def test_scan_and_assign_change_nothing_on_disk(any_checkpoint: Path) -> None:
             continue
         for rank in range(3):
             assign(catalogue, policy, 3, rank)
-    describe(catalogue)
+    _described(Path(catalogue.root))
     assert _snapshot(root) == before
 
 

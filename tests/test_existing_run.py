@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stampede.existing.catalogue import scan
+from stampede.existing.scan import scan
 from tests.conftest import read_archive, write_job
 
 pytestmark = pytest.mark.mpi

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from stampede.errors import CheckpointError, UsageError
-from stampede.existing.catalogue import Catalogue, scan
+from stampede.existing.catalogue import Catalogue
+from stampede.existing.scan import scan
 from tests.conftest import read_archive, write_job
 from tests.s3server import FaultProxy, S3Server, s3_env, s3_server
 from tests.test_existing_run import _accounted, _digests
@@ -165,23 +166,32 @@ def test_scan_makes_only_reading_requests(s3_env: S3Server, sharded: Path,
             seen[fmt] = kinds
             files = len(catalogue.files)
             assert kinds["LIST"] == 1
+            # the manifest that must not be there: one HEAD in the prefix, one in its parent
             if fmt == "safetensors":
-                # the index's HEAD and ranged GET; each shard: a HEAD, its length, its JSON
-                assert kinds["HEAD"] == files + 1
-                assert kinds["GET range"] == 2 * files + 1
-                # the 2 GETs of a manifest that is not there (the prefix and its parent)
-                assert kinds["GET whole"] == 2
+                # the index and each shard: one HEAD (its open) and ranged GETs of its
+                # header (the index: whole; a shard: its first page, then the whole header)
+                assert kinds["HEAD"] == files + 1 + 2
+                pages = {}
+                for name, _ in catalogue.files:
+                    with open(sharded / name, "rb") as stream:
+                        pages[name] = 1 if 8 + int.from_bytes(stream.read(8), "little") <= 4096 \
+                            else 2
+                assert kinds["GET range"] == sum(pages.values()) + 1
+                assert kinds["GET whole"] == 0
                 for _, path, byte_range in requests:
                     name = path.partition("?")[0].rpartition("/")[2]
                     if byte_range and name.endswith(".safetensors"):   # header bytes only
                         with open(sharded / name, "rb") as stream:
                             header = 8 + int.from_bytes(stream.read(8), "little")
+                        whole_pages = -(-header // 4096) * 4096
                         last = int(byte_range.removeprefix("bytes=").partition("-")[2])
-                        assert last < header, (name, byte_range, header)
+                        assert last < whole_pages, (name, byte_range, header)
             else:
-                assert kinds["HEAD"] == files          # each .distcp file's size
-                assert kinds["GET whole"] == 3         # .metadata + the 2 manifest checks
-                assert kinds["GET range"] == 0         # no data byte is read
+                # each .distcp file's size (a HEAD), .metadata opened (a HEAD) and read whole
+                assert kinds["HEAD"] == files + 1 + 2
+                assert kinds["GET range"] == 1 and kinds["GET whole"] == 0
+                ranged = [path for _, path, byte_range in requests if byte_range]
+                assert all(path.partition("?")[0].endswith("/.metadata") for path in ranged)
     print(f"scan requests: {json.dumps({fmt: dict(kinds) for fmt, kinds in seen.items()})}")
 
 

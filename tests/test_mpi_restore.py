@@ -323,12 +323,12 @@ def test_errors_under_the_tolerated_fraction_are_counted_but_missing_bytes_stay_
     assert "read: 3 failed op(s)" in read["warnings"]
     # ... but a rank that lacks bytes is no restore: invalid, whatever the tolerance
     assert result.returncode == 1
-    assert "1 rank(s) did not hold all their bytes in iteration -1" in result.stderr
+    assert "1 rank(s) did not hold all their bytes in warmup iteration 1 of 1" in result.stderr
     assert read["valid"] == "false"
     # with no tolerance the same fault stops every rank at once
     strict = stampede("run", str(job), "--set", "run.max_error_fraction=0", np=2)
     assert strict.returncode == 1
-    assert "1 of 20 ops failed in warmup iteration -1" in strict.stderr
+    assert "1 of 20 ops failed in warmup iteration 1 of 1" in strict.stderr
 
 
 def test_prepare_and_clean_refuse_a_target_they_cannot_write(stampede, tmp_path: Path) -> None:

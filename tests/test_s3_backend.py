@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from stampede.backends import backend_name_for, open_backend
-from stampede.backends.fsspec import FsspecBackend, S3Backend, described_options
+from stampede.backends.fsspec import FsspecBackend, described_options
+from stampede.backends.s3 import S3Backend
 from stampede.errors import UsageError
 from tests.s3server import (  # noqa: F401 - s3_server, s3_env: fixtures
     FAKE_ACCESS_KEY_ID,

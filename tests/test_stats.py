@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stampede.results.model import Latency
 from stampede.results.samples import OPS
-from stampede.results.stats import Latency, layout_stats, warnings_for
+from stampede.results.stats import layout_stats
+from stampede.results.warnings import warnings_for
 
 
 def sample(rank: int, iteration: int, op: str, start_ns: int, stop_ns: int, nbytes: int = 0,

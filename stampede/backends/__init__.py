@@ -27,7 +27,7 @@ class BackendEntry:
 
 REGISTRY: dict[str, BackendEntry] = {
     "posix": BackendEntry("stampede.backends.posix", "PosixBackend", ""),
-    "s3": BackendEntry("stampede.backends.fsspec", "S3Backend", S3_HINT, ("fsspec", "s3fs")),
+    "s3": BackendEntry("stampede.backends.s3", "S3Backend", S3_HINT, ("fsspec", "s3fs")),
     "gs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
                        ("fsspec", "gcsfs")),
     "gcs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",

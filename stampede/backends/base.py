@@ -6,9 +6,9 @@ binds them as directly as it can: every Python frame added here is added to ever
 They raise OSError and nothing else (FileNotFoundError for a missing file or object): the
 pattern counts OSError per op and carries on; any other exception would stop the rank.
 
-The untimed methods (`get_bytes`, `put_bytes`, `remove`, `names`, `writer`,
-`ensure_root`, `local_path`, `describe`) serve prepare, the manifest and clean; they are
-never called between clock stamps.
+The untimed methods (`size`, `handle_size`, `get_bytes`, `put_bytes`, `remove`, `names`, `writer`,
+`ensure_root`, `local_path`, `describe`) serve prepare, the manifest, clean and the scan
+of an existing checkpoint; they are never called between clock stamps.
 """
 
 from __future__ import annotations
@@ -78,6 +78,13 @@ class Backend(Protocol):
 
     def ensure_root(self) -> None:
         """Make the target root usable for writing: a directory (mode 0o750) or a bucket."""
+
+    def handle_size(self, handle: Any) -> int:
+        """The size of an opened file (fstat / what the open's HEAD said): no request."""
+
+    def size(self, relpath: str) -> int:
+        """A file's size in bytes (stat(2), following links / one HEAD);
+        FileNotFoundError when it does not exist."""
 
     def get_bytes(self, relpath: str) -> bytes | None:
         """A whole (small) file's bytes; None when it does not exist."""

@@ -71,6 +71,13 @@ class PosixBackend:
     def ensure_root(self) -> None:
         os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
 
+    @staticmethod
+    def handle_size(handle: int) -> int:
+        return os.fstat(handle).st_size
+
+    def size(self, relpath: str) -> int:
+        return os.stat(self.root / relpath).st_size
+
     def get_bytes(self, relpath: str) -> bytes | None:
         try:
             fd = os.open(self.root / relpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -19,34 +19,22 @@ to the tensor's first byte; the header says where that byte is.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-EXTENSIONS = {"raw": "raw", "safetensors": "safetensors", "hdf5": "h5"}
-ALIGN_BYTES = 4096
+from stampede.checkpoint.dtypes import ITEMSIZE, WRITTEN
+from stampede.units import ALIGN_BYTES
+
 # A header larger than this is corrupt, not a checkpoint (safetensors refuses > 100 MB).
 MAX_HEADER_BYTES = 100_000_000
-
-
-@dataclass(frozen=True)
-class DType:
-    safetensors: str       # the dtype's name in a safetensors header
-    itemsize: int
-    exponent_mask: int     # all exponent bits: set together = Inf or NaN
-
-
-DTYPES = {
-    "float16": DType("F16", 2, 0x7C00),
-    "bfloat16": DType("BF16", 2, 0x7F80),
-    "float32": DType("F32", 4, 0x7F800000),
-}
-_H5_TYPES = {"float16": "<f2", "float32": "<f4"}
+# name -> (dtype, shape, file offset of the first byte, bytes): one tensor of a header
+HeaderEntry = tuple[str, tuple[int, ...], int, int]
 
 
 class HeaderError(OSError):
@@ -56,14 +44,29 @@ class HeaderError(OSError):
 
 def nonfinite_count(view: memoryview, dtype: str) -> int:
     """Elements of `view` (as `dtype`) that are NaN or +-Inf: all exponent bits set."""
-    kind = DTYPES[dtype]
+    kind = WRITTEN[dtype]
     words = np.frombuffer(view, dtype=f"<u{kind.itemsize}", count=len(view) // kind.itemsize)
     return int(np.count_nonzero((words & kind.exponent_mask) == kind.exponent_mask))
 
 
+def require_packages(spec: Any) -> None:
+    """What the job's format needs installed: the command's check, before any I/O (a job
+    validates the same way on every machine; running it may need more)."""
+    import importlib.util
+
+    from stampede.errors import UsageError
+
+    if spec.format == "hdf5" and importlib.util.find_spec("h5py") is None:
+        raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" needs h5py, which "
+                         "is not installed", hint="pip install 'stampede[hdf5]'")
+
+
+# --- safetensors: one writer, one reader, one parser ------------------------------------
+
 def safetensors_prefix(tensors: Sequence[tuple[str, int]], dtype: str) -> tuple[bytes, dict[str, int]]:
-    """The bytes before the data (length + padded JSON) and each tensor's file offset."""
-    kind = DTYPES[dtype]
+    """The bytes before the data (length + JSON padded so the data starts on a 4 KiB
+    boundary) and each tensor's file offset."""
+    kind = WRITTEN[dtype]
     header: dict[str, Any] = {"__metadata__": {"format": "pt", "written_by": "stampede"}}
     begin = 0
     for name, nbytes in tensors:
@@ -79,6 +82,121 @@ def safetensors_prefix(tensors: Sequence[tuple[str, int]], dtype: str) -> tuple[
         begin += nbytes
     return struct.pack("<Q", len(text)) + text, offsets
 
+
+def read_safetensors_header(backend: Any, handle: Any, scratch: memoryview | None,
+                            parse: Any) -> Any:
+    """Read a safetensors header in whole 4 KiB pages from offset 0 (into the page-aligned
+    scratch buffer, or an aligned one of its own when the header is larger or there is
+    none), so the same reads work on a handle opened with O_DIRECT, and return
+    parse(json_bytes, data_start). Raises HeaderError."""
+    from stampede.buffers import AlignedBuffer
+
+    page = ALIGN_BYTES
+    own = None
+    if scratch is None or len(scratch) < page:
+        own = AlignedBuffer(page)
+        scratch = own.view
+    try:
+        got = read_fully(backend, handle, scratch[:page], 0)
+        if got < 8:
+            raise HeaderError(f"the file ends inside its header ({got} bytes): truncated?")
+        length = int.from_bytes(scratch[:8], "little")
+        if not 0 < length <= MAX_HEADER_BYTES:
+            raise HeaderError(f"safetensors header length {length} is not plausible "
+                              "(corrupt, or not safetensors)")
+        whole = -(-(8 + length) // page) * page
+        view = scratch[:page]
+        if whole > page:
+            if whole <= len(scratch):
+                view = scratch[:whole]
+            else:
+                if own is not None:
+                    own.close()
+                own = AlignedBuffer(whole)
+                view = own.view
+            got = read_fully(backend, handle, view, 0)
+        if got < 8 + length:
+            raise HeaderError(f"the file ends inside its header (at byte {got}, the header "
+                              f"needs {8 + length}): truncated?")
+        return parse(bytes(view[8:8 + length]), 8 + length)
+    finally:
+        if own is not None:
+            own.close()
+
+
+def parse_safetensors(text: bytes, data_start: int,
+                      file_bytes: int | None = None) -> dict[str, HeaderEntry]:
+    """A safetensors header's JSON, checked as loaders check it: every tensor's dtype,
+    shape and data_offsets well formed, its size what dtype and shape need, and (when the
+    file's size is known) inside the file. Raises HeaderError saying what is wrong."""
+    try:
+        header = json.loads(text)
+        if not isinstance(header, dict):
+            raise TypeError("the header is not a JSON object")
+    except (ValueError, TypeError, RecursionError) as error:
+        raise HeaderError(f"safetensors header is not valid JSON ({error})") from None
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape = entry["dtype"], tuple(entry["shape"])
+            begin, end = entry["data_offsets"]
+            if not (isinstance(dtype, str) and all(type(d) is int and d >= 0 for d in shape)
+                    and type(begin) is int and type(end) is int and 0 <= begin <= end):
+                raise TypeError("bad dtype, shape or data_offsets")
+        except (KeyError, TypeError, ValueError) as error:
+            raise HeaderError(f"tensor {name!r}: not a valid safetensors header entry "
+                              f"({error!s}): {entry!r:.200}") from None
+        if not name:
+            raise HeaderError("a tensor with an empty name")
+        if dtype in ITEMSIZE and math.prod(shape) * ITEMSIZE[dtype] != end - begin:
+            raise HeaderError(f"tensor {name!r}: {dtype} {list(shape)} needs "
+                              f"{math.prod(shape) * ITEMSIZE[dtype]} bytes, the header gives "
+                              f"{end - begin} (corrupt header)")
+        if file_bytes is not None and data_start + end > file_bytes:
+            raise HeaderError(f"tensor {name!r} ends at byte {data_start + end}, the file has "
+                              f"{file_bytes}: truncated?")
+        tensors[name] = (dtype, shape, data_start + begin, end - begin)
+    return tensors
+
+
+def read_fully(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
+    """Fill `view` from `offset`; fewer bytes only at the end of the file. Stops at the
+    first short read (the end of a file or object): a read after it would start at an
+    unaligned offset, which O_DIRECT may refuse even at the end of the file."""
+    done = 0
+    while done < len(view):
+        wanted = len(view) - done
+        count = backend.read_into(handle, view[done:], offset + done)
+        done += max(count, 0)
+        if count < wanted:
+            break
+    return done
+
+
+# --- the timed header op -------------------------------------------------------------------
+
+def parse_header(fmt: str, backend: Any, path: Any, handle: Any, scratch: memoryview,
+                 wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """The timed `header` op: tensor name -> (file offset, bytes) for the wanted tensors.
+
+    safetensors: read the length and the JSON (in whole pages), parse and check it (whole,
+    as loaders do). hdf5: open the file through h5py and look each wanted dataset up.
+    Raises HeaderError when the header is unreadable or lacks a wanted tensor.
+    """
+    if fmt == "safetensors":
+        entries = read_safetensors_header(backend, handle, scratch, parse_safetensors)
+        found = {name: (offset, nbytes) for name, (_, _, offset, nbytes) in entries.items()}
+    else:
+        found = _hdf5_tensors(path, wanted)
+    missing = [name for name in wanted if name not in found]
+    if missing:
+        raise HeaderError(f"the header has no tensor {missing[0]!r}")
+    return found
+
+
+# --- creating files ----------------------------------------------------------------------
 
 def create_file(fmt: str, path: Path, tensors: Sequence[tuple[str, int]], dtype: str,
                 mode: int) -> dict[str, int]:
@@ -112,91 +230,12 @@ def _create_hdf5(path: Path, tensors: Sequence[tuple[str, int]], dtype: str,
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
             dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-            kind = h5py.h5t.py_create(np.dtype(_H5_TYPES[dtype]))
-            space = h5py.h5s.create_simple((nbytes // DTYPES[dtype].itemsize,))
+            kind = h5py.h5t.py_create(np.dtype(WRITTEN[dtype].hdf5))
+            space = h5py.h5s.create_simple((nbytes // WRITTEN[dtype].itemsize,))
             dataset = h5py.h5d.create(file.id, name.encode(), kind, space, dcpl=dcpl)
             offsets[name] = int(dataset.get_offset())
     os.chmod(path, mode)
     return offsets
-
-
-def parse_header(fmt: str, backend: Any, path: Any, handle: Any, scratch: memoryview,
-                 wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
-    """The timed `header` op: tensor name -> (file offset, bytes) for the wanted tensors.
-
-    safetensors: read the length and the JSON (in whole pages), parse it (whole, as
-    loaders do).
-    hdf5: open the file through h5py and look each wanted dataset up.
-    Raises HeaderError when the header is unreadable or lacks a wanted tensor.
-    """
-    if fmt == "safetensors":
-        found = _safetensors_tensors(backend, handle, scratch)
-    else:
-        found = _hdf5_tensors(path, wanted)
-    missing = [name for name in wanted if name not in found]
-    if missing:
-        raise HeaderError(f"the header has no tensor {missing[0]!r}")
-    return found
-
-
-def read_fully(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
-    """Fill `view` from `offset`; fewer bytes only at the end of the file. Stops at the
-    first short read (the end of a file or object): a read after it would start at an
-    unaligned offset, which O_DIRECT may refuse even at the end of the file."""
-    done = 0
-    while done < len(view):
-        wanted = len(view) - done
-        count = backend.read_into(handle, view[done:], offset + done)
-        done += max(count, 0)
-        if count < wanted:
-            break
-    return done
-
-
-def _safetensors_tensors(backend: Any, handle: Any, scratch: memoryview) -> dict[str, tuple[int, int]]:
-    """Read the header in whole 4 KiB pages from offset 0 into the page-aligned scratch
-    buffer (or an aligned one of its own when the header is larger), so the same reads
-    work on a handle opened with O_DIRECT."""
-    from stampede.buffers import AlignedBuffer
-
-    page = ALIGN_BYTES
-    first = scratch[:page] if len(scratch) >= page else None
-    own = None
-    if first is None:
-        own = AlignedBuffer(page)
-        first = own.view
-    try:
-        got = read_fully(backend, handle, first, 0)
-        if got < 8:
-            raise HeaderError(f"the file ends inside its header ({got} bytes)")
-        length = int.from_bytes(first[:8], "little")
-        if not 0 < length <= MAX_HEADER_BYTES:
-            raise HeaderError(f"safetensors header length {length} is not plausible (corrupt?)")
-        whole = -(-(8 + length) // page) * page
-        if whole > page:
-            if whole <= len(scratch):
-                view = scratch[:whole]
-            else:
-                if own is not None:
-                    own.close()
-                own = AlignedBuffer(whole)
-                view = own.view
-            got = read_fully(backend, handle, view, 0)
-        else:
-            view = first
-        if got < 8 + length:
-            raise HeaderError(f"the file ends inside its header (at byte {got})")
-        try:
-            header = json.loads(bytes(view[8:8 + length]))
-            start = 8 + length
-            return {name: (start + entry["data_offsets"][0],
-                           entry["data_offsets"][1] - entry["data_offsets"][0])
-                    for name, entry in header.items() if name != "__metadata__"}
-        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as error:
-            raise HeaderError(f"safetensors header is not valid ({error})") from None
-    finally:
-        if own is not None:
-            own.close()
 
 
 def open_hdf5(path: str) -> Any:

@@ -33,10 +33,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from stampede.checkpoint.formats import DTYPES, EXTENSIONS
+from stampede.checkpoint.dtypes import WRITTEN
 from stampede.errors import UsageError
-from stampede.spec import DIRECT_ALIGN_BYTES, JobSpec
+from stampede.spec import JobSpec
+from stampede.units import ALIGN_BYTES
 
+EXTENSIONS = {"raw": "raw", "safetensors": "safetensors", "hdf5": "h5"}   # by checkpoint.format
 SHARED_FILE = "shared/checkpoint.raw"
 SHARD_DIR = "sharded"
 INDEX_FILE = f"{SHARD_DIR}/.metadata"   # where PyTorch DCP keeps its index
@@ -125,19 +127,19 @@ def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
     shards = shard_count(spec, nranks)
     if spec.size_per_rank_bytes is not None:
         per_rank = spec.size_per_rank_bytes
-        if spec.cache == "direct" and per_rank % DIRECT_ALIGN_BYTES:
+        if spec.cache == "direct" and per_rank % ALIGN_BYTES:
             raise UsageError(f"{spec.source}: checkpoint.size_per_rank = {per_rank}: run.cache ="
-                             f" direct needs a multiple of {DIRECT_ALIGN_BYTES} bytes")
-        itemsize = DTYPES[spec.dtype].itemsize
+                             f" direct needs a multiple of {ALIGN_BYTES} bytes")
+        itemsize = WRITTEN[spec.dtype].itemsize
         if (spec.format != "raw" or spec.check_finite) and per_rank % itemsize:
             raise UsageError(f"{spec.source}: checkpoint.size_per_rank = {per_rank}: a shard "
                              f"of {spec.dtype} elements needs a multiple of {itemsize} bytes")
         return per_rank
     assert spec.size_total_bytes is not None
-    per_rank = spec.size_total_bytes // shards // DIRECT_ALIGN_BYTES * DIRECT_ALIGN_BYTES
+    per_rank = spec.size_total_bytes // shards // ALIGN_BYTES * ALIGN_BYTES
     if per_rank == 0:
         raise UsageError(f"{spec.source}: checkpoint.size = {spec.size_total_bytes} is too small "
-                         f"for {shards} shards: each needs at least {DIRECT_ALIGN_BYTES} bytes")
+                         f"for {shards} shards: each needs at least {ALIGN_BYTES} bytes")
     return per_rank
 
 
@@ -207,14 +209,14 @@ def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
 
 def _stripe(hold: Extent, index: int, count: int) -> Extent | None:
     """Stripe `index` of `count` of a shard, in whole 4 KiB pages (the last takes the rest)."""
-    pages = hold.length // DIRECT_ALIGN_BYTES
+    pages = hold.length // ALIGN_BYTES
     first, last = pages * index // count, pages * (index + 1) // count
-    length = (last - first) * DIRECT_ALIGN_BYTES
+    length = (last - first) * ALIGN_BYTES
     if index == count - 1:
-        length = hold.length - first * DIRECT_ALIGN_BYTES
+        length = hold.length - first * ALIGN_BYTES
     if length <= 0:
         return None
-    return Extent(hold.relpath, hold.offset + first * DIRECT_ALIGN_BYTES, length, hold.tensor)
+    return Extent(hold.relpath, hold.offset + first * ALIGN_BYTES, length, hold.tensor)
 
 
 def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:

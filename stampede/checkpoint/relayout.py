@@ -18,8 +18,10 @@ from pathlib import Path
 from stampede.checkpoint.content import ContentSource
 from stampede.checkpoint.plan import INDEX_FILE, shard_count
 from stampede.errors import UsageError
-from stampede.existing.catalogue import Catalogue, scan
-from stampede.spec import DIRECT_ALIGN_BYTES, JobSpec
+from stampede.existing.catalogue import Catalogue
+from stampede.existing.scan import scan
+from stampede.spec import JobSpec
+from stampede.units import ALIGN_BYTES
 
 _SHARD = re.compile(r"shard-(\d+)")
 
@@ -41,10 +43,10 @@ def source_catalogue(spec: JobSpec) -> Catalogue:
 def sized(spec: JobSpec, total_bytes: int, nranks: int) -> JobSpec:
     """The job with its size set from the source: P bytes per shard (see above)."""
     shards = shard_count(spec, nranks)
-    per_shard = -(-total_bytes // shards // DIRECT_ALIGN_BYTES) * DIRECT_ALIGN_BYTES
-    per_shard = max(per_shard, DIRECT_ALIGN_BYTES)
+    per_shard = -(-total_bytes // shards // ALIGN_BYTES) * ALIGN_BYTES
+    per_shard = max(per_shard, ALIGN_BYTES)
     while per_shard * shards < total_bytes:
-        per_shard += DIRECT_ALIGN_BYTES
+        per_shard += ALIGN_BYTES
     return dataclasses.replace(spec, size_per_rank_bytes=per_shard)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from stampede.errors import UsageError
+from stampede.results.cells import LINE, SOURCE, cell
 from stampede.spec import OPTIONS
 
 ARCHIVE_SCHEMA = 2
@@ -51,30 +52,6 @@ EXTRA_COLUMNS = (
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS
     if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
-
-
-def new_run_id(tag: str = "") -> str:
-    """`<UTC time>-[<tag>-]<random>`: sorts by time, unique across concurrent runs."""
-    import uuid
-    from datetime import UTC, datetime
-
-    return "-".join(filter(None, (f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}", tag, uuid.uuid4().hex[:8])))
-
-
-def node_counts(hosts: Sequence[str]) -> tuple[int, int]:
-    """(nodes, most ranks on one node) from the host of each rank."""
-    return len(set(hosts)), max((list(hosts).count(host) for host in set(hosts)), default=0)
-
-
-def cell(value: object) -> str:
-    """One CSV cell: floats in full precision, NaN and None as empty, bools as true/false."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return "" if not math.isfinite(value) else repr(value)
-    return str(value)
 
 
 def _encode(rows: Iterable[Mapping[str, object]]) -> str:
@@ -153,7 +130,8 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     for row in reader:
         if None in row or any(value is None for value in row.values()):
             continue  # a torn line: fewer or more cells than the header
-        rows.append({column: row.get(column, "") for column in set(COLUMNS) | set(row)})
+        rows.append({**{column: row.get(column, "") for column in set(COLUMNS) | set(row)},
+                     SOURCE: str(path), LINE: str(reader.line_num)})
     return rows
 
 

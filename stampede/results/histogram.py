@@ -5,7 +5,7 @@ x 10 iterations x hundreds of reads each that is gigabytes on one rank, so in hi
 mode (run.samples = "histogram", or "auto" past AUTO_SAMPLES) each rank turns its samples
 into fixed-size arrays that MPI then reduces, with a cost on rank 0 that does not grow
 with the number of ops:
-  - per op, a latency histogram over stats.HISTOGRAM_EDGES_S (SUM), and the exact
+  - per op, a latency histogram over HISTOGRAM_EDGES_S (SUM), and the exact
     minimum and maximum latency (MIN, MAX);
   - per op and iteration, the count of successful and failed ops and their bytes (SUM),
     the first start and the last stop (MIN, MAX): elapsed, ops/s and GB/s stay exact.
@@ -14,24 +14,26 @@ rank 0 whole. Percentiles other than min and max are then interpolated inside on
 bucket: their error is at most one bucket's width (BUCKET_ERROR, 12.2%), and every row
 they appear in says `samples = histogram`.
 
-Stamps are put on the node's axis on each rank (the node's first barrier exit comes from
-a MIN over the node), as stampede.run.clock does on rank 0 in exact mode.
+This module is the arithmetic alone (per rank: summarize; on rank 0: the statistics from
+the reduced arrays); the collectives that move the arrays are stampede.run.gather's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from stampede import mpi
+from stampede.results.definitions import BUCKETS_PER_DECADE, PERCENTILES
+from stampede.results.model import EMPTY_LATENCY, Histogram, Latency
 from stampede.results.samples import ITER, NBYTES, OK, OP, OPS, START, STOP
-from stampede.results.stats import BUCKETS_PER_DECADE, HISTOGRAM_EDGES_S
 
-AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
-BUCKET_ERROR = 10 ** (1 / BUCKETS_PER_DECADE) - 1
+# BUCKETS_PER_DECADE buckets per decade from 100 ns to 10^4 s (BUCKET_ERROR wide): the
+# resolution of a CDF drawn from the sidecar, whatever the number of samples.
+HISTOGRAM_EDGES_S = tuple(10.0 ** (exponent / BUCKETS_PER_DECADE)
+                          for exponent in range(-7 * BUCKETS_PER_DECADE, 4 * BUCKETS_PER_DECADE + 1))
 EDGES_NS = np.array(HISTOGRAM_EDGES_S) * 1e9
+AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
 BIG = np.iinfo(np.int64).max
 
 
@@ -48,20 +50,6 @@ class Reduced:
     first_start_ns: np.ndarray    # [op, iteration] on the phase's axis
     last_stop_ns: np.ndarray      # [op, iteration]
     iterations: tuple[int, ...]   # the iteration number of each column
-
-
-def to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int], restore_code: int) -> np.ndarray:
-    """This rank's absolute stamps -> ns since its node's first barrier exit, per phase."""
-    phases = sorted(origins)
-    mine = np.array([origins[phase] for phase in phases], dtype=np.int64)
-    first = mpi.node_min(comm, mine)
-    rows = rows.copy()
-    if rows.size:
-        zero = first[np.searchsorted(np.array(phases), rows[:, ITER])]
-        rows[:, START] -= zero
-        rows[:, STOP] -= zero
-        rows[rows[:, OP] == restore_code, START] = 0
-    return rows
 
 
 def summarize(rows: np.ndarray, iterations: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -102,9 +90,38 @@ REDUCTIONS = {"histograms": "sum", "latency_min_ns": "min", "latency_max_ns": "m
               "failed": "sum", "nbytes": "sum", "first_start_ns": "min", "last_stop_ns": "max"}
 
 
-def reduce(comm: Any, summary: dict[str, np.ndarray], iterations: tuple[int, ...]) -> Reduced | None:
-    """MPI-reduce every rank's arrays to rank 0 (None elsewhere)."""
-    reduced = {name: mpi.reduce_to_root(comm, summary[name], how) for name, how in REDUCTIONS.items()}
-    if comm.Get_rank() != 0:
-        return None
-    return Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
+
+
+def histogram(durations_ns: np.ndarray) -> Histogram:
+    counts, _ = np.histogram(durations_ns.astype(np.float64) / 1e9, bins=HISTOGRAM_EDGES_S)
+    return Histogram(counts=tuple(int(count) for count in counts), edges_s=HISTOGRAM_EDGES_S)
+
+
+def latency_from_histogram(counts: np.ndarray, min_ns: int, max_ns: int) -> Latency:
+    """Percentiles of the pooled samples from log-bucket counts, by numpy's linear
+    definition: the two order statistics around the percentile are each placed inside
+    their bucket (geometrically, by their rank in it) and clamped to the exact min and
+    max, then interpolated linearly. Each lies in the same bucket as the true sample, so
+    the result is within one bucket's width (12.2%) of the exact percentile."""
+    total = int(counts.sum())
+    if total == 0:
+        return EMPTY_LATENCY
+    cumulative = np.cumsum(counts)
+    low_s, high_s = min_ns / 1e9, max_ns / 1e9
+
+    def order_statistic(index: int) -> float:
+        bucket = int(np.searchsorted(cumulative, index, side="right"))
+        before = int(cumulative[bucket - 1]) if bucket else 0
+        fraction = (index - before + 0.5) / int(counts[bucket])
+        lo, hi = HISTOGRAM_EDGES_S[bucket], HISTOGRAM_EDGES_S[bucket + 1]
+        return min(max(lo * (hi / lo) ** fraction, low_s), high_s)
+
+    def at(percent: float) -> float:
+        position = percent / 100 * (total - 1)            # 0-based, in sorted order
+        below = int(position)
+        above = min(below + 1, total - 1)
+        low, high = order_statistic(below), order_statistic(above)
+        return low + (high - low) * (position - below)
+
+    p50, p90, p99, p999 = (at(percent) for percent in PERCENTILES)
+    return Latency(total, low_s, p50, p90, p99, p999, high_s, approximate=True)

@@ -14,11 +14,7 @@ The cache state is what the user says (--cache): neither tool records it.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 MIB = 2**20
@@ -29,15 +25,11 @@ MDTEST_OPS = {"File stat": "stat", "File read": "read"}
 
 
 def _base(tool: str, job: str, cache: str, nranks: int, nnodes: int, source: str) -> dict[str, object]:
-    from stampede import __version__
-    from stampede.results.archive import ARCHIVE_SCHEMA, new_run_id
+    from stampede.results.rows import new_run_id, now_stamp, shared_columns
 
-    stamp = datetime.now(UTC)
-    return {"schema": ARCHIVE_SCHEMA, "run_id": new_run_id(tool),
-            "timestamp": stamp.isoformat(timespec="seconds"), "job": job, "backend": tool,
-            "cache": cache, "nranks": nranks, "nnodes": nnodes,
-            "ranks_per_node": -(-nranks // max(nnodes, 1)), "valid": True,
-            "stampede_version": __version__, "target": source,
+    return {**shared_columns(new_run_id(tool), now_stamp(), job, tool, "", nranks=nranks,
+                             nnodes=nnodes),
+            "cache": cache, "target": source,
             "warnings": f"imported from {tool}: no latency percentiles, no per-rank detail"}
 
 
@@ -97,49 +89,3 @@ def mdtest_rows(text: str, job: str, cache: str, source: str) -> list[dict[str, 
     if not rows:
         raise UsageError(f"{source}: the SUMMARY rate table has no operation rows")
     return rows
-
-
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    sub = commands.add_parser(
-        "import", formatter_class=formatter,
-        help="Append IOR (JSON summary) or mdtest (standard output) results to an archive, "
-             "to compare them with stampede runs.",
-        description="Import IOR or mdtest results into a stampede archive.", epilog=__doc__)
-    sub.add_argument("tool", choices=("ior", "mdtest"))
-    sub.add_argument("result", help="IOR JSON summary file, or mdtest's saved output")
-    sub.add_argument("--archive", required=True, help="CSV archive to append to")
-    sub.add_argument("--cache", default="unknown", choices=("warm", "cold", "direct", "unknown"),
-                     help="the cache state the tool ran in (it does not record it)")
-    sub.add_argument("--job", default="", help="job name for the rows (default: the tool's)")
-    sub.set_defaults(func=cmd_import)
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    from stampede.errors import UsageError
-    from stampede.results.archive import append_rows, cell, check_appendable
-
-    path = Path(args.result)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a text file: not {args.tool}'s output") from None
-    check_appendable(args.archive)
-    job = args.job or args.tool
-    if args.tool == "ior":
-        start = text.find("{")  # IOR may print its banner before the JSON
-        try:
-            document = json.loads(text[start:]) if start >= 0 else None
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(document, dict):
-            raise UsageError(f"{path}: no JSON object: not IOR's JSON summary")
-        rows = ior_rows(document, job, args.cache, str(path))
-    else:
-        rows = mdtest_rows(text, job, args.cache, str(path))
-    run_id = str(rows[0]["run_id"])  # one import is one run, whatever its row count
-    append_rows(args.archive, [{k: cell(v) for k, v in {**row, "run_id": run_id}.items()}
-                               for row in rows])
-    print(f"imported {len(rows)} {args.tool} row(s) into {args.archive}")
-    return 0

@@ -18,11 +18,9 @@ The module's top level imports only the stdlib: the CLI imports it on every star
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,61 +33,6 @@ KINDS = ("cdf", "scaling", "timeline")
 INSTALL_HINT = "pip install -e '.[plot]'"
 DPI = 110
 Row = dict[str, str]
-
-PLOT_HELP = """\
-output: with --kind all (the default) -o is a stem: -o out.png (or -o out) writes
-  out-cdf.png, out-scaling.png and out-timeline.png; with one kind, -o is that file.
-  Default -o: the archive's path with .png (results/job.csv -> results/job-cdf.png, ...).
-figures:
-  cdf       latency CDF per op (panel) and layout (line) of one run, from the sidecar's
-            log-bucket histograms (20 buckets per decade, iterations and ranks pooled)
-  scaling   aggregate GB/s (restore, and read) and time to last rank against ranks, one
-            line per layout, over every valid run in the archive; median where runs share
-            a rank count, error bars from the *_min/*_max (iteration spread) columns
-  timeline  per rank: a bar from its first op's start to done, marks at first byte and
-            last read (from the sidecar), one panel per layout, one iteration
---run picks the run of cdf and timeline (default: the archive's last); runs without a
-sidecar are skipped with a note. matplotlib is optional: """ + INSTALL_HINT
-
-
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    """Add `stampede plot` to the CLI (called on every start: nothing heavy here)."""
-    sub = commands.add_parser(
-        "plot", formatter_class=formatter, epilog=PLOT_HELP,
-        help="Draw an archive as PNGs: latency CDFs, GB/s and time to last rank against "
-             "ranks, and one run's per-rank timeline (needs matplotlib).",
-        description="Draw an archive (CSV) and its JSON sidecars as PNG figures.")
-    sub.add_argument("archive", help="CSV archive, e.g. results/quickstart.csv")
-    sub.add_argument("-o", "--output", default=None, metavar="PATH",
-                     help="output file (one kind) or stem (--kind all); default: the archive's "
-                          "path with .png")
-    sub.add_argument("--kind", choices=(*KINDS, "all"), default="all",
-                     help="which figure to draw (default all)")
-    sub.add_argument("--run", default=None, metavar="RUN_ID",
-                     help="run of the cdf and timeline figures (default: the last)")
-    sub.add_argument("--iteration", type=int, default=None, metavar="N",
-                     help="timeline: measured iteration N (0-based; default: the median one)")
-    sub.set_defaults(func=cmd_plot)
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    """Write the chosen figures; print each file written and each panel skipped."""
-    require_matplotlib()
-    from stampede.results.archive import read_rows
-
-    kinds = KINDS if args.kind == "all" else (args.kind,)
-    figures, notes = build_figures(args.archive, read_rows(args.archive), kinds, args.run,
-                                   args.iteration)
-    for note in notes:
-        print(f"stampede plot: note: {note}", file=sys.stderr)
-    if not figures:
-        from stampede.errors import UsageError
-        raise UsageError(f"{args.archive}: nothing to draw for --kind {args.kind} (see the notes above)")
-    targets = output_paths(args.output or Path(args.archive).with_suffix(".png"), kinds)
-    for kind, figure in figures.items():
-        save(figure, targets[kind])
-        print(f"wrote {targets[kind]}")
-    return 0
 
 
 def require_matplotlib() -> None:

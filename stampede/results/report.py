@@ -244,10 +244,10 @@ def render_existing_plan(spec: Any, catalogue: Any, nranks: int, console: Any,
                          shown_ranks: int = 4) -> None:
     """`stampede plan --checkpoint PATH`: what the checkpoint holds (from its headers) and
     who reads what under each assign policy."""
-    from stampede.existing.catalogue import describe, plan_existing
+    from stampede.existing.assign import plan_existing
     from stampede.results.samples import OPS
 
-    for line in describe(catalogue):
+    for line in _describe_checkpoint(catalogue):
         console.print(line)
     for policy in spec.assign:
         plans = [plan_existing(catalogue, spec, policy, nranks, rank) for rank in range(nranks)]
@@ -358,3 +358,27 @@ def render_mttr(model: Any, extras: dict[str, float],
                             f"{probability:.3g}" if probability >= 1e-12 else "< 1e-12",
                             format_seconds(added_s) if added_s >= 1e-6 else "< 1 µs")
     console.print(spare_table)
+
+
+def _describe_checkpoint(catalogue: Any) -> list[str]:
+    """Human lines for `stampede plan`: format, files, tensors, bytes, index, savers."""
+    from collections import Counter
+
+    kinds = {"safetensors": "safetensors", "dcp": "PyTorch DCP", "hdf5": "HDF5"}
+    file_bytes = sum(size for _, size in catalogue.files)
+    more = f" and {len(catalogue.files) - 3} more" if len(catalogue.files) > 3 else ""
+    dtypes = Counter(t.dtype or "bytes" for t in catalogue.tensors)
+    lines = [
+        f"checkpoint: {catalogue.root} ({kinds.get(catalogue.format, catalogue.format)})",
+        f"files: {len(catalogue.files)} data file(s), {file_bytes:,} bytes "
+        f"({format_bytes(file_bytes)}): {', '.join(name for name, _ in catalogue.files[:3])}{more}",
+        f"{'saved items' if catalogue.format == 'dcp' else 'tensors'}: "
+        f"{len(catalogue.tensors)} ("
+        + ", ".join(f"{dtype} {count}" for dtype, count in dtypes.most_common()) + ")",
+        f"bytes to restore: {catalogue.total_bytes:,} ({catalogue.total_bytes / 2**30:.3f} GiB)",
+        f"index file: {catalogue.index_file or 'none'}"
+        + (" (read whole by every rank first)" if catalogue.format == "dcp" else ""),
+    ]
+    if catalogue.format == "dcp":
+        lines.append(f"saving ranks: {catalogue.saving_ranks}")
+    return lines

@@ -1,79 +1,76 @@
-"""From a finished run to archive rows and a sidecar document (rank 0 only)."""
+"""Archive rows: the columns every row shares (one builder, for run, startup, gpu and
+imported rows), the rows of one layout's ops, and the sidecar document of a run."""
 
 from __future__ import annotations
 
-import os
 import statistics
+import uuid
+from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 from stampede import __version__
-from stampede.checkpoint.plan import EXCHANGE
-from stampede.results.archive import ARCHIVE_SCHEMA, cell
+from stampede.results.archive import ARCHIVE_SCHEMA
+from stampede.results.cells import cell
+from stampede.results.model import LayoutRun, LayoutStats, RunContext, node_counts
 from stampede.results.samples import RATE_OPS, STORAGE_OPS
-from stampede.results.stats import LayoutStats, warnings_for
-from stampede.run.job import LayoutRun, RunContext
+from stampede.results.warnings import layout_warnings, residency_warning
 from stampede.spec import JobSpec
-from stampede.sysinfo import node_facts, slurm_variables
+from stampede.sysinfo import node_facts, slurm_job_id, slurm_variables
 
 MAX_HOSTS_IN_ROW = 8
-COLD_RESIDENT_MAX = 0.05   # a cold phase that starts with more cached than this is warned
 
 
-def hosts_cell(hosts: tuple[str, ...]) -> str:
+def new_run_id(tag: str = "") -> str:
+    """`<UTC time>-[<tag>-]<random>`: sorts by time, unique across concurrent runs."""
+    return "-".join(filter(None, (f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}", tag,
+                                  uuid.uuid4().hex[:8])))
+
+
+def now_stamp() -> str:
+    """A run's timestamp column: UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def hosts_cell(hosts: Sequence[str]) -> str:
     unique = sorted(set(hosts))
     shown = " ".join(unique[:MAX_HOSTS_IN_ROW])
     return shown + (f" (+{len(unique) - MAX_HOSTS_IN_ROW} more)" if len(unique) > MAX_HOSTS_IN_ROW else "")
 
 
-def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
-    # Layouts that exchange verify the held shard after the restore; the others hash
-    # between reads, inside it.
-    checks = "+".join(filter(None, (spec.verify if spec.verify != "none" else "",
-                                    "finite check" if spec.check_finite else "")))
-    inline = checks if stats.layout not in EXCHANGE else ""
-    notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
-                         context.fs_type, inline)
-    if spec.h2d == "host":
-        notes += (f"h2d went to {context.device}: a stand-in for tests",)
-    if stats.samples == "histogram":
-        notes += ("p50-p99.9 interpolated in log buckets (run.samples = histogram): within 12% "
-                  "of the exact values; min, max, counts, GB/s and restore times are exact",)
-    checking = " and ".join(filter(None, (
-        f"{spec.verify} hashing" if spec.verify != "none" else "",
-        "the finite check" if spec.check_finite else "")))
-    between = [what for what, on in ((checking, bool(inline)),
-                                      ("copies to the device", spec.h2d != "none"
-                                       and stats.layout not in EXCHANGE)) if on]
-    if between:
-        notes += (f"{' and '.join(between)} run between reads: the read op's aggregate GB/s "
-                  "spans them (its latencies do not)",)
-    return notes
+def shared_columns(run_id: str, timestamp: str, job: str, backend: str, layout: str,
+                   hosts: Sequence[str] = (), nranks: int = 0, nnodes: int = 0,
+                   valid: bool = True) -> dict[str, object]:
+    """The columns every archive row carries: which run, of what, where, by whom. The rank
+    and node counts come from the host of each rank, or are given (imported results)."""
+    if hosts:
+        nnodes, per_node = node_counts(list(hosts))
+        nranks = len(hosts)
+    else:
+        per_node = -(-nranks // max(nnodes, 1))
+    return {"schema": ARCHIVE_SCHEMA, "run_id": run_id, "timestamp": timestamp, "job": job,
+            "backend": backend, "layout": layout, "nranks": nranks, "nnodes": nnodes,
+            "ranks_per_node": per_node, "valid": valid, "stampede_version": __version__,
+            "hosts": hosts_cell(hosts), "slurm_job_id": slurm_job_id()}
 
 
 def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> list[dict[str, str]]:
     """One row per op of one layout, every row repeating the whole configuration."""
     stats = layout_run.stats
     assert stats is not None
-    warnings = layout_warnings(spec, context, stats) + layout_run.notes
     resident = statistics.median(layout_run.resident_fraction) \
         if layout_run.resident_fraction else None
-    if spec.cache != "warm" and resident is not None and resident > COLD_RESIDENT_MAX:
-        warnings += (f"cache={spec.cache}, yet {100 * resident:.0f}% of the bytes to read were "
-                     "in the page cache when the phase started: not as cold as asked",)
+    warnings = layout_warnings(spec, context, stats) + layout_run.notes + \
+        residency_warning(spec.cache, resident)
     shared = {
         **spec.columns(),
-        "schema": ARCHIVE_SCHEMA, "run_id": context.run_id, "timestamp": context.timestamp,
-        "job": spec.name, "backend": context.backend, "layout": layout_run.layout,
-        "nranks": context.nranks, "nnodes": context.nnodes,
-        "ranks_per_node": context.ranks_per_node,
+        **shared_columns(context.run_id, context.timestamp, spec.name, context.backend,
+                         layout_run.layout, context.hosts, valid=not layout_run.invalid_reason),
         "bytes_per_rank": layout_run.bytes_per_rank,
         "bytes_total": layout_run.bytes_total or layout_run.bytes_per_rank * context.nranks,
-        "iterations": stats.iterations, "valid": not layout_run.invalid_reason,
-        "invalid_reason": layout_run.invalid_reason,
-        "stampede_version": __version__, "hosts": hosts_cell(context.hosts),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), "fs_type": context.fs_type,
-        "warnings": " | ".join(warnings), "device": context.device,
+        "iterations": stats.iterations, "invalid_reason": layout_run.invalid_reason,
+        "fs_type": context.fs_type, "warnings": " | ".join(warnings), "device": context.device,
         "cache_resident_pct": 100 * resident if resident is not None else None,
     }
     if context.checkpoint_format:   # an existing checkpoint: the format found, not asked
@@ -86,7 +83,7 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
 
 
 def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
-            hosts: tuple[str, ...]) -> list[dict[str, str]]:
+            hosts: Sequence[str]) -> list[dict[str, str]]:
     """The rows of one layout: `shared` columns plus each op's results; the completion op
     (restore, or startup) also carries time to last rank and its kin."""
     restore = stats.restore

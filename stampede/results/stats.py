@@ -17,120 +17,36 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from stampede.results.samples import ITER, NBYTES, NETWORK_OPS, OK, OP, OPS, RANK, START, STOP, STORAGE_OPS
-
-NAN = float("nan")
-PERCENTILES = (50.0, 90.0, 99.0, 99.9)
-# Below these, a result is printed but flagged (pyperf's format_checks spirit).
-WIDE_SPREAD = 0.10          # (max - min) / median across iterations
-SHORT_PHASE_S = 0.010       # barrier skew and timer calls become a visible share
-FEW_SAMPLES_P99 = 100       # p99 needs at least 100 samples to be a p99
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Latency percentiles of one op, in seconds, from `count` samples."""
-
-    count: int
-    min_s: float
-    p50_s: float
-    p90_s: float
-    p99_s: float
-    p999_s: float
-    max_s: float
-    approximate: bool = False   # p50..p99.9 interpolated in a histogram bucket (min, max exact)
-
-    def __post_init__(self) -> None:
-        values = (self.min_s, self.p50_s, self.p90_s, self.p99_s, self.p999_s, self.max_s)
-        if self.count and not all(0 <= a <= b for a, b in zip(values, values[1:])):
-            raise ValueError(f"latency percentiles out of order or negative: {values}")
-
-
-EMPTY_LATENCY = Latency(0, NAN, NAN, NAN, NAN, NAN, NAN)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """The median of a per-iteration value with its min and max."""
-
-    median: float
-    min: float
-    max: float
-
-    @property
-    def relative(self) -> float:
-        return (self.max - self.min) / self.median if self.median else NAN
-
-
-EMPTY_SPREAD = Spread(NAN, NAN, NAN)
-
-
-@dataclass(frozen=True)
-class OpStats:
-    op: str
-    count: int                 # successful samples over all measured iterations
-    errors: int                # failed samples
-    bytes: int                 # bytes of successful samples, all iterations
-    latency: Latency
-    elapsed_s: Spread          # max(stop) - min(start) per iteration
-    ops_per_s: Spread          # count / elapsed, per iteration
-    agg_gbps: Spread           # bytes / elapsed / 1e9, per iteration
-
-
-@dataclass(frozen=True)
-class RestoreStats:
-    time_to_last_rank_s: Spread
-    first_done_s: Spread
-    straggler_ratio: Spread
-    slowest_ranks: tuple[tuple[int, float], ...]   # (rank, median restore s), slowest first
-    per_rank_s: tuple[float, ...]                  # median restore s of each rank
-    per_iteration_s: tuple[float, ...]             # time to last rank of each iteration
-    storage_s: Spread          # first storage op start to last storage op stop, all ranks
-    network_s: Spread          # the same over the exchange ops (bcast, allgather)
-    storage_ops: Spread        # storage ops per iteration, all ranks (what a strategy saves)
-    storage_bytes: Spread      # bytes read from storage per iteration, all ranks
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """Latency counts in log-spaced buckets: edges_s[i] <= latency < edges_s[i + 1].
-    Fixed edges (HISTOGRAM_EDGES_S), so histograms of any runs add up bucket by bucket."""
-
-    counts: tuple[int, ...]
-    edges_s: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.counts) + 1 != len(self.edges_s) or min(self.counts, default=0) < 0:
-            raise ValueError("a histogram needs one more edge than counts, and counts >= 0")
-
-
-# 20 buckets per decade from 100 ns to 10^4 s (12% wide): the resolution of a CDF drawn
-# from the sidecar, whatever the number of samples.
-BUCKETS_PER_DECADE = 20
-HISTOGRAM_EDGES_S = tuple(10.0 ** (exponent / BUCKETS_PER_DECADE)
-                          for exponent in range(-7 * BUCKETS_PER_DECADE, 4 * BUCKETS_PER_DECADE + 1))
-# Per rank and measured iteration (0-based, warmup dropped): its first op's start (the
-# jitter delay included), the end of its first read (a whole block has arrived: "first
-# byte"), the end of its last read, and when it was done; seconds on the phase's axis
-# (stampede.run.clock), NaN where the layout has no such moment (a broadcast member reads none).
-TIMELINE_COLUMNS = ("rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s")
-
-
-@dataclass(frozen=True)
-class LayoutStats:
-    layout: str
-    iterations: int            # measured iterations that produced samples
-    ops: tuple[OpStats, ...]
-    restore: RestoreStats      # of the completion op
-    completion_op: str = "restore"
-    histograms: dict[str, Histogram] | None = None       # op -> latency histogram
-    timeline: tuple[tuple[float, ...], ...] = ()         # rows of TIMELINE_COLUMNS
-    samples: str = "exact"     # or "histogram": reduced per rank (stampede.results.histogram)
+from stampede.results.definitions import PERCENTILES
+from stampede.results.histogram import HISTOGRAM_EDGES_S, histogram, latency_from_histogram
+from stampede.results.model import (
+    EMPTY_LATENCY,
+    EMPTY_SPREAD,
+    NAN,
+    Histogram,
+    Latency,
+    LayoutStats,
+    OpStats,
+    RestoreStats,
+    Spread,
+)
+from stampede.results.samples import (
+    ITER,
+    NBYTES,
+    NETWORK_OPS,
+    OK,
+    OP,
+    OPS,
+    RANK,
+    START,
+    STOP,
+    STORAGE_OPS,
+)
 
 
 def latency(durations_ns: np.ndarray) -> Latency:
@@ -229,11 +145,6 @@ def layout_stats(layout: str, samples: np.ndarray, nranks: int,
                        timeline=timeline(samples, completion_op))
 
 
-def histogram(durations_ns: np.ndarray) -> Histogram:
-    counts, _ = np.histogram(durations_ns.astype(np.float64) / 1e9, bins=HISTOGRAM_EDGES_S)
-    return Histogram(counts=tuple(int(count) for count in counts), edges_s=HISTOGRAM_EDGES_S)
-
-
 def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple[float, ...], ...]:
     """Each rank's moments in each iteration (TIMELINE_COLUMNS): the herd, rank by rank."""
     if not samples.size:
@@ -256,75 +167,7 @@ def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple
                  for i, (rank, iteration) in enumerate(pairs))
 
 
-# Targets with no page cache on the client (fsspec protocols): the cache mode means nothing.
-NO_CLIENT_CACHE = ("s3", "gcs", "gs", "memory", "http", "https")
-
-
-def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
-                 fs_type: str, verify_in_restore: str = "") -> tuple[str, ...]:
-    """Why a number should not be trusted as it stands; archived with the run."""
-    notes = []
-    ttlr = stats.restore.time_to_last_rank_s
-    if stats.iterations < 3:
-        notes.append(f"only {stats.iterations} measured iteration(s): no trustworthy spread")
-    elif ttlr.relative > WIDE_SPREAD:
-        notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "
-                     f"({ttlr.min:.4g}-{ttlr.max:.4g} s): run more iterations or on a quieter machine")
-    if ttlr.median < SHORT_PHASE_S and stats.completion_op == "restore":
-        notes.append(f"restore phase is {ttlr.median * 1e3:.3g} ms: barrier skew and timer calls "
-                     "are a visible part of it; use a larger checkpoint")
-    few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99
-           and op.op not in ("jitter", stats.completion_op)]
-    if few:
-        notes.append(f"p99 and p99.9 from fewer than {FEW_SAMPLES_P99} samples ({', '.join(few)}): "
-                     "raise iterations or pattern.stat_count/open_count")
-    for op in stats.ops:
-        if op.errors:
-            notes.append(f"{op.op}: {op.errors} failed op(s)")
-    if verify_in_restore:
-        notes.append(f"verify={verify_in_restore}: hashing runs between reads, so restore times "
-                     "include it")
-    if cache == "warm" and fs_type not in NO_CLIENT_CACHE:
-        notes.append("cache=warm: reads may come from the page cache, not the storage")
-    if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
-        notes.append(f"cache=cold on {fs_type}: pages cannot be evicted, the run is warm")
-    if ranks_per_node > cpus_per_node:
-        notes.append(f"{ranks_per_node} ranks per node on {cpus_per_node} CPUs: oversubscribed, "
-                     "ranks compete for cores")
-    return tuple(notes)
-
-
 # --- histogram mode (stampede.results.histogram): the same summaries from reduced arrays ---
-
-def latency_from_histogram(counts: np.ndarray, min_ns: int, max_ns: int) -> Latency:
-    """Percentiles of the pooled samples from log-bucket counts, by numpy's linear
-    definition: the two order statistics around the percentile are each placed inside
-    their bucket (geometrically, by their rank in it) and clamped to the exact min and
-    max, then interpolated linearly. Each lies in the same bucket as the true sample, so
-    the result is within one bucket's width (12.2%) of the exact percentile."""
-    total = int(counts.sum())
-    if total == 0:
-        return EMPTY_LATENCY
-    cumulative = np.cumsum(counts)
-    low_s, high_s = min_ns / 1e9, max_ns / 1e9
-
-    def order_statistic(index: int) -> float:
-        bucket = int(np.searchsorted(cumulative, index, side="right"))
-        before = int(cumulative[bucket - 1]) if bucket else 0
-        fraction = (index - before + 0.5) / int(counts[bucket])
-        lo, hi = HISTOGRAM_EDGES_S[bucket], HISTOGRAM_EDGES_S[bucket + 1]
-        return min(max(lo * (hi / lo) ** fraction, low_s), high_s)
-
-    def at(percent: float) -> float:
-        position = percent / 100 * (total - 1)            # 0-based, in sorted order
-        below = int(position)
-        above = min(below + 1, total - 1)
-        low, high = order_statistic(below), order_statistic(above)
-        return low + (high - low) * (position - below)
-
-    p50, p90, p99, p999 = (at(percent) for percent in PERCENTILES)
-    return Latency(total, low_s, p50, p90, p99, p999, high_s, approximate=True)
-
 
 def layout_stats_reduced(layout: str, reduced: Any, restore_rows: np.ndarray,
                          timeline_rows: tuple[tuple[float, ...], ...], nranks: int,

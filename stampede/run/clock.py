@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stampede.results.samples import ITER, START, STOP
+from stampede.results.samples import ITER, OP, START, STOP
 
 
 def origins_array(origins: dict[int, int]) -> np.ndarray:
@@ -47,6 +47,6 @@ def on_one_axis(rows_by_rank: Sequence[np.ndarray], origins_by_rank: Sequence[np
             zero = zeros[np.searchsorted(phases, rows[:, ITER])]
             rows[:, START] -= zero
             rows[:, STOP] -= zero
-            rows[rows[:, 1] == restore_code, START] = 0
+            rows[rows[:, OP] == restore_code, START] = 0
         result.append(rows)
     return result

@@ -14,17 +14,25 @@ in device memory; GB/s by the storage definitions (bytes / (last stop - first st
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import struct
-import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stampede.backends.posix import PosixBackend
-from stampede.run.devices import LINK_PEAKS_GBPS
+
+
+@dataclass(frozen=True)
+class Swept:
+    """A sweep on rank 0: each rank's sample rows (iteration, op, start, stop, bytes, ok,
+    group) on one axis, the (mode, size) of each group, the ranks' hosts and devices."""
+
+    samples_by_rank: list[Any]
+    groups: tuple[tuple[str, int], ...]
+    hosts: tuple[str, ...]
+    labels: tuple[str, ...]
+
 
 MODES = ("pageable", "pinned", "pin+copy", "file", "safetensors")
 CUDA_ONLY = ("pinned", "pin+copy", "safetensors")
@@ -33,21 +41,21 @@ TENSOR_BYTES = 64 * 2**20   # the safetensors file holds fp16 tensors of up to 6
 
 
 def write_safetensors(path: Path, nbytes: int) -> None:
-    """A real safetensors file of fp16 tensors totalling nbytes (8-byte header length,
-    JSON header, then the data), written without the safetensors package."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt", "writer": "stampede"}}
-    offset, index = 0, 0
+    """A real safetensors file of fp16 tensors totalling nbytes, of up to TENSOR_BYTES
+    each, its header written by stampede's one safetensors writer."""
+    from stampede.checkpoint.formats import safetensors_prefix
+
+    tensors: list[tuple[str, int]] = []
+    offset = 0
     while offset < nbytes:
         length = min(TENSOR_BYTES, nbytes - offset) // 2 * 2
         if length == 0:
             break
-        header[f"layer{index:05d}.weight"] = {"dtype": "F16", "shape": [length // 2],
-                                              "data_offsets": [offset, offset + length]}
-        offset, index = offset + length, index + 1
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+        tensors.append((f"layer{len(tensors):05d}.weight", length))
+        offset += length
+    prefix, _ = safetensors_prefix(tensors, "float16")
     with open(path, "wb") as stream:
-        stream.write(struct.pack("<Q", len(encoded)) + encoded)
+        stream.write(prefix)
         _write_pattern(stream, offset)
         stream.flush()
         os.fsync(stream.fileno())
@@ -62,81 +70,10 @@ def _write_pattern(stream: Any, nbytes: int) -> None:
         stream.write(data[:min(len(data), nbytes - start)])
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    sub = commands.add_parser(
-        "gpu", formatter_class=formatter,
-        help="Time host -> device copies per rank (pageable, pinned, pin+copy, file -> HBM, "
-             "safetensors -> HBM) over a size sweep; archive and report with the link's peak.",
-        description="Host -> device copy bandwidth per rank (GPU `local_rank % device_count`).",
-        epilog=__doc__)
-    sub.add_argument("--device", default="cuda", choices=("cuda", "host"),
-                     help="cuda (PyTorch; exit 2 without a GPU) or host (memcpy, labelled "
-                          "as not a GPU: for tests)")
-    sub.add_argument("--sizes", default=DEFAULT_SIZES, help=f"bytes per copy (default {DEFAULT_SIZES})")
-    sub.add_argument("--modes", default="pageable,pinned,file",
-                     help=f"comma-separated, of {', '.join(MODES)}")
-    sub.add_argument("--trials", type=int, default=5, help="measured trials (default 5)")
-    sub.add_argument("--warmup", type=int, default=1, help="trials run and dropped (default 1)")
-    sub.add_argument("--cache", default="cold", choices=("cold", "warm"),
-                     help="file and safetensors modes: evict the file before each trial")
-    sub.add_argument("--dir", default="", help="where file modes write their files "
-                     "(default: a temporary directory, removed after)")
-    sub.add_argument("--link", default="pcie5x16",
-                     choices=sorted(name for name in LINK_PEAKS_GBPS if name != "host"),
-                     help="the link's nominal one-way peak shown for context (default pcie5x16)")
-    sub.add_argument("--archive", default="results/gpu.csv", help="archive to append to")
-    sub.set_defaults(func=cmd_gpu)
-
-
-def parse_request(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    from stampede.errors import UsageError
-    from stampede.units import parse_size
-
-    try:
-        sizes = tuple(parse_size(text.strip()) for text in args.sizes.split(",") if text.strip())
-    except ValueError as error:
-        raise UsageError(f"--sizes {args.sizes!r}: {error}") from None
-    modes = tuple(text.strip() for text in args.modes.split(",") if text.strip())
-    unknown = [mode for mode in modes if mode not in MODES]
-    if not sizes or min(sizes) <= 0 or not modes or unknown:
-        raise UsageError(f"--sizes {args.sizes!r} --modes {args.modes!r}: sizes > 0, modes of "
-                         f"{', '.join(MODES)}" + (f" (not {unknown})" if unknown else ""))
-    if args.device == "host" and any(mode in CUDA_ONLY for mode in modes):
-        raise UsageError(f"--device host: modes {', '.join(m for m in modes if m in CUDA_ONLY)} "
-                         "need a CUDA device", hint="use --modes pageable,file on host")
-    if args.trials < 1 or args.warmup < 0:
-        raise UsageError(f"--trials {args.trials} --warmup {args.warmup}: trials >= 1, warmup >= 0")
-    return sizes, modes
-
-
-def cmd_gpu(args: argparse.Namespace) -> int:
-    from stampede import mpi
-
-    sizes, modes = parse_request(args)          # before MPI and any I/O
-    comm = mpi.world()
-    local_rank = mpi.node_rank(comm)
-    from stampede.run.devices import open_device
-    device = mpi.collective(comm, "opening the device", lambda: open_device(args.device, local_rank))
-    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="stampede-gpu-"))
-    try:
-        rows = _sweep(comm, device, sizes, modes, args, workdir)
-    finally:
-        device.close()
-        if not args.dir:
-            import shutil
-            shutil.rmtree(workdir, ignore_errors=True)
-    if comm.Get_rank() == 0:
-        from stampede.results.archive import append_rows
-        from stampede.results.report import make_console, render_gpu
-        append_rows(args.archive, rows)
-        render_gpu(rows, make_console())
-        print(f"archived: {args.archive}")
-    return 0
-
-
-def _sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...],
-           args: argparse.Namespace, workdir: Path) -> list[dict[str, str]]:
-    """Every (mode, size) in turn; returns the archive rows on rank 0."""
+def sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...],
+          trials: int, warmup: int, cache: str, workdir: Path) -> Swept | None:
+    """Every (mode, size) in turn, all ranks at once; the samples on one axis on rank 0
+    (None elsewhere)."""
     import numpy as np
 
     from stampede import mpi
@@ -153,8 +90,8 @@ def _sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...
                 workdir.mkdir(parents=True, exist_ok=True)
                 (write_safetensors if mode == "safetensors" else _write_raw)(path, size)
             with _Buffers(device, mode, size) as buffers:
-                for trial in range(-args.warmup, args.trials):
-                    if mode in ("file", "safetensors") and args.cache == "cold":
+                for trial in range(-warmup, trials):
+                    if mode in ("file", "safetensors") and cache == "cold":
                         PosixBackend.evict(path, 0, 0)
                     mpi.barrier(comm)
                     phase = len(origins)
@@ -172,9 +109,9 @@ def _sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...
     labels = mpi.gather(comm, device.label)
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     if gathered is None or gathered_origins is None or labels is None or hosts is None:
-        return []
+        return None
     on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
-    return _archive_rows(on_axis, groups, tuple(hosts), labels, args)
+    return Swept(on_axis, tuple(groups), tuple(hosts), tuple(labels))
 
 
 class _Buffers:
@@ -267,42 +204,3 @@ def _write_raw(path: Path, size: int) -> None:
         _write_pattern(stream, size)
         stream.flush()
         os.fsync(stream.fileno())
-
-
-def _archive_rows(gathered: list[Any], groups: list[tuple[str, int]], hosts: tuple[str, ...],
-                  labels: list[str], args: argparse.Namespace) -> list[dict[str, str]]:
-    """Rank 0: one layout (= mode) per group, its ops as rows, the device on every row."""
-    from datetime import UTC, datetime
-
-    import numpy as np
-
-    from stampede import __version__
-    from stampede.results.archive import ARCHIVE_SCHEMA, new_run_id, node_counts
-    from stampede.results.rows import hosts_cell, op_rows
-    from stampede.results.stats import layout_stats
-    from stampede.run.devices import HOST_LABEL
-
-    nranks = len(gathered)
-    samples = np.concatenate([np.column_stack([part[:, :6], np.full(len(part), rank), part[:, 6]])
-                              for rank, part in enumerate(gathered)])
-    stamp = datetime.now(UTC)
-    run_id = new_run_id()
-    nnodes, per_node = node_counts(hosts)
-    host_device = args.device == "host"
-    peak = LINK_PEAKS_GBPS["host" if host_device else args.link]
-    rows: list[dict[str, str]] = []
-    for group, (mode, size) in enumerate(groups):
-        stats = layout_stats(mode, samples[samples[:, 7] == group][:, :7], nranks)
-        shared: dict[str, object] = {
-            "schema": ARCHIVE_SCHEMA, "run_id": run_id, "timestamp": stamp.isoformat(timespec="seconds"),
-            "job": "gpu", "backend": args.device, "layout": mode, "format": "raw",
-            "cache": args.cache if mode in ("file", "safetensors") else "-", "nranks": nranks,
-            "nnodes": nnodes, "ranks_per_node": per_node,
-            "bytes_per_rank": size, "bytes_total": size * nranks, "block_bytes": size,
-            "iterations": stats.iterations, "valid": True, "stampede_version": __version__,
-            "hosts": hosts_cell(hosts), "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
-            "device": " ".join(sorted(set(labels))), "link_peak_gbps": peak,
-            "warnings": f"device is {HOST_LABEL}" if host_device else "",
-        }
-        rows.extend(op_rows(shared, stats, size, hosts))
-    return rows

@@ -20,60 +20,21 @@ from typing import Any
 import numpy as np
 
 from stampede import mpi
-from stampede.backends.base import Backend
-from stampede.buffers import AlignedBuffer
-from stampede.checkpoint.formats import parse_header, read_fully
-from stampede.checkpoint.plan import Extent, RankPlan
+from stampede.checkpoint.formats import parse_header
 from stampede.results.samples import OP_CODE, STORAGE_OPS
+from stampede.run.checks import Check, reread, verify_held
+from stampede.run.setup import MAX_MESSAGES, RankSetup
 
 (JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
  RESTORE, H2D) = (OP_CODE[name] for name in (
      "jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "close", "wait",
      "bcast", "allgather", "verify", "restore", "h2d"))
 STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
-MAX_MESSAGES = 10
-MAX_DIGESTS = 4096   # per rank and phase: what an existing checkpoint's sidecar keeps
 Log = list[tuple[int, int, int, int, int, int]]
 
 
 class DeadlineExceeded(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class RankSetup:
-    """What a rank prepares once per layout, untimed, and reuses every iteration."""
-
-    plan: RankPlan
-    backend: Backend
-    paths: dict[str, Any]           # relpath -> backend path (and the listed directory)
-    buffer: AlignedBuffer           # one block (read and discard), or the whole held shard
-    direct: bool
-    leads: bool = True              # False: a broadcast member that reads no storage
-    group: Any = None               # communicator of the exchange group
-    world: Any = None               # communicator for list-bcast
-    stripes: tuple[tuple[int, int], ...] = ()
-    format: str = "raw"             # checkpoint.format: formatted files start with a header
-    verify: str = "none"            # run.verify: the hash algorithm
-    expected: dict[tuple[str, str, int], str] | None = None   # (path, tensor, offset) -> hash
-    finite_dtype: str = ""          # run.check_finite: the dtype to check, or ""
-    tensor_dtypes: dict[str, str] | None = None   # existing checkpoints: per tensor instead
-    record_digests: bool = False    # existing checkpoints: keep each extent's hash
-    tensors_of_file: dict[str, tuple[str, ...]] = field(default_factory=dict)  # for headers
-    index_parser: Any = None        # existing checkpoints: bytes -> parsed index (or raise)
-    content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
-    device: Any = None              # run.h2d: where the restored bytes go on to
-    device_buffer: Any = None       # the held shard's place in device memory
-
-    @property
-    def checks(self) -> bool:
-        """Anything to compute over the bytes read (timed apart, as op verify)."""
-        return self.verify != "none" or bool(self.finite_dtype)
-
-    @property
-    def holds(self) -> bool:
-        """Reads land at their place in a buffer holding the whole shard (exchange layouts)."""
-        return bool(self.plan.exchange)
 
 
 @dataclass
@@ -151,7 +112,7 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     outcome.incomplete = not complete
     log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
     if setup.holds and setup.checks and complete:
-        _verify_held(setup, iteration, log, outcome)
+        verify_held(setup, iteration, log, outcome)
     outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
     return outcome
 
@@ -289,7 +250,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 outcome.fail(f"rank {plan.rank}: read {extent.relpath}: tensor {extent.tensor} "
                              f"holds {size} bytes, the plan needs {extent.offset + extent.length}")
                 continue
-        check = _Check(setup, extent, base) if checking else None
+        check = Check(setup, extent, base) if checking else None
         for offset, length in extent.blocks(plan.block_bytes):
             if setup.holds:
                 place = offset - plan.hold.offset
@@ -325,7 +286,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 raise DeadlineExceeded
         if check is not None:
             check.verdict(iteration, log, outcome,
-                          lambda at, length, r=extent.relpath, b=base: _reread(setup, r, b + at,
+                          lambda at, length, r=extent.relpath, b=base: reread(setup, r, b + at,
                                                                                length))
     return last_stop, nbytes
 
@@ -348,86 +309,6 @@ def _header(setup: RankSetup, relpath: str, handle: Any, iteration: int, deadlin
     if stop > deadline_ns:
         raise DeadlineExceeded
     return found
-
-
-def _reread(setup: RankSetup, relpath: str, offset: int, length: int) -> memoryview:
-    """Untimed, only after a failed check: the bytes at a file offset, read again through
-    a handle of its own (never O_DIRECT, whose alignment rules a bytearray breaks)."""
-    view = memoryview(bytearray(length))
-    handle = setup.backend.opener(False)(setup.paths[relpath])
-    try:
-        done = read_fully(setup.backend, handle, view, offset)
-    finally:
-        setup.backend.close(handle)
-    return view[:done]
-
-
-class _Check:
-    """run.verify and run.check_finite over one extent, block by block: hashing and the
-    finiteness test are timed together as one verify op (their summed time), apart from
-    the reads, so read latencies and GB/s stay the storage's."""
-
-    def __init__(self, setup: RankSetup, extent: Extent, base: int | None = None) -> None:
-        self.setup, self.extent, self.base = setup, extent, base   # base: tensor's file offset
-        self.digest = new_digest(setup.verify) if setup.verify != "none" else None
-        self.dtype = setup.finite_dtype
-        if setup.finite_dtype and setup.tensor_dtypes is not None:
-            self.dtype = setup.tensor_dtypes.get(extent.tensor, "")   # not a float: unchecked
-        self.nonfinite, self.first_ns, self.spent_ns = 0, 0, 0
-
-    def update(self, view: memoryview) -> None:
-        start = time.perf_counter_ns()
-        if self.digest is not None:
-            self.digest.update(view)
-        if self.dtype:
-            from stampede.checkpoint.formats import nonfinite_count
-            self.nonfinite += nonfinite_count(view, self.dtype)
-        self.spent_ns += time.perf_counter_ns() - start
-        self.first_ns = self.first_ns or start
-
-    def verdict(self, iteration: int, log: Log, outcome: PhaseOutcome,
-                fetch: Any) -> None:
-        """Log the verify op; on a mismatch say which bytes differ (untimed)."""
-        setup, extent = self.setup, self.extent
-        rank, where = setup.plan.rank, f"{extent.relpath}" + (
-            f" tensor {extent.tensor}" if extent.tensor else "")
-        span = f"bytes {extent.offset}..{extent.offset + extent.length}"
-        matches = True
-        unrecorded = False
-        if self.digest is not None and setup.expected is not None:
-            wanted = setup.expected.get((extent.relpath, extent.tensor, extent.offset))
-            unrecorded = wanted is None
-            matches = not unrecorded and self.digest.hexdigest() == wanted
-        if self.digest is not None and setup.record_digests and \
-                len(outcome.digests) < MAX_DIGESTS:
-            outcome.digests.append({
-                "rank": rank, "path": extent.relpath, "tensor": extent.tensor,
-                "offset": extent.offset, "file_offset": (self.base or 0) + extent.offset,
-                "length": extent.length, setup.verify: self.digest.hexdigest()})
-        good = matches and not self.nonfinite
-        log.append((iteration, VERIFY, self.first_ns, self.first_ns + self.spent_ns,
-                    extent.length, int(good)))
-        if unrecorded:
-            outcome.fail(f"rank {rank}: verify {where} {span}: the manifest records no "
-                         f"{setup.verify} for these bytes: not verified")
-        elif not matches:
-            outcome.corrupt = True
-            from stampede.checkpoint.corruption import describe_difference
-            outcome.fail(f"rank {rank}: verify {where} {span}: {setup.verify} differs from "
-                         f"what prepare wrote; " + describe_difference(
-                             setup.plan.hold, extent, setup.content_block_bytes, fetch, self.base))
-        if self.nonfinite:
-            outcome.corrupt = True
-            outcome.fail(f"rank {rank}: verify {where} {span}: {self.nonfinite} element(s) "
-                         f"are NaN or Inf as {self.dtype}")
-
-
-def new_digest(algorithm: str) -> Any:
-    if algorithm == "xxh3":
-        import xxhash
-        return xxhash.xxh3_128()
-    import hashlib
-    return hashlib.sha256()
 
 
 def _h2d(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Log) -> int:
@@ -480,12 +361,3 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log) -> i
         own = sum(extent.length for extent in plan.extents)
         log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length - own, 1))
     return stop
-
-
-def _verify_held(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
-    """After an exchange: the whole held shard, checked in memory (outside restore)."""
-    hold = setup.plan.hold
-    check = _Check(setup, hold)
-    check.update(setup.buffer.view[:hold.length])
-    check.verdict(iteration, log, outcome,
-                  lambda at, length: setup.buffer.view[at - hold.offset:at - hold.offset + length])

@@ -23,7 +23,6 @@ import os
 import socket
 import sys
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import stampede
@@ -34,7 +33,8 @@ LAUNCH_VARIABLE = "STAMPEDE_LAUNCH_NS"
 # and at scale every import is a metadata storm on the shared file system).
 HEAVY_MODULES = ("rich", "fsspec", "s3fs", "h5py", "torch")
 # What a worker rank imports to run a restore: the start-up cost of stampede itself.
-RUN_MODULES = ("stampede.cli", "stampede.run.job", "stampede.results.rows", "stampede.checkpoint.prepare")
+RUN_MODULES = ("stampede.cli", "stampede.commands.job", "stampede.run.job", "stampede.results.rows",
+               "stampede.checkpoint.prepare")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 COLLECTIVE_REPEATS = 10
 
@@ -122,16 +122,9 @@ def samples(records: list[dict[str, Any]]) -> Any:
     return np.array(rows, dtype=np.int64)
 
 
-def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], archive: str,
-                    mpi_library: str) -> list[dict[str, str]]:
-    """Rank 0: stats over ranks, archive rows and a sidecar; returns the rows."""
-    from stampede.results.archive import ARCHIVE_SCHEMA, append_rows, new_run_id, node_counts, write_sidecar
-    from stampede.results.rows import hosts_cell, op_rows
-    from stampede.results.stats import layout_stats
-
-    nranks = len(records)
-    hosts = tuple(record["host"] for record in records)
-    stats = layout_stats("startup", samples(records), nranks, completion_op="startup")
+def startup_warnings(records: list[dict[str, Any]]) -> list[str]:
+    """What makes these start-up numbers less than they seem (archived with them)."""
+    hosts = [record["host"] for record in records]
     sources = sorted({record["launch_source"] for record in records})
     heavy_workers = sorted({name for record in records[1:] for name in record["heavy_modules"]})
     warnings = []
@@ -145,24 +138,6 @@ def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], arc
                         "on the install")
     if heavy_workers:
         warnings.append(f"worker ranks imported {', '.join(heavy_workers)} for stampede's own sake")
-    if nranks > (os.cpu_count() or 1) and len(set(hosts)) == 1:
-        warnings.append(f"{nranks} ranks on {os.cpu_count()} CPUs: oversubscribed")
-    stamp = datetime.now(UTC)
-    run_id = new_run_id()
-    nnodes, per_node = node_counts(hosts)
-    shared: dict[str, object] = {
-        "schema": ARCHIVE_SCHEMA, "run_id": run_id, "timestamp": stamp.isoformat(timespec="seconds"),
-        "job": "startup", "backend": "-", "layout": "startup", "nranks": nranks,
-        "nnodes": nnodes, "ranks_per_node": per_node,
-        "iterations": stats.iterations, "valid": True, "stampede_version": stampede.__version__,
-        "hosts": hosts_cell(hosts), "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
-        "pattern": "+".join(("interpreter", "import", "mpi_init")),
-        "warnings": " | ".join(warnings), "archive": archive,
-    }
-    rows = op_rows(shared, stats, 0, hosts)
-    append_rows(archive, rows)
-    write_sidecar(archive, run_id, {
-        "schema": ARCHIVE_SCHEMA, "run_id": run_id, "imports": list(imports),
-        "mpi_library": mpi_library, "ranks": records, "warnings": warnings,
-    })
-    return rows
+    if len(records) > (os.cpu_count() or 1) and len(set(hosts)) == 1:
+        warnings.append(f"{len(records)} ranks on {os.cpu_count()} CPUs: oversubscribed")
+    return warnings

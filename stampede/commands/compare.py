@@ -1,0 +1,63 @@
+"""`stampede compare`: two archives (or one archive's groups) side by side; the matching
+and the verdicts are stampede.results.compare's."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from stampede.results import compare as model
+from stampede.results.compare import CONFIG_COLUMNS, compare_rows
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "compare", formatter_class=formatter,
+        help="Compare two archives (or one archive's groups, --by layout): ratios of GB/s, "
+             "time to last rank and p99, marked when within the runs' own spread.",
+        description="Compare archived runs matched on configuration.",
+        epilog=model.__doc__)
+    sub.add_argument("archives", nargs="+", metavar="ARCHIVE", help="one or two CSV archives")
+    sub.add_argument("--by", default="", metavar="COLUMN",
+                     help="with one archive: compare the groups of this column (e.g. layout, "
+                          "cache, job); the first value seen is the baseline")
+    sub.add_argument("--match", default=",".join(CONFIG_COLUMNS), metavar="COLUMNS",
+                     help="columns that must be equal for rows to be compared (default: the "
+                          "whole configuration); e.g. --match op,layout,nranks to set IOR rows "
+                          "imported with `stampede import` against stampede's")
+    sub.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from stampede.errors import UsageError
+    from stampede.results.archive import COLUMNS, read_rows
+    from stampede.results.report import make_console, render_comparison
+
+    match = tuple(column.strip() for column in args.match.split(",") if column.strip())
+    unknown = [column for column in match if column not in COLUMNS]
+    if unknown or not match:
+        raise UsageError(f"--match {args.match!r}: not archive columns: {unknown}")
+    if len(args.archives) == 2 and not args.by:
+        base, other = (read_rows(path) for path in args.archives)
+        sections = [(f"A = {args.archives[0]}, B = {args.archives[1]}",
+                     compare_rows(base, other, match=match))]
+    elif len(args.archives) == 1 and args.by:
+        if args.by not in COLUMNS:
+            raise UsageError(f"--by {args.by!r}: not an archive column (e.g. layout, cache, job)")
+        rows = read_rows(args.archives[0])
+        values = list(dict.fromkeys(row.get(args.by, "") for row in rows))
+        if len(values) < 2:
+            raise UsageError(f"--by {args.by}: the archive holds one value only ({values})")
+        base = [row for row in rows if row.get(args.by, "") == values[0]]
+        sections = [(f"A = {args.by} {values[0]}, B = {args.by} {value}",
+                     compare_rows(base, [row for row in rows if row.get(args.by, "") == value],
+                                  skip=args.by, match=match)) for value in values[1:]]
+    else:
+        raise UsageError("compare takes two archives, or one archive and --by COLUMN")
+    if not any(comparisons for _, comparisons in sections):
+        raise UsageError("no configuration appears on both sides",
+                         hint=f"rows are matched on {', '.join(match)}; --match chooses")
+    console = make_console()
+    for title, comparisons in sections:
+        render_comparison(title, comparisons, console)
+    return 0

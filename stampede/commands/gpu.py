@@ -1,0 +1,116 @@
+"""`stampede gpu`: host -> device copies per rank over a size sweep (the trials are
+stampede.run.h2d's; the devices stampede.run.devices'); archived and reported with the
+link's peak."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stampede.run import h2d
+from stampede.run.devices import LINK_PEAKS_GBPS
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "gpu", formatter_class=formatter,
+        help="Time host -> device copies per rank (pageable, pinned, pin+copy, file -> HBM, "
+             "safetensors -> HBM) over a size sweep; archive and report with the link's peak.",
+        description="Host -> device copy bandwidth per rank (GPU `local_rank % device_count`).",
+        epilog=h2d.__doc__)
+    sub.add_argument("--device", default="cuda", choices=("cuda", "host"),
+                     help="cuda (PyTorch; exit 2 without a GPU) or host (memcpy, labelled "
+                          "as not a GPU: for tests)")
+    sub.add_argument("--sizes", default=h2d.DEFAULT_SIZES,
+                     help=f"bytes per copy (default {h2d.DEFAULT_SIZES})")
+    sub.add_argument("--modes", default="pageable,pinned,file",
+                     help=f"comma-separated, of {', '.join(h2d.MODES)}")
+    sub.add_argument("--trials", type=int, default=5, help="measured trials (default 5)")
+    sub.add_argument("--warmup", type=int, default=1, help="trials run and dropped (default 1)")
+    sub.add_argument("--cache", default="cold", choices=("cold", "warm"),
+                     help="file and safetensors modes: evict the file before each trial")
+    sub.add_argument("--dir", default="", help="where file modes write their files "
+                     "(default: a temporary directory, removed after)")
+    sub.add_argument("--link", default="pcie5x16",
+                     choices=sorted(name for name in LINK_PEAKS_GBPS if name != "host"),
+                     help="the link's nominal one-way peak shown for context (default pcie5x16)")
+    sub.add_argument("--archive", default="results/gpu.csv", help="archive to append to")
+    sub.set_defaults(func=cmd_gpu)
+
+
+def parse_request(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    from stampede.errors import UsageError
+    from stampede.units import parse_size
+
+    try:
+        sizes = tuple(parse_size(text.strip()) for text in args.sizes.split(",") if text.strip())
+    except ValueError as error:
+        raise UsageError(f"--sizes {args.sizes!r}: {error}") from None
+    modes = tuple(text.strip() for text in args.modes.split(",") if text.strip())
+    unknown = [mode for mode in modes if mode not in h2d.MODES]
+    if not sizes or min(sizes) <= 0 or not modes or unknown:
+        raise UsageError(f"--sizes {args.sizes!r} --modes {args.modes!r}: sizes > 0, modes of "
+                         f"{', '.join(h2d.MODES)}" + (f" (not {unknown})" if unknown else ""))
+    if args.device == "host" and any(mode in h2d.CUDA_ONLY for mode in modes):
+        raise UsageError(f"--device host: modes {', '.join(m for m in modes if m in h2d.CUDA_ONLY)} "
+                         "need a CUDA device", hint="use --modes pageable,file on host")
+    if args.trials < 1 or args.warmup < 0:
+        raise UsageError(f"--trials {args.trials} --warmup {args.warmup}: trials >= 1, warmup >= 0")
+    return sizes, modes
+
+
+def cmd_gpu(args: argparse.Namespace) -> int:
+    from stampede import mpi
+
+    sizes, modes = parse_request(args)          # before MPI and any I/O
+    comm = mpi.world()
+    local_rank = mpi.node_rank(comm)
+    from stampede.run.devices import open_device
+    device = mpi.collective(comm, "opening the device", lambda: open_device(args.device, local_rank))
+    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="stampede-gpu-"))
+    try:
+        swept = h2d.sweep(comm, device, sizes, modes, args.trials, args.warmup, args.cache,
+                          workdir)
+    finally:
+        device.close()
+        if not args.dir:
+            import shutil
+            shutil.rmtree(workdir, ignore_errors=True)
+    if swept is not None:
+        rows = _archive_rows(swept, args)
+        from stampede.results.archive import append_rows
+        from stampede.results.report import make_console, render_gpu
+        append_rows(args.archive, rows)
+        render_gpu(rows, make_console())
+        print(f"archived: {args.archive}")
+    return 0
+
+
+def _archive_rows(swept: Any, args: argparse.Namespace) -> list[dict[str, str]]:
+    """Rank 0: one layout (= mode) per group, its ops as rows, the device on every row."""
+    import numpy as np
+
+    from stampede.results.rows import new_run_id, now_stamp, op_rows, shared_columns
+    from stampede.results.stats import layout_stats
+    from stampede.run.devices import HOST_LABEL
+
+    nranks = len(swept.samples_by_rank)
+    samples = np.concatenate([np.column_stack([part[:, :6], np.full(len(part), rank), part[:, 6]])
+                              for rank, part in enumerate(swept.samples_by_rank)])
+    run_id, stamp = new_run_id(), now_stamp()
+    host_device = args.device == "host"
+    peak = LINK_PEAKS_GBPS["host" if host_device else args.link]
+    rows: list[dict[str, str]] = []
+    for group, (mode, size) in enumerate(swept.groups):
+        stats = layout_stats(mode, samples[samples[:, 7] == group][:, :7], nranks)
+        shared = {
+            **shared_columns(run_id, stamp, "gpu", args.device, mode, swept.hosts),
+            "format": "raw", "cache": args.cache if mode in ("file", "safetensors") else "-",
+            "bytes_per_rank": size, "bytes_total": size * nranks, "block_bytes": size,
+            "iterations": stats.iterations, "device": " ".join(sorted(set(swept.labels))),
+            "link_peak_gbps": peak, "warnings": f"device is {HOST_LABEL}" if host_device else "",
+        }
+        rows.extend(op_rows(shared, stats, size, swept.hosts))
+    return rows

@@ -1,0 +1,57 @@
+"""`stampede import`: IOR's JSON summary or mdtest's output appended to a stampede archive
+(the parsing is stampede.results.importers')."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from stampede.results import importers
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "import", formatter_class=formatter,
+        help="Append IOR (JSON summary) or mdtest (standard output) results to an archive, "
+             "to compare them with stampede runs.",
+        description="Import IOR or mdtest results into a stampede archive.", epilog=importers.__doc__)
+    sub.add_argument("tool", choices=("ior", "mdtest"))
+    sub.add_argument("result", help="IOR JSON summary file, or mdtest's saved output")
+    sub.add_argument("--archive", required=True, help="CSV archive to append to")
+    sub.add_argument("--cache", default="unknown", choices=("warm", "cold", "direct", "unknown"),
+                     help="the cache state the tool ran in (it does not record it)")
+    sub.add_argument("--job", default="", help="job name for the rows (default: the tool's)")
+    sub.set_defaults(func=cmd_import)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from stampede.errors import UsageError
+    from stampede.results.archive import append_rows, cell, check_appendable
+
+    path = Path(args.result)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text file: not {args.tool}'s output") from None
+    check_appendable(args.archive)
+    job = args.job or args.tool
+    if args.tool == "ior":
+        start = text.find("{")  # IOR may print its banner before the JSON
+        try:
+            document = json.loads(text[start:]) if start >= 0 else None
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}: not valid JSON ({error})") from None
+        if not isinstance(document, dict):
+            raise UsageError(f"{path}: no JSON object: not IOR's JSON summary")
+        rows = importers.ior_rows(document, job, args.cache, str(path))
+    else:
+        rows = importers.mdtest_rows(text, job, args.cache, str(path))
+    run_id = str(rows[0]["run_id"])  # one import is one run, whatever its row count
+    append_rows(args.archive, [{k: cell(v) for k, v in {**row, "run_id": run_id}.items()}
+                               for row in rows])
+    print(f"imported {len(rows)} {args.tool} row(s) into {args.archive}")
+    return 0

@@ -1,0 +1,171 @@
+"""The job commands: `run` (restore, timed, archived), `prepare` (write the checkpoint),
+`plan` (who reads what, no I/O) and `clean` (remove what prepare wrote)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from typing import Any
+
+from stampede.commands import add_job_arguments, overrides
+from stampede.errors import UsageError
+from stampede.launcher import launcher_rank, launcher_size
+from stampede.results.definitions import METRICS
+from stampede.spec import OPTIONS, REQUIRED
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    def job_command(name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text,
+                                  formatter_class=formatter, epilog=epilog)
+        add_job_arguments(sub)
+        return sub
+
+    run = job_command("run", "Restore the prepared checkpoint on every rank, timed; archive "
+                             "and report. Launch with mpiexec/srun; alone it is one rank.",
+                      METRICS + "\n" + job_keys_help())
+    run.add_argument("--checkpoint", metavar="PATH", default=None,
+                     help="restore an existing checkpoint (safetensors file or directory with "
+                          "an index, PyTorch DCP directory, HDF5), read-only: sets "
+                          "checkpoint.source = existing and target.path = PATH")
+    run.add_argument("--from", dest="from_path", metavar="PATH", default=None,
+                     help="run the copy `prepare --from PATH` made (its size comes from PATH): "
+                          "sets checkpoint.from = PATH and checkpoint.source = synthetic")
+    run.set_defaults(func=cmd_run)
+    prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
+                                     "fsync it, and record sizes, SHA-256 and XXH3 in a "
+                                     "manifest. Use the same rank count as run.", job_keys_help())
+    prepare.add_argument("--from", dest="from_path", metavar="PATH", default=None,
+                         help="fill the layouts with the tensors of this existing checkpoint "
+                              "(a copy at target.path; the source is only read): sets "
+                              "checkpoint.from = PATH and checkpoint.source = synthetic")
+    prepare.set_defaults(func=cmd_prepare)
+    plan = job_command("plan", "Dry run: validate the job and print who reads what. No I/O.",
+                       job_keys_help())
+    plan.add_argument("--np", type=int, default=None,
+                      help="rank count to plan for (default: the launcher's, else 1)")
+    plan.add_argument("--checkpoint", metavar="PATH", default=None,
+                      help="plan the restore of an existing checkpoint: what it holds and who "
+                           "reads what (reads its headers only)")
+    plan.set_defaults(func=cmd_plan)
+    clean = job_command("clean", "Remove what prepare wrote (only files in its manifest).")
+    clean.add_argument("--from", dest="from_path", metavar="PATH", default=None,
+                       help="clean the copy `prepare --from PATH` made (PATH is not touched)")
+    clean.set_defaults(func=cmd_clean)
+
+
+def job_keys_help() -> str:
+    lines = ["job file keys (TOML [section] key = value; override any with --set KEY=VALUE):"]
+    for option in OPTIONS:
+        default = "required" if option.default is REQUIRED else f"default {_toml(option.default)}"
+        lines.append(f"  {option.key:<26} {default}\n      {option.help}")
+    return "\n".join(lines)
+
+
+def _toml(value: object) -> str:
+    """A default as it would be written in the job file."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if value == "":
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from stampede import mpi
+    from stampede.checkpoint.formats import require_packages
+    from stampede.checkpoint.relayout import resolve
+    from stampede.errors import RunFailed
+    from stampede.results.archive import append_rows, check_appendable, write_sidecar
+    from stampede.results.rows import archive_rows, sidecar
+    from stampede.run.job import run_job
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, overrides(args))  # validated before MPI starts and before any I/O
+    require_packages(spec)
+    comm = mpi.world()
+    spec, _ = resolve(comm, spec)
+    mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
+    if comm.Get_rank() == 0:
+        strategies = (f"assign {', '.join(spec.assign)}" if spec.checkpoint_source == "existing"
+                      else f"layouts {', '.join(spec.layouts)}")
+        print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), {strategies}, "
+              f"{spec.warmup} warmup + {spec.iterations} iterations "
+              f"each, cache {spec.cache}, target {spec.target_path}", file=sys.stderr, flush=True)
+    context, runs = run_job(comm, spec)
+    if comm.Get_rank() == 0:
+        rows = [row for run in runs for row in archive_rows(spec, context, run)]
+        append_rows(spec.archive_path, rows)
+        sidecar_file = write_sidecar(spec.archive_path, context.run_id, sidecar(spec, context, runs))
+        from stampede.results.report import make_console, render_run
+        console = make_console()
+        render_run(rows, console, [text for run in runs for text in run.messages])
+        console.print(f"archived: {spec.archive_path} (+ {sidecar_file})")
+    failed = [f"{run.layout}: {run.invalid_reason}" for run in runs if run.invalid_reason]
+    if failed:
+        error = RunFailed("run finished with errors, archived as invalid: " + "; ".join(failed))
+        error.collective = True  # every rank took the same decisions, so every rank is here
+        raise error
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from stampede import mpi
+    from stampede.backends import backend_name_for
+    from stampede.checkpoint.formats import require_packages
+    from stampede.checkpoint.prepare import prepare
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, overrides(args))
+    require_packages(spec)
+    backend_name_for(spec.target_path)   # an unknown scheme: before MPI and any I/O
+    comm = mpi.world()
+    manifest = prepare(comm, spec)
+    if comm.Get_rank() == 0:
+        for layout in spec.layouts:
+            entry = manifest["layouts"][layout]
+            total = sum(record["bytes"] for record in entry["files"])
+            print(f"prepared {layout}: {len(entry['files'])} file(s), {total} bytes for "
+                  f"{entry['nranks']} ranks in {spec.target_path}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from stampede.backends import backend_name_for
+    from stampede.results.report import make_console, render_plan
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, overrides(args))
+    nranks = args.np if args.np is not None else (launcher_size() or 1)
+    if nranks < 1:
+        raise UsageError(f"--np {nranks}: must be at least 1")
+    if launcher_rank() != 0:
+        return 0
+    if spec.checkpoint_source == "existing":
+        from stampede.existing.scan import scan
+        from stampede.results.report import render_existing_plan
+        render_existing_plan(spec, scan(spec.target_path, spec.storage_options), nranks,
+                             make_console())
+        return 0
+    if spec.from_path:
+        from stampede.checkpoint.relayout import sized, source_catalogue
+        spec = sized(spec, source_catalogue(spec).total_bytes, nranks)
+    render_plan(spec, nranks, backend_name_for(spec.target_path), make_console())
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from stampede.checkpoint.clean import clean
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, overrides(args))
+    if spec.checkpoint_source == "existing":
+        raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": clean never deletes "
+                         "a checkpoint stampede did not make")
+    if launcher_rank() == 0:
+        removed = clean(spec)
+        print(f"removed {len(removed)} path(s) that prepare created in {spec.target_path}")
+    return 0

@@ -1,0 +1,93 @@
+"""`stampede mttr`: the recovery-time model (stampede.model.mttr) with the terms the
+archives hold measured and the rest assumed from flags or a job's [mttr] section."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from stampede.errors import UsageError
+from stampede.model import mttr as model
+from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
+
+
+def _section(path: str) -> dict[str, float]:
+    try:
+        document = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise UsageError(f"{path}: cannot read it as TOML ({error})") from None
+    table = document.get("mttr", {})
+    for key, value in table.items():
+        if key not in SECTION_KEYS:
+            import difflib
+            close = difflib.get_close_matches(key, SECTION_KEYS, n=1)
+            raise UsageError(f"{path}: unknown key 'mttr.{key}'"
+                             + (f' (did you mean "mttr.{close[0]}"?)' if close else ""))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise UsageError(f"{path}: mttr.{key} = {value!r}: must be a number >= 0")
+    return {key: float(value) for key, value in table.items()}
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "mttr", formatter_class=formatter,
+        help="The recovery-time model T_MTTR with the terms stampede measured (restore "
+             "bandwidth of the slowest rank, start-up, barrier) and the rest assumed.",
+        description="T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io "
+                    "+ T_barrier_sync", epilog=model.__doc__)
+    sub.add_argument("archives", nargs="*", metavar="ARCHIVE",
+                     help="archives to take measured terms from (restore runs, startup runs)")
+    sub.add_argument("--job", default="", help="a TOML file whose [mttr] section sets the inputs")
+    sub.add_argument("--layout", default="", help="restore layout to take BW_rank_io from "
+                     "(default: the latest run's fastest layout)")
+    for key, default in EXAMPLE.items():
+        sub.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
+                         help=f"default {default:g} (the worked example)")
+    sub.add_argument("--gpus", type=float, default=None, help="GPUs of the job (default 16384)")
+    sub.add_argument("--mtbf-h", type=float, default=None,
+                     help="the job's mean time between failures, hours: GPU-hours lost per day")
+    sub.add_argument("--checkpoint-interval-s", type=float, default=None,
+                     help="seconds between checkpoints: half of it is redone after a failure")
+    sub.add_argument("--nodes", type=float, default=None, help="nodes in the cluster (default 2048)")
+    sub.add_argument("--node-failures-per-day", type=float, default=None,
+                     help="failures per node per day (default 0.001)")
+    sub.add_argument("--replenish-h", type=float, default=None,
+                     help="hours to return a spare to the pool (default 24)")
+    sub.add_argument("--cold-swap-s", type=float, default=None,
+                     help="seconds to bring in a node when no warm spare is left (default 1800)")
+    sub.set_defaults(func=cmd_mttr)
+
+
+def cmd_mttr(args: argparse.Namespace) -> int:
+    from stampede.model.mttr import breakdown, measured_terms, no_spare_probability
+    from stampede.results.report import make_console, render_mttr
+
+    inputs = dict(EXAMPLE)
+    sources = {key: "assumed (worked example)" for key in EXAMPLE}
+    section = _section(args.job) if args.job else {}
+    for key in EXAMPLE:
+        if key in section:
+            inputs[key], sources[key] = section[key], f"assumed ({args.job} [mttr])"
+        if getattr(args, key) is not None:
+            inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
+    values: dict[str, float] = {}
+    measured: dict[str, str] = {}
+    stall = math.nan
+    if args.archives:
+        values, measured, stall = measured_terms(args.archives, args.layout)
+    if args.archives and not values:
+        raise UsageError(f"{', '.join(args.archives)}: no valid restore or startup run to measure from")
+    inputs.update(values)
+    sources.update(measured)
+    model = breakdown(**inputs, sources=sources, metadata_stall_s=stall)
+    # a flag beats the [mttr] section, which beats the built-in default
+    extras = {key: float(getattr(args, key)) if getattr(args, key) is not None
+              else section.get(key, EXTRA_DEFAULTS[key]) for key in EXTRA_DEFAULTS}
+    spares = [(fraction, max(1, round(extras["nodes"] * fraction))) for fraction in (0.02, 0.03, 0.05)]
+    render_mttr(model, extras, [(fraction, count, no_spare_probability(
+        int(extras["nodes"]), extras["node_failures_per_day"], count, extras["replenish_h"]))
+        for fraction, count in spares], make_console())
+    return 0

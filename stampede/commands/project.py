@@ -1,0 +1,86 @@
+"""`stampede project`: the contention model (stampede.model) fitted to archived restore
+runs and projected to a rank count that cannot be run."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from stampede.errors import UsageError
+from stampede.model import project as model
+from stampede.model.project import METADATA_OPS, Known
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "project", formatter_class=formatter,
+        help="Fit a contention model (metadata burst through a server, data through aggregate "
+             "and per-client bandwidth) to restore runs at several rank counts, and project "
+             "time to last rank and the metadata stall to a rank count you cannot run.",
+        description="Project the restore to --ranks from archived runs at >= 3 rank counts.",
+        epilog=model.__doc__)
+    sub.add_argument("archives", nargs="+", metavar="ARCHIVE",
+                     help="CSV archives holding restore runs at three or more rank counts "
+                          "(e.g. from stampede sweep)")
+    sub.add_argument("--ranks", required=True, type=int, help="rank count to project to, e.g. 16384")
+    sub.add_argument("--layout", default="", metavar="LAYOUTS",
+                     help="comma-separated layouts to project (default: every layout archived)")
+    sub.add_argument("--op", default=",".join(METADATA_OPS), metavar="OPS",
+                     help="metadata ops that make the stall, comma-separated from "
+                          f"{', '.join(METADATA_OPS)} (default: all; --op stat projects the stat "
+                          "storm alone, the rest falls into the data term)")
+    sub.add_argument("--rtt-s", type=float, default=None,
+                     help="known round trip of one metadata op outside the server (seconds)")
+    sub.add_argument("--service-s", type=float, default=None,
+                     help="known server time of one stampede metadata op, s (seconds); through "
+                          "emulate-mds one stat or open of dir/file is 3 requests: pass 3 x its "
+                          "--service-s")
+    sub.add_argument("--threads", type=float, default=None,
+                     help="known server threads c (the drain then counts whole rounds of s)")
+    sub.add_argument("--net-gbps", type=float, default=None,
+                     help="per-client network bandwidth at the projected scale, GB/s (B_net)")
+    sub.add_argument("--bytes-per-rank", default="", metavar="SIZE",
+                     help="bytes each rank restores at --ranks (default: as the archived job: a "
+                          "per-rank size stays, a total size is split over the ranks)")
+    sub.set_defaults(func=cmd_project)
+
+
+def _known(args: argparse.Namespace) -> Known:
+    for flag, value, low in (("--rtt-s", args.rtt_s, 0.0), ("--service-s", args.service_s, 0.0),
+                             ("--threads", args.threads, 1.0), ("--net-gbps", args.net_gbps, 0.0)):
+        if value is not None and (not math.isfinite(value) or value < low
+                                  or (flag == "--net-gbps" and value == 0)):
+            raise UsageError(f"{flag} {value}: must be a finite number "
+                             f"{'> 0' if flag == '--net-gbps' else f'>= {low:g}'}")
+    return Known(rtt_s=args.rtt_s, service_s=args.service_s, threads=args.threads,
+                 net_bps=args.net_gbps * 1e9 if args.net_gbps is not None else math.inf)
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    from stampede.model.project import project, render, series_from_rows
+    from stampede.results.archive import read_rows
+    from stampede.units import parse_size
+
+    if args.ranks < 1:
+        raise UsageError(f"--ranks {args.ranks}: must be at least 1")
+    ops = tuple(op.strip() for op in args.op.split(",") if op.strip())
+    unknown = [op for op in ops if op not in METADATA_OPS]
+    if unknown or not ops:
+        raise UsageError(f"--op {args.op!r}: choose from {', '.join(METADATA_OPS)}")
+    layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
+    known = _known(args)
+    size = None
+    if args.bytes_per_rank:
+        try:
+            size = float(parse_size(args.bytes_per_rank))
+        except ValueError as error:
+            raise UsageError(f"--bytes-per-rank: {error}") from None
+    rows = [row for archive in args.archives for row in read_rows(archive)]
+    series = series_from_rows(rows, layouts, ops)
+    if not series:
+        raise UsageError(f"{', '.join(args.archives)}: no valid restore run to fit")
+    projections = [(item, project(item.points, item.layout, args.ranks, known, item.per_rank_size,
+                                  size)) for item in series]
+    print(render(projections, args.ranks, args.archives, known), end="")
+    return 0

@@ -1,0 +1,114 @@
+"""Who reads what of an existing checkpoint: a policy (spec.ASSIGN_POLICIES) turns the
+catalogue into each rank's extents and RankPlan; pure, no I/O.
+
+- files: whole files to ranks, balanced by bytes (largest file first to the least loaded
+  rank, ties to the lower rank): how per-file loaders (HF's sharded `from_pretrained`
+  under data parallelism with one reader per shard) spread a restore.
+- tensor-slices: every rank reads 1/N of every tensor, a contiguous range of the
+  flattened tensor cut on element boundaries (DCP items: on byte boundaries): the
+  tensor-parallel load. A tensor with fewer elements than ranks leaves some ranks out.
+- saved (dcp only): rank r reads what saving ranks s with s % N == r wrote.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Iterable
+
+from stampede.checkpoint.dtypes import FLOATS
+from stampede.checkpoint.plan import Extent, RankPlan
+from stampede.errors import UsageError
+from stampede.existing.catalogue import Catalogue, TensorInfo
+from stampede.existing.dcp import SAVED_BY
+from stampede.spec import ASSIGN_POLICIES, JobSpec
+
+
+def assign(catalogue: Catalogue, policy: str, nranks: int, rank: int) -> tuple[Extent, ...]:
+    """This rank's reads of the checkpoint under a policy (see the module docstring), in
+    file order. Safetensors and HDF5 extents are tensor-relative and name their tensor;
+    DCP extents are raw file offsets. DCP's .metadata is not among them."""
+    if policy not in ASSIGN_POLICIES:
+        raise UsageError(f"checkpoint policy {policy!r} is not one of {', '.join(ASSIGN_POLICIES)}")
+    if nranks < 1 or not 0 <= rank < nranks:
+        raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
+    raw = catalogue.format == "dcp"
+    if policy == "tensor-slices":
+        return tuple(extent for tensor in catalogue.tensors
+                     if (extent := _slice(tensor, raw, nranks, rank)) is not None)
+    if policy == "files":
+        owners = balance(catalogue.files, nranks)
+    else:
+        owners = _saved_owners(catalogue, nranks)
+    return tuple(_whole(tensor, raw) for tensor in catalogue.tensors
+                 if tensor.nbytes and owners[tensor.relpath] == rank)
+
+
+def balance(files: Iterable[tuple[str, int]], nranks: int) -> dict[str, int]:
+    """relpath -> rank: largest file first to the least-loaded rank (ties: lower rank)."""
+    loads = [(0, rank) for rank in range(nranks)]
+    owners = {}
+    for relpath, size in sorted(files, key=lambda item: (-item[1], item[0])):
+        load, rank = heapq.heappop(loads)
+        owners[relpath] = rank
+        heapq.heappush(loads, (load + size, rank))
+    return owners
+
+
+def _saved_owners(catalogue: Catalogue, nranks: int) -> dict[str, int]:
+    if catalogue.format != "dcp":
+        raise UsageError(f"checkpoint policy 'saved' reads a PyTorch DCP checkpoint's files by "
+                         f"the rank that saved them; {catalogue.root} is {catalogue.format}",
+                         hint="use policy files or tensor-slices")
+    owners = {}
+    for relpath, _ in catalogue.files:
+        match = SAVED_BY.match(os.path.basename(relpath))
+        if match is None:
+            raise UsageError(f"checkpoint policy 'saved': {relpath} does not say which rank saved"
+                             " it (DCP names files __R_K.distcp)",
+                             hint="use policy files or tensor-slices")
+        owners[relpath] = int(match.group(1)) % nranks
+    return owners
+
+
+def _whole(tensor: TensorInfo, raw: bool) -> Extent:
+    if raw:
+        return Extent(tensor.relpath, tensor.file_offset, tensor.nbytes)
+    return Extent(tensor.relpath, 0, tensor.nbytes, tensor.name)
+
+
+def _slice(tensor: TensorInfo, raw: bool, nranks: int, rank: int) -> Extent | None:
+    """Slice `rank` of `nranks` of one tensor, on element boundaries (DCP items: bytes)."""
+    unit = 1 if raw else tensor.itemsize
+    count = tensor.nbytes // unit
+    first, last = count * rank // nranks, count * (rank + 1) // nranks
+    if last <= first:
+        return None
+    if raw:
+        return Extent(tensor.relpath, tensor.file_offset + first * unit, (last - first) * unit)
+    return Extent(tensor.relpath, first * unit, (last - first) * unit, tensor.name)
+
+
+def plan_existing(catalogue: Catalogue, spec: JobSpec, policy: str, nranks: int,
+                  rank: int) -> RankPlan:
+    """The RankPlan of one rank restoring an existing checkpoint under a policy: its
+    extents, the shared index every rank reads first (DCP's .metadata, a safetensors
+    index), and header ops for safetensors and HDF5 files. With rank_shift, rank r reads
+    what rank (r + shift) mod N would."""
+    place = (rank + spec.rank_shift) % nranks
+    extents = assign(catalogue, policy, nranks, place)
+    # `hold` only sizes buffers for layouts that exchange, which existing checkpoints do
+    # not; it names the rank's first file (or the index) and the bytes it restores.
+    first = extents[0].relpath if extents else (catalogue.index_file or catalogue.files[0][0])
+    hold = Extent(first, 0, max(sum(e.length for e in extents), 1))
+    return RankPlan(rank=rank, nranks=nranks, layout=policy, ops=spec.ops, extents=extents,
+                    block_bytes=spec.block_bytes, stat_count=spec.stat_count,
+                    open_count=spec.open_count, hold=hold,
+                    index_file=catalogue.index_file,
+                    formatted=catalogue.format in ("safetensors", "hdf5"))
+
+
+def finite_dtypes(catalogue: Catalogue) -> dict[str, str]:
+    """tensor -> the float dtype run.check_finite checks it as (others are not checked)."""
+    return {t.name: FLOATS[t.dtype] for t in catalogue.tensors
+            if t.dtype in FLOATS}

@@ -1,0 +1,49 @@
+"""What stampede measures, written once: the text `--help` prints and the report points
+to, and the constants it cites. Imported by the CLI on every start: the stdlib only."""
+
+# The latency percentiles every op reports (beside min and max): linear interpolation
+# between order statistics, numpy's default, from exact int64 nanoseconds.
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+
+# Latency histograms (histogram mode, the sidecar's CDFs): 20 log-spaced buckets per
+# decade, so one bucket is 10^(1/20) - 1 = 12.2% wide: the error of a percentile taken
+# from them.
+BUCKETS_PER_DECADE = 20
+BUCKET_ERROR = 10 ** (1 / BUCKETS_PER_DECADE) - 1
+
+METRICS = f"""\
+what stampede measures (per layout, per op; all ranks start together after a barrier):
+  op            stat, open (object stores: one HEAD each), header (read and parse a
+                safetensors/HDF5 header), read (one block: os.preadv into a page-aligned
+                buffer, or one ranged GET; ttfb = its time to first byte), close, index
+                (a shared index read whole), verify (hashing and the finite check,
+                timed apart from reads), restore (pseudo-op: from the phase's start,
+                the first rank of the node leaving the start barrier, until the rank
+                holds all its bytes); all ranks of a node on one clock
+  latency       min/p50/p90/p99/p99.9/max over every rank's samples of every measured
+                iteration (exact, int64 ns, linear interpolation), with the count;
+                run.samples = histogram: p50-p99.9 from log buckets, within
+                {BUCKET_ERROR:.0%}
+  agg GB/s      total bytes / (last stop - first start over all ranks), GB = 1e9 B;
+                per-rank rates are never summed (IOR's definition)
+  time to last rank / first done
+                slowest / fastest rank's restore time; straggler = slowest / median
+  slowest-rank GB/s
+                bytes per rank / time to last rank: BW_rank_io of the recovery model
+  storage / network part
+                first start to last stop, all ranks, of the storage ops (list, index,
+                stat, open, header, read, close) / of the exchange ops (bcast, allgather)
+  iterations    warmup iterations are run and dropped; the report shows the median
+                over iterations and its min-max spread, and warns when it is wide
+  cache         warm = page cache as it is (a warm read is not a restore);
+                cold = each rank's pages evicted (posix_fadvise DONTNEED) before each
+                iteration, then how many are still cached (mincore: cache_resident_pct);
+                direct = O_DIRECT with aligned buffers
+  retries       requests the storage client retried (503 SlowDown, timeouts), per op,
+                apart from count (successes) and errors (failed after retries)
+archive: one CSV row per (run, layout, op), appended, schema-versioned, plus a JSON
+sidecar per run (hosts, MPI library, file system, Slurm variables).
+"""
+
+# The report's last line: where the definitions are, instead of repeating them per run.
+POINTER = "definitions of every column: `stampede run --help` (what stampede measures)"

@@ -1,0 +1,89 @@
+"""Why a number should not be trusted as it stands (pyperf's format_checks spirit): the
+result is printed and archived, with these warnings beside it in every row."""
+
+from __future__ import annotations
+
+import os
+
+from stampede.checkpoint.plan import EXCHANGE
+from stampede.results.definitions import BUCKET_ERROR
+from stampede.results.model import LayoutStats, RunContext
+from stampede.spec import JobSpec
+
+WIDE_SPREAD = 0.10          # (max - min) / median across iterations
+SHORT_PHASE_S = 0.010       # barrier skew and timer calls become a visible share
+FEW_SAMPLES_P99 = 100       # p99 needs at least 100 samples to be a p99
+COLD_RESIDENT_MAX = 0.05    # a cold phase that starts with more cached than this is warned
+
+
+# Targets with no page cache on the client (fsspec protocols): the cache mode means nothing.
+NO_CLIENT_CACHE = ("s3", "gcs", "gs", "memory", "http", "https")
+
+
+def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
+                 fs_type: str, verify_in_restore: str = "") -> tuple[str, ...]:
+    """Why a number should not be trusted as it stands; archived with the run."""
+    notes = []
+    ttlr = stats.restore.time_to_last_rank_s
+    if stats.iterations < 3:
+        notes.append(f"only {stats.iterations} measured iteration(s): no trustworthy spread")
+    elif ttlr.relative > WIDE_SPREAD:
+        notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "
+                     f"({ttlr.min:.4g}-{ttlr.max:.4g} s): run more iterations or on a quieter machine")
+    if ttlr.median < SHORT_PHASE_S and stats.completion_op == "restore":
+        notes.append(f"restore phase is {ttlr.median * 1e3:.3g} ms: barrier skew and timer calls "
+                     "are a visible part of it; use a larger checkpoint")
+    few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99
+           and op.op not in ("jitter", stats.completion_op)]
+    if few:
+        notes.append(f"p99 and p99.9 from fewer than {FEW_SAMPLES_P99} samples ({', '.join(few)}): "
+                     "raise iterations or pattern.stat_count/open_count")
+    for op in stats.ops:
+        if op.errors:
+            notes.append(f"{op.op}: {op.errors} failed op(s)")
+    if verify_in_restore:
+        notes.append(f"verify={verify_in_restore}: hashing runs between reads, so restore times "
+                     "include it")
+    if cache == "warm" and fs_type not in NO_CLIENT_CACHE:
+        notes.append("cache=warm: reads may come from the page cache, not the storage")
+    if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
+        notes.append(f"cache=cold on {fs_type}: pages cannot be evicted, the run is warm")
+    if ranks_per_node > cpus_per_node:
+        notes.append(f"{ranks_per_node} ranks per node on {cpus_per_node} CPUs: oversubscribed, "
+                     "ranks compete for cores")
+    return tuple(notes)
+
+
+
+def residency_warning(cache: str, resident: float | None) -> tuple[str, ...]:
+    """A cold (or direct) phase that started with its bytes in the page cache."""
+    if cache != "warm" and resident is not None and resident > COLD_RESIDENT_MAX:
+        return (f"cache={cache}, yet {100 * resident:.0f}% of the bytes to read were in the "
+                "page cache when the phase started: not as cold as asked",)
+    return ()
+
+
+def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
+    # Layouts that exchange verify the held shard after the restore; the others hash
+    # between reads, inside it.
+    checks = "+".join(filter(None, (spec.verify if spec.verify != "none" else "",
+                                    "finite check" if spec.check_finite else "")))
+    inline = checks if stats.layout not in EXCHANGE else ""
+    notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
+                         context.fs_type, inline)
+    if spec.h2d == "host":
+        notes += (f"h2d went to {context.device}: a stand-in for tests",)
+    if stats.samples == "histogram":
+        notes += (f"p50-p99.9 interpolated in log buckets (run.samples = histogram): within "
+                  f"{BUCKET_ERROR:.0%} of the exact values; min, max, counts, GB/s and restore "
+                  "times are exact",)
+    checking = " and ".join(filter(None, (
+        f"{spec.verify} hashing" if spec.verify != "none" else "",
+        "the finite check" if spec.check_finite else "")))
+    between = [what for what, on in ((checking, bool(inline)),
+                                      ("copies to the device", spec.h2d != "none"
+                                       and stats.layout not in EXCHANGE)) if on]
+    if between:
+        notes += (f"{' and '.join(between)} run between reads: the read op's aggregate GB/s "
+                  "spans them (its latencies do not)",)
+    return notes

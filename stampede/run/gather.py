@@ -1,0 +1,110 @@
+"""The samples of one layout to rank 0, and the statistics made of them there.
+
+exact: every rank's sample rows reach rank 0 with one Gatherv, and rank 0 puts them on one
+time axis per node (stampede.run.clock). histogram (stampede.results.histogram): each rank
+puts its own stamps on its node's axis (a MIN over the node), reduces its samples to
+fixed-size arrays, and MPI reduces those; only the restore samples and the timelines reach
+rank 0 whole. These are the collectives; the arithmetic is stampede.results'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from stampede import mpi
+from stampede.results import histogram
+from stampede.results.model import LayoutStats
+from stampede.results.samples import ITER, OP, OP_CODE, START, STOP, STORAGE_OPS
+from stampede.run.clock import on_one_axis, origins_array
+
+
+def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
+                 origins: dict[int, int], hosts: tuple[str, ...],
+                 failed_iteration: int | None) -> LayoutStats | None:
+    """The layout's statistics, complete on rank 0 (None elsewhere), in the mode
+    run.samples chose."""
+    if histogram_mode(comm, spec, plan):
+        return _reduced_stats(comm, layout, rows, origins, failed_iteration)
+    return _exact_stats(comm, layout, rows, origins, hosts)
+
+
+def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
+    """run.samples, with auto deciding from the samples this layout will produce on all
+    ranks together: collectively, since ranks can plan very different work (an existing
+    checkpoint's files) and the two modes gather with different collectives."""
+    if spec.samples != "auto":
+        return spec.samples == "histogram"
+    mine = (sum(plan.op_counts().values()) + 4) * spec.iterations  # + restore, verify, ...
+    total = mpi.allreduce_sum(comm, np.array([mine]))
+    return total is not None and int(total[0]) > histogram.AUTO_SAMPLES
+
+
+def _exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+                 hosts: tuple[str, ...]) -> LayoutStats | None:
+    """Every sample to rank 0 (one Gatherv), put on one axis there."""
+    gathered = mpi.gather_rows(comm, rows)
+    gathered_origins = mpi.gather_rows(comm, origins_array(origins))
+    if gathered is None or gathered_origins is None:
+        return None
+    on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
+    ranked = [np.column_stack([part, np.full(len(part), r, dtype=np.int64)])
+              for r, part in enumerate(on_axis)]
+    from stampede.results.stats import layout_stats  # rank 0 only: workers never import it
+    return layout_stats(layout, np.concatenate(ranked), comm.Get_size())
+
+
+def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+                   failed_iteration: int | None) -> LayoutStats | None:
+    """Histogram mode (stampede.results.histogram): fixed-size reductions; the restores
+    and the timelines whole."""
+    from stampede.results.stats import layout_stats_reduced, timeline
+
+    restore = OP_CODE["restore"]
+    on_axis = _to_node_axis(comm, rows, origins, restore)
+    iterations = tuple(i for i in sorted(origins) if i >= 0 or i == failed_iteration)
+    reduced = reduce_summaries(comm, histogram.summarize(on_axis, iterations), iterations)
+    ranked = np.column_stack([on_axis, np.full(len(on_axis), comm.Get_rank(), dtype=np.int64)])
+    restores = mpi.gather_rows(comm, ranked[ranked[:, OP] == restore])
+    timelines = mpi.gather(comm, timeline(ranked))
+    if reduced is None or restores is None or timelines is None:
+        return None
+    return layout_stats_reduced(layout, reduced, np.concatenate(restores),
+                                tuple(row for part in timelines for row in part), comm.Get_size())
+
+
+def _to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int],
+                  restore_code: int) -> np.ndarray:
+    """This rank's absolute stamps -> ns since its node's first barrier exit, per phase."""
+    phases = sorted(origins)
+    mine = np.array([origins[phase] for phase in phases], dtype=np.int64)
+    first = mpi.node_min(comm, mine)
+    rows = rows.copy()
+    if rows.size:
+        zero = first[np.searchsorted(np.array(phases), rows[:, ITER])]
+        rows[:, START] -= zero
+        rows[:, STOP] -= zero
+        rows[rows[:, OP] == restore_code, START] = 0
+    return rows
+
+
+def reduce_summaries(comm: Any, summary: dict[str, np.ndarray],
+            iterations: tuple[int, ...]) -> histogram.Reduced | None:
+    """MPI-reduce every rank's arrays to rank 0 (None elsewhere)."""
+    reduced = {name: mpi.reduce_to_root(comm, summary[name], how)
+               for name, how in histogram.REDUCTIONS.items()}
+    if comm.Get_rank() != 0:
+        return None
+    return histogram.Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
+
+
+def retries(comm: Any, backend: Any, before: dict[str, int]) -> dict[str, int]:
+    """Requests the backend's client retried in this layout, per op, summed over ranks
+    (object stores: throttling and timeouts show up here before they become errors)."""
+    now = getattr(backend, "retries", {})
+    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in STORAGE_OPS])
+    total = mpi.allreduce_sum(comm, mine)
+    if total is None:
+        return {}
+    return {op: int(count) for op, count in zip(STORAGE_OPS, total, strict=True) if count}

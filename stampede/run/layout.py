@@ -1,0 +1,199 @@
+"""One layout of a run: the untimed set-up, its phases, and what reaches rank 0.
+
+Per iteration: the cache state (cold: evict, ask residency, drop) -> polite barrier +
+Barrier -> origin stamp -> the timed pattern -> polite allreduce of the phase's totals
+-> the verdict (stampede.run.verdict). All ranks take the same decisions from the same
+reduced values, so a failing rank never leaves the others in a collective. Samples reach
+rank 0 once per layout (stampede.run.gather).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stampede import mpi
+from stampede.backends.base import Backend
+from stampede.buffers import AlignedBuffer
+from stampede.checkpoint.plan import RankPlan, bytes_per_rank, plan_rank
+from stampede.results.model import LayoutRun
+from stampede.results.samples import ITER, RANK
+from stampede.run import cache, gather
+from stampede.run.pattern import Log, PhaseOutcome, run_pattern
+from stampede.run.setup import MAX_MESSAGES, RankSetup, build_setup
+from stampede.run.verdict import Totals, iteration_name, judge
+from stampede.spec import JobSpec
+
+if TYPE_CHECKING:
+    from stampede.existing.catalogue import Catalogue
+
+# How long past the deadline a rank waits for the others before aborting the whole job:
+# a rank stuck inside one syscall (a hung NFS server) cannot check its own deadline.
+ABORT_GRACE_S = 10.0
+
+
+@dataclass
+class Phases:
+    """What one rank saw over all the phases of one layout."""
+
+    log: Log = field(default_factory=list)
+    origins: dict[int, int] = field(default_factory=dict)   # iteration -> barrier exit
+    messages: list[str] = field(default_factory=list)       # errors, up to MAX_MESSAGES
+    notes: list[str] = field(default_factory=list)          # not errors: what to know
+    digests: list[dict[str, Any]] = field(default_factory=list)   # iteration 0's
+    resident: list[float] = field(default_factory=list)     # per measured iteration
+    invalid_reason: str = ""
+    failed_iteration: int | None = None
+
+
+def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: int,
+             rank: int) -> RankPlan:
+    """A rank's plan: a stampede layout, or a policy over an existing checkpoint."""
+    if catalogue is not None:
+        from stampede.existing.assign import plan_existing
+        return plan_existing(catalogue, spec, layout, nranks, rank)
+    return plan_rank(spec, layout, nranks, rank)
+
+
+def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
+               entry: dict[str, Any], device: Any, hosts: tuple[str, ...],
+               catalogue: Catalogue | None = None) -> LayoutRun:
+    """One layout, every iteration; the statistics are complete on rank 0, whose `hosts`
+    (host of each rank) put the ranks' stamps on one time axis."""
+    plan = plan_for(spec, catalogue, layout, comm.Get_size(), comm.Get_rank())
+    retries_before = dict(getattr(backend, "retries", {}))
+    # Layouts that exchange hold the whole shard in memory; the others reuse one block.
+    buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
+    with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
+        setup = build_setup(comm, spec, plan, backend, entry, buffer, device, catalogue)
+        phases = run_phases(comm, spec, setup, catalogue)
+        if setup.group is not None:
+            mpi.free(setup.group, comm)
+        if device is not None:
+            device.unpin(buffer)
+    return _to_rank_zero(comm, spec, setup.plan, catalogue, hosts, phases,
+                         gather.retries(comm, backend, retries_before))
+
+
+def run_phases(comm: Any, spec: JobSpec, setup: RankSetup,
+               catalogue: Catalogue | None = None) -> Phases:
+    """Every iteration of one layout on this rank, until the verdict says stop."""
+    phases = Phases()
+    if catalogue is not None and catalogue.format == "dcp" and spec.check_finite \
+            and comm.Get_rank() == 0:
+        phases.notes.append("run.check_finite: DCP items are torch-serialised blobs, not checked")
+    drops_caches = spec.drop_caches and mpi.node_rank(comm) == 0
+    for iteration in range(-spec.warmup, spec.iterations):
+        cached, asked = _cache_state(comm, spec, setup, phases, drops_caches)
+        outcome = _phase(comm, spec, setup, iteration, phases)
+        totals = _totals(comm, spec, setup.plan.layout, outcome, cached, asked)
+        if iteration >= 0 and totals.asked:
+            phases.resident.append(totals.cached / totals.asked)
+        verdict = judge(totals, iteration, spec.warmup, phases.invalid_reason,
+                        spec.max_error_fraction, spec.deadline_s)
+        phases.invalid_reason = verdict.invalid_reason
+        if verdict.stop:
+            phases.failed_iteration = iteration
+            break
+    return phases
+
+
+def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
+    """This rank's start delay in this iteration: reproducible from run.seed."""
+    if spec.jitter == "none":
+        return 0.0
+    distribution, _, scale = spec.jitter.partition(":")
+    generator = np.random.default_rng([spec.seed, rank, iteration + 2**20])
+    if distribution == "uniform":
+        return float(generator.uniform(0.0, float(scale)))
+    return float(generator.exponential(float(scale)))
+
+
+def _cache_state(comm: Any, spec: JobSpec, setup: RankSetup, phases: Phases,
+                 drops_caches: bool) -> tuple[int, int]:
+    """Untimed, before a phase: (cached, asked) bytes after a cold eviction, else (0, 0)."""
+    if spec.cache != "cold":
+        return 0, 0
+    cache.evict(setup, phases.messages)
+    # Only where the pages were just evicted: asking opens each file, and on NFS an open
+    # revalidates attributes, which would warm a warm run's timed stats.
+    cached, asked = cache.residency(setup, phases.notes)
+    if spec.drop_caches:
+        # Last, once no rank opens a file again before the phase: the drop also takes
+        # the dentries and inodes those opens brought back.
+        mpi.barrier(comm)
+        if drops_caches:
+            cache.drop_caches(phases.notes)
+    return cached, asked
+
+
+def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
+           phases: Phases) -> PhaseOutcome:
+    """The start barrier, the origin stamp and the timed pattern."""
+    delay_s = jitter_s(spec, setup.plan.rank, iteration)
+    if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
+        mpi.abort(comm, f"{setup.plan.layout}: other ranks did not reach the start of "
+                        f"{iteration_name(iteration, spec.warmup)} within "
+                        f"{spec.deadline_s + ABORT_GRACE_S:g} s")
+    origin = time.perf_counter_ns()
+    phases.origins[iteration] = origin
+    outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
+                          delay_s, phases.log)
+    phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])
+    if iteration == 0:
+        phases.digests = outcome.digests
+    return outcome
+
+
+def _totals(comm: Any, spec: JobSpec, layout: str, outcome: PhaseOutcome, cached: int,
+            asked: int) -> Totals:
+    """The phase summed over ranks; a rank that does not answer in time aborts the job."""
+    mine = np.array([outcome.errors, outcome.ops, outcome.timed_out, outcome.incomplete,
+                     outcome.corrupt, cached, asked])
+    total = mpi.allreduce_sum(comm, mine, timeout_s=spec.deadline_s + ABORT_GRACE_S)
+    if total is None:
+        mpi.abort(comm, f"{layout}: other ranks still busy {ABORT_GRACE_S:g} s past the "
+                        f"{spec.deadline_s:g} s deadline")
+        raise AssertionError("unreachable")
+    return Totals(*(int(value) for value in total))
+
+
+def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue | None,
+                  hosts: tuple[str, ...], phases: Phases,
+                  retries: dict[str, int]) -> LayoutRun:
+    """Gather the layout's samples, messages and notes to rank 0 (collective)."""
+    rows = _measured(phases.log, phases.failed_iteration)
+    all_messages = mpi.gather(comm, phases.messages)
+    all_digests = mpi.gather(comm, phases.digests)
+    all_notes = mpi.gather(comm, phases.notes)
+    shares = mpi.gather(comm, sum(extent.length for extent in plan.extents))
+    stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
+                                phases.failed_iteration)
+    messages = [text for part in all_messages for text in part] if all_messages is not None \
+        else phases.messages
+    # An existing checkpoint's ranks restore different amounts: the row's bytes per rank
+    # is the largest share (whose rank the time to last rank most likely belongs to).
+    per_rank = max(shares or [0]) if catalogue is not None else \
+        bytes_per_rank(spec, comm.Get_size())
+    return LayoutRun(layout=plan.layout, bytes_per_rank=per_rank,
+                     stats=stats, messages=tuple(messages),
+                     invalid_reason=phases.invalid_reason, retries=retries,
+                     resident_fraction=tuple(phases.resident),
+                     bytes_total=sum(shares or [0]) if catalogue is not None else 0,
+                     notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
+                     digests=tuple(d for part in all_digests or [] for d in part))
+
+
+def _measured(log: Log, failed_iteration: int | None) -> np.ndarray:
+    """Measured iterations with absolute stamps (rank 0 puts them on one axis).
+
+    Warmup is dropped, except a warmup iteration that failed: its samples are the evidence
+    the invalid run is archived with.
+    """
+    rows = np.array(log, dtype=np.int64).reshape(-1, 6)
+    rows = rows[(rows[:, ITER] >= 0) | (rows[:, ITER] == failed_iteration)]
+    assert rows.shape[1] == RANK  # the rank column is appended on rank 0
+    return rows

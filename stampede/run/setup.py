@@ -1,0 +1,119 @@
+"""What a rank prepares once per layout, untimed, and reuses every iteration: its plan's
+paths, the buffer, the exchange group, the hashes to expect, the device (`RankSetup`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from stampede import mpi
+from stampede.backends.base import Backend
+from stampede.buffers import AlignedBuffer
+from stampede.checkpoint.plan import RankPlan, stripes
+from stampede.run.checks import new_digest
+from stampede.spec import JobSpec
+
+if TYPE_CHECKING:
+    from stampede.existing.catalogue import Catalogue
+
+MAX_MESSAGES = 10   # error messages kept per rank and phase
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """What a rank prepares once per layout, untimed, and reuses every iteration."""
+
+    plan: RankPlan
+    backend: Backend
+    paths: dict[str, Any]           # relpath -> backend path (and the listed directory)
+    buffer: AlignedBuffer           # one block (read and discard), or the whole held shard
+    direct: bool
+    leads: bool = True              # False: a broadcast member that reads no storage
+    group: Any = None               # communicator of the exchange group
+    world: Any = None               # communicator for list-bcast
+    stripes: tuple[tuple[int, int], ...] = ()
+    format: str = "raw"             # checkpoint.format: formatted files start with a header
+    verify: str = "none"            # run.verify: the hash algorithm
+    expected: dict[tuple[str, str, int], str] | None = None   # (path, tensor, offset) -> hash
+    finite_dtype: str = ""          # run.check_finite: the dtype to check, or ""
+    tensor_dtypes: dict[str, str] | None = None   # existing checkpoints: per tensor instead
+    record_digests: bool = False    # existing checkpoints: keep each extent's hash
+    tensors_of_file: dict[str, tuple[str, ...]] = field(default_factory=dict)  # for headers
+    index_parser: Any = None        # existing checkpoints: bytes -> parsed index (or raise)
+    content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
+    device: Any = None              # run.h2d: where the restored bytes go on to
+    device_buffer: Any = None       # the held shard's place in device memory
+
+    @property
+    def checks(self) -> bool:
+        """Anything to compute over the bytes read (timed apart, as op verify)."""
+        return self.verify != "none" or bool(self.finite_dtype)
+
+    @property
+    def holds(self) -> bool:
+        """Reads land at their place in a buffer holding the whole shard (exchange layouts)."""
+        return bool(self.plan.exchange)
+
+
+def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
+           buffer: AlignedBuffer, device: Any, catalogue: Catalogue | None) -> RankSetup:
+    """Untimed, once per layout: paths, the exchange group, expected hashes."""
+    layout = plan.layout
+    named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
+    paths = {relpath: backend.path(relpath) for relpath in named}
+    group, leads = None, True
+    if plan.exchange:  # collective: every rank of the layout splits
+        by_node = layout == "broadcast" and spec.broadcast_group == "node"
+        # ordered by replica: member i of a striped group reads stripe i (with rank_shift
+        # the replica order is not the world order)
+        group = mpi.split(comm, plan.group, by_node=by_node, key=plan.member)
+        leads = not plan.leader_reads or group.Get_rank() == 0
+    expected = None
+    if spec.verify != "none" and catalogue is None:
+        wanted = {(e.relpath, e.tensor, e.offset) for e in (*plan.extents, plan.hold)}
+        expected = {key: s[spec.verify] for s in entry["slices"]
+                    if (key := (s["path"], s.get("tensor", ""), s["offset"])) in wanted}
+    if spec.verify != "none":   # the hash module's import is not part of a restore
+        new_digest(spec.verify)
+    device_buffer = None
+    if device is not None:
+        device_buffer = device.device_buffer(plan.hold.length)
+        if spec.h2d == "cuda-pinned":  # in place, untimed: the read buffer is page-locked
+            mpi.collective(comm, "page-locking the read buffer", partial(device.pin, buffer))
+    return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
+                     direct=spec.cache == "direct", leads=leads, group=group, world=comm,
+                     stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
+                     format=_format(spec, catalogue), verify=spec.verify, expected=expected,
+                     finite_dtype=spec.dtype if spec.check_finite else "",
+                     tensor_dtypes=_tensor_dtypes(spec, catalogue),
+                     index_parser=mpi.collective(comm, "loading the index parser",
+                                                 partial(_index_parser, catalogue)),
+                     tensors_of_file={relpath: tuple(e.tensor for e in plan.extents
+                                                     if e.relpath == relpath)
+                                      for relpath in plan.files},
+                     record_digests=catalogue is not None,
+                     content_block_bytes=int(entry.get("content_block_bytes", 0)),
+                     device=device, device_buffer=device_buffer)
+
+
+def _format(spec: JobSpec, catalogue: Catalogue | None) -> str:
+    """How the files are read: DCP's byte ranges are raw; the others have headers."""
+    if catalogue is None:
+        return spec.format
+    return "raw" if catalogue.format == "dcp" else catalogue.format
+
+
+def _index_parser(catalogue: Catalogue | None) -> Any:
+    if catalogue is None:
+        return None
+    from stampede.existing.scan import index_parser
+    return index_parser(catalogue)
+
+
+def _tensor_dtypes(spec: JobSpec, catalogue: Catalogue | None) -> dict[str, str] | None:
+    """Existing checkpoints: run.check_finite checks each float tensor as its own dtype."""
+    if catalogue is None or not spec.check_finite:
+        return None
+    from stampede.existing.assign import finite_dtypes
+    return finite_dtypes(catalogue)

@@ -1,0 +1,65 @@
+"""The verdict on one phase, from the totals every rank holds after the end-of-phase
+reduction: pure, so every rank takes the same decision (nothing hangs), and a unit test
+checks it without MPI.
+
+- Wrong bytes (run.verify, run.check_finite) are never tolerated, whatever
+  run.max_error_fraction says: a restore of wrong bytes is not a restore.
+- Missing bytes (a rank that does not hold all of its bytes) make the layout invalid,
+  but measuring goes on: failed ops are tolerated up to max_error_fraction, missing bytes
+  never.
+- A deadline reached on any rank, or more failed ops than max_error_fraction of all
+  ops, stops the layout's iterations on every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Totals:
+    """One phase summed over all ranks (the end-of-phase allreduce)."""
+
+    errors: int          # failed ops
+    ops: int             # storage ops issued, failed ones included
+    timed_out: int       # ranks that reached the deadline
+    incomplete: int      # ranks that do not hold all their bytes
+    corrupt: int         # ranks that read bytes that differ from the checkpoint
+    cached: int = 0      # bytes to read found in the page cache after a cold eviction
+    asked: int = 0       # bytes to read whose residency was asked
+
+    FIELDS = ("errors", "ops", "timed_out", "incomplete", "corrupt", "cached", "asked")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    invalid_reason: str  # "" while valid; every reason found so far, joined
+    stop: bool           # no further iteration of this layout
+
+
+def judge(totals: Totals, iteration: int, warmup: int, reason: str, max_error_fraction: float,
+          deadline_s: float) -> Verdict:
+    """The layout's verdict after this phase, given what earlier phases found (`reason`).
+    Iterations count as run_layout counts them: -warmup..-1 for warmups, then 0, 1, ..."""
+    name = iteration_name(iteration, warmup)
+    if totals.corrupt and "differ" not in reason:
+        reason = "; ".join(filter(None, (
+            reason, f"{totals.corrupt} rank(s) read bytes that differ from the checkpoint "
+                    f"in {name} (run.verify / check_finite)")))
+    if totals.incomplete and not reason:
+        reason = (f"{totals.incomplete} rank(s) did not hold all their bytes in "
+                  f"{name}")
+    if totals.timed_out or totals.errors > max_error_fraction * totals.ops:
+        stopped = (f"deadline of {deadline_s:g} s reached in {name} on "
+                   f"{totals.timed_out} rank(s)" if totals.timed_out else
+                   f"{totals.errors} of {totals.ops} ops failed in {name} "
+                   f"(run.max_error_fraction = {max_error_fraction:g})")
+        return Verdict("; ".join(filter(None, (stopped, reason))), stop=True)
+    return Verdict(reason, stop=False)
+
+
+def iteration_name(iteration: int, warmup: int) -> str:
+    """An iteration as the user counts it: "warmup iteration 1 of 2", "iteration 3"."""
+    if iteration < 0:
+        return f"warmup iteration {iteration + warmup + 1} of {warmup}"
+    return f"iteration {iteration + 1}"

@@ -1,0 +1,200 @@
+"""Parsers of user values: job keys (stampede.spec.OPTIONS) and command flags.
+
+Each parser returns the parsed value or raises ValueError saying what is allowed; the
+caller names where the value came from (file and key, or flag) and turns it into one
+UsageError. The words that mark a credential are here too, once: a job file is copied
+into archives and sidecars, so credentials come from the environment only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+from stampede.units import SIZE_HELP, parse_size
+
+MAX_SECONDS = 10**7   # ~4 months: beyond it a deadline or delay is a typo, not a wish
+JITTER_DISTRIBUTIONS = ("uniform", "exponential")
+
+# Words that name credentials in a storage option's key (AWS_SECRET_ACCESS_KEY, token, ...).
+SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth")
+SECRET_EXCEPTIONS = frozenset({"sse_kms_key_id"})
+URL_WITH_PASSWORD = re.compile(r"^[a-zA-Z][\w+.-]*://[^/@\s]*:[^/@\s]*@")
+CREDENTIALS_FROM = ("credentials come from the environment (AWS_ACCESS_KEY_ID, "
+                    "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...), never from the job file")
+
+
+def did_you_mean(value: object, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(value), list(candidates), n=1)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def size(value: object) -> int:
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise ValueError(f"must be {SIZE_HELP}") from None
+
+
+def positive_size(value: object) -> int:
+    parsed = size(value)
+    if parsed <= 0:
+        raise ValueError("must be a size greater than zero")
+    return parsed
+
+
+def optional_size(value: object) -> int | None:
+    """A positive size, or "" for none."""
+    return None if value == "" else positive_size(value)
+
+
+def whole_number(low: int) -> Callable[[object], int]:
+    def parse(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"must be a whole number >= {low}")
+        return value
+    return parse
+
+
+def seconds(value: object) -> float:
+    """A positive duration in seconds, at most MAX_SECONDS."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"must be a number of seconds > 0 and <= {MAX_SECONDS:g}")
+    return float(value)
+
+
+def fraction(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError("must be a number from 0 up to (not including) 1")
+    return float(value)
+
+
+def number_at_least(low: float, strictly: bool = False) -> Callable[[object], float]:
+    """A finite number >= low (> low when strictly): for command flags such as --gpus."""
+    def parse(value: object) -> float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError("must be a number") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value < low or (strictly and value == low):
+            raise ValueError(f"must be a finite number {'>' if strictly else '>='} {low:g}")
+        return float(value)
+    return parse
+
+
+def nonempty_text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def optional_path(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a path (a string), or empty")
+    return value
+
+
+def target_path(value: object) -> str:
+    path = nonempty_text(value)
+    if URL_WITH_PASSWORD.match(path):
+        raise ValueError(f"holds a password in a URL (user:password@): {CREDENTIALS_FROM}")
+    return path
+
+
+def boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}{did_you_mean(value, allowed)}")
+        return str(value)
+    return parse
+
+
+def choice_list(allowed: tuple[str, ...], unique: bool) -> Callable[[object], tuple[str, ...]]:
+    """A list of allowed words; a plain string is one word, or comma-separated words."""
+    choose = choice(allowed)
+
+    def parse(value: object) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not items:
+            raise ValueError(f"must be one or a list of {', '.join(allowed)}")
+        words = tuple(choose(item.strip() if isinstance(item, str) else item) for item in items)
+        if unique and len(set(words)) != len(words):
+            raise ValueError("must not name the same entry twice")
+        return words
+    return parse
+
+
+def jitter(value: object) -> str:
+    """'none', or DISTRIBUTION:SECONDS (uniform: delays in [0, s); exponential: mean s)."""
+    allowed = "none, uniform:SECONDS or exponential:SECONDS (e.g. uniform:0.5)"
+    if value == "none":
+        return "none"
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(f"must be {allowed}")
+    distribution, _, text = value.partition(":")
+    if distribution not in JITTER_DISTRIBUTIONS:
+        raise ValueError(f"must be {allowed}{did_you_mean(distribution, JITTER_DISTRIBUTIONS)}")
+    try:
+        if not 0 < float(text) <= MAX_SECONDS:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"must be {allowed}, with 0 < seconds <= {MAX_SECONDS:g}") from None
+    return f"{distribution}:{float(text):g}"
+
+
+def stripe_count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError("must be a whole number: 0 = the file system's default, -1 = every "
+                         "OST, N = N OSTs")
+    return value
+
+
+def looks_like_credential(key: str) -> bool:
+    lowered = key.lower()
+    return lowered not in SECRET_EXCEPTIONS and any(word in lowered for word in SECRET_WORDS)
+
+
+def credential_in(table: Mapping[str, object], where: str = "") -> str:
+    """What names or holds a credential in a table, at any depth ("" if nothing): a key
+    that looks like one ("secret looks like a credential"), or a URL with a password in it
+    ("endpoint_url holds a password in a URL (user:password@)"). The value is never shown."""
+    for key, item in table.items():
+        if looks_like_credential(str(key)):
+            return f"{where}{key} looks like a credential"
+        if isinstance(item, str) and URL_WITH_PASSWORD.match(item):
+            return f"{where}{key} holds a password in a URL (user:password@)"
+        if isinstance(item, Mapping):
+            found = credential_in(item, f"{where}{key}.")
+            if found:
+                return found
+    return ""
+
+
+def storage_options(value: object) -> dict[str, object]:
+    """fsspec storage options (endpoint, timeouts, ...): a table, no credentials in it."""
+    if not isinstance(value, dict):
+        raise ValueError("must be a table, e.g. {client_kwargs = {endpoint_url = "
+                         '"http://127.0.0.1:8333"}}')
+    found = credential_in(value)
+    if found:
+        raise ValueError(f"{found}: {CREDENTIALS_FROM}")
+
+    def check(table: dict[str, object], where: str) -> None:
+        for key, item in table.items():
+            if isinstance(item, dict):
+                check(item, f"{where}{key}.")
+            elif not isinstance(item, str | int | float | bool):
+                raise ValueError(f"{where}{key} must be a string, number, boolean or table")
+    check(value, "")
+    return dict(value)
