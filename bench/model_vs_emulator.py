@@ -3,7 +3,7 @@
 Issue 6 part 2's validation: with a metadata server whose service time S and threads C
 are known (`stampede emulate-mds --service-s S --threads C`), the time to last rank that
 `stampede run` measures at N = 1, 2, 4, 8 ranks must agree with the model's prediction
-(stampede.model.project.predict, nothing fitted to these runs' metadata) within 15%.
+(stampede.model.contention.predict, nothing fitted to these runs' metadata) within 15%.
 
 What runs. A scratch backing directory is mounted three times by `stampede emulate-mds`:
 
@@ -81,7 +81,8 @@ from common import (
 )
 
 from stampede.emulate.mount import fuse_unavailable, requests_per_op, running
-from stampede.model.project import Params, data_time, fit_data, predict
+from stampede.model.contention import Params, data_time, predict
+from stampede.model.fit import fit_data
 from stampede.units import parse_size
 
 OPS = ("stat", "open")                 # the metadata ops of the pattern, one of each per file

@@ -22,6 +22,7 @@ from stampede.units import ALIGN_BYTES
 LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first",
            "list-first", "list-bcast")
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
+EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}   # layout -> its exchange op
 BROADCAST_GROUPS = ("replica", "node")
 FORMATS = ("raw", "safetensors", "hdf5")
 DTYPES = tuple(WRITTEN)

@@ -256,7 +256,8 @@ def _described(path: Path) -> str:
     """What `stampede plan --checkpoint PATH` prints about the checkpoint itself."""
     import io
 
-    from stampede.results.report import make_console, render_existing_plan
+    from stampede.results.report import make_console
+    from stampede.results.report_plan import render_existing_plan
     from stampede.spec import build_job
 
     stream = io.StringIO()

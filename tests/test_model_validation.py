@@ -1,4 +1,4 @@
-"""The contention model (stampede.model.project.predict) against `stampede emulate-mds`, s and c known.
+"""The contention model (stampede.model.contention.predict) against `stampede emulate-mds`, s and c known.
 
 The quick form of bench/model_vs_emulator.py (its docstring has the whole argument): the
 emulator with S = 10 ms per request and C = 2 slots, `stampede run` through it at N = 1,
@@ -25,7 +25,8 @@ import pytest
 
 from stampede.emulate.mount import requests_per_op, running
 from stampede.launcher import find_mpiexec
-from stampede.model.project import Params, fit_data, predict
+from stampede.model.contention import Params, predict
+from stampede.model.fit import fit_data
 from tests.conftest import read_archive, write_job
 from tests.test_emulate import fuse_ready, no_mount_left  # noqa: F401 - fixtures
 

@@ -11,20 +11,9 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
-from stampede.model.project import (
-    Known,
-    Params,
-    Point,
-    bytes_per_rank_at,
-    data_time,
-    effective_threads,
-    fit_points,
-    metadata_stall,
-    ops_per_rank_at,
-    predict,
-    project,
-    series_from_rows,
-)
+from stampede.model.contention import Params, data_time, effective_threads, metadata_stall, predict
+from stampede.model.fit import Known, Point, bytes_per_rank_at, fit_points, ops_per_rank_at, project
+from stampede.model.series import series_from_rows
 from stampede.results.archive import append_rows, read_rows
 from tests.conftest import small_job
 

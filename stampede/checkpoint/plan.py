@@ -35,14 +35,13 @@ from dataclasses import dataclass
 
 from stampede.checkpoint.dtypes import WRITTEN
 from stampede.errors import UsageError
-from stampede.spec import JobSpec
+from stampede.spec import EXCHANGE, JobSpec
 from stampede.units import ALIGN_BYTES
 
 EXTENSIONS = {"raw": "raw", "safetensors": "safetensors", "hdf5": "h5"}   # by checkpoint.format
 SHARED_FILE = "shared/checkpoint.raw"
 SHARD_DIR = "sharded"
 INDEX_FILE = f"{SHARD_DIR}/.metadata"   # where PyTorch DCP keeps its index
-EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}
 LISTING = {"list-first": False, "list-bcast": True}   # layout -> does rank 0 list alone?
 
 

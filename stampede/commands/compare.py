@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from stampede.results import compare as model
-from stampede.results.compare import CONFIG_COLUMNS, compare_rows
+from stampede.results.compare import MATCH_COLUMNS, compare_rows
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -21,7 +21,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--by", default="", metavar="COLUMN",
                      help="with one archive: compare the groups of this column (e.g. layout, "
                           "cache, job); the first value seen is the baseline")
-    sub.add_argument("--match", default=",".join(CONFIG_COLUMNS), metavar="COLUMNS",
+    sub.add_argument("--match", default=",".join(MATCH_COLUMNS), metavar="COLUMNS",
                      help="columns that must be equal for rows to be compared (default: the "
                           "whole configuration); e.g. --match op,layout,nranks to set IOR rows "
                           "imported with `stampede import` against stampede's")
@@ -31,7 +31,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.results.archive import COLUMNS, read_rows
-    from stampede.results.report import make_console, render_comparison
+    from stampede.results.report import make_console
+    from stampede.results.report_models import render_comparison
 
     match = tuple(column.strip() for column in args.match.split(",") if column.strip())
     unknown = [column for column in match if column not in COLUMNS]

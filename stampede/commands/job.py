@@ -135,7 +135,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from stampede.backends import backend_name_for
-    from stampede.results.report import make_console, render_plan
+    from stampede.results.report import make_console
+    from stampede.results.report_plan import render_plan
     from stampede.spec import load_job
 
     spec = load_job(args.job, overrides(args))
@@ -146,7 +147,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     if spec.checkpoint_source == "existing":
         from stampede.existing.scan import scan
-        from stampede.results.report import render_existing_plan
+        from stampede.results.report_plan import render_existing_plan
         render_existing_plan(spec, scan(spec.target_path, spec.storage_options), nranks,
                              make_console())
         return 0

@@ -28,7 +28,27 @@ def _section(path: str) -> dict[str, float]:
                              + (f' (did you mean "mttr.{close[0]}"?)' if close else ""))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise UsageError(f"{path}: mttr.{key} = {value!r}: must be a number >= 0")
+    if "spares" in table and (not float(table["spares"]).is_integer() or table["spares"] < 1):
+        raise UsageError(f"{path}: mttr.spares = {table['spares']!r}: must be a whole number >= 1")
     return {key: float(value) for key, value in table.items()}
+
+
+# Flags that must be positive (a count, a rate divided by); every other number only >= 0.
+POSITIVE_FLAGS = ("gpus", "nodes", "bw_rank_gbps")
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Every number given on the command line is finite and not negative (exit 2)."""
+    from stampede.values import number_at_least
+
+    for key in (*EXAMPLE, *EXTRA_DEFAULTS):
+        value = getattr(args, key)
+        if value is None:
+            continue
+        try:
+            number_at_least(0.0, strictly=key in POSITIVE_FLAGS)(value)
+        except ValueError as error:
+            raise UsageError(f"--{key.replace('_', '-')} {value:g}: {error}") from None
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -62,9 +82,11 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def cmd_mttr(args: argparse.Namespace) -> int:
-    from stampede.model.mttr import breakdown, measured_terms, no_spare_probability
-    from stampede.results.report import make_console, render_mttr
+    from stampede.model.mttr import breakdown, costs, measured_terms, spare_pools
+    from stampede.results.report import make_console
+    from stampede.results.report_models import render_mttr
 
+    _check_flags(args)
     inputs = dict(EXAMPLE)
     sources = {key: "assumed (worked example)" for key in EXAMPLE}
     section = _section(args.job) if args.job else {}
@@ -86,8 +108,10 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     # a flag beats the [mttr] section, which beats the built-in default
     extras = {key: float(getattr(args, key)) if getattr(args, key) is not None
               else section.get(key, EXTRA_DEFAULTS[key]) for key in EXTRA_DEFAULTS}
-    spares = [(fraction, max(1, round(extras["nodes"] * fraction))) for fraction in (0.02, 0.03, 0.05)]
-    render_mttr(model, extras, [(fraction, count, no_spare_probability(
-        int(extras["nodes"]), extras["node_failures_per_day"], count, extras["replenish_h"]))
-        for fraction, count in spares], make_console())
+    pools = spare_pools(extras["nodes"], extras["node_failures_per_day"], extras["replenish_h"],
+                        extras["cold_swap_s"], int(section["spares"]) if "spares" in section else None)
+    context = (f"{extras['nodes']:g} nodes, {extras['node_failures_per_day']:g} failures/node/day, "
+               f"{extras['replenish_h']:g} h to replenish")
+    render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
+                             extras["mtbf_h"]), pools, context, make_console())
     return 0

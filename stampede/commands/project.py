@@ -8,8 +8,9 @@ import math
 from typing import Any
 
 from stampede.errors import UsageError
-from stampede.model import project as model
-from stampede.model.project import METADATA_OPS, Known
+from stampede.model import contention as model
+from stampede.model.contention import METADATA_OPS
+from stampede.model.fit import Known
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -58,8 +59,11 @@ def _known(args: argparse.Namespace) -> Known:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    from stampede.model.project import project, render, series_from_rows
+    from stampede.model.fit import project
+    from stampede.model.series import projection_notes, series_from_rows
     from stampede.results.archive import read_rows
+    from stampede.results.report import make_console
+    from stampede.results.report_models import render_projection
     from stampede.units import parse_size
 
     if args.ranks < 1:
@@ -80,7 +84,12 @@ def cmd_project(args: argparse.Namespace) -> int:
     series = series_from_rows(rows, layouts, ops)
     if not series:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore run to fit")
-    projections = [(item, project(item.points, item.layout, args.ranks, known, item.per_rank_size,
-                                  size)) for item in series]
-    print(render(projections, args.ranks, args.archives, known), end="")
+    projections = []
+    for item in series:
+        projection = project(item.points, item.layout, args.ranks, known, item.per_rank_size, size)
+        projections.append((item, projection, projection_notes(item, projection, args.ranks,
+                                                               known)))
+    given = [name for name, value in (("RTT", known.rtt_s), ("s", known.service_s),
+                                      ("c", known.threads)) if value is not None]
+    render_projection(projections, args.ranks, args.archives, given, make_console())
     return 0

@@ -1,73 +1,20 @@
-"""`stampede slurm`: render an sbatch script for a job from the templates in slurm/.
-
-Without `--ranks` the script is one restore (slurm/restore.sbatch: prepare, then run, on
-every allocated rank); with `--ranks` it is a scaling sweep (slurm/sweep.sbatch: one
-prepare + run pair of srun steps per rank count, all appended to the job's one archive).
-Steps launch as `srun --mpi=pmi2 python -m mpi4py -m stampede ...` with the Python that
-rendered the script, so an exception on one rank aborts the step instead of hanging it.
-
-The script is printed (or written with --output); nothing is submitted unless --submit
-is given. Every input is checked first: the job and its --set overrides are loaded and
-validated as `stampede run` would, so a bad key fails here, not after a queue wait.
-This module's top level imports only the stdlib: it is imported on every CLI start.
-"""
+"""`stampede slurm`: an sbatch script for a job (stampede.sbatch renders it), printed,
+written with --output, or submitted only with --submit. Every input is checked first: the
+job and its --set overrides are loaded and validated as `stampede run` would, so a bad key
+fails here, not after a queue wait."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import re
 import shlex
 import shutil
-import string
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stampede.bundled import SLURM_DIR
-
-DEFAULT_TIME = "01:00:00"
-# Slurm's --time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-TIME_FORMAT = re.compile(r"(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})")
-PARTITION_FORMAT = re.compile(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*")
-
-# A placeholder is `${lowercase_name}` and nothing else: no `$$` escape, no bare `$name`.
-PLACEHOLDER = r"""
-    \$(?:
-        (?P<escaped>(?!))                |
-        (?P<named>(?!))                  |
-        \{(?P<braced>[a-z][a-z0-9_]*)\}  |
-        (?P<invalid>(?!))
-    )
-"""
-
-
-class SbatchTemplate(string.Template):
-    """string.Template that fills only `${lowercase_name}`: the script's own shell
-    variables ($RANKS, ${OVERRIDES[@]}) are upper case and pass through untouched."""
-
-    flags = re.VERBOSE
-    pattern = PLACEHOLDER  # type: ignore[assignment]  # a str: Template compiles it
-
-
-@dataclass(frozen=True)
-class Step:
-    """One srun step of a sweep: `ranks` ranks spread over `nodes` nodes."""
-
-    ranks: int
-    nodes: int
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """What the script asks Slurm for, and the steps it runs inside it."""
-
-    nodes: int
-    ntasks_per_node: int
-    steps: tuple[Step, ...]   # empty: one restore on every allocated rank
+from stampede.commands import add_job_arguments
+from stampede.sbatch import DEFAULT_TIME
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -87,9 +34,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                "The script starts in the current directory (--chdir), so relative paths in the "
                "job mean what they mean here. Site options (account, QOS) can be given to "
                "sbatch as SBATCH_ACCOUNT, SBATCH_QOS in the environment.")
-    sub.add_argument("job", help="job file (TOML), e.g. jobs/quickstart.toml")
-    sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a job key (passed to every step)")
+    add_job_arguments(sub, "override a job key (passed to every step)")
     sub.add_argument("--nodes", default=None, metavar="N",
                      help="nodes to allocate (default 1; with --ranks, enough for the largest step)")
     sub.add_argument("--ntasks-per-node", default=None, metavar="K",
@@ -110,115 +55,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.set_defaults(func=cmd_slurm)
 
 
-def parse_count(flag: str, text: str | None) -> int | None:
-    """A node or task count: a whole number >= 1 (None when the flag was not given)."""
-    from stampede.errors import UsageError
-
-    if text is None:
-        return None
-    if not text.strip().isdigit() or int(text) < 1:
-        raise UsageError(f"{flag} {text!r}: must be a whole number >= 1")
-    return int(text)
-
-
-def parse_steps(text: str) -> tuple[tuple[int, int | None], ...]:
-    """'1,2,8:2' -> ((1, None), (2, None), (8, 2)): rank counts, each with nodes or None."""
-    from stampede.errors import UsageError
-
-    steps = []
-    for part in (item.strip() for item in text.split(",")):
-        ranks, _, nodes = part.partition(":")
-        if not ranks.isdigit() or int(ranks) < 1 or (nodes and (not nodes.isdigit() or int(nodes) < 1)):
-            raise UsageError(f"--ranks {text!r}: {part!r} is not a rank count >= 1 (R, or R:N for "
-                             "R ranks on N nodes)", hint="e.g. --ranks 1,2,4,8 or --ranks 8:1,8:2")
-        steps.append((int(ranks), int(nodes) if nodes else None))
-    if len(set(steps)) != len(steps):
-        raise UsageError(f"--ranks {text!r}: a step is repeated")
-    return tuple(steps)
-
-
-def allocation_for(nodes: int | None, ntasks_per_node: int | None, ranks: str | None) -> Allocation:
-    """The allocation and steps for the user's counts; a UsageError if they cannot fit."""
-    from stampede.errors import UsageError
-
-    if ranks is None:
-        return Allocation(nodes or 1, ntasks_per_node or 1, ())
-    wanted = parse_steps(ranks)
-    node_count = nodes or max(step_nodes or 1 for _, step_nodes in wanted)
-    per_node = ntasks_per_node or max(math.ceil(count / (step_nodes or node_count))
-                                      for count, step_nodes in wanted)
-    steps = []
-    for count, step_nodes in wanted:
-        used = step_nodes or math.ceil(count / per_node)
-        where = f"--ranks {count}" + (f":{step_nodes}" if step_nodes else "")
-        if used > node_count:
-            raise UsageError(f"{where}: needs {used} nodes at {per_node} ranks per node, but "
-                             f"--nodes is {node_count}")
-        if count < used:
-            raise UsageError(f"{where}: fewer ranks than nodes")
-        if count > used * per_node:
-            raise UsageError(f"{where}: {count} ranks do not fit on {used} node(s) at "
-                             f"--ntasks-per-node {per_node}")
-        steps.append(Step(count, used))
-    return Allocation(node_count, per_node, tuple(steps))
-
-
-def check_time(text: str) -> str:
-    from stampede.errors import UsageError
-
-    if not TIME_FORMAT.fullmatch(text) or not any(char != "0" for char in text if char.isdigit()):
-        raise UsageError(f"--time {text!r}: not a Slurm time limit",
-                         hint="HH:MM:SS, e.g. --time 00:30:00, or D-HH:MM:SS")
-    return text
-
-
-def check_partition(text: str) -> str:
-    from stampede.errors import UsageError
-
-    if text and not PARTITION_FORMAT.fullmatch(text):
-        raise UsageError(f"--partition {text!r}: not a partition name (letters, digits, _ . -; "
-                         "several separated by commas)")
-    return text
-
-
-def directive_path(path: str) -> str:
-    """A path for an #SBATCH line: sbatch takes it quoted, but not with quotes inside."""
-    from stampede.errors import UsageError
-
-    if any(char in path for char in "'\"\n"):
-        raise UsageError(f"{path!r}: a quote or newline in the path cannot go into an #SBATCH line",
-                         hint="render the script from another directory")
-    return shlex.quote(path)
-
-
-def render(job_file: Path, job_name: str, overrides: list[str], allocation: Allocation,
-           time_limit: str, partition: str, clean: bool, command: str) -> str:
-    """The sbatch script: a template from slurm/ with every placeholder filled in."""
-    from stampede.errors import UsageError
-
-    template_path = SLURM_DIR / ("sweep.sbatch" if allocation.steps else "restore.sbatch")
-    try:
-        template = SbatchTemplate(template_path.read_text())
-    except OSError as error:
-        raise UsageError(f"{template_path}: cannot read the sbatch template ({error.strerror})",
-                         hint="stampede slurm needs the repository's slurm/ directory: "
-                              "pip install -e . from a clone") from None
-    partition_directive = f"#SBATCH --partition={partition}" if partition else \
-        "##SBATCH --partition=(none given)"
-    return template.substitute(
-        command=" ".join(command.split()),    # one line: it sits in a comment
-        job_name=re.sub(r"[^A-Za-z0-9_.-]", "_", job_name),
-        nodes=allocation.nodes, ntasks_per_node=allocation.ntasks_per_node,
-        time=time_limit, partition_directive=partition_directive,
-        workdir=directive_path(os.getcwd()), python=shlex.quote(sys.executable),
-        job_file=shlex.quote(str(job_file)),
-        overrides=" ".join(f"--set {shlex.quote(item)}" for item in overrides),
-        clean=int(clean),
-        steps=" ".join(f"{step.ranks}:{step.nodes}" for step in allocation.steps))
-
-
 def cmd_slurm(args: argparse.Namespace) -> int:
     from stampede.checkpoint.plan import bytes_per_rank
+    from stampede.sbatch import allocation_for, check_partition, check_time, parse_count, render
     from stampede.spec import load_job
 
     allocation = allocation_for(parse_count("--nodes", args.nodes),

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from typing import Any
 
+from stampede.commands import add_job_arguments
+
 
 def parse_ranks(text: str) -> tuple[int, ...]:
     """'1,2,4,8' -> (1, 2, 4, 8); counts must be whole numbers >= 1, no repeats."""
@@ -35,10 +37,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
         description="Run one job at several rank counts through the local mpiexec.",
         epilog="Each rank count is a separate `stampede run`, appended to archive.path; "
                "`stampede plot ARCHIVE` then draws GB/s and time to last rank against ranks.")
-    sub.add_argument("job", help="job file (TOML)")
+    add_job_arguments(sub, "override a job key (passed to every step)")
     sub.add_argument("--ranks", required=True, type=str, help="rank counts, e.g. 1,2,4,8")
-    sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a job key (passed to every step)")
     sub.add_argument("--clean", action="store_true", help="remove the checkpoint at the end")
     sub.set_defaults(func=cmd_sweep)
 

@@ -89,10 +89,53 @@ def breakdown(detect_s: float, swap_s: float, init_s: float, weights_gb: float,
     ), weights_gb=weights_gb, bw_rank_gbps=bw_rank_gbps, metadata_stall_s=metadata_stall_s)
 
 
-def gpu_hours_lost(total_s: float, gpus: int, checkpoint_interval_s: float = 0.0) -> float:
+def gpu_hours_lost(total_s: float, gpus: float, checkpoint_interval_s: float = 0.0) -> float:
     """Per failure: every GPU idles for T_MTTR, plus on average half a checkpoint interval
     of work redone."""
     return gpus * (total_s + checkpoint_interval_s / 2) / 3600
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What failures cost in GPU time at the model's T_MTTR."""
+
+    gpus: float
+    checkpoint_interval_s: float
+    mtbf_h: float                     # 0: no failure interval given
+    lost_per_failure_h: float         # GPU-hours
+    lost_per_day_h: float             # GPU-hours per day at one failure every mtbf_h; NaN
+
+
+def costs(model: Breakdown, gpus: float, checkpoint_interval_s: float, mtbf_h: float) -> Costs:
+    lost = gpu_hours_lost(model.total_s, gpus, checkpoint_interval_s)
+    return Costs(gpus, checkpoint_interval_s, mtbf_h, lost,
+                 lost * 24 / mtbf_h if mtbf_h else math.nan)
+
+
+@dataclass(frozen=True)
+class SparePool:
+    """A warm-spare pool: how often a failure finds it empty, and what that adds."""
+
+    label: str                        # "2%" of the nodes, or "given" ([mttr] spares)
+    spares: int
+    no_spare_probability: float
+    added_swap_s: float               # no_spare_probability x T_cold_swap, on average
+
+
+POOL_FRACTIONS = (0.02, 0.03, 0.05)
+
+
+def spare_pools(nodes: float, node_failures_per_day: float, replenish_h: float,
+                cold_swap_s: float, spares: int | None = None) -> list[SparePool]:
+    """Pools of 2, 3 and 5% of the nodes, and the pool size given ([mttr] spares)."""
+    sizes = [(f"{fraction:.0%}", max(1, round(nodes * fraction))) for fraction in POOL_FRACTIONS]
+    if spares is not None:
+        sizes.append(("given", spares))
+    pools = []
+    for label, count in sizes:
+        probability = no_spare_probability(int(nodes), node_failures_per_day, count, replenish_h)
+        pools.append(SparePool(label, count, probability, probability * cold_swap_s))
+    return pools
 
 
 def no_spare_probability(nodes: int, node_failures_per_day: float, spares: int,

@@ -49,6 +49,12 @@ EXTRA_COLUMNS = (
     "storage_bytes_per_iteration", "device", "link_peak_gbps", "samples", "fs_type",
     "invalid_reason", "warnings", "retries", "cache_resident_pct",
 )
+# What must be equal for two rows to measure the same thing, beyond which layout and op
+# they are of and at which rank count: `compare` matches on these and those; `project`
+# fits one layout's runs of one such configuration across rank counts.
+CONFIG_COLUMNS = ("backend", "fs_type", "cache", "format", "block_bytes", "pattern", "replicas",
+                  "broadcast_group", "index_bytes", "stat_count", "open_count", "verify",
+                  "jitter", "h2d")
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS
     if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

@@ -1,6 +1,6 @@
 """`stampede compare`: two archives (or one archive grouped by a column) side by side.
 
-Rows are matched on their configuration (CONFIG_COLUMNS, less the grouping column); for
+Rows are matched on their configuration (MATCH_COLUMNS, less the grouping column); for
 each match the latest run of each side is compared on aggregate GB/s, time to last rank
 and p99 latency, as the ratio B / A. A difference is marked as within the runs' own
 spread when the two sides' per-iteration min-max ranges overlap (pyperf's compare_to
@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from stampede.results.archive import CONFIG_COLUMNS
+
 NO_SPREAD_TOLERANCE = 0.05
-# What must be equal for two rows to measure the same thing.
-CONFIG_COLUMNS = ("layout", "op", "nranks", "cache", "format", "bytes_per_rank", "block_bytes",
-                  "pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",
-                  "open_count", "verify", "jitter", "h2d", "backend", "fs_type")
+# Two rows measure the same thing when these are equal (archive.CONFIG_COLUMNS and what
+# they are of: layout, op, rank count, bytes per rank).
+MATCH_COLUMNS = ("layout", "op", "nranks", "bytes_per_rank", *CONFIG_COLUMNS)
 # metric column, its spread columns (or None), and whether higher is better
 METRICS = (
     ("agg_gbps", ("agg_gbps_min", "agg_gbps_max"), True),
@@ -67,7 +68,7 @@ Key = tuple[tuple[str, str], ...]
 
 
 def latest_by_config(rows: list[dict[str, str]], skip: str = "",
-                     match: tuple[str, ...] = CONFIG_COLUMNS) -> dict[Key, dict[str, str]]:
+                     match: tuple[str, ...] = MATCH_COLUMNS) -> dict[Key, dict[str, str]]:
     """The last valid row (archive order is time order) for each configuration."""
     chosen = {}
     for row in rows:
@@ -79,7 +80,7 @@ def latest_by_config(rows: list[dict[str, str]], skip: str = "",
 
 
 def compare_rows(base_rows: list[dict[str, str]], other_rows: list[dict[str, str]],
-                 skip: str = "", match: tuple[str, ...] = CONFIG_COLUMNS) -> list[Comparison]:
+                 skip: str = "", match: tuple[str, ...] = MATCH_COLUMNS) -> list[Comparison]:
     """Every metric of every configuration present on both sides."""
     base = latest_by_config(base_rows, skip, match)
     other = latest_by_config(other_rows, skip, match)

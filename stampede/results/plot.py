@@ -25,6 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stampede.results.cells import number
+from stampede.results.model import TIMELINE_COLUMNS
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -260,14 +263,6 @@ def figure_legend(figure: Figure, title: str, order: Sequence[str] = ()) -> None
 Series = dict[str, dict[int, tuple[float, float, float]]]   # label -> nranks -> (median, low, high)
 
 
-def number(row: Row, column: str) -> float:
-    """A CSV cell as a float; empty (not applicable) is NaN."""
-    try:
-        return float(row.get(column) or "nan")
-    except ValueError:
-        return float("nan")
-
-
 def summarise(rows: list[Row], column: str, low: str, high: str) -> tuple[float, float, float]:
     """(median of `column`, lowest `low`, highest `high`) over the runs at one rank count;
     an empty spread cell falls back to the value itself."""
@@ -393,7 +388,8 @@ def describe_archive(rows: list[Row]) -> str:
 
 # ---- timeline -------------------------------------------------------------------------
 
-START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S = 2, 3, 4, 5   # stats.TIMELINE_COLUMNS positions
+RANK, ITERATION, START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S = (TIMELINE_COLUMNS.index(name) for name in (
+    "rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s"))
 
 
 def timeline_rows(stats: dict[str, Any]) -> list[tuple[float, ...]]:
@@ -409,7 +405,7 @@ def median_iteration(timeline: Sequence[Sequence[float]]) -> int:
     last_done: dict[int, float] = {}
     for row in timeline:
         if row[DONE_S] == row[DONE_S]:
-            last_done[int(row[1])] = max(last_done.get(int(row[1]), 0.0), row[DONE_S])
+            last_done[int(row[ITERATION])] = max(last_done.get(int(row[ITERATION]), 0.0), row[DONE_S])
     middle = statistics.median_low(last_done.values())
     return min(last_done, key=lambda it: (abs(last_done[it] - middle), it))
 
@@ -420,7 +416,7 @@ def pick_iteration(timeline: Sequence[Sequence[float]], iteration: int | None) -
 
     if iteration is None:
         return median_iteration(timeline)
-    present = sorted({int(row[1]) for row in timeline})
+    present = sorted({int(row[ITERATION]) for row in timeline})
     if iteration not in present:
         raise UsageError(f"--iteration {iteration}: the run's measured iterations are "
                          f"{present[0]}..{present[-1]}")
@@ -438,7 +434,7 @@ def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[s
         notes.append(f"run {run_rows[0]['run_id']}: the sidecar holds no timeline: no timeline figure")
         return None
     chosen = {layout: pick_iteration(rows, iteration) for layout, rows in timelines.items()}
-    shown = {layout: [row for row in rows if int(row[1]) == chosen[layout]]
+    shown = {layout: [row for row in rows if int(row[ITERATION]) == chosen[layout]]
              for layout, rows in timelines.items()}
     longest_s = max((row[DONE_S] for rows in shown.values() for row in rows if row[DONE_S] == row[DONE_S]),
                     default=1.0)
@@ -466,7 +462,7 @@ def draw_timeline_panel(ax: Axes, rows: Sequence[Sequence[float]], unit: tuple[s
     rank done; times in `unit` (name, seconds per unit); style = (colour, completion op)."""
     name, factor = unit
     colour, completion = style
-    ranks = [row[0] for row in rows]
+    ranks = [row[RANK] for row in rows]
     start, first, last, done = ([row[column] / factor for row in rows]
                                 for column in (START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S))
     ax.hlines(ranks, start, done, colors=colour, linewidth=bar_pt, alpha=0.55,

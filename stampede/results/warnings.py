@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import os
 
-from stampede.checkpoint.plan import EXCHANGE
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.model import LayoutStats, RunContext
-from stampede.spec import JobSpec
+from stampede.spec import EXCHANGE, JobSpec
 
 WIDE_SPREAD = 0.10          # (max - min) / median across iterations
 SHORT_PHASE_S = 0.010       # barrier skew and timer calls become a visible share

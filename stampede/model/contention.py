@@ -1,0 +1,162 @@
+"""`stampede project`: a contention model of the restore, fitted to archived runs at a few
+rank counts and projected to a rank count that cannot be run.
+
+The model, per layout (N ranks leave the start barrier together):
+
+  metadata stall   T_meta(N) = max( k (RTT + s),  RTT + s N k / c_eff )
+  data             T_data(N) = bytes_per_rank / min(B_agg / N, B_client, B_net)
+  time to last rank     T(N) = T_meta(N) + T_data(N)
+
+  k        metadata ops each rank issues before its data flows: stat_count + open_count
+           per file, + 1 list (list-first), + 1 index (metadata-first); taken from the
+           archive as count / (nranks x iterations) of the stat/open/list/index rows, and
+           projected by fitting each op's count per iteration as a N + b (list-bcast
+           lists once per job, not per rank)
+  RTT      one metadata op's round trip outside the server (client, network)
+  s, c     server time of one op, and the server's threads (ops in service at once)
+  c_eff    c, except 1 for the shared layout: every rank's stat and open land on the one
+           file's inode, and one server (one Lustre MDT, one S3 prefix) serialises them
+  B_agg    aggregate storage bandwidth; B_client one client's; B_net one client's network
+           (indistinguishable from B_client in runs on one network: give it with --net-gbps)
+
+Why T_meta has this shape: each rank issues its k ops one after another. While the
+server keeps up, each costs RTT + s, so the rank's stall is k (RTT + s). Once the burst
+exceeds capacity (N ranks with an op in flight each outrun c threads), the server drains
+the burst's N k services c at a time: the last reply comes RTT + N k s / c after the
+start. (The issue wrote RTT + s + N k s / c; the first op's s is already one of the N k
+drained, so it is not added twice.) With --threads given (a server of known c, such as
+`stampede emulate-mds`) the drain is counted in whole rounds, s ceil(N k / c): within a
+few % of a simulated closed-loop FIFO server with a constant s at N = 1..8, where the
+continuous form misses by up to ~20% near the knee. predict(params, nranks, layout) is
+the model alone, for parameters known beforehand (such a validation).
+
+The fit (least squares on relative errors, numpy):
+1. Points: per layout, the configuration of its latest valid restore row, and the latest
+   run of that configuration at each rank count. Fewer than three distinct rank counts is
+   refused: two points fit a line through anything.
+2. Metadata: the measured stall at N is sum over ops of k_op x lat_p50 (the median rank's
+   metadata time; under a saturated closed loop with k >= 2 it approaches the drain, for
+   k = 1 a FIFO burst's median is about half of it). (RTT, s, c) are fitted: for each c
+   (a log grid from 1 to 1e6, refined by golden section; c_eff = 1 for shared) and each
+   split of the rank counts into unsaturated / saturated, the model is linear in
+   (RTT, s); the combination with the least error wins (ties: the smaller c). When no
+   rank count saturated the server, the points fix only RTT + s, and the fit takes the
+   most pessimistic split they allow: as much of it server time s as keeps every run
+   unsaturated (RTT = 0 unless c is fixed), with the fewest threads c that do (the knee
+   at the largest run). The output says so: the projected stall is then an upper bound.
+   Known --rtt-s, --service-s, --threads are held fixed.
+3. Data: (T(N) - T_meta model(N)) / bytes_per_rank = max(N / B_agg, 1 / B_client), fitted
+   the same way in (1/B_agg, 1/B_client). When no rank count reached the aggregate limit,
+   B_agg is only bounded below: the bound (the largest run exactly at the limit) is used,
+   and the projected time is marked as an upper bound.
+4. Residuals: measured against fitted time to last rank and stall at every rank count.
+5. Band: the data fit repeated on time_to_last_rank_min_s and _max_s (every rank count's
+   fastest and slowest iteration: run-to-run noise carried to N) and, with four or more
+   rank counts, leave-one-out refits (each rank count dropped in turn: how much the
+   projection leans on one run). The band is the envelope of those projections. The
+   per-op latencies have no spread columns, so the stall's band comes from leave-one-out
+   alone. It is not a confidence interval of the model: no band from a few small runs
+   bounds an extrapolation thousands of times beyond them.
+Each layout is printed with its configuration (job, backend, fs_type, cache, pattern,
+stat_count, open_count), and warm-cache or oversubscribed runs are noted.
+
+Limits: one server (a file system with several metadata targets spreads a sharded
+checkpoint's ops over them: c is then their total, while a shared file still sits on
+one); metadata ops are taken to come before data (lock traffic during reads, close, and
+retries such as S3's 503 SlowDown are not modelled); client dentry/inode caches hit after
+the first iteration and flatten T_meta; a warm page cache measures memory, not storage;
+ranks outnumbering cores (a laptop sweep) make CPU contention look like server
+contention; exchanges (broadcast, striped) are folded into the data term.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+METADATA_OPS = ("list", "index", "stat", "open")
+SHARED_INODE_LAYOUTS = frozenset({"shared"})
+
+
+@dataclass(frozen=True)
+class Params:
+    """The model's parameters for one layout on one storage system (seconds, bytes/s)."""
+
+    rtt_s: float
+    service_s: float
+    threads: float
+    agg_bps: float = math.inf
+    client_bps: float = math.inf
+    net_bps: float = math.inf
+    ops_per_rank: float = 2.0        # k at the rank count predicted
+    bytes_per_rank: float = 0.0      # at the rank count predicted
+    whole_rounds: bool = False       # drain in whole rounds of s (a server of known c)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    layout: str
+    nranks: int
+    meta_s: float
+    data_s: float
+    limit: str           # which bandwidth sets T_data: "B_agg / N", "B_client", "B_net"
+    saturated: bool      # the metadata burst exceeds the server's capacity
+    rate_bps: float      # the per-rank rate of the data term
+
+    @property
+    def total_s(self) -> float:
+        return self.meta_s + self.data_s
+
+
+def effective_threads(layout: str, threads: float) -> float:
+    """c_eff: the shared layout's ops all wait on one inode."""
+    return 1.0 if layout in SHARED_INODE_LAYOUTS else threads
+
+
+def metadata_stall(nranks: float, ops_per_rank: float, rtt_s: float, service_s: float,
+                   threads: float, whole_rounds: bool = False) -> float:
+    """T_meta = max(k (RTT + s), RTT + s N k / c): alone, or draining the burst."""
+    if ops_per_rank <= 0:
+        return 0.0
+    rounds = nranks * ops_per_rank / threads
+    if whole_rounds:
+        rounds = math.ceil(rounds - 1e-9)
+    return max(ops_per_rank * (rtt_s + service_s), rtt_s + service_s * rounds)
+
+
+def is_saturated(nranks: float, ops_per_rank: float, rtt_s: float, service_s: float,
+                 threads: float, whole_rounds: bool = False) -> bool:
+    alone = ops_per_rank * (rtt_s + service_s)
+    return ops_per_rank > 0 and metadata_stall(nranks, ops_per_rank, rtt_s, service_s, threads,
+                                               whole_rounds) > alone * (1 + 1e-6)
+
+
+def data_rate(nranks: float, agg_bps: float, client_bps: float,
+              net_bps: float = math.inf) -> tuple[float, str]:
+    """The slowest of B_agg / N, B_client and B_net, and its name."""
+    rates = (("B_agg / N", agg_bps / nranks), ("B_client", client_bps), ("B_net", net_bps))
+    name, rate = min(rates, key=lambda item: item[1])
+    return rate, name
+
+
+def data_time(nranks: float, bytes_per_rank: float, agg_bps: float, client_bps: float,
+              net_bps: float = math.inf) -> float:
+    """T_data = bytes_per_rank / min(B_agg / N, B_client, B_net)."""
+    rate, _ = data_rate(nranks, agg_bps, client_bps, net_bps)
+    if bytes_per_rank <= 0 or math.isinf(rate):
+        return 0.0
+    return bytes_per_rank / rate
+
+
+def predict(params: Params, nranks: int, layout: str) -> Prediction:
+    """Time to last rank = T_meta + T_data at `nranks` for `layout`, from known parameters."""
+    threads = effective_threads(layout, params.threads)
+    meta = metadata_stall(nranks, params.ops_per_rank, params.rtt_s, params.service_s, threads,
+                          params.whole_rounds)
+    rate, limit = data_rate(nranks, params.agg_bps, params.client_bps, params.net_bps)
+    return Prediction(layout=layout, nranks=nranks, meta_s=meta,
+                      data_s=data_time(nranks, params.bytes_per_rank, params.agg_bps,
+                                       params.client_bps, params.net_bps),
+                      limit=limit, rate_bps=rate,
+                      saturated=is_saturated(nranks, params.ops_per_rank, params.rtt_s,
+                                             params.service_s, threads, params.whole_rounds))

@@ -1,0 +1,132 @@
+"""What the models say, rendered: `stampede compare` (ratios and verdicts), `stampede mttr`
+(the recovery-time breakdown, its cost, the spare pools) and `stampede project` (the
+fitted contention model and its projection). Values come computed; this only formats."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from stampede.results.report import new_table
+from stampede.units import format_bytes, format_number, format_seconds
+
+
+def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> None:
+    """`stampede compare`: one line per (configuration, metric), B / A with a verdict."""
+    shown_table = new_table(f"{title}: ratio B / A (latest run of each configuration)",
+                        ("layout", "op", "ranks", "cache", "metric", "A", "B", "B / A", "verdict"),
+                        left=("layout", "op", "cache", "metric", "verdict"))
+    for comparison in comparisons:
+        key = dict(comparison.key)
+        shown = format_seconds if comparison.metric.endswith("_s") else format_number
+        colour = {"better": "green", "worse": "red"}.get(comparison.verdict.rstrip("?"), "dim")
+        shown_table.add_row(key.get("layout", "*"), key.get("op", ""), key.get("nranks", ""),
+                            key.get("cache", "*"), comparison.metric, shown(comparison.base),
+                            shown(comparison.other), f"{comparison.ratio:.3f}",
+                            f"[{colour}]{comparison.verdict}[/]")
+    console.print(shown_table)
+    console.print("[dim]within spread = the two sides' per-iteration min-max ranges overlap. "
+                  "p99 has no spread in the archive: '?' marks a verdict by direction only, "
+                  "'similar?' a difference under 5%.[/]")
+
+
+def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
+                console: Any) -> None:
+    """`stampede mttr`: the breakdown, which term dominates, what it costs, spares."""
+    terms = new_table("T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io + "
+                  "T_barrier_sync", ("term", "seconds", "share", "source"), left=("term", "source"))
+    dominant = model.dominant
+    for term in model.terms:
+        name = f"[bold]{term.name}[/]" if term in dominant else term.name
+        terms.add_row(name, f"{term.seconds:.6g}", f"{term.seconds / model.total_s:.0%}",
+                      ("[green]" if term.measured else "[dim]") + term.source + "[/]")
+    terms.add_row("[bold]T_MTTR[/]", f"[bold]{model.total_s:.6g}[/]", "100%", "")
+    console.print(terms)
+    console.print(f"load term: {model.weights_gb:g} GB / {model.bw_rank_gbps:.4g} GB/s per rank; "
+                  f"dominant term{'s (tied)' if len(dominant) > 1 else ''}: "
+                  f"[bold]{', '.join(term.name for term in dominant)}[/]")
+    if math.isfinite(model.metadata_stall_s):
+        console.print(f"of the measured restore, the slowest rank waited "
+                      f"{format_seconds(model.metadata_stall_s)} for its first byte (metadata)")
+    line = (f"GPU-hours lost per failure at {costs.gpus:g} GPUs: {costs.lost_per_failure_h:.4g}"
+            + (f" (incl. half a {costs.checkpoint_interval_s:g} s checkpoint interval redone)"
+               if costs.checkpoint_interval_s else ""))
+    if costs.mtbf_h:
+        line += (f"; per day at one failure every {costs.mtbf_h:g} h: "
+                 f"{costs.lost_per_day_h:.4g}")
+    console.print(line)
+    spares = new_table(f"Hot spares: {pool_context}",
+                   ("pool", "spares", "P(no warm spare)", "adds to T_cordon_swap"))
+    for pool in pools:
+        probability = pool.no_spare_probability
+        spares.add_row(pool.label, str(pool.spares),
+                       f"{probability:.3g}" if probability >= 1e-12 else "< 1e-12",
+                       format_seconds(pool.added_swap_s) if pool.added_swap_s >= 1e-6
+                       else "< 1 µs")
+    console.print(spares)
+
+
+def _gbps(rate: float) -> str:
+    return "unlimited" if math.isinf(rate) else f"{rate / 1e9:.3g} GB/s"
+
+
+def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], nranks: int,
+                      archives: Sequence[str], given: Sequence[str], console: Any) -> None:
+    """`stampede project`: per layout (series, projection, notes), the fit and where it
+    leads at `nranks`; `given` names the parameters held fixed."""
+    console.print(f"stampede project: {len(projections)} layout(s) from {', '.join(archives)}, "
+                  f"projected to {nranks} ranks")
+    console.print("model: T_meta = max(k (RTT + s), RTT + s N k / c_eff)  (stampede project "
+                  "--help)\n       T_data = bytes_per_rank / min(B_agg / N, B_client, B_net);  "
+                  "time to last rank = T_meta + T_data\n")
+    for series, projection, notes in projections:
+        _render_layout(series, projection, notes, nranks, given, console)
+    if len(projections) > 1:
+        ranked = sorted(projections, key=lambda item: item[1].prediction.total_s)
+        console.print(f"ranked at {nranks} ranks: " + ", ".join(
+            f"{series.layout} {format_seconds(projection.prediction.total_s)}"
+            for series, projection, _ in ranked))
+
+
+def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: int,
+                   given: Sequence[str], console: Any) -> None:
+    fit, prediction, params = projection.fit, projection.prediction, projection.fit.params
+    threads = "1 (c_eff: one shared inode)" if projection.shared_inode else f"{params.threads:.3g}"
+    console.print(f"layout {series.layout}  [{series.context}]", markup=False)
+    console.print(f"  fitted: RTT {format_seconds(params.rtt_s)}, s "
+                  f"{format_seconds(params.service_s)}, c {threads}, B_agg {_gbps(params.agg_bps)}"
+                  f", B_client {_gbps(params.client_bps)}"
+                  + (f"  (given: {', '.join(given)})" if given else ""))
+    points = new_table("", ("ranks", "k", "stall meas", "stall model", "last rank meas", "model",
+                        "residual"))
+    for point, stall, model, residual in zip(fit.points, fit.meta_model_s, fit.last_model_s,
+                                             fit.residuals):
+        points.add_row(str(point.nranks), f"{point.ops_per_rank:.3g}",
+                       format_seconds(point.meta_s), format_seconds(stall),
+                       format_seconds(point.last_s), format_seconds(model), f"{residual:+.1%}")
+    console.print(points)
+    console.print(f"  residuals (measured - model) / measured: rms {fit.rms_residual:.1%}, max "
+                  f"{fit.max_residual:.1%}; metadata saturated at "
+                  f"{', '.join(map(str, fit.saturated)) or 'no measured rank count'}; B_agg / N "
+                  f"limits at {', '.join(map(str, fit.agg_limited)) or 'no measured rank count'}")
+    low, high = projection.band
+    console.print(f"  at {nranks} ranks: time to last rank {format_seconds(prediction.total_s)}"
+                  f"{' (upper bound)' if fit.stall_bound or fit.agg_bound else ''}, band "
+                  f"{format_seconds(low)} - {format_seconds(high)} ({projection.band_from})")
+    meta_low, meta_high = projection.meta_band
+    meta_band = (f", band {format_seconds(meta_low)} - {format_seconds(meta_high)}"
+                 if meta_high > meta_low else "")
+    k = projection.params.ops_per_rank
+    drain = (f"more than the server keeps up with: drained at {projection.drain_ops_per_s:.4g} "
+             "ops/s (c_eff / s)" if prediction.saturated else "within the server's capacity")
+    console.print(f"    metadata stall {format_seconds(prediction.meta_s)}"
+                  f"{' (upper bound)' if fit.stall_bound else ''}{meta_band}: k = {k:.3g} op(s) "
+                  f"per rank, a burst of {prediction.nranks * k:.4g} ops, {drain}")
+    size = projection.params.bytes_per_rank
+    console.print(f"    data {format_seconds(prediction.data_s)}: {format_bytes(size)} per rank "
+                  f"at {_gbps(prediction.rate_bps)}, limited by {prediction.limit}"
+                  if size > 0 else "    data: no bytes")
+    for note in notes:
+        console.print(f"  note: {note}", markup=False)
+    console.print()
