@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stampede import values
-from stampede.checkpoint.dtypes import WRITTEN
+from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
 from stampede.units import ALIGN_BYTES
 
@@ -214,12 +214,7 @@ def _as_cell(value: object) -> object:
 def load_job(path: str | Path, overrides: Iterable[str] = ()) -> JobSpec:
     """Read a TOML job file, apply `--set key=value` overrides and validate everything."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read the job file ({error.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a text (UTF-8) file, so not a TOML job") from None
+    text = values.read_text(path, "job file")
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -234,6 +229,8 @@ def build_job(name: str, source: str, document: Mapping[str, object],
     for text in overrides:
         key, value = parse_override(text)
         raw[key] = (value, "--set")
+        for other in EXCLUSIVE.get(key, ()):   # --set one of a pair replaces the other
+            raw.pop(other, None)
     parsed: dict[str, object] = {}
     for option in OPTIONS:
         if option.key in raw:
@@ -272,6 +269,10 @@ def parse_override(text: str) -> tuple[str, object]:
         value = value_text.strip()
     return key, value
 
+
+# Keys of which a job gives one: a --set of either replaces the other.
+EXCLUSIVE = {"checkpoint.size": ("checkpoint.size_per_rank",),
+             "checkpoint.size_per_rank": ("checkpoint.size",)}
 
 # Sections of a job file that other commands read (and validate) and `run` ignores.
 FOREIGN_SECTIONS = ("mttr",)

@@ -12,7 +12,9 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
+from stampede.errors import UsageError
 from stampede.units import SIZE_HELP, parse_size
 
 MAX_SECONDS = 10**7   # ~4 months: beyond it a deadline or delay is a typo, not a wish
@@ -24,6 +26,21 @@ SECRET_EXCEPTIONS = frozenset({"sse_kms_key_id"})
 URL_WITH_PASSWORD = re.compile(r"^[a-zA-Z][\w+.-]*://[^/@\s]*:[^/@\s]*@")
 CREDENTIALS_FROM = ("credentials come from the environment (AWS_ACCESS_KEY_ID, "
                     "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...), never from the job file")
+
+
+def read_text(path: Path, what: str) -> str:
+    """A user's text file (a job, an archive, a peer tool's output), or one UsageError
+    naming it and saying what it should have been."""
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read the {what} ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text (UTF-8) file, so not {what_article(what)}") from None
+
+
+def what_article(what: str) -> str:
+    return f"an {what}" if what[:1] in "aeiou" else f"a {what}"
 
 
 def did_you_mean(value: object, candidates: Iterable[str]) -> str:

@@ -1,59 +1,36 @@
-"""Shared fixtures: the real stampede command, under the venv's own mpiexec."""
+"""Fixtures: the real stampede command (under the venv's own mpiexec for tests marked
+`mpi`), real checkpoints other tools wrote, and a FUSE guard. Helpers are in
+tests/helpers/."""
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from stampede.emulate.mount import fuse_unavailable as fuse_missing  # noqa: F401 - for the FUSE tests
 from stampede.launcher import find_mpiexec
-from tests import checkpoints
+from tests.helpers import checkpoints, requires
+from tests.helpers.jobs import RUN_TIMEOUT_S
 
-RUN_TIMEOUT_S = 180  # a hung run fails the test instead of the whole suite
-
-
-def toml_value(value: object) -> str:
-    """A Python value as TOML: strings, booleans, numbers, lists and inline tables."""
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return f"[{', '.join(toml_value(item) for item in value)}]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items()) + "}"
-    return str(value)
-
-
-def write_job(directory: Path, name: str = "job", **sections: dict[str, object]) -> Path:
-    """A TOML job file from keyword sections: write_job(d, target={"path": ...}, ...)."""
-    lines = []
-    for section, table in sections.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
-    path = directory / f"{name}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def read_archive(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as stream:
-        return list(csv.DictReader(stream))
+# The real S3 server's fixtures (s3_server for the session, s3_env per test).
+pytest_plugins = ["tests.helpers.s3server"]
 
 
 @pytest.fixture
-def stampede(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """stampede(*args, np=N): run the CLI, under mpiexec -n N when N > 1 (or N given)."""
+def stampede(tmp_path: Path, request: pytest.FixtureRequest
+             ) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """stampede(*args, np=N): run the CLI, under mpiexec -n N when N is given. A test that
+    launches ranks must carry the `mpi` marker (`pytest -m "not mpi"` then leaves it out)."""
 
     def launch(*args: str, np: int | None = None, timeout: float = RUN_TIMEOUT_S,
                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "stampede", *args]
         if np is not None:
+            if request.node.get_closest_marker("mpi") is None:
+                pytest.fail(f"{request.node.nodeid} launches mpiexec without the mpi marker")
             mpiexec = find_mpiexec()
             if mpiexec is None:
                 pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
@@ -64,20 +41,26 @@ def stampede(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     return launch
 
 
-def small_job(tmp_path: Path, **overrides: dict[str, object]) -> Path:
-    """A quick job: 16 MiB per layout, 1 MiB blocks, both layouts, sha256 verify."""
-    sections: dict[str, dict[str, object]] = {
-        "target": {"path": str(tmp_path / "ckpt")},
-        "checkpoint": {"size": "16MiB", "layout": ["shared", "sharded"], "block_size": "1MiB"},
-        "run": {"iterations": 2, "warmup": 1, "verify": "sha256"},
-        "archive": {"path": str(tmp_path / "results" / "job.csv")},
-    }
-    for section, table in overrides.items():
-        sections.setdefault(section, {}).update(table)
-    return write_job(tmp_path, **sections)
+@pytest.fixture
+def fuse_ready() -> None:
+    """The test mounts a FUSE file system: skip (fail in CI) where that cannot be done."""
+    requires.fuse()
 
 
-# --- real checkpoints that stampede did not write (tests/checkpoints.py), made once ---
+@pytest.fixture
+def no_mount_left(tmp_path: Path) -> Iterator[None]:
+    """The test ends with nothing mounted under its directory, whatever happened."""
+    from stampede.emulate.mount import force_unmount
+
+    yield
+    left = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+            if line.split()[1].startswith(str(tmp_path))]
+    for mountpoint in left:
+        force_unmount(Path(mountpoint))
+    assert not left, f"mounts left behind: {left}"
+
+
+# --- real checkpoints that stampede did not write (tests/helpers/checkpoints.py), made once ---
 
 @pytest.fixture(scope="session")
 def published() -> Path:
@@ -91,7 +74,7 @@ def sharded(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def hdf5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("h5py")
+    requires.module("h5py", "HDF5")
     return checkpoints.write_hdf5(tmp_path_factory.mktemp("hdf5")).parent
 
 

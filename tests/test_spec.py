@@ -133,3 +133,13 @@ def test_a_binary_job_file_is_a_usage_error(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(UsageError, match="not a text"):
         load_job(binary)
+
+
+def test_a_set_of_one_of_an_exclusive_pair_replaces_the_other() -> None:
+    quickstart = REPO / "jobs" / "quickstart.toml"     # it gives checkpoint.size
+    spec = load_job(quickstart, ["checkpoint.size_per_rank=2MiB"])
+    assert spec.size_per_rank_bytes == 2 * 2**20 and spec.size_total_bytes is None
+    back = load_job(quickstart, ["checkpoint.size_per_rank=2MiB", "checkpoint.size=1GiB"])
+    assert back.size_total_bytes == 2**30 and back.size_per_rank_bytes is None
+    with pytest.raises(UsageError, match="give exactly one of checkpoint.size"):
+        load_job(quickstart, ["checkpoint.size="])   # unset, and nothing in its place

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,6 +33,18 @@ def _finite(data: bytes) -> bytes:
     array = np.frombuffer(data, dtype=np.uint8).copy()
     array[1::2] &= _FINITE_MASK
     return array.tobytes()
+
+
+class CopiedContent(Protocol):
+    """Bytes of another checkpoint that prepare writes instead of synthetic ones (`prepare
+    --from`: stampede.existing.relayout): filled by the same calls, and not regenerable,
+    so the manifest records where they came from."""
+
+    record: dict[str, Any]      # the manifest's `source` entry: path, format, bytes
+
+    def fill(self, view: memoryview, label: str, offset: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class ContentSource:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from stampede.checkpoint.dtypes import ITEMSIZE, WRITTEN
+from stampede.dtypes import ITEMSIZE, WRITTEN
 from stampede.units import ALIGN_BYTES
 
 # A header larger than this is corrupt, not a checkpoint (safetensors refuses > 100 MB).

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from stampede.checkpoint.dtypes import WRITTEN
+from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
 from stampede.spec import EXCHANGE, JobSpec
 from stampede.units import ALIGN_BYTES
@@ -244,3 +244,17 @@ def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:
     """(offset within the shard, length) of each replica's stripe: the Allgatherv layout."""
     parts = (_stripe(hold, index, spec.replicas) for index in range(spec.replicas))
     return tuple((p.offset - hold.offset, p.length) if p else (0, 0) for p in parts)
+
+
+def shown_ranks(nranks: int, shown: int = 4) -> list[int]:
+    """The ranks `stampede plan` shows: every one, or the first and last `shown` with -1
+    standing for those between."""
+    ranks = list(range(nranks))
+    return ranks if nranks <= 2 * shown else ranks[:shown] + [-1] + ranks[-shown:]
+
+
+def reads_storage(spec: JobSpec, plan: RankPlan) -> bool:
+    """Whether this rank reads storage, as far as its plan knows: a broadcast group's
+    leader by replica is its lowest rank (the shard's index); by node, leaders are only
+    known at run time and every member is shown as reading."""
+    return not plan.leader_reads or spec.broadcast_group != "replica" or plan.rank == plan.group

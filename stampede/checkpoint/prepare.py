@@ -20,7 +20,7 @@ from stampede.backends import open_backend
 from stampede.backends.base import Backend
 from stampede.backends.posix import DIR_MODE, FILE_MODE
 from stampede.buffers import AlignedBuffer
-from stampede.checkpoint.content import ContentSource, content_label
+from stampede.checkpoint.content import ContentSource, CopiedContent, content_label
 from stampede.checkpoint.formats import create_file, safetensors_prefix
 from stampede.checkpoint.lustre import apply_stripe
 from stampede.checkpoint.manifest import (
@@ -39,7 +39,6 @@ from stampede.checkpoint.plan import (
     shared_path,
     writes_of_rank,
 )
-from stampede.checkpoint.relayout import SourceContent
 from stampede.errors import CheckpointError, UsageError
 from stampede.results.progress import progress_bar
 from stampede.spec import JobSpec
@@ -123,7 +122,7 @@ class _Writer:
 
     def __init__(self, spec: JobSpec, rank: int, backend: Backend) -> None:
         self.spec, self.rank, self.backend = spec, rank, backend
-        self.content: ContentSource | SourceContent = ContentSource(spec.block_bytes)
+        self.content: ContentSource | CopiedContent = ContentSource(spec.block_bytes)
         self.written: dict[Extent, dict[str, Any]] = {}
 
     def write(self, extents: tuple[Extent, ...], shared_offsets: Offsets,
@@ -178,24 +177,25 @@ class _Writer:
                 "sha256": sha256.hexdigest(), "xxh3": xxh3.hexdigest()}
 
 
-def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, Any]:
-    """Write every layout of the job; returns the manifest (on every rank)."""
+def prepare(comm: Any, spec: JobSpec, show_progress: bool = True,
+            copied: CopiedContent | None = None) -> dict[str, Any]:
+    """Write every layout of the job, of synthetic bytes or of `copied` ones (another
+    checkpoint's, with checkpoint.from: the job arrives sized from it); returns the
+    manifest (on every rank)."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
     if spec.checkpoint_source == "existing":
         raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": prepare never "
                          "writes to a checkpoint stampede did not make",
                          hint="run it as it is, or copy it into stampede's layouts with "
                               "`prepare --from PATH` and another target.path")
-    from stampede.checkpoint.relayout import resolve
-    spec, source = resolve(comm, spec)
     mpi.on_root(comm, "checking the job", partial(bytes_per_rank, spec, nranks))
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
     whole_files = backend.name != "posix"
     manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec, backend))
     writer = _Writer(spec, rank, backend)
-    if source is not None:   # the user's tensors instead of synthetic bytes
-        writer.content = SourceContent(source, bytes_per_rank(spec, nranks), spec.block_bytes)
+    if copied is not None:   # the user's tensors instead of synthetic bytes
+        writer.content = copied
     for layout in spec.layouts:
         per_rank = bytes_per_rank(spec, nranks)
         extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
@@ -218,13 +218,11 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True) -> dict[str, A
             files = list(checkpoint_files(spec, layout, nranks))
             entry = manifest["layouts"][layout] = layout_entry(
                 spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
-            if source is not None:   # not regenerable: a corrupt byte is not located
-                entry.update(content_block_bytes=0, source={
-                    "path": spec.from_path, "format": source.format,
-                    "bytes": source.total_bytes})
+            if copied is not None:   # not regenerable: a corrupt byte is not located
+                entry.update(content_block_bytes=0, source=copied.record)
             write_manifest(backend, manifest)
-    if isinstance(writer.content, SourceContent):
-        writer.content.close()
+    if copied is not None:
+        copied.close()
     result: dict[str, Any] = mpi.bcast(comm, manifest)
     return result
 

@@ -28,15 +28,12 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
-    from stampede.results.archive import append_rows, cell, check_appendable
+    from stampede.results.archive import append_rows, check_appendable
+    from stampede.results.cells import cell
+    from stampede.values import read_text
 
     path = Path(args.result)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a text file: not {args.tool}'s output") from None
+    text = read_text(path, f"{args.tool} output")
     check_appendable(args.archive)
     job = args.job or args.tool
     if args.tool == "ior":

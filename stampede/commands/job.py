@@ -77,8 +77,8 @@ def _toml(value: object) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.checkpoint.formats import require_packages
-    from stampede.checkpoint.relayout import resolve
     from stampede.errors import RunFailed
+    from stampede.existing.relayout import resolve
     from stampede.results.archive import append_rows, check_appendable, write_sidecar
     from stampede.results.rows import archive_rows, sidecar
     from stampede.run.job import run_job
@@ -116,14 +116,19 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.backends import backend_name_for
     from stampede.checkpoint.formats import require_packages
+    from stampede.checkpoint.plan import bytes_per_rank
     from stampede.checkpoint.prepare import prepare
+    from stampede.existing.relayout import SourceContent, resolve
     from stampede.spec import load_job
 
     spec = load_job(args.job, overrides(args))
     require_packages(spec)
     backend_name_for(spec.target_path)   # an unknown scheme: before MPI and any I/O
     comm = mpi.world()
-    manifest = prepare(comm, spec)
+    spec, source = resolve(comm, spec)   # checkpoint.from: sized from the source
+    copied = None if source is None else \
+        SourceContent(source, bytes_per_rank(spec, comm.Get_size()), spec.block_bytes)
+    manifest = prepare(comm, spec, copied=copied)
     if comm.Get_rank() == 0:
         for layout in spec.layouts:
             entry = manifest["layouts"][layout]
@@ -135,6 +140,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from stampede.backends import backend_name_for
+    from stampede.checkpoint.plan import checkpoint_files, plan_rank, reads_storage, shown_ranks
     from stampede.results.report import make_console
     from stampede.results.report_plan import render_plan
     from stampede.spec import load_job
@@ -145,16 +151,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError(f"--np {nranks}: must be at least 1")
     if launcher_rank() != 0:
         return 0
+    shown = shown_ranks(nranks)
     if spec.checkpoint_source == "existing":
+        from stampede.existing.assign import plan_existing
         from stampede.existing.scan import scan
         from stampede.results.report_plan import render_existing_plan
-        render_existing_plan(spec, scan(spec.target_path, spec.storage_options), nranks,
-                             make_console())
+
+        catalogue = scan(spec.target_path, spec.storage_options)
+        policies = [(policy, [plan_existing(catalogue, spec, policy, nranks, rank)
+                              for rank in range(nranks)], shown) for policy in spec.assign]
+        render_existing_plan(catalogue, nranks, policies, make_console())
         return 0
     if spec.from_path:
-        from stampede.checkpoint.relayout import sized, source_catalogue
+        from stampede.existing.relayout import sized, source_catalogue
         spec = sized(spec, source_catalogue(spec).total_bytes, nranks)
-    render_plan(spec, nranks, backend_name_for(spec.target_path), make_console())
+    layouts = []
+    for layout in spec.layouts:
+        plans = [(rank, plan_rank(spec, layout, nranks, rank) if rank >= 0 else None)
+                 for rank in shown]
+        layouts.append((layout, checkpoint_files(spec, layout, nranks),
+                        [(rank, plan, plan is not None and reads_storage(spec, plan))
+                         for rank, plan in plans]))
+    render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, make_console())
     return 0
 
 

@@ -38,15 +38,7 @@ extents are raw file offsets (tensor ""). DCP's `.metadata` is never in an exten
 every rank reads it whole first (`Catalogue.index_file`), which the caller plans as the
 shared index read.
 
-Policies (`spec.ASSIGN_POLICIES`):
-- files: whole files to ranks, balanced by bytes (largest file first to the least loaded
-  rank, ties to the lower rank): how per-file loaders (HF's sharded `from_pretrained`
-  under data parallelism with one reader per shard) spread a restore.
-- tensor-slices: every rank reads 1/N of every tensor, a contiguous range of the
-  flattened tensor cut on element boundaries (DCP items: on byte boundaries): the
-  tensor-parallel load. A tensor with fewer elements than ranks leaves some ranks out.
-- saved (dcp only): rank r reads what saving ranks s with s % N == r wrote; with as many
-  ranks as saved it, every rank reads its own files back.
+Policies (`spec.ASSIGN_POLICIES`: files, tensor-slices, saved) are stampede.existing.assign's.
 Under files and tensor-slices every tensor byte is read by exactly one rank; no extent is
 empty (zero-byte tensors are catalogued but never read).
 """

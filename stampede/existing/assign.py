@@ -16,8 +16,8 @@ import heapq
 import os
 from collections.abc import Iterable
 
-from stampede.checkpoint.dtypes import FLOATS
 from stampede.checkpoint.plan import Extent, RankPlan
+from stampede.dtypes import FLOATS
 from stampede.errors import UsageError
 from stampede.existing.catalogue import Catalogue, TensorInfo
 from stampede.existing.dcp import SAVED_BY

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from stampede.checkpoint.dtypes import itemsize
 from stampede.checkpoint.formats import read_fully
+from stampede.dtypes import itemsize
 from stampede.errors import CheckpointError
 
 FOUND_FORMATS = ("safetensors", "dcp", "hdf5")

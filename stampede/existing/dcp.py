@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from stampede.checkpoint.dtypes import FROM_TORCH
+from stampede.dtypes import FROM_TORCH
 from stampede.errors import CheckpointError
 from stampede.existing.catalogue import (
     Catalogue,

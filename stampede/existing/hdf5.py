@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from stampede.checkpoint.dtypes import from_numpy
 from stampede.checkpoint.formats import open_hdf5
+from stampede.dtypes import from_numpy
 from stampede.errors import CheckpointError, UsageError
 from stampede.existing.catalogue import Catalogue, Location, TensorInfo, make_catalogue
 

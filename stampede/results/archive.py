@@ -32,6 +32,7 @@ from typing import Any
 from stampede.errors import UsageError
 from stampede.results.cells import LINE, SOURCE, cell
 from stampede.spec import OPTIONS
+from stampede.values import read_text
 
 ARCHIVE_SCHEMA = 2
 
@@ -123,12 +124,7 @@ def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]]) -> None:
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     """Every complete row of an archive, any schema (missing columns read as empty)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read the archive ({error.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a text (UTF-8) file, so not a stampede archive") from None
+    text = read_text(path, "archive")
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or "run_id" not in reader.fieldnames:
         raise UsageError(f"{path}: not a stampede archive (no run_id column)")

@@ -1,0 +1,1 @@
+"""stampede's tests, laid out as the package is (see ARCHITECTURE.md)."""

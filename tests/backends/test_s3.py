@@ -1,0 +1,309 @@
+"""The fsspec / S3 backends against a real S3 server (SeaweedFS `weed mini`, tests/s3server.py),
+with a fault-injecting proxy in front of it to count requests and make them fail.
+
+The untimed contract (put/get/names/remove/writer) runs on every backend alike, POSIX
+included; the timed one is checked request by request on S3.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stampede.backends import backend_name_for, open_backend
+from stampede.backends.fsspec import FsspecBackend, described_options
+from stampede.backends.s3 import S3Backend
+from stampede.errors import UsageError
+from tests.helpers.s3server import (
+    FAKE_ACCESS_KEY_ID,
+    FAKE_SECRET_ACCESS_KEY,
+    FaultProxy,
+    S3Server,
+)
+
+MiB = 2**20
+HANG_GUARD_S = 60.0   # a call still running after this is a hang: the test fails, not waits
+FAST_FAIL = {"max_attempts": 3, "connect_timeout": 1, "read_timeout": 1}
+
+
+def s3_backend(server: S3Server, endpoint_url: str | None = None, **options: Any) -> S3Backend:
+    """A backend on a fresh prefix of the session's bucket (through `endpoint_url`: a proxy)."""
+    target = f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"
+    backend = open_backend(target, {"endpoint_url": endpoint_url or server.endpoint_url, **options})
+    assert isinstance(backend, S3Backend)
+    return backend
+
+
+@pytest.fixture
+def proxy(s3_env: S3Server) -> Iterator[FaultProxy]:
+    with FaultProxy(s3_env.endpoint_url.removeprefix("http://")) as running:
+        yield running
+
+
+@pytest.fixture
+def mapped() -> Iterator[memoryview]:
+    """A page-aligned buffer, as the runner reads into."""
+    region = mmap.mmap(-1, 4 * MiB)
+    yield memoryview(region)
+    # not closed here: a failed read's traceback (kept by pytest.raises) may still hold a
+    # slice of it; the mapping goes with the last reference
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
+    """(result, exception, seconds) of a call that must not hang: fails past HANG_GUARD_S."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = call()
+        except BaseException as error:   # handed to the test thread
+            outcome["error"] = error
+
+    start = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive(), f"still running after {HANG_GUARD_S:.0f} s: a hang"
+    return outcome.get("result"), outcome.get("error"), time.monotonic() - start
+
+
+# --- the untimed contract, on every backend ------------------------------------------------------
+
+@pytest.fixture(params=["posix", "memory", "file", "s3"])
+def any_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "posix":
+        return open_backend(str(tmp_path / "root"))
+    if request.param == "memory":
+        return open_backend(f"memory://stampede-{uuid.uuid4().hex[:12]}")
+    if request.param == "file":
+        return open_backend(f"file://{tmp_path / 'root'}")
+    return s3_backend(request.getfixturevalue("s3_env"))
+
+
+def test_put_get_names_remove(any_backend: Any) -> None:
+    backend = any_backend
+    backend.ensure_root()
+    assert backend.get_bytes("stampede-manifest.json") is None
+    backend.put_bytes("stampede-manifest.json", b'{"v": 1}')
+    backend.put_bytes("stampede-manifest.json", b'{"v": 2}')   # replaced whole
+    backend.put_bytes("sharded/shard-0001.bin", b"one")
+    backend.put_bytes("sharded/shard-0000.bin", b"zero")
+    assert backend.get_bytes("stampede-manifest.json") == b'{"v": 2}'
+    assert backend.names() == ["sharded/shard-0000.bin", "sharded/shard-0001.bin",
+                               "stampede-manifest.json"]
+    assert backend.names("sharded") == ["sharded/shard-0000.bin", "sharded/shard-0001.bin"]
+    assert backend.names("nothing-here") == []
+    backend.remove("sharded/shard-0001.bin")
+    backend.remove("sharded/shard-0001.bin")   # missing: fine
+    assert backend.names("sharded") == ["sharded/shard-0000.bin"]
+    assert backend.get_bytes("sharded/shard-0000.bin") == b"zero"
+
+
+def test_writer_writes_in_order_and_is_durable(any_backend: Any) -> None:
+    backend = any_backend
+    backend.ensure_root()
+    data = os.urandom(3 * MiB + 123)
+    with backend.writer("shared.bin") as writer:
+        for offset in range(0, len(data), MiB):
+            writer.write_at(offset, memoryview(data)[offset:offset + MiB])
+    assert backend.get_bytes("shared.bin") == data
+    local = backend.local_path("shared.bin")
+    assert local is None if backend.name in ("s3", "memory") else Path(local).read_bytes() == data
+
+
+def test_object_stores_refuse_out_of_order_writes_and_commit_nothing(tmp_path: Path) -> None:
+    backend = open_backend(f"memory://stampede-{uuid.uuid4().hex[:12]}")
+    with pytest.raises(ValueError, match="written sequentially"), backend.writer("x.bin") as writer:
+        writer.write_at(0, memoryview(b"a" * 10))
+        writer.write_at(20, memoryview(b"b" * 10))
+    assert backend.get_bytes("x.bin") is None
+
+
+def test_s3_multipart_upload_and_abort(s3_env: S3Server) -> None:
+    backend = s3_backend(s3_env, block_size=5 * MiB)   # S3's smallest part: 3 parts here
+    data = os.urandom(12 * MiB + 7)
+    with backend.writer("big.bin") as writer:
+        for offset in range(0, len(data), MiB):
+            writer.write_at(offset, memoryview(data)[offset:offset + MiB])
+    assert backend.get_bytes("big.bin") == data
+    with pytest.raises(ValueError, match="written sequentially"), backend.writer("torn.bin") as writer:
+        for offset in range(0, 6 * MiB, MiB):   # past one part: a multipart upload is open
+            writer.write_at(offset, memoryview(data)[offset:offset + MiB])
+        writer.write_at(7 * MiB, memoryview(data)[:MiB])
+    assert backend.get_bytes("torn.bin") is None    # the upload was aborted, not completed
+    assert backend.names() == ["big.bin"]
+
+
+# --- the timed contract on S3, request by request ----------------------------------------------
+
+def test_stat_open_read_close_request_by_request(s3_env: S3Server, proxy: FaultProxy,
+                                                 mapped: memoryview) -> None:
+    writer_side = s3_backend(s3_env)
+    data = os.urandom(2 * MiB + 100)
+    writer_side.put_bytes("shard.bin", data)
+    backend = open_backend(f"s3://{writer_side.root}", {"endpoint_url": proxy.endpoint_url})
+    key_path = f"/{writer_side.root}/shard.bin"
+    path = backend.path("shard.bin")
+    assert path == f"{writer_side.root}/shard.bin"
+    proxy.clear()
+
+    backend.stat(path)
+    assert proxy.requests == [("HEAD", key_path, "")]
+    handle = backend.opener(True)(path)
+    assert handle.size == len(data)
+    assert proxy.requests[1:] == [("HEAD", key_path, "")]
+
+    proxy.clear()
+    view = mapped[:MiB]
+    start = time.perf_counter_ns()
+    count = backend.read_into(handle, view, MiB + 50)
+    stop = time.perf_counter_ns()
+    assert count == MiB and bytes(view) == data[MiB + 50:2 * MiB + 50]
+    assert proxy.requests == [("GET", key_path, f"bytes={MiB + 50}-{2 * MiB + 49}")]
+    assert backend.ttfb and start < backend.first_byte_ns < stop
+
+    proxy.clear()
+    assert backend.read_into(handle, view, 2 * MiB) == 100   # the end: a short read
+    assert bytes(view[:100]) == data[2 * MiB:]
+    assert backend.read_into(handle, view, len(data)) == 0   # past it: no request at all
+    backend.close(handle)
+    backend.evict(path, 0, len(data))
+    assert proxy.requests == [("GET", key_path, f"bytes={2 * MiB}-{2 * MiB + 99}")]
+    assert backend.retries == dict.fromkeys(("stat", "open", "read", "list", "close"), 0)
+
+
+def test_list_is_one_request_and_returns_basenames(s3_env: S3Server,
+                                                   proxy: FaultProxy) -> None:
+    writer_side = s3_backend(s3_env)
+    for name in ("sharded/shard-0000.bin", "sharded/shard-0001.bin", "sharded/sub/deeper.bin"):
+        writer_side.put_bytes(name, b"x")
+    backend = open_backend(f"s3://{writer_side.root}", {"endpoint_url": proxy.endpoint_url})
+    proxy.clear()
+    assert sorted(backend.list(backend.path("sharded"))) == ["shard-0000.bin", "shard-0001.bin", "sub"]
+    assert [method for method, _, _ in proxy.requests] == ["GET"]
+    assert backend.list(backend.path("empty")) == []
+
+
+def test_missing_object_is_file_not_found(s3_env: S3Server, mapped: memoryview) -> None:
+    backend = s3_backend(s3_env)
+    with pytest.raises(FileNotFoundError):
+        backend.stat(backend.path("absent.bin"))
+    with pytest.raises(FileNotFoundError):
+        backend.opener(False)(backend.path("absent.bin"))
+
+
+def test_throttling_is_retried_and_counted(s3_env: S3Server, proxy: FaultProxy,
+                                           mapped: memoryview) -> None:
+    writer_side = s3_backend(s3_env)
+    writer_side.put_bytes("shard.bin", b"0123456789" * 1000)
+    backend = open_backend(f"s3://{writer_side.root}",
+                           {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
+    path = backend.path("shard.bin")
+    handle = backend.opener(False)(path)
+
+    proxy.clear()
+    proxy.fail_next(2)          # two 503 SlowDown, then the real answer
+    assert backend.read_into(handle, mapped[:10], 5) == 10
+    assert bytes(mapped[:10]) == b"5678901234"
+    assert backend.retries["read"] == 2
+    assert [method for method, _, _ in proxy.requests] == ["GET"] * 3
+
+    proxy.fail_next(1)
+    backend.stat(path)
+    assert backend.retries["stat"] == 1
+
+    proxy.fail_next(100)        # more than max_attempts: the error surfaces, counted
+    with pytest.raises(OSError, match=r"^S3 GET 503 SlowDown after 2 retries$"):
+        backend.read_into(handle, mapped[:10], 0)
+    assert backend.retries["read"] == 4
+    with pytest.raises(OSError, match=r"^S3 HEAD 503 Service Unavailable after 2 retries$"):
+        backend.opener(False)(path)
+    assert backend.retries["open"] == 2
+
+
+def test_a_dead_server_is_an_oserror_within_the_timeouts(s3_env: S3Server,
+                                                         proxy: FaultProxy) -> None:
+    writer_side = s3_backend(s3_env)
+    writer_side.put_bytes("shard.bin", b"x" * 100)
+    backend = open_backend(f"s3://{writer_side.root}",
+                           {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
+    path = backend.path("shard.bin")
+    backend.stat(path)                           # a kept-alive connection exists now
+
+    proxy.mode = "stall"                         # a hung server: the read timeout ends it
+    _, error, _ = in_thread(lambda: backend.stat(path))
+    assert isinstance(error, OSError) and str(error) == "S3 HEAD: read timeout after 2 retries"
+    assert backend.retries["stat"] == 2
+
+    proxy.refuse()                               # nothing listening any more
+    _, error, _ = in_thread(lambda: backend.list(backend.path("")))
+    assert isinstance(error, OSError)
+    assert str(error) == "S3 LIST: connection refused after 2 retries"
+    assert backend.retries["list"] == 2
+
+
+# --- what the sidecar may hold; the registry ----------------------------------------------------
+
+def test_describe_holds_no_credentials(s3_env: S3Server) -> None:
+    backend = s3_backend(s3_env, client_kwargs={"verify": False}, config_kwargs={"user_agent_extra": "x"})
+    text = json.dumps(backend.describe())
+    assert FAKE_ACCESS_KEY_ID not in text and FAKE_SECRET_ACCESS_KEY not in text
+    described = backend.describe()
+    assert described["protocol"] == "s3" and described["endpoint_url"] == s3_env.endpoint_url
+    assert described["caches"]["blocks"].startswith("off")
+    assert described["retry"]["max_attempts"] == 3
+    assert described["storage_options"]["config_kwargs"] == {}   # keys not allow-listed: left out
+    assert described_options({"endpoint_url": "http://user:pw@host:9000", "profile": "p"}) == \
+        {"endpoint_url": "http://host:9000"}
+
+
+def test_credentials_in_storage_options_are_refused_unshown() -> None:
+    for options in ({"secret": "hunter2"}, {"client_kwargs": {"aws_secret_access_key": "hunter2"}}):
+        with pytest.raises(UsageError) as raised:
+            open_backend("memory://x", options)
+        assert "hunter2" not in str(raised.value) and "credential" in str(raised.value)
+
+
+@pytest.mark.parametrize("protocol", ["memory", "file"])
+def test_generic_fsspec_backends_follow_the_timed_contract(protocol: str, tmp_path: Path,
+                                                           mapped: memoryview) -> None:
+    root = f"stampede-{uuid.uuid4().hex[:12]}" if protocol == "memory" else str(tmp_path / "root")
+    backend = open_backend(f"{protocol}://{root}")
+    assert isinstance(backend, FsspecBackend) and backend.fs_type() == protocol and not backend.ttfb
+    data = os.urandom(MiB + 10)
+    backend.put_bytes("sharded/shard-0000.bin", data)
+    path = backend.path("sharded/shard-0000.bin")
+    assert backend.stat(path)["size"] == len(data)
+    handle = backend.opener(False)(path)
+    assert backend.read_into(handle, mapped[:MiB], 10) == MiB and bytes(mapped[:MiB]) == data[10:MiB + 10]
+    assert backend.read_into(handle, mapped[:MiB], MiB) == 10
+    assert backend.read_into(handle, mapped[:MiB], len(data)) == 0
+    backend.close(handle)
+    backend.evict(path, 0, 0)   # file://: the page cache's pages dropped; memory://: nothing
+    assert backend.list(backend.path("sharded")) == ["shard-0000.bin"]
+    with pytest.raises(FileNotFoundError):
+        backend.opener(False)(backend.path("absent"))
+    assert backend.describe()["protocol"] == protocol
+
+
+def test_registry_routes_urls_and_names_missing_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [backend_name_for(target) for target in ("/a/b", "s3://b/p", "gs://b", "memory://x")] == \
+        ["posix", "s3", "gs", "memory"]
+    with pytest.raises(UsageError, match="no backend for ftp://"):
+        backend_name_for("ftp://host/x")
+    with pytest.raises(UsageError, match="POSIX path"):
+        open_backend("/tmp/x", {"endpoint_url": "http://127.0.0.1:1"})
+    monkeypatch.setitem(sys.modules, "s3fs", None)   # import s3fs now fails
+    with pytest.raises(UsageError) as raised:
+        open_backend("s3://bucket/prefix")
+    assert "s3fs" in str(raised.value) and "pip install 'stampede[s3]'" in str(raised.value)

