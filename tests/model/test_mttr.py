@@ -69,3 +69,22 @@ def test_mttr_inputs_from_a_job_section_and_bad_input(stampede, tmp_path: Path) 
     empty = tmp_path / "empty.csv"
     empty.write_text("run_id,op\n")
     assert stampede("mttr", str(empty)).returncode == 2
+
+
+def test_the_spares_a_job_gives_are_a_pool_of_their_own(stampede, tmp_path: Path) -> None:
+    job = tmp_path / "pool.toml"
+    job.write_text("[mttr]\nnodes = 48\nnode_failures_per_day = 24\nreplenish_h = 1\nspares = 3\n")
+    result = stampede("mttr", "--job", str(job))
+    assert result.returncode == 0, result.stderr
+    given = next(line for line in result.stdout.splitlines() if line.strip().startswith("given"))
+    assert given.split()[1] == "3"
+    assert f"{no_spare_probability(48, 24, 3, 1):.3g}" in given   # 1 - 5 e^-2: 0.323
+    job.write_text("[mttr]\nspares = 2.5\n")
+    assert stampede("mttr", "--job", str(job)).returncode == 2
+
+
+@pytest.mark.parametrize("flag", ["--gpus", "--mtbf-h", "--nodes", "--bw-rank-gbps",
+                                  "--replenish-h"])
+def test_negative_flags_are_refused(stampede, flag: str) -> None:
+    result = stampede("mttr", flag, "-5")
+    assert result.returncode == 2 and f"{flag} -5: must be a finite number" in result.stderr
