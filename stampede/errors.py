@@ -41,3 +41,14 @@ class RunFailed(StampedeError):
     """The run finished with errors; its partial results are archived as invalid."""
 
     exit_status = 1
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional part, as this stampede was installed: from a clone
+    (editable) its own path with the extra, else the package's name with it."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent.parent
+    if (here / "setup.cfg").is_file() and (here / "stampede").is_dir():
+        return f"pip install -e '{here}[{extra}]'"
+    return f"pip install 'stampede[{extra}]'"

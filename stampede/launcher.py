@@ -37,6 +37,20 @@ def launcher_size() -> int | None:
     return None
 
 
+def suggested_command(nranks: int, *words: str) -> str:
+    """A stampede command line to suggest in a message that works as printed, pasted into
+    a shell: the venv's own mpiexec (another MPI's launcher cannot start these ranks) and
+    the stampede of this Python."""
+    import shlex
+
+    beside = Path(sys.executable).parent / "stampede"
+    stampede = [str(beside)] if beside.exists() else [sys.executable, "-m", "stampede"]
+    mpiexec = find_mpiexec() if nranks > 1 else None
+    launch = [mpiexec, "-n", str(nranks)] if mpiexec else (["mpiexec", "-n", str(nranks)]
+                                                            if nranks > 1 else [])
+    return shlex.join([*launch, *stampede, *words])
+
+
 def find_mpiexec() -> str | None:
     """The mpiexec next to this Python (PyPI's MPICH), else the first one on PATH.
 

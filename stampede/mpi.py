@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from stampede.errors import StampedeError, UsageError
+from stampede.errors import StampedeError, UsageError, install_hint
 from stampede.launcher import launcher_size
 
 T = TypeVar("T")
@@ -52,7 +52,7 @@ def world() -> Any:
     except ImportError:
         if expected and expected > 1:
             raise UsageError(f"launched as {expected} ranks, but mpi4py is not installed",
-                             hint="pip install -e '.[mpi]', or mpi4py built against your MPI") from None
+                             hint=f"{install_hint('mpi')}, or mpi4py built against your MPI") from None
         return SingleRank()
     comm = MPI.COMM_WORLD
     if expected and expected > 1 and comm.Get_size() == 1:
@@ -221,11 +221,13 @@ def bcast(comm: Any, obj: T, root: int = 0) -> T:
     return result
 
 
-def collective(comm: Any, what: str, action: Callable[[], T]) -> T:
+def collective(comm: Any, what: str, action: Callable[[], T], alone: bool = False) -> T:
     """Run `action` on every rank; if it fails on any rank, raise on every rank.
 
     The error raised everywhere names each failing rank (up to ten), so rank 0 can print
     one report, and no rank is left waiting in a later collective for a rank that died.
+    With one rank, or `alone` (the action runs on the root only: on_root), the error is
+    said as it is, after `what`.
     """
     error: StampedeError | OSError | None = None
     result: T | None = None
@@ -234,7 +236,9 @@ def collective(comm: Any, what: str, action: Callable[[], T]) -> T:
     except (StampedeError, OSError) as caught:
         error = caught
     barrier(comm)
-    message = None if error is None else f"rank {comm.Get_rank()}: {error}"
+    single = alone or comm.Get_size() == 1
+    message = None if error is None else (str(error) if single else
+                                          f"rank {comm.Get_rank()}: {error}")
     status = 0 if error is None else getattr(error, "exit_status", 1)
     if comm.Get_size() == 1:
         reports = [(message, status)]
@@ -245,7 +249,8 @@ def collective(comm: Any, what: str, action: Callable[[], T]) -> T:
         exit_status = max(code for _, code in failed)
         lines = [text for text, _ in failed[:10]]
         more = f"\n  ... and {len(failed) - 10} more ranks" if len(failed) > 10 else ""
-        summary = f"{what} failed on {len(failed)} of {len(reports)} ranks:\n  " + \
+        summary = f"{what}: {lines[0]}" if single else \
+            f"{what} failed on {len(failed)} of {len(reports)} ranks:\n  " + \
             "\n  ".join(str(line) for line in lines) + more
         raised = StampedeError(summary)
         raised.exit_status = exit_status
@@ -257,7 +262,8 @@ def collective(comm: Any, what: str, action: Callable[[], T]) -> T:
 def on_root(comm: Any, what: str, action: Callable[[], T], root: int = 0) -> T:
     """Run `action` on root only (reading a manifest, creating a directory), collectively:
     its error is raised on every rank, its result broadcast to every rank."""
-    result: T | None = collective(comm, what, action if comm.Get_rank() == root else lambda: None)
+    result: T | None = collective(comm, what, action if comm.Get_rank() == root else lambda: None,
+                                  alone=True)
     return bcast(comm, result, root=root)  # type: ignore[return-value]
 
 

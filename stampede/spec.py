@@ -196,6 +196,14 @@ class JobSpec:
     check_finite: bool
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display
+    overrides: tuple[str, ...] = ()     # the --set texts, as given: to repeat a command
+
+    def command(self, step: str, nranks: int) -> str:
+        """`stampede STEP` of this job, with its --set options, to suggest in a message."""
+        from stampede.launcher import suggested_command
+
+        sets = [word for text in self.overrides for word in ("--set", text)]
+        return suggested_command(nranks, step, self.source, *sets)
 
     def columns(self) -> dict[str, object]:
         """The options as CSV columns, so every archived row carries its configuration."""
@@ -225,6 +233,7 @@ def load_job(path: str | Path, overrides: Iterable[str] = ()) -> JobSpec:
 def build_job(name: str, source: str, document: Mapping[str, object],
               overrides: Iterable[str] = ()) -> JobSpec:
     """Validate a parsed job document (plus overrides) into a JobSpec."""
+    overrides = tuple(overrides)
     raw = _flatten(source, document)
     for text in overrides:
         key, value = parse_override(text)
@@ -251,7 +260,8 @@ def build_job(name: str, source: str, document: Mapping[str, object],
             raise UsageError(f"{where}: {option.key} = {shown}: {error}") from None
     parsed["archive.path"] = str(parsed["archive.path"]).replace("{job}", name)
     fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in parsed.items()}
-    spec = JobSpec(name=name, source=source, values=MappingProxyType(parsed), **fields)
+    spec = JobSpec(name=name, source=source, values=MappingProxyType(parsed),
+                   overrides=tuple(overrides), **fields)
     _check_combination(spec)
     return spec
 

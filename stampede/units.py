@@ -44,7 +44,8 @@ def parse_size(value: object) -> int:
 
 def format_bytes(nbytes: float) -> str:
     """Binary units for sizes of files and blocks (what users type in job files)."""
-    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, factor in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30),
+                         ("MiB", 2**20), ("KiB", 2**10)):
         if abs(nbytes) >= factor:
             return f"{nbytes / factor:.4g} {unit}"
     return f"{nbytes:.0f} B"

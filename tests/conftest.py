@@ -4,6 +4,7 @@ tests/helpers/."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -26,7 +27,8 @@ def stampede(tmp_path: Path, request: pytest.FixtureRequest
     launches ranks must carry the `mpi` marker (`pytest -m "not mpi"` then leaves it out)."""
 
     def launch(*args: str, np: int | None = None, timeout: float = RUN_TIMEOUT_S,
-               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+               cwd: Path | None = None,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "stampede", *args]
         if np is not None:
             if request.node.get_closest_marker("mpi") is None:
@@ -35,8 +37,13 @@ def stampede(tmp_path: Path, request: pytest.FixtureRequest
             if mpiexec is None:
                 pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
             command = [mpiexec, "-n", str(np), *command]
+        # Output to a pipe, as in a batch log: pytest's own COLUMNS (80) is not the
+        # user's; the tests of reports at 80 columns set it themselves.
+        environment = {name: value for name, value in os.environ.items()
+                       if name not in ("COLUMNS", "LINES")}
+        environment.update(env or {})
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              cwd=cwd or tmp_path)
+                              cwd=cwd or tmp_path, env=environment)
 
     return launch
 

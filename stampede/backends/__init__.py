@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from stampede.backends.base import Backend
-from stampede.errors import UsageError
+from stampede.errors import UsageError, install_hint
 
-S3_HINT = "pip install 'stampede[s3]'"
+S3_HINT = install_hint("s3")
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,11 @@ class Backend(Protocol):
     def stat(self, path: Any) -> Any:
         """Fetch the file's metadata (stat(2) / one HEAD)."""
 
-    def opener(self, direct: bool) -> Callable[[Any], Any]:
+    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[Any], Any]:
         """A function path -> handle, opened for reading; direct = bypass the page cache
-        (meaningless for object stores, which have none client-side). Bound once before
-        the timed loop, so each open pays no option handling."""
+        (meaningless for object stores, which have none client-side); follow_links=False:
+        a symbolic link is refused (OSError ELOOP), as a file prepare did not write is.
+        Bound once before the timed loop, so each open pays no option handling."""
 
     def read_into(self, handle: Any, buffer: memoryview, offset: int) -> int:
         """Read len(buffer) bytes at offset into buffer (one pread / one ranged GET);

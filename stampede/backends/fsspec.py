@@ -81,8 +81,8 @@ class FsspecBackend:
         except Exception as error:
             raise generic_error(self.protocol, "stat", error) from error
 
-    def opener(self, direct: bool) -> Callable[[str], ObjectHandle]:
-        return self._open   # direct: no client-side cache to bypass
+    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[str], ObjectHandle]:
+        return self._open   # direct: no client-side cache to bypass; objects have no links
 
     def _open(self, path: str) -> ObjectHandle:
         try:

@@ -39,8 +39,9 @@ class PosixBackend:
         # bytes, encoded once here: os.stat/os.open then skip encoding on every timed call
         return os.fsencode(self.root / relpath)
 
-    def opener(self, direct: bool) -> Callable[[bytes], int]:
-        return partial(os.open, flags=os.O_RDONLY | (os.O_DIRECT if direct else 0))
+    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[bytes], int]:
+        return partial(os.open, flags=os.O_RDONLY | (os.O_DIRECT if direct else 0)
+                       | (0 if follow_links else os.O_NOFOLLOW))
 
     @staticmethod
     def read_into(handle: int, buffer: memoryview, offset: int) -> int:

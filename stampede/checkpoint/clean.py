@@ -31,6 +31,10 @@ def clean(spec: JobSpec) -> list[str]:
     removed.append(f"{target.rstrip('/')}/{MANIFEST_NAME}")
     if backend.name == "posix":
         removed += _remove_empty_directories(Path(target), relpaths)
+        root = Path(target)
+        if manifest.get("created_root") is True and root.is_dir() and not any(root.iterdir()):
+            root.rmdir()   # prepare made it, and nothing else has been put in it
+            removed.append(f"{target.rstrip('/')}/")
     return removed
 
 

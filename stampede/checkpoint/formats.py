@@ -54,11 +54,11 @@ def require_packages(spec: Any) -> None:
     validates the same way on every machine; running it may need more)."""
     import importlib.util
 
-    from stampede.errors import UsageError
+    from stampede.errors import UsageError, install_hint
 
     if spec.format == "hdf5" and importlib.util.find_spec("h5py") is None:
         raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" needs h5py, which "
-                         "is not installed", hint="pip install 'stampede[hdf5]'")
+                         "is not installed", hint=install_hint("hdf5"))
 
 
 # --- safetensors: one writer, one reader, one parser ------------------------------------

@@ -36,7 +36,44 @@ def read_manifest(backend: Backend, target: str) -> dict[str, Any] | None:
                               hint="remove the target's files by hand and prepare again") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
         raise CheckpointError(f"{where}: not a stampede manifest of schema {MANIFEST_SCHEMA}")
+    _check_types(manifest, where)
     return manifest
+
+
+# What each entry of a layout holds, and of which type (bool is not an int here).
+ENTRY_TYPES = {"nranks": int, "bytes_per_rank": int, "format": str, "files": list,
+               "slices": list}
+FILE_TYPES = {"path": str, "bytes": int}
+SLICE_TYPES = {"path": str, "offset": int, "length": int}
+KIND_NAMES = {int: "a whole number", str: "a string", list: "a list"}
+
+
+def _check_types(manifest: dict[str, Any], where: str) -> None:
+    """Every key run and clean read is there and of its type: a manifest edited by hand is
+    one error naming the key and the value, never a traceback (and clean then removes
+    nothing: it only ever deletes what a sound manifest lists)."""
+    def bad(key: str, value: object, what: str) -> CheckpointError:
+        return CheckpointError(f"{where}: {key} = {value!r:.80}: must be {what}",
+                               hint="the manifest was edited or damaged: remove the target's "
+                                    "files by hand and prepare again")
+
+    def typed(table: object, key: str, types: dict[str, type]) -> None:
+        if not isinstance(table, dict):
+            raise bad(key, table, "a table")
+        for name, kind in types.items():
+            value = table.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise bad(f"{key}.{name}", value, KIND_NAMES[kind])
+
+    layouts = manifest.get("layouts")
+    if not isinstance(layouts, dict):
+        raise bad("layouts", layouts, "a table of layouts")
+    for layout, entry in layouts.items():
+        typed(entry, f"layouts.{layout}", ENTRY_TYPES)
+        for index, record in enumerate(entry["files"]):
+            typed(record, f"layouts.{layout}.files[{index}]", FILE_TYPES)
+        for index, record in enumerate(entry["slices"]):
+            typed(record, f"layouts.{layout}.slices[{index}]", SLICE_TYPES)
 
 
 def write_manifest(backend: Backend, manifest: dict[str, Any]) -> None:
@@ -49,8 +86,13 @@ def new_manifest() -> dict[str, Any]:
 
 
 def layout_entry(spec: JobSpec, layout: str, nranks: int, bytes_per_rank: int,
-                 files: list[tuple[str, int]], slices: list[dict[str, Any]]) -> dict[str, Any]:
+                 files: list[tuple[str, int]], slices: list[dict[str, Any]],
+                 complete: bool = True) -> dict[str, Any]:
+    """A layout's record. prepare writes it first incomplete (the files it is about to
+    create, no slices yet), so that whatever stops it, clean can remove exactly those
+    files; then complete, with every writer's slices and hashes."""
     return {
+        "complete": complete,
         "nranks": nranks,
         "replicas": spec.replicas,
         "bytes_per_rank": bytes_per_rank,
@@ -68,15 +110,19 @@ def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
                     nranks: int, bytes_per_rank: int) -> dict[str, Any]:
     """The manifest entry for this layout, checked against the job and the rank count."""
     target = spec.target_path
-    command = f"mpiexec -n {nranks} stampede prepare {spec.source}"
+    command = spec.command("prepare", nranks)
     if manifest is None:
         raise CheckpointError(f"{target}: no checkpoint prepared here ({MANIFEST_NAME} missing)",
-                              hint=f"run `{command}` first (with the same --set options)")
+                              hint=f"run `{command}` first")
     entry = manifest["layouts"].get(layout)
     if entry is None:
         raise CheckpointError(f"{target}: layout {layout!r} was not prepared here "
                               f"(prepared: {', '.join(sorted(manifest['layouts'])) or 'none'})",
                               hint=f"run `{command}` first")
+    if entry.get("complete") is False:   # absent in manifests of older stampedes: complete
+        raise CheckpointError(f"{target}: layout {layout!r} was not prepared to the end (the "
+                              "prepare was interrupted or failed): its files are incomplete",
+                              hint=f"run `{command}` again (or `clean` to remove them)")
     prepared = (entry["nranks"], entry.get("replicas", 1), entry["bytes_per_rank"], entry["format"])
     if spec.format != "raw" and entry.get("dtype") != spec.dtype:
         raise CheckpointError(f"{target}: layout {layout!r} was prepared with checkpoint.dtype "
@@ -93,7 +139,14 @@ def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
     if prepared != (nranks, spec.replicas, bytes_per_rank, spec.format):
         raise CheckpointError(
             f"{target}: layout {layout!r} was prepared for {entry['nranks']} ranks "
-            f"({prepared[1]} replicas) x {entry['bytes_per_rank']} bytes ({entry['format']}); "
-            f"this run needs {nranks} ranks ({spec.replicas} replicas) x {bytes_per_rank} bytes "
-            f"({spec.format})", hint=f"run `{command}` again")
+            f"({prepared[1]} replicas) x {_size(entry['bytes_per_rank'])} ({entry['format']}); "
+            f"this run needs {nranks} ranks ({spec.replicas} replicas) x "
+            f"{_size(bytes_per_rank)} ({spec.format})", hint=f"run `{command}` again")
     return entry
+
+
+def _size(nbytes: int) -> str:
+    """'256 MiB (268,435,456 B)': readable, and exact where a mismatch may be a few bytes."""
+    from stampede.units import format_bytes
+
+    return f"{format_bytes(nbytes)} ({nbytes:,} B)"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,9 +44,10 @@ from stampede.checkpoint.plan import (
 from stampede.errors import CheckpointError, UsageError
 from stampede.results.progress import progress_bar
 from stampede.spec import JobSpec
+from stampede.units import format_bytes
 
 
-def _check_target(spec: JobSpec, backend: Backend) -> dict[str, Any]:
+def _check_target(spec: JobSpec, backend: Backend, nranks: int) -> dict[str, Any]:
     """Rank 0: the target exists (or is created) and is ours to write into."""
     if backend.name == "posix":
         root = Path(spec.target_path)
@@ -53,6 +56,11 @@ def _check_target(spec: JobSpec, backend: Backend) -> dict[str, Any]:
                                   hint="give the real directory")
         if root.exists() and not root.is_dir():
             raise CheckpointError(f"target.path = {spec.target_path!r} is not a directory")
+    space = space_needed(spec, nranks)   # before anything is created, the root included
+    if space.free_bytes is not None and not space.fits:
+        raise CheckpointError(f"target.path = {spec.target_path!r}: {space.describe()}",
+                              hint="a smaller checkpoint.size, or another target.path")
+    created_root = backend.name == "posix" and not Path(spec.target_path).exists()
     try:
         backend.ensure_root()
     except OSError as error:
@@ -65,7 +73,72 @@ def _check_target(spec: JobSpec, backend: Backend) -> dict[str, Any]:
         raise CheckpointError(
             f"target.path = {spec.target_path!r} is not empty and was not prepared by stampede"
             f" (no {MANIFEST_NAME})", hint="give an empty or new directory (or prefix)")
-    return manifest or new_manifest()
+    if manifest is None:
+        # clean removes the directory too, when prepare made it and nothing else is in it
+        manifest = {**new_manifest(), "created_root": created_root}
+    return manifest
+
+
+@dataclass(frozen=True)
+class Space:
+    """What a prepare would write, against what the target can take (POSIX only)."""
+
+    bytes_written: int           # every layout's files, headers included
+    files: int
+    largest_file_bytes: int
+    free_bytes: int | None       # for the writer (statvfs f_bavail); None: not known
+    present_bytes: int           # of those files, already on disk (rewritten in place)
+    file_limit_bytes: int | None  # RLIMIT_FSIZE, when set
+    where: str
+
+    @property
+    def fits(self) -> bool:
+        room = self.free_bytes is None or self.bytes_written - self.present_bytes <= self.free_bytes
+        return room and (self.file_limit_bytes is None
+                         or self.largest_file_bytes <= self.file_limit_bytes)
+
+    def describe(self) -> str:
+        text = (f"prepare writes {format_bytes(self.bytes_written)} "
+                f"({self.bytes_written:,} bytes) in {self.files} file(s)")
+        if self.free_bytes is None:
+            return text + f"; free space not checked ({self.where})"
+        text += (f"; {format_bytes(self.free_bytes)} free at {self.where}"
+                 + (f" ({format_bytes(self.present_bytes)} of it rewritten in place)"
+                    if self.present_bytes else ""))
+        if self.file_limit_bytes is not None and self.largest_file_bytes > self.file_limit_bytes:
+            return text + (f"; the largest file, {format_bytes(self.largest_file_bytes)}, is "
+                           f"over this process's file-size limit ({self.file_limit_bytes:,} B)")
+        return text + ("; it fits" if self.fits else "; it does not fit")
+
+
+HEADER_MARGIN_BYTES = 1 << 20   # a formatted file's header and alignment, at the most
+
+
+def space_needed(spec: JobSpec, nranks: int) -> Space:
+    """Rank 0 or `plan`, before any write: the bytes every layout's files take, and (POSIX)
+    the free space of the target's file system (statvfs, on the target or its nearest
+    existing parent) and this process's file-size limit."""
+    sizes: dict[str, int] = {}
+    for layout in spec.layouts:
+        for relpath, nbytes in checkpoint_files(spec, layout, nranks):
+            sizes[relpath] = nbytes + (HEADER_MARGIN_BYTES if spec.format != "raw" else 0)
+    total, largest = sum(sizes.values()), max(sizes.values(), default=0)
+    if "://" in spec.target_path:
+        return Space(total, len(sizes), largest, None, 0, None, "an object store")
+    root = Path(spec.target_path).absolute()
+    existing = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
+    status = os.statvfs(existing)
+    present = sum(min(_size_of(root / relpath), size) for relpath, size in sizes.items())
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return Space(total, len(sizes), largest, status.f_bavail * status.f_frsize, present,
+                 None if soft == resource.RLIM_INFINITY else soft, str(existing))
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 Offsets = dict[str, dict[str, int]]   # relpath -> tensor -> file offset of its first byte
@@ -88,6 +161,11 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
     for record in manifest["layouts"].get(layout, {}).get("files", []):
         if record["path"] not in keep:
             backend.remove(record["path"])
+    # Recorded before the first byte is written: whatever stops this prepare (Ctrl-C, a
+    # full disk, a killed rank), clean and the next prepare know every file it made.
+    manifest["layouts"][layout] = layout_entry(spec, layout, nranks, bytes_per_rank(spec, nranks),
+                                               list(files), [], complete=False)
+    write_manifest(backend, manifest)
     if backend.name != "posix":   # objects are written whole, in sequence, by one rank each
         return {}, []
     root = Path(spec.target_path)
@@ -192,7 +270,8 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True,
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
     whole_files = backend.name != "posix"
-    manifest = mpi.on_root(comm, "checking the target", partial(_check_target, spec, backend))
+    manifest = mpi.on_root(comm, "checking the target",
+                           partial(_check_target, spec, backend, nranks))
     writer = _Writer(spec, rank, backend)
     if copied is not None:   # the user's tensors instead of synthetic bytes
         writer.content = copied

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from stampede.errors import UsageError
+from stampede.errors import UsageError, install_hint
 from stampede.launcher import find_mpiexec
 from stampede.results.definitions import METRICS
 
@@ -34,7 +34,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None and args.np > 1:
         raise UsageError(f"demo --np {args.np} needs mpiexec, and none was found",
-                         hint="pip install 'stampede[mpi]' (mpi4py and MPICH), or demo --np 1")
+                         hint=f"{install_hint('mpi')} (mpi4py and MPICH), or demo --np 1")
     workdir = Path(tempfile.mkdtemp(prefix="stampede-demo-"))
     job = workdir / "demo.toml"
     job.write_text(

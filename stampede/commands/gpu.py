@@ -12,6 +12,9 @@ from typing import Any
 from stampede.run import h2d
 from stampede.run.devices import LINK_PEAKS_GBPS
 
+# The modes each device can run (host has no pinned memory): the defaults work as given.
+DEFAULT_MODES = {"cuda": "pageable,pinned,file", "host": "pageable,file"}
+
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
@@ -25,8 +28,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                           "as not a GPU: for tests)")
     sub.add_argument("--sizes", default=h2d.DEFAULT_SIZES,
                      help=f"bytes per copy (default {h2d.DEFAULT_SIZES})")
-    sub.add_argument("--modes", default="pageable,pinned,file",
-                     help=f"comma-separated, of {', '.join(h2d.MODES)}")
+    sub.add_argument("--modes", default=None,
+                     help=f"comma-separated, of {', '.join(h2d.MODES)} (default: "
+                          f"{DEFAULT_MODES['cuda']} on cuda, {DEFAULT_MODES['host']} on host)")
     sub.add_argument("--trials", type=int, default=5, help="measured trials (default 5)")
     sub.add_argument("--warmup", type=int, default=1, help="trials run and dropped (default 1)")
     sub.add_argument("--cache", default="cold", choices=("cold", "warm"),
@@ -48,6 +52,8 @@ def parse_request(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[str,
         sizes = tuple(parse_size(text.strip()) for text in args.sizes.split(",") if text.strip())
     except ValueError as error:
         raise UsageError(f"--sizes {args.sizes!r}: {error}") from None
+    if args.modes is None:
+        args.modes = DEFAULT_MODES[args.device]
     modes = tuple(text.strip() for text in args.modes.split(",") if text.strip())
     unknown = [mode for mode in modes if mode not in h2d.MODES]
     if not sizes or min(sizes) <= 0 or not modes or unknown:

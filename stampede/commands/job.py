@@ -79,8 +79,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stampede.checkpoint.formats import require_packages
     from stampede.errors import RunFailed
     from stampede.existing.relayout import resolve
-    from stampede.results.archive import append_rows, check_appendable, write_sidecar
-    from stampede.results.rows import archive_rows, sidecar
+    from stampede.results.archive import check_appendable
+    from stampede.run.interrupt import Interrupts
     from stampede.run.job import run_job
     from stampede.spec import load_job
 
@@ -89,27 +89,99 @@ def cmd_run(args: argparse.Namespace) -> int:
     comm = mpi.world()
     spec, _ = resolve(comm, spec)
     mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
+    strategies = spec.assign if spec.checkpoint_source == "existing" else spec.layouts
     if comm.Get_rank() == 0:
-        strategies = (f"assign {', '.join(spec.assign)}" if spec.checkpoint_source == "existing"
-                      else f"layouts {', '.join(spec.layouts)}")
-        print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), {strategies}, "
-              f"{spec.warmup} warmup + {spec.iterations} iterations "
+        print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), "
+              f"{'assign' if spec.checkpoint_source == 'existing' else 'layouts'} "
+              f"{', '.join(strategies)}, {spec.warmup} warmup + {spec.iterations} iterations "
               f"each, cache {spec.cache}, target {spec.target_path}", file=sys.stderr, flush=True)
-    context, runs = run_job(comm, spec)
-    if comm.Get_rank() == 0:
-        rows = [row for run in runs for row in archive_rows(spec, context, run)]
-        append_rows(spec.archive_path, rows)
-        sidecar_file = write_sidecar(spec.archive_path, context.run_id, sidecar(spec, context, runs))
-        from stampede.results.report import make_console, render_run
-        console = make_console()
-        render_run(rows, console, [text for run in runs for text in run.messages])
-        console.print(f"archived: {spec.archive_path} (+ {sidecar_file})")
+    archiver = _Archiver(spec, len(strategies), comm.Get_rank() == 0)
+    interrupts = Interrupts().install()
+    try:
+        _, runs = run_job(comm, spec, archiver.layout_done, interrupts, archiver.tick)
+    finally:
+        interrupts.restore()
+        archiver.progress.close()
+    archiver.finish()
+    if interrupts.received:
+        stopped = RunFailed(f"stopped by {interrupts.name}: {archiver.unmeasured(strategies)}")
+        stopped.exit_status, stopped.collective = 128 + interrupts.received, True
+        raise stopped
     failed = [f"{run.layout}: {run.invalid_reason}" for run in runs if run.invalid_reason]
     if failed:
         error = RunFailed("run finished with errors, archived as invalid: " + "; ".join(failed))
         error.collective = True  # every rank took the same decisions, so every rank is here
         raise error
     return 0
+
+
+class _Archiver:
+    """Rank 0's side of a run: each layout reported and archived as it completes (its rows
+    appended whole, the sidecar rewritten with every layout so far), so a run stopped
+    later (a signal, a failure) keeps what it measured; the summary at the end. Every
+    rank keeps its progress line object (enabled on rank 0 only)."""
+
+    def __init__(self, spec: Any, layouts: int, root: bool) -> None:
+        from stampede.results.progress import Progress
+
+        self.spec, self.layouts, self.root = spec, layouts, root
+        self.rows: list[dict[str, str]] = []
+        self.runs: list[Any] = []
+        self.messages: list[str] = []
+        self.console: Any = None
+        self.sidecar_file: Any = None
+        self.progress = Progress(root)
+        self.steps = 0
+        self.total_steps = layouts * (spec.warmup + spec.iterations)
+
+    def tick(self, layout: str, iteration: int, seconds: float) -> None:
+        from stampede.run.verdict import iteration_name
+        from stampede.units import format_seconds
+
+        self.steps += 1
+        which = iteration_name(iteration, self.spec.warmup) + \
+            (f" of {self.spec.iterations}" if iteration >= 0 else "")
+        self.progress.step(f"{layout} ({len(self.runs) + 1}/{self.layouts}): {which} took "
+                           f"{format_seconds(seconds)}", self.steps, self.total_steps,
+                           final=iteration == self.spec.iterations - 1)
+
+    def layout_done(self, context: Any, run: Any) -> None:
+        """Rank 0, collectively: report the layout, then archive it (whole or not at all)."""
+        from stampede.results.archive import append_rows, write_sidecar
+        from stampede.results.report import make_console, render_header, render_layout
+        from stampede.results.rows import archive_rows, sidecar
+
+        self.steps = (len(self.runs) + 1) * (self.spec.warmup + self.spec.iterations)
+        if run.interrupted:
+            return   # not measured to the end: nothing of it is archived
+        rows = archive_rows(self.spec, context, run)
+        self.progress.close()
+        if self.console is None:
+            self.console = make_console()
+            render_header(rows[0], self.console)
+        render_layout(rows, self.console)
+        append_rows(self.spec.archive_path, rows)
+        self.rows += rows
+        self.runs.append(run)
+        self.messages += run.messages
+        self.sidecar_file = write_sidecar(self.spec.archive_path, context.run_id,
+                                          sidecar(self.spec, context, self.runs))
+
+    def finish(self) -> None:
+        if not self.root or self.console is None:
+            return
+        from stampede.results.report import render_summary
+
+        render_summary(self.rows, self.console, self.messages)
+        self.console.print(f"archived: {self.spec.archive_path} (+ {self.sidecar_file})",
+                           markup=False)
+
+    def unmeasured(self, strategies: tuple[str, ...]) -> str:
+        done = [run.layout for run in self.runs]
+        left = [name for name in strategies if name not in done]
+        kept = ", ".join(done) or "none"
+        return (f"archived {kept}; not measured (nothing of them archived): "
+                f"{', '.join(left) or 'none'}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -120,6 +192,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from stampede.checkpoint.prepare import prepare
     from stampede.existing.relayout import SourceContent, resolve
     from stampede.spec import load_job
+    from stampede.units import format_bytes
 
     spec = load_job(args.job, overrides(args))
     require_packages(spec)
@@ -133,14 +206,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         for layout in spec.layouts:
             entry = manifest["layouts"][layout]
             total = sum(record["bytes"] for record in entry["files"])
-            print(f"prepared {layout}: {len(entry['files'])} file(s), {total} bytes for "
-                  f"{entry['nranks']} ranks in {spec.target_path}")
+            print(f"prepared {layout}: {len(entry['files'])} file(s), {format_bytes(total)} "
+                  f"({total:,} bytes) for {entry['nranks']} ranks in {spec.target_path}")
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from stampede.backends import backend_name_for
     from stampede.checkpoint.plan import checkpoint_files, plan_rank, reads_storage, shown_ranks
+    from stampede.checkpoint.prepare import space_needed
     from stampede.results.report import make_console
     from stampede.results.report_plan import render_plan
     from stampede.spec import load_job
@@ -172,7 +246,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         layouts.append((layout, checkpoint_files(spec, layout, nranks),
                         [(rank, plan, plan is not None and reads_storage(spec, plan))
                          for rank, plan in plans]))
-    render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, make_console())
+    space = space_needed(spec, nranks).describe()
+    render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, space, make_console())
     return 0
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from stampede.errors import UsageError
+from stampede.errors import UsageError, install_hint
 from stampede.launcher import find_mpiexec
 
 
@@ -48,7 +48,7 @@ def cmd_startup(args: argparse.Namespace) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise UsageError("startup --np needs mpiexec, and none was found",
-                         hint="pip install 'stampede[mpi]'")
+                         hint=install_hint("mpi"))
     command = [mpiexec, "-n", str(args.np), sys.executable, "-P", "-m", "stampede", "startup",
                "--archive", args.archive, *(["--import", ",".join(imports)] if imports else [])]
     for _ in range(args.repeat):

@@ -10,7 +10,7 @@ from typing import Any
 
 from stampede.checkpoint.formats import open_hdf5
 from stampede.dtypes import from_numpy
-from stampede.errors import CheckpointError, UsageError
+from stampede.errors import CheckpointError, UsageError, install_hint
 from stampede.existing.catalogue import Catalogue, Location, TensorInfo, make_catalogue
 
 SUFFIXES = (".h5", ".hdf5")
@@ -27,7 +27,7 @@ def _h5py() -> Any:
         import h5py
     except ImportError as error:
         raise CheckpointError(f"HDF5 checkpoints need h5py ({error})",
-                              hint="pip install h5py (or stampede's `hdf5` extra)") from None
+                              hint=install_hint("hdf5")) from None
     return h5py
 
 

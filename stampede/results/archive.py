@@ -19,17 +19,19 @@ Not-applicable cells (a stat has no GB/s) are empty.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import io
 import json
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stampede.errors import UsageError
+from stampede.errors import RunFailed, UsageError
 from stampede.results.cells import LINE, SOURCE, cell
 from stampede.spec import OPTIONS
 from stampede.values import read_text
@@ -73,52 +75,98 @@ def _encode(rows: Iterable[Mapping[str, object]]) -> str:
 
 
 def check_appendable(path: str | Path) -> None:
-    """Before a run: the archive is new, or has this schema's header, and can be written."""
+    """Before a run, before any I/O: the archive is a regular file with this schema's
+    header, or a path where one can be created, and it can be written. Anything else (a
+    device such as /dev/null or /dev/full, a FIFO, a directory) is refused: a run would
+    end with its results lost, or never end."""
     path = Path(path)
-    header = ",".join(COLUMNS)
+    where = f"archive.path = {str(path)!r}"
     try:
-        with open(path) as stream:
-            first = stream.readline().rstrip("\n")
+        status = os.stat(path)
     except FileNotFoundError:
-        first = header
+        status = None
     except OSError as error:
-        raise UsageError(f"archive.path = {str(path)!r}: cannot read it ({error.strerror})") from None
-    if first and first != header:
-        raise UsageError(f"archive.path = {str(path)!r}: the file's header is not this "
-                         f"stampede's CSV schema {ARCHIVE_SCHEMA}",
-                         hint="give a new archive.path; old archives still load in `stampede report`")
+        raise UsageError(f"{where}: cannot stat it ({error.strerror})") from None
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        raise UsageError(f"{where}: is {_kind(status.st_mode)}, not a regular file",
+                         hint="an archive is a CSV file, or a path where one can be created")
+    if status is not None and status.st_size:
+        with open(path, "rb") as stream:   # a regular file: reading cannot block
+            first = stream.readline().decode(errors="replace").rstrip("\n")
+        if first != ",".join(COLUMNS):
+            raise UsageError(f"{where}: the file's header is not this stampede's CSV schema "
+                             f"{ARCHIVE_SCHEMA}", hint="give a new archive.path; old archives "
+                                                       "still load in `stampede report`")
     directory = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not directory.is_dir() and directory != path:
+        raise UsageError(f"{where}: {directory} is not a directory")
     if not os.access(directory if directory != path else path, os.W_OK):
-        raise UsageError(f"archive.path = {str(path)!r}: {directory} is not writable")
+        raise UsageError(f"{where}: {directory} is not writable")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]]) -> None:
-    """Append a run's rows in one write under an exclusive lock, then fsync.
+    """Append rows in one write under an exclusive lock, then fsync: whole or not at all.
 
-    The lock makes concurrent runs appending to one archive interleave whole runs; the
-    single write and fsync mean a crash leaves earlier rows intact.
+    The lock makes concurrent runs appending to one archive interleave whole runs; a write
+    that fails (a full disk, a quota) is cut back off, so the archive is exactly as it was
+    (RunFailed, exit 1); a crash leaves earlier rows intact, and a torn last line is
+    skipped by readers and followed by a new line at the next append.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    where = f"archive.path = {str(path)!r}"
     header = ",".join(COLUMNS) + "\n"
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    payload = _encode(rows)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise RunFailed(f"{where}: cannot open it to append ({error.strerror})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise UsageError(f"{where}: is {_kind(status.st_mode)}, not a regular file")
+        size = status.st_size
+        prefix = header
         if size:
             first = os.pread(fd, len(header) + 1, 0).decode(errors="replace")
             if not first.startswith(header):
-                raise UsageError(f"archive.path = {str(path)!r}: the file's header is not this "
-                                 f"stampede's CSV schema {ARCHIVE_SCHEMA}",
-                                 hint="give a new archive.path; old archives still load in "
-                                      "`stampede report`")
-            if os.pread(fd, 1, size - 1) != b"\n":  # a torn last line from a crash
-                os.write(fd, b"\n")
-        payload = ("" if size else header) + _encode(rows)
-        os.write(fd, payload.encode())
-        os.fsync(fd)
+                raise UsageError(f"{where}: the file's header is not this stampede's CSV "
+                                 f"schema {ARCHIVE_SCHEMA}", hint="give a new archive.path; "
+                                 "old archives still load in `stampede report`")
+            prefix = "" if os.pread(fd, 1, size - 1) == b"\n" else "\n"  # after a torn line
+        try:
+            _write_all(fd, (prefix + payload).encode())
+            os.fsync(fd)
+        except OSError as error:
+            _cut_back(fd, size)
+            raise RunFailed(f"{where}: appending {len(rows)} row(s) failed "
+                            f"({error.strerror or error}); the archive is as it was before "
+                            "them") from None
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _cut_back(fd: int, size: int) -> None:
+    """Remove what a failed append wrote (a truncate frees blocks: it cannot need space)."""
+    os.ftruncate(fd, size)
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
@@ -128,6 +176,11 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or "run_id" not in reader.fieldnames:
         raise UsageError(f"{path}: not a stampede archive (no run_id column)")
+    missing = [column for column in REQUIRED_COLUMNS if column not in reader.fieldnames]
+    if missing:
+        raise UsageError(f"{path}: not a whole stampede archive: its header lacks the "
+                         f"column(s) {', '.join(missing)}",
+                         hint="every schema since 1 has them; was the file edited?")
     rows = []
     for row in reader:
         if None in row or any(value is None for value in row.values()):
@@ -154,14 +207,20 @@ def sidecar_path(archive: str | Path, run_id: str) -> Path:
 
 
 def write_sidecar(archive: str | Path, run_id: str, document: Mapping[str, Any]) -> Path:
-    """Full metadata of one run, written to a temporary name and renamed into place."""
+    """Full metadata of one run, written to a temporary name and renamed into place (a
+    rewrite replaces it whole). A failed write removes the temporary file: RunFailed."""
     path = sidecar_path(archive, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as stream:
-        json.dump(_finite(document), stream, indent=1, sort_keys=True, default=str,
-                  allow_nan=False)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "w") as stream:
+            json.dump(_finite(document), stream, indent=1, sort_keys=True, default=str,
+                      allow_nan=False)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise RunFailed(f"{path}: writing the run's sidecar failed ({error.strerror or error})"
+                        ) from None
     return path

@@ -151,5 +151,6 @@ class LayoutRun:
     bytes_total: int = 0         # all ranks' bytes, when they differ by rank (existing)
     digests: tuple[dict[str, Any], ...] = ()   # existing checkpoints: what each rank read
     notes: tuple[str, ...] = ()  # warnings from the ranks (a drop_caches refused, ...)
+    interrupted: bool = False    # stopped by a signal: not measured to the end, not archived
 
 

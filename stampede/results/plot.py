@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stampede.errors import install_hint
 from stampede.results.cells import number
 from stampede.results.model import TIMELINE_COLUMNS
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 KINDS = ("cdf", "scaling", "timeline")
-INSTALL_HINT = "pip install -e '.[plot]'"
+INSTALL_HINT = install_hint("plot")
 DPI = 110
 Row = dict[str, str]
 

@@ -8,6 +8,7 @@ computed. rich is imported here, lazily, and only rank 0 ever calls these module
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -40,26 +41,54 @@ def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> A
     return table
 
 
-def _runs(rows: Iterable[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
-    grouped: dict[str, list[dict[str, str]]] = {}
+def _runs(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    grouped: dict[str, list[Row]] = {}
     for row in rows:
         grouped.setdefault(row["run_id"], []).append(row)
     return grouped
 
 
-# Output to a file or pipe (CI logs, `| less`) is not squeezed into 80 columns.
+# Output to a file or pipe (CI logs, `| less`) without COLUMNS is not squeezed into 80.
 PIPE_WIDTH = 120
+NARROW = 100   # below this width the restore table shows its essential columns only
+
+
+def terminal_width() -> int | None:
+    """The width to render at: COLUMNS, else stdout's terminal's, else (under mpiexec or
+    srun, whose ranks write to a pipe the launcher copies to the user's terminal) the
+    controlling terminal's, else None (a file, a pipe, a batch log)."""
+    from stampede.launcher import launcher_size
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(1).columns
+    except OSError:
+        pass
+    if launcher_size() is None:
+        return None
+    try:
+        descriptor = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        return os.get_terminal_size(descriptor).columns
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
 
 
 def make_console(file: Any = None, width: int | None = None) -> Any:
     from rich.console import Console
-    console = Console(file=file, width=width, highlight=False)
-    if width is None and not console.is_terminal:
-        console.width = PIPE_WIDTH
-    return console
+
+    if width is None and file is None:
+        width = terminal_width() or PIPE_WIDTH
+    return Console(file=file, width=width, highlight=False)
 
 
-def render_archive(rows: Sequence[dict[str, str]], console: Any, run_ids: Sequence[str] = (),
+def render_archive(rows: Sequence[Row], console: Any, run_ids: Sequence[str] = (),
                    last: int = 1) -> None:
     """The chosen runs in full (default: the last one), then every run's restore in a line."""
     grouped = _runs(rows)
@@ -74,15 +103,28 @@ def render_archive(rows: Sequence[dict[str, str]], console: Any, run_ids: Sequen
         render_history(rows, console)
 
 
-def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[str] = ()) -> None:
+def render_run(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
+    """A whole run, as `stampede report` shows it: what ran, the layouts ranked, each
+    layout's ops, the warnings (each once), the errors."""
     first = rows[0]
     if first["job"] == "gpu" and first.get("device"):
         render_gpu(rows, console)   # `stampede gpu` runs: one line per mode and size
         return
+    if first["layout"] == "startup":
+        render_header(first, console)
+        _render_startup(rows, console)
+        return
+    render_header(first, console)
+    for layout in dict.fromkeys(row["layout"] for row in rows):
+        render_layout([row for row in rows if row["layout"] == layout], console)
+    render_summary(rows, console, messages)
+
+
+def render_header(first: Row, console: Any) -> None:
+    """The run's title and what it ran (from its first row: every row carries it)."""
     console.print()
     console.rule(f"[bold]stampede[/] {first['job']}  run {first['run_id']}")
     if first["layout"] == "startup":
-        _render_startup(rows, console)
         return
     console.print(
         f"{first['nranks']} ranks on {first['nnodes']} node(s) ({first['ranks_per_node']}/node), "
@@ -93,35 +135,103 @@ def render_run(rows: Sequence[dict[str, str]], console: Any, messages: Sequence[
         f"verify {first.get('verify', 'none')}, {first['timestamp']}"
         + (f"\nh2d {first['h2d']} to [bold]{first.get('device', '')}[/]"
            if first.get("h2d", "none") not in ("none", "") else ""))
-    restores = sorted((row for row in rows if row["op"] == "restore"),
-                      key=lambda row: number(row, "time_to_last_rank_s"))
-    table = new_table("Restore: time until every rank holds its bytes (best first)",
-                   ("layout", "last\nrank", "min-max", "first\ndone", "strag-\ngler", "agg\nGB/s",
-                    "slowest\nGB/s", "storage\nops/it", "storage\npart", "network\npart", "valid"),
-                   left=("layout",))
-    for row in restores:  # none in rows imported from IOR or mdtest
-        table.add_row(
-            row["layout"], seconds(row, "time_to_last_rank_s"),
-            spread_text(row, "time_to_last_rank_min_s", "time_to_last_rank_max_s"),
-            seconds(row, "first_done_s"), f"{number(row, 'straggler_ratio'):.2f}",
-            format_number(number(row, "agg_gbps")), format_number(number(row, "slowest_rank_gbps")),
-            format_number(number(row, "storage_ops_per_iteration")), seconds(row, "storage_s"),
-            seconds(row, "network_s"),
-            "yes" if row["valid"] == "true" else "[red]NO[/]")
-    if restores:
-        console.print(table)
-    for row in restores:
-        slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} {format_seconds(float(item.rsplit(':', 1)[1]))}"
-                            for item in row["slowest_ranks"].split())
-        console.print(f"  {row['layout']}: slowest ranks (median restore): {slowest or '-'}")
-    for layout in dict.fromkeys(row["layout"] for row in rows):
-        _render_layout_ops([row for row in rows if row["layout"] == layout], console)
+
+
+def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
+    """The layouts ranked by time to last rank, the warnings once, the errors."""
+    _render_restores(rows, console)
+    render_warnings(rows, console)
     for message in messages:
-        console.print(f"[red]error:[/] {message}")
+        console.print(f"[red]error:[/] {message}", markup=True)
     console.print(f"[dim]{POINTER}[/]")
 
 
-def _render_startup(rows: Sequence[dict[str, str]], console: Any) -> None:
+def _ranked(rows: Sequence[Row]) -> list[tuple[Row, str]]:
+    """Restore rows, valid ones by time to last rank first, each with how it stands
+    against the best: a tie when their per-iteration min-max ranges overlap (the words
+    of `stampede compare`), else how much slower."""
+    restores = [row for row in rows if row["op"] == "restore"]
+    valid = sorted((row for row in restores if row["valid"] == "true"),
+                   key=lambda row: number(row, "time_to_last_rank_s"))
+    ranked: list[tuple[Row, str]] = []
+    for row in valid:
+        best = valid[0]
+        if row is best:
+            standing = "best" if len(valid) > 1 else "-"
+        elif number(row, "time_to_last_rank_min_s") <= number(best, "time_to_last_rank_max_s"):
+            standing = "tie (within spread)"
+        else:
+            ratio = number(row, "time_to_last_rank_s") / number(best, "time_to_last_rank_s")
+            standing = f"+{ratio - 1:.0%}"
+        ranked.append((row, standing))
+    ranked += [(row, "[red]INVALID[/]") for row in restores if row["valid"] != "true"]
+    return ranked
+
+
+def _last_rank(row: Row) -> str:
+    """'140 (138-146) ms': the median over iterations and its min-max, in one unit."""
+    unit, factor = seconds_unit(number(row, "time_to_last_rank_s"))
+    return (f"{format_in(number(row, 'time_to_last_rank_s'), factor)} "
+            f"({format_in(number(row, 'time_to_last_rank_min_s'), factor)}-"
+            f"{format_in(number(row, 'time_to_last_rank_max_s'), factor)}) {unit}")
+
+
+def _render_restores(rows: Sequence[Row], console: Any) -> None:
+    ranked = _ranked(rows)
+    if not ranked:   # rows imported from IOR or mdtest have no restore
+        return
+    wide = console.width >= NARROW
+    headers = ("layout", "last rank\n(min-max)", "vs best", "strag-\ngler", "agg\nGB/s",
+               "slowest\nGB/s") + (("first\ndone", "storage\nops/it", "storage\npart",
+                                      "network\npart") if wide else ())
+    table = new_table("Restore: time until every rank holds its bytes", headers,
+                      left=("layout", "vs best"))
+    for row, standing in ranked:
+        cells = [row["layout"], _last_rank(row), standing, f"{number(row, 'straggler_ratio'):.2f}",
+                 format_number(number(row, "agg_gbps")),
+                 format_number(number(row, "slowest_rank_gbps"))]
+        if wide:
+            cells += [seconds(row, "first_done_s"),
+                      format_number(number(row, "storage_ops_per_iteration")),
+                      seconds(row, "storage_s"), seconds(row, "network_s")]
+        table.add_row(*cells)
+    console.print(table)
+    for row, _ in ranked:
+        slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} "
+                            f"{format_seconds(float(item.rsplit(':', 1)[1]))}"
+                            for item in row["slowest_ranks"].split())
+        console.print(f"  {row['layout']}: slowest ranks (median restore): {slowest or '-'}",
+                      markup=False)
+
+
+def render_warnings(rows: Sequence[Row], console: Any) -> None:
+    """Each warning once: those every layout has for the run, then per layout only what
+    differs."""
+    by_layout: dict[str, list[str]] = {}
+    for row in rows:
+        if row["layout"] not in by_layout:
+            by_layout[row["layout"]] = [text for text in row.get("warnings", "").split(" | ")
+                                        if text]
+    if not by_layout:
+        return
+    common = set.intersection(*(set(texts) for texts in by_layout.values()))
+    if len(by_layout) == 1:
+        common = set()
+    for text in (text for text in next(iter(by_layout.values())) if text in common):
+        console.print(f"[yellow]warning:[/] {_escaped(text)}")
+    for layout, texts in by_layout.items():
+        for text in texts:
+            if text not in common:
+                console.print(f"[yellow]{layout}: warning:[/] {_escaped(text)}")
+
+
+def _escaped(text: str) -> str:
+    from rich.markup import escape
+
+    return str(escape(text))
+
+
+def _render_startup(rows: Sequence[Row], console: Any) -> None:
     """`stampede startup`: T_pod_init per rank, the same latency table as any op."""
     startup = next(row for row in rows if row["op"] == "startup")
     console.print(f"{startup['nranks']} ranks on {startup['nnodes']} node(s) "
@@ -132,36 +242,37 @@ def _render_startup(rows: Sequence[dict[str, str]], console: Any) -> None:
                   f"{seconds(startup, 'time_to_last_rank_s')}[/], first after "
                   f"{seconds(startup, 'first_done_s')}, straggler "
                   f"{number(startup, 'straggler_ratio'):.2f}; slowest ranks: {slowest or '-'}")
-    _render_layout_ops(rows, console)
+    render_layout(rows, console)
+    render_warnings(rows, console)
     console.print("[dim]interpreter = launch -> stampede's first line; import = stampede's run "
                   "modules and --import; mpi_init = MPI_Init; startup = launch -> MPI ready. "
                   "Wall clock (time.time_ns) across processes.[/]")
 
 
-def _render_layout_ops(rows: Sequence[dict[str, str]], console: Any) -> None:
+def render_layout(rows: Sequence[Row], console: Any) -> None:
+    """One layout: the latency of every op, all ranks and iterations; INVALID and why."""
     layout = rows[0]["layout"]
     approximate = rows[0].get("samples") == "histogram"
     table = new_table(f"{layout}: latency per op, all ranks and iterations"
-                   + (f" (p50-p99.9 from histograms, within {BUCKET_ERROR:.0%})" if approximate
-                      else ""),
-                   ("op", "unit", "count", "err", "min", "p50", "p90", "p99", "p99.9", "max",
-                    "ops/s", "agg\nGB/s"), left=("op", "unit"))
+                      + (f" (p50-p99.9 from histograms, within {BUCKET_ERROR:.0%})"
+                         if approximate else ""),
+                      ("op", "unit", "count", "err", "min", "p50", "p90", "p99", "p99.9", "max",
+                       "ops/s", "agg\nGB/s"), left=("op", "unit"))
     for row in rows:
         unit, factor = seconds_unit(number(row, "lat_p50_s"))
         table.add_row(row["op"], unit, row["count"], row["errors"] if row["errors"] == "0" else
                       f"[red]{row['errors']}[/]",
                       *(format_in(number(row, f"lat_{name}_s"), factor)
                         for name in ("min", "p50", "p90", "p99", "p999", "max")),
-                      format_number(number(row, "ops_per_s")), format_number(number(row, "agg_gbps")))
+                      format_number(number(row, "ops_per_s")),
+                      format_number(number(row, "agg_gbps")))
     console.print(table)
     first = rows[0]
     if first.get("invalid_reason"):
-        console.print(f"[red]{layout}: INVALID: {first['invalid_reason']}[/]")
-    for warning in filter(None, first.get("warnings", "").split(" | ")):
-        console.print(f"[yellow]{layout}: warning:[/] {warning}")
+        console.print(f"[red]{layout}: INVALID:[/] {_escaped(first['invalid_reason'])}")
 
 
-def render_history(rows: Sequence[dict[str, str]], console: Any) -> None:
+def render_history(rows: Sequence[Row], console: Any) -> None:
     table = new_table("Every run in the archive: time to last rank (restore, or startup)",
                    ("run", "job", "layout", "ranks", "cache", "bytes", "last\nrank",
                     "agg\nGB/s", "valid"), left=("run", "job", "layout"))
@@ -176,7 +287,7 @@ def render_history(rows: Sequence[dict[str, str]], console: Any) -> None:
     console.print(table)
 
 
-def render_gpu(rows: Sequence[dict[str, str]], console: Any) -> None:
+def render_gpu(rows: Sequence[Row], console: Any) -> None:
     """`stampede gpu`: one line per (mode, size), the device named on every report."""
     first = rows[0]
     console.print()

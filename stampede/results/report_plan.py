@@ -12,7 +12,7 @@ from stampede.results.samples import OPS
 from stampede.units import format_bytes
 
 
-def render_plan(spec: Any, nranks: int, backend: str, layouts: Sequence[Any],
+def render_plan(spec: Any, nranks: int, backend: str, layouts: Sequence[Any], space: str,
                 console: Any) -> None:
     """`stampede plan`: the validated options and who reads what; touches no storage.
     `layouts`: per layout (name, files, [(rank, plan, reads storage)]); rank -1 stands for
@@ -44,9 +44,10 @@ def render_plan(spec: Any, nranks: int, backend: str, layouts: Sequence[Any],
                               format_bytes(extent.length) if extent else "",
                               _counts(plan.op_counts(leads)), then, f"shard {plan.group}")
         console.print(table)
-    console.print(f"[dim]no storage was touched; `stampede prepare` writes these files, "
-                  f"`stampede run` reads them (cache {spec.cache}, {spec.iterations} iterations "
-                  f"+ {spec.warmup} warmup)[/]")
+    console.print(f"space: {space}", markup=False)
+    console.print(f"[dim]no storage was touched (the target's free space was asked); "
+                  f"`stampede prepare` writes these files, `stampede run` reads them (cache "
+                  f"{spec.cache}, {spec.iterations} iterations + {spec.warmup} warmup)[/]")
 
 
 def render_existing_plan(catalogue: Any, nranks: int, policies: Sequence[Any],

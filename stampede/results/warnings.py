@@ -20,7 +20,7 @@ NO_CLIENT_CACHE = ("s3", "gcs", "gs", "memory", "http", "https")
 
 
 def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
-                 fs_type: str, verify_in_restore: str = "") -> tuple[str, ...]:
+                 fs_type: str, checks: str = "") -> tuple[str, ...]:
     """Why a number should not be trusted as it stands; archived with the run."""
     notes = []
     ttlr = stats.restore.time_to_last_rank_s
@@ -40,9 +40,9 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     for op in stats.ops:
         if op.errors:
             notes.append(f"{op.op}: {op.errors} failed op(s)")
-    if verify_in_restore:
-        notes.append(f"verify={verify_in_restore}: hashing runs between reads, so restore times "
-                     "include it")
+    if checks:
+        notes.append(f"{checks}: restore times include checking the bytes (every layout "
+                     "checks each rank's bytes once, before its restore ends)")
     if cache == "warm" and fs_type not in NO_CLIENT_CACHE:
         notes.append("cache=warm: reads may come from the page cache, not the storage")
     if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
@@ -63,26 +63,22 @@ def residency_warning(cache: str, resident: float | None) -> tuple[str, ...]:
 
 
 def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
-    # Layouts that exchange verify the held shard after the restore; the others hash
-    # between reads, inside it.
-    checks = "+".join(filter(None, (spec.verify if spec.verify != "none" else "",
-                                    "finite check" if spec.check_finite else "")))
-    inline = checks if stats.layout not in EXCHANGE else ""
+    checks = " and ".join(filter(None, (f"run.verify = {spec.verify}" if spec.verify != "none"
+                                        else "", "run.check_finite" if spec.check_finite else "")))
     notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
-                         context.fs_type, inline)
+                         context.fs_type, checks)
     if spec.h2d == "host":
         notes += (f"h2d went to {context.device}: a stand-in for tests",)
     if stats.samples == "histogram":
         notes += (f"p50-p99.9 interpolated in log buckets (run.samples = histogram): within "
                   f"{BUCKET_ERROR:.0%} of the exact values; min, max, counts, GB/s and restore "
                   "times are exact",)
-    checking = " and ".join(filter(None, (
-        f"{spec.verify} hashing" if spec.verify != "none" else "",
-        "the finite check" if spec.check_finite else "")))
-    between = [what for what, on in ((checking, bool(inline)),
-                                      ("copies to the device", spec.h2d != "none"
-                                       and stats.layout not in EXCHANGE)) if on]
+    # Layouts that read into a reused block check and copy block by block, between reads;
+    # those that exchange do it after the exchange, on the held shard.
+    between = [what for what, on in (("checking", bool(checks)),
+                                      ("copies to the device", spec.h2d != "none"))
+               if on and stats.layout not in EXCHANGE]
     if between:
-        notes += (f"{' and '.join(between)} run between reads: the read op's aggregate GB/s "
-                  "spans them (its latencies do not)",)
+        notes += (f"{' and '.join(between)} run between reads here: the read op's aggregate "
+                  "GB/s spans them (its latencies do not)",)
     return notes

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from stampede.buffers import AlignedBuffer
-from stampede.errors import UsageError
+from stampede.errors import UsageError, install_hint
 
 DEVICES = ("cuda", "host")
 HOST_LABEL = "host (memcpy, not a GPU)"
@@ -69,7 +69,7 @@ class CudaDevice:
             import torch
         except ImportError:
             raise UsageError("--device cuda needs PyTorch, which is not installed",
-                             hint="pip install -e '.[gpu]' (or --device host to test the "
+                             hint=f"{install_hint('gpu')} (or --device host to test the "
                                   "path without a GPU; it is labelled as such)") from None
         if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
             raise UsageError("--device cuda: PyTorch sees no CUDA device on this node",

@@ -190,9 +190,9 @@ def _load_safetensors(device: Any, path: Path) -> None:
     try:
         from safetensors import safe_open
     except ImportError:
-        from stampede.errors import UsageError
+        from stampede.errors import UsageError, install_hint
         raise UsageError("--modes safetensors needs the safetensors package",
-                         hint="pip install -e '.[gpu]'") from None
+                         hint=install_hint("gpu")) from None
     with safe_open(str(path), framework="pt", device=f"cuda:{device.index}") as handle:
         for name in handle.keys():  # noqa: SIM118 - safe_open has keys(), no __iter__
             handle.get_tensor(name)

@@ -6,6 +6,7 @@ same for all of them (the backend, the device, the run's context) is set up here
 from __future__ import annotations
 
 import resource
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,16 +19,25 @@ from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
 from stampede.results.rows import new_run_id, now_stamp
-from stampede.run.layout import plan_for, run_layout
+from stampede.run.interrupt import Interrupts
+from stampede.run.layout import Tick, plan_for, run_layout
 from stampede.spec import JobSpec
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
 
 
-def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
+# Called on rank 0 after each layout, collectively (its error is every rank's): archive it.
+AfterLayout = Callable[[RunContext, LayoutRun], None]
+
+
+def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
+            interrupts: Interrupts | None = None,
+            tick: Tick | None = None) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout (or, for an existing checkpoint, every assign policy) of the job in
-    turn; results are complete on rank 0 only."""
+    turn, each handed to `after_layout` as it completes; a signal stops at the end of the
+    iteration it arrives in, and no layout is started after it. Results are complete on
+    rank 0 only."""
     nranks = comm.Get_size()
     catalogue: Catalogue | None = None
     if spec.checkpoint_source == "existing":
@@ -50,10 +60,16 @@ def run_job(comm: Any, spec: JobSpec) -> tuple[RunContext, list[LayoutRun]]:
         device = mpi.collective(comm, "opening the device",
                                 partial(open_device, spec.h2d.split("-")[0], local_rank))
     context = new_context(comm, spec, backend, device, catalogue)
+    runs: list[LayoutRun] = []
     try:
-        runs = [run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts,
-                           catalogue)
-                for layout in strategies]
+        for layout in strategies:
+            run = run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts,
+                             catalogue, interrupts, tick)
+            runs.append(run)
+            if after_layout is not None:
+                mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
+            if run.interrupted:
+                break
     finally:
         if device is not None:
             device.close()

@@ -10,6 +10,7 @@ rank 0 once per layout (stampede.run.gather).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from stampede.checkpoint.plan import RankPlan, bytes_per_rank, plan_rank
 from stampede.results.model import LayoutRun
 from stampede.results.samples import ITER, RANK
 from stampede.run import cache, gather
+from stampede.run.interrupt import Interrupts
 from stampede.run.pattern import Log, PhaseOutcome, run_pattern
 from stampede.run.setup import MAX_MESSAGES, RankSetup, build_setup
 from stampede.run.verdict import Totals, iteration_name, judge
@@ -47,6 +49,11 @@ class Phases:
     resident: list[float] = field(default_factory=list)     # per measured iteration
     invalid_reason: str = ""
     failed_iteration: int | None = None
+    interrupted: bool = False
+
+
+# Called on every rank after each phase: (layout, iteration, seconds it took here).
+Tick = Callable[[str, int, float], None]
 
 
 def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: int,
@@ -60,7 +67,8 @@ def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: in
 
 def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                entry: dict[str, Any], device: Any, hosts: tuple[str, ...],
-               catalogue: Catalogue | None = None) -> LayoutRun:
+               catalogue: Catalogue | None = None, interrupts: Interrupts | None = None,
+               tick: Tick | None = None) -> LayoutRun:
     """One layout, every iteration; the statistics are complete on rank 0, whose `hosts`
     (host of each rank) put the ranks' stamps on one time axis."""
     plan = plan_for(spec, catalogue, layout, comm.Get_size(), comm.Get_rank())
@@ -69,7 +77,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
     with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
         setup = build_setup(comm, spec, plan, backend, entry, buffer, device, catalogue)
-        phases = run_phases(comm, spec, setup, catalogue)
+        phases = run_phases(comm, spec, setup, catalogue, interrupts, tick)
         if setup.group is not None:
             mpi.free(setup.group, comm)
         if device is not None:
@@ -78,9 +86,10 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                          gather.retries(comm, backend, retries_before))
 
 
-def run_phases(comm: Any, spec: JobSpec, setup: RankSetup,
-               catalogue: Catalogue | None = None) -> Phases:
-    """Every iteration of one layout on this rank, until the verdict says stop."""
+def run_phases(comm: Any, spec: JobSpec, setup: RankSetup, catalogue: Catalogue | None = None,
+               interrupts: Interrupts | None = None, tick: Tick | None = None) -> Phases:
+    """Every iteration of one layout on this rank, until the verdict says stop (a signal
+    received on any rank among the reasons, at the iteration's end)."""
     phases = Phases()
     if catalogue is not None and catalogue.format == "dcp" and spec.check_finite \
             and comm.Get_rank() == 0:
@@ -89,7 +98,11 @@ def run_phases(comm: Any, spec: JobSpec, setup: RankSetup,
     for iteration in range(-spec.warmup, spec.iterations):
         cached, asked = _cache_state(comm, spec, setup, phases, drops_caches)
         outcome = _phase(comm, spec, setup, iteration, phases)
-        totals = _totals(comm, spec, setup.plan.layout, outcome, cached, asked)
+        signalled = int(bool(interrupts and interrupts.received))
+        totals = _totals(comm, spec, setup.plan.layout, outcome, cached, asked, signalled)
+        if tick is not None:
+            tick(setup.plan.layout, iteration,
+                 (time.perf_counter_ns() - phases.origins[iteration]) / 1e9)
         if iteration >= 0 and totals.asked:
             phases.resident.append(totals.cached / totals.asked)
         verdict = judge(totals, iteration, spec.warmup, phases.invalid_reason,
@@ -97,6 +110,7 @@ def run_phases(comm: Any, spec: JobSpec, setup: RankSetup,
         phases.invalid_reason = verdict.invalid_reason
         if verdict.stop:
             phases.failed_iteration = iteration
+            phases.interrupted = bool(totals.interrupted)
             break
     return phases
 
@@ -149,10 +163,10 @@ def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
 
 
 def _totals(comm: Any, spec: JobSpec, layout: str, outcome: PhaseOutcome, cached: int,
-            asked: int) -> Totals:
+            asked: int, signalled: int) -> Totals:
     """The phase summed over ranks; a rank that does not answer in time aborts the job."""
     mine = np.array([outcome.errors, outcome.ops, outcome.timed_out, outcome.incomplete,
-                     outcome.corrupt, cached, asked])
+                     outcome.corrupt, cached, asked, signalled])
     total = mpi.allreduce_sum(comm, mine, timeout_s=spec.deadline_s + ABORT_GRACE_S)
     if total is None:
         mpi.abort(comm, f"{layout}: other ranks still busy {ABORT_GRACE_S:g} s past the "
@@ -184,7 +198,8 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
                      resident_fraction=tuple(phases.resident),
                      bytes_total=sum(shares or [0]) if catalogue is not None else 0,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
-                     digests=tuple(d for part in all_digests or [] for d in part))
+                     digests=tuple(d for part in all_digests or [] for d in part),
+                     interrupted=phases.interrupted)
 
 
 def _measured(log: Log, failed_iteration: int | None) -> np.ndarray:

@@ -57,7 +57,9 @@ class PhaseOutcome:
             self.messages.append(text)
 
 
-def _describe(error: OSError, direct: bool) -> str:
+def _describe(error: OSError, direct: bool, follow_links: bool = True) -> str:
+    if error.errno == errno.ELOOP and not follow_links:
+        return "a symbolic link, not the file prepare wrote (refused, as a missing file is)"
     text = os.strerror(error.errno) if error.errno else str(error)
     if direct and error.errno == errno.EINVAL:
         text += " (O_DIRECT refused: the file system may not support it)"
@@ -103,18 +105,19 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     read_all = nbytes == (sum(e.length for e in plan.extents) if setup.leads else 0)
     complete = read_all and not outcome.timed_out if "read" in plan.ops else not outcome.errors
     if plan.exchange:  # collective: every member takes part, even one that failed
-        restore_stop = _exchange(setup, iteration, deadline_ns, log)
+        # What a member holds is what its group read: complete only if every reader was.
+        restore_stop, complete = _exchange(setup, iteration, deadline_ns, log, complete)
+        if setup.checks and complete:
+            # Checked inside the restore, as the layouts that hash between reads are: every
+            # layout's restore time means "holds its bytes, checked".
+            verify_held(setup, iteration, log, outcome)
+            restore_stop = time.perf_counter_ns()
         if setup.device is not None:
             restore_stop = _h2d(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
-        # What a member holds is what its group read: complete only if every reader was.
-        missing = mpi.allreduce_sum(setup.group, np.array([int(not complete)]))
-        complete = missing is not None and int(missing[0]) == 0
         nbytes = plan.hold.length if complete else 0
     end = restore_stop or time.perf_counter_ns()
     outcome.incomplete = not complete
     log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
-    if setup.holds and setup.checks and complete:
-        verify_held(setup, iteration, log, outcome)
     outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
     return outcome
 
@@ -157,7 +160,7 @@ def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) ->
     whole = bytearray() if parse is not None else None
     start, nbytes = clock(), 0
     try:
-        handle = backend.opener(False)(setup.paths[plan.index_file])
+        handle = backend.opener(False, setup.follow_links)(setup.paths[plan.index_file])
         try:
             while count := backend.read_into(handle, view, nbytes):
                 nbytes += count
@@ -169,7 +172,8 @@ def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) ->
             parse(whole)   # json and pickle take the bytearray as it is: no copy
     except (OSError, ValueError) as error:
         log.append((iteration, INDEX, start, clock(), nbytes, 0))
-        text = _describe(error, False) if isinstance(error, OSError) else str(error)
+        text = _describe(error, False, setup.follow_links) if isinstance(error, OSError) \
+            else str(error)
         outcome.fail(f"rank {plan.rank}: index {plan.index_file}: {text}")
         return
     log.append((iteration, INDEX, start, clock(), nbytes, 1))
@@ -199,7 +203,8 @@ def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
 def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadline_ns: int,
           log: Log, outcome: PhaseOutcome) -> None:
     plan = setup.plan
-    clock, open_, append = time.perf_counter_ns, setup.backend.opener(setup.direct), log.append
+    clock, append = time.perf_counter_ns, log.append
+    open_ = setup.backend.opener(setup.direct, setup.follow_links)
     for relpath in plan.files:
         path, fds = setup.paths[relpath], handles[relpath]
         for _ in range(plan.open_count):
@@ -209,7 +214,8 @@ def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
             except OSError as error:
                 stop = clock()
                 append((iteration, OPEN, start, stop, 0, 0))
-                outcome.fail(f"rank {plan.rank}: open {relpath}: {_describe(error, setup.direct)}")
+                outcome.fail(f"rank {plan.rank}: open {relpath}: "
+                             f"{_describe(error, setup.direct, setup.follow_links)}")
                 continue
             stop = clock()
             fds.append(handle)
@@ -223,9 +229,10 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     """Read every block of every extent; returns (stop stamp of the last read, bytes read).
 
     A formatted file's header is read and parsed first (op header), and locates the
-    tensors. Blocks go into the reused block buffer, checked block by block when verifying;
-    or, for layouts that exchange, each at its place in the held shard (checked after the
-    exchange). With an object store's backend, each read also yields its time to first byte.
+    tensors. Blocks go into the reused block buffer, checked block by block when verifying
+    (the returned stop is then the last check's end); or, for layouts that exchange, each
+    at its place in the held shard (checked after the exchange, inside the restore too).
+    With an object store's backend, each read also yields its time to first byte.
     """
     plan, buffer = setup.plan, setup.buffer
     clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
@@ -284,6 +291,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 last_stop = _h2d(setup, iteration, offset - plan.hold.offset, view, log)
             if check is not None:
                 check.update(view)
+                last_stop = clock()   # the restore holds checked bytes (run.verify)
             if stop > deadline_ns:
                 raise DeadlineExceeded
         if check is not None:
@@ -338,16 +346,20 @@ def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log:
             append((iteration, CLOSE, start, stop, 0, 1))
 
 
-def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log) -> int:
-    """Wait (politely, timed as `wait`) for the group's storage readers, then move the
-    shard over MPI (timed as `bcast` or `allgather`). Returns the stop stamp."""
+def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
+              complete: bool) -> tuple[int, bool]:
+    """Wait (politely, timed as `wait`) for the group's storage readers, learning whether
+    every one of them holds its bytes, then move the shard over MPI (timed as `bcast` or
+    `allgather`). Returns (the stop stamp, whether the group's bytes are complete)."""
     plan, clock = setup.plan, time.perf_counter_ns
     start = clock()
     timeout_s = max(deadline_ns - start, 0) / 1e9 + 10.0
-    if not mpi.barrier(setup.group, timeout_s=timeout_s):
+    missing = mpi.allreduce_sum(setup.group, np.array([int(not complete)]), timeout_s=timeout_s)
+    if missing is None or not mpi.barrier(setup.group, timeout_s=timeout_s):
         mpi.abort(setup.group, f"rank {plan.rank}: its {plan.exchange} group did not gather "
                                f"within {timeout_s:.3g} s")
-    start_exchange = clock()
+        raise AssertionError("unreachable")
+    start_exchange = clock()   # the barrier aligned the members' exits: they start together
     log.append((iteration, WAIT, start, start_exchange, 0, 1))
     view = setup.buffer.view[:plan.hold.length]
     # bytes = what reached this rank over the network: nothing for the root of a Bcast,
@@ -362,4 +374,4 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log) -> i
         stop = clock()
         own = sum(extent.length for extent in plan.extents)
         log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length - own, 1))
-    return stop
+    return stop, int(missing[0]) == 0

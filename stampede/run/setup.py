@@ -42,6 +42,7 @@ class RankSetup:
     tensors_of_file: dict[str, tuple[str, ...]] = field(default_factory=dict)  # for headers
     index_parser: Any = None        # existing checkpoints: bytes -> parsed index (or raise)
     content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
+    follow_links: bool = True       # False: a prepared checkpoint's files are not links
     device: Any = None              # run.h2d: where the restored bytes go on to
     device_buffer: Any = None       # the held shard's place in device memory
 
@@ -94,6 +95,9 @@ def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entr
                                       for relpath in plan.files},
                      record_digests=catalogue is not None,
                      content_block_bytes=int(entry.get("content_block_bytes", 0)),
+                     # a file prepare wrote is never a link: one there is not its file (a
+                     # loader's cache links the files of an existing checkpoint, though)
+                     follow_links=catalogue is not None,
                      device=device, device_buffer=device_buffer)
 
 

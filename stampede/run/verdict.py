@@ -27,8 +27,7 @@ class Totals:
     corrupt: int         # ranks that read bytes that differ from the checkpoint
     cached: int = 0      # bytes to read found in the page cache after a cold eviction
     asked: int = 0       # bytes to read whose residency was asked
-
-    FIELDS = ("errors", "ops", "timed_out", "incomplete", "corrupt", "cached", "asked")
+    interrupted: int = 0  # ranks that received SIGTERM or SIGINT (stampede.run.interrupt)
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,10 @@ def judge(totals: Totals, iteration: int, warmup: int, reason: str, max_error_fr
         reason = "; ".join(filter(None, (
             reason, f"{totals.corrupt} rank(s) read bytes that differ from the checkpoint "
                     f"in {name} (run.verify / check_finite)")))
+    if totals.interrupted:
+        return Verdict("; ".join(filter(None, (
+            f"interrupted (SIGTERM or SIGINT) in {name}: not measured to the end", reason))),
+            stop=True)
     if totals.incomplete and not reason:
         reason = (f"{totals.incomplete} rank(s) did not hold all their bytes in "
                   f"{name}")

@@ -1,47 +1,18 @@
-"""Faults from the file system itself, injected by a FUSE pass-through (tests/faultfs.py):
+"""Faults from the file system itself, injected by a FUSE pass-through (tests/helpers/faultfs.py):
 an I/O error on read, a permission refused on open. Each ends in a report that names the
 rank and file, a non-zero exit, an archive marked invalid, and no hang."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import requires
+from tests.helpers.faults import mounted
 from tests.helpers.jobs import read_archive, small_job
 
 pytestmark = pytest.mark.mpi
-FAULTFS = Path(__file__).parents[1] / "helpers" / "faultfs.py"
-
-
-@contextmanager
-def mounted(backing: Path, mountpoint: Path, *options: str) -> Iterator[None]:
-    mountpoint.mkdir()
-    daemon = subprocess.Popen([sys.executable, str(FAULTFS), str(backing), str(mountpoint),
-                               *options], stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 15
-        while not os.path.ismount(mountpoint):
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"faultfs did not mount: {daemon.stderr.read() if daemon.stderr else ''}")
-            time.sleep(0.05)
-        yield
-    finally:
-        unmount = shutil.which("fusermount") or shutil.which("fusermount3") or "umount"
-        subprocess.run([unmount, "-u", str(mountpoint)] if "fuser" in unmount else
-                       [unmount, str(mountpoint)], capture_output=True)
-        try:
-            daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
 
 
 @pytest.fixture
