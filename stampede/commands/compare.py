@@ -25,7 +25,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--match", default=",".join(MATCH_COLUMNS), metavar="COLUMNS",
                      help="columns that must be equal for rows to be compared (default: the "
                           "whole configuration); e.g. --match op,layout,nranks to set IOR rows "
-                          "imported with `stampede import` against stampede's")
+                          "imported with `stampede import` against stampede's, or "
+                          "op,nranks,cache for mdtest's stat rows against a stat storm")
     sub.set_defaults(func=cmd_compare)
 
 

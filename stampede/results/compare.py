@@ -5,7 +5,9 @@ the columns of --match). Every valid run of a configuration counts, not the late
 alone: for each side and metric, each run's value (a stampede row holds the median over
 its iterations) is taken, and the side is summed up as the median over its runs, the
 range of those run values (min-max) and the per-iteration range of all its runs (the
-lowest _min to the highest _max). B / A is the ratio of the two medians.
+lowest _min to the highest _max). B / A is the ratio of the two medians. The metrics:
+aggregate GB/s, ops/s (where bytes do not move on both sides: stat, open, mdtest's rows),
+time to last rank, and p99 latency (not of restore or startup: time to last rank says it).
 
 The verdict follows pyperf's compare_to, with ranges instead of its t-test (an archive
 keeps each run's min and max, not its samples): with two or more runs on each side, a
