@@ -13,8 +13,9 @@ from stampede.results.compare import MATCH_COLUMNS, compare_rows
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "compare", formatter_class=formatter,
-        help="Compare two archives (or one archive's groups, --by layout): ratios of GB/s, "
-             "time to last rank and p99, marked when within the runs' own spread.",
+        help="Compare two archives (or one archive's groups, --by layout) over all their runs: "
+             "ratios of the medians of GB/s, ops/s, time to last rank and p99, marked when "
+             "within the runs' spread.",
         description="Compare archived runs matched on configuration.",
         epilog=model.__doc__)
     sub.add_argument("archives", nargs="+", metavar="ARCHIVE", help="one or two CSV archives")
@@ -24,13 +25,15 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--match", default=",".join(MATCH_COLUMNS), metavar="COLUMNS",
                      help="columns that must be equal for rows to be compared (default: the "
                           "whole configuration); e.g. --match op,layout,nranks to set IOR rows "
-                          "imported with `stampede import` against stampede's")
+                          "imported with `stampede import` against stampede's, or "
+                          "op,nranks,cache for mdtest's stat rows against a stat storm")
     sub.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.results.archive import COLUMNS, read_rows
+    from stampede.results.cells import text
     from stampede.results.report import make_console
     from stampede.results.report_models import render_comparison
 
@@ -46,12 +49,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.by not in COLUMNS:
             raise UsageError(f"--by {args.by!r}: not an archive column (e.g. layout, cache, job)")
         rows = read_rows(args.archives[0])
-        values = list(dict.fromkeys(row.get(args.by, "") for row in rows))
+        values = list(dict.fromkeys(text(row, args.by) for row in rows))
         if len(values) < 2:
             raise UsageError(f"--by {args.by}: the archive holds one value only ({values})")
-        base = [row for row in rows if row.get(args.by, "") == values[0]]
+        base = [row for row in rows if text(row, args.by) == values[0]]
         sections = [(f"A = {args.by} {values[0]}, B = {args.by} {value}",
-                     compare_rows(base, [row for row in rows if row.get(args.by, "") == value],
+                     compare_rows(base, [row for row in rows if text(row, args.by) == value],
                                   skip=args.by, match=match)) for value in values[1:]]
     else:
         raise UsageError("compare takes two archives, or one archive and --by COLUMN")

@@ -29,7 +29,6 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 def cmd_import(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.results.archive import append_rows, check_appendable
-    from stampede.results.cells import cell
     from stampede.values import read_text
 
     path = Path(args.result)
@@ -47,8 +46,6 @@ def cmd_import(args: argparse.Namespace) -> int:
         rows = importers.ior_rows(document, job, args.cache, str(path))
     else:
         rows = importers.mdtest_rows(text, job, args.cache, str(path))
-    run_id = str(rows[0]["run_id"])  # one import is one run, whatever its row count
-    append_rows(args.archive, [{k: cell(v) for k, v in {**row, "run_id": run_id}.items()}
-                               for row in rows])
+    append_rows(args.archive, rows)  # the archive writes each cell (results.cells)
     print(f"imported {len(rows)} {args.tool} row(s) into {args.archive}")
     return 0

@@ -1,97 +1,192 @@
 """`stampede compare`: two archives (or one archive grouped by a column) side by side.
 
-Rows are matched on their configuration (MATCH_COLUMNS, less the grouping column); for
-each match the latest run of each side is compared on aggregate GB/s, time to last rank
-and p99 latency, as the ratio B / A. A difference is marked as within the runs' own
-spread when the two sides' per-iteration min-max ranges overlap (pyperf's compare_to
-asks the same question with a t-test; stampede archives keep min and max, not samples).
-p99 has no per-iteration spread: its verdict carries a "?" and differences under
-NO_SPREAD_TOLERANCE are shown as "similar".
+Rows are matched on their configuration (MATCH_COLUMNS, less the grouping column, or
+the columns of --match). Every valid run of a configuration counts, not the latest one
+alone: for each side and metric, each run's value (a stampede row holds the median over
+its iterations) is taken, and the side is summed up as the median over its runs, the
+range of those run values (min-max) and the per-iteration range of all its runs (the
+lowest _min to the highest _max). B / A is the ratio of the two medians. The metrics:
+aggregate GB/s, ops/s (where bytes do not move on both sides: stat, open, mdtest's rows),
+time to last rank, and p99 latency (not of restore or startup: time to last rank says it).
+
+The verdict follows pyperf's compare_to, with ranges instead of its t-test (an archive
+keeps each run's min and max, not its samples): with two or more runs on each side, a
+difference is "within spread" when the two ranges of run values overlap, else "better"
+or "worse". With one run on a side (n=1), how much runs differ is unknown: the verdict
+carries "(n=1)" and rests on the per-iteration ranges; where there are none (p99), on
+the direction alone, with a "?", and a difference under NO_SPREAD_TOLERANCE is
+"similar?". Cells are read with results.cells: a cell that is not a number is one error
+naming the archive, line, column and value.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stampede.results.archive import CONFIG_COLUMNS
+from stampede.results.cells import number, text
 
 NO_SPREAD_TOLERANCE = 0.05
 # Two rows measure the same thing when these are equal (archive.CONFIG_COLUMNS and what
 # they are of: layout, op, rank count, bytes per rank).
 MATCH_COLUMNS = ("layout", "op", "nranks", "bytes_per_rank", *CONFIG_COLUMNS)
-# metric column, its spread columns (or None), and whether higher is better
+# metric column, its per-iteration spread columns (or None), and whether higher is better
 METRICS = (
     ("agg_gbps", ("agg_gbps_min", "agg_gbps_max"), True),
+    ("ops_per_s", ("ops_per_s_min", "ops_per_s_max"), True),
     ("time_to_last_rank_s", ("time_to_last_rank_min_s", "time_to_last_rank_max_s"), False),
     ("lat_p99_s", None, False),
 )
 
+Key = tuple[tuple[str, str], ...]
+Row = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's runs of one configuration, for one metric."""
+    values: tuple[float, ...]   # each run's value (a run's row: its median over iterations)
+    iteration_low: float        # the lowest per-iteration value of any run; NaN: none kept
+    iteration_high: float
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError("a side of a comparison needs at least one run")
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    @property
+    def has_iteration_range(self) -> bool:
+        return not (math.isnan(self.iteration_low) or math.isnan(self.iteration_high))
+
 
 @dataclass(frozen=True)
 class Comparison:
-    key: tuple[tuple[str, str], ...]   # (column, value) that both sides share
+    key: Key                    # (column, value) that both sides share
     metric: str
-    base: float
-    other: float
-    within_spread: bool | None         # None: no spread to judge by
+    base: Side
+    other: Side
     higher_is_better: bool
 
     @property
     def ratio(self) -> float:
-        return self.other / self.base if self.base else math.nan
+        return self.other.median / self.base.median if self.base.median else math.nan
+
+    @property
+    def judged_by(self) -> str:
+        """"runs" (n >= 2 on both sides), "iterations" (n=1 somewhere) or "direction"
+        (n=1 and no per-iteration range: p99)."""
+        if min(self.base.n, self.other.n) >= 2:
+            return "runs"
+        if self.base.has_iteration_range and self.other.has_iteration_range:
+            return "iterations"
+        return "direction"
+
+    @property
+    def within_spread(self) -> bool | None:
+        """Whether the two sides' ranges overlap; None: no range to judge by."""
+        a, b = self.base, self.other
+        if self.judged_by == "runs":
+            return a.low <= b.high and b.low <= a.high
+        if self.judged_by == "iterations":
+            return a.iteration_low <= b.iteration_high and b.iteration_low <= a.iteration_high
+        return None
 
     @property
     def verdict(self) -> str:
+        single = "" if self.judged_by == "runs" else " (n=1)"
         if self.within_spread:
-            return "within spread"
+            return "within spread" + single
         if self.within_spread is None and abs(self.ratio - 1) < NO_SPREAD_TOLERANCE:
-            return "similar?"
-        better = (self.other > self.base) == self.higher_is_better
-        return ("better" if better else "worse") + ("?" if self.within_spread is None else "")
+            return "similar?" + single
+        better = (self.other.median > self.base.median) == self.higher_is_better
+        return ("better" if better else "worse") + \
+            ("?" if self.within_spread is None else "") + single
 
 
-def _number(row: dict[str, str], column: str) -> float:
-    text = row.get(column, "")
-    return float(text) if text else math.nan
+def _key(row: Row, match: tuple[str, ...], skip: str) -> Key:
+    return tuple((column, text(row, column)) for column in match if column != skip)
 
 
-def _overlap(base: dict[str, str], other: dict[str, str], columns: tuple[str, str]) -> bool | None:
-    low_a, high_a = (_number(base, c) for c in columns)
-    low_b, high_b = (_number(other, c) for c in columns)
-    if any(math.isnan(value) for value in (low_a, high_a, low_b, high_b)):
-        return None
-    return low_a <= high_b and low_b <= high_a
-
-
-Key = tuple[tuple[str, str], ...]
-
-
-def latest_by_config(rows: list[dict[str, str]], skip: str = "",
-                     match: tuple[str, ...] = MATCH_COLUMNS) -> dict[Key, dict[str, str]]:
-    """The last valid row (archive order is time order) for each configuration."""
-    chosen = {}
+def runs_by_config(rows: Iterable[Row], skip: str = "", match: tuple[str, ...] = MATCH_COLUMNS
+                   ) -> dict[Key, dict[str, list[Row]]]:
+    """The valid rows of each configuration, by run (archive order is time order). A run
+    holds several rows of one configuration only when --match leaves out what tells them
+    apart (e.g. layout)."""
+    found: dict[Key, dict[str, list[Row]]] = {}
     for row in rows:
-        if row.get("valid") == "false":
+        if text(row, "valid") == "false":
             continue
-        key = tuple((column, row.get(column, "")) for column in match if column != skip)
-        chosen[key] = row
-    return chosen
+        found.setdefault(_key(row, match, skip), {}).setdefault(text(row, "run_id"), []).append(row)
+    return found
 
 
-def compare_rows(base_rows: list[dict[str, str]], other_rows: list[dict[str, str]],
-                 skip: str = "", match: tuple[str, ...] = MATCH_COLUMNS) -> list[Comparison]:
-    """Every metric of every configuration present on both sides."""
-    base = latest_by_config(base_rows, skip, match)
-    other = latest_by_config(other_rows, skip, match)
-    result = []
+def _side(runs: dict[str, list[Row]], metric: str, spread: tuple[str, str] | None) -> Side | None:
+    """One side of a metric: a value per run (the median of its rows); None when no run
+    has the metric."""
+    values, lows, highs = [], [], []
+    for rows in runs.values():
+        measured = [value for value in (number(row, metric) for row in rows) if not math.isnan(value)]
+        if not measured:
+            continue
+        values.append(statistics.median(measured))
+        if spread is not None:
+            lows += [number(row, spread[0]) for row in rows]
+            highs += [number(row, spread[1]) for row in rows]
+    if not values:
+        return None
+    low = min((value for value in lows if not math.isnan(value)), default=math.nan)
+    high = max((value for value in highs if not math.isnan(value)), default=math.nan)
+    return Side(tuple(values), low, high)
+
+
+def _metrics_of(op: str) -> list[tuple[str, tuple[str, str] | None, bool]]:
+    """The metrics that mean something for an op: across ranks, the completion op's time
+    to last rank says what its p99 would, with a spread."""
+    return [entry for entry in METRICS
+            if not (entry[0] == "lat_p99_s" and op in ("restore", "startup"))]
+
+
+def _check_cells(rows: Iterable[Row]) -> None:
+    """Read every metric cell once, so a garbage cell is an error whatever it matches."""
+    for row in rows:
+        for metric, spread, _ in METRICS:
+            for column in (metric, *(spread or ())):
+                number(row, column)
+
+
+def compare_rows(base_rows: list[Row], other_rows: list[Row], skip: str = "",
+                 match: tuple[str, ...] = MATCH_COLUMNS) -> list[Comparison]:
+    """Every metric of every configuration present on both sides, over all their runs."""
+    _check_cells([*base_rows, *other_rows])
+    base = runs_by_config(base_rows, skip, match)
+    other = runs_by_config(other_rows, skip, match)
+    result: list[Comparison] = []
     for key in base.keys() & other.keys():
-        for metric, spread_columns, higher in METRICS:
-            value_a, value_b = _number(base[key], metric), _number(other[key], metric)
-            if metric == "lat_p99_s" and base[key]["op"] in ("restore", "startup"):
-                continue  # across ranks, time to last rank says it with a spread
-            if math.isnan(value_a) or math.isnan(value_b):
-                continue
-            within = _overlap(base[key], other[key], spread_columns) if spread_columns else None
-            result.append(Comparison(key, metric, value_a, value_b, within, higher))
+        op = text(next(iter(base[key].values()))[0], "op")
+        found = {}
+        for metric, spread, higher in _metrics_of(op):
+            side_a, side_b = _side(base[key], metric, spread), _side(other[key], metric, spread)
+            if side_a is not None and side_b is not None:
+                found[metric] = Comparison(key, metric, side_a, side_b, higher)
+        if "agg_gbps" in found:  # where bytes move on both sides, GB/s says what ops/s would
+            found.pop("ops_per_s", None)
+        result += found.values()
     return sorted(result, key=lambda c: ([value for _, value in c.key], c.metric))

@@ -1,36 +1,79 @@
 """`stampede import`: results of IOR and mdtest into a stampede archive, so the tools
-users already trust sit in one comparison with stampede's runs.
+users already trust sit in one comparison with stampede's runs. Each column keeps
+stampede's meaning; where a tool cannot give it, the cell stays empty and the row's
+`warnings` say what the imported numbers are.
 
 - IOR: its JSON summary (`ior -O summaryFormat=JSON -O summaryFile=FILE`): one row per
-  operation of each test. bwMeanMIB (MiB/s) becomes agg_gbps (GB/s = 10^9 B/s); bwMin/Max
-  the spread; MeanTime elapsed_s; OPs ops_per_s; filePerProc = 1 -> layout sharded, else
-  shared; transferSize -> block_bytes. IOR has no per-op latency percentiles: those
-  cells stay empty, never invented.
-- mdtest: the "SUMMARY rate" table of its standard output (mdtest has no JSON): one row
-  per operation with ops_per_s = Mean, _min/_max = Min/Max; "File stat" -> op stat,
-  "File read" -> read, other operations keep their name (file_creation, ...).
+  operation of each test. filePerProc = 1 -> layout sharded, else shared; transferSize ->
+  block_bytes; iterations = repetitions. count = the transfers (one read or write of
+  transferSize each, stampede's per-op sample) the test asked for: blockSize /
+  transferSize x segmentCount x numTasks x repetitions, and op_bytes = count x
+  transferSize. agg_gbps (GB/s = 10^9 B/s, from IOR's MiB/s), ops_per_s and elapsed_s are
+  the median over the repetitions, as stampede's are over iterations, from the per-
+  repetition "Results" (IOR's summary means where a file has none); _min/_max their
+  spread. IOR times each repetition from open to close, so its GB/s includes open and
+  close. IOR has no per-op latency percentiles: those cells stay empty, never invented.
+- mdtest: the "SUMMARY rate" table of its standard output (mdtest has no JSON): mdtest 4
+  (`File stat   1355844.189 ...`), mdtest 3 (`File stat   :   ...`) and -P (per-rank
+  columns first; the per-iteration ones are kept). One row per operation that ran:
+  ops_per_s = Mean over iterations (mdtest prints no per-iteration values, so no median),
+  _min/_max = Min/Max; iterations = "(of N iterations)"; count = the items of its "N tasks,
+  M files" line x iterations (file and directory ops; tree ops: empty). mdtest prints a
+  row of zeros for a phase it did not run (File read without -E): no row. "File stat" ->
+  op stat, "File read" -> read (so `compare --match op,nranks,cache` sets them against
+  stampede's); other operations keep their name (file_creation, tree_removal, ...).
 The cache state is what the user says (--cache): neither tool records it.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 MIB = 2**20
-MDTEST_TASKS = re.compile(r"launched with (\d+) total task\(s\) on (\d+) node\(s\)")
-MDTEST_ROW = re.compile(r"^\s*([A-Za-z][A-Za-z ]+?)\s*:\s*([-+0-9.eE]+)\s+([-+0-9.eE]+)\s+"
-                        r"([-+0-9.eE]+)\s+([-+0-9.eE]+)\s*$")
+NO_DETAIL = "no latency percentiles, no per-rank detail"
+MDTEST_LAUNCHED = re.compile(r"launched with (\d+) total task\(s\) on (\d+) node\(s\)")
+# Before each rank count's results: "2 tasks, 2000 files" (items per iteration, all tasks).
+MDTEST_ITEMS = re.compile(r"^(\d+) tasks, (\d+) (files/directories|files|directories)\s*$",
+                          re.MULTILINE)
+MDTEST_RATES = re.compile(r"^SUMMARY rate\b.*\(of (\d+) iterations?\)", re.MULTILINE)
+# A row of the rate table: a name, mdtest 3's colon, then 4 numbers (max min mean sd) or,
+# with -P, 7 (per-rank max min mean first).
+NUMBER = r"[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?"
+MDTEST_ROW = re.compile(rf"^\s+([A-Za-z][A-Za-z ]*?)\s*(?::\s*|\s+)"
+                        rf"({NUMBER}(?:\s+{NUMBER}){{6}}|{NUMBER}(?:\s+{NUMBER}){{3}})\s*$")
 MDTEST_OPS = {"File stat": "stat", "File read": "read"}
+# Which ops the items of the "N tasks, M <kind>" line are: tree ops are neither.
+MDTEST_COUNTED = {"files": ("file",), "directories": ("directory",),
+                  "files/directories": ("file", "directory")}
 
 
-def _base(tool: str, job: str, cache: str, nranks: int, nnodes: int, source: str) -> dict[str, object]:
-    from stampede.results.rows import new_run_id, now_stamp, shared_columns
+@dataclass(frozen=True)
+class Origin:
+    """Where imported rows come from: one import is one run (one run_id for its rows)."""
+    tool: str
+    job: str
+    cache: str
+    source: str
+    run_id: str
 
-    return {**shared_columns(new_run_id(tool), now_stamp(), job, tool, "", nranks=nranks,
-                             nnodes=nnodes),
-            "cache": cache, "target": source,
-            "warnings": f"imported from {tool}: no latency percentiles, no per-rank detail"}
+    @classmethod
+    def new(cls, tool: str, job: str, cache: str, source: str) -> Origin:
+        from stampede.results.rows import new_run_id
+
+        return cls(tool, job, cache, source, new_run_id(tool))
+
+    def row(self, nranks: int, nnodes: int, notes: Sequence[str]) -> dict[str, object]:
+        """The columns every row shares, the cache the user named and the warnings."""
+        from stampede.results.rows import now_stamp, shared_columns
+
+        return {**shared_columns(self.run_id, now_stamp(), self.job, self.tool, "",
+                                 nranks=nranks, nnodes=nnodes),
+                "cache": self.cache, "target": self.source,
+                "warnings": " | ".join((f"imported from {self.tool}", *notes, NO_DETAIL))}
 
 
 def ior_rows(document: dict[str, Any], job: str, cache: str, source: str) -> list[dict[str, object]]:
@@ -41,51 +84,119 @@ def ior_rows(document: dict[str, Any], job: str, cache: str, source: str) -> lis
     if not isinstance(summary, list) or not summary:
         raise UsageError(f"{source}: no \"summary\" list: not IOR's JSON summary "
                          "(run ior with -O summaryFormat=JSON)")
+    repetitions = _ior_repetitions(document)
+    origin = Origin.new("ior", job, cache, source)
     rows = []
     for entry in summary:
         try:
-            nranks, per_node = int(entry["numTasks"]), int(entry["tasksPerNode"])
-            bytes_per_rank = int(entry["blockSize"]) * int(entry.get("segmentCount", 1))
-            row = _base("ior", job, cache, nranks, -(-nranks // max(per_node, 1)), source)
-            row.update(
-                layout="sharded" if int(entry["filePerProc"]) else "shared", format="raw",
-                op=str(entry["operation"]), block_bytes=int(entry["transferSize"]),
-                bytes_per_rank=bytes_per_rank, bytes_total=bytes_per_rank * nranks,
-                iterations=int(entry["repetitions"]), count=int(entry["repetitions"]), errors=0,
-                agg_gbps=float(entry["bwMeanMIB"]) * MIB / 1e9,
-                agg_gbps_min=float(entry["bwMinMIB"]) * MIB / 1e9,
-                agg_gbps_max=float(entry["bwMaxMIB"]) * MIB / 1e9,
-                ops_per_s=float(entry["OPsMean"]), ops_per_s_min=float(entry["OPsMin"]),
-                ops_per_s_max=float(entry["OPsMax"]), elapsed_s=float(entry["MeanTime"]),
-                ranks_per_node=per_node, pattern=f"ior {entry.get('API', '')}".strip())
-        except (KeyError, TypeError, ValueError) as error:
-            raise UsageError(f"{source}: an IOR summary entry lacks or mangles {error}") from None
-        rows.append(row)
+            key = (str(entry.get("TestID", 0)), str(entry["operation"]))
+            rows.append(_ior_row(entry, repetitions.get(key, []), origin))
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
+            raise UsageError(f"{source}: an IOR summary entry lacks or mangles "
+                             f"{error or type(error).__name__}") from None
     return rows
 
 
+def _ior_repetitions(document: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Each test's per-repetition results by (TestID, access). IOR 4 lists them flat,
+    IOR 3 one list per repetition."""
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    tests = document.get("tests")
+    for test in tests if isinstance(tests, list) else ():
+        if not isinstance(test, dict) or not isinstance(test.get("Results"), list):
+            continue
+        for item in test["Results"]:
+            for result in item if isinstance(item, list) else [item]:
+                if isinstance(result, dict) and "access" in result:
+                    key = (str(test.get("TestID", 0)), str(result["access"]))
+                    found.setdefault(key, []).append(result)
+    return found
+
+
+def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, Any]], origin: Origin
+             ) -> dict[str, object]:
+    nranks, per_node = int(entry["numTasks"]), int(entry["tasksPerNode"])
+    block, transfer = int(entry["blockSize"]), int(entry["transferSize"])
+    segments, reps = int(entry.get("segmentCount", 1)), int(entry["repetitions"])
+    # stampede's count is its samples: one per read of block_bytes; IOR's are transfers
+    transfers = block // transfer * segments * nranks * reps
+    if len(repetitions) == reps:
+        bw_mib = [float(result["bwMiB"]) for result in repetitions]
+        ops = [float(result["iops"]) for result in repetitions]
+        rates = {"agg_gbps": [value * MIB / 1e9 for value in bw_mib], "ops_per_s": ops}
+        elapsed_s = statistics.median(float(result["totalTime"]) for result in repetitions)
+        how = f"median of IOR's {len(repetitions)} repetitions"
+        values = {f"{column}{tail}": pick(series) for column, series in rates.items()
+                  for tail, pick in (("", statistics.median), ("_min", min), ("_max", max))}
+    else:  # no (or not every) repetition's results: IOR's means stand in for medians
+        values = {"agg_gbps": float(entry["bwMeanMIB"]) * MIB / 1e9,
+                  "agg_gbps_min": float(entry["bwMinMIB"]) * MIB / 1e9,
+                  "agg_gbps_max": float(entry["bwMaxMIB"]) * MIB / 1e9,
+                  "ops_per_s": float(entry["OPsMean"]), "ops_per_s_min": float(entry["OPsMin"]),
+                  "ops_per_s_max": float(entry["OPsMax"])}
+        elapsed_s, how = float(entry["MeanTime"]), "IOR's mean over repetitions, not a median"
+    notes = (f"count = transfers asked for (blockSize/transferSize x segmentCount x numTasks "
+             f"x repetitions = {block // transfer} x {segments} x {nranks} x {reps})",
+             f"agg_gbps, ops_per_s, elapsed_s: {how}; IOR's time spans open to close")
+    row = origin.row(nranks, -(-nranks // max(per_node, 1)), notes)
+    row.update(values)
+    row.update(layout="sharded" if int(entry["filePerProc"]) else "shared", format="raw",
+               op=str(entry["operation"]), block_bytes=transfer, bytes_per_rank=block * segments,
+               bytes_total=block * segments * nranks, iterations=reps, count=transfers,
+               op_bytes=transfers * transfer, errors=0, elapsed_s=elapsed_s,
+               ranks_per_node=per_node, pattern=f"ior {entry.get('API', '')}".strip())
+    return row
+
+
 def mdtest_rows(text: str, job: str, cache: str, source: str) -> list[dict[str, object]]:
-    """Rows from mdtest's standard output: its SUMMARY rate table."""
+    """Rows from mdtest's standard output: its SUMMARY rate table(s), one per rank count."""
     from stampede.errors import UsageError
 
-    tasks = MDTEST_TASKS.search(text)
-    start = text.find("SUMMARY rate")
-    if tasks is None or start < 0:
+    launched = MDTEST_LAUNCHED.search(text)
+    tables = list(MDTEST_RATES.finditer(text))
+    if launched is None or not tables:
         raise UsageError(f"{source}: not mdtest output (needs the 'launched with N total "
-                         "task(s)' line and the 'SUMMARY rate' table)")
-    nranks, nnodes = int(tasks.group(1)), int(tasks.group(2))
-    table = text[start:].split("SUMMARY time", 1)[0]
+                         "task(s)' line and a 'SUMMARY rate' table; mdtest -Z prints times only)")
+    origin = Origin.new("mdtest", job, cache, source)
     rows = []
-    for line in table.splitlines()[1:]:
+    for table in tables:
+        before = list(MDTEST_ITEMS.finditer(text, 0, table.start()))
+        items = before[-1] if before else None  # this rank count's items, when printed
+        nranks = int(items.group(1)) if items else int(launched.group(1))
+        nnodes = min(int(launched.group(2)), nranks)
+        rows += _mdtest_table(text[table.end():], int(table.group(1)), nranks, nnodes, items,
+                              origin)
+    if not rows:
+        raise UsageError(f"{source}: the SUMMARY rate table has no operation that ran "
+                         "(mdtest prints zeros for a phase it skipped)")
+    return rows
+
+
+def _mdtest_table(text: str, iterations: int, nranks: int, nnodes: int,
+                  items: re.Match[str] | None, origin: Origin) -> list[dict[str, object]]:
+    """The rows of one rate table: the indented lines under its title."""
+    rows = []
+    for line in text.splitlines()[1:]:
+        if line[:1].strip():  # the next title, "-- finished", or the next rank count
+            break
         match = MDTEST_ROW.match(line)
         if not match:
             continue
-        name, maximum, minimum, mean, _ = match.groups()
-        row = _base("mdtest", job, cache, nranks, nnodes, source)
+        name, numbers = match.group(1), [float(value) for value in match.group(2).split()[-4:]]
+        maximum, minimum, mean = numbers[:3]
+        if maximum == minimum == mean == 0:
+            continue  # a phase mdtest did not run
+        kind = name.split()[0].lower()  # file, directory, tree
+        count = None
+        counted = "count: not in mdtest's output"
+        if items is not None and kind in MDTEST_COUNTED[items.group(3)]:
+            count = int(items.group(2)) * iterations
+            counted = f"count = {items.group(2)} {items.group(3)} x {iterations} iterations"
+        row = origin.row(nranks, nnodes,
+                         (f"ops_per_s = mdtest's mean over {iterations} iteration(s), not a median",
+                          counted))
         row.update(layout="mdtest", op=MDTEST_OPS.get(name, name.lower().replace(" ", "_")),
-                   ops_per_s=float(mean), ops_per_s_min=float(minimum),
-                   ops_per_s_max=float(maximum), errors=0, pattern="mdtest")
+                   ops_per_s=mean, ops_per_s_min=minimum, ops_per_s_max=maximum,
+                   iterations=iterations, count=count, errors=0, pattern="mdtest")
         rows.append(row)
-    if not rows:
-        raise UsageError(f"{source}: the SUMMARY rate table has no operation rows")
     return rows

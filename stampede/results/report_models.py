@@ -9,26 +9,50 @@ from collections.abc import Sequence
 from typing import Any
 
 from stampede.results.report import new_table
-from stampede.units import format_bytes, format_number, format_seconds
+from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
 
 
 def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> None:
-    """`stampede compare`: one line per (configuration, metric), B / A with a verdict."""
-    shown_table = new_table(f"{title}: ratio B / A (latest run of each configuration)",
-                        ("layout", "op", "ranks", "cache", "metric", "A", "B", "B / A", "verdict"),
-                        left=("layout", "op", "cache", "metric", "verdict"))
+    """`stampede compare`: one line per (configuration, metric): each side's median over
+    its runs, under it n with the range of the runs' values and of their iterations; B / A
+    of the medians; the verdict."""
+    table = new_table(f"{title}: B / A of the medians over each side's runs",
+                      ("layout", "op", "ranks", "cache", "metric", "A", "B", "B / A", "verdict"),
+                      left=("layout", "op", "cache", "metric", "verdict"))
     for comparison in comparisons:
         key = dict(comparison.key)
-        shown = format_seconds if comparison.metric.endswith("_s") else format_number
-        colour = {"better": "green", "worse": "red"}.get(comparison.verdict.rstrip("?"), "dim")
-        shown_table.add_row(key.get("layout", "*"), key.get("op", ""), key.get("nranks", ""),
-                            key.get("cache", "*"), comparison.metric, shown(comparison.base),
-                            shown(comparison.other), f"{comparison.ratio:.3f}",
-                            f"[{colour}]{comparison.verdict}[/]")
-    console.print(shown_table)
-    console.print("[dim]within spread = the two sides' per-iteration min-max ranges overlap. "
-                  "p99 has no spread in the archive: '?' marks a verdict by direction only, "
-                  "'similar?' a difference under 5%.[/]")
+        seconds = comparison.metric.endswith("_s") and not comparison.metric.endswith("_per_s")
+        word = comparison.verdict.split("?")[0].split(" (")[0]
+        colour = {"better": "green", "worse": "red"}.get(word, "dim")
+        table.add_row(key.get("layout", "*"), key.get("op", ""), key.get("nranks", ""),
+                      key.get("cache", "*"), comparison.metric,
+                      _side_cell(comparison.base, seconds), _side_cell(comparison.other, seconds),
+                      f"{comparison.ratio:.3f}",
+                      f"[{colour}]{comparison.verdict.replace(' (n=1)', chr(10) + '(n=1)')}[/]")
+    console.print(table)
+    console.print("[dim]A, B: the median over the side's runs (each run's value: its median over "
+                  "iterations); n: runs, with the min-max of their values; it.: the lowest to the "
+                  "highest iteration of any run. within spread = the two sides' ranges of runs "
+                  "overlap (n >= 2 on both sides). (n=1): a side has one run, so how much runs "
+                  "differ is unknown: the verdict rests on the iteration ranges, or where there "
+                  "are none (p99) on direction only ('?'; 'similar?' under 5%).[/]")
+
+
+def _side_cell(side: Any, seconds: bool) -> str:
+    """A side's median; under it n and its runs' range; then its iterations' range."""
+    shown = format_seconds(side.median) if seconds else format_number(side.median)
+    runs = f" {_range(side.low, side.high, seconds)}" if side.n > 1 else ""
+    iterations = (f"\nit. {_range(side.iteration_low, side.iteration_high, seconds)}"
+                  if side.has_iteration_range else "")
+    return f"{shown}\nn={side.n}{runs}{iterations}"
+
+
+def _range(low: float, high: float, seconds: bool) -> str:
+    """low–high, durations in the unit of the higher one."""
+    if not seconds:
+        return f"{format_number(low)}–{format_number(high)}"
+    unit, factor = seconds_unit(high)
+    return f"{format_in(low, factor)}–{format_in(high, factor)} {unit}"
 
 
 def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
