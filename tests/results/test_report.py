@@ -1,0 +1,77 @@
+"""The terminal report: readable at 80 columns (the layouts' names whole, no line wider),
+ties said in compare's words, warnings said once, progress on rank 0 under mpiexec."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from stampede.results.archive import append_rows, read_rows
+from stampede.results.report import make_console, render_archive
+from tests.helpers.jobs import small_job
+
+
+def restore(layout: str, median: float, low: float, high: float, warnings: str) -> dict[str, object]:
+    return {"run_id": "r1", "job": "j", "layout": layout, "op": "restore", "valid": "true",
+            "nranks": 4, "nnodes": 1, "ranks_per_node": 4, "backend": "posix",
+            "cache": "warm", "iterations": 5, "timestamp": "2026-12-01T00:00:00+00:00",
+            "time_to_last_rank_s": median, "time_to_last_rank_min_s": low,
+            "time_to_last_rank_max_s": high, "first_done_s": low, "straggler_ratio": 1.1,
+            "agg_gbps": 10.0, "slowest_rank_gbps": 2.5, "bytes_per_rank": 2**20,
+            "block_bytes": 2**20, "warnings": warnings, "count": 20, "errors": 0}
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    common = "cache=warm: reads may come from the page cache, not the storage"
+    path = tmp_path / "a.csv"
+    append_rows(path, [
+        restore("shared", 0.231, 0.225, 0.240, common),
+        restore("metadata-first", 0.142, 0.140, 0.146, common),
+        restore("broadcast", 0.145, 0.139, 0.151, f"{common} | only here"),
+        restore("list-bcast", 0.200, 0.190, 0.210, common)])
+    return path
+
+
+def rendered(path: Path, width: int) -> str:
+    stream = io.StringIO()
+    render_archive(read_rows(path), make_console(stream, width=width))
+    return stream.getvalue()
+
+
+def test_at_80_columns_every_line_fits_and_every_layout_is_whole(archive: Path) -> None:
+    text = rendered(archive, 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    table = text.split("Restore: time until every rank holds its bytes")[1]
+    for layout in ("shared", "metadata-first", "broadcast", "list-bcast"):
+        assert any(line.lstrip().startswith(layout + " ") for line in table.splitlines()), layout
+    assert "142 (140-146) ms" in table   # the median and its spread, in one unit
+
+
+def test_overlapping_spreads_tie_and_the_others_say_how_much_slower(archive: Path) -> None:
+    lines = {line.split()[0]: line for line in rendered(archive, 120).splitlines()
+             if line.lstrip().startswith(("shared ", "metadata-first ", "broadcast ",
+                                          "list-bcast "))}
+    assert "best" in lines["metadata-first"]
+    assert "tie (within spread)" in lines["broadcast"]
+    assert "+63%" in lines["shared"] and "+41%" in lines["list-bcast"]
+
+
+def test_a_warning_every_layout_has_is_said_once(archive: Path) -> None:
+    text = rendered(archive, 120)
+    assert text.count("reads may come from the page cache") == 1
+    assert "broadcast: warning: only here" in text
+
+
+@pytest.mark.mpi
+def test_rank_0_says_how_far_a_run_is_in_a_batch_log(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, run={"iterations": 2})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 0, result.stderr
+    progress = [line for line in result.stderr.splitlines() if line.startswith("stampede: ")]
+    assert any(line.startswith("stampede: shared (1/2): iteration 2 of 2 took") for line in progress)
+    assert any(line.startswith("stampede: sharded (2/2): iteration 2 of 2 took") for line in progress)
+    assert all("elapsed" in line and "ETA" in line for line in progress)
