@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from pathlib import Path
 
 from stampede import mpi
 from stampede.backends import open_backend
