@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,38 @@ def test_validation_is_the_same_without_h5py(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(UsageError, match="needs h5py") as caught:
         require_packages(spec)                    # the command's check, before any I/O
     assert caught.value.exit_status == 2
+
+
+@pytest.mark.mpi
+def test_the_prepare_to_paste_repeats_the_set_options_and_the_launcher(
+        stampede, tmp_path: Path) -> None:
+    from stampede.launcher import find_mpiexec
+    from tests.helpers.jobs import small_job
+
+    job = small_job(tmp_path, checkpoint={"layout": "sharded"})
+    moved = f"target.path={str(tmp_path / 'elsewhere')!r}"
+    result = stampede("run", str(job), "--set", moved, "--set", "run.iterations=1", np=2)
+    assert result.returncode == 2
+    hint = result.stderr.split("hint: run `", 1)[1].split("`", 1)[0]
+    assert hint.startswith(f"{find_mpiexec()} -n 2 ")
+    assert hint.endswith(f"prepare {job} --set {shlex.quote(moved)} --set run.iterations=1")
+    pasted = subprocess.run(hint, shell=True, capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert pasted.returncode == 0, pasted.stderr              # it works as printed
+    assert (tmp_path / "elsewhere" / "stampede-manifest.json").exists()
+
+
+def test_plan_checks_everything_before_it_prints_anything(stampede, tmp_path: Path) -> None:
+    from tests.helpers.jobs import small_job
+
+    job = small_job(tmp_path, checkpoint={"replicas": 3, "layout": "broadcast"})
+    result = stampede("plan", str(job), "--np", "4")   # 3 replicas do not divide 4 ranks
+    assert result.returncode == 2 and "does not divide 4 ranks" in result.stderr
+    assert result.stdout == ""                           # no "validated" table first
+
+
+def test_gpu_on_the_host_runs_with_its_default_modes(stampede, tmp_path: Path) -> None:
+    result = stampede("gpu", "--device", "host", "--sizes", "1MiB", "--trials", "1",
+                      "--archive", str(tmp_path / "gpu.csv"))
+    assert result.returncode == 0, result.stderr   # the hint "--device host" works as given
+    assert "pinned" not in (tmp_path / "gpu.csv").read_text()
