@@ -23,7 +23,7 @@ import pytest
 from stampede.backends import backend_name_for, open_backend
 from stampede.backends.fsspec import FsspecBackend, described_options
 from stampede.backends.s3 import S3Backend
-from stampede.errors import UsageError
+from stampede.errors import UsageError, install_hint
 from tests.helpers.s3server import (
     FAKE_ACCESS_KEY_ID,
     FAKE_SECRET_ACCESS_KEY,
@@ -306,4 +306,4 @@ def test_registry_routes_urls_and_names_missing_packages(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "s3fs", None)   # import s3fs now fails
     with pytest.raises(UsageError) as raised:
         open_backend("s3://bucket/prefix")
-    assert "s3fs" in str(raised.value) and "pip install 'stampede[s3]'" in str(raised.value)
+    assert "s3fs" in str(raised.value) and install_hint("s3") in str(raised.value)
