@@ -179,10 +179,11 @@ class Wire:
                 if not got:
                     break
                 count += got
-            if not response.isclosed() and (expected is not None or response.read(1)):
-                raise S3TransportError("response body ended early" if expected else
-                                       f"more bytes sent than the range of {len(view)}",
-                                       retryable=expected is not None)
+            if expected is not None and count < expected:   # EOF before Content-Length
+                raise S3TransportError("response body ended early")
+            if expected is None and not response.isclosed() and response.read(1):
+                raise S3TransportError(f"more bytes sent than the range of {len(view)}",
+                                       retryable=False)
         except S3TransportError:
             self.close()
             raise

@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -292,6 +292,9 @@ class FaultProxy:
     - `fail_fraction(p)`: each request is answered 503 SlowDown with probability p;
     - `mode = "close"`: every request's connection is closed without an answer;
       `mode = "stall"`: requests are held without an answer (a hung server);
+      `mode = "cut"`: answers are sent with half their body, then the connection closed;
+    - `hang_up()`: close every client connection now, as a server does to idle kept-alive
+      ones;
     - `refuse()`: stop listening, so connections are refused (a dead server).
 
     `requests` lists (method, path, Range header) of every request that reached it, the
@@ -303,6 +306,7 @@ class FaultProxy:
         self.mode = "pass"
         self.requests: list[tuple[str, str, str]] = []
         self.connections = 0
+        self._open: set[socket.socket] = set()   # client connections not yet closed
         self._fail_count = 0
         self._fail_probability = 0.0
         self._random = random.Random(seed)
@@ -322,6 +326,13 @@ class FaultProxy:
     def fail_fraction(self, probability: float) -> None:
         with self._lock:
             self._fail_probability = probability
+
+    def hang_up(self) -> None:
+        """Close every client connection (each handler sees its peer gone and ends)."""
+        with self._lock:
+            for connection in self._open:
+                with suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
     def clear(self) -> None:
         """Pass everything again and forget the recorded requests."""
@@ -367,12 +378,18 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             super().setup()
             with proxy._lock:
                 proxy.connections += 1
+                proxy._open.add(self.connection)
+
+        def finish(self) -> None:
+            with proxy._lock:
+                proxy._open.discard(self.connection)
+            super().finish()
 
         def log_message(self, format: str, *args: object) -> None:
             """Quiet: the tests read `requests` instead."""
 
         def _relay(self) -> None:
-            passing = proxy.mode == "pass"
+            passing = proxy.mode in ("pass", "cut")
             fail = proxy._record(self.command, self.path, self.headers.get("Range", ""), passing)
             if proxy.mode == "close":
                 self.close_connection = True
@@ -433,6 +450,11 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command == "HEAD":
                 response.read()
+                return
+            if proxy.mode == "cut":   # half the body, then the connection closed
+                half = (len(data) if data else int(length or 0)) // 2
+                self.wfile.write(data[:half] if data else response.read(half))
+                self.close_connection = True
                 return
             if data:
                 self.wfile.write(data)
