@@ -231,7 +231,9 @@ class Wire:
             connection.connect()
         except Exception as error:
             connection.close()
-            raise S3TransportError(transport_text(error, "connect")) from error
+            # a certificate that does not verify will not verify on the next attempt
+            raise S3TransportError(transport_text(error, "connect"), retryable=not isinstance(
+                error, ssl.SSLCertVerificationError)) from error
         assert connection.sock is not None
         connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection.sock.settimeout(self.read_timeout_s)
@@ -301,6 +303,8 @@ def transport_text(error: BaseException, phase: str) -> str:
     if isinstance(error, ConnectionError | http.client.RemoteDisconnected):
         return "connection lost during the body" if phase == "body" else \
             "connection closed by the server"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed ({error.verify_message})"
     if isinstance(error, ssl.SSLError):
         return f"TLS: {error.reason or type(error).__name__}"
     if isinstance(error, http.client.HTTPException):

@@ -29,6 +29,7 @@ from tests.helpers.s3server import (
     FAKE_SECRET_ACCESS_KEY,
     FaultProxy,
     S3Server,
+    self_signed_certificate,
 )
 
 MiB = 2**20
@@ -359,6 +360,29 @@ print("s3fs" in sys.modules)
                             env={**os.environ, **s3_env.env}, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_https_verified_by_a_ca_bundle_or_refused(s3_env: S3Server, tmp_path: Path,
+                                                 mapped: memoryview) -> None:
+    """Through a TLS endpoint (the proxy, with a self-signed certificate): verified by the
+    bundle given in client_kwargs.verify, refused at once without it (no retry: it would
+    fail alike), accepted with verify = false."""
+    certificate, key = self_signed_certificate(tmp_path)
+    with FaultProxy(s3_env.endpoint_url.removeprefix("http://"), tls=(certificate, key)) as proxy:
+        backend = s3_backend(s3_env, proxy.endpoint_url, client_kwargs={"verify": str(certificate)})
+        data = os.urandom(MiB)
+        backend.put_bytes("tls.bin", data)
+        handle = backend.opener(False)(backend.path("tls.bin"))
+        assert backend.read_into(handle, mapped[:MiB], 0) == MiB and bytes(mapped[:MiB]) == data
+        assert backend.describe()["endpoint_url"] == proxy.endpoint_url
+        proxy.clear()
+        strict = open_backend(f"s3://{backend.root}", {"endpoint_url": proxy.endpoint_url})
+        with pytest.raises(OSError, match=r"^S3 HEAD: TLS: certificate verify failed \("):
+            strict.stat(handle.path)
+        assert strict.retries["stat"] == 0 and proxy.requests == []
+        lax = open_backend(f"s3://{backend.root}", {"endpoint_url": proxy.endpoint_url,
+                                                    "client_kwargs": {"verify": False}})
+        assert lax.get_bytes("tls.bin") == data
 
 
 # --- what the sidecar may hold; the registry ----------------------------------------------------

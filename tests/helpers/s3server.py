@@ -27,6 +27,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -272,6 +273,20 @@ def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     return s3_server
 
 
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """(certificate, key) for 127.0.0.1, made by the openssl command; unavailable() (the S3
+    requirement: CI has openssl) without it."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        requires.unavailable("openssl is not installed: the HTTPS tests need it", "S3")
+    certificate, key = directory / "proxy.crt", directory / "proxy.key"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(certificate)],
+                   check=True, capture_output=True, timeout=60)
+    return certificate, key
+
+
 # --- the fault-injecting proxy ---------------------------------------------------------------
 
 SLOW_DOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -301,7 +316,8 @@ class FaultProxy:
     failed ones included; `connections` counts client connections accepted.
     """
 
-    def __init__(self, upstream: str, seed: int = 0) -> None:
+    def __init__(self, upstream: str, seed: int = 0, tls: tuple[Path, Path] | None = None) -> None:
+        """`tls`: (certificate, key) files: the proxy speaks HTTPS to its clients."""
         self.upstream = upstream
         self.mode = "pass"
         self.requests: list[tuple[str, str, str]] = []
@@ -313,8 +329,12 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
-        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self.endpoint_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self._listening = True
