@@ -19,15 +19,18 @@ every object front to back in --block ranged GETs, one request at a time, each w
 
 obstore and awscrt are optional: a side whose package is missing is left out, and said so.
 
-GB/s of a pass = bytes read / wall time of the pass (perf_counter), over all objects;
-client CPU = this process's CPU time (every thread: the CRT's event loop too) per GB read,
-what the client itself costs (the server runs on the same cores and competes for them:
-on loopback a cheaper client is also a faster one). One untimed pass of each side first
-checks that every side reads the bytes uploaded. Then --rounds rounds, the sides in a
-rotating order each round so load from other work on the machine, which comes and goes,
-falls on all sides alike; the table shows the median (min-max) over rounds. GB = 1e9
-bytes. Target: stampede / the fastest bare loop, as a ratio of GB/s medians, >= 0.95.
-The verdict is printed, never an exit status.
+A side's GB/s in a round = the bytes it read / the wall time of its own reads
+(perf_counter); client CPU = this process's CPU time (every thread: the CRT's event loop
+too) per GB read, what the client itself costs (the server runs on the same cores and
+competes for them: on loopback a cheaper client is also a faster one). One untimed pass of
+each side first checks that every side reads the bytes uploaded. Then --rounds rounds;
+in each, every object is read once by every side, the sides taking turns object by object
+in an order rotated at every object, so load from other work on the machine, which comes
+and goes, falls on all sides alike. The table shows the median (min-max) over rounds;
+a ratio is the median over rounds of the two sides' ratio in the same round (paired: a
+slow round is slow for both), the ratio of the medians beside it. GB = 1e9 bytes.
+Target: stampede / the fastest bare loop (the one whose ratio is lowest) >= 0.95. The
+verdict is printed, never an exit status.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +70,9 @@ PREFIX = "bench"
 REGION = "us-east-1"
 ALL_SIDES = ("stampede", "boto3", "obstore", "awscrt", "http.client")
 OPTIONAL = {"obstore": "obstore", "awscrt": "awscrt"}   # side -> the package it needs
-# (pass over every object, check) -> bytes read; with check, each object's bytes hashed
-Reader = Callable[[bool], int]
+# (object key, check) -> bytes read of that object, front to back; with check, hashed and
+# compared with what was uploaded
+Reader = Callable[[str, bool], int]
 Ranges = list[tuple[int, int]]
 
 
@@ -114,23 +119,21 @@ def blocks(size_bytes: int, block_bytes: int) -> Ranges:
 
 def looped(side: str, digests: dict[str, str], ranges: Ranges,
            read: Callable[[str, int, int], Any]) -> Reader:
-    """A pass: read(key, offset, length) per block of every object, in order; what it
-    returns is the block's bytes (a buffer) or its length."""
-    def one_pass(check: bool) -> int:
+    """One object: read(key, offset, length) per block, in order; what read returns is
+    the block's bytes (a buffer) or, where it keeps none, its length."""
+    def one_object(key: str, check: bool) -> int:
         total = 0
-        for key in digests:
-            digest = hashlib.sha256() if check else None
-            for offset, length in ranges:
-                got = read(key, offset, length)
-                count = got if isinstance(got, int) else len(got)
-                total += count
-                if digest is not None:
-                    digest.update(got if not isinstance(got, int) else b"")
-            if digest is not None and digest.hexdigest() != digests[key]:
-                raise SystemExit(f"{side} read wrong bytes from {key}")
+        digest = hashlib.sha256() if check else None
+        for offset, length in ranges:
+            got = read(key, offset, length)
+            total += got if isinstance(got, int) else len(got)
+            if digest is not None:
+                digest.update(b"" if isinstance(got, int) else got)
+        if digest is not None and digest.hexdigest() != digests[key]:
+            raise SystemExit(f"{side} read wrong bytes from {key}")
         return total
 
-    return one_pass
+    return one_object
 
 
 def stampede_reader(server: S3Server, digests: dict[str, str], ranges: Ranges) -> Reader:
@@ -140,22 +143,21 @@ def stampede_reader(server: S3Server, digests: dict[str, str], ranges: Ranges) -
     views = [(offset, buffer.prefix(length)) for offset, length in ranges]
     open_, read_into, close = backend.opener(False), backend.read_into, backend.close
 
-    def one_pass(check: bool) -> int:
+    def one_object(key: str, check: bool) -> int:
         total = 0
-        for key, path in paths.items():
-            digest = hashlib.sha256() if check else None
-            handle = open_(path)
-            for offset, view in views:
-                count = read_into(handle, view, offset)
-                total += count
-                if digest is not None:
-                    digest.update(view[:count])
-            close(handle)
-            if digest is not None and digest.hexdigest() != digests[key]:
-                raise SystemExit(f"stampede read wrong bytes from {key}")
+        digest = hashlib.sha256() if check else None
+        handle = open_(paths[key])
+        for offset, view in views:
+            count = read_into(handle, view, offset)
+            total += count
+            if digest is not None:
+                digest.update(view[:count])
+        close(handle)
+        if digest is not None and digest.hexdigest() != digests[key]:
+            raise SystemExit(f"stampede read wrong bytes from {key}")
         return total
 
-    return one_pass
+    return one_object
 
 
 def boto3_reader(server: S3Server, digests: dict[str, str], ranges: Ranges) -> Reader:
@@ -223,11 +225,11 @@ def awscrt_reader(server: S3Server, digests: dict[str, str], ranges: Ranges) -> 
 
     plain = looped("awscrt", digests, ranges, read)
 
-    def one_pass(check: bool) -> int:
+    def one_object(key: str, check: bool) -> int:
         checking[0] = check
-        return plain(check)
+        return plain(key, check)
 
-    return one_pass
+    return one_object
 
 
 def http_client_reader(server: S3Server, digests: dict[str, str], ranges: Ranges) -> Reader:
@@ -264,14 +266,14 @@ FACTORIES: dict[str, Callable[[S3Server, dict[str, str], Ranges], Reader]] = {
     "awscrt": awscrt_reader, "http.client": http_client_reader}
 
 
-def timed_pass(reader: Reader, expected_bytes: int) -> tuple[float, float]:
-    """(GB/s, client CPU seconds per GB) of one pass over every object."""
+def timed_read(reader: Reader, key: str, expected_bytes: int) -> tuple[float, float]:
+    """(wall seconds, client CPU seconds) of one side reading one object."""
     start, cpu_start = time.perf_counter(), time.process_time()
-    nbytes = reader(False)
+    nbytes = reader(key, False)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     if nbytes != expected_bytes:
-        raise SystemExit(f"a pass read {nbytes} bytes, not {expected_bytes}")
-    return nbytes / seconds / 1e9, cpu_seconds / (nbytes / 1e9)
+        raise SystemExit(f"a read of {key} gave {nbytes} bytes, not {expected_bytes}")
+    return seconds, cpu_seconds
 
 
 def available_sides() -> tuple[tuple[str, ...], list[str]]:
@@ -298,47 +300,71 @@ def weed_version() -> str:
     return " ".join(output.split()[:3]) or "weed ?"
 
 
-Summary = dict[str, tuple[MedianMinMax, float]]
+@dataclass(frozen=True)
+class Summary:
+    """Per side, over the rounds: GB/s (median, min, max) and median client CPU s/GB; and
+    per bare side, the median over rounds of stampede's GB/s / its GB/s in that round."""
+
+    gbps: dict[str, MedianMinMax]
+    cpu_s_per_gb: dict[str, float]
+    paired_ratio: dict[str, float]
 
 
 def measure(server: S3Server, args: argparse.Namespace, sides: tuple[str, ...]) -> Summary:
-    """side -> ((median, min, max) GB/s, median client CPU s/GB) over the rounds."""
+    """Every round reads every object once per side, the sides taking turns object by
+    object (in an order rotated each time), so a burst of load elsewhere on the machine
+    falls on all sides alike; a side's round GB/s = its bytes / its own seconds."""
     os.environ.update(server.env)   # the dummy keys: clients read them from the environment
     digests = upload(server, args.objects, args.size_bytes)
     ranges = blocks(args.size_bytes, args.block_bytes)
     readers = {side: FACTORIES[side](server, digests, ranges) for side in sides}
-    expected = args.objects * args.size_bytes
     for side in sides:   # untimed: every side reads the right bytes (and warms the server)
-        if readers[side](True) != expected:
-            raise SystemExit(f"{side} read the wrong number of bytes")
+        for key in digests:
+            readers[side](key, True)
     gbps: dict[str, list[float]] = {side: [] for side in sides}
     cpu: dict[str, list[float]] = {side: [] for side in sides}
+    turn = 0
     for round_number in range(args.rounds):
-        shift = round_number % len(sides)
-        for side in sides[shift:] + sides[:shift]:
-            rate, cpu_per_gb = timed_pass(readers[side], expected)
-            gbps[side].append(rate)
-            cpu[side].append(cpu_per_gb)
+        seconds = dict.fromkeys(sides, 0.0)
+        cpu_seconds = dict.fromkeys(sides, 0.0)
+        for key in digests:
+            shift = turn % len(sides)
+            turn += 1
+            for side in sides[shift:] + sides[:shift]:
+                wall, used = timed_read(readers[side], key, args.size_bytes)
+                seconds[side] += wall
+                cpu_seconds[side] += used
+        gb = args.objects * args.size_bytes / 1e9
+        for side in sides:
+            gbps[side].append(gb / seconds[side])
+            cpu[side].append(cpu_seconds[side] / gb)
         print(f"  round {round_number + 1}: " + ", ".join(
             f"{side} {gbps[side][-1]:.3f}" for side in sides) + " GB/s", flush=True)
-    return {side: (median_min_max(gbps[side]), statistics.median(cpu[side])) for side in sides}
+    paired = {side: statistics.median(ours / theirs for ours, theirs in
+                                      zip(gbps["stampede"], gbps[side], strict=True))
+              for side in sides if side != "stampede"}
+    return Summary({side: median_min_max(gbps[side]) for side in sides},
+                   {side: statistics.median(cpu[side]) for side in sides}, paired)
 
 
 def print_table(summary: Summary) -> None:
     print(f"{'side':<12} {'GB/s median':>11} {'(min-max)':>16} {'client CPU s/GB':>16}")
-    for side, ((median, low, high), cpu_per_gb) in summary.items():
-        print(f"{side:<12} {median:>11.3f} ({low:6.3f}-{high:6.3f}) {cpu_per_gb:>16.3f}")
-    bare = {side: result for side, result in summary.items() if side != "stampede"}
-    fastest = max(bare, key=lambda side: bare[side][0][0])
-    ours, theirs = summary["stampede"], bare[fastest]
-    ratio = ours[0][0] / theirs[0][0]
-    verdict = ratio_verdict(ratio, TARGET_RATIO, (ours[0], theirs[0]))
-    print(f"stampede / fastest bare loop ({fastest}): {ratio:.3f} GB/s, "
-          f"{ours[1] / theirs[1]:.3f} CPU per GB  {verdict}")
-    for side in bare:
-        if side != fastest:
-            print(f"stampede / {side}: {ours[0][0] / bare[side][0][0]:.3f} GB/s, "
-                  f"{ours[1] / bare[side][1]:.3f} CPU per GB")
+    for side, (median, low, high) in summary.gbps.items():
+        print(f"{side:<12} {median:>11.3f} ({low:6.3f}-{high:6.3f}) "
+              f"{summary.cpu_s_per_gb[side]:>16.3f}")
+    bare = [side for side in summary.gbps if side != "stampede"]
+    # the fastest bare loop is the one stampede compares worst with, round by round
+    fastest = min(bare, key=lambda side: summary.paired_ratio[side])
+    for side in [fastest] + [other for other in bare if other != fastest]:
+        ratio = summary.paired_ratio[side]
+        of_medians = summary.gbps["stampede"][0] / summary.gbps[side][0]
+        cpu_ratio = summary.cpu_s_per_gb["stampede"] / summary.cpu_s_per_gb[side]
+        label = f"fastest bare loop ({side})" if side == fastest else side
+        verdict = ratio_verdict(ratio, TARGET_RATIO, (summary.gbps["stampede"],
+                                                      summary.gbps[side])) \
+            if side == fastest else ""
+        print(f"stampede / {label}: {ratio:.3f} GB/s (of the medians {of_medians:.3f}), "
+              f"{cpu_ratio:.3f} CPU per GB  {verdict}".rstrip())
 
 
 def main() -> int:
@@ -355,7 +381,8 @@ def main() -> int:
         summary = measure(server, args, sides)
     print()
     print_table(summary)
-    print("GB = 1e9 B; medians (min-max) over rounds; ratios are of the medians")
+    print("GB = 1e9 B; medians (min-max) over rounds; a GB/s ratio is the median over rounds "
+          "of the two sides' ratio in that round")
     return 0
 
 
