@@ -2,7 +2,7 @@
 (stampede.backends.s3wire: one kept-alive http.client connection, SigV4 signed here,
 bodies read from the socket straight into the caller's buffer): stat and open are one
 HEAD each, a read is one ranged GET into the caller's page-aligned buffer (its time to
-first byte stamped when the response's status line and headers are in), a list is one
+first byte stamped when the body's first byte is in), a list is one
 LIST (one request per 1,000 names). s3fs (aiobotocore) is only the writer's: prepare's
 multipart uploads, untimed, created on first use.
 
@@ -135,11 +135,11 @@ class S3Backend(FsspecBackend):
 
     def _get_into(self, bucket: str, key: str, view: memoryview, offset: int) -> int:
         """One ranged GET, its body read from the socket into `view`; first_byte_ns is
-        stamped when the status line and headers are in (the body's first bytes arrive
-        with them: the server starts the answer when it has data to send)."""
+        stamped when the body's first byte is in."""
         wire = self._wire
         response = wire.request("GET", bucket, key,
                                 headers={"range": f"bytes={offset}-{offset + len(view) - 1}"})
+        wire.first_byte(response)
         self.first_byte_ns = time.perf_counter_ns()
         return wire.read_into(response, view)
 

@@ -163,6 +163,17 @@ class Wire:
             raise self._status_error(response)
         return response
 
+    def first_byte(self, response: http.client.HTTPResponse) -> None:
+        """Return when the body's first byte is in (at once where it came with the
+        headers; one socket read otherwise, into http.client's small buffer)."""
+        if not response.length and response.length is not None:
+            return   # no body to wait for
+        try:
+            response.fp.peek(1)
+        except Exception as error:
+            self.close()
+            raise S3TransportError(transport_text(error, "body")) from error
+
     def read_into(self, response: http.client.HTTPResponse, view: memoryview) -> int:
         """The response's body into `view`, straight from the socket; the bytes read: all
         of the body, or S3TransportError (a body that ends early is an error, not a

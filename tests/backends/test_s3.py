@@ -27,6 +27,7 @@ from stampede.errors import UsageError
 from tests.helpers.s3server import (
     FAKE_ACCESS_KEY_ID,
     FAKE_SECRET_ACCESS_KEY,
+    LATE_BODY_S,
     FaultProxy,
     S3Server,
     self_signed_certificate,
@@ -181,6 +182,19 @@ def test_stat_open_read_close_request_by_request(s3_env: S3Server, proxy: FaultP
     backend.evict(path, 0, len(data))
     assert proxy.requests == [("GET", key_path, f"bytes={2 * MiB}-{2 * MiB + 99}")]
     assert backend.retries == dict.fromkeys(("stat", "open", "read", "list", "close"), 0)
+
+
+def test_time_to_first_byte_is_the_bodys_first_byte(s3_env: S3Server, proxy: FaultProxy,
+                                                     mapped: memoryview) -> None:
+    """Headers at once, the body LATE_BODY_S later: the first byte is the body's."""
+    writer_side = s3_backend(s3_env)
+    writer_side.put_bytes("shard.bin", b"z" * MiB)
+    backend = open_backend(f"s3://{writer_side.root}", {"endpoint_url": proxy.endpoint_url})
+    handle = backend.opener(False)(backend.path("shard.bin"))
+    proxy.mode = "late"
+    start = time.perf_counter_ns()
+    assert backend.read_into(handle, mapped[:MiB], 0) == MiB and bytes(mapped[:MiB]) == b"z" * MiB
+    assert backend.first_byte_ns - start >= LATE_BODY_S * 1e9
 
 
 def test_list_is_one_request_and_returns_basenames(s3_env: S3Server,

@@ -296,6 +296,7 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-
                         "trailer", "upgrade"})
 COPY_CHUNK_BYTES = 1 << 20
 STALL_LIMIT_S = 60.0
+LATE_BODY_S = 0.3
 
 
 class FaultProxy:
@@ -308,6 +309,7 @@ class FaultProxy:
     - `mode = "close"`: every request's connection is closed without an answer;
       `mode = "stall"`: requests are held without an answer (a hung server);
       `mode = "cut"`: answers are sent with half their body, then the connection closed;
+      `mode = "late"`: a body is sent LATE_BODY_S after its headers;
     - `hang_up()`: close every client connection now, as a server does to idle kept-alive
       ones;
     - `refuse()`: stop listening, so connections are refused (a dead server).
@@ -409,7 +411,7 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             """Quiet: the tests read `requests` instead."""
 
         def _relay(self) -> None:
-            passing = proxy.mode in ("pass", "cut")
+            passing = proxy.mode in ("pass", "cut", "late")
             fail = proxy._record(self.command, self.path, self.headers.get("Range", ""), passing)
             if proxy.mode == "close":
                 self.close_connection = True
@@ -471,6 +473,8 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if self.command == "HEAD":
                 response.read()
                 return
+            if proxy.mode == "late":   # the headers are out (the writer is unbuffered)
+                time.sleep(LATE_BODY_S)
             if proxy.mode == "cut":   # half the body, then the connection closed
                 half = (len(data) if data else int(length or 0)) // 2
                 self.wfile.write(data[:half] if data else response.read(half))
