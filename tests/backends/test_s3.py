@@ -253,12 +253,17 @@ def test_a_dead_server_is_an_oserror_within_the_timeouts(s3_env: S3Server,
     backend = open_backend(f"s3://{writer_side.root}",
                            {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
     path = backend.path("shard.bin")
-    backend.stat(path)                           # a kept-alive connection exists now
+    handle = backend.opener(False)(path)         # a kept-alive connection exists now
 
     proxy.mode = "stall"                         # a hung server: the read timeout ends it
     _, error, _ = in_thread(lambda: backend.stat(path))
     assert isinstance(error, OSError) and str(error) == "S3 HEAD: read timeout after 2 retries"
     assert backend.retries["stat"] == 2
+
+    proxy.mode, proxy.late_s = "late", 3.0       # headers, then a body that stalls
+    _, error, _ = in_thread(lambda: backend.read_into(handle, memoryview(bytearray(100)), 0))
+    assert isinstance(error, OSError) and str(error) == "S3 GET: read timeout after 2 retries"
+    assert backend.retries["read"] == 2
 
     proxy.refuse()                               # nothing listening any more
     _, error, _ = in_thread(lambda: backend.list(backend.path("")))

@@ -309,7 +309,7 @@ class FaultProxy:
     - `mode = "close"`: every request's connection is closed without an answer;
       `mode = "stall"`: requests are held without an answer (a hung server);
       `mode = "cut"`: answers are sent with half their body, then the connection closed;
-      `mode = "late"`: a body is sent LATE_BODY_S after its headers;
+      `mode = "late"`: a body is sent `late_s` (LATE_BODY_S) after its headers;
     - `hang_up()`: close every client connection now, as a server does to idle kept-alive
       ones;
     - `refuse()`: stop listening, so connections are refused (a dead server).
@@ -322,6 +322,7 @@ class FaultProxy:
         """`tls`: (certificate, key) files: the proxy speaks HTTPS to its clients."""
         self.upstream = upstream
         self.mode = "pass"
+        self.late_s = LATE_BODY_S
         self.requests: list[tuple[str, str, str]] = []
         self.connections = 0
         self._open: set[socket.socket] = set()   # client connections not yet closed
@@ -474,7 +475,7 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 response.read()
                 return
             if proxy.mode == "late":   # the headers are out (the writer is unbuffered)
-                time.sleep(LATE_BODY_S)
+                time.sleep(proxy.late_s)
             if proxy.mode == "cut":   # half the body, then the connection closed
                 half = (len(data) if data else int(length or 0)) // 2
                 self.wfile.write(data[:half] if data else response.read(half))
