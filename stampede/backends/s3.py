@@ -88,7 +88,7 @@ class S3Backend(FsspecBackend):
         session = botocore.session.Session()   # the environment's configuration, read once
         self.endpoint = _endpoint(options, self.bucket, session)
         signer = None if options.get("anon") else \
-            Signer(_credentials(session), self.endpoint.region)
+            Signer(_credentials(session, target_path), self.endpoint.region)
         payer = {"x-amz-request-payer": "requester"} if options.get("requester_pays") else {}
         self._wire = Wire(self.endpoint, signer, self.connect_timeout_s, self.read_timeout_s,
                           payer)
@@ -302,12 +302,12 @@ def _endpoint(options: dict[str, Any], bucket: str, session: Any) -> Endpoint:
         raise UsageError(f"storage option {error}") from None
 
 
-def _credentials(session: Any) -> Any:
+def _credentials(session: Any, target_path: str) -> Any:
     """botocore's credential chain: the environment, the profile and files it names, ..."""
     found = session.get_credentials()
     if found is None:
-        raise UsageError("S3: no credentials found (AWS_ACCESS_KEY_ID and "
-                         "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...)",
+        raise UsageError(f"{target_path}: no S3 credentials found (AWS_ACCESS_KEY_ID and "
+                         "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, ...)",
                          hint="export them, or set storage option anon = true for a public bucket")
     return found
 

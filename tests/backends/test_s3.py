@@ -349,7 +349,7 @@ def test_without_credentials_a_usage_error_and_anon_is_unsigned(
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     target = f"s3://{s3_env.bucket}/anywhere"
-    with pytest.raises(UsageError, match="no credentials found"):
+    with pytest.raises(UsageError, match=f"^{target}: no S3 credentials found"):
         open_backend(target, {"endpoint_url": s3_env.endpoint_url})
     backend = open_backend(target, {"endpoint_url": s3_env.endpoint_url, "anon": True})
     with pytest.raises(PermissionError) as raised:   # this server wants keys
