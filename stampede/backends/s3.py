@@ -1,25 +1,39 @@
-"""S3 (and S3-compatible stores) through the aiobotocore client s3fs creates, request by
-request, run on s3fs's event loop: stat and open are one HEAD each, a read is one ranged
-GET streamed into the caller's buffer (its time to first byte stamped), a list is one LIST
-(one request per 1,000 names). botocore does the retrying ("standard" mode,
-`max_attempts`), s3fs's own retry loop is off so no retry is hidden, and every retried
-request is counted per op in `retries`. Every client error leaves as an OSError with a
-short text ("S3 GET 503 SlowDown after 2 retries"); connect and read timeouts make a dead
-server an error within seconds, never a hang. Caches are off as in every fsspec backend
-(stampede.backends.fsspec), and the sidecar says so.
+"""S3 (and S3-compatible stores), request by request, on stampede's own lean client
+(stampede.backends.s3wire: one kept-alive http.client connection, SigV4 signed here,
+bodies read from the socket straight into the caller's buffer): stat and open are one
+HEAD each, a read is one ranged GET into the caller's page-aligned buffer (its time to
+first byte stamped when the body's first byte is in), a list is one
+LIST (one request per 1,000 names). s3fs (aiobotocore) is only the writer's: prepare's
+multipart uploads, untimed, created on first use.
+
+Why not botocore on the timed path: its request machinery costs about a millisecond of
+CPU per request and its body arrives in pieces to be copied; at 0.5 s of client CPU per
+GB one core sustains 2 GB/s, so on a 100 Gb/s NIC the benchmark would measure itself
+(bench/s3_get.py compares this client with bare boto3, obstore and awscrt loops).
+
+Retrying is here, and nothing else retries: throttling (503 SlowDown, 429, the throttling
+codes), other 5xx and transient codes, and transport failures (refused, closed, timed
+out) are attempted again up to `max_attempts` in all (default 3), with botocore's
+standard backoff (full jitter, 2^n growth, from 1 s for throttling and 50 ms otherwise,
+at most 20 s), and every retried attempt is counted under its op in `retries`. Every
+failure leaves as an OSError with a short text ("S3 GET 503 SlowDown after 2 retries").
+Credentials are botocore's chain's (the environment, the profile it names): never in
+options, the sidecar or a log.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import errno
+import hashlib
 import os
+import random
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from http import HTTPStatus
 from typing import Any
+from urllib.parse import unquote_plus
+from xml.etree import ElementTree
 
 from stampede.backends.fsspec import (
     FsspecBackend,
@@ -31,86 +45,86 @@ from stampede.backends.fsspec import (
     versions,
     without_userinfo,
 )
+from stampede.backends.s3wire import (
+    Endpoint,
+    S3StatusError,
+    S3TransportError,
+    Wire,
+    resolve_endpoint,
+)
+from stampede.backends.sigv4 import Signer
 from stampede.errors import UsageError
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0       # per socket read: a slow transfer that keeps moving never trips it
 MAX_ATTEMPTS = 3            # botocore's "standard" default: 1 request + 2 retries
 WRITE_BLOCK_BYTES = 16 * 2**20   # multipart part size of a streaming upload (S3: >= 5 MiB)
+BACKOFF_S = {True: 1.0, False: 0.05}   # throttling or not: botocore standard's base scales
+MAX_BACKOFF_S = 20.0
+LIST_PAGE = "list-type", "2"
 
 
 class S3Backend(FsspecBackend):
-    """S3 (and S3-compatible stores) through s3fs's aiobotocore client, request by request."""
+    """S3 (and S3-compatible stores) through stampede's own client, request by request."""
 
     ttfb = True
 
     def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
-        import s3fs
-        from fsspec.asyn import sync
-
         options = checked_options(storage_options)
         kwargs = dict(options)
         self.connect_timeout_s = _number(kwargs, "connect_timeout", CONNECT_TIMEOUT_S, float)
         self.read_timeout_s = _number(kwargs, "read_timeout", READ_TIMEOUT_S, float)
         self.max_attempts = int(_number(kwargs, "max_attempts", MAX_ATTEMPTS, int))
         self.write_block_bytes = int(_number(kwargs, "block_size", WRITE_BLOCK_BYTES, int))
-        config = {**kwargs.pop("config_kwargs", {}),
-                  "connect_timeout": self.connect_timeout_s, "read_timeout": self.read_timeout_s,
-                  # total_max_attempts counts the first request ("max_attempts" here would not)
-                  "retries": {"total_max_attempts": self.max_attempts, "mode": "standard"},
-                  # no client-side CRCs: a checksum would be timed as storage latency
-                  "request_checksum_calculation": "when_required",
-                  "response_checksum_validation": "when_required"}
-        self.fs = s3fs.S3FileSystem(**{**kwargs, "skip_instance_cache": True,
-                                       "use_listings_cache": False, "default_cache_type": "none",
-                                       "default_block_size": self.write_block_bytes,
-                                       "config_kwargs": config})
-        self.fs.retries = 1   # s3fs's own retry loop off: botocore retries, and counts them
-        self._setup("s3", self.fs._strip_protocol(target_path), options)
+        self._s3fs_options = kwargs   # what is left is the writer's (s3fs's) to use
+        self._s3fs: Any = None
+        self._setup("s3", target_path.partition("://")[2].strip("/"), options)
         self.bucket, _, self.prefix = self.root.partition("/")
         if not self.bucket:
             raise UsageError(f"target.path = {target_path!r}: an S3 target names a bucket "
                              "(s3://bucket/prefix)")
-        self._sync, self._loop = sync, self.fs.loop
-        self._attempts = 0
-        self._client = self._call("", "connect", self.fs.set_session)
-        # Every HTTP attempt, retries included, passes here (botocore emits before-send
-        # per attempt): attempts - 1 = retries of that call, whatever the error was.
-        self._client.meta.events.register("before-send.s3", self._count_attempt)
+        import botocore.session
 
-    def _count_attempt(self, **_: Any) -> None:
-        self._attempts += 1
+        session = botocore.session.Session()   # the environment's configuration, read once
+        self.endpoint = _endpoint(options, self.bucket, session)
+        signer = None if options.get("anon") else \
+            Signer(_credentials(session, target_path), self.endpoint.region)
+        payer = {"x-amz-request-payer": "requester"} if options.get("requester_pays") else {}
+        self._wire = Wire(self.endpoint, signer, self.connect_timeout_s, self.read_timeout_s,
+                          payer)
 
-    def _call(self, op: str, verb: str, function: Callable[..., Any], *args: Any,
-              **kwargs: Any) -> Any:
-        """Run one client call on s3fs's loop; count its retries under `op` (timed ops
-        only); turn any failure into an OSError."""
-        before = self._attempts
-        try:
-            result = self._sync(self._loop, function, *args, **kwargs)
-        except Exception as error:
-            retried = max(self._attempts - before - 1, 0)
-            if op:
-                self.retries[op] += retried
-            raise s3_error(verb, error, retried) from error
-        if op:
-            self.retries[op] += max(self._attempts - before - 1, 0)
-        return result
-
-    def _split(self, path: str) -> tuple[str, str]:
-        bucket, _, key = path.partition("/")
-        return bucket, key
+    def _call(self, op: str, verb: str, function: Callable[..., Any], *args: Any) -> Any:
+        """One request (`function` makes exactly one), attempted up to max_attempts times
+        while it fails in a retryable way; each retry counted under `op` (timed ops only)
+        and backed off first. Any failure leaves as an OSError."""
+        retried = 0
+        while True:
+            try:
+                return function(*args)
+            except (S3StatusError, S3TransportError) as error:
+                if not error.retryable or retried + 1 >= self.max_attempts:
+                    raise s3_error(verb, error, retried) from error
+                retried += 1
+                if op:
+                    self.retries[op] += 1
+                time.sleep(random.random() * min(BACKOFF_S[error.throttling] * 2 ** (retried - 1),
+                                                 MAX_BACKOFF_S))
 
     # --- timed -----------------------------------------------------------------------
 
     def stat(self, path: str) -> Any:
         bucket, _, key = path.partition("/")
-        return self._call("stat", "HEAD", self._client.head_object, Bucket=bucket, Key=key)
+        return self._call("stat", "HEAD", self._head, bucket, key)
 
     def _open(self, path: str) -> ObjectHandle:
         bucket, _, key = path.partition("/")
-        head = self._call("open", "HEAD", self._client.head_object, Bucket=bucket, Key=key)
-        return ObjectHandle(path, head["ContentLength"], bucket, key)
+        return ObjectHandle(path, self._call("open", "HEAD", self._head, bucket, key), bucket, key)
+
+    def _head(self, bucket: str, key: str) -> int:
+        """One HEAD: the object's size."""
+        response = self._wire.request("HEAD", bucket, key)
+        response.read()   # nothing (a HEAD): the response is done, the connection free
+        return int(response.getheader("content-length") or 0)
 
     def read_into(self, handle: ObjectHandle, buffer: memoryview, offset: int) -> int:
         length = min(len(buffer), handle.size - offset)
@@ -119,121 +133,115 @@ class S3Backend(FsspecBackend):
         return int(self._call("read", "GET", self._get_into, handle.bucket, handle.key,
                               buffer[:length], offset))
 
-    async def _get_into(self, bucket: str, key: str, view: memoryview, offset: int) -> int:
-        """One ranged GET, its body copied into `view` chunk by chunk as the socket hands
-        them over (no whole-body bytes object, no joined chunks); stamps first_byte_ns
-        when the first chunk is in."""
-        response = await self._client.get_object(
-            Bucket=bucket, Key=key, Range=f"bytes={offset}-{offset + len(view) - 1}")
-        body = response["Body"]
-        try:
-            if response.get("ContentLength", 0) > len(view):
-                raise OSError(f"S3 GET: {response['ContentLength']} bytes sent for a range of "
-                              f"{len(view)} (Range ignored by the server?)")
-            content = getattr(body._raw_stream, "content", None)   # aiohttp's StreamReader
-            if content is None:
-                return await self._readinto_body(body, view)
-            count = 0
-            while True:
-                chunk, chunk_boundary = await content.readchunk()
-                if not chunk:
-                    if chunk_boundary:
-                        continue
-                    return count
-                if not count:
-                    self.first_byte_ns = time.perf_counter_ns()
-                view[count:count + len(chunk)] = chunk
-                count += len(chunk)
-        finally:
-            body.close()
-
-    async def _readinto_body(self, body: Any, view: memoryview) -> int:
-        """The same through aiobotocore's body API (its other HTTP backends)."""
-        count = await body.readinto(view)
+    def _get_into(self, bucket: str, key: str, view: memoryview, offset: int) -> int:
+        """One ranged GET, its body read from the socket into `view`; first_byte_ns is
+        stamped when the body's first byte is in."""
+        wire = self._wire
+        response = wire.request("GET", bucket, key,
+                                headers={"range": f"bytes={offset}-{offset + len(view) - 1}"})
+        wire.first_byte(response)
         self.first_byte_ns = time.perf_counter_ns()
-        while count < len(view):
-            chunk = await body.readinto(view[count:])
-            if not chunk:
-                break
-            count += chunk
-        return count
+        return wire.read_into(response, view)
 
     def list(self, path: str) -> list[str]:
-        bucket, key = self._split(path)
-        return list(self._call("list", "LIST", self._list_prefix, bucket,
-                               f"{key}/" if key else "", "/"))
+        bucket, _, key = path.partition("/")
+        return self._list_prefix("list", bucket, f"{key}/" if key else "", "/")
 
-    async def _list_prefix(self, bucket: str, prefix: str, delimiter: str) -> builtins.list[str]:
-        """Names under a prefix, relative to it, page by page (1,000 per request)."""
+    def _list_prefix(self, op: str, bucket: str, prefix: str,
+                     delimiter: str) -> builtins.list[str]:
+        """Names under a prefix, relative to it, page by page (1,000 per request, each
+        request retried on its own)."""
         names: list[str] = []
-        kwargs = {"Bucket": bucket, "Prefix": prefix, "Delimiter": delimiter}
+        token = ""
         while True:
-            page = await self._client.list_objects_v2(**kwargs)
-            names += [item["Key"][len(prefix):] for item in page.get("Contents", ())]
-            names += [item["Prefix"][len(prefix):].rstrip("/")
-                      for item in page.get("CommonPrefixes", ())]
-            if not page.get("IsTruncated"):
+            page, token = self._call(op, "LIST", self._list_page, bucket, prefix, delimiter, token)
+            names += page
+            if not token:
                 return [name for name in names if name and not name.endswith("/")]
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def _list_page(self, bucket: str, prefix: str, delimiter: str,
+                   token: str) -> tuple[builtins.list[str], str]:
+        query = [LIST_PAGE, ("prefix", prefix), ("encoding-type", "url")]
+        query += [("delimiter", delimiter)] if delimiter else []
+        query += [("continuation-token", token)] if token else []
+        response = self._wire.request("GET", bucket, "", query=tuple(query))
+        return parse_list_page(self._wire.read(response), prefix)
 
     # --- untimed ---------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
         return {
             "protocol": "s3",
-            "client": "s3fs's aiobotocore client, called directly (one request per op)",
-            "endpoint_url": without_userinfo(str(self._client.meta.endpoint_url)),
-            "region": self._client.meta.region_name,
-            "caches": {"instance": "off (skip_instance_cache)",
-                       "listings": "off (use_listings_cache=False)",
-                       "blocks": "off (default_cache_type=none; every read is one ranged GET)",
-                       "checksums": "off (when_required)"},
-            "retry": {"mode": "standard (botocore)", "max_attempts": self.max_attempts,
-                      "s3fs_retries": "1 (its own retry loop off)"},
+            "client": "stampede's own (http.client, one kept-alive connection per rank, "
+                      "SigV4 signed, bodies read from the socket into the buffer); "
+                      "s3fs for prepare's multipart uploads",
+            "endpoint_url": without_userinfo(self.endpoint.url),
+            "region": self.endpoint.region,
+            "addressing": "virtual-hosted" if self.endpoint.virtual else "path",
+            "caches": {"client": "none (every op is its requests, nothing kept)",
+                       "blocks": "off (every read is one ranged GET)",
+                       "checksums": "off (none computed on reads)"},
+            "retry": {"mode": "stampede's own: 429, 5xx, throttling and transient codes, "
+                              "transport errors; backoff full jitter x 2^n from 1 s "
+                              "(throttling) or 50 ms, <= 20 s",
+                      "max_attempts": self.max_attempts,
+                      "hidden_retries": "none (every retried attempt is counted)"},
             "timeouts_s": {"connect": self.connect_timeout_s, "read": self.read_timeout_s},
             "write_block_bytes": self.write_block_bytes,
-            "versions": versions("fsspec", "s3fs", "aiobotocore", "botocore", "aiohttp"),
+            "versions": versions("fsspec", "s3fs", "aiobotocore", "botocore"),
             "storage_options": described_options(self.options),
         }
 
     def ensure_root(self) -> None:
         """The bucket exists afterwards (created if missing); no prefix objects are made."""
         try:
-            self._call("", "HEAD bucket", self._client.head_bucket, Bucket=self.bucket)
+            self._call("", "HEAD bucket", self._head, self.bucket, "")
         except FileNotFoundError:
-            self._call("", "create bucket", self._client.create_bucket, Bucket=self.bucket)
+            self._call("", "create bucket", self._create_bucket)
+
+    def _create_bucket(self) -> None:
+        region = self.endpoint.region
+        body = b"" if region == "us-east-1" else (
+            "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+            f"<LocationConstraint>{region}</LocationConstraint></CreateBucketConfiguration>"
+        ).encode()
+        self._put(self.bucket, "", body)
 
     def size(self, relpath: str) -> int:
-        bucket, key = self._split(self.path(relpath))
-        head = self._call("", "HEAD", self._client.head_object, Bucket=bucket, Key=key)
-        return int(head["ContentLength"])
+        bucket, _, key = self.path(relpath).partition("/")
+        return int(self._call("", "HEAD", self._head, bucket, key))
 
     def get_bytes(self, relpath: str) -> bytes | None:
-        bucket, key = self._split(self.path(relpath))
+        bucket, _, key = self.path(relpath).partition("/")
         try:
             return bytes(self._call("", "GET", self._get_whole, bucket, key))
         except FileNotFoundError:
             return None
 
-    async def _get_whole(self, bucket: str, key: str) -> bytes:
-        response = await self._client.get_object(Bucket=bucket, Key=key)
-        async with response["Body"] as body:
-            return bytes(await body.read())
+    def _get_whole(self, bucket: str, key: str) -> bytes:
+        return self._wire.read(self._wire.request("GET", bucket, key))
 
     def put_bytes(self, relpath: str, data: bytes) -> None:
         """One PUT: S3 makes the new object visible whole or not at all."""
-        bucket, key = self._split(self.path(relpath))
-        self._call("", "PUT", self._client.put_object, Bucket=bucket, Key=key, Body=data)
+        bucket, _, key = self.path(relpath).partition("/")
+        self._call("", "PUT", self._put, bucket, key, bytes(data))
+
+    def _put(self, bucket: str, key: str, body: bytes) -> None:
+        self._wire.read(self._wire.request("PUT", bucket, key, body=body,
+                                           payload_sha256=hashlib.sha256(body).hexdigest()))
 
     def remove(self, relpath: str) -> None:
-        bucket, key = self._split(self.path(relpath))
+        bucket, _, key = self.path(relpath).partition("/")
         with suppress(FileNotFoundError):   # S3 answers 204 anyway; S3-compatibles may not
-            self._call("", "DELETE", self._client.delete_object, Bucket=bucket, Key=key)
+            self._call("", "DELETE", self._delete, bucket, key)
+
+    def _delete(self, bucket: str, key: str) -> None:
+        self._wire.read(self._wire.request("DELETE", bucket, key))
 
     def names(self, relpath: str = "") -> builtins.list[str]:
         root_prefix = f"{self.prefix}/" if self.prefix else ""
         below = f"{root_prefix}{relpath.strip('/')}/" if relpath else root_prefix
-        found = self._call("", "LIST", self._list_prefix, self.bucket, below, "")
+        found = self._list_prefix("", self.bucket, below, "")
         return sorted(f"{below[len(root_prefix):]}{name}" for name in found)
 
     def writer(self, relpath: str) -> ObjectWriter:
@@ -242,77 +250,114 @@ class S3Backend(FsspecBackend):
             stream = self.fs.open(path, "wb", block_size=self.write_block_bytes)
         return ObjectWriter(stream, path, "s3")
 
+    @property
+    def fs(self) -> Any:
+        """s3fs, for streaming (multipart) uploads only; created on first use, with the
+        same endpoint, timeouts and attempts, its own retry loop off."""
+        if self._s3fs is None:
+            self._s3fs = _s3fs(self._s3fs_options, self.endpoint, self.connect_timeout_s,
+                               self.read_timeout_s, self.max_attempts, self.write_block_bytes)
+        return self._s3fs
+
     def local_path(self, relpath: str) -> str | None:
         return None
 
 
+def _s3fs(options: dict[str, Any], endpoint: Endpoint, connect_timeout_s: float,
+          read_timeout_s: float, max_attempts: int, block_bytes: int) -> Any:
+    import s3fs
+
+    config = {**options.pop("config_kwargs", {}),
+              "connect_timeout": connect_timeout_s, "read_timeout": read_timeout_s,
+              "retries": {"total_max_attempts": max_attempts, "mode": "standard"},
+              # no client-side CRCs: the bytes are checked by hashes, not by the upload
+              "request_checksum_calculation": "when_required",
+              "response_checksum_validation": "when_required"}
+    client_kwargs = {**options.pop("client_kwargs", {}), "region_name": endpoint.region}
+    options.pop("region_name", None)
+    options.setdefault("endpoint_url", endpoint.url)
+    fs = s3fs.S3FileSystem(**{**options, "skip_instance_cache": True, "use_listings_cache": False,
+                              "default_cache_type": "none", "default_block_size": block_bytes,
+                              "config_kwargs": config, "client_kwargs": client_kwargs})
+    fs.retries = 1   # s3fs's own retry loop off: botocore retries the parts
+    return fs
+
+
+def _endpoint(options: dict[str, Any], bucket: str, session: Any) -> Endpoint:
+    """Where the requests go: the options (top level or client_kwargs, as s3fs takes
+    them), then the environment and botocore's configuration (region)."""
+    client = options.get("client_kwargs") or {}
+    s3_config = (options.get("config_kwargs") or {}).get("s3") or {}
+    url = options.get("endpoint_url") or client.get("endpoint_url") or \
+        os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    region = options.get("region_name") or client.get("region_name") or \
+        session.get_config_variable("region")
+    addressing = str(s3_config.get("addressing_style") or options.get("addressing_style") or "auto")
+    verify = client.get("verify", True)
+    try:
+        return resolve_endpoint(url, region, addressing, bucket,
+                                verify if isinstance(verify, bool | str) else True,
+                                bool(options.get("use_ssl", client.get("use_ssl", True))))
+    except ValueError as error:
+        raise UsageError(f"storage option {error}") from None
+
+
+def _credentials(session: Any, target_path: str) -> Any:
+    """botocore's credential chain: the environment, the profile and files it names, ..."""
+    found = session.get_credentials()
+    if found is None:
+        raise UsageError(f"{target_path}: no S3 credentials found (AWS_ACCESS_KEY_ID and "
+                         "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, ...)",
+                         hint="export them, or set storage option anon = true for a public bucket")
+    return found
+
+
+def parse_list_page(body: bytes, prefix: str) -> tuple[builtins.list[str], str]:
+    """(names relative to `prefix`, the continuation token or "") of a ListObjectsV2 page:
+    its objects' keys and its common prefixes (the sub-"directories" of a delimited list)."""
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError as error:
+        raise S3TransportError(f"a LIST answer that is not XML ({error})", retryable=False) from None
+    fields: dict[str, list[ElementTree.Element]] = {}
+    for child in root:   # the namespace (S3's, or none) left aside
+        fields.setdefault(child.tag.rpartition("}")[2], []).append(child)
+
+    def text(name: str, default: str = "") -> str:
+        return (fields[name][0].text or default) if name in fields else default
+
+    def inner(element: ElementTree.Element, name: str) -> str:
+        found = [item.text or "" for item in element if item.tag.rpartition("}")[2] == name]
+        return decode(found[0]) if found else ""
+
+    decode: Callable[[str], str] = unquote_plus if text("EncodingType") == "url" else str
+    names = [inner(item, "Key")[len(prefix):] for item in fields.get("Contents", ())]
+    names += [inner(item, "Prefix")[len(prefix):].rstrip("/")
+              for item in fields.get("CommonPrefixes", ())]
+    token = text("NextContinuationToken") if text("IsTruncated").strip() == "true" else ""
+    if text("IsTruncated").strip() == "true" and not token:
+        raise S3TransportError("a truncated LIST page without a continuation token",
+                               retryable=False)
+    return names, token
+
+
 # --- errors --------------------------------------------------------------------------------
 
-TRANSPORT_ERRORS = (   # botocore / aiohttp class name -> what happened, in a few words
-    ("EndpointConnectionError", "could not connect"),
-    ("ConnectTimeoutError", "connect timeout"),
-    ("ReadTimeoutError", "read timeout"),
-    ("ConnectionClosedError", "connection closed by the server"),
-    ("ResponseStreamingError", "connection lost during the body"),
-    ("IncompleteReadError", "response body ended early"),
-    ("ServerDisconnectedError", "connection closed by the server"),
-    ("ClientPayloadError", "connection lost during the body"),
-    ("FSTimeoutError", "timeout"),
-    ("TimeoutError", "timeout"),
-)
-
-
-def s3_error(verb: str, error: BaseException, retried: int) -> OSError:
-    """An S3 client failure as an OSError with a short text: status and code for an HTTP
-    error ("S3 GET 503 SlowDown after 2 retries"), what happened for a transport one.
-    404 is FileNotFoundError, 403 PermissionError."""
+def s3_error(verb: str, error: S3StatusError | S3TransportError, retried: int) -> OSError:
+    """An S3 failure as an OSError with a short text: status and code for an HTTP error
+    ("S3 GET 503 SlowDown after 2 retries"), what happened for a transport one ("S3 HEAD:
+    read timeout after 2 retries"). 404 is FileNotFoundError, 403 PermissionError."""
     after = f" after {retried} retries" if retried else ""
-    if isinstance(error, OSError) and str(error).startswith("S3 "):   # said here already
-        return error
-    response = getattr(error, "response", None)
-    if isinstance(response, dict) and "Error" in response:
-        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        code = str(response["Error"].get("Code") or "")
-        if not code or code.isdigit():   # a HEAD error has no body: only its status
-            code = _reason(status)
-        text = f"S3 {verb} {status} {code}{after}"
-        if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "NotFound"):
-            return FileNotFoundError(errno.ENOENT, text)
-        if status == 403:
-            return PermissionError(errno.EACCES, text)
-        return OSError(text)
-    return OSError(f"S3 {verb}: {_transport_text(error)}{after}")
-
-
-def _transport_text(error: BaseException) -> str:
-    names = {cls.__name__ for cls in type(error).__mro__}
-    for name, text in TRANSPORT_ERRORS:
-        if name in names:
-            if name == "EndpointConnectionError" and "refused" in _chain_text(error):
-                return "connection refused"
-            return text
-    if isinstance(error, asyncio.TimeoutError):
-        return "timeout"
-    if isinstance(error, OSError) and error.errno:
-        return os.strerror(error.errno)
-    return type(error).__name__
-
-
-def _chain_text(error: BaseException) -> str:
-    parts, seen = [], set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        parts.append(f"{type(current).__name__} {current}")
-        current = current.__cause__ or current.__context__
-    return " ".join(parts).lower()
-
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "error"
+    if isinstance(error, S3TransportError):
+        return OSError(f"S3 {verb}: {error.text}{after}")
+    text = f"S3 {verb} {error.status} {error.code}{after}"
+    if error.bucket_region and error.status in (301, 307, 400):
+        text += f" (the bucket is in {error.bucket_region}: set region_name)"
+    if error.status == 404 or error.code in ("NoSuchKey", "NoSuchBucket", "NotFound"):
+        return FileNotFoundError(errno.ENOENT, text)
+    if error.status == 403:
+        return PermissionError(errno.EACCES, text)
+    return OSError(text)
 
 
 def _number(options: dict[str, Any], key: str, default: float, kind: type) -> float:

@@ -27,8 +27,10 @@ from stampede.errors import UsageError, install_hint
 from tests.helpers.s3server import (
     FAKE_ACCESS_KEY_ID,
     FAKE_SECRET_ACCESS_KEY,
+    LATE_BODY_S,
     FaultProxy,
     S3Server,
+    self_signed_certificate,
 )
 
 MiB = 2**20
@@ -182,6 +184,19 @@ def test_stat_open_read_close_request_by_request(s3_env: S3Server, proxy: FaultP
     assert backend.retries == dict.fromkeys(("stat", "open", "read", "list", "close"), 0)
 
 
+def test_time_to_first_byte_is_the_bodys_first_byte(s3_env: S3Server, proxy: FaultProxy,
+                                                     mapped: memoryview) -> None:
+    """Headers at once, the body LATE_BODY_S later: the first byte is the body's."""
+    writer_side = s3_backend(s3_env)
+    writer_side.put_bytes("shard.bin", b"z" * MiB)
+    backend = open_backend(f"s3://{writer_side.root}", {"endpoint_url": proxy.endpoint_url})
+    handle = backend.opener(False)(backend.path("shard.bin"))
+    proxy.mode = "late"
+    start = time.perf_counter_ns()
+    assert backend.read_into(handle, mapped[:MiB], 0) == MiB and bytes(mapped[:MiB]) == b"z" * MiB
+    assert backend.first_byte_ns - start >= LATE_BODY_S * 1e9
+
+
 def test_list_is_one_request_and_returns_basenames(s3_env: S3Server,
                                                    proxy: FaultProxy) -> None:
     writer_side = s3_backend(s3_env)
@@ -238,18 +253,155 @@ def test_a_dead_server_is_an_oserror_within_the_timeouts(s3_env: S3Server,
     backend = open_backend(f"s3://{writer_side.root}",
                            {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
     path = backend.path("shard.bin")
-    backend.stat(path)                           # a kept-alive connection exists now
+    handle = backend.opener(False)(path)         # a kept-alive connection exists now
 
     proxy.mode = "stall"                         # a hung server: the read timeout ends it
     _, error, _ = in_thread(lambda: backend.stat(path))
     assert isinstance(error, OSError) and str(error) == "S3 HEAD: read timeout after 2 retries"
     assert backend.retries["stat"] == 2
 
+    proxy.mode, proxy.late_s = "late", 3.0       # headers, then a body that stalls
+    _, error, _ = in_thread(lambda: backend.read_into(handle, memoryview(bytearray(100)), 0))
+    assert isinstance(error, OSError) and str(error) == "S3 GET: read timeout after 2 retries"
+    assert backend.retries["read"] == 2
+
     proxy.refuse()                               # nothing listening any more
     _, error, _ = in_thread(lambda: backend.list(backend.path("")))
     assert isinstance(error, OSError)
     assert str(error) == "S3 LIST: connection refused after 2 retries"
     assert backend.retries["list"] == 2
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_uncounted(
+        s3_env: S3Server, proxy: FaultProxy) -> None:
+    """A kept-alive connection the server hung up (its idle timeout) is not a retry: the
+    client sees it before sending and opens a new one; one request reaches the server."""
+    writer_side = s3_backend(s3_env)
+    writer_side.put_bytes("shard.bin", b"x" * 100)
+    backend = open_backend(f"s3://{writer_side.root}",
+                           {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
+    path = backend.path("shard.bin")
+    backend.stat(path)
+    connections = proxy.connections
+    proxy.hang_up()
+    time.sleep(0.2)   # the FIN reaches the client's socket
+    proxy.clear()
+    backend.stat(path)
+    assert backend.retries["stat"] == 0
+    assert proxy.requests == [("HEAD", f"/{writer_side.root}/shard.bin", "")]
+    assert proxy.connections == connections + 1
+
+
+def test_closed_connections_and_cut_bodies_are_retried_and_counted(
+        s3_env: S3Server, proxy: FaultProxy, mapped: memoryview) -> None:
+    writer_side = s3_backend(s3_env)
+    data = os.urandom(MiB)
+    writer_side.put_bytes("shard.bin", data)
+    backend = open_backend(f"s3://{writer_side.root}",
+                           {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
+    path = backend.path("shard.bin")
+    handle = backend.opener(False)(path)
+
+    proxy.mode = "cut"          # half of each body, then the connection closed
+    _, error, _ = in_thread(lambda: backend.read_into(handle, mapped[:MiB], 0))
+    assert isinstance(error, OSError) and str(error) == \
+        "S3 GET: response body ended early after 2 retries"
+    assert backend.retries["read"] == 2
+
+    proxy.mode = "close"        # no answer at all
+    _, error, _ = in_thread(lambda: backend.stat(path))
+    assert isinstance(error, OSError) and str(error) == \
+        "S3 HEAD: connection closed by the server after 2 retries"
+    assert backend.retries["stat"] == 2
+
+    proxy.clear()
+    assert backend.read_into(handle, mapped[:MiB], 0) == MiB and bytes(mapped[:MiB]) == data
+    assert backend.retries == {"stat": 2, "open": 0, "read": 2, "list": 0, "close": 0}
+
+
+def test_a_list_of_more_than_one_page(s3_env: S3Server, proxy: FaultProxy) -> None:
+    """1,001 names: two LIST requests, every name once, odd characters intact."""
+    writer_side = s3_backend(s3_env)
+    names = [f"many/{index:04d}{' +%ü' if index % 250 == 0 else ''}.bin" for index in range(1001)]
+    for name in names:
+        writer_side.put_bytes(name, b"")
+    backend = open_backend(f"s3://{writer_side.root}", {"endpoint_url": proxy.endpoint_url})
+    proxy.clear()
+    assert sorted(backend.list(backend.path("many"))) == sorted(n.partition("/")[2] for n in names)
+    assert [method for method, _, _ in proxy.requests] == ["GET", "GET"]
+    assert backend.names("many") == sorted(names)
+
+
+def test_an_http_proxy_in_the_environment_is_used(s3_env: S3Server, proxy: FaultProxy,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy.endpoint_url)
+    backend = s3_backend(s3_env)   # the server's own endpoint: reached through the proxy
+    backend.put_bytes("shard.bin", b"through the proxy")
+    assert backend.get_bytes("shard.bin") == b"through the proxy"
+    url = f"{s3_env.endpoint_url}/{backend.root}/shard.bin"
+    assert [(method, path) for method, path, _ in proxy.requests] == [("PUT", url), ("GET", url)]
+
+
+def test_without_credentials_a_usage_error_and_anon_is_unsigned(
+        s3_env: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    target = f"s3://{s3_env.bucket}/anywhere"
+    with pytest.raises(UsageError, match=f"^{target}: no S3 credentials found"):
+        open_backend(target, {"endpoint_url": s3_env.endpoint_url})
+    backend = open_backend(target, {"endpoint_url": s3_env.endpoint_url, "anon": True})
+    with pytest.raises(PermissionError) as raised:   # this server wants keys
+        backend.stat(backend.path("x.bin"))
+    assert raised.value.strerror == "S3 HEAD 403 Forbidden"
+
+
+def test_the_timed_path_imports_no_s3fs(s3_env: S3Server, tmp_path: Path) -> None:
+    """open, stat, read and list import neither s3fs nor aiobotocore nor aiohttp (heavy:
+    at 16,384 ranks each import is a metadata storm); a write brings s3fs in."""
+    script = tmp_path / "timed.py"
+    script.write_text(f"""
+import sys
+from stampede.backends import open_backend
+backend = open_backend("s3://{s3_env.bucket}/imports", {{"endpoint_url": "{s3_env.endpoint_url}"}})
+backend.put_bytes("x.bin", b"0123456789")
+handle = backend.opener(False)(backend.path("x.bin"))
+view = memoryview(bytearray(10))
+assert backend.read_into(handle, view, 0) == 10 and backend.list(backend.path("")) == ["x.bin"]
+print(sorted(name for name in ("s3fs", "aiobotocore", "aiohttp") if name in sys.modules))
+with backend.writer("y.bin") as writer:
+    writer.write_at(0, memoryview(b"y"))
+print("s3fs" in sys.modules)
+""")
+    import subprocess
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            env={**os.environ, **s3_env.env}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_https_verified_by_a_ca_bundle_or_refused(s3_env: S3Server, tmp_path: Path,
+                                                 mapped: memoryview) -> None:
+    """Through a TLS endpoint (the proxy, with a self-signed certificate): verified by the
+    bundle given in client_kwargs.verify, refused at once without it (no retry: it would
+    fail alike), accepted with verify = false."""
+    certificate, key = self_signed_certificate(tmp_path)
+    with FaultProxy(s3_env.endpoint_url.removeprefix("http://"), tls=(certificate, key)) as proxy:
+        backend = s3_backend(s3_env, proxy.endpoint_url, client_kwargs={"verify": str(certificate)})
+        data = os.urandom(MiB)
+        backend.put_bytes("tls.bin", data)
+        handle = backend.opener(False)(backend.path("tls.bin"))
+        assert backend.read_into(handle, mapped[:MiB], 0) == MiB and bytes(mapped[:MiB]) == data
+        assert backend.describe()["endpoint_url"] == proxy.endpoint_url
+        proxy.clear()
+        strict = open_backend(f"s3://{backend.root}", {"endpoint_url": proxy.endpoint_url})
+        with pytest.raises(OSError, match=r"^S3 HEAD: TLS: certificate verify failed \("):
+            strict.stat(handle.path)
+        assert strict.retries["stat"] == 0 and proxy.requests == []
+        lax = open_backend(f"s3://{backend.root}", {"endpoint_url": proxy.endpoint_url,
+                                                    "client_kwargs": {"verify": False}})
+        assert lax.get_bytes("tls.bin") == data
 
 
 # --- what the sidecar may hold; the registry ----------------------------------------------------

@@ -27,13 +27,14 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -272,6 +273,20 @@ def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     return s3_server
 
 
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """(certificate, key) for 127.0.0.1, made by the openssl command; unavailable() (the S3
+    requirement: CI has openssl) without it."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        requires.unavailable("openssl is not installed: the HTTPS tests need it", "S3")
+    certificate, key = directory / "proxy.crt", directory / "proxy.key"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(certificate)],
+                   check=True, capture_output=True, timeout=60)
+    return certificate, key
+
+
 # --- the fault-injecting proxy ---------------------------------------------------------------
 
 SLOW_DOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -281,6 +296,7 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-
                         "trailer", "upgrade"})
 COPY_CHUNK_BYTES = 1 << 20
 STALL_LIMIT_S = 60.0
+LATE_BODY_S = 0.3
 
 
 class FaultProxy:
@@ -292,25 +308,36 @@ class FaultProxy:
     - `fail_fraction(p)`: each request is answered 503 SlowDown with probability p;
     - `mode = "close"`: every request's connection is closed without an answer;
       `mode = "stall"`: requests are held without an answer (a hung server);
+      `mode = "cut"`: answers are sent with half their body, then the connection closed;
+      `mode = "late"`: a body is sent `late_s` (LATE_BODY_S) after its headers;
+    - `hang_up()`: close every client connection now, as a server does to idle kept-alive
+      ones;
     - `refuse()`: stop listening, so connections are refused (a dead server).
 
     `requests` lists (method, path, Range header) of every request that reached it, the
     failed ones included; `connections` counts client connections accepted.
     """
 
-    def __init__(self, upstream: str, seed: int = 0) -> None:
+    def __init__(self, upstream: str, seed: int = 0, tls: tuple[Path, Path] | None = None) -> None:
+        """`tls`: (certificate, key) files: the proxy speaks HTTPS to its clients."""
         self.upstream = upstream
         self.mode = "pass"
+        self.late_s = LATE_BODY_S
         self.requests: list[tuple[str, str, str]] = []
         self.connections = 0
+        self._open: set[socket.socket] = set()   # client connections not yet closed
         self._fail_count = 0
         self._fail_probability = 0.0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
-        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self.endpoint_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self._listening = True
@@ -322,6 +349,13 @@ class FaultProxy:
     def fail_fraction(self, probability: float) -> None:
         with self._lock:
             self._fail_probability = probability
+
+    def hang_up(self) -> None:
+        """Close every client connection (each handler sees its peer gone and ends)."""
+        with self._lock:
+            for connection in self._open:
+                with suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
     def clear(self) -> None:
         """Pass everything again and forget the recorded requests."""
@@ -367,12 +401,18 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             super().setup()
             with proxy._lock:
                 proxy.connections += 1
+                proxy._open.add(self.connection)
+
+        def finish(self) -> None:
+            with proxy._lock:
+                proxy._open.discard(self.connection)
+            super().finish()
 
         def log_message(self, format: str, *args: object) -> None:
             """Quiet: the tests read `requests` instead."""
 
         def _relay(self) -> None:
-            passing = proxy.mode == "pass"
+            passing = proxy.mode in ("pass", "cut", "late")
             fail = proxy._record(self.command, self.path, self.headers.get("Range", ""), passing)
             if proxy.mode == "close":
                 self.close_connection = True
@@ -433,6 +473,13 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command == "HEAD":
                 response.read()
+                return
+            if proxy.mode == "late":   # the headers are out (the writer is unbuffered)
+                time.sleep(proxy.late_s)
+            if proxy.mode == "cut":   # half the body, then the connection closed
+                half = (len(data) if data else int(length or 0)) // 2
+                self.wfile.write(data[:half] if data else response.read(half))
+                self.close_connection = True
                 return
             if data:
                 self.wfile.write(data)
