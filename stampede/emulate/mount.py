@@ -7,6 +7,7 @@ One copy of this for bench/model_vs_emulator.py and the tests that mount the emu
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import statistics
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 MOUNT_WAIT_S = 15.0
 
@@ -25,7 +27,7 @@ def fuse_unavailable() -> str:
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
     if importlib.util.find_spec("fuse") is None:
-        return "fusepy is not installed (pip install -e '.[test]')"
+        return "fusepy is not installed (pip install -e '.[emulate]')"
     try:
         import fuse  # type: ignore[import-untyped]  # noqa: F401 - loads libfuse.so.2
     except OSError as error:
@@ -54,14 +56,30 @@ def emulate_command(backing: Path, mountpoint: Path, *options: str) -> list[str]
             str(backing), *options]
 
 
+def summary_path(mountpoint: Path) -> Path:
+    """Where `running` has the emulator write its summary (--summary-json) when it stops."""
+    return mountpoint.with_suffix(".summary.json")
+
+
+def read_summary(mountpoint: Path) -> dict[str, Any]:
+    """The summary of the emulator that `running` ran at mountpoint, once the block ended:
+    {"service_s", "threads", ..., "ops": {op: {"count", "asked_mean_s", "held_p50_s", ...}}}."""
+    document: dict[str, Any] = json.loads(summary_path(mountpoint).read_text())
+    return document
+
+
 @contextmanager
 def running(backing: Path, mountpoint: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
     """`stampede emulate-mds` mounted at mountpoint until the block ends, however it ends;
-    its stderr goes to mountpoint + '.log'. RuntimeError if it does not mount."""
+    its stderr goes to mountpoint + '.log', its summary to summary_path(mountpoint) (read it
+    with read_summary after the block). RuntimeError if it does not mount."""
     mountpoint.mkdir(exist_ok=True)
     log = mountpoint.with_suffix(".log")
+    summary_path(mountpoint).unlink(missing_ok=True)
+    command = emulate_command(backing, mountpoint, *options, "--summary-json",
+                              str(summary_path(mountpoint)))
     with open(log, "wb") as stream:
-        daemon = subprocess.Popen(emulate_command(backing, mountpoint, *options), stderr=stream)
+        daemon = subprocess.Popen(command, stderr=stream)
     try:
         deadline = time.monotonic() + MOUNT_WAIT_S
         while not is_mounted(mountpoint) and daemon.poll() is None and time.monotonic() < deadline:
