@@ -21,7 +21,10 @@ Two parts, one run.
      held          the emulator's own record (its --summary-json): getattr p50 and mean
      measured      stampede's stat lat_p50_s - the base, / requests per stat
    and the ratios held / asked and measured / asked. The floor is the smallest S asked
-   whose measured / asked is within --tolerance (5%) of 1.
+   from which measured / asked is within --tolerance (5%) of 1. Then a straight line
+   through (S, stat p50): its slope / requests is the service time per second asked
+   that stampede sees, free of the base; its intercept, the round trip at S > 0 (on a
+   VM the idle CPUs' wake-ups make it larger than at S = 0).
 
 The machine is shared and small: the numbers are medians, the table says the load.
 """
@@ -186,6 +189,16 @@ def through_fuse(services_s: list[float], args: argparse.Namespace) -> None:
               f"{held_mean_s * 1e3:>6.3f} ms {held_mean_s / service_s:>10.4f} {p50_s * 1e3:>6.3f} ms "
               f"{ratio * service_s * 1e3:>6.3f} ms {ratio:>10.4f} ({ratios[0]:.3f}-{ratios[-1]:.3f})  "
               f"{'within' if within else 'outside'} {args.tolerance:.0%}")
+    for priority in PRIORITIES:
+        # stat p50 against S: the slope / requests is the service time stampede sees per
+        # second asked, whatever the constant on top (the round trip, at S > 0)
+        asked = [service_s for service_s, chosen in cases[len(PRIORITIES):] if chosen == priority]
+        p50s = [statistics.median(run[0] for run in found[service_s, priority]) for service_s in asked]
+        slope, intercept = statistics.linear_regression(asked, p50s)
+        requests = round(slope)
+        print(f"fit ({priority}): stat p50 = {slope:.3f} x S + {intercept * 1e3:.3f} ms: {requests} "
+              f"requests of {slope / requests:.4f} x S each, and {intercept * 1e3:.3f} ms a stat on "
+              f"top (at S = 0: {base_s[priority] * 1e3:.3f} ms)")
     for priority in PRIORITIES:
         floor = [service_s for (chosen, service_s) in within_at if chosen == priority and
                  all(ok for (other, s), ok in within_at.items() if other == priority and s >= service_s)]

@@ -6,6 +6,10 @@ tally's numbers are checked on values given to it.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -73,3 +77,18 @@ def test_the_tally_counts_requests_in_service_at_once_and_prints_one_line() -> N
     assert text.startswith("3 metadata request(s) served, at most 2 at once: getattr 2 (asked "
                            "1.000 ms, held 1.020 ms mean (+2.0%) / 1.010 ms p50")
     assert ServiceTally(("getattr",)).text() == "0 metadata request(s) served, at most 0 at once"
+
+
+def test_real_time_priority_where_allowed_and_normal_where_refused() -> None:
+    """A container without CAP_SYS_NICE refuses SCHED_FIFO: the emulator runs on, and says so."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("root and setpriv (util-linux) are needed to drop CAP_SYS_NICE")
+    ask = [sys.executable, "-c", "from stampede.emulate.service import realtime_priority; "
+           "print(realtime_priority())"]
+    refused = subprocess.run([setpriv, "--bounding-set", "-sys_nice", *ask], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 0, refused.stderr
+    assert refused.stdout.strip() == "normal priority (SCHED_FIFO refused: Operation not permitted)"
+    allowed = subprocess.run(ask, capture_output=True, text=True, timeout=60)
+    assert allowed.stdout.strip() == "real-time priority (SCHED_FIFO 1)", allowed.stderr
