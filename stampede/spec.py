@@ -254,9 +254,7 @@ def build_job(name: str, source: str, document: Mapping[str, object],
         except ValueError as error:
             where = source if origin != "--set" else f"--set {option.key}"
             # a table that may hold a credential by mistake is never echoed
-            shown = "{...}" if option.key == "target.storage_options" else repr(value)
-            if isinstance(value, str) and values.URL_WITH_PASSWORD.match(value):
-                shown = "'<a URL with a password, not shown>'"
+            shown = "{...}" if option.key == "target.storage_options" else values.shown(value)
             raise UsageError(f"{where}: {option.key} = {shown}: {error}") from None
     parsed["archive.path"] = str(parsed["archive.path"]).replace("{job}", name)
     fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in parsed.items()}

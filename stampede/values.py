@@ -28,6 +28,13 @@ CREDENTIALS_FROM = ("credentials come from the environment (AWS_ACCESS_KEY_ID, "
                     "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...), never from the job file")
 
 
+def shown(value: object) -> str:
+    """A user's value as an error message may echo it: repr, but never a URL's password."""
+    if isinstance(value, str) and URL_WITH_PASSWORD.match(value):
+        return "'<a URL with a password, not shown>'"
+    return repr(value)
+
+
 def read_text(path: Path, what: str) -> str:
     """A user's text file (a job, an archive, a peer tool's output), or one UsageError
     naming it and saying what it should have been."""

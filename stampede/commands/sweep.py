@@ -4,11 +4,17 @@ batch-system twin).
 
 A checkpoint is prepared for one rank count (a sharded one has a file per shard), so
 each step prepares, then runs; `--clean` removes the checkpoint at the end.
+
+`--prepare-path DIR` prepares (and cleans) at DIR but runs at the job's target.path: for a
+target that cannot be written but shows DIR, such as the read-only mount of
+`stampede emulate-mds MOUNT --backing DIR` (`--set target.path=MOUNT/ck --prepare-path
+DIR/ck`). Both jobs are validated before the first launch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from typing import Any
@@ -40,7 +46,25 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     add_job_arguments(sub, "override a job key (passed to every step)")
     sub.add_argument("--ranks", required=True, type=str, help="rank counts, e.g. 1,2,4,8")
     sub.add_argument("--clean", action="store_true", help="remove the checkpoint at the end")
+    sub.add_argument("--prepare-path", default=None, metavar="DIR",
+                     help="prepare and clean with target.path = DIR, run with the job's "
+                          "target.path: for a read-only view of DIR, such as an emulate-mds "
+                          "mount of it")
     sub.set_defaults(func=cmd_sweep)
+
+
+def prepare_overrides(args: argparse.Namespace) -> list[str]:
+    """The --set list of prepare and clean: the job's, then target.path = --prepare-path."""
+    if args.prepare_path is None:
+        return list(args.set)
+    from stampede import values
+    from stampede.errors import UsageError
+
+    try:
+        values.target_path(args.prepare_path)
+    except ValueError as error:
+        raise UsageError(f"--prepare-path {values.shown(args.prepare_path)}: {error}") from None
+    return [*args.set, f"target.path={json.dumps(args.prepare_path)}"]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -51,25 +75,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     counts = parse_ranks(args.ranks)
     spec = load_job(args.job, args.set)   # every error before the first launch
+    prepared = prepare_overrides(args)
+    load_job(args.job, prepared)          # the job prepare and clean will see
     for nranks in counts:
         bytes_per_rank(spec, nranks)      # replicas divide it, the size is large enough
     mpiexec = find_mpiexec()
     if mpiexec is None and max(counts) > 1:
         raise UsageError("sweep needs mpiexec for more than one rank, and none was found",
                          hint="pip install -e '.[mpi]'")
-    overrides = [item for pair in args.set for item in ("--set", pair)]
+    sets = {step: [item for pair in pairs for item in ("--set", pair)]
+            for step, pairs in (("prepare", prepared), ("run", args.set))}
     for nranks in counts:
         launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
         print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)
         for step in ("prepare", "run"):
             status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, args.job,
-                                      *overrides])
+                                      *sets[step]])
             if status:
                 print(f"stampede sweep: {step} at {nranks} rank(s) failed (exit {status}); runs "
                       f"before it stay in {spec.archive_path}", file=sys.stderr)
                 return status
     if args.clean:
-        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *overrides])
+        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets["prepare"]])
     print(f"stampede sweep: {len(counts)} rank counts appended to {spec.archive_path}",
           file=sys.stderr)
     return 0

@@ -2,18 +2,30 @@
 
     stampede emulate-mds MOUNTPOINT --backing DIR [--service-s S] [--threads C]
                          [--serialize-inode] [--jitter-s J] [--attr-cache-s 0]
+                         [--priority realtime|normal] [--summary-json PATH]
 
 It mounts a read-only FUSE file system at MOUNTPOINT that shows DIR. Data passes through
 (read, release/close, readdir's names), but every metadata request - getattr (which also
 answers the kernel's LOOKUP of a name), open, opendir, readdir, readlink - is served by one
-of C service slots (a semaphore), each request holding its slot for S seconds (plus a
-uniform random [0, J) with --jitter-s) before the real operation runs: C metadata threads
-that each take S per request, as on an NFS server or a Lustre MDS under load. With
---serialize-inode, requests on the same file also queue one at a time, in arrival order,
+of C service slots (a semaphore): the real operation runs in the slot, which is held until
+S seconds (plus a uniform random [0, J) with --jitter-s) after it was taken, a deadline on
+the monotonic clock (stampede.emulate.service has how it is held to within microseconds):
+C metadata threads that each take S per request, as on an NFS server or a Lustre MDS under
+load. With --serialize-inode, requests on the same file also queue one at a time, in arrival order,
 on a lock per path (they wait for the lock before they take a slot): N ranks stat-ing one
 shared file take N times as long as N ranks stat-ing a file each. Directories are not
 serialized: lookups in one directory are shared (read) operations on real servers, and
 the hot spot this models is the file.
+
+Precision. The summary at exit gives, per op, the time held next to the time asked (and
+the most requests in service at once); --summary-json writes it for scripts. The server's
+threads run SCHED_FIFO (--priority realtime, the default, where the kernel allows it), so
+that the ranks and whatever else runs on the machine do not stretch the service: on a
+busy 2-core VM a slot then held S + 2-4 µs at the median and 1-4% over S on average at
+S >= 1 ms (the tail: the host deschedules the VM's CPUs at times), and stampede's stat
+storm saw 1.007 S per request (bench/emulator_precision.py). On top the clients see the
+round trip, which on that VM grew by about 0.1 ms a request once S > 0 (idle CPUs wake
+up): (stat p50 - its value at S = 0) / requests was within 5% of S from S = 4 ms.
 
 The kernel's attribute and entry caches are off (attr_timeout = entry_timeout =
 negative_timeout = --attr-cache-s, default 0), so every stat reaches the emulator: with
@@ -32,9 +44,13 @@ Lifecycle: runs in the foreground until unmounted (`fusermount -u MOUNTPOINT`, e
 Ctrl-C (SIGINT), SIGTERM or SIGHUP; each ends with the file system unmounted by libfuse
 and a summary of the requests served on stderr. It also always asks the kernel to send it
 SIGTERM when its parent process dies (prctl PR_SET_PDEATHSIG; there is no flag to turn it
-off): an emulator left running would leave a slow mount behind. Run it with `&` from the
-shell that runs the benchmark, or under a supervisor. Only SIGKILL leaves a stale mount
-("Transport endpoint is not connected"): `fusermount -u MOUNTPOINT` clears it.
+off): an emulator left running would leave a slow mount behind. A parent that died before
+that request was in place (a subshell, `( stampede emulate-mds ... & )`, exits before
+Python has even started) is seen too: the emulator then exits with status 1 and mounts
+nothing (`orphaned` has how it tells; a session leader, started by setsid or a
+supervisor, is taken as meant to run detached). Run it with `&` from the shell that runs
+the benchmark, or under a supervisor. Only SIGKILL leaves a stale mount ("Transport
+endpoint is not connected"): `fusermount -u MOUNTPOINT` clears it.
 
 Root only (it mounts with allow_other so that ranks of any user can use it). The kernel
 does no permission checks (that would add a GETATTR per path component); the emulator
@@ -42,8 +58,8 @@ refuses open/readdir to other users by the backing files' mode bits (owner, the 
 group, others; supplementary groups are not known to it). Writes are refused (read-only):
 prepare the checkpoint in DIR directly, then point target.path at MOUNTPOINT.
 
-Needs fusepy and libfuse 2 (`pip install fusepy`, `apt-get install libfuse2`), imported
-only when the command runs.
+Needs fusepy and libfuse 2 (`pip install 'stampede[emulate]'`, `apt-get install libfuse2`),
+imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -59,7 +75,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-FUSE_HINT = "pip install fusepy (and the libfuse 2 library: apt-get install libfuse2)"
+from stampede.emulate.service import SPIN_S, ServiceTally, hold_until, spin_for
+
+FUSE_HINT = "pip install 'stampede[emulate]' and apt-get install libfuse2"
 STAT_FIELDS = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
                "st_ctime_ns", "st_blocks", "st_blksize", "st_rdev")
 PR_SET_PDEATHSIG = 1
@@ -110,17 +128,17 @@ class MetadataServer:
 
     def __init__(self, backing: str, service_s: float, threads: int, serialize: bool = False,
                  jitter_s: float = 0.0, caller: Callable[[], tuple[int, int, int]] | None = None,
-                 on_mount: Callable[[], None] | None = None) -> None:
+                 on_mount: Callable[[], None] | None = None, spin_s: float = SPIN_S) -> None:
         self.backing = backing
         self.service_s, self.jitter_s, self.serialize = service_s, jitter_s, serialize
         self.threads = threads
         self._slots = threading.BoundedSemaphore(threads)
         self._caller = caller or (lambda: (0, 0, 0))
         self._on_mount = on_mount
+        self.spin_s = spin_s
         self._guard = threading.Lock()
         self._path_locks: dict[str, FifoLock] = {}
-        self.counts: dict[str, int] = dict.fromkeys(METADATA_OPS, 0)
-        self.waited_s: dict[str, float] = dict.fromkeys(METADATA_OPS, 0.0)
+        self.tally = ServiceTally(METADATA_OPS)
 
     def __call__(self, op: str, *args: Any) -> Any:
         return getattr(self, op)(*args)
@@ -129,20 +147,20 @@ class MetadataServer:
         return os.path.join(self.backing, path.lstrip("/"))
 
     def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], Any]) -> Any:
-        """Queue for the path (files, with --serialize-inode), take a slot, spend the service time."""
-        arrived = time.perf_counter()
+        """Queue for the path (files, with --serialize-inode), take a slot, run the real
+        operation and hold the slot until take-time + the service time (a deadline: the
+        operation's own time is part of the service, not added to it)."""
+        arrived_s = time.monotonic()
         lock = nullcontext() if is_directory or not self.serialize else self._path_lock(path)
         with lock, self._slots:
-            waited = time.perf_counter() - arrived
-            delay = self.service_s + (random.uniform(0.0, self.jitter_s) if self.jitter_s else 0.0)
-            if delay > 0:
-                time.sleep(delay)
+            taken_s = time.monotonic()
+            self.tally.started()
+            asked_s = self.service_s + (random.uniform(0.0, self.jitter_s) if self.jitter_s else 0.0)
             try:
                 return work()
             finally:
-                with self._guard:
-                    self.counts[op] += 1
-                    self.waited_s[op] += waited
+                hold_until(taken_s + asked_s, spin_for(asked_s, self.spin_s))
+                self.tally.add(op, asked_s, time.monotonic() - taken_s, taken_s - arrived_s)
 
     def _path_lock(self, path: str) -> FifoLock:
         with self._guard:
@@ -228,27 +246,26 @@ class MetadataServer:
             self._on_mount()
 
     def summary(self) -> str:
-        served = sum(self.counts.values())
-        parts = [f"{op} {count} (queued {self.waited_s[op] / count * 1e3:.2f} ms on average)"
-                 for op, count in self.counts.items() if count]
-        return f"{served} metadata request(s) served" + (": " + ", ".join(parts) if parts else "")
+        return self.tally.text()
 
 
 def load_fuse() -> Any:
-    """fusepy, imported now (it loads libfuse.so.2), or a UsageError with the install hint."""
+    """fusepy, imported now (it loads libfuse.so.2), or a UsageError (one line, the hint in it)."""
     import importlib
     try:
         fuse = importlib.import_module("fuse")
     except ImportError as error:
-        raise _usage(f"emulate-mds needs fusepy, which is not installed ({error})") from None
+        raise _usage(f"emulate-mds needs fusepy, which is not installed ({error}): "
+                     f"{FUSE_HINT}") from None
     except OSError as error:     # fusepy found, libfuse.so.2 not: "Unable to find libfuse"
-        raise _usage(f"emulate-mds needs the libfuse 2 library ({error})") from None
+        raise _usage(f"emulate-mds needs the libfuse 2 library ({error}): {FUSE_HINT}") from None
     if not hasattr(fuse, "FUSE") or not hasattr(fuse, "fuse_get_context"):
-        raise _usage(f"the module `fuse` ({getattr(fuse, '__file__', '?')}) is not fusepy")
+        raise _usage(f"the module `fuse` ({getattr(fuse, '__file__', '?')}) is not fusepy: "
+                     f"{FUSE_HINT}")
     return fuse
 
 
-def _usage(message: str, hint: str = FUSE_HINT) -> Exception:
+def _usage(message: str, hint: str = "") -> Exception:
     from stampede.errors import UsageError
     return UsageError(message, hint=hint)
 
@@ -278,20 +295,50 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, str]:
     if entries:
         raise _usage(f"mountpoint {args.mountpoint}: not empty ({len(entries)} entries); "
                      "emulate-mds mounts only on an empty directory", "")
+    summary = getattr(args, "summary_json", None)
+    if summary and not os.path.isdir(os.path.dirname(os.path.abspath(summary))):
+        raise _usage(f"--summary-json {summary}: its directory does not exist", "")
     if os.path.commonpath([backing, mountpoint]) == backing:
         raise _usage(f"mountpoint {args.mountpoint} is inside --backing {args.backing}: the "
                      "file system would serve itself", "")
     return backing, mountpoint
 
 
-def die_with_parent() -> None:
-    """Ask the kernel for SIGTERM when the parent dies (libfuse then unmounts and exits)."""
+def die_with_parent(started_by: int) -> None:
+    """Ask the kernel for SIGTERM when the parent dies (libfuse then unmounts and exits),
+    then check that the parent is still `started_by`, the one read when the command began:
+    RunFailed (nothing mounted) if it already died. In that order, a parent that dies at
+    any time is seen by one of the two."""
     import ctypes
     import signal
-    parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != parent:   # the parent died before the request was in place
+    if orphaned(started_by):
         from stampede.errors import RunFailed
-        raise RunFailed("the parent process exited before emulate-mds could mount")
+        raise RunFailed(f"the process that started emulate-mds exited (its parent is now "
+                        f"pid {os.getppid()}, which adopted it); not mounting, as nothing "
+                        "would unmount it (start it with setsid to run it detached)")
+
+
+def orphaned(started_by: int) -> bool:
+    """Whether the process that started this one is gone: the parent is no longer
+    `started_by`, or `started_by` itself was not the starter but the reaper (init or a
+    subreaper) that adopted this process before Python ran its first line, as after
+    `( stampede emulate-mds ... & )`, whose subshell exits at once.
+
+    The second case is told by sessions: a child starts in its parent's session and leaves
+    it only through setsid(2), which makes it the leader of a new one. A parent in another
+    session, of a process that leads none, cannot be the one that started it. A session
+    leader (started by setsid or a supervisor) is taken as meant to run on its own.
+    """
+    parent = os.getppid()
+    if parent != started_by:
+        return True
+    session = os.getsid(0)
+    if session == os.getpid():
+        return False
+    try:
+        return os.getsid(parent) != session
+    except OSError:                  # the parent is already gone
+        return True

@@ -7,15 +7,17 @@ One copy of this for bench/model_vs_emulator.py and the tests that mount the emu
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 MOUNT_WAIT_S = 15.0
 
@@ -25,7 +27,7 @@ def fuse_unavailable() -> str:
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
     if importlib.util.find_spec("fuse") is None:
-        return "fusepy is not installed (pip install -e '.[test]')"
+        return "fusepy is not installed (pip install -e '.[emulate]')"
     try:
         import fuse  # type: ignore[import-untyped]  # noqa: F401 - loads libfuse.so.2
     except OSError as error:
@@ -54,14 +56,30 @@ def emulate_command(backing: Path, mountpoint: Path, *options: str) -> list[str]
             str(backing), *options]
 
 
+def summary_path(mountpoint: Path) -> Path:
+    """Where `running` has the emulator write its summary (--summary-json) when it stops."""
+    return mountpoint.with_suffix(".summary.json")
+
+
+def read_summary(mountpoint: Path) -> dict[str, Any]:
+    """The summary of the emulator that `running` ran at mountpoint, once the block ended:
+    {"service_s", "threads", ..., "ops": {op: {"count", "asked_mean_s", "held_p50_s", ...}}}."""
+    document: dict[str, Any] = json.loads(summary_path(mountpoint).read_text())
+    return document
+
+
 @contextmanager
 def running(backing: Path, mountpoint: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
     """`stampede emulate-mds` mounted at mountpoint until the block ends, however it ends;
-    its stderr goes to mountpoint + '.log'. RuntimeError if it does not mount."""
+    its stderr goes to mountpoint + '.log', its summary to summary_path(mountpoint) (read it
+    with read_summary after the block). RuntimeError if it does not mount."""
     mountpoint.mkdir(exist_ok=True)
     log = mountpoint.with_suffix(".log")
+    summary_path(mountpoint).unlink(missing_ok=True)
+    command = emulate_command(backing, mountpoint, *options, "--summary-json",
+                              str(summary_path(mountpoint)))
     with open(log, "wb") as stream:
-        daemon = subprocess.Popen(emulate_command(backing, mountpoint, *options), stderr=stream)
+        daemon = subprocess.Popen(command, stderr=stream)
     try:
         deadline = time.monotonic() + MOUNT_WAIT_S
         while not is_mounted(mountpoint) and daemon.poll() is None and time.monotonic() < deadline:
@@ -81,7 +99,10 @@ def running(backing: Path, mountpoint: Path, *options: str) -> Iterator[subproce
 
 
 def requests_per_op(path: Path, service_s: float, repeats: int = 5) -> dict[str, int]:
-    """Emulator requests of one stat and one open+close of `path`: median time / S."""
+    """Emulator requests of one stat and one open+close of `path`: the fastest of `repeats`
+    over S, rounded down. Each request holds its slot S at least, so r requests never take
+    less than r S; what comes on top (the FUSE round trip, a busy machine) must stay under
+    one S in the fastest try alone (a median, rounded, miscounted when it passed S / 2)."""
     os.stat(path)                      # the kernel serializes a name's first lookup
 
     def timed(call: Callable[[], object]) -> float:
@@ -89,7 +110,6 @@ def requests_per_op(path: Path, service_s: float, repeats: int = 5) -> dict[str,
         call()
         return time.perf_counter() - start
 
-    stat = statistics.median(timed(lambda: os.stat(path)) for _ in range(repeats))
-    opened = statistics.median(timed(lambda: os.close(os.open(path, os.O_RDONLY)))
-                               for _ in range(repeats))
-    return {"stat": round(stat / service_s), "open": round(opened / service_s)}
+    stat = min(timed(lambda: os.stat(path)) for _ in range(repeats))
+    opened = min(timed(lambda: os.close(os.open(path, os.O_RDONLY))) for _ in range(repeats))
+    return {"stat": math.floor(stat / service_s), "open": math.floor(opened / service_s)}

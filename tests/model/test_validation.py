@@ -6,7 +6,7 @@ emulator with S = 10 ms per request and C = 2 slots, `stampede run` through it a
 
 Mapping (kernel caches off; path MOUNT/DIR/FILE; the mount's root is free): a stat is a
 LOOKUP of DIR, a LOOKUP of FILE and a GETATTR; an open is the two LOOKUPs and an OPEN;
-read and close make no metadata request. Both counts are measured here (one op timed / S).
+read and close make no metadata request. Both counts are measured here (the fastest op / S).
   sharded (plain emulator): every request takes a slot: model ops = requests (k = 6 per
           rank), s = S, c = C, RTT per request = the pass-through's per-op latency / 3.
   shared (--serialize-inode): the file's requests queue one at a time, the DIR lookup
