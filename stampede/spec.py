@@ -19,7 +19,7 @@ from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
 from stampede.units import ALIGN_BYTES
 
-LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first",
+LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
            "list-first", "list-bcast")
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
 EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}   # layout -> its exchange op
@@ -31,6 +31,13 @@ SOURCES = ("synthetic", "existing")
 ASSIGN_POLICIES = ("files", "tensor-slices", "saved")   # stampede.existing.catalogue: who reads what
 PATTERN_OPS = ("stat", "open", "read", "close")
 VERIFY_MODES = ("none", "sha256", "xxh3")
+SAVE_MODES = ("sync", "async")
+DURABILITY = ("fsync", "none")
+VALIDATE_MODES = ("none", "sha256", "xxh3", "finite")
+MKDIR_BY = ("root", "every")
+RESTORE_FROM = ("auto", "prepared", "saved")
+# What `stampede save` writes; broadcast and the listing layouts are ways to read.
+SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned")
 
 @dataclass(frozen=True)
@@ -150,6 +157,33 @@ OPTIONS: tuple[Option, ...] = (
     Option("run.check_finite", "check_finite", values.boolean, False,
            "check every element read is finite (no NaN/Inf) as checkpoint.dtype; timed with "
            "verify", "check_finite"),
+    Option("checkpoint.fanout", "fanout", values.whole_number(1), 16,
+           "fan-out: the shard files spread over this many subdirectories of fanout/ (shard "
+           "s in fanout/NNN, NNN = s mod fanout: many directories' locks against one)", "fanout"),
+    Option("save.mode", "save_mode", values.choice(SAVE_MODES), "sync",
+           "sync = every rank writes its bytes and fsyncs before it goes on; async = it copies "
+           "them to a staging buffer (op snapshot: what stops training) and a background "
+           "thread writes them (DCP's async save)", "save_mode"),
+    Option("save.durability", "durability", values.choice(DURABILITY), "fsync",
+           "fsync = every file (and its directory) fsynced before the save counts as done; "
+           "none = no fsync: reported as buffered, never as storage GB/s", "durability"),
+    Option("save.validate", "validate", values.choice(VALIDATE_MODES), "xxh3",
+           "after a save every rank evicts and re-reads what it wrote and checks it against "
+           "the hashes it computed while writing (or that every element is finite); the "
+           "version is published, and the oldest released, only when every rank's part is "
+           "good", "validate"),
+    Option("save.keep", "keep", values.whole_number(1), 2,
+           "versions kept published or ready; older ones are deleted after a newer one is "
+           "published (retention: an unlink storm)", "keep"),
+    Option("save.mkdir", "mkdir_by", values.choice(MKDIR_BY), "root",
+           "who makes a version's directories: root = rank 0, then a barrier; every = every "
+           "rank (a mkdir storm: real trainers do both)", "mkdir_by"),
+    Option("save.part_size", "part_bytes", values.optional_size, "",
+           "object stores: a multipart upload per file in parts of this size (>= 5 MiB); "
+           "empty = one PUT per file", "part_size"),
+    Option("run.restore", "restore_from", values.choice(RESTORE_FROM), "auto",
+           "what run restores: auto = the layout's published save when the target holds one "
+           "(`stampede save`), else the prepared checkpoint; prepared; saved", "restore_from"),
     Option("archive.path", "archive_path", values.nonempty_text, "results/{job}.csv",
            "CSV archive the run appends to; {job} is the job file's name", "archive"),
 )
@@ -194,6 +228,14 @@ class JobSpec:
     deadline_s: float
     verify: str
     check_finite: bool
+    fanout: int
+    save_mode: str
+    durability: str
+    validate: str
+    keep: int
+    mkdir_by: str
+    part_bytes: int | None
+    restore_from: str
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display
     overrides: tuple[str, ...] = ()     # the --set texts, as given: to repeat a command
@@ -311,7 +353,7 @@ def _check_combination(spec: JobSpec) -> None:
     """Rules that span several options; the same answer on every machine (no check here
     depends on what is installed: that is the command's, see checkpoint.formats)."""
     for rules in (_size_rules, _pattern_rules, _layout_rules, _cache_rules, _check_rules,
-                  _format_rules):
+                  _format_rules, _save_rules):
         rules(spec)
 
 
@@ -395,3 +437,13 @@ def _format_rules(spec: JobSpec) -> None:
     if spec.format == "hdf5" and spec.dtype == "bfloat16":
         raise UsageError(f"{spec.source}: checkpoint.dtype = \"bfloat16\": HDF5 has no "
                          "bfloat16 type", hint="use float16 or float32 with hdf5")
+
+
+MIN_PART_BYTES = 5 * 2**20   # S3's smallest part (all but the last)
+
+
+def _save_rules(spec: JobSpec) -> None:
+    if spec.part_bytes is not None and spec.part_bytes < MIN_PART_BYTES:
+        raise UsageError(f"{spec.source}: save.part_size = {spec.part_bytes}: object stores "
+                         f"take parts of at least 5 MiB ({MIN_PART_BYTES} bytes)",
+                         hint='for example save.part_size = "64MiB", or unset for one PUT')

@@ -1,8 +1,9 @@
 """The storage contract every backend implements, written once.
 
 Paths given to a backend are relative to its target root. The hot-path methods (`stat`,
-`open`, `read_into`, `close`, `list`) are called between two clock stamps, so a backend
-binds them as directly as it can: every Python frame added here is added to every latency.
+`open`, `read_into`, `close`, `list`, and the save's `creator` ... `rmdir`) are called
+between two clock stamps, so a backend binds them as directly as it can: every Python
+frame added here is added to every latency.
 They raise OSError and nothing else (FileNotFoundError for a missing file or object): the
 pattern counts OSError per op and carries on; any other exception would stop the rank.
 
@@ -70,6 +71,43 @@ class Backend(Protocol):
 
     def fs_type(self) -> str:
         """File-system type of the target (ext4, nfs4, lustre, tmpfs, s3, memory, ...)."""
+
+    # --- timed: the save (stampede.run.save_pattern) -----------------------------------
+    # Bound once before the timed loop like the reads; each raises OSError only. A backend
+    # without `saves` = True has none of them (save refuses it before any I/O).
+    saves: bool
+    # False for object stores: no directories to make, sync or remove, and no rename (an
+    # object appears whole when its upload completes, under its final name).
+    has_directories: bool
+
+    def creator(self, direct: bool) -> Callable[[Any], Any]:
+        """A function path -> handle that creates a new file for writing, failing if it
+        exists (O_CREAT|O_EXCL, never through a link); direct = O_DIRECT."""
+
+    def write_opener(self, direct: bool) -> Callable[[Any], Any]:
+        """A function path -> handle opening an existing file for writing (a shared file
+        another rank created)."""
+
+    def write_from(self, handle: Any, view: memoryview, offset: int) -> int:
+        """Write `view` at `offset` (one pwritev); return the count written."""
+
+    def sync(self, handle: Any) -> None:
+        """Make the file's bytes durable (fsync)."""
+
+    def sync_dir(self, path: Any) -> None:
+        """Make a directory's entries durable (open, fsync, close)."""
+
+    def mkdir(self, path: Any) -> None:
+        """Create one directory (mode 0o750); FileExistsError when it exists."""
+
+    def rename(self, source: Any, destination: Any) -> None:
+        """Rename within the target, atomically (rename(2))."""
+
+    def unlink(self, path: Any) -> None:
+        """Delete a file."""
+
+    def rmdir(self, path: Any) -> None:
+        """Delete an empty directory."""
 
     # --- untimed: prepare, manifest, clean, sidecar ----------------------------------
 

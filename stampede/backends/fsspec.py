@@ -46,6 +46,8 @@ class FsspecBackend:
     """Any fsspec file system (memory://, file://, gs://, ...); S3 has its own class."""
 
     ttfb = False        # fsspec's generic calls return whole ranges: no first-byte stamp
+    saves = False       # the timed save is POSIX's and S3's (stampede.backends.base)
+    has_directories = False
 
     def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
         import fsspec

@@ -63,6 +63,37 @@ class PosixBackend:
     def fs_type(self) -> str:
         return mount_of(self.root).fs_type
 
+    # --- timed: the save ---------------------------------------------------------------
+    saves = True
+    has_directories = True
+    sync = staticmethod(os.fsync)
+    rename = staticmethod(os.rename)
+    unlink = staticmethod(os.unlink)
+    rmdir = staticmethod(os.rmdir)
+    mkdir = staticmethod(partial(os.mkdir, mode=DIR_MODE))
+
+    @staticmethod
+    def creator(direct: bool) -> Callable[[bytes], int]:
+        return partial(os.open, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                       | os.O_CLOEXEC | (os.O_DIRECT if direct else 0), mode=FILE_MODE)
+
+    @staticmethod
+    def write_opener(direct: bool) -> Callable[[bytes], int]:
+        return partial(os.open, flags=os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                       | (os.O_DIRECT if direct else 0))
+
+    @staticmethod
+    def write_from(handle: int, view: memoryview, offset: int) -> int:
+        return os.pwritev(handle, (view,), offset)
+
+    @staticmethod
+    def sync_dir(path: bytes) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     # --- untimed: prepare, manifest, clean, sidecar ----------------------------------
 
     def describe(self) -> dict[str, Any]:
@@ -106,7 +137,7 @@ class PosixBackend:
             raise
         os.close(fd)
         os.replace(temporary, target)
-        _fsync_directory(target.parent)
+        self.sync_dir(os.fsencode(target.parent))
 
     def remove(self, relpath: str) -> None:
         path = self.root / relpath
@@ -155,10 +186,3 @@ class PosixWriter:
         finally:
             os.close(self.fd)
 
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

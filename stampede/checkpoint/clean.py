@@ -1,9 +1,12 @@
-"""`clean`: remove exactly what prepare wrote, as listed in the manifest, and nothing else."""
+"""`clean`: remove exactly what prepare and save wrote, as listed in the manifest and the
+save journal (stampede.checkpoint.versions), and nothing else."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
+from collections.abc import Sequence
+from typing import Any
 
 from stampede.backends import open_backend
 from stampede.checkpoint.manifest import MANIFEST_NAME, read_manifest
@@ -12,30 +15,63 @@ from stampede.spec import JobSpec
 
 
 def clean(spec: JobSpec) -> list[str]:
-    """Delete the manifest's files, the manifest, and directories left empty; return them."""
+    """Delete the files the manifest and the journal list (every saved version, finished
+    or not, and the pointers), then them, and directories left empty; return them."""
+    from stampede.checkpoint import versions
+
     target = spec.target_path
     backend = open_backend(target, spec.storage_options)
     manifest = read_manifest(backend, target)
-    if manifest is None:
-        raise CheckpointError(f"{target}: no {MANIFEST_NAME}: nothing here was prepared by "
-                              "stampede, so clean removes nothing")
-    relpaths = [record["path"] for entry in manifest["layouts"].values()
+    journal = versions.read_journal(backend, target)
+    if manifest is None and journal is None:
+        raise CheckpointError(f"{target}: no {MANIFEST_NAME} or {versions.JOURNAL_NAME}: "
+                              "nothing here was prepared or saved by stampede, so clean "
+                              "removes nothing")
+    relpaths = [record["path"] for entry in (manifest or {"layouts": {}})["layouts"].values()
                 for record in entry["files"]]
-    for relpath in relpaths:
+    saved_directories: list[str] = []
+    for layout, series in (journal or {"layouts": {}})["layouts"].items():
+        for entry in series["versions"]:
+            relpaths += versions.written_paths(entry)
+            saved_directories += entry["directories"]
+        relpaths.append(versions.pointer_path(layout))
+        relpaths += _leftover_pointers(backend, layout)
+    saved_directories += (journal or {}).get("directories", [])
+    for relpath in [*relpaths, *saved_directories]:
         _check_inside(target, relpath, backend.local_path(relpath))
     removed = []
     for relpath in dict.fromkeys(relpaths):
+        if backend.name == "posix" and not os.path.lexists(backend.local_path(relpath) or ""):
+            continue   # a version's temporary names, once renamed; a released file
         backend.remove(relpath)
         removed.append(f"{target.rstrip('/')}/{relpath}")
-    backend.remove(MANIFEST_NAME)
-    removed.append(f"{target.rstrip('/')}/{MANIFEST_NAME}")
+    for name in (MANIFEST_NAME, versions.JOURNAL_NAME):
+        if name == MANIFEST_NAME and manifest is None or \
+                name == versions.JOURNAL_NAME and journal is None:
+            continue
+        backend.remove(name)
+        removed.append(f"{target.rstrip('/')}/{name}")
     if backend.name == "posix":
-        removed += _remove_empty_directories(Path(target), relpaths)
         root = Path(target)
-        if manifest.get("created_root") is True and root.is_dir() and not any(root.iterdir()):
-            root.rmdir()   # prepare made it, and nothing else has been put in it
+        removed += _remove_empty_directories(root, relpaths, saved_directories)
+        created = any(document is not None and document.get("created_root") is True
+                      for document in (manifest, journal))
+        if created and root.is_dir() and not any(root.iterdir()):
+            root.rmdir()   # prepare or save made it, and nothing else has been put in it
             removed.append(f"{target.rstrip('/')}/")
     return removed
+
+
+def _leftover_pointers(backend: Any, layout: str) -> list[str]:
+    """Temporary pointers a publish killed mid-way left (put_bytes' `.latest.tmp-PID`):
+    names only stampede gives, in a directory only stampede makes."""
+    from stampede.checkpoint import versions
+
+    prefix = f".{versions.POINTER_NAME}.tmp-"
+    directory = versions.layout_dir(layout)
+    return [name for name in backend.names(directory)
+            if name.rsplit("/", 1)[-1].startswith(prefix)
+            and name.count("/") == directory.count("/") + 1]
 
 
 def _check_inside(target: str, relpath: str, local: str | None) -> None:
@@ -50,11 +86,16 @@ def _check_inside(target: str, relpath: str, local: str | None) -> None:
                               "the target or is a symbolic link; nothing removed")
 
 
-def _remove_empty_directories(root: Path, relpaths: list[str]) -> list[str]:
+def _remove_empty_directories(root: Path, relpaths: list[str],
+                              listed: Sequence[str] = ()) -> list[str]:
     removed = []
-    directories = {(root / relpath).parent for relpath in relpaths}
+    # every directory between the root and the files, deepest first (fan-out: fanout/NNN
+    # before fanout/), and those a save recorded making
+    directories = {parent for relpath in relpaths for parent in (root / relpath).parents
+                   if root in parent.parents} | {root / directory for directory in listed}
     for directory in sorted(directories, key=lambda p: -len(p.parts)):
-        if directory != root and directory.exists() and not any(directory.iterdir()):
+        if directory != root and directory.is_dir() and not directory.is_symlink() \
+                and not any(directory.iterdir()):
             os.rmdir(directory)
             removed.append(str(directory) + "/")
     return removed

@@ -52,28 +52,38 @@ def _check_types(manifest: dict[str, Any], where: str) -> None:
     """Every key run and clean read is there and of its type: a manifest edited by hand is
     one error naming the key and the value, never a traceback (and clean then removes
     nothing: it only ever deletes what a sound manifest lists)."""
-    def bad(key: str, value: object, what: str) -> CheckpointError:
-        return CheckpointError(f"{where}: {key} = {value!r:.80}: must be {what}",
-                               hint="the manifest was edited or damaged: remove the target's "
-                                    "files by hand and prepare again")
-
-    def typed(table: object, key: str, types: dict[str, type]) -> None:
-        if not isinstance(table, dict):
-            raise bad(key, table, "a table")
-        for name, kind in types.items():
-            value = table.get(name)
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise bad(f"{key}.{name}", value, KIND_NAMES[kind])
-
     layouts = manifest.get("layouts")
     if not isinstance(layouts, dict):
-        raise bad("layouts", layouts, "a table of layouts")
+        raise damaged(where, "layouts", layouts, "a table of layouts")
     for layout, entry in layouts.items():
-        typed(entry, f"layouts.{layout}", ENTRY_TYPES)
-        for index, record in enumerate(entry["files"]):
-            typed(record, f"layouts.{layout}.files[{index}]", FILE_TYPES)
-        for index, record in enumerate(entry["slices"]):
-            typed(record, f"layouts.{layout}.slices[{index}]", SLICE_TYPES)
+        check_entry_types(entry, f"layouts.{layout}", where)
+
+
+def damaged(where: str, key: str, value: object, what: str) -> CheckpointError:
+    return CheckpointError(f"{where}: {key} = {value!r:.80}: must be {what}",
+                           hint="the file was edited or damaged: remove the target's files by "
+                                "hand and prepare (or save) again")
+
+
+def check_table(table: object, key: str, types: dict[str, type], where: str) -> None:
+    """`table` is a table holding each of `types`' keys with a value of its type (bool is
+    not an int here)."""
+    if not isinstance(table, dict):
+        raise damaged(where, key, table, "a table")
+    for name, kind in types.items():
+        value = table.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise damaged(where, f"{key}.{name}", value, KIND_NAMES[kind])
+
+
+def check_entry_types(entry: object, key: str, where: str) -> None:
+    """A layout's entry (layout_entry: prepare's, or a saved version's)."""
+    check_table(entry, key, ENTRY_TYPES, where)
+    assert isinstance(entry, dict)
+    for index, record in enumerate(entry["files"]):
+        check_table(record, f"{key}.files[{index}]", FILE_TYPES, where)
+    for index, record in enumerate(entry["slices"]):
+        check_table(record, f"{key}.slices[{index}]", SLICE_TYPES, where)
 
 
 def write_manifest(backend: Backend, manifest: dict[str, Any]) -> None:
@@ -123,26 +133,36 @@ def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
         raise CheckpointError(f"{target}: layout {layout!r} was not prepared to the end (the "
                               "prepare was interrupted or failed): its files are incomplete",
                               hint=f"run `{command}` again (or `clean` to remove them)")
+    check_entry(entry, spec, f"{target}: layout {layout!r} was prepared", nranks,
+                bytes_per_rank, command)
+    return entry
+
+
+def check_entry(entry: dict[str, Any], spec: JobSpec, what: str, nranks: int,
+                bytes_per_rank: int, command: str) -> None:
+    """A checkpoint's entry (prepared, or a saved version) fits this run: rank count,
+    replicas, size, format, dtype, the hashes run.verify needs. `what` says whose entry
+    it is ("<target>: layout 'x' was prepared")."""
     prepared = (entry["nranks"], entry.get("replicas", 1), entry["bytes_per_rank"], entry["format"])
     if spec.format != "raw" and entry.get("dtype") != spec.dtype:
-        raise CheckpointError(f"{target}: layout {layout!r} was prepared with checkpoint.dtype "
-                              f"= {entry.get('dtype')!r}; this run asks for {spec.dtype!r}",
-                              hint=f"run `{command}` again")
+        raise CheckpointError(f"{what} with checkpoint.dtype = {entry.get('dtype')!r}; this run "
+                              f"asks for {spec.dtype!r}", hint=f"run `{command}` again")
     if spec.verify != "none" and any(spec.verify not in s for s in entry["slices"]):
-        raise CheckpointError(f"{target}: layout {layout!r} was prepared without {spec.verify} "
-                              "hashes (by an older stampede)", hint=f"run `{command}` again")
+        why = "a save records xxh3, and sha256 when save.validate or run.verify asks for it" \
+            if "version" in entry else "by an older stampede"
+        raise CheckpointError(f"{what} without {spec.verify} hashes ({why})",
+                              hint=f"run `{command}` again")
     if spec.check_finite and int(entry.get("content_block_bytes", 0)) % 4:
-        raise CheckpointError(f"{target}: layout {layout!r} was prepared with block_size "
-                              f"{entry['content_block_bytes']}, not a multiple of 4: its values "
-                              "are not element-aligned, so run.check_finite would flag them",
+        raise CheckpointError(f"{what} with block_size {entry['content_block_bytes']}, not a "
+                              "multiple of 4: its values are not element-aligned, so "
+                              "run.check_finite would flag them",
                               hint=f"run `{command}` again with a block_size multiple of 4")
     if prepared != (nranks, spec.replicas, bytes_per_rank, spec.format):
         raise CheckpointError(
-            f"{target}: layout {layout!r} was prepared for {entry['nranks']} ranks "
-            f"({prepared[1]} replicas) x {_size(entry['bytes_per_rank'])} ({entry['format']}); "
-            f"this run needs {nranks} ranks ({spec.replicas} replicas) x "
-            f"{_size(bytes_per_rank)} ({spec.format})", hint=f"run `{command}` again")
-    return entry
+            f"{what} for {entry['nranks']} ranks ({prepared[1]} replicas) x "
+            f"{_size(entry['bytes_per_rank'])} ({entry['format']}); this run needs {nranks} "
+            f"ranks ({spec.replicas} replicas) x {_size(bytes_per_rank)} ({spec.format})",
+            hint=f"run `{command}` again")
 
 
 def _size(nbytes: int) -> str:

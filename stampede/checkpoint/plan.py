@@ -18,10 +18,15 @@ rank r must end up holding model shard r mod S. With R = 1 every rank holds its 
 | metadata-first | shard files + a shared index  | the whole index, then its shard file   | -           |
 | list-first     | one file per shard            | list the directory, then its shard     | -           |
 | list-bcast     | one file per shard            | rank 0 lists and broadcasts; its shard | -           |
+| fan-out        | one file per shard, in fanout/NNN (NNN = shard mod checkpoint.fanout) | its shard | - |
 
 A group is the R ranks that hold the same shard (or, with broadcast_group = "node", those
 of them on one node: one storage read per node and shard). With `run.rank_shift` = k, rank
 r takes the place of rank (r + k) mod N above, so it reads bytes another rank wrote.
+
+Every path is relative to the target, or to a directory under it (`root`: a saved
+version's directory, stampede.checkpoint.versions); what `stampede save` writes is
+planned from the same extents (stampede.checkpoint.save_plan).
 
 Formats (stampede.checkpoint.formats): in a safetensors or HDF5 file each shard is a tensor named
 `shard-SSSSS`, and an extent's offset counts from the tensor's first byte, which the
@@ -41,6 +46,7 @@ from stampede.units import ALIGN_BYTES
 EXTENSIONS = {"raw": "raw", "safetensors": "safetensors", "hdf5": "h5"}   # by checkpoint.format
 SHARED_FILE = "shared/checkpoint.raw"
 SHARD_DIR = "sharded"
+FANOUT_DIR = "fanout"
 INDEX_FILE = f"{SHARD_DIR}/.metadata"   # where PyTorch DCP keeps its index
 LISTING = {"list-first": False, "list-bcast": True}   # layout -> does rank 0 list alone?
 
@@ -142,8 +148,17 @@ def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
     return per_rank
 
 
-def shard_path(shard: int, shards: int, fmt: str = "raw") -> str:
-    return f"{SHARD_DIR}/shard-{shard:05d}-of-{shards:05d}.{EXTENSIONS[fmt]}"
+def shard_path(shard: int, shards: int, fmt: str = "raw", fanout: int = 0) -> str:
+    """A shard's file: in sharded/, or (fanout > 0) in fanout/NNN with NNN = shard mod
+    fanout."""
+    directory = f"{FANOUT_DIR}/{shard % fanout:03d}" if fanout else SHARD_DIR
+    return f"{directory}/shard-{shard:05d}-of-{shards:05d}.{EXTENSIONS[fmt]}"
+
+
+def under(root: str, relpath: str) -> str:
+    """A path of the layout under `root` (a directory relative to the target; "" = the
+    target itself)."""
+    return f"{root}/{relpath}" if root else relpath
 
 
 def shared_path(fmt: str = "raw") -> str:
@@ -155,36 +170,41 @@ def tensor_name(shard: int, fmt: str) -> str:
     return f"shard-{shard:05d}" if fmt != "raw" else ""
 
 
-def _shard_extent(spec: JobSpec, layout: str, shard: int, shards: int, per_rank: int) -> Extent:
+def shard_extent(spec: JobSpec, layout: str, shard: int, shards: int, per_rank: int,
+                  root: str = "") -> Extent:
     """Where shard `shard` lives, in the layout's files."""
     fmt, tensor = spec.format, tensor_name(shard, spec.format)
     if layout == "shared":
-        return Extent(shared_path(fmt), 0 if tensor else shard * per_rank, per_rank, tensor)
-    return Extent(shard_path(shard, shards, fmt), 0, per_rank, tensor)
+        return Extent(under(root, shared_path(fmt)), 0 if tensor else shard * per_rank,
+                      per_rank, tensor)
+    fanout = spec.fanout if layout == "fan-out" else 0
+    return Extent(under(root, shard_path(shard, shards, fmt, fanout)), 0, per_rank, tensor)
 
 
-def checkpoint_files(spec: JobSpec, layout: str, nranks: int) -> tuple[tuple[str, int], ...]:
+def checkpoint_files(spec: JobSpec, layout: str, nranks: int,
+                     root: str = "") -> tuple[tuple[str, int], ...]:
     """(relative path, data bytes) of every file the layout consists of; a formatted file
     is larger by its header."""
     return tuple((relpath, sum(nbytes for _, nbytes in tensors))
-                 for relpath, tensors in file_tensors(spec, layout, nranks).items())
+                 for relpath, tensors in file_tensors(spec, layout, nranks, root).items())
 
 
-def file_tensors(spec: JobSpec, layout: str,
-                 nranks: int) -> dict[str, tuple[tuple[str, int], ...]]:
+def file_tensors(spec: JobSpec, layout: str, nranks: int,
+                 root: str = "") -> dict[str, tuple[tuple[str, int], ...]]:
     """relpath -> the (tensor, bytes) it holds, in file order (raw: one unnamed tensor)."""
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     fmt = spec.format
     files: dict[str, tuple[tuple[str, int], ...]] = {}
     if layout == "metadata-first":
-        files[INDEX_FILE] = (("", spec.index_bytes),)
+        files[under(root, INDEX_FILE)] = (("", spec.index_bytes),)
     if layout == "shared":
-        files[shared_path(fmt)] = tuple((tensor_name(shard, fmt), per_rank)
-                                        for shard in range(shards)) if fmt != "raw" \
-            else (("", per_rank * shards),)
+        files[under(root, shared_path(fmt))] = tuple((tensor_name(shard, fmt), per_rank)
+                                                     for shard in range(shards)) \
+            if fmt != "raw" else (("", per_rank * shards),)
     else:
         for shard in range(shards):
-            files[shard_path(shard, shards, fmt)] = ((tensor_name(shard, fmt), per_rank),)
+            extent = shard_extent(spec, layout, shard, shards, per_rank, root)
+            files[extent.relpath] = ((extent.tensor, per_rank),)
     return files
 
 
@@ -199,14 +219,14 @@ def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
         writes.append(Extent(INDEX_FILE, 0, spec.index_bytes))
     if layout == "shared" and whole_files:
         if rank == 0:
-            writes.extend(_shard_extent(spec, layout, shard, shards, per_rank)
+            writes.extend(shard_extent(spec, layout, shard, shards, per_rank)
                           for shard in range(shards))
     elif rank < shards:
-        writes.append(_shard_extent(spec, layout, rank, shards, per_rank))
+        writes.append(shard_extent(spec, layout, rank, shards, per_rank))
     return tuple(writes)
 
 
-def _stripe(hold: Extent, index: int, count: int) -> Extent | None:
+def stripe_extent(hold: Extent, index: int, count: int) -> Extent | None:
     """Stripe `index` of `count` of a shard, in whole 4 KiB pages (the last takes the rest)."""
     pages = hold.length // ALIGN_BYTES
     first, last = pages * index // count, pages * (index + 1) // count
@@ -218,31 +238,32 @@ def _stripe(hold: Extent, index: int, count: int) -> Extent | None:
     return Extent(hold.relpath, hold.offset + first * ALIGN_BYTES, length, hold.tensor)
 
 
-def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int) -> RankPlan:
-    """The plan of one rank in one layout (see the module's table)."""
+def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = "") -> RankPlan:
+    """The plan of one rank in one layout (see the module's table), its files under
+    `root`."""
     if not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     place = (rank + spec.rank_shift) % nranks   # the rank whose shard this one restores
     shard, replica = place % shards, place // shards
-    hold = _shard_extent(spec, layout, shard, shards, per_rank)
+    hold = shard_extent(spec, layout, shard, shards, per_rank, root)
     extents: tuple[Extent, ...] = (hold,)
     if layout == "striped":
-        stripe = _stripe(hold, replica, spec.replicas)
+        stripe = stripe_extent(hold, replica, spec.replicas)
         extents = (stripe,) if stripe else ()
     return RankPlan(
         rank=rank, nranks=nranks, layout=layout, ops=spec.ops, extents=extents,
         block_bytes=spec.block_bytes, stat_count=spec.stat_count, open_count=spec.open_count,
         hold=hold, group=shard, member=replica, exchange=EXCHANGE.get(layout, ""),
         leader_reads=layout == "broadcast",
-        index_file=INDEX_FILE if layout == "metadata-first" else "",
-        list_dir=SHARD_DIR if layout in LISTING else "",
+        index_file=under(root, INDEX_FILE) if layout == "metadata-first" else "",
+        list_dir=under(root, SHARD_DIR) if layout in LISTING else "",
         list_on_root=LISTING.get(layout, False), formatted=spec.format != "raw")
 
 
 def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:
     """(offset within the shard, length) of each replica's stripe: the Allgatherv layout."""
-    parts = (_stripe(hold, index, spec.replicas) for index in range(spec.replicas))
+    parts = (stripe_extent(hold, index, spec.replicas) for index in range(spec.replicas))
     return tuple((p.offset - hold.offset, p.length) if p else (0, 0) for p in parts)
 
 

@@ -90,6 +90,7 @@ class Space:
     present_bytes: int           # of those files, already on disk (rewritten in place)
     file_limit_bytes: int | None  # RLIMIT_FSIZE, when set
     where: str
+    what: str = "prepare writes"
 
     @property
     def fits(self) -> bool:
@@ -98,7 +99,7 @@ class Space:
                          or self.largest_file_bytes <= self.file_limit_bytes)
 
     def describe(self) -> str:
-        text = (f"prepare writes {format_bytes(self.bytes_written)} "
+        text = (f"{self.what} {format_bytes(self.bytes_written)} "
                 f"({self.bytes_written:,} bytes) in {self.files} file(s)")
         if self.free_bytes is None:
             return text + f"; free space not checked ({self.where})"
@@ -114,24 +115,32 @@ class Space:
 HEADER_MARGIN_BYTES = 1 << 20   # a formatted file's header and alignment, at the most
 
 
-def space_needed(spec: JobSpec, nranks: int) -> Space:
+def space_needed(spec: JobSpec, nranks: int, copies: dict[str, int] | None = None) -> Space:
     """Rank 0 or `plan`, before any write: the bytes every layout's files take, and (POSIX)
     the free space of the target's file system (statvfs, on the target or its nearest
-    existing parent) and this process's file-size limit."""
+    existing parent) and this process's file-size limit. `copies` (save): layout -> how
+    many new versions of it will be on disk at once, beside what is there (nothing of it
+    rewritten in place)."""
     sizes: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for layout in spec.layouts:
         for relpath, nbytes in checkpoint_files(spec, layout, nranks):
-            sizes[relpath] = nbytes + (HEADER_MARGIN_BYTES if spec.format != "raw" else 0)
-    total, largest = sum(sizes.values()), max(sizes.values(), default=0)
+            key = f"{layout}:{relpath}" if copies is not None else relpath
+            counts[key] = 1 if copies is None else copies.get(layout, 0)
+            sizes[key] = nbytes + (HEADER_MARGIN_BYTES if spec.format != "raw" else 0)
+    total = sum(size * counts[key] for key, size in sizes.items())
+    largest = max((size for key, size in sizes.items() if counts[key]), default=0)
+    what = "prepare writes" if copies is None else "save adds, at the most,"
     if "://" in spec.target_path:
-        return Space(total, len(sizes), largest, None, 0, None, "an object store")
+        return Space(total, sum(counts.values()), largest, None, 0, None, "an object store", what)
     root = Path(spec.target_path).absolute()
     existing = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
     status = os.statvfs(existing)
-    present = sum(min(_size_of(root / relpath), size) for relpath, size in sizes.items())
+    present = 0 if copies is not None else \
+        sum(min(_size_of(root / relpath), size) for relpath, size in sizes.items())
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    return Space(total, len(sizes), largest, status.f_bavail * status.f_frsize, present,
-                 None if soft == resource.RLIM_INFINITY else soft, str(existing))
+    return Space(total, sum(counts.values()), largest, status.f_bavail * status.f_frsize, present,
+                 None if soft == resource.RLIM_INFINITY else soft, str(existing), what)
 
 
 def _size_of(path: Path) -> int:
@@ -173,7 +182,11 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
     notes: list[str] = []
     tensors = file_tensors(spec, layout, nranks)
     striping = bool(spec.stripe_count or spec.stripe_size_bytes)
-    for directory in sorted({(root / relpath).parent for relpath, _ in files}):
+    leaves = {(root / relpath).parent for relpath, _ in files}
+    # every directory between the root and the files (fan-out: fanout/, then fanout/NNN)
+    directories = {parent for leaf in leaves for parent in (leaf, *leaf.parents)
+                   if root in parent.parents}
+    for directory in sorted(directories, key=lambda path: len(path.parts)):
         # Striping applies to files created afterwards, so it is set on the new, empty
         # directory; a directory that exists keeps what it has, and the user is told.
         if not directory.exists():

@@ -19,6 +19,7 @@ import json
 COMMANDS = {
     "run": "stampede.commands.job", "prepare": "stampede.commands.job",
     "plan": "stampede.commands.job", "clean": "stampede.commands.job",
+    "save": "stampede.commands.save", "cycle": "stampede.commands.save",
     "report": "stampede.commands.report", "startup": "stampede.commands.startup",
     "demo": "stampede.commands.demo", "jobs": "stampede.commands.jobs",
     "sweep": "stampede.commands.sweep", "compare": "stampede.commands.compare",

@@ -49,7 +49,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                       help="plan the restore of an existing checkpoint: what it holds and who "
                            "reads what (reads its headers only)")
     plan.set_defaults(func=cmd_plan)
-    clean = job_command("clean", "Remove what prepare wrote (only files in its manifest).")
+    clean = job_command("clean", "Remove what prepare and save wrote (only what their "
+                                 "manifest and journal list: every saved version, finished "
+                                 "or not).")
     clean.add_argument("--from", dest="from_path", metavar="PATH", default=None,
                        help="clean the copy `prepare --from PATH` made (PATH is not touched)")
     clean.set_defaults(func=cmd_clean)
@@ -77,10 +79,7 @@ def _toml(value: object) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.checkpoint.formats import require_packages
-    from stampede.errors import RunFailed
     from stampede.existing.relayout import resolve
-    from stampede.results.archive import check_appendable
-    from stampede.run.interrupt import Interrupts
     from stampede.run.job import run_job
     from stampede.spec import load_job
 
@@ -88,38 +87,61 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_packages(spec)
     comm = mpi.world()
     spec, _ = resolve(comm, spec)
+    existing = spec.checkpoint_source == "existing"
+    strategies = spec.assign if existing else spec.layouts
+    measure(comm, spec, "run", strategies, f"{'assign' if existing else 'layouts'} "
+            f"{', '.join(strategies)}, {spec.warmup} warmup + {spec.iterations} iterations "
+            f"each, cache {spec.cache}", run_job)
+    return 0
+
+
+def measure(comm: Any, spec: Any, step: str, strategies: tuple[str, ...], what: str,
+            job: Any, archiver: Archiver | None = None, context: Any = None,
+            final: bool = True) -> tuple[Any, Archiver]:
+    """What run, save and cycle share: the archive checked before any I/O, a line saying
+    what runs, each layout reported and archived as it completes (`job`: run_job or
+    save_job, in the run `context` when one is given), signals and failures said once, the
+    summary when `final`. Returns the run's context and its archiver (a cycle's restore
+    half goes on with the save half's)."""
+    from stampede import mpi
+    from stampede.errors import RunFailed
+    from stampede.results.archive import check_appendable
+    from stampede.run.interrupt import Interrupts
+
     mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
-    strategies = spec.assign if spec.checkpoint_source == "existing" else spec.layouts
     if comm.Get_rank() == 0:
-        print(f"stampede run {spec.name}: {comm.Get_size()} rank(s), "
-              f"{'assign' if spec.checkpoint_source == 'existing' else 'layouts'} "
-              f"{', '.join(strategies)}, {spec.warmup} warmup + {spec.iterations} iterations "
-              f"each, cache {spec.cache}, target {spec.target_path}", file=sys.stderr, flush=True)
-    archiver = _Archiver(spec, len(strategies), comm.Get_rank() == 0)
+        print(f"stampede {step} {spec.name}: {comm.Get_size()} rank(s), {what}, target "
+              f"{spec.target_path}", file=sys.stderr, flush=True)
+    if archiver is None:
+        archiver = Archiver(spec, len(strategies), comm.Get_rank() == 0)
+    archiver.spec = spec
     interrupts = Interrupts().install()
     try:
-        _, runs = run_job(comm, spec, archiver.layout_done, interrupts, archiver.tick)
+        context, runs = job(comm, spec, archiver.layout_done, interrupts, archiver.tick,
+                            context=context)
     finally:
         interrupts.restore()
         archiver.progress.close()
-    archiver.finish()
+    if final or interrupts.received or any(run.invalid_reason for run in runs):
+        archiver.finish()
     if interrupts.received:
         stopped = RunFailed(f"stopped by {interrupts.name}: {archiver.unmeasured(strategies)}")
         stopped.exit_status, stopped.collective = 128 + interrupts.received, True
         raise stopped
     failed = [f"{run.layout}: {run.invalid_reason}" for run in runs if run.invalid_reason]
     if failed:
-        error = RunFailed("run finished with errors, archived as invalid: " + "; ".join(failed))
+        error = RunFailed(f"{step} finished with errors, archived as invalid: " + "; ".join(failed))
         error.collective = True  # every rank took the same decisions, so every rank is here
         raise error
-    return 0
+    return context, archiver
 
 
-class _Archiver:
+class Archiver:
     """Rank 0's side of a run: each layout reported and archived as it completes (its rows
     appended whole, the sidecar rewritten with every layout so far), so a run stopped
     later (a signal, a failure) keeps what it measured; the summary at the end. Every
-    rank keeps its progress line object (enabled on rank 0 only)."""
+    rank keeps its progress line object (enabled on rank 0 only). A cycle's two halves
+    share one (one run, one report); `layouts` counts the layouts of both."""
 
     def __init__(self, spec: Any, layouts: int, root: bool) -> None:
         from stampede.results.progress import Progress
@@ -261,5 +283,5 @@ def cmd_clean(args: argparse.Namespace) -> int:
                          "a checkpoint stampede did not make")
     if launcher_rank() == 0:
         removed = clean(spec)
-        print(f"removed {len(removed)} path(s) that prepare created in {spec.target_path}")
+        print(f"removed {len(removed)} path(s) that prepare or save created in {spec.target_path}")
     return 0

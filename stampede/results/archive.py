@@ -12,6 +12,12 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      read still in the page cache after eviction), and the options storage_options,
      stripe_count, stripe_size, dtype, drop_caches, rank_shift, check_finite,
      checkpoint_source, assign, from.
+- 3: phase (restore | save | startup: what the row's run measured; rows of schema 1 and 2
+     read as restore), unprotected_s (a save's window without a published checkpoint:
+     0 when retention waited for the publish), restored_from (the saved version a run
+     restored: saves/LAYOUT/vNNNNNN; empty for a prepared checkpoint), the save's ops and pseudo-ops (stampede.
+     results.samples), and the options fanout, save_mode, durability, validate, keep,
+     mkdir_by, part_size, restore_from.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.
@@ -36,7 +42,7 @@ from stampede.results.cells import LINE, SOURCE, cell
 from stampede.spec import OPTIONS
 from stampede.values import read_text
 
-ARCHIVE_SCHEMA = 2
+ARCHIVE_SCHEMA = 3
 
 REQUIRED_COLUMNS = (
     "schema", "run_id", "timestamp", "job", "backend", "layout", "format", "cache", "nranks",
@@ -50,14 +56,16 @@ EXTRA_COLUMNS = (
     "agg_gbps_min", "agg_gbps_max", "time_to_last_rank_min_s", "time_to_last_rank_max_s",
     "slowest_rank_gbps", "slowest_ranks", "storage_s", "network_s", "storage_ops_per_iteration",
     "storage_bytes_per_iteration", "device", "link_peak_gbps", "samples", "fs_type",
-    "invalid_reason", "warnings", "retries", "cache_resident_pct",
+    "invalid_reason", "warnings", "retries", "cache_resident_pct", "phase", "unprotected_s",
+    "restored_from",
 )
 # What must be equal for two rows to measure the same thing, beyond which layout and op
 # they are of and at which rank count: `compare` matches on these and those; `project`
 # fits one layout's runs of one such configuration across rank counts.
-CONFIG_COLUMNS = ("backend", "fs_type", "cache", "format", "block_bytes", "pattern", "replicas",
-                  "broadcast_group", "index_bytes", "stat_count", "open_count", "verify",
-                  "jitter", "h2d")
+CONFIG_COLUMNS = ("phase", "backend", "fs_type", "cache", "format", "block_bytes", "pattern",
+                  "replicas", "broadcast_group", "index_bytes", "stat_count", "open_count",
+                  "verify", "jitter", "h2d", "save_mode", "durability", "validate", "mkdir_by",
+                  "fanout")
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS
     if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
@@ -185,8 +193,11 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     for row in reader:
         if None in row or any(value is None for value in row.values()):
             continue  # a torn line: fewer or more cells than the header
-        rows.append({**{column: row.get(column, "") for column in set(COLUMNS) | set(row)},
-                     SOURCE: str(path), LINE: str(reader.line_num)})
+        whole = {**{column: row.get(column, "") for column in set(COLUMNS) | set(row)},
+                 SOURCE: str(path), LINE: str(reader.line_num)}
+        if not whole["phase"]:   # schema 1 and 2 measured restores only
+            whole["phase"] = "restore"
+        rows.append(whole)
     return rows
 
 

@@ -45,5 +45,34 @@ archive: one CSV row per (run, layout, op), appended, schema-versioned, plus a J
 sidecar per run (hosts, MPI library, file system, Slurm variables).
 """
 
+SAVE_METRICS = """\
+what stampede save measures (per layout, per op; all ranks start together after a
+barrier, each holding its shard in memory; every save is a new version):
+  op            snapshot (save.mode = async: the shard copied to a staging buffer, what
+                stops training), mkdir (the version's directories: rank 0, or every rank
+                with save.mkdir = every), create (O_CREAT|O_EXCL of the temporary name),
+                open (a shared file, by its other writers), write (one block: pwritev
+                from the page-aligned shard; O_DIRECT with run.cache = direct), fsync,
+                close, rename (temporary -> final name), fsync_dir (the directory's
+                entries), wait (for other ranks: a step that needs them all), validate
+                (one extent evicted, re-read and hashed, or checked finite), publish (the
+                layout's pointer replaced atomically), unlink / rmdir (retention: the
+                versions beyond save.keep, deleted after the publish)
+  save          pseudo-op: phase start -> the rank's last fsync (its bytes durable under
+                their final names); time to last rank = the save's duration, agg GB/s =
+                bytes saved / that; with save.durability = none it ends at the rank's
+                last close or rename: buffered, never storage GB/s
+  blocked       pseudo-op: phase start -> the rank could train again: after the snapshot
+                (async) or once every rank's bytes are durable (sync)
+  published     pseudo-op, rank 0: phase start -> the pointer durable; a version that
+                failed validation is never published and the previous one stays
+  unprotected   the window with no valid published version: from the first unlink of an
+                old version to the end of the new one's publish, if it came first; 0 s
+                when retention waits for the publish, as it must
+latency, agg GB/s, spreads and the archive are defined as for run (stampede run --help).
+"""
+
 # The report's last line: where the definitions are, instead of repeating them per run.
 POINTER = "definitions of every column: `stampede run --help` (what stampede measures)"
+SAVE_POINTER = ("definitions of every column: `stampede save --help` (the save's ops) and "
+                "`stampede run --help` (the rest)")

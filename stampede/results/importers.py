@@ -142,6 +142,7 @@ def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, Any]], origin: O
     row.update(values)
     row.update(layout="sharded" if int(entry["filePerProc"]) else "shared", format="raw",
                op=str(entry["operation"]), block_bytes=transfer, bytes_per_rank=block * segments,
+               phase="save" if entry["operation"] == "write" else "restore",
                bytes_total=block * segments * nranks, iterations=reps, count=transfers,
                op_bytes=transfers * transfer, errors=0, elapsed_s=elapsed_s,
                ranks_per_node=per_node, pattern=f"ior {entry.get('API', '')}".strip())
@@ -195,7 +196,9 @@ def _mdtest_table(text: str, iterations: int, nranks: int, nnodes: int,
         row = origin.row(nranks, nnodes,
                          (f"ops_per_s = mdtest's mean over {iterations} iteration(s), not a median",
                           counted))
-        row.update(layout="mdtest", op=MDTEST_OPS.get(name, name.lower().replace(" ", "_")),
+        op = MDTEST_OPS.get(name, name.lower().replace(" ", "_"))
+        # what a restore does (stat, read) against what a save does (create, remove)
+        row.update(layout="mdtest", op=op, phase="restore" if op in ("stat", "read") else "save",
                    ops_per_s=mean, ops_per_s_min=minimum, ops_per_s_max=maximum,
                    iterations=iterations, count=count, errors=0, pattern="mdtest")
         rows.append(row)

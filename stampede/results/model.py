@@ -111,6 +111,7 @@ class LayoutStats:
     histograms: dict[str, Histogram] | None = None       # op -> latency histogram
     timeline: tuple[tuple[float, ...], ...] = ()         # rows of TIMELINE_COLUMNS
     samples: str = "exact"     # or "histogram": reduced per rank (stampede.results.histogram)
+    unprotected_s: float = NAN  # a save's window without a published checkpoint (stats)
 
 
 @dataclass(frozen=True)
@@ -152,5 +153,7 @@ class LayoutRun:
     digests: tuple[dict[str, Any], ...] = ()   # existing checkpoints: what each rank read
     notes: tuple[str, ...] = ()  # warnings from the ranks (a drop_caches refused, ...)
     interrupted: bool = False    # stopped by a signal: not measured to the end, not archived
+    phase: str = "restore"       # or "save" (stampede.run.save)
+    restored_from: str = ""      # a saved version's directory (stampede.checkpoint.versions)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from stampede.results.cells import Row, number, whole
-from stampede.results.definitions import BUCKET_ERROR, POINTER
+from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
 
 
@@ -115,8 +115,9 @@ def render_run(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) 
         _render_startup(rows, console)
         return
     render_header(first, console)
-    for layout in dict.fromkeys(row["layout"] for row in rows):
-        render_layout([row for row in rows if row["layout"] == layout], console)
+    for phase, layout in dict.fromkeys((row.get("phase", ""), row["layout"]) for row in rows):
+        render_layout([row for row in rows if row["layout"] == layout
+                       and row.get("phase", "") == phase], console)
     render_summary(rows, console, messages)
 
 
@@ -125,6 +126,18 @@ def render_header(first: Row, console: Any) -> None:
     console.print()
     console.rule(f"[bold]stampede[/] {first['job']}  run {first['run_id']}")
     if first["layout"] == "startup":
+        return
+    if first.get("phase") == "save":
+        console.print(
+            f"{first['nranks']} ranks on {first['nnodes']} node(s) ({first['ranks_per_node']}/"
+            f"node), backend {first['backend']} ({first.get('fs_type') or '?'}) at "
+            f"{first.get('target', '')}\nsave [bold]{first.get('save_mode', '')}[/], durability "
+            f"[bold]{first.get('durability', '')}[/], validate {first.get('validate', '')}, keep "
+            f"{first.get('keep', '')}, mkdir by {first.get('mkdir_by', '')}, "
+            f"{format_bytes(whole(first, 'bytes_per_rank'))} per shard, block "
+            f"{format_bytes(whole(first, 'block_bytes'))}, cache {first['cache']}, "
+            f"{first['iterations']} saves + {first.get('warmup', '?')} warmup, "
+            f"{first['timestamp']}")
         return
     console.print(
         f"{first['nranks']} ranks on {first['nnodes']} node(s) ({first['ranks_per_node']}/node), "
@@ -138,19 +151,23 @@ def render_header(first: Row, console: Any) -> None:
 
 
 def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
-    """The layouts ranked by time to last rank, the warnings once, the errors."""
+    """The layouts ranked by time to last rank (saves, restores, both side by side), the
+    warnings once, the errors."""
+    _render_saves(rows, console)
     _render_restores(rows, console)
+    _render_cycle(rows, console)
     render_warnings(rows, console)
     for message in messages:
         console.print(f"[red]error:[/] {message}", markup=True)
-    console.print(f"[dim]{POINTER}[/]")
+    saves = any(row.get("phase") == "save" for row in rows)
+    console.print(f"[dim]{SAVE_POINTER if saves else POINTER}[/]")
 
 
-def _ranked(rows: Sequence[Row]) -> list[tuple[Row, str]]:
-    """Restore rows, valid ones by time to last rank first, each with how it stands
-    against the best: a tie when their per-iteration min-max ranges overlap (the words
-    of `stampede compare`), else how much slower."""
-    restores = [row for row in rows if row["op"] == "restore"]
+def _ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
+    """Rows of the completion op (restore, save), valid ones by time to last rank first,
+    each with how it stands against the best: a tie when their per-iteration min-max
+    ranges overlap (the words of `stampede compare`), else how much slower."""
+    restores = [row for row in rows if row["op"] == op]
     valid = sorted((row for row in restores if row["valid"] == "true"),
                    key=lambda row: number(row, "time_to_last_rank_s"))
     ranked: list[tuple[Row, str]] = []
@@ -204,13 +221,83 @@ def _render_restores(rows: Sequence[Row], console: Any) -> None:
                       markup=False)
 
 
+def _companion(rows: Sequence[Row], row: Row, op: str) -> Row:
+    """The row of `op` beside a completion row (same run, phase and layout), or {}."""
+    return next((other for other in rows if other["op"] == op and other["layout"] == row["layout"]
+                 and other.get("phase") == row.get("phase")
+                 and other["run_id"] == row["run_id"]), {})
+
+
+def _render_saves(rows: Sequence[Row], console: Any) -> None:
+    ranked = _ranked(rows, "save")
+    if not ranked:
+        return
+    wide = console.width >= NARROW
+    headers = ("layout", "durable, last\nrank (min-max)", "vs best", "pub-\nlished",
+               "blocked", "agg\nGB/s", "slowest\nGB/s") + \
+        (("strag-\ngler", "unpro-\ntected", "validate\nerrors") if wide else ())
+    table = new_table("Save: time until every rank's bytes are durable", headers,
+                      left=("layout", "vs best"))
+    buffered = False
+    for row, standing in ranked:
+        published, blocked = _companion(rows, row, "published"), _companion(rows, row, "blocked")
+        validate = _companion(rows, row, "validate")
+        gbps = format_number(number(row, "agg_gbps"))
+        if row.get("durability") == "none":
+            gbps, buffered = gbps + " buf", True
+        cells = [row["layout"], _last_rank(row), standing,
+                 seconds(published, "elapsed_s") if published else "-",
+                 seconds(blocked, "elapsed_s") if blocked else "-", gbps,
+                 format_number(number(row, "slowest_rank_gbps"))]
+        if wide:
+            cells += [f"{number(row, 'straggler_ratio'):.2f}", seconds(row, "unprotected_s"),
+                      validate.get("errors", "-") if validate else "-"]
+        table.add_row(*cells)
+    console.print(table)
+    for row, _ in ranked:
+        slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} "
+                            f"{format_seconds(float(item.rsplit(':', 1)[1]))}"
+                            for item in row["slowest_ranks"].split())
+        console.print(f"  {row['layout']}: slowest ranks (median save): {slowest or '-'}",
+                      markup=False)
+    if buffered:
+        console.print("[yellow]buf[/] = save.durability = none: handed to the page cache, "
+                      "not durable; never storage GB/s")
+    console.print("[dim]published = until the pointer named the version (rank 0); blocked = "
+                  "until training could go on (async: the snapshot); unprotected = time "
+                  "without a valid published version (must be 0).[/]")
+
+
+def _render_cycle(rows: Sequence[Row], console: Any) -> None:
+    """A cycle's two halves side by side, layout by layout."""
+    saves = {row["layout"]: row for row in rows if row["op"] == "save"}
+    restores = {row["layout"]: row for row in rows if row["op"] == "restore"}
+    both = [layout for layout in saves if layout in restores]
+    if not both:
+        return
+    table = new_table("Save and restore, side by side (median time to last rank)",
+                      ("layout", "save\n(durable)", "published", "restore", "save\nGB/s",
+                       "restore\nGB/s", "valid"), left=("layout",))
+    for layout in both:
+        save, restore = saves[layout], restores[layout]
+        published = _companion(rows, save, "published")
+        table.add_row(layout, seconds(save, "time_to_last_rank_s"),
+                      seconds(published, "elapsed_s") if published else "-",
+                      seconds(restore, "time_to_last_rank_s"),
+                      format_number(number(save, "agg_gbps")),
+                      format_number(number(restore, "agg_gbps")),
+                      "yes" if save["valid"] == restore["valid"] == "true" else "[red]NO[/]")
+    console.print(table)
+
+
 def render_warnings(rows: Sequence[Row], console: Any) -> None:
     """Each warning once: those every layout has for the run, then per layout only what
     differs."""
     by_layout: dict[str, list[str]] = {}
     for row in rows:
-        if row["layout"] not in by_layout:
-            by_layout[row["layout"]] = [text for text in row.get("warnings", "").split(" | ")
+        name = row["layout"] + (" save" if row.get("phase") == "save" else "")
+        if name not in by_layout:
+            by_layout[name] = [text for text in row.get("warnings", "").split(" | ")
                                         if text]
     if not by_layout:
         return
@@ -253,7 +340,8 @@ def render_layout(rows: Sequence[Row], console: Any) -> None:
     """One layout: the latency of every op, all ranks and iterations; INVALID and why."""
     layout = rows[0]["layout"]
     approximate = rows[0].get("samples") == "histogram"
-    table = new_table(f"{layout}: latency per op, all ranks and iterations"
+    saved = " save" if rows[0].get("phase") == "save" else ""
+    table = new_table(f"{layout}{saved}: latency per op, all ranks and iterations"
                       + (f" (p50-p99.9 from histograms, within {BUCKET_ERROR:.0%})"
                          if approximate else ""),
                       ("op", "unit", "count", "err", "min", "p50", "p90", "p99", "p99.9", "max",
@@ -273,13 +361,14 @@ def render_layout(rows: Sequence[Row], console: Any) -> None:
 
 
 def render_history(rows: Sequence[Row], console: Any) -> None:
-    table = new_table("Every run in the archive: time to last rank (restore, or startup)",
-                   ("run", "job", "layout", "ranks", "cache", "bytes", "last\nrank",
-                    "agg\nGB/s", "valid"), left=("run", "job", "layout"))
+    table = new_table("Every run in the archive: time to last rank (restore, save or startup)",
+                   ("run", "job", "layout", "op", "ranks", "cache", "bytes", "last\nrank",
+                    "agg\nGB/s", "valid"), left=("run", "job", "layout", "op"))
     for row in rows:
         if not row.get("time_to_last_rank_s"):
             continue
-        table.add_row(row["run_id"], row["job"], row["layout"], row["nranks"], row["cache"],
+        table.add_row(row["run_id"], row["job"], row["layout"], row["op"], row["nranks"],
+                      row["cache"],
                       format_bytes(whole(row, "bytes_total")),
                       seconds(row, "time_to_last_rank_s"),
                       format_number(number(row, "agg_gbps")),

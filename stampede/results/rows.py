@@ -41,7 +41,7 @@ def hosts_cell(hosts: Sequence[str]) -> str:
 
 def shared_columns(run_id: str, timestamp: str, job: str, backend: str, layout: str,
                    hosts: Sequence[str] = (), nranks: int = 0, nnodes: int = 0,
-                   valid: bool = True) -> dict[str, object]:
+                   valid: bool = True, phase: str = "restore") -> dict[str, object]:
     """The columns every archive row carries: which run, of what, where, by whom. The rank
     and node counts come from the host of each rank, or are given (imported results)."""
     if hosts:
@@ -50,7 +50,7 @@ def shared_columns(run_id: str, timestamp: str, job: str, backend: str, layout: 
     else:
         per_node = -(-nranks // max(nnodes, 1))
     return {"schema": ARCHIVE_SCHEMA, "run_id": run_id, "timestamp": timestamp, "job": job,
-            "backend": backend, "layout": layout, "nranks": nranks, "nnodes": nnodes,
+            "backend": backend, "phase": phase, "layout": layout, "nranks": nranks, "nnodes": nnodes,
             "ranks_per_node": per_node, "valid": valid, "stampede_version": __version__,
             "hosts": hosts_cell(hosts), "slurm_job_id": slurm_job_id()}
 
@@ -66,12 +66,14 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
     shared = {
         **spec.columns(),
         **shared_columns(context.run_id, context.timestamp, spec.name, context.backend,
-                         layout_run.layout, context.hosts, valid=not layout_run.invalid_reason),
+                         layout_run.layout, context.hosts, valid=not layout_run.invalid_reason,
+                         phase=layout_run.phase),
         "bytes_per_rank": layout_run.bytes_per_rank,
         "bytes_total": layout_run.bytes_total or layout_run.bytes_per_rank * context.nranks,
         "iterations": stats.iterations, "invalid_reason": layout_run.invalid_reason,
         "fs_type": context.fs_type, "warnings": " | ".join(warnings), "device": context.device,
         "cache_resident_pct": 100 * resident if resident is not None else None,
+        "restored_from": layout_run.restored_from,
     }
     if context.checkpoint_format:   # an existing checkpoint: the format found, not asked
         shared["format"] = context.checkpoint_format
@@ -120,6 +122,8 @@ def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
                 storage_bytes_per_iteration=restore.storage_bytes.median,
                 slowest_ranks=" ".join(f"{rank}@{hosts[rank]}:{seconds!r}"
                                        for rank, seconds in restore.slowest_ranks))
+            if op.op == "save":
+                row["unprotected_s"] = stats.unprotected_s
         rows.append({column: cell(value) for column, value in row.items()})
     return rows
 
@@ -141,7 +145,7 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
         "storage": context.storage,
         "node": node_facts(spec.target_path),
         "slurm": slurm_variables(),
-        "layouts": {
+        **{"layouts" if phase == "restore" else "saves": {
             run.layout: {
                 "valid": not run.invalid_reason,
                 "invalid_reason": run.invalid_reason,
@@ -153,6 +157,6 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 "cache_resident_fraction": list(run.resident_fraction),
                 "stats": asdict(run.stats) if run.stats else None,
             }
-            for run in runs
-        },
+            for run in runs if run.phase == phase
+        } for phase in dict.fromkeys(("restore", *(run.phase for run in runs)))},
     }

@@ -26,11 +26,33 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        # host -> device (`stampede gpu`, run.h2d): page-locking a buffer, and the copy
        "pin", "h2d",
        # collectives timed once the ranks are up (`stampede startup`): T_barrier_sync
-       "barrier", "allreduce")
+       "barrier", "allreduce",
+       # the save (`stampede save`), in the order it runs them: snapshot (async: the copy
+       # to the staging buffer, what stops training), mkdir, create (O_CREAT|O_EXCL),
+       # write (one block), fsync (a file), close (the restore's op), rename (temporary name -> final),
+       # fsync_dir (a directory's entries), validate (evict, re-read and check one
+       # extent), publish (the pointer, replaced atomically), unlink and rmdir (the
+       # retention of old versions); the pseudo-ops: blocked (phase start -> the rank
+       # could train again: after the snapshot (async) or the collective save (sync)),
+       # save (-> the rank's bytes durable under their final names), published (-> the
+       # pointer durable: rank 0)
+       "snapshot", "mkdir", "create", "write", "fsync", "rename", "fsync_dir",
+       "validate", "publish", "unlink", "rmdir", "blocked", "save", "published")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
+# A save's ops in the order it runs them (and its report lists them)
+SAVE_ORDER = ("snapshot", "mkdir", "create", "open", "write", "fsync", "close", "rename",
+              "fsync_dir", "wait", "validate", "publish", "unlink", "rmdir", "blocked", "save",
+              "published")
 STORAGE_OPS = ("list", "index", "stat", "open", "header", "read", "close")
+SAVE_STORAGE_OPS = ("mkdir", "create", "open", "write", "fsync", "close", "rename",
+                    "fsync_dir", "publish", "unlink", "rmdir")
 NETWORK_OPS = ("bcast", "allgather")
-RATE_OPS = (*STORAGE_OPS, *NETWORK_OPS, "verify")   # ops for which ops/s means something
+# ops for which ops/s means something
+RATE_OPS = tuple(dict.fromkeys((*STORAGE_OPS, *NETWORK_OPS, "verify", *SAVE_STORAGE_OPS,
+                                 "validate")))
+# From the phase's start until a moment of the rank (stampede.run.clock starts them at the
+# node's first barrier exit); the completion op of a phase is one of them.
+PSEUDO_OPS = ("restore", "startup", "blocked", "save", "published")
 
 # Columns of a sample row as gathered on rank 0 (RANK is added there, by position).
 ITER, OP, START, STOP, NBYTES, OK = range(6)

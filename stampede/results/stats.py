@@ -43,10 +43,16 @@ from stampede.results.samples import (
     OP,
     OPS,
     RANK,
+    SAVE_ORDER,
+    SAVE_STORAGE_OPS,
     START,
     STOP,
     STORAGE_OPS,
 )
+
+# completion op -> (its storage ops, the op whose bytes count as moved); startup has none
+PARTS = {"save": (SAVE_STORAGE_OPS, "write")}
+READ_PARTS = (STORAGE_OPS, "read")
 
 
 def latency(durations_ns: np.ndarray) -> Latency:
@@ -88,11 +94,12 @@ def _span_s(rows: np.ndarray) -> float:
 
 def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int,
                   completion_op: str = "restore") -> RestoreStats:
-    """The completion op (restore, or startup) per iteration across ranks, and how it
+    """The completion op (restore, save or startup) per iteration across ranks, and how it
     splits into storage and network."""
-    storage = samples[np.isin(samples[:, OP], [OPS.index(op) for op in STORAGE_OPS])]
+    storage_ops_of, bytes_op = PARTS.get(completion_op, READ_PARTS)
+    storage = samples[np.isin(samples[:, OP], [OPS.index(op) for op in storage_ops_of])]
     network = samples[np.isin(samples[:, OP], [OPS.index(op) for op in NETWORK_OPS])]
-    read_code = OPS.index("read")
+    read_code = OPS.index(bytes_op)
     storage_s, network_s, storage_ops, storage_bytes = [], [], [], []
     for iteration in iterations:
         in_storage = storage[storage[:, ITER] == iteration]
@@ -134,7 +141,8 @@ def layout_stats(layout: str, samples: np.ndarray, nranks: int,
     The completion op is the one whose per-rank durations give time to last rank."""
     iterations = sorted({int(value) for value in samples[:, ITER]}) if samples.size else []
     present = {OPS[int(code)] for code in np.unique(samples[:, OP])} if samples.size else set()
-    ops = tuple(op_stats(samples, op, iterations) for op in OPS if op in present)
+    order = SAVE_ORDER if completion_op == "save" else OPS
+    ops = tuple(op_stats(samples, op, iterations) for op in order if op in present)
     good = samples[samples[:, OK] == 1] if samples.size else samples
     histograms = {op: histogram(good[good[:, OP] == OPS.index(op)][:, STOP]
                                 - good[good[:, OP] == OPS.index(op)][:, START])
@@ -142,7 +150,29 @@ def layout_stats(layout: str, samples: np.ndarray, nranks: int,
     return LayoutStats(layout=layout, iterations=len(iterations), ops=ops,
                        restore=restore_stats(samples, iterations, nranks, completion_op),
                        completion_op=completion_op, histograms=histograms,
-                       timeline=timeline(samples, completion_op))
+                       timeline=timeline(samples, completion_op),
+                       unprotected_s=unprotected_s(samples, iterations))
+
+
+def unprotected_s(samples: np.ndarray, iterations: list[int]) -> float:
+    """The save's window without a valid published checkpoint, the longest over the
+    iterations: from the first unlink or rmdir of an old version (retention) until the new
+    version's publish ended, where the first came before the second; 0 where retention
+    waited for the publish, as it must. NaN when nothing was published."""
+    publish = samples[(samples[:, OP] == OPS.index("publish")) & (samples[:, OK] == 1)]
+    if not publish.size:
+        return NAN
+    releases = samples[np.isin(samples[:, OP], [OPS.index("unlink"), OPS.index("rmdir")])]
+    windows = []
+    for iteration in iterations:
+        published = publish[publish[:, ITER] == iteration]
+        released = releases[releases[:, ITER] == iteration]
+        if published.size and released.size:
+            windows.append(max(0.0, float(published[:, STOP].max()
+                                          - released[:, START].min()) / 1e9))
+        elif published.size:
+            windows.append(0.0)
+    return max(windows, default=NAN)
 
 
 def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple[float, ...], ...]:
@@ -153,7 +183,8 @@ def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple
     pairs, key = np.unique(samples[:, [RANK, ITER]], axis=0, return_inverse=True)
     key = key.ravel()
     done_code = OPS.index(completion_op)
-    reads = (samples[:, OP] == OPS.index("read")) & (samples[:, OK] == 1)
+    _, bytes_op = PARTS.get(completion_op, READ_PARTS)
+    reads = (samples[:, OP] == OPS.index(bytes_op)) & (samples[:, OK] == 1)
     done, timed = samples[:, OP] == done_code, samples[:, OP] != done_code
 
     def reduce(mask: np.ndarray, column: int, ufunc: np.ufunc, empty: float) -> np.ndarray:
@@ -176,7 +207,8 @@ def layout_stats_reduced(layout: str, reduced: Any, restore_rows: np.ndarray,
     exact restore samples; elapsed, counts, bytes, ops/s and GB/s are exact."""
     iterations = list(reduced.iterations)
     ops, histograms = [], {}
-    for code, op in enumerate(OPS):
+    for op in SAVE_ORDER if completion_op == "save" else OPS:
+        code = OPS.index(op)
         ok, failed = reduced.ok[code], reduced.failed[code]
         if not (ok.sum() + failed.sum()):
             continue
@@ -196,19 +228,35 @@ def layout_stats_reduced(layout: str, reduced: Any, restore_rows: np.ndarray,
                            elapsed_s=spread(elapsed), ops_per_s=spread(rates), agg_gbps=spread(gbps)))
         histograms[op] = Histogram(tuple(int(c) for c in reduced.histograms[code]), HISTOGRAM_EDGES_S)
     restore = restore_stats(restore_rows, iterations, nranks, completion_op)
-    parts = _parts_reduced(reduced, len(iterations))
+    parts = _parts_reduced(reduced, len(iterations), completion_op)
     restore = replace(restore, storage_s=parts["storage_s"], network_s=parts["network_s"],
                       storage_ops=parts["storage_ops"], storage_bytes=parts["storage_bytes"])
     return LayoutStats(layout=layout, iterations=len(iterations), ops=tuple(ops), restore=restore,
                        completion_op=completion_op, histograms=histograms,
-                       timeline=timeline_rows, samples="histogram")
+                       timeline=timeline_rows, samples="histogram",
+                       unprotected_s=_unprotected_reduced(reduced, len(iterations)))
 
 
-def _parts_reduced(reduced: Any, nits: int) -> dict[str, Spread]:
+def _unprotected_reduced(reduced: Any, nits: int) -> float:
+    """unprotected_s from the reduced first starts and last stops (exact)."""
+    publish, unlink, rmdir = OPS.index("publish"), OPS.index("unlink"), OPS.index("rmdir")
+    windows = []
+    for column in range(nits):
+        if not reduced.ok[publish, column]:
+            continue
+        starts = [reduced.first_start_ns[code, column] for code in (unlink, rmdir)
+                  if reduced.ok[code, column]]
+        end = reduced.last_stop_ns[publish, column]
+        windows.append(max(0.0, float(end - min(starts)) / 1e9) if starts else 0.0)
+    return max(windows, default=NAN)
+
+
+def _parts_reduced(reduced: Any, nits: int, completion_op: str) -> dict[str, Spread]:
     """Storage and network parts per iteration from the reduced first starts / last stops."""
-    storage = [OPS.index(op) for op in STORAGE_OPS]
+    storage_ops_of, bytes_op = PARTS.get(completion_op, READ_PARTS)
+    storage = [OPS.index(op) for op in storage_ops_of]
     network = [OPS.index(op) for op in NETWORK_OPS]
-    read = OPS.index("read")
+    read = OPS.index(bytes_op)
 
     def span(codes: list[int], column: int) -> float:
         used = [code for code in codes if reduced.ok[code, column]]

@@ -29,14 +29,16 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     elif ttlr.relative > WIDE_SPREAD:
         notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "
                      f"({ttlr.min:.4g}-{ttlr.max:.4g} s): run more iterations or on a quieter machine")
-    if ttlr.median < SHORT_PHASE_S and stats.completion_op == "restore":
-        notes.append(f"restore phase is {ttlr.median * 1e3:.3g} ms: barrier skew and timer calls "
-                     "are a visible part of it; use a larger checkpoint")
+    if ttlr.median < SHORT_PHASE_S and stats.completion_op in ("restore", "save"):
+        notes.append(f"{stats.completion_op} phase is {ttlr.median * 1e3:.3g} ms: barrier skew "
+                     "and timer calls are a visible part of it; use a larger checkpoint")
     few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99
            and op.op not in ("jitter", stats.completion_op)]
     if few:
+        more = "run.iterations" if stats.completion_op == "save" else \
+            "iterations or pattern.stat_count/open_count"
         notes.append(f"p99 and p99.9 from fewer than {FEW_SAMPLES_P99} samples ({', '.join(few)}): "
-                     "raise iterations or pattern.stat_count/open_count")
+                     f"raise {more}")
     for op in stats.ops:
         if op.errors:
             notes.append(f"{op.op}: {op.errors} failed op(s)")
@@ -63,6 +65,8 @@ def residency_warning(cache: str, resident: float | None) -> tuple[str, ...]:
 
 
 def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
+    if stats.completion_op == "save":
+        return save_warnings(spec, context, stats)
     checks = " and ".join(filter(None, (f"run.verify = {spec.verify}" if spec.verify != "none"
                                         else "", "run.check_finite" if spec.check_finite else "")))
     notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
@@ -81,4 +85,23 @@ def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> t
     if between:
         notes += (f"{' and '.join(between)} run between reads here: the read op's aggregate "
                   "GB/s spans them (its latencies do not)",)
+    return notes
+
+
+def save_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
+    """A save's: what its time is not (buffered, in memory), beside the common ones."""
+    notes = warnings_for(stats, "", context.ranks_per_node, os.cpu_count() or 1,
+                         context.fs_type)
+    if spec.durability == "none":
+        notes += ("save.durability = none: no fsync; save times and GB/s are buffered (handed "
+                  "to the page cache), not the storage's",)
+        if spec.validate != "none":
+            notes += ("save.validate with durability none: the re-reads find the unflushed "
+                      "pages in the page cache, not the storage",)
+    if context.fs_type in ("tmpfs", "ramfs"):
+        notes += (f"saved to {context.fs_type}: fsync has nothing to flush; durable means in "
+                  "this node's memory",)
+    if stats.samples == "histogram":
+        notes += (f"p50-p99.9 interpolated in log buckets (run.samples = histogram): within "
+                  f"{BUCKET_ERROR:.0%} of the exact values",)
     return notes

@@ -20,7 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stampede.results.samples import ITER, OP, START, STOP
+from stampede.results.samples import ITER, OP, OP_CODE, PSEUDO_OPS, START, STOP
+
+PSEUDO_CODES = np.array([OP_CODE[name] for name in PSEUDO_OPS], dtype=np.int64)
 
 
 def origins_array(origins: dict[int, int]) -> np.ndarray:
@@ -29,10 +31,11 @@ def origins_array(origins: dict[int, int]) -> np.ndarray:
 
 
 def on_one_axis(rows_by_rank: Sequence[np.ndarray], origins_by_rank: Sequence[np.ndarray],
-                hosts: Sequence[str], restore_code: int) -> list[np.ndarray]:
+                hosts: Sequence[str]) -> list[np.ndarray]:
     """Rank 0: each rank's rows with absolute stamps -> nanoseconds since its node's first
-    barrier exit of the same phase (ITER). The completion op (`restore_code`) starts at
-    that shared zero: it is the time until the rank holds its bytes, barrier included."""
+    barrier exit of the same phase (ITER). The pseudo-ops (restore, save, ...) start at
+    that shared zero: each is the time until the rank reached its moment, barrier
+    included."""
     first_exit: dict[tuple[str, int], int] = {}
     for host, origins in zip(hosts, origins_by_rank):
         for phase, origin in origins:
@@ -47,6 +50,6 @@ def on_one_axis(rows_by_rank: Sequence[np.ndarray], origins_by_rank: Sequence[np
             zero = zeros[np.searchsorted(phases, rows[:, ITER])]
             rows[:, START] -= zero
             rows[:, STOP] -= zero
-            rows[rows[:, OP] == restore_code, START] = 0
+            rows[np.isin(rows[:, OP], PSEUDO_CODES), START] = 0
         result.append(rows)
     return result

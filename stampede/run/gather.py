@@ -16,18 +16,19 @@ import numpy as np
 from stampede import mpi
 from stampede.results import histogram
 from stampede.results.model import LayoutStats
-from stampede.results.samples import ITER, OP, OP_CODE, START, STOP, STORAGE_OPS
-from stampede.run.clock import on_one_axis, origins_array
+from stampede.results.samples import ITER, OP, START, STOP, STORAGE_OPS
+from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
 
 
 def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
                  origins: dict[int, int], hosts: tuple[str, ...],
-                 failed_iteration: int | None) -> LayoutStats | None:
+                 failed_iteration: int | None, completion_op: str = "restore") -> LayoutStats | None:
     """The layout's statistics, complete on rank 0 (None elsewhere), in the mode
-    run.samples chose."""
+    run.samples chose; `completion_op` is the pseudo-op whose time to last rank heads
+    them (restore, or save)."""
     if histogram_mode(comm, spec, plan):
-        return _reduced_stats(comm, layout, rows, origins, failed_iteration)
-    return _exact_stats(comm, layout, rows, origins, hosts)
+        return _reduced_stats(comm, layout, rows, origins, failed_iteration, completion_op)
+    return _exact_stats(comm, layout, rows, origins, hosts, completion_op)
 
 
 def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
@@ -42,40 +43,39 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
 
 
 def _exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
-                 hosts: tuple[str, ...]) -> LayoutStats | None:
+                 hosts: tuple[str, ...], completion_op: str) -> LayoutStats | None:
     """Every sample to rank 0 (one Gatherv), put on one axis there."""
     gathered = mpi.gather_rows(comm, rows)
     gathered_origins = mpi.gather_rows(comm, origins_array(origins))
     if gathered is None or gathered_origins is None:
         return None
-    on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
+    on_axis = on_one_axis(gathered, gathered_origins, hosts)
     ranked = [np.column_stack([part, np.full(len(part), r, dtype=np.int64)])
               for r, part in enumerate(on_axis)]
     from stampede.results.stats import layout_stats  # rank 0 only: workers never import it
-    return layout_stats(layout, np.concatenate(ranked), comm.Get_size())
+    return layout_stats(layout, np.concatenate(ranked), comm.Get_size(), completion_op)
 
 
 def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
-                   failed_iteration: int | None) -> LayoutStats | None:
-    """Histogram mode (stampede.results.histogram): fixed-size reductions; the restores
-    and the timelines whole."""
+                   failed_iteration: int | None, completion_op: str) -> LayoutStats | None:
+    """Histogram mode (stampede.results.histogram): fixed-size reductions; the pseudo-op
+    samples (restores, saves) and the timelines whole."""
     from stampede.results.stats import layout_stats_reduced, timeline
 
-    restore = OP_CODE["restore"]
-    on_axis = _to_node_axis(comm, rows, origins, restore)
+    on_axis = _to_node_axis(comm, rows, origins)
     iterations = tuple(i for i in sorted(origins) if i >= 0 or i == failed_iteration)
     reduced = reduce_summaries(comm, histogram.summarize(on_axis, iterations), iterations)
     ranked = np.column_stack([on_axis, np.full(len(on_axis), comm.Get_rank(), dtype=np.int64)])
-    restores = mpi.gather_rows(comm, ranked[ranked[:, OP] == restore])
-    timelines = mpi.gather(comm, timeline(ranked))
-    if reduced is None or restores is None or timelines is None:
+    pseudo = mpi.gather_rows(comm, ranked[np.isin(ranked[:, OP], PSEUDO_CODES)])
+    timelines = mpi.gather(comm, timeline(ranked, completion_op))
+    if reduced is None or pseudo is None or timelines is None:
         return None
-    return layout_stats_reduced(layout, reduced, np.concatenate(restores),
-                                tuple(row for part in timelines for row in part), comm.Get_size())
+    return layout_stats_reduced(layout, reduced, np.concatenate(pseudo),
+                                tuple(row for part in timelines for row in part), comm.Get_size(),
+                                completion_op)
 
 
-def _to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int],
-                  restore_code: int) -> np.ndarray:
+def _to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int]) -> np.ndarray:
     """This rank's absolute stamps -> ns since its node's first barrier exit, per phase."""
     phases = sorted(origins)
     mine = np.array([origins[phase] for phase in phases], dtype=np.int64)
@@ -85,7 +85,7 @@ def _to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int],
         zero = first[np.searchsorted(np.array(phases), rows[:, ITER])]
         rows[:, START] -= zero
         rows[:, STOP] -= zero
-        rows[rows[:, OP] == restore_code, START] = 0
+        rows[np.isin(rows[:, OP], PSEUDO_CODES), START] = 0
     return rows
 
 

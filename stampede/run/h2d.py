@@ -101,7 +101,6 @@ def sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...]
                             log.append((phase, *row, group))
             if mode in ("file", "safetensors"):
                 path.unlink(missing_ok=True)
-    from stampede.results.samples import OP_CODE
     from stampede.run.clock import on_one_axis, origins_array
 
     gathered = mpi.gather_rows(comm, np.array(log, dtype=np.int64).reshape(-1, 7))
@@ -110,7 +109,7 @@ def sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...]
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     if gathered is None or gathered_origins is None or labels is None or hosts is None:
         return None
-    on_axis = on_one_axis(gathered, gathered_origins, hosts, OP_CODE["restore"])
+    on_axis = on_one_axis(gathered, gathered_origins, hosts)
     return Swept(on_axis, tuple(groups), tuple(hosts), tuple(labels))
 
 

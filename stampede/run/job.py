@@ -32,12 +32,12 @@ AfterLayout = Callable[[RunContext, LayoutRun], None]
 
 
 def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
-            interrupts: Interrupts | None = None,
-            tick: Tick | None = None) -> tuple[RunContext, list[LayoutRun]]:
+            interrupts: Interrupts | None = None, tick: Tick | None = None,
+            context: RunContext | None = None) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout (or, for an existing checkpoint, every assign policy) of the job in
     turn, each handed to `after_layout` as it completes; a signal stops at the end of the
     iteration it arrives in, and no layout is started after it. Results are complete on
-    rank 0 only."""
+    rank 0 only. `context`: the run this is part of (a cycle's restore half)."""
     nranks = comm.Get_size()
     catalogue: Catalogue | None = None
     if spec.checkpoint_source == "existing":
@@ -59,7 +59,7 @@ def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
         local_rank = mpi.node_rank(comm)
         device = mpi.collective(comm, "opening the device",
                                 partial(open_device, spec.h2d.split("-")[0], local_rank))
-    context = new_context(comm, spec, backend, device, catalogue)
+    context = context or new_context(comm, spec, backend, device, catalogue)
     runs: list[LayoutRun] = []
     try:
         for layout in strategies:
@@ -121,12 +121,34 @@ def _scan_existing(spec: JobSpec) -> Catalogue:
 
 
 def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
-    """Rank 0: the manifest's entry of every layout, checked against the job."""
+    """Rank 0: the entry of every layout, checked against the job: the layout's published
+    save when there is one (run.restore = auto or saved; its "root" is the version's
+    directory), else the prepared checkpoint's manifest entry."""
+    from stampede.checkpoint import versions
+    from stampede.checkpoint.manifest import check_entry
+    from stampede.errors import CheckpointError
+
     backend = open_backend(spec.target_path, spec.storage_options)
-    manifest = read_manifest(backend, spec.target_path)
     per_rank = bytes_per_rank(spec, nranks)
-    return {layout: prepared_layout(manifest, spec, layout, nranks, per_rank)
-            for layout in spec.layouts}
+    journal = versions.read_journal(backend, spec.target_path) \
+        if spec.restore_from != "prepared" else None
+    manifest: dict[str, Any] | None = None
+    entries = {}
+    for layout in spec.layouts:
+        saved = versions.published_version(backend, journal, layout)
+        if saved is not None and journal is not None:
+            entry = dict(versions.entry_of(journal, layout, saved))
+            check_entry(entry, spec, f"{spec.target_path}: layout {layout!r} v{saved:06d} was "
+                        "saved", nranks, per_rank, spec.command("save", nranks))
+            entries[layout] = {**entry, "root": entry["dir"]}
+            continue
+        if spec.restore_from == "saved":
+            raise CheckpointError(f"{spec.target_path}: layout {layout!r} has no published "
+                                  "save here (run.restore = \"saved\")",
+                                  hint=f"run `{spec.command('save', nranks)}` first")
+        manifest = manifest or read_manifest(backend, spec.target_path)
+        entries[layout] = prepared_layout(manifest, spec, layout, nranks, per_rank)
+    return entries
 
 
 def _check_open_files(spec: JobSpec, catalogue: Catalogue | None, layouts: tuple[str, ...],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,12 +57,13 @@ Tick = Callable[[str, int, float], None]
 
 
 def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: int,
-             rank: int) -> RankPlan:
-    """A rank's plan: a stampede layout, or a policy over an existing checkpoint."""
+             rank: int, root: str = "") -> RankPlan:
+    """A rank's plan: a stampede layout (under `root`: a saved version), or a policy over
+    an existing checkpoint."""
     if catalogue is not None:
         from stampede.existing.assign import plan_existing
         return plan_existing(catalogue, spec, layout, nranks, rank)
-    return plan_rank(spec, layout, nranks, rank)
+    return plan_rank(spec, layout, nranks, rank, root)
 
 
 def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
@@ -71,7 +72,8 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
                tick: Tick | None = None) -> LayoutRun:
     """One layout, every iteration; the statistics are complete on rank 0, whose `hosts`
     (host of each rank) put the ranks' stamps on one time axis."""
-    plan = plan_for(spec, catalogue, layout, comm.Get_size(), comm.Get_rank())
+    plan = plan_for(spec, catalogue, layout, comm.Get_size(), comm.Get_rank(),
+                    entry.get("root", ""))
     retries_before = dict(getattr(backend, "retries", {}))
     # Layouts that exchange hold the whole shard in memory; the others reuse one block.
     buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
@@ -82,8 +84,9 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
             mpi.free(setup.group, comm)
         if device is not None:
             device.unpin(buffer)
-    return _to_rank_zero(comm, spec, setup.plan, catalogue, hosts, phases,
-                         gather.retries(comm, backend, retries_before))
+    run = _to_rank_zero(comm, spec, setup.plan, catalogue, hosts, phases,
+                        gather.retries(comm, backend, retries_before))
+    return replace(run, restored_from=entry.get("root", ""))
 
 
 def run_phases(comm: Any, spec: JobSpec, setup: RankSetup, catalogue: Catalogue | None = None,
@@ -99,7 +102,7 @@ def run_phases(comm: Any, spec: JobSpec, setup: RankSetup, catalogue: Catalogue 
         cached, asked = _cache_state(comm, spec, setup, phases, drops_caches)
         outcome = _phase(comm, spec, setup, iteration, phases)
         signalled = int(bool(interrupts and interrupts.received))
-        totals = _totals(comm, spec, setup.plan.layout, outcome, cached, asked, signalled)
+        totals = phase_totals(comm, spec, setup.plan.layout, outcome, cached, asked, signalled)
         if tick is not None:
             tick(setup.plan.layout, iteration,
                  (time.perf_counter_ns() - phases.origins[iteration]) / 1e9)
@@ -162,7 +165,7 @@ def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
     return outcome
 
 
-def _totals(comm: Any, spec: JobSpec, layout: str, outcome: PhaseOutcome, cached: int,
+def phase_totals(comm: Any, spec: JobSpec, layout: str, outcome: PhaseOutcome, cached: int,
             asked: int, signalled: int) -> Totals:
     """The phase summed over ranks; a rank that does not answer in time aborts the job."""
     mine = np.array([outcome.errors, outcome.ops, outcome.timed_out, outcome.incomplete,
@@ -179,7 +182,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
                   hosts: tuple[str, ...], phases: Phases,
                   retries: dict[str, int]) -> LayoutRun:
     """Gather the layout's samples, messages and notes to rank 0 (collective)."""
-    rows = _measured(phases.log, phases.failed_iteration)
+    rows = measured_rows(phases.log, phases.failed_iteration)
     all_messages = mpi.gather(comm, phases.messages)
     all_digests = mpi.gather(comm, phases.digests)
     all_notes = mpi.gather(comm, phases.notes)
@@ -202,7 +205,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
                      interrupted=phases.interrupted)
 
 
-def _measured(log: Log, failed_iteration: int | None) -> np.ndarray:
+def measured_rows(log: Log, failed_iteration: int | None) -> np.ndarray:
     """Measured iterations with absolute stamps (rank 0 puts them on one axis).
 
     Warmup is dropped, except a warmup iteration that failed: its samples are the evidence

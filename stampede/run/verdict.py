@@ -36,22 +36,32 @@ class Verdict:
     stop: bool           # no further iteration of this layout
 
 
+# What a failed rank did, in a restore and in a save (stampede.run.save).
+WORDS = {
+    "restore": {"corrupt": "read bytes that differ from the checkpoint",
+                "checked": "run.verify / check_finite",
+                "incomplete": "did not hold all their bytes"},
+    "save": {"corrupt": "wrote bytes that differ when read back", "checked": "save.validate",
+             "incomplete": "did not make all their bytes durable"},
+}
+
+
 def judge(totals: Totals, iteration: int, warmup: int, reason: str, max_error_fraction: float,
-          deadline_s: float) -> Verdict:
+          deadline_s: float, phase: str = "restore") -> Verdict:
     """The layout's verdict after this phase, given what earlier phases found (`reason`).
     Iterations count as run_layout counts them: -warmup..-1 for warmups, then 0, 1, ..."""
     name = iteration_name(iteration, warmup)
+    words = WORDS[phase]
     if totals.corrupt and "differ" not in reason:
         reason = "; ".join(filter(None, (
-            reason, f"{totals.corrupt} rank(s) read bytes that differ from the checkpoint "
-                    f"in {name} (run.verify / check_finite)")))
+            reason, f"{totals.corrupt} rank(s) {words['corrupt']} in {name} "
+                    f"({words['checked']})")))
     if totals.interrupted:
         return Verdict("; ".join(filter(None, (
             f"interrupted (SIGTERM or SIGINT) in {name}: not measured to the end", reason))),
             stop=True)
     if totals.incomplete and not reason:
-        reason = (f"{totals.incomplete} rank(s) did not hold all their bytes in "
-                  f"{name}")
+        reason = f"{totals.incomplete} rank(s) {words['incomplete']} in {name}"
     if totals.timed_out or totals.errors > max_error_fraction * totals.ops:
         stopped = (f"deadline of {deadline_s:g} s reached in {name} on "
                    f"{totals.timed_out} rank(s)" if totals.timed_out else

@@ -1,0 +1,164 @@
+"""Saved versions: where each lives, which one is published, and the journal that lets
+`clean` and the next save undo exactly what a save wrote, whatever stopped it.
+
+    TARGET/stampede-saves.json          the journal (rank 0 writes it, untimed, atomically)
+    TARGET/saves/LAYOUT/v000007/...     version 7: the layout's files, under its own names
+    TARGET/saves/LAYOUT/latest          the pointer: "v000007", replaced atomically (publish)
+
+The pointer is the commit: a version is published when, and only when, the pointer names
+it, and a save writes it last, after every rank's part is durable and validated. The
+journal records each version before its first byte is written (state "writing", with its
+files, their temporary names, its directories and the hashes of what will be written),
+then "complete" or "invalid". Versions never reuse a number. After a publish, the oldest
+complete versions beyond save.keep are released by the ranks (the retention unlink storm,
+timed; state "released"). Before a save, versions the pointer does not name that are not
+complete (a killed save, a failed validation, what a release left) are removed, untimed,
+and their entries dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from stampede import __version__
+from stampede.backends.base import Backend
+from stampede.checkpoint.manifest import check_entry_types, check_table, damaged
+from stampede.errors import CheckpointError
+
+JOURNAL_NAME = "stampede-saves.json"
+JOURNAL_SCHEMA = 1
+SAVES_DIR = "saves"
+POINTER_NAME = "latest"
+STATES = ("writing", "complete", "invalid", "released")
+_VERSION_NAME = re.compile(r"v(\d{6,})")
+
+
+def layout_dir(layout: str) -> str:
+    return f"{SAVES_DIR}/{layout}"
+
+
+def version_dir(layout: str, version: int) -> str:
+    return f"{layout_dir(layout)}/v{version:06d}"
+
+
+def pointer_path(layout: str) -> str:
+    return f"{layout_dir(layout)}/{POINTER_NAME}"
+
+
+def pointer_text(version: int) -> bytes:
+    return f"v{version:06d}\n".encode()
+
+
+def new_journal(created_root: bool) -> dict[str, Any]:
+    return {"schema": JOURNAL_SCHEMA, "stampede_version": __version__, "layouts": {},
+            "created_root": created_root}
+
+
+def read_journal(backend: Backend, target: str) -> dict[str, Any] | None:
+    """The journal of a target, or None when nothing was saved there; a damaged one is an
+    error naming the key (and clean then removes nothing)."""
+    where = f"{target.rstrip('/')}/{JOURNAL_NAME}"
+    try:
+        text = backend.get_bytes(JOURNAL_NAME)
+    except OSError as error:
+        raise CheckpointError(f"{where}: cannot read the save journal "
+                              f"({error.strerror or error})") from None
+    if text is None:
+        return None
+    try:
+        journal: dict[str, Any] = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{where}: the save journal is not valid JSON ({error})",
+                              hint="remove the target's files by hand and save again") from None
+    if not isinstance(journal, dict) or journal.get("schema") != JOURNAL_SCHEMA:
+        raise CheckpointError(f"{where}: not a stampede save journal of schema {JOURNAL_SCHEMA}")
+    _check_types(journal, where)
+    return journal
+
+
+def _check_types(journal: dict[str, Any], where: str) -> None:
+    layouts = journal.get("layouts")
+    if not isinstance(layouts, dict):
+        raise damaged(where, "layouts", layouts, "a table of layouts")
+    for layout, series in layouts.items():
+        check_table(series, f"layouts.{layout}", {"next": int, "versions": list}, where)
+        for index, entry in enumerate(series["versions"]):
+            key = f"layouts.{layout}.versions[{index}]"
+            check_entry_types(entry, key, where)
+            check_table(entry, key, {"version": int, "dir": str, "state": str,
+                                     "partials": list, "directories": list}, where)
+            if entry["state"] not in STATES:
+                raise damaged(where, f"{key}.state", entry["state"], " or ".join(STATES))
+            if not entry["dir"].startswith(f"{layout_dir(layout)}/"):
+                raise damaged(where, f"{key}.dir", entry["dir"], f"under {layout_dir(layout)}/")
+
+
+def write_journal(backend: Backend, journal: dict[str, Any]) -> None:
+    """Atomically (backend.put_bytes): a crash leaves the old journal or the new one."""
+    backend.put_bytes(JOURNAL_NAME, json.dumps(journal, indent=1, sort_keys=True).encode())
+
+
+def series(journal: dict[str, Any], layout: str) -> dict[str, Any]:
+    return journal["layouts"].setdefault(layout, {"next": 1, "versions": []})
+
+
+def published_version(backend: Backend, journal: dict[str, Any] | None, layout: str) -> int | None:
+    """The version the layout's pointer names, when the journal knows it; else None."""
+    if journal is None or layout not in journal["layouts"]:
+        return None
+    text = backend.get_bytes(pointer_path(layout))
+    if text is None:
+        return None
+    match = _VERSION_NAME.fullmatch(text.decode(errors="replace").strip())
+    if match is None:
+        return None
+    version = int(match.group(1))
+    known = {entry["version"] for entry in journal["layouts"][layout]["versions"]}
+    return version if version in known else None
+
+
+def entry_of(journal: dict[str, Any], layout: str, version: int) -> dict[str, Any]:
+    return next(entry for entry in journal["layouts"][layout]["versions"]
+                if entry["version"] == version)
+
+
+def stale_versions(journal: dict[str, Any], layout: str, published: int | None) -> list[dict[str, Any]]:
+    """Versions nothing can restore: not named by the pointer and not complete (a killed
+    or failed save). The next save and clean remove them."""
+    return [entry for entry in series(journal, layout)["versions"]
+            if entry["version"] != published and entry["state"] != "complete"]
+
+
+def released_versions(journal: dict[str, Any], layout: str, new_version: int,
+                      keep: int) -> list[dict[str, Any]]:
+    """The complete versions a publish of `new_version` releases: all but the newest
+    `keep` (the new one counted)."""
+    complete = sorted((entry for entry in series(journal, layout)["versions"]
+                       if entry["state"] == "complete" and entry["version"] != new_version),
+                      key=lambda entry: entry["version"])
+    return complete[:max(0, len(complete) - (keep - 1))]
+
+
+def written_paths(entry: dict[str, Any]) -> list[str]:
+    """Every file a version may have left: final and temporary names."""
+    return [record["path"] for record in entry["files"]] + list(entry["partials"])
+
+
+def remove_version(backend: Backend, entry: dict[str, Any]) -> None:
+    """Rank 0, untimed: a version's files (final or temporary names), then its directories,
+    deepest first. A file already gone is not an error."""
+    for relpath in written_paths(entry):
+        backend.remove(relpath)
+    for directory in sorted(entry["directories"], key=lambda path: -path.count("/")):
+        with contextlib.suppress(OSError):   # something not ours was put in it: left, with it
+            backend.remove(directory)
+
+
+def drop_entries(journal: dict[str, Any], layout: str, versions: Sequence[int]) -> None:
+    kept = [entry for entry in series(journal, layout)["versions"]
+            if entry["version"] not in versions]
+    series(journal, layout)["versions"] = kept

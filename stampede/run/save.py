@@ -1,0 +1,430 @@
+"""`save`: each layout saved `warmup + iterations` times, each save a new version
+(stampede.checkpoint.versions), timed by stampede.run.save_pattern.
+
+Per save, untimed: rank 0 removes what earlier saves left unfinished, picks the version
+and what its publish will release; every rank fills its shard in memory with the
+version's content and hashes it; rank 0 records the version in the journal (its files,
+temporary names, directories and hashes) before any byte of it is written. Then the start
+barrier, the origin stamp, the timed save, the end-of-phase reduction and the verdict, as
+in a restore (stampede.run.layout); rank 0 records the outcome: complete (published) or
+invalid (left for the next save or clean to remove; the previous version stays published).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from stampede import mpi
+from stampede.backends import open_backend
+from stampede.backends.base import Backend
+from stampede.buffers import AlignedBuffer
+from stampede.checkpoint import versions
+from stampede.checkpoint.content import ContentSource, content_label
+from stampede.checkpoint.formats import safetensors_prefix
+from stampede.checkpoint.manifest import MANIFEST_NAME, layout_entry, read_manifest
+from stampede.checkpoint.plan import Extent, bytes_per_rank, file_tensors, shard_count
+from stampede.checkpoint.prepare import space_needed
+from stampede.checkpoint.save_plan import FileWrite, SavePlan, save_plan
+from stampede.errors import CheckpointError, UsageError
+from stampede.results.model import LayoutRun, RunContext, node_counts
+from stampede.results.samples import OP_CODE
+from stampede.run import gather
+from stampede.run.checks import new_digest
+from stampede.run.interrupt import Interrupts
+from stampede.run.job import AfterLayout, new_context
+from stampede.run.layout import ABORT_GRACE_S, Phases, Tick, measured_rows, phase_totals
+from stampede.run.save_pattern import SaveSetup, run_save
+from stampede.run.setup import MAX_MESSAGES
+from stampede.run.verdict import iteration_name, judge
+from stampede.spec import JobSpec
+from stampede.units import format_bytes
+
+
+def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
+             interrupts: Interrupts | None = None, tick: Tick | None = None,
+             context: RunContext | None = None) -> tuple[RunContext, list[LayoutRun]]:
+    """Every layout of the job saved in turn, each handed to `after_layout` as it
+    completes; results complete on rank 0."""
+    nranks = comm.Get_size()
+    backend = mpi.collective(comm, "connecting to the target",
+                             partial(open_backend, spec.target_path, spec.storage_options))
+    if not getattr(backend, "saves", False):
+        raise UsageError(f"target.path = {spec.target_path!r}: the {backend.name} backend has "
+                         "no timed save yet", hint="save to a POSIX path")
+    hosts = mpi.gather(comm, mpi.processor_name(comm))
+    mpi.on_root(comm, "checking the target", partial(open_target, spec, backend, nranks, hosts))
+    context = context or new_context(comm, spec, backend)
+    runs: list[LayoutRun] = []
+    for layout in spec.layouts:
+        run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
+        runs.append(run)
+        if after_layout is not None:
+            mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
+        if run.interrupted:
+            break
+    return context, runs
+
+
+def open_target(spec: JobSpec, backend: Backend, nranks: int,
+                hosts: list[str] | None) -> None:
+    """Rank 0, before anything is written: the target is new, empty, or stampede's (a
+    prepare's manifest or a save's journal); the versions this save keeps on disk at once
+    fit; each node can hold its ranks' shards in memory. Creates the root and the journal."""
+    target = spec.target_path
+    root = Path(target)
+    if root.is_symlink():
+        raise CheckpointError(f"target.path = {target!r} is a symbolic link",
+                              hint="give the real directory")
+    if root.exists() and not root.is_dir():
+        raise CheckpointError(f"target.path = {target!r} is not a directory")
+    journal = versions.read_journal(backend, target) if root.exists() else None
+    marked = journal is not None or (root.exists() and read_manifest(backend, target) is not None)
+    if root.exists() and not marked and backend.names():
+        raise CheckpointError(
+            f"target.path = {target!r} is not empty and holds nothing stampede wrote (no "
+            f"{versions.JOURNAL_NAME} or {MANIFEST_NAME})",
+            hint="give an empty or new directory")
+    copies = {}
+    for layout in spec.layouts:
+        kept = sum(1 for entry in (journal or {}).get("layouts", {}).get(layout, {})
+                   .get("versions", []) if entry["state"] == "complete")
+        saves = spec.warmup + spec.iterations
+        copies[layout] = max(0, min(kept + saves, spec.keep + 1) - kept)
+    space = space_needed(spec, nranks, copies)
+    if space.free_bytes is not None and not space.fits:
+        raise CheckpointError(f"target.path = {target!r}: {space.describe()}",
+                              hint="a smaller checkpoint.size or save.keep, or another target")
+    _check_memory(spec, nranks, hosts or [])
+    created_root = not root.exists()
+    try:
+        backend.ensure_root()
+    except OSError as error:
+        raise CheckpointError(f"target.path = {target!r}: cannot create it "
+                              f"({error.strerror or error})") from None
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise CheckpointError(f"target.path = {target!r} is not writable")
+    if journal is None:
+        journal = versions.new_journal(created_root)
+        versions.write_journal(backend, journal)
+
+
+def _check_memory(spec: JobSpec, nranks: int, hosts: list[str]) -> None:
+    """A save holds each rank's shard in memory (twice with save.mode = async), as a
+    trainer does: refuse a job whose busiest node cannot hold them."""
+    per_rank = bytes_per_rank(spec, nranks) * (2 if spec.save_mode == "async" else 1)
+    _, per_node = node_counts(hosts) if hosts else (1, nranks)
+    needed = per_rank * per_node
+    available = _mem_available()
+    if available is not None and needed > available * 0.9:
+        raise UsageError(f"{spec.source}: save holds each rank's shard in memory"
+                         f"{' twice (async)' if spec.save_mode == 'async' else ''}: "
+                         f"{per_node} rank(s) on a node need {format_bytes(needed)}, over 90% "
+                         f"of the {format_bytes(available)} this node has available",
+                         hint="a smaller checkpoint.size, or fewer ranks per node")
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+# --- one layout -----------------------------------------------------------------------
+
+@dataclass
+class _Buffers:
+    """What a rank holds for every save of one layout: its shard, and what it copies it to."""
+
+    model: AlignedBuffer
+    check: AlignedBuffer
+    staging: AlignedBuffer | None
+    content: ContentSource
+
+    def close(self) -> None:
+        for buffer in (self.model, self.check, self.staging):
+            if buffer is not None:
+                buffer.close()
+
+
+def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: tuple[str, ...],
+                interrupts: Interrupts | None = None, tick: Tick | None = None) -> LayoutRun:
+    """Every save of one layout; statistics complete on rank 0."""
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    first_plan = save_plan(spec, layout, nranks, rank, versions.version_dir(layout, 0))
+    group = mpi.split(comm, first_plan.group, key=first_plan.member) \
+        if layout == "striped" else None
+    buffers = _Buffers(AlignedBuffer(first_plan.hold.length, populate=True),
+                       AlignedBuffer(spec.block_bytes, populate=True),
+                       AlignedBuffer(first_plan.hold.length, populate=True)
+                       if spec.save_mode == "async" else None,
+                       ContentSource(spec.block_bytes))
+    phases, retries_before = Phases(), dict(getattr(backend, "retries", {}))
+    try:
+        mpi.collective(comm, f"making the {layout} series' directories",
+                       partial(_series_directories, spec, backend, layout, rank))
+        for iteration in range(-spec.warmup, spec.iterations):
+            setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
+            try:
+                outcome, published = _phase(comm, spec, setup, iteration, phases)
+            finally:
+                for buffer in setup.owned:
+                    buffer.close()
+            signalled = int(bool(interrupts and interrupts.received))
+            totals = phase_totals(comm, spec, layout, outcome, 0, 0, signalled)
+            if tick is not None:
+                tick(layout, iteration, (time.perf_counter_ns() - phases.origins[iteration]) / 1e9)
+            verdict = judge(totals, iteration, spec.warmup, phases.invalid_reason,
+                            spec.max_error_fraction, spec.deadline_s, "save")
+            name = iteration_name(iteration, spec.warmup)
+            note = mpi.on_root(comm, f"recording {layout} v{version:06d}",
+                               partial(_record_outcome, spec, backend, layout, version,
+                                       published, verdict.invalid_reason, name))
+            if note:
+                phases.notes.append(note)
+            phases.invalid_reason = verdict.invalid_reason
+            if verdict.stop:
+                phases.failed_iteration = iteration
+                phases.interrupted = bool(totals.interrupted)
+                break
+    finally:
+        buffers.close()
+        if group is not None:
+            mpi.free(group, comm)
+    return _to_rank_zero(comm, spec, first_plan, hosts, phases,
+                         gather.retries(comm, backend, retries_before))
+
+
+def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
+    """Rank 0, untimed: saves/ and saves/LAYOUT, recorded in the journal when made here."""
+    if rank != 0 or not backend.has_directories:
+        return
+    journal = versions.read_journal(backend, spec.target_path)
+    assert journal is not None
+    made = journal.setdefault("directories", [])
+    for directory in (versions.SAVES_DIR, versions.layout_dir(layout)):
+        try:
+            backend.mkdir(backend.path(directory))
+        except FileExistsError:
+            continue
+        made.append(directory)
+    versions.write_journal(backend, journal)
+
+
+PUBLISHED = OP_CODE["published"]
+
+
+def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
+           phases: Phases) -> tuple[Any, bool]:
+    if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
+        mpi.abort(comm, f"{setup.plan.layout}: other ranks did not reach the start of "
+                        f"{iteration_name(iteration, spec.warmup)} within "
+                        f"{spec.deadline_s + ABORT_GRACE_S:g} s")
+    origin = time.perf_counter_ns()
+    phases.origins[iteration] = origin
+    setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
+    first = len(phases.log)
+    outcome = run_save(setup, iteration, origin, phases.log)
+    phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])
+    published = any(row[1] == PUBLISHED and row[5] for row in phases.log[first:])
+    return outcome, published
+
+
+def _version_setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, buffers: _Buffers,
+                   group: Any) -> tuple[SaveSetup, int]:
+    """Untimed: the next version, its plan, its content in memory and its hashes, recorded
+    in the journal before the phase."""
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    version, releases, release_dirs = mpi.on_root(
+        comm, f"starting a {layout} save", partial(_begin_version, spec, backend, layout, nranks))
+    root = versions.version_dir(layout, version)
+    plan = save_plan(spec, layout, nranks, rank, root)
+    hashes, expected = _fill(spec, plan, buffers)
+    slices = mpi.gather(comm, hashes)
+    mpi.on_root(comm, f"recording {root} in the journal",
+                partial(_record_version, spec, backend, layout, version, nranks,
+                        [item for part in slices or [] for item in part]))
+    headers, bases, owned = _headers(spec, plan, nranks)
+    index = None
+    if plan.index is not None:
+        index_buffer = AlignedBuffer(spec.index_bytes)
+        owned.append(index_buffer)
+        extent = plan.index.extents[0]
+        for offset, length in extent.blocks(spec.block_bytes):
+            buffers.content.fill(index_buffer.view[offset:offset + length],
+                                 content_label(extent.relpath, ""), offset)
+        index = index_buffer.view
+    mine = releases[rank::nranks]
+    named = {*(f.relpath for f in plan.files), *(f.partial for f in plan.files),
+             *plan.directories, *mine, *(release_dirs if rank == 0 else ()),
+             *(name for f in filter(None, (plan.index,)) for name in (f.relpath, f.partial)),
+             versions.layout_dir(layout)}
+    setup = SaveSetup(
+        plan=plan, backend=backend, paths={relpath: backend.path(relpath) for relpath in named},
+        model=buffers.model, check=buffers.check, block_bytes=spec.block_bytes, world=comm,
+        group=group, staging=buffers.staging, direct=spec.cache == "direct",
+        durable=spec.durability == "fsync", mkdir_every=spec.mkdir_by == "every",
+        validate=spec.validate, finite_dtype=spec.dtype if spec.validate == "finite" else "",
+        expected=expected, headers=headers, bases=bases, index=index,
+        pointer=versions.pointer_path(layout), pointer_bytes=versions.pointer_text(version),
+        spine=_spine(plan, layout) if rank == 0 else (),
+        releasing=bool(releases or release_dirs), releases=tuple(mine),
+        release_dirs=tuple(release_dirs) if rank == 0 else (), owned=owned)
+    return setup, version
+
+
+def _fill(spec: JobSpec, plan: SavePlan,
+          buffers: _Buffers) -> tuple[list[dict[str, Any]], dict[Extent, str]]:
+    """This version's content into the shard in memory, block by block as prepare writes
+    it (a pure function of path and offset); the shard's hashes for the journal (replica 0
+    of each shard: what a restore checks) and the validate hash of each extent written."""
+    hold, model = plan.hold, buffers.model
+    label = content_label(hold.relpath, hold.tensor)
+    for offset, length in hold.blocks(spec.block_bytes):
+        place = offset - hold.offset
+        buffers.content.fill(model.view[place:place + length], label, offset)
+    records: list[dict[str, Any]] = []
+    if plan.member == 0:
+        record = {"rank": plan.rank, "path": hold.relpath, "tensor": hold.tensor,
+                  "offset": hold.offset, "length": hold.length}
+        for algorithm in ("xxh3", "sha256"):
+            if algorithm == "xxh3" or "sha256" in (spec.validate, spec.verify):
+                digest = new_digest(algorithm)
+                digest.update(model.view)
+                record[algorithm] = digest.hexdigest()
+        records.append(record)
+    expected: dict[Extent, str] = {}
+    if spec.validate in ("sha256", "xxh3"):
+        for file in plan.files:
+            for extent in file.extents:
+                if extent == hold and records:
+                    expected[extent] = records[0][spec.validate]
+                    continue
+                digest = new_digest(spec.validate)
+                place = extent.offset - hold.offset
+                digest.update(model.view[place:place + extent.length])
+                expected[extent] = digest.hexdigest()
+    return records, expected
+
+
+def _headers(spec: JobSpec, plan: SavePlan,
+             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[Any]]:
+    """The header the creator of each formatted file writes first (page-aligned, so it can
+    go through O_DIRECT), and where each tensor starts in every file this rank writes."""
+    headers: dict[str, memoryview] = {}
+    bases: dict[str, dict[str, int]] = {}
+    owned: list[Any] = []
+    tensors = file_tensors(spec, plan.layout, nranks, plan.root) if plan.files else {}
+    for file in plan.files:
+        if spec.format == "raw":
+            bases[file.relpath] = {"": 0}
+            continue
+        prefix, offsets = safetensors_prefix(tensors[file.relpath], spec.dtype)
+        bases[file.relpath] = offsets
+        if file.creates:
+            buffer = AlignedBuffer(len(prefix))
+            buffer.view[:] = prefix
+            owned.append(buffer)
+            headers[file.relpath] = buffer.view
+    return headers, bases, owned
+
+
+def _spine(plan: SavePlan, layout: str) -> tuple[str, ...]:
+    """The directories whose entries the renames do not sync: those holding directories
+    (the version's, fanout/) and the series' own, deepest first."""
+    holders = {str(Path(directory).parent) for directory in plan.directories[1:]}
+    return (*sorted(holders, key=lambda path: -path.count("/")), versions.layout_dir(layout))
+
+
+# --- the journal, on rank 0 -------------------------------------------------------------
+
+def _begin_version(spec: JobSpec, backend: Backend, layout: str,
+                   nranks: int) -> tuple[int, list[str], list[str]]:
+    """Remove what unfinished saves left, pick the next version, and say what its publish
+    releases: (version, files, directories deepest first)."""
+    journal = versions.read_journal(backend, spec.target_path)
+    assert journal is not None
+    published = versions.published_version(backend, journal, layout)
+    stale = versions.stale_versions(journal, layout, published)
+    for entry in stale:
+        versions.remove_version(backend, entry)
+    versions.drop_entries(journal, layout, [entry["version"] for entry in stale])
+    series = versions.series(journal, layout)
+    version = series["next"]
+    series["next"] = version + 1
+    versions.write_journal(backend, journal)
+    released = versions.released_versions(journal, layout, version, spec.keep)
+    files = [record["path"] for entry in released for record in entry["files"]]
+    directories = sorted({directory for entry in released for directory in entry["directories"]},
+                         key=lambda path: (-path.count("/"), path))
+    return version, files, directories
+
+
+def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, nranks: int,
+                    slices: list[dict[str, Any]]) -> None:
+    """The version's entry, state writing: every file (and temporary name) and directory
+    it may leave, before its first byte is written."""
+    from stampede.checkpoint.save_plan import version_directories
+
+    journal = versions.read_journal(backend, spec.target_path)
+    assert journal is not None
+    root = versions.version_dir(layout, version)
+    files = list(file_tensors(spec, layout, nranks, root).items())
+    sizes = [(relpath, sum(nbytes for _, nbytes in tensors)) for relpath, tensors in files]
+    entry = layout_entry(spec, layout, nranks, bytes_per_rank(spec, nranks), sizes, slices,
+                         complete=False)
+    entry.update(version=version, dir=root, state="writing", reason="",
+                 partials=[FileWrite(relpath, True, ()).partial for relpath, _ in sizes],
+                 directories=list(version_directories(spec, layout, nranks, root)),
+                 mode=spec.save_mode, durability=spec.durability, validate=spec.validate)
+    versions.series(journal, layout)["versions"].append(entry)
+    versions.write_journal(backend, journal)
+
+
+def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
+                    published: bool, reason: str, name: str) -> str:
+    """After the phase: complete (published; the released versions marked so) or invalid.
+    Returns a note for the report when the version was not published."""
+    journal = versions.read_journal(backend, spec.target_path)
+    assert journal is not None
+    entry = versions.entry_of(journal, layout, version)
+    if published:
+        entry.update(state="complete", complete=True)
+        for old in versions.released_versions(journal, layout, version, spec.keep):
+            old["state"] = "released"
+        versions.write_journal(backend, journal)
+        return ""
+    entry.update(state="invalid", reason=reason or "not published")
+    versions.write_journal(backend, journal)
+    current = versions.published_version(backend, journal, layout)
+    stays = f"v{current:06d} stays published" if current else "no version is published"
+    return (f"{name}: v{version:06d} not published; {stays}; the next save or clean removes "
+            "what it wrote")
+
+
+def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ...],
+                  phases: Phases, retries: dict[str, int]) -> LayoutRun:
+    rows = measured_rows(phases.log, phases.failed_iteration)
+    all_messages = mpi.gather(comm, phases.messages)
+    all_notes = mpi.gather(comm, phases.notes)
+    stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
+                                phases.failed_iteration, completion_op="save")
+    messages = [text for part in all_messages or [] for text in part]
+    nranks = comm.Get_size()
+    per_rank = bytes_per_rank(spec, nranks)
+    index = spec.index_bytes if plan.layout == "metadata-first" else 0
+    return LayoutRun(layout=plan.layout, bytes_per_rank=per_rank, stats=stats,
+                     messages=tuple(messages), invalid_reason=phases.invalid_reason,
+                     retries=retries, bytes_total=per_rank * shard_count(spec, nranks) + index,
+                     notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
+                     interrupted=phases.interrupted, phase="save")
+
