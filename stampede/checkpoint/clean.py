@@ -4,8 +4,8 @@ save journal (stampede.checkpoint.versions), and nothing else."""
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
 from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from stampede.backends import open_backend

@@ -59,7 +59,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
         description="T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io "
                     "+ T_barrier_sync", epilog=model.__doc__)
     sub.add_argument("archives", nargs="*", metavar="ARCHIVE",
-                     help="archives to take measured terms from (restore runs, startup runs)")
+                     help="archives to take measured terms from (restore, startup and save runs)")
     sub.add_argument("--job", default="", help="a TOML file whose [mttr] section sets the inputs")
     sub.add_argument("--layout", default="", help="restore layout to take BW_rank_io from "
                      "(default: the latest run's fastest layout)")
@@ -67,10 +67,16 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
         sub.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
                          help=f"default {default:g} (the worked example)")
     sub.add_argument("--gpus", type=float, default=None, help="GPUs of the job (default 16384)")
+    sub.add_argument("--save-layout", default="", help="save layout to take the checkpoint's "
+                     "blocking time C from (default: the latest save run's least blocking one)")
     sub.add_argument("--mtbf-h", type=float, default=None,
-                     help="the job's mean time between failures, hours: GPU-hours lost per day")
+                     help="the job's mean time between failures, hours: GPU-hours lost per day "
+                          "and, with C, the Young/Daly checkpoint interval sqrt(2 C MTBF)")
     sub.add_argument("--checkpoint-interval-s", type=float, default=None,
                      help="seconds between checkpoints: half of it is redone after a failure")
+    sub.add_argument("--checkpoint-cost-s", type=float, default=None,
+                     help="C, seconds a checkpoint blocks training (default: measured by a "
+                          "save run in the archives, else none)")
     sub.add_argument("--nodes", type=float, default=None, help="nodes in the cluster (default 2048)")
     sub.add_argument("--node-failures-per-day", type=float, default=None,
                      help="failures per node per day (default 0.001)")
@@ -82,7 +88,14 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def cmd_mttr(args: argparse.Namespace) -> int:
-    from stampede.model.mttr import breakdown, costs, measured_terms, spare_pools
+    from stampede.model.mttr import (
+        breakdown,
+        checkpointing,
+        costs,
+        measured_checkpoint_cost,
+        measured_terms,
+        spare_pools,
+    )
     from stampede.results.report import make_console
     from stampede.results.report_models import render_mttr
 
@@ -98,10 +111,13 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     values: dict[str, float] = {}
     measured: dict[str, str] = {}
     stall = math.nan
+    cost_s, cost_source = 0.0, ""
     if args.archives:
         values, measured, stall = measured_terms(args.archives, args.layout)
-    if args.archives and not values:
-        raise UsageError(f"{', '.join(args.archives)}: no valid restore or startup run to measure from")
+        cost_s, cost_source = measured_checkpoint_cost(args.archives, args.save_layout)
+    if args.archives and not values and not cost_s:
+        raise UsageError(f"{', '.join(args.archives)}: no valid restore, startup or save run "
+                         "to measure from")
     inputs.update(values)
     sources.update(measured)
     model = breakdown(**inputs, sources=sources, metadata_stall_s=stall)
@@ -112,6 +128,12 @@ def cmd_mttr(args: argparse.Namespace) -> int:
                         extras["cold_swap_s"], int(section["spares"]) if "spares" in section else None)
     context = (f"{extras['nodes']:g} nodes, {extras['node_failures_per_day']:g} failures/node/day, "
                f"{extras['replenish_h']:g} h to replenish")
+    if args.checkpoint_cost_s is not None or "checkpoint_cost_s" in section or not cost_s:
+        cost_s = extras["checkpoint_cost_s"]
+        cost_source = "assumed (flag)" if args.checkpoint_cost_s is not None else \
+            f"assumed ({args.job} [mttr])"
+    saving = checkpointing(model, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
+                           extras["checkpoint_interval_s"])
     render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
-                             extras["mtbf_h"]), pools, context, make_console())
+                             extras["mtbf_h"]), pools, context, make_console(), saving)
     return 0

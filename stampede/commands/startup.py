@@ -87,7 +87,8 @@ def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], arc
     stats = layout_stats("startup", samples(records), len(records), completion_op="startup")
     warnings = startup_warnings(records)
     run_id = new_run_id()
-    shared = {**shared_columns(run_id, now_stamp(), "startup", "-", "startup", hosts),
+    shared = {**shared_columns(run_id, now_stamp(), "startup", "-", "startup", hosts,
+                               phase="startup"),
               "iterations": stats.iterations,
               "pattern": "+".join(("interpreter", "import", "mpi_init")),
               "warnings": " | ".join(warnings), "archive": archive}

@@ -11,10 +11,20 @@ From archives it takes:
   T_barrier_sync  the restore's straggler wait (time to last rank - first done: what the
                   ranks that finished wait at the sync), plus the median MPI barrier of
                   `stampede startup` when given; the barrier alone without a restore run
+  C               a save run's blocking time per checkpoint: time until the last rank could
+                  train again (the pseudo-op blocked: the collective save when sync, the
+                  snapshot when async); a buffered save (durability none) only with a
+                  warning in its source
 A restore measured with a warm page cache is not a storage measurement: cold or direct
 runs are preferred, and a warm one is used only with a warning in its source.
 Every other term is an assumption from the flags (or an [mttr] section of a job file),
 and the report marks each term measured or assumed.
+
+Checkpointing costs (with C, measured or --checkpoint-cost-s, and --mtbf-h): the
+Young/Daly interval tau = sqrt(2 C MTBF) between checkpoints, and per day at tau and at
+--checkpoint-interval-s the GPU-hours spent saving (86,400 / tau saves of C seconds on
+every GPU) plus those lost to failures (24 / MTBF_h failures, each costing T_MTTR plus
+half an interval of work redone on every GPU).
 
 Beside it: GPU-hours lost per failure (and per day at a failure interval), and hot spares:
 with a cluster of N nodes that each fail at a rate r per hour and a pool of S warm spares
@@ -34,9 +44,11 @@ from stampede.errors import UsageError
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
 EXTRA_DEFAULTS = {"gpus": 16384.0, "mtbf_h": 0.0, "checkpoint_interval_s": 0.0, "nodes": 2048.0,
-                  "node_failures_per_day": 0.001, "replenish_h": 24.0, "cold_swap_s": 1800.0}
+                  "node_failures_per_day": 0.001, "replenish_h": 24.0, "cold_swap_s": 1800.0,
+                  "checkpoint_cost_s": 0.0}
 SECTION_KEYS = (*EXAMPLE, "gpus", "mtbf_h", "checkpoint_interval_s", "nodes",
-                "node_failures_per_day", "spares", "replenish_h", "cold_swap_s")
+                "node_failures_per_day", "spares", "replenish_h", "cold_swap_s",
+                "checkpoint_cost_s")
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,49 @@ def costs(model: Breakdown, gpus: float, checkpoint_interval_s: float, mtbf_h: f
 
 
 @dataclass(frozen=True)
+class Interval:
+    """GPU-hours per day at one checkpoint interval: saving, and failures' cost."""
+
+    label: str                        # "Young/Daly" or "given"
+    interval_s: float
+    saving_h_per_day: float           # GPU-hours per day blocked in saves
+    failures_h_per_day: float         # GPU-hours per day of T_MTTR and work redone
+
+    @property
+    def total_h_per_day(self) -> float:
+        return self.saving_h_per_day + self.failures_h_per_day
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """The checkpoint's blocking cost C and what it costs per day at each interval."""
+
+    cost_s: float                     # C: blocking time per checkpoint
+    source: str                       # measured (archive, run, layout) or assumed
+    young_daly_s: float               # sqrt(2 C MTBF); NaN without an MTBF
+    intervals: tuple[Interval, ...]
+
+
+def checkpointing(model: Breakdown, gpus: float, cost_s: float, source: str, mtbf_h: float,
+                  interval_s: float) -> Checkpointing | None:
+    """C, the Young/Daly interval and the GPU-hours per day at it and at `interval_s`
+    (None without C: nothing to say)."""
+    if cost_s <= 0:
+        return None
+    mtbf_s = mtbf_h * 3600
+    young_daly = math.sqrt(2 * cost_s * mtbf_s) if mtbf_s else math.nan
+    chosen = [("Young/Daly", young_daly)] if mtbf_s else []
+    if interval_s:
+        chosen.append(("given", interval_s))
+    intervals = []
+    for label, tau in chosen:
+        saving = gpus * (86400 / tau) * cost_s / 3600
+        failures = gpus * (24 / mtbf_h) * (model.total_s + tau / 2) / 3600 if mtbf_h else math.nan
+        intervals.append(Interval(label, tau, saving, failures))
+    return Checkpointing(cost_s, source, young_daly, tuple(intervals))
+
+
+@dataclass(frozen=True)
 class SparePool:
     """A warm-spare pool: how often a failure finds it empty, and what that adds."""
 
@@ -163,6 +218,29 @@ def _latest(rows: list[dict[str, str]], op: str, layout: str = "") -> dict[str, 
     chosen = [row for row in rows if row["op"] == op and row.get("valid") == "true"
               and row.get("time_to_last_rank_s") and (not layout or row["layout"] == layout)]
     return chosen[-1] if chosen else None
+
+
+def measured_checkpoint_cost(archives: list[str], layout: str) -> tuple[float, str]:
+    """C from the latest valid save run of the archives: the blocked pseudo-op's time to
+    its last rank (the layout given, else the run's least blocking layout); (0, "") when
+    there is none."""
+    from stampede.results.archive import read_rows
+
+    found: tuple[float, str] = (0.0, "")
+    for archive in archives:
+        rows = read_rows(archive)
+        blocked = [row for row in rows if row["op"] == "blocked" and row.get("valid") == "true"
+                   and row.get("elapsed_s") and (not layout or row["layout"] == layout)]
+        if not blocked:
+            continue
+        run_id = blocked[-1]["run_id"]
+        best = min((row for row in blocked if row["run_id"] == run_id),
+                   key=lambda row: float(row["elapsed_s"]))
+        buffered = " (BUFFERED: durability none)" if best.get("durability") == "none" else ""
+        found = (float(best["elapsed_s"]),
+                 f"measured: {Path(archive).name} run {run_id} {best['layout']}, last of "
+                 f"{best['nranks']} ranks blocked, save {best.get('save_mode', '?')}{buffered}")
+    return found
 
 
 def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], dict[str, str], float]:

@@ -15,9 +15,9 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
 - 3: phase (restore | save | startup: what the row's run measured; rows of schema 1 and 2
      read as restore), unprotected_s (a save's window without a published checkpoint:
      0 when retention waited for the publish), restored_from (the saved version a run
-     restored: saves/LAYOUT/vNNNNNN; empty for a prepared checkpoint), the save's ops and pseudo-ops (stampede.
-     results.samples), and the options fanout, save_mode, durability, validate, keep,
-     mkdir_by, part_size, restore_from.
+     restored: saves/LAYOUT/vNNNNNN; empty for a prepared checkpoint), the save's ops and
+     pseudo-ops (stampede.results.samples), and the options fanout, save_mode,
+     durability, validate, keep, mkdir_by, part_size, restore_from.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.

@@ -56,8 +56,9 @@ def _range(low: float, high: float, seconds: bool) -> str:
 
 
 def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
-                console: Any) -> None:
-    """`stampede mttr`: the breakdown, which term dominates, what it costs, spares."""
+                console: Any, saving: Any = None) -> None:
+    """`stampede mttr`: the breakdown, which term dominates, what it costs, what
+    checkpointing costs (`saving`, when C is known), spares."""
     terms = new_table("T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io + "
                   "T_barrier_sync", ("term", "seconds", "share", "source"), left=("term", "source"))
     dominant = model.dominant
@@ -80,6 +81,8 @@ def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
         line += (f"; per day at one failure every {costs.mtbf_h:g} h: "
                  f"{costs.lost_per_day_h:.4g}")
     console.print(line)
+    if saving is not None:
+        _render_checkpointing(saving, costs.gpus, console)
     spares = new_table(f"Hot spares: {pool_context}",
                    ("pool", "spares", "P(no warm spare)", "adds to T_cordon_swap"))
     for pool in pools:
@@ -89,6 +92,29 @@ def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
                        format_seconds(pool.added_swap_s) if pool.added_swap_s >= 1e-6
                        else "< 1 µs")
     console.print(spares)
+
+
+def _render_checkpointing(saving: Any, gpus: float, console: Any) -> None:
+    """C, the Young/Daly interval, and GPU-hours per day saving and lost at each interval."""
+    console.print(f"checkpoint: C = {format_seconds(saving.cost_s)} blocking per save "
+                  f"([{'green' if saving.source.startswith('measured') else 'dim'}]"
+                  f"{saving.source}[/])")
+    if not saving.intervals:
+        console.print("  give --mtbf-h (the Young/Daly interval) or --checkpoint-interval-s "
+                      "to price it")
+        return
+    table = new_table(f"Checkpointing at {gpus:g} GPUs: GPU-hours per day",
+                      ("interval", "seconds", "saving", "failures", "total"), left=("interval",))
+    for interval in saving.intervals:
+        failures = interval.failures_h_per_day
+        table.add_row(interval.label, f"{interval.interval_s:.6g}",
+                      f"{interval.saving_h_per_day:.4g}",
+                      f"{failures:.4g}" if math.isfinite(failures) else "- (no --mtbf-h)",
+                      f"{interval.total_h_per_day:.4g}" if math.isfinite(failures) else "-")
+    console.print(table)
+    if math.isfinite(saving.young_daly_s):
+        console.print("[dim]Young/Daly: tau = sqrt(2 C MTBF); saving = GPUs x 86,400/tau x C; "
+                      "failures = GPUs x 24/MTBF_h x (T_MTTR + tau/2)[/]")
 
 
 def _gbps(rate: float) -> str:

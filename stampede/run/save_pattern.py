@@ -46,7 +46,6 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import Extent
 from stampede.checkpoint.save_plan import FileWrite, SavePlan
 from stampede.results.samples import OP_CODE, SAVE_STORAGE_OPS
-from stampede.run.checks import new_digest
 from stampede.run.pattern import Log, PhaseOutcome, _describe
 
 (SNAPSHOT, MKDIR, CREATE, OPEN, WRITE, FSYNC, CLOSE, RENAME, FSYNC_DIR, WAIT, VALIDATE, PUBLISH,
@@ -433,85 +432,14 @@ class _Save:
         whether all parts are good (a wait). Returns that."""
         setup, plan = self.setup, self.plan
         if setup.validate != "none" and self.active:
+            from stampede.run.save_checks import validate_extent
             for file in plan.files:
                 for extent in file.extents:
-                    if not self.validate_extent(file, extent):
+                    if not validate_extent(self, file, extent):
                         break
         verdict = self.wait(setup.world, int(not self.ok or self.expired),
                             int(self.outcome.corrupt))
         return not verdict.any()
-
-    def validate_extent(self, file: FileWrite, extent: Extent) -> bool:
-        """Evict, re-read and check one extent (one timed validate op); a mismatch is
-        located against the shard in memory, untimed."""
-        setup, backend = self.setup, self.setup.backend
-        base = setup.bases[file.relpath][extent.tensor]
-        path = setup.paths[file.relpath]
-        try:
-            if not setup.direct:
-                backend.evict(path, base + extent.offset, extent.length)
-        except OSError as error:
-            self.fail("validate", file.relpath, f"evicting its pages: {_describe(error, False)}")
-            return False
-        digest = new_digest(setup.validate) if setup.validate in ("sha256", "xxh3") else None
-        nonfinite = 0
-        start = time.perf_counter_ns()
-        try:
-            handle = backend.opener(setup.direct, False)(path)
-            try:
-                for offset, length in extent.blocks(setup.block_bytes):
-                    view = setup.check.prefix(length)
-                    count = backend.read_into(handle, view, base + offset)
-                    if count != length:
-                        raise OSError(0, f"short read at {base + offset}, {count} of {length} "
-                                         "bytes")
-                    if digest is not None:
-                        digest.update(view)
-                    else:
-                        from stampede.checkpoint.formats import nonfinite_count
-                        nonfinite += nonfinite_count(view, setup.finite_dtype)
-            finally:
-                backend.close(handle)
-        except OSError as error:
-            self.log.append((self.iteration, VALIDATE, start, time.perf_counter_ns(), 0, 0))
-            self.fail("validate", file.relpath, error.strerror or str(error))
-            return False
-        stop = time.perf_counter_ns()
-        good = (digest.hexdigest() == setup.expected[extent]) if digest is not None \
-            else nonfinite == 0
-        self.log.append((self.iteration, VALIDATE, start, stop, extent.length, int(good)))
-        if not good:
-            self.outcome.corrupt = True
-            what = f"{setup.validate} differs from what it wrote" if digest is not None \
-                else f"{nonfinite} element(s) are NaN or Inf as {setup.finite_dtype}"
-            self.fail("validate", f"{file.relpath} bytes {base + extent.offset}.."
-                                  f"{base + extent.offset + extent.length}",
-                      f"{what}; {self.locate(file, extent, base)}")
-        return good
-
-    def locate(self, file: FileWrite, extent: Extent, base: int) -> str:
-        """Untimed, after a failed check: the bytes that differ from the shard in memory."""
-        setup = self.setup
-        handle = setup.backend.opener(False, False)(setup.paths[file.relpath])
-        first, last, count = -1, -1, 0
-        try:
-            for offset, length in extent.blocks(setup.block_bytes):
-                got = bytearray(length)
-                done = setup.backend.read_into(handle, memoryview(got), base + offset)
-                place = offset - self.plan.hold.offset
-                wanted = np.frombuffer(setup.model.view[place:place + length], dtype=np.uint8)
-                differs = np.flatnonzero(np.frombuffer(got, dtype=np.uint8)[:done]
-                                         != wanted[:done])
-                if done < length:
-                    differs = np.concatenate([differs, np.arange(done, length)])
-                if differs.size:
-                    first = base + offset + int(differs[0]) if first < 0 else first
-                    last, count = base + offset + int(differs[-1]), count + int(differs.size)
-        finally:
-            setup.backend.close(handle)
-        if not count:
-            return "yet a second read matches: the bytes changed between reads"
-        return f"{count} byte(s) differ, first at file offset {first}, last at {last}"
 
     def publish_and_release(self, good: bool) -> None:
         """Rank 0 publishes a good version; once every rank knows, the released versions

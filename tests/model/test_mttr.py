@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
-from stampede.model.mttr import breakdown, gpu_hours_lost, no_spare_probability
+from stampede.model.mttr import breakdown, checkpointing, gpu_hours_lost, no_spare_probability
 from tests.helpers.jobs import read_archive, small_job
 
 
@@ -30,6 +30,36 @@ def test_gpu_hours_and_spares() -> None:
     assert no_spare_probability(48, 1.0, 3, 1.0) == pytest.approx(1 - 5 * math.exp(-2))
     assert 0 < no_spare_probability(2048, 0.001, 41, 24) < 1e-30   # far tail, not rounded to 0
     assert no_spare_probability(100, 0.0, 1, 24) == 0.0
+
+
+def test_young_daly_and_the_gpu_hours_of_checkpointing() -> None:
+    model = breakdown(detect_s=15, swap_s=10, init_s=5, weights_gb=30, bw_rank_gbps=2, sync_s=10)
+    saving = checkpointing(model, gpus=3600, cost_s=2.0, source="assumed", mtbf_h=1.0,
+                           interval_s=600)
+    assert saving is not None and saving.young_daly_s == pytest.approx(120.0)  # sqrt(2*2*3600)
+    optimal, given = saving.intervals
+    # 720 saves a day of 2 s on 3,600 GPUs: 1440 GPU-hours; 24 failures of 55 s + 60 s redone
+    assert optimal.saving_h_per_day == pytest.approx(720 * 2)
+    assert optimal.failures_h_per_day == pytest.approx(24 * (55 + 60))
+    assert given.saving_h_per_day == pytest.approx(144 * 2)
+    assert given.failures_h_per_day == pytest.approx(24 * (55 + 300))
+    assert optimal.total_h_per_day < given.total_h_per_day   # tau is the optimum's interval
+    assert checkpointing(model, 3600, 0.0, "", 1.0, 600) is None
+
+
+@pytest.mark.mpi
+def test_mttr_takes_the_checkpoint_cost_from_a_save_run(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, checkpoint={"layout": ["sharded"], "size": "8MiB"},
+                    run={"verify": "none"}, save={"mode": "async"})
+    assert stampede("save", str(job), np=2).returncode == 0
+    archive = tmp_path / "results" / "job.csv"
+    result = stampede("mttr", str(archive), "--mtbf-h", "2")
+    assert result.returncode == 0, result.stderr
+    blocked = next(row for row in read_archive(archive) if row["op"] == "blocked")
+    cost_s = float(blocked["elapsed_s"])
+    text = " ".join(result.stdout.split())
+    assert "sharded, last of 2 ranks blocked, save async" in text
+    assert f"Young/Daly {math.sqrt(2 * cost_s * 7200):.6g}" in text
 
 
 @pytest.mark.mpi

@@ -187,7 +187,7 @@ def test_clean_removes_only_what_prepare_wrote(stampede, tmp_path: Path) -> None
     assert mine.read_text() == "keep me"
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["sharded"]
     again = stampede("clean", str(job))
-    assert again.returncode == 2 and "nothing here was prepared by stampede" in again.stderr
+    assert again.returncode == 2 and "nothing here was prepared or saved by stampede" in again.stderr
 
 
 def test_demo_runs_both_layouts_with_the_venvs_mpiexec(stampede, tmp_path: Path,
