@@ -7,7 +7,8 @@ its iterations) is taken, and the side is summed up as the median over its runs,
 range of those run values (min-max) and the per-iteration range of all its runs (the
 lowest _min to the highest _max). B / A is the ratio of the two medians. The metrics:
 aggregate GB/s, ops/s (where bytes do not move on both sides: stat, open, mdtest's rows),
-time to last rank, and p99 latency (not of restore or startup: time to last rank says it).
+time to last rank, and p99 latency (not of the pseudo-ops, restore, save and their kin:
+time to last rank says it).
 
 The verdict follows pyperf's compare_to, with ranges instead of its t-test (an archive
 keeps each run's min and max, not its samples): with two or more runs on each side, a
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from stampede.results.archive import CONFIG_COLUMNS
 from stampede.results.cells import number, text
+from stampede.results.samples import PSEUDO_OPS
 
 NO_SPREAD_TOLERANCE = 0.05
 # Two rows measure the same thing when these are equal (archive.CONFIG_COLUMNS and what
@@ -161,7 +163,7 @@ def _metrics_of(op: str) -> list[tuple[str, tuple[str, str] | None, bool]]:
     """The metrics that mean something for an op: across ranks, the completion op's time
     to last rank says what its p99 would, with a spread."""
     return [entry for entry in METRICS
-            if not (entry[0] == "lat_p99_s" and op in ("restore", "startup"))]
+            if not (entry[0] == "lat_p99_s" and op in PSEUDO_OPS)]
 
 
 def _check_cells(rows: Iterable[Row]) -> None:

@@ -16,15 +16,19 @@ def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> N
     """`stampede compare`: one line per (configuration, metric): each side's median over
     its runs, under it n with the range of the runs' values and of their iterations; B / A
     of the medians; the verdict."""
+    # the phase (restore, save) only where both are compared: a cycle's archive
+    phased = len({dict(comparison.key).get("phase", "") for comparison in comparisons}) > 1
     table = new_table(f"{title}: B / A of the medians over each side's runs",
-                      ("layout", "op", "ranks", "cache", "metric", "A", "B", "B / A", "verdict"),
-                      left=("layout", "op", "cache", "metric", "verdict"))
+                      ("phase",) * phased + ("layout", "op", "ranks", "cache", "metric", "A", "B",
+                                             "B / A", "verdict"),
+                      left=("phase", "layout", "op", "cache", "metric", "verdict"))
     for comparison in comparisons:
         key = dict(comparison.key)
         seconds = comparison.metric.endswith("_s") and not comparison.metric.endswith("_per_s")
         word = comparison.verdict.split("?")[0].split(" (")[0]
         colour = {"better": "green", "worse": "red"}.get(word, "dim")
-        table.add_row(key.get("layout", "*"), key.get("op", ""), key.get("nranks", ""),
+        table.add_row(*(key.get("phase", "*"),) * phased, key.get("layout", "*"),
+                      key.get("op", ""), key.get("nranks", ""),
                       key.get("cache", "*"), comparison.metric,
                       _side_cell(comparison.base, seconds), _side_cell(comparison.other, seconds),
                       f"{comparison.ratio:.3f}",
