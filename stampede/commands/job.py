@@ -48,6 +48,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     plan.add_argument("--checkpoint", metavar="PATH", default=None,
                       help="plan the restore of an existing checkpoint: what it holds and who "
                            "reads what (reads its headers only)")
+    plan.add_argument("--save", action="store_true",
+                      help="plan `stampede save` instead: who writes what in one version, and "
+                           "whether the versions kept at once fit")
     plan.set_defaults(func=cmd_plan)
     clean = job_command("clean", "Remove what prepare and save wrote (only what their "
                                  "manifest and journal list: every saved version, finished "
@@ -258,6 +261,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                               for rank in range(nranks)], shown) for policy in spec.assign]
         render_existing_plan(catalogue, nranks, policies, make_console())
         return 0
+    if args.save:
+        _plan_save(spec, nranks, shown)
+        return 0
     if spec.from_path:
         from stampede.existing.relayout import sized, source_catalogue
         spec = sized(spec, source_catalogue(spec).total_bytes, nranks)
@@ -271,6 +277,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
     space = space_needed(spec, nranks).describe()
     render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, space, make_console())
     return 0
+
+
+def _plan_save(spec: Any, nranks: int, shown: list[int]) -> None:
+    """`plan --save`: the save's checks, one version's writers per layout, the space."""
+    from stampede.checkpoint.plan import checkpoint_files
+    from stampede.checkpoint.prepare import space_needed
+    from stampede.checkpoint.save_plan import check_save, save_plan, version_directories
+    from stampede.checkpoint.versions import version_dir
+    from stampede.results.report import make_console
+    from stampede.results.report_plan import render_save_plan
+
+    check_save(spec)
+    layouts = []
+    for layout in spec.layouts:
+        root = version_dir(layout, 1)
+        layouts.append((layout, checkpoint_files(spec, layout, nranks, root),
+                        version_directories(spec, layout, nranks, root),
+                        [(rank, save_plan(spec, layout, nranks, rank, root) if rank >= 0
+                          else None) for rank in shown]))
+    saves = spec.warmup + spec.iterations
+    space = space_needed(spec, nranks, {layout: min(saves, spec.keep + 1)
+                                        for layout in spec.layouts}).describe()
+    render_save_plan(spec, nranks, layouts, space, make_console())
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

@@ -50,6 +50,45 @@ def render_plan(spec: Any, nranks: int, backend: str, layouts: Sequence[Any], sp
                   f"{spec.cache}, {spec.iterations} iterations + {spec.warmup} warmup)[/]")
 
 
+def render_save_plan(spec: Any, nranks: int, layouts: Sequence[Any], space: str,
+                     console: Any) -> None:
+    """`stampede plan --save`: who writes what in one save of each layout (rank -1 stands
+    for the ranks not shown), and whether the versions kept at once fit."""
+    console.print(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s): each save "
+                  f"writes a new version, {spec.save_mode}, durability {spec.durability}, "
+                  f"validate {spec.validate}, keep {spec.keep}, mkdir by {spec.mkdir_by}")
+    for layout, files, directories, shown in layouts:
+        total = sum(size for _, size in files)
+        table = new_table(f"{layout} save: {len(files)} file(s), {format_bytes(total)} "
+                          f"({total:,} B), {len(directories)} directories per version; each "
+                          "rank:", ("rank", "writes into", "offset", "bytes", "does"),
+                          left=("writes into", "does"))
+        for rank, plan in shown:
+            if plan is None:
+                table.add_row("...", f"({nranks - len(shown) + 1} more ranks)", "", "", "")
+                continue
+            for file in plan.files or [None]:
+                if file is None:
+                    table.add_row(str(rank), "-", "", "", "holds its shard; writes nothing")
+                    continue
+                extent = file.extents[0]
+                does = ("create, " if file.creates else "open, ") + \
+                    f"{-(-extent.length // spec.block_bytes)} write, fsync, close" + \
+                    (", rename" if file.creates else "")
+                table.add_row(str(rank), file.relpath, f"{extent.offset:,}",
+                              format_bytes(extent.length), does)
+            if plan.index is not None:
+                table.add_row(str(rank), plan.index.relpath, "0", format_bytes(spec.index_bytes),
+                              "the index, once every shard is durable; then publishes")
+            elif rank == 0:
+                table.add_row("0", "saves/" + layout + "/latest", "", "", "publishes")
+        console.print(table)
+    console.print(f"space: {space}", markup=False)
+    console.print("[dim]no storage was touched (the target's free space was asked); "
+                  "`stampede save` writes these versions, `stampede run` restores the "
+                  "published one[/]")
+
+
 def render_existing_plan(catalogue: Any, nranks: int, policies: Sequence[Any],
                          console: Any) -> None:
     """`stampede plan --checkpoint PATH`: what the checkpoint holds (from its headers) and

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.jobs import read_archive, small_job
 
-pytestmark = pytest.mark.mpi
+
 
 
 def save_job(tmp_path: Path, **overrides: dict[str, object]) -> Path:
@@ -32,6 +32,7 @@ def by_op(rows: list[dict[str, str]], layout: str, phase: str) -> dict[str, dict
     return {row["op"]: row for row in rows if row["layout"] == layout and row["phase"] == phase}
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(("layout", "np", "replicas", "validate"), [
     ("sharded", 1, 1, "xxh3"), ("shared", 2, 1, "sha256"), ("replicated", 4, 2, "xxh3"),
     ("striped", 4, 2, "xxh3"), ("fan-out", 3, 1, "finite"), ("metadata-first", 2, 1, "xxh3")])
@@ -74,6 +75,7 @@ def test_every_layout_saves_versions_run_restores_and_verifies(stampede, tmp_pat
     assert not (tmp_path / "ckpt").exists()
 
 
+@pytest.mark.mpi
 def test_async_blocks_only_for_the_snapshot(stampede, tmp_path: Path) -> None:
     job = save_job(tmp_path, checkpoint={"size": "64MiB"}, save={"mode": "async"})
     saved = stampede("save", str(job), np=2)
@@ -84,6 +86,7 @@ def test_async_blocks_only_for_the_snapshot(stampede, tmp_path: Path) -> None:
     assert float(ops["blocked"]["lat_max_s"]) < float(ops["save"]["lat_min_s"])
 
 
+@pytest.mark.mpi
 def test_a_buffered_save_is_never_called_durable(stampede, tmp_path: Path) -> None:
     job = save_job(tmp_path, save={"durability": "none", "mkdir": "every"})
     saved = stampede("save", str(job), np=2)
@@ -96,6 +99,7 @@ def test_a_buffered_save_is_never_called_durable(stampede, tmp_path: Path) -> No
     assert int(ops["mkdir"]["count"]) == 12
 
 
+@pytest.mark.mpi
 def test_cycle_restores_what_other_ranks_wrote_in_one_run(stampede, tmp_path: Path) -> None:
     job = save_job(tmp_path, checkpoint={"layout": ["shared", "sharded"]})
     cycled = stampede("cycle", str(job), np=2)
@@ -112,6 +116,7 @@ def test_cycle_restores_what_other_ranks_wrote_in_one_run(stampede, tmp_path: Pa
     assert set(sidecar["saves"]) == set(sidecar["layouts"]) == {"shared", "sharded"}
 
 
+@pytest.mark.mpi
 def test_save_refuses_before_any_io(stampede, tmp_path: Path) -> None:
     cases = [({"checkpoint": {"layout": ["list-first"]}}, "a way to read, not to write"),
              ({"checkpoint": {"format": "hdf5"}}, "h5py writes through its own calls"),
@@ -129,3 +134,22 @@ def test_save_refuses_before_any_io(stampede, tmp_path: Path) -> None:
     refused = stampede("save", str(save_job(tmp_path)), np=2)
     assert refused.returncode == 2 and "holds nothing stampede wrote" in refused.stderr
     assert files_under(foreign) == ["theirs"]
+
+
+@pytest.mark.parametrize("layout", ["shared", "striped"])
+def test_plan_says_who_writes_what_without_touching_storage(stampede, tmp_path: Path,
+                                                            layout: str) -> None:
+    job = save_job(tmp_path, checkpoint={"layout": [layout], "replicas": 2})
+    planned = stampede("plan", str(job), "--save", "--np", "4")
+    assert planned.returncode == 0, planned.stderr
+    text = " ".join(planned.stdout.split())
+    writes = 4 if layout == "shared" else 2   # 1 MiB blocks of a 4 MiB shard, of a half
+    assert f"create, {writes} write, fsync, close, rename" in text and "publishes" in text
+    assert f"open, {writes} write, fsync, close" in text   # the shared file's other writer
+    if layout == "shared":   # replica 1 of each shard holds its shard and writes nothing
+        assert "holds its shard; writes nothing" in text
+    assert "save adds, at the most," in text and "it fits" in text
+    assert not (tmp_path / "ckpt").exists()
+    refused = stampede("plan", str(save_job(tmp_path, checkpoint={"layout": ["list-first"]})),
+                       "--save")
+    assert refused.returncode == 2 and "a way to read, not to write" in refused.stderr
