@@ -12,8 +12,6 @@ import pytest
 from tests.helpers.jobs import read_archive, small_job
 
 
-
-
 def save_job(tmp_path: Path, **overrides: dict[str, object]) -> Path:
     sections: dict[str, dict[str, object]] = {
         "checkpoint": {"size": "8MiB", "layout": ["sharded"], "block_size": "1MiB"},
