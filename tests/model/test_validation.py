@@ -105,25 +105,19 @@ def run_through(stampede, job: Path, archive: Path, mountpoint: Path, layouts: s
             for layout in ("shared", "sharded") if (layout, "restore") in rows}
 
 
-def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,
-                                                 tmp_path: Path) -> None:
-    if find_mpiexec() is None:
-        pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
-    backing = tmp_path / "ckpt"
-    backing.mkdir()
-    job = write_job(tmp_path, target={"path": str(backing)},
-                    checkpoint={"size_per_rank": "2MiB", "layout": ["shared", "sharded"],
-                                "block_size": "1MiB"},
-                    pattern={"ops": ["stat", "open", "read", "close"], "stat_count": 1,
-                             "open_count": 1},
-                    run={"iterations": 3, "warmup": 1, "verify": "none", "cache": "warm"},
-                    archive={"path": str(tmp_path / "results" / "job.csv")})
-    archive = tmp_path / "results" / "job.csv"
+# the layouts each mount is read through: base (S = 0) both, plain sharded, serial shared
+THROUGH = {"base": '["shared", "sharded"]', "plain": '["sharded"]', "serial": '["shared"]'}
+Runs = dict[str, dict[str, dict[int, list[tuple[float, float, float]]]]]
+
+
+def measure(stampede, job: Path, backing: Path,
+            mounts: dict[str, Path]) -> tuple[Runs, dict[str, dict[str, int]]]:
+    """Every run through the three mounts at each N, RUNS times in turn; and the emulator
+    requests of a stat and an open (measured on the first checkpoint)."""
+    archive = job.parent / "results" / "job.csv"
     options = ("--threads", str(THREADS))
-    runs: dict[str, dict[str, dict[int, list[tuple[float, float, float]]]]] = {}
+    runs: Runs = {}
     requests: dict[str, dict[str, int]] = {}
-    through = {"base": '["shared", "sharded"]', "plain": '["sharded"]', "serial": '["shared"]'}
-    mounts = {mount: tmp_path / mount for mount in through}
     with running(backing, mounts["base"], "--service-s", "0", *options), \
             running(backing, mounts["plain"], "--service-s", str(SERVICE_S), *options), \
             running(backing, mounts["serial"], "--service-s", str(SERVICE_S), *options,
@@ -139,11 +133,29 @@ def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,
                 shared = mounts["serial"] / "shared" / "checkpoint.raw"
                 requests["shared"] = requests_per_op(shared, SERVICE_S)
             for _ in range(RUNS):       # in turn: a burst of load slows one run of each mount
-                for mount, layouts in through.items():
+                for mount, layouts in THROUGH.items():
                     for layout, measured in run_through(stampede, job, archive, mounts[mount],
                                                         layouts, nranks).items():
                         runs.setdefault(mount, {}).setdefault(layout, {}).setdefault(
                             nranks, []).append(measured)
+    return runs, requests
+
+
+def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,
+                                                 tmp_path: Path) -> None:
+    if find_mpiexec() is None:
+        pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
+    backing = tmp_path / "ckpt"
+    backing.mkdir()
+    job = write_job(tmp_path, target={"path": str(backing)},
+                    checkpoint={"size_per_rank": "2MiB", "layout": ["shared", "sharded"],
+                                "block_size": "1MiB"},
+                    pattern={"ops": ["stat", "open", "read", "close"], "stat_count": 1,
+                             "open_count": 1},
+                    run={"iterations": 3, "warmup": 1, "verify": "none", "cache": "warm"},
+                    archive={"path": str(tmp_path / "results" / "job.csv")})
+    mounts = {mount: tmp_path / mount for mount in THROUGH}
+    runs, requests = measure(stampede, job, backing, mounts)
     assert requests == {"sharded": {"stat": 3, "open": 3}, "shared": {"stat": 3, "open": 3}}
     served = {mount: read_summary(mountpoint) for mount, mountpoint in mounts.items()}
     for mount in ("plain", "serial"):       # the server's record: S held, the slots bound
