@@ -26,7 +26,12 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        # host -> device (`stampede gpu`, run.h2d): page-locking a buffer, and the copy
        "pin", "h2d",
        # collectives timed once the ranks are up (`stampede startup`): T_barrier_sync
-       "barrier", "allreduce")
+       "barrier", "allreduce",
+       # a real loader's phases (`stampede loaders`), each one span per rank and iteration
+       # beside index and header: plan (DCP's load planning and its collectives), load
+       # (the loader's read of the tensors' bytes, with whatever it does in the same
+       # calls), deserialise (tensors made from bytes already in memory)
+       "plan", "load", "deserialise")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 STORAGE_OPS = ("list", "index", "stat", "open", "header", "read", "close")
 NETWORK_OPS = ("bcast", "allgather")

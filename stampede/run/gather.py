@@ -27,7 +27,7 @@ def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
     run.samples chose."""
     if histogram_mode(comm, spec, plan):
         return _reduced_stats(comm, layout, rows, origins, failed_iteration)
-    return _exact_stats(comm, layout, rows, origins, hosts)
+    return exact_stats(comm, layout, rows, origins, hosts)
 
 
 def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
@@ -41,7 +41,7 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
     return total is not None and int(total[0]) > histogram.AUTO_SAMPLES
 
 
-def _exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+def exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
                  hosts: tuple[str, ...]) -> LayoutStats | None:
     """Every sample to rank 0 (one Gatherv), put on one axis there."""
     gathered = mpi.gather_rows(comm, rows)
