@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from stampede.results.cells import Row, number, text, whole
 
-PHASE_OPS = ("index", "header", "plan", "load", "deserialise")
+PHASE_OPS = ("index", "header", "plan", "load", "deserialise", "touch")
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,10 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        # a real loader's phases (`stampede loaders`), each one span per rank and iteration
        # beside index and header: plan (DCP's load planning and its collectives), load
        # (the loader's read of the tensors' bytes, with whatever it does in the same
-       # calls), deserialise (tensors made from bytes already in memory)
-       "plan", "load", "deserialise")
+       # calls), deserialise (tensors made from bytes already in memory), touch (the
+       # first touch of every page of tensors a loader returned over a file mapping: the
+       # read that a mapped load defers)
+       "plan", "load", "deserialise", "touch")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 STORAGE_OPS = ("list", "index", "stat", "open", "header", "read", "close")
 NETWORK_OPS = ("bcast", "allgather")

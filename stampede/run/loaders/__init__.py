@@ -39,9 +39,10 @@ class LoaderEntry:
 
 LOADERS = {entry.name: entry for entry in (
     LoaderEntry("safetensors", "safetensors_open", ("safetensors",), ("safetensors", "torch"),
-                "loaders-safetensors", ("header", "load"),
+                "loaders-safetensors", ("header", "load", "touch"),
                 "safe_open(framework='pt', device) per file (header), get_tensor or "
-                "get_slice per tensor (load)"),
+                "get_slice per tensor (load), on the host one byte of every page of the "
+                "mapped tensors read (touch)"),
     LoaderEntry("torch.load", "torch_load", ("torch",), ("torch",), "loaders-torch",
                 ("load",), "torch.load(map_location=device, weights_only=True) per file"),
     LoaderEntry("dcp", "dcp_load", ("dcp",), ("torch",), "loaders-torch",

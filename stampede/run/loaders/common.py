@@ -34,10 +34,7 @@ def cut(tensor: Any, piece: Wanted, first_byte: int = 0) -> Any:
     flat view (no copy): the slice a tensor-parallel rank keeps."""
     if piece.whole and first_byte == 0:
         return tensor
-    import torch
-
-    flat = tensor.reshape(-1).view(torch.uint8) if tensor.dim() else \
-        tensor.reshape(1).view(torch.uint8)
+    flat = flat_bytes(tensor)
     start = piece.offset - first_byte
     return flat[start:start + piece.length]
 
@@ -55,6 +52,29 @@ def flat_tensors(value: Any, prefix: str = "") -> dict[str, Any]:
     for key, item in items:
         found.update(flat_tensors(item, f"{prefix}.{key}" if prefix else str(key)))
     return found
+
+
+PAGE_BYTES = 4096
+
+
+def touch(tensors: Any) -> int:
+    """Read one byte of every page of each tensor (and its last byte): a mapped tensor's
+    pages are then in memory, as a first use would make them. Returns the bytes covered."""
+    covered = sink = 0
+    for tensor in tensors:
+        flat = flat_bytes(tensor)
+        if flat.numel():
+            sink += int(flat[::PAGE_BYTES].sum()) + int(flat[-1])
+            covered += int(flat.numel())
+    return covered
+
+
+def flat_bytes(tensor: Any) -> Any:
+    """A tensor's bytes as a flat uint8 view (a scalar's too); no copy."""
+    import torch
+
+    return tensor.reshape(-1).view(torch.uint8) if tensor.dim() else \
+        tensor.reshape(1).view(torch.uint8)
 
 
 def tensor_bytes(tensors: Any) -> int:

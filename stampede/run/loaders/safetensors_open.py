@@ -1,8 +1,11 @@
 """safetensors' own loader, as transformers uses it: `safe_open(path, framework="pt",
 device=...)` per file (the header read and parsed, the file mapped: op header, all the
 rank's files first), then `get_tensor` per whole tensor or, for a tensor-parallel slice,
-`get_slice(name)[rows]` of the rows that cover it (op load: the mapped pages read and
-copied out, to the device where one is asked)."""
+`get_slice(name)[rows]` of the rows that cover it (op load). To a device, load copies the
+bytes there. On the host, safetensors returns large tensors over its mapping of the file
+(zero-copy): their bytes are read when first touched, so every page the rank holds is
+touched once (op touch: one byte per page, the read a mapped load defers) before the
+restore ends; without it a cold load would "finish" before reading."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from math import prod
 from typing import Any
 
 from stampede.dtypes import itemsize
-from stampede.run.loaders.common import Record, cut, tensor_bytes
+from stampede.run.loaders.common import Record, cut, tensor_bytes, touch
 from stampede.run.loaders.work import RankWork, Wanted
 
 
@@ -45,7 +48,9 @@ def load(state: State, record: Record) -> dict[str, Any]:
             tensor, first_byte = _piece(handles[piece.relpath], piece)
             loaded += tensor_bytes((tensor,))
             held[piece.name] = cut(tensor, piece, first_byte)
-        record("load", start, loaded)
+        start = record("load", start, loaded)
+        if state.device == "cpu":
+            record("touch", start, touch(held.values()))
     return held
 
 

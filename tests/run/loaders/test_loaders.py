@@ -169,3 +169,26 @@ def test_the_device_path_on_a_gpu(stampede, tmp_path: Path, published: Path) -> 
     rows = _run(stampede, tmp_path, published, "safetensors", 1, ["files"], devices="cpu,cuda")
     devices = {row["device"] for row in rows if row["backend"] == "safetensors"}
     assert "cpu" in devices and any(device.startswith("cuda:0 ") for device in devices)
+
+
+def test_a_loader_that_raises_on_one_rank_is_archived_invalid(stampede, tmp_path: Path) -> None:
+    """torch.load(weights_only=True) refuses a pickled object stampede's restore never
+    unpickles: rank 0 fails, rank 1 (given no file) does not hang; exit 1, rows invalid."""
+    import datetime
+
+    torch = checkpoints.require_torch()
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    torch.save({"w": torch.ones(1024, 256), "saved_on": datetime.date(2026, 1, 1)},
+               checkpoint / "model.pt")
+    job = write_job(tmp_path, "loaders", target={"path": "set-by-checkpoint"},
+                    run={"iterations": 2, "warmup": 0},
+                    archive={"path": str(tmp_path / "results" / "loaders.csv")})
+    result = stampede("loaders", str(job), "--checkpoint", str(checkpoint), "--loaders",
+                      "torch.load", np=2)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "loaders finished with errors, archived as invalid" in result.stderr
+    assert "rank 0: torch.load: UnpicklingError" in result.stdout
+    rows = read_archive(tmp_path / "results" / "loaders.csv")
+    assert {row["valid"] for row in rows if row["backend"] == "torch.load"} == {"false"}
+    assert {row["valid"] for row in rows if row["backend"] == "posix"} == {"true"}
