@@ -29,15 +29,22 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        "barrier", "allreduce",
        # the save (`stampede save`), in the order it runs them: snapshot (async: the copy
        # to the staging buffer, what stops training), mkdir, create (O_CREAT|O_EXCL),
-       # write (one block), fsync (a file), close (the restore's op), rename (temporary name -> final),
-       # fsync_dir (a directory's entries), validate (evict, re-read and check one
+       # write (one block), fsync (a file), close (the restore's op), rename (temporary
+       # name -> final), fsync_dir (a directory's entries), validate (evict, re-read and check one
        # extent), publish (the pointer, replaced atomically), unlink and rmdir (the
        # retention of old versions); the pseudo-ops: blocked (phase start -> the rank
        # could train again: after the snapshot (async) or the collective save (sync)),
        # save (-> the rank's bytes durable under their final names), published (-> the
        # pointer durable: rank 0)
        "snapshot", "mkdir", "create", "write", "fsync", "rename", "fsync_dir",
-       "validate", "publish", "unlink", "rmdir", "blocked", "save", "published")
+       "validate", "publish", "unlink", "rmdir", "blocked", "save", "published",
+       # a real loader's phases (`stampede loaders`), each one span per rank and iteration
+       # beside index and header: plan (DCP's load planning and its collectives), load
+       # (the loader's read of the tensors' bytes, with whatever it does in the same
+       # calls), deserialise (tensors made from bytes already in memory), touch (the
+       # first touch of every page of tensors a loader returned over a file mapping: the
+       # read that a mapped load defers)
+       "plan", "load", "deserialise", "touch")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 # A save's ops in the order it runs them (and its report lists them)
 SAVE_ORDER = ("snapshot", "mkdir", "create", "open", "write", "fsync", "close", "rename",

@@ -28,7 +28,7 @@ def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
     them (restore, or save)."""
     if histogram_mode(comm, spec, plan):
         return _reduced_stats(comm, layout, rows, origins, failed_iteration, completion_op)
-    return _exact_stats(comm, layout, rows, origins, hosts, completion_op)
+    return exact_stats(comm, layout, rows, origins, hosts, completion_op)
 
 
 def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
@@ -42,8 +42,8 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
     return total is not None and int(total[0]) > histogram.AUTO_SAMPLES
 
 
-def _exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
-                 hosts: tuple[str, ...], completion_op: str) -> LayoutStats | None:
+def exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+                hosts: tuple[str, ...], completion_op: str = "restore") -> LayoutStats | None:
     """Every sample to rank 0 (one Gatherv), put on one axis there."""
     gathered = mpi.gather_rows(comm, rows)
     gathered_origins = mpi.gather_rows(comm, origins_array(origins))
