@@ -369,9 +369,17 @@ def _begin_version(spec: JobSpec, backend: Backend, layout: str,
     stale = versions.stale_versions(journal, layout, published)
     store = object_store(backend)
     for entry in stale:
-        versions.remove_version(backend, entry)
-        if store is not None:   # a killed save's unfinished uploads, which no LIST shows
-            store.discard_uploads(entry["dir"])
+        if store is None:
+            versions.remove_version(backend, entry)
+            continue
+        # objects: one LIST, then a DELETE for each one still there (a release already
+        # deleted the others), and the unfinished uploads of a killed save, which no LIST
+        # shows
+        there = set(backend.names(entry["dir"]))
+        for relpath in versions.written_paths(entry):
+            if relpath in there:
+                backend.remove(relpath)
+        store.discard_uploads(entry["dir"])
     versions.drop_entries(journal, layout, [entry["version"] for entry in stale])
     series = versions.series(journal, layout)
     version = series["next"]
@@ -411,8 +419,16 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
 def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
                     published: bool, reason: str, name: str) -> str:
     """After the phase: complete (published; the released versions marked so) or invalid.
-    Returns a note for the report when the version was not published."""
-    journal = versions.read_journal(backend, spec.target_path)
+    Returns a note for the report when the version was not published (also when the
+    storage that failed the save cannot take the journal's update either: the entry
+    stays "writing", which the next save and clean treat alike)."""
+    try:
+        journal = versions.read_journal(backend, spec.target_path)
+    except CheckpointError as error:
+        if published:
+            raise
+        return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
+                f"entry not updated: {error}; the next save or clean removes what it wrote")
     assert journal is not None
     entry = versions.entry_of(journal, layout, version)
     if published:
