@@ -266,11 +266,14 @@ def measure_mode(server: S3Server, args: argparse.Namespace, scratch: Path, mode
             shift = turn % len(names)
             turn += 1
             for side in names[shift:] + names[:shift]:
+                # a key of the save's shape: a new version's directory each time (the
+                # server's filer makes it), released once written as keep = 1 does
+                key = f"{mode}/{side}/v{round_number:03d}{index:03d}/sharded/shard-00000.raw"
                 start, cpu_start = time.perf_counter(), time.process_time()
-                sides[side](f"{mode}/{side}/{index}", view)
+                sides[side](key, view)
                 seconds[side] += time.perf_counter() - start
                 cpu_seconds[side] += time.process_time() - cpu_start
-                remover.remove(f"{mode}/{side}/{index}")   # as the save's keep = 1 releases
+                remover.remove(key)
         for side in names:
             gbps[side].append(gb / seconds[side])
             cpu[side].append(cpu_seconds[side] / gb)

@@ -42,7 +42,8 @@ from typing import Any, TypeVar, cast
 from stampede import mpi
 from stampede.backends.base import ObjectStore
 from stampede.checkpoint.save_plan import FileWrite
-from stampede.run.save_pattern import CREATE, FSYNC, WRITE, Save
+from stampede.run.pattern import Log
+from stampede.run.save_pattern import CREATE, FSYNC, WRITE, Save, SaveSetup
 
 T = TypeVar("T")
 Parts = dict[str, list[tuple[int, str]]]   # relpath -> (part number, ETag) this rank sent
@@ -51,8 +52,8 @@ Parts = dict[str, list[tuple[int, str]]]   # relpath -> (part number, ETag) this
 class ObjectSave(Save):
     """One rank's save of one version into objects (the module's steps)."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, setup: SaveSetup, iteration: int, origin_ns: int, log: Log) -> None:
+        super().__init__(setup, iteration, origin_ns, log)
         self.store = cast(ObjectStore, self.setup.backend)
         self.uploads: dict[str, Any] = {}   # relpath -> an upload this rank started, open
         self.joined: dict[str, Any] = {}    # relpath -> another rank's upload it writes into

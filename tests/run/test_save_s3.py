@@ -149,13 +149,19 @@ def test_replicated_and_striped_save_in_parts(stampede, tmp_path: Path, s3_env: 
         "striped": {"create": 8, "part": 16, "complete": 8, "put": 4, "delete": 4}})
 
 
-def test_one_put_per_object_without_a_part_size(stampede, tmp_path: Path, s3_env: S3Server,
-                                                proxy: FaultProxy) -> None:
+def test_one_put_per_object_without_a_part_size_async(stampede, tmp_path: Path,
+                                                      s3_env: S3Server,
+                                                      proxy: FaultProxy) -> None:
+    """Async: the shard copied to staging (snapshot), then the PUTs from the copy."""
     job, prefix = s3_job(tmp_path, proxy, s3_env, checkpoint={
-        "size": "8MiB", "layout": ["sharded", "metadata-first"]}, save={"part_size": ""})
+        "size": "8MiB", "layout": ["sharded", "metadata-first"]},
+        save={"part_size": "", "mode": "async"})
     saves_restores_and_cleans(stampede, tmp_path, proxy, s3_env, job, prefix, 2, {
         "sharded": {"create": 0, "part": 0, "complete": 0, "put": 12, "delete": 4},
         "metadata-first": {"create": 0, "part": 0, "complete": 0, "put": 16, "delete": 6}})
+    ops = ops_of(read_archive(tmp_path / "results" / "job.csv"), "sharded", "save")
+    assert int(ops["snapshot"]["op_bytes"]) == 3 * 8 * MiB
+    assert float(ops["blocked"]["lat_max_s"]) < float(ops["save"]["lat_min_s"])
 
 
 def said(result: Any) -> str:
