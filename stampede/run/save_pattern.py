@@ -40,7 +40,7 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import Extent
-from stampede.checkpoint.save_plan import FileWrite, SavePlan
+from stampede.checkpoint.save_plan import SavePlan
 from stampede.results.samples import OP_CODE, SAVE_STORAGE_OPS
 from stampede.run.pattern import Log, PhaseOutcome, _describe
 
