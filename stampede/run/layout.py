@@ -147,16 +147,23 @@ def _cache_state(comm: Any, spec: JobSpec, setup: RankSetup, phases: Phases,
     return cached, asked
 
 
-def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
-           phases: Phases) -> PhaseOutcome:
-    """The start barrier, the origin stamp and the timed pattern."""
-    delay_s = jitter_s(spec, setup.plan.rank, iteration)
+def start_phase(comm: Any, spec: JobSpec, layout: str, iteration: int, phases: Phases) -> int:
+    """The start barrier (a rank that does not come in time aborts the job) and the
+    origin stamp, recorded in `phases`: what a restore's and a save's phases share."""
     if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
-        mpi.abort(comm, f"{setup.plan.layout}: other ranks did not reach the start of "
+        mpi.abort(comm, f"{layout}: other ranks did not reach the start of "
                         f"{iteration_name(iteration, spec.warmup)} within "
                         f"{spec.deadline_s + ABORT_GRACE_S:g} s")
     origin = time.perf_counter_ns()
     phases.origins[iteration] = origin
+    return origin
+
+
+def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
+           phases: Phases) -> PhaseOutcome:
+    """The start barrier, the origin stamp and the timed pattern."""
+    delay_s = jitter_s(spec, setup.plan.rank, iteration)
+    origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
                           delay_s, phases.log)
     phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])
