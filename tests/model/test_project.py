@@ -63,7 +63,7 @@ def test_the_model_terms() -> None:
     sharded, shared = predict(params, 1024, "sharded"), predict(params, 1024, "shared")
     assert sharded.meta_s == pytest.approx(50e-6 + 200e-6 * 1024 * 2 / 8)
     assert shared.meta_s == pytest.approx(50e-6 + 200e-6 * 1024 * 2)
-    assert sharded.limit == "B_agg / N" and sharded.data_s == pytest.approx(1e9 / (20e9 / 1024))
+    assert sharded.limit == "B_agg" and sharded.data_s == pytest.approx(1e9 / (20e9 / 1024))
     assert sharded.total_s == pytest.approx(sharded.meta_s + sharded.data_s)
     assert sharded.saturated and not predict(params, 1, "sharded").saturated
 
