@@ -90,7 +90,7 @@ def _known(args: argparse.Namespace) -> Known:
 
 def _scale(args: argparse.Namespace, series: Any, size: float | None) -> Any:
     """Where a layout is projected: --ranks, and the nodes and replicas as the runs grew."""
-    from stampede.model.fit import Scale
+    from stampede.model.projection import Scale
 
     scaling = series.scaling
     per_node = args.ranks_per_node if args.ranks_per_node is not None else scaling.ranks_per_node
@@ -106,7 +106,7 @@ def _scale(args: argparse.Namespace, series: Any, size: float | None) -> Any:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    from stampede.model.fit import project
+    from stampede.model.projection import project
     from stampede.model.series import projection_notes, series_from_rows
     from stampede.results.archive import read_rows
     from stampede.results.report import make_console

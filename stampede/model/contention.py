@@ -42,9 +42,11 @@ continuous form misses by up to ~20% near the knee. predict(params, nranks, layo
 the model alone, for parameters known beforehand (such a validation).
 
 The fit (least squares on relative errors, numpy):
-1. Points: per layout, the configuration of its latest valid restore row, and the latest
-   run of that configuration at each rank count. Fewer than three distinct rank counts is
-   refused: two points fit a line through anything.
+1. Points: per layout, the configuration of its latest valid restore row (the columns that
+   change what an op costs; the replica count is the point's own), and the latest run of
+   it at each rank and node count (stampede.model.series says which rows were fitted and
+   why the others were left out). Fewer than three distinct rank counts is refused: two
+   points fit a line through anything.
 2. Metadata: the measured stall at N is sum over ops of k_op x lat_p50 (the median rank's
    metadata time; under a saturated closed loop with k >= 2 it approaches the drain, for
    k = 1 a FIFO burst's median is about half of it). (RTT, s, c) are fitted: for each c

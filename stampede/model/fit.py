@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from stampede.errors import UsageError
 from stampede.model.contention import (
     Params,
-    Prediction,
     effective_threads,
     is_saturated,
     lock_count,
     metadata_stall,
-    predict,
 )
 from stampede.model.traffic import Geometry, data_seconds, fit_rates, traffic
 
@@ -82,6 +79,7 @@ class Fit:
     node_bound: bool = False           # no run's reads or exchange measured B_node: a bound
     node_measured: bool = False        # B_node fitted from runs on several nodes (or given)
     limits: tuple[str, ...] = ()       # per point: what limited its reads
+    exchange_measured: bool = False    # some run exchanged between nodes (measures B_node)
     locks: float = math.inf            # what the ops spread over (lock_count): c_eff <= it
 
     @property
@@ -157,27 +155,38 @@ def _golden(objective: Callable[[float], float], low: float, high: float, steps:
     return math.exp(a if f1 <= f2 else x2)
 
 
-def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
-                 locks: float | None = None) -> tuple[float, float, float]:
-    """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
-    `locks`, the restore's of the layout when None)."""
+def _stalls_of(points: Sequence[Point], known: Known) -> _Stalls | None:
     import numpy as np
 
-    locks = lock_count(layout) if locks is None else locks
     n = np.array([p.nranks for p in points], dtype=float)
     k = np.array([p.ops_per_rank for p in points], dtype=float)
     y = np.array([p.meta_s for p in points], dtype=float)
     used = (k > 0) & (y > 0)
     if not used.any():
-        return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
-    stalls = _Stalls(n[used], k[used], y[used], whole=known.threads is not None,
-                     fixed=(known.rtt_s, known.service_s))
+        return None
+    return _Stalls(n[used], k[used], y[used], whole=known.threads is not None,
+                   fixed=(known.rtt_s, known.service_s))
+
+
+def _thread_grid(locks: float, known: Known) -> list[float]:
+    import numpy as np
+
     if locks <= 1:
-        grid = [1.0]
-    elif known.threads is not None:
-        grid = [known.threads]
-    else:
-        grid = [float(c) for c in np.geomspace(*THREAD_GRID[:2], int(THREAD_GRID[2]))]
+        return [1.0]
+    if known.threads is not None:
+        return [known.threads]
+    return [float(c) for c in np.geomspace(*THREAD_GRID[:2], int(THREAD_GRID[2]))]
+
+
+def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
+                 locks: float | None = None) -> tuple[float, float, float]:
+    """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
+    `locks`, the restore's of the layout when None)."""
+    locks = lock_count(layout) if locks is None else locks
+    stalls = _stalls_of(points, known)
+    if stalls is None:
+        return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
+    grid = _thread_grid(locks, known)
     threads = _best_threads(grid, stalls, locks)
     _, rtt, service = stalls.at(min(threads, locks))
     c_eff = effective_threads(layout, threads, locks)
@@ -188,6 +197,29 @@ def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
         return rtt, service, threads
     return _unsaturated(stalls, known, c_eff, c_fixed=grid == [1.0] or known.threads is not None,
                         threads=threads)
+
+
+def metadata_alternatives(points: Sequence[Point], layout: str, known: Known,
+                          tolerance: float, locks: float | None = None
+                          ) -> list[tuple[float, float, float]]:
+    """Fits (RTT, s, c) that saturate the server and whose error (the sum of squared
+    relative misses) is within `tolerance` of the best: the runs cannot tell them apart.
+    The fastest and the slowest drain s/c among them."""
+    locks = lock_count(layout) if locks is None else locks
+    stalls = _stalls_of(points, known)
+    grid = _thread_grid(locks, known)
+    if stalls is None or len(grid) == 1 or tolerance <= 0:
+        return []
+    fits = [(threads, *stalls.at(min(threads, locks))) for threads in grid]
+    best = min(error for _, error, _, _ in fits)
+    within = [(rtt, service, threads) for threads, error, rtt, service in fits
+              if error <= best + tolerance and service > 0 and any(
+                  is_saturated(n, k, rtt, service, min(threads, locks))
+                  for n, k in zip(stalls.n, stalls.k))]
+    if not within:
+        return []
+    drains = sorted(within, key=lambda fit: fit[1] / min(fit[2], locks))
+    return [drains[0], drains[-1]]
 
 
 @dataclass(frozen=True)
@@ -355,123 +387,5 @@ def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
                stall_bound=has_meta and not saturated and not fixed_drain,
                agg_bound="B_agg" in bound, client_bound="B_client" in bound,
                notes=tuple(notes), locks=locks, node_bound="B_node" in bound,
-               node_measured=node_measured, limits=tuple(limit for _, _, limit in parts))
-
-
-def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
-    """k at `nranks`: each op's count per iteration fitted as a N + b over the points."""
-    import numpy as np
-
-    ops = sorted({op for point in points for op, _ in point.op_counts})
-    total = 0.0
-    for op in ops:
-        xs = [float(p.nranks) for p in points]
-        ys = [dict(p.op_counts).get(op, 0.0) for p in points]
-        if len(set(xs)) < 2:
-            total += ys[-1] / xs[-1] * nranks
-            continue
-        slope, intercept = np.polyfit(xs, ys, 1)
-        total += max(float(slope) * nranks + float(intercept), 0.0)
-    return total / nranks
-
-
-def bytes_per_rank_at(points: Sequence[Point], nranks: int, per_rank_size: bool,
-                      replicas: int | None = None) -> float:
-    """A per-rank size stays; a total size is split over the shards N / R (as the largest
-    run, whose replicas hold unless given)."""
-    largest = max(points, key=lambda p: p.key)
-    if per_rank_size:
-        return largest.bytes_per_rank
-    shards = largest.nranks / max(largest.replicas, 1)
-    return largest.bytes_per_rank * shards / (nranks / max(replicas or largest.replicas, 1))
-
-
-@dataclass(frozen=True)
-class Projection:
-    fit: Fit
-    params: Params                      # the fit's, with k and bytes at the projected count
-    prediction: Prediction
-    band: tuple[float, float]
-    band_from: str
-    meta_band: tuple[float, float]
-
-    @property
-    def serialised(self) -> bool:
-        """Every rank's metadata ops wait on one lock (c_eff = 1): the restore's shared
-        inode, the save's one directory."""
-        return self.fit.serialised
-
-    @property
-    def drain_ops_per_s(self) -> float:
-        """How fast the server drains a saturated burst: c_eff / s."""
-        threads = effective_threads(self.fit.layout, self.params.threads, self.fit.locks)
-        return threads / self.params.service_s if self.params.service_s > 0 else math.inf
-
-
-def _measured(column: str) -> Callable[[Point], float]:
-    def value(point: Point) -> float:
-        return float(getattr(point, column))
-    return value
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Where the projection goes: the rank count, and (None: as the largest run) the ranks
-    per node, the replicas and the bytes per rank there."""
-
-    nranks: int
-    ranks_per_node: int | None = None
-    replicas: int | None = None
-    bytes_per_rank: float | None = None
-
-
-def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Known = Known(),
-            per_rank_size: bool = False, bytes_per_rank: float | None = None,
-            locks: float | None = None, phase: str = "restore") -> Projection:
-    """Fit, predict at `nranks`, and the band (spread refits, leave-one-out); `locks` as
-    fit_metadata's, `phase` names the runs in a refusal."""
-    scale = nranks if isinstance(nranks, Scale) else Scale(nranks, bytes_per_rank=bytes_per_rank)
-    nranks = scale.nranks
-    keys = sorted({p.key for p in points})
-    if len(keys) < MIN_RANK_COUNTS:
-        counts = sorted({p.nranks for p in points})
-        raise UsageError(f"layout {layout}: {phase} runs at {len(counts)} distinct rank count(s) "
-                         f"({', '.join(map(str, counts))}); projecting needs at least "
-                         f"{MIN_RANK_COUNTS} (sweep more, e.g. stampede sweep JOB --ranks 1,2,4,8, "
-                         f"or choose layouts with --layout)")
-    k = ops_per_rank_at(points, nranks)
-    largest = max(points, key=lambda p: p.key)
-    per_node = largest.ranks_per_node if scale.ranks_per_node is None else scale.ranks_per_node
-    replicas = largest.replicas if scale.replicas is None else scale.replicas
-    size = scale.bytes_per_rank if scale.bytes_per_rank is not None else \
-        bytes_per_rank_at(points, nranks, per_rank_size, replicas)
-
-    def at_n(fit: Fit) -> Params:
-        return replace(fit.params, ops_per_rank=k, bytes_per_rank=size, net_bps=known.net_bps,
-                       ranks_per_node=per_node, replicas=replicas)
-
-    def at(fit: Fit) -> Prediction:
-        return predict(at_n(fit), nranks, layout)
-
-    central = fit_points(points, layout, known, locks=locks)
-    prediction = at(central)
-    meta = (central.params.rtt_s, central.params.service_s, central.params.threads)
-    others: list[Prediction] = []
-    sources = []
-    spread = [fit_points(points, layout, known, last=_measured(column), meta=meta, locks=locks)
-              for column in ("last_min_s", "last_max_s")
-              if all(math.isfinite(getattr(p, column)) for p in points)]
-    if spread:
-        others += [at(fit) for fit in spread]
-        sources.append("refit on the min/max iteration")
-    if len(keys) > MIN_RANK_COUNTS:
-        others += [at(fit_points([p for p in points if p.key != dropped], layout, known,
-                                 locks=locks))
-                   for dropped in keys]
-        sources.append("leave-one-out")
-    totals = [prediction.total_s] + [p.total_s for p in others]
-    stalls = [prediction.meta_s] + [p.meta_s for p in others]
-    return Projection(fit=central, params=at_n(central), prediction=prediction,
-                      band=(min(totals), max(totals)),
-                      band_from=" + ".join(sources) or "none (no spread columns)",
-                      meta_band=(min(stalls), max(stalls)))
+               node_measured=node_measured, limits=tuple(limit for _, _, limit in parts),
+               exchange_measured=any(exchange > 0 for _, exchange, _ in parts))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, lock_count
-from stampede.model.fit import Known, Point, Projection
+from stampede.model.fit import Known, Point
+from stampede.model.projection import Projection
 from stampede.results.archive import CONFIG_COLUMNS
 from stampede.results.cells import number
 from stampede.units import format_bytes

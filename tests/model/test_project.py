@@ -20,7 +20,8 @@ from stampede.model.contention import (
     metadata_stall,
     predict,
 )
-from stampede.model.fit import Known, Point, bytes_per_rank_at, fit_points, ops_per_rank_at, project
+from stampede.model.fit import Known, Point, fit_points
+from stampede.model.projection import bytes_per_rank_at, ops_per_rank_at, project
 from stampede.model.series import series_from_rows
 from stampede.results.archive import append_rows, read_rows
 from tests.helpers.jobs import small_job, write_job
