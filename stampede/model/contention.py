@@ -65,13 +65,14 @@ The fit (least squares on relative errors, numpy):
    largest run exactly at the limit) is used, and the projected time is marked as an
    upper bound. B_node is left out when every run was on one node.
 4. Residuals: measured against fitted time to last rank and stall at every rank count.
-5. Band: the data fit repeated on time_to_last_rank_min_s and _max_s (every rank count's
-   fastest and slowest iteration: run-to-run noise carried to N) and, with four or more
-   rank counts, leave-one-out refits (each rank count dropped in turn: how much the
-   projection leans on one run). The band is the envelope of those projections. The
-   per-op latencies have no spread columns, so the stall's band comes from leave-one-out
-   alone. It is not a confidence interval of the model: no band from a few small runs
-   bounds an extrapolation thousands of times beyond them.
+5. Band (stampede.model.projection): the envelope of the projections of the data fit
+   repeated on time_to_last_rank_min_s and _max_s (run-to-run noise carried to N), of
+   leave-one-out refits (four or more rank counts), of the metadata fits that miss no run
+   by more than its iteration spread (the fastest and slowest drain s/c among them: a
+   drain resting on one saturated run is not pinned by it), and of each limit the runs
+   only bounded, or reached at one run, taken as never reached. It is not a confidence
+   interval of the model: no band from a few small runs bounds an extrapolation thousands
+   of times beyond them.
 Each layout is printed with its configuration (job, backend, fs_type, cache, pattern,
 stat_count, open_count), and warm-cache or oversubscribed runs are noted.
 

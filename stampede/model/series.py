@@ -145,10 +145,11 @@ def scaling_of(rows: Sequence[dict[str, str]], points: Sequence[Point]) -> tuple
         per_rank = True
         notes.append("the runs' sizes follow neither a per-rank nor a total rule: projected at "
                      f"the largest run's {format_bytes(largest.bytes_per_rank)} per rank")
-    several = [p for p in points if p.nnodes > 1]
-    per_node = bool(several) and all(p.replicas == p.nnodes for p in points)
+    several = [p for p in points if p.nnodes > 1]    # one node may hold 2 (broadcast needs 2)
+    per_node = bool(several) and all(p.replicas == p.nnodes for p in several)
     if per_node:
-        notes.append("every run held one replica per node: projected so (replicas = nodes)")
+        notes.append("every run on several nodes held one replica per node: projected so "
+                     "(replicas = nodes)")
     elif len({p.replicas for p in points}) > 1:
         counts = ", ".join(sorted({str(p.replicas) for p in points}))
         notes.append(f"the runs' replica counts differ ({counts}): projected at the largest "
