@@ -223,6 +223,8 @@ def leftovers(cluster_id: str | None = None) -> list[str]:
                 if directory == NETNS_DIR:
                     found += [f"process {pid} in {entry}" for entry in os.listdir(directory)
                               if owner_of(entry) == owner for pid in processes_in(entry)]
+        found += [f"mount {mountpoint}" for mountpoint in _mounts()
+                  if owner_of(Path(mountpoint).name) == owner]
         state = _read_state(owner)
         found += [str(path) for path in (_lock_path(owner), _state_path(owner)) if path.exists()]
         work = state.get("work_dir")
@@ -230,6 +232,16 @@ def leftovers(cluster_id: str | None = None) -> list[str]:
             found.append(work)
         found += [socket for socket in state.get("sockets", []) if Path(socket).exists()]
     return found
+
+
+def _mounts() -> list[str]:
+    """Mount points in this mount namespace (a namespace's name is a bind mount on
+    /run/netns/NAME: `ip netns del` unmounts it)."""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    return [fields[1] for fields in (line.split() for line in lines) if len(fields) > 1]
 
 
 def _read_state(cluster_id: str) -> dict[str, Any]:

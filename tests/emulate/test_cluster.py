@@ -21,6 +21,7 @@ from stampede.emulate.cluster import (
     is_alive,
     leftovers,
     new_cluster_id,
+    processes_in,
     running_cluster,
 )
 from stampede.emulate.topology import Link, owner_of, plan_cluster
@@ -96,6 +97,13 @@ def test_the_end_of_the_block_stops_every_process_and_removes_everything(tmp_pat
     assert not (tmp_path / f"cluster-{plan.cluster_id}").exists()
 
 
+def _command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""
+
+
 def _start_command(tmp_path: Path, *command: str) -> tuple[subprocess.Popen[str], str]:
     """`stampede emulate-cluster` running COMMAND on the head; the new cluster's id."""
     before = {owner_of(name) for name in os.listdir("/run/netns")} if \
@@ -109,7 +117,9 @@ def _start_command(tmp_path: Path, *command: str) -> tuple[subprocess.Popen[str]
         new = {owner_of(name) for name in os.listdir("/run/netns")} - before - {None} \
             if os.path.isdir("/run/netns") else set()
         mine = [cluster_id for cluster_id in new if cluster_id and is_alive(cluster_id)]
-        if mine and any(name.startswith("process ") for name in leftovers(mine[0])):
+        # the command itself on the head (not an `ip -n` of the build, in a namespace briefly)
+        if mine and any(_command_of(pid) == command[0] for pid in
+                        processes_in(f"stampede-{mine[0]}-head")):
             return process, mine[0]
         assert process.poll() is None, process.communicate()
         time.sleep(0.1)
@@ -173,3 +183,19 @@ def test_link_latency_is_added_to_each_crossing(tmp_path: Path) -> None:
                             text=True, timeout=30)
     assert shown.returncode == 0, shown.stderr
     assert 0.020 <= float(shown.stdout) < 0.5
+
+
+def test_latency_without_netem_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """Where the kernel has no netem: one line saying so; exit 2; nothing made."""
+    from stampede.emulate.cluster import netem_unavailable
+
+    reason = netem_unavailable()
+    if not reason:
+        pytest.skip("this kernel has netem: latency is emulated (the test above)")
+    before = set(leftovers())
+    result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster",
+                             "--no-storage", "--node-latency-ms", "1", "--", "true"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no netem qdisc (CONFIG_NET_SCH_NETEM)" in result.stderr
+    assert result.stderr.count("error:") == 1 and set(leftovers()) <= before

@@ -452,3 +452,17 @@ def test_a_drain_resting_on_one_saturated_run_widens_the_band() -> None:
     truth = predict(replace(server, ops_per_rank=2), 16384, "sharded")
     low, high = projection.meta_band
     assert low <= truth.meta_s <= high
+
+
+def test_a_projection_to_several_nodes_from_runs_on_one_says_the_nic_is_missing(
+        stampede, tmp_path: Path) -> None:
+    archive = tmp_path / "one-node.csv"
+    synthetic_archive(archive, TRUE, (1, 2, 4, 8), layouts=("sharded",))
+    result = stampede("project", str(archive), "--ranks", "64", "--ranks-per-node", "8")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.replace("\n", " ")
+    assert "(8 nodes of 8)" in text and "every run was on one node" in text
+    given = stampede("project", str(archive), "--ranks", "64", "--ranks-per-node", "8",
+                     "--node-gbps", "1")
+    assert given.returncode == 0 and "B_node 1 GB/s" in given.stdout
+    assert "given: B_node" in given.stdout.replace("\n", " ")
