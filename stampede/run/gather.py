@@ -99,12 +99,14 @@ def reduce_summaries(comm: Any, summary: dict[str, np.ndarray],
     return histogram.Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
 
 
-def retries(comm: Any, backend: Any, before: dict[str, int]) -> dict[str, int]:
-    """Requests the backend's client retried in this layout, per op, summed over ranks
-    (object stores: throttling and timeouts show up here before they become errors)."""
+def retries(comm: Any, backend: Any, before: dict[str, int],
+            ops: tuple[str, ...] = STORAGE_OPS) -> dict[str, int]:
+    """Requests the backend's client retried in this layout, per op of `ops` (the
+    restore's storage ops by default), summed over ranks (object stores: throttling and
+    timeouts show up here before they become errors)."""
     now = getattr(backend, "retries", {})
-    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in STORAGE_OPS])
+    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in ops])
     total = mpi.allreduce_sum(comm, mine)
     if total is None:
         return {}
-    return {op: int(count) for op, count in zip(STORAGE_OPS, total, strict=True) if count}
+    return {op: int(count) for op, count in zip(ops, total, strict=True) if count}
