@@ -131,6 +131,21 @@ def verdict(error: float, tolerance: float) -> str:
     return "PASS" if abs(error) <= tolerance else "off"
 
 
+def _gap(time_s: float, reference_s: float) -> str:
+    return f"{(time_s - reference_s) / reference_s:+.0%}"
+
+
+def _disagreement(times: dict[tuple[str, int], tuple[float, float, float]], real: str,
+                  model: str, nodes: int) -> str:
+    """Nothing where the model picks the measured winner; else how far apart the two were
+    measured, and whether their ranges over the iterations overlap (a tie)."""
+    if real == model:
+        return ""
+    (best, _, best_high), (picked, picked_low, _) = times[real, nodes], times[model, nodes]
+    tie = ", a tie: their ranges overlap" if picked_low <= best_high else ""
+    return f"  (winner differs: {model} measured {_gap(picked, best)}{tie})"
+
+
 def report(system: System, archive: Path, args: argparse.Namespace) -> None:
     k, largest = args.ranks_per_node, max(args.nodes)
     times = measured(archive)
@@ -162,12 +177,14 @@ def report(system: System, archive: Path, args: argparse.Namespace) -> None:
                          f"{verdict((median - out) / median, args.tolerance)}  "
                          f"{outside.prediction.bound_by}")
             print(line)
-    print("  winner per node count, measured / fitted model:")
+    print("  winner per node count, measured / fitted model; broadcast against sharded:")
     for nodes in sorted({n for _, n in times}):
         real = sorted(LAYOUTS, key=lambda layout: times[layout, nodes][0])
         model = sorted(LAYOUTS, key=lambda layout: predicted.get((layout, nodes), float("inf")))
         print(f"    {nodes} node(s): measured {' < '.join(real)};  model {' < '.join(model)}"
-              f"{'' if real[0] == model[0] else '  (winner differs)'}")
+              f"{_disagreement(times, real[0], model[0], nodes)};  broadcast vs sharded: "
+              f"measured {_gap(times[('broadcast', nodes)][0], times[('sharded', nodes)][0])}, "
+              f"model {_gap(predicted[('broadcast', nodes)], predicted[('sharded', nodes)])}")
     print(f"  the projection, whole: stampede project tradeoff-{system.name}.csv --ranks "
           f"{k * largest} --ranks-per-node {k}")
 

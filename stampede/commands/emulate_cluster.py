@@ -20,13 +20,14 @@ a link of --storage-gbps; mpiexec runs on a head host and starts each node's ran
 a launcher of its own (hydra's ssh launcher), so MPI sees N nodes of k ranks and the ranks
 of two nodes talk over their NICs (TCP; those of one node over shared memory).
 
-  stampede emulate-cluster --nodes 4 --ranks-per-node 2 --node-gbps 0.05 \\
-      --storage-gbps 0.05 --job jobs/strategies.toml
-runs prepare, run and clean of the job on 8 ranks, its target the cluster's S3 (the
-report says "8 ranks on 4 node(s)"); with -- COMMAND, runs COMMAND on the head with
-STAMPEDE_CLUSTER_MPIEXEC (mpiexec and its arguments: add -n N and the program),
-STAMPEDE_CLUSTER_NRANKS, STAMPEDE_CLUSTER_S3 (the endpoint: bucket "stampede") and the S3
-keys in its environment; with neither, a shell on the head.
+  stampede emulate-cluster --nodes 2 --ranks-per-node 2 --node-gbps 0.1 \\
+      --storage-gbps 0.05 --job jobs/strategies.toml --set checkpoint.size=128MiB \\
+      --set run.iterations=2 --set run.warmup=0
+runs prepare, run and clean of the job on 4 ranks, its target the cluster's S3 (the
+report says "4 ranks on 2 node(s)"; about 2 minutes on 2 cores); with -- COMMAND, runs
+COMMAND on the head with STAMPEDE_CLUSTER_MPIEXEC (mpiexec and its arguments: add -n N
+and the program), STAMPEDE_CLUSTER_NRANKS, STAMPEDE_CLUSTER_S3 (the endpoint: bucket
+"stampede") and the S3 keys in its environment; with neither, a shell on the head.
 
 The nodes share this machine's CPUs, memory and page cache: their ranks compete for the
 cores as if on one node (a report's "ranks per node" warning counts one node's), and
