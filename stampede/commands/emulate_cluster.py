@@ -67,7 +67,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                           "(default /run/stampede-cluster; a directory is made inside)")
     sub.add_argument("--cleanup", action="store_true",
                      help="only remove what crashed emulate-cluster commands left behind")
-    sub.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+    # not "command": that is the subcommand's name, which error lines begin with
+    sub.add_argument("program", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                      help="run this on the head instead (default: a shell)")
     sub.set_defaults(func=cmd_emulate_cluster)
 
@@ -139,7 +140,7 @@ def cmd_emulate_cluster(args: argparse.Namespace) -> int:
         print(f"emulate-cluster: removed {len(removed)} dead cluster(s)"
               + (f": {', '.join(removed)}" if removed else ""))
         return 0
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if command and args.job:
         raise UsageError("--job and -- COMMAND: choose one")
     node_link, storage_link = _links(args)

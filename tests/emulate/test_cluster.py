@@ -167,8 +167,24 @@ def test_bad_flags_are_one_line_before_anything_is_made(tmp_path: Path, flags: l
     result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", *flags],
                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("stampede emulate-cluster: error: ")
     assert said in result.stderr and result.stderr.count("error:") == 1
     assert set(leftovers()) <= before
+
+
+def test_where_namespaces_are_not_permitted_it_says_so_in_one_line(tmp_path: Path) -> None:
+    """In a user namespace (root there, not on the machine: as in a container without
+    CAP_SYS_ADMIN) no network namespace can be made: one line saying why; exit 2."""
+    before = set(leftovers())
+    result = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-m",
+                             "stampede", "emulate-cluster", "--no-storage", "--", "true"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    if "unshare failed" in result.stderr or "unshare:" in result.stderr:
+        pytest.skip(f"no user namespaces here to stand for a container: {result.stderr.strip()}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("stampede emulate-cluster: error: emulate-cluster: network "
+                                    "namespaces are not permitted here: ")
+    assert result.stderr.count("\n") == 1 and set(leftovers()) <= before
 
 
 def test_link_latency_is_added_to_each_crossing(tmp_path: Path) -> None:
