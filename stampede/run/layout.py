@@ -50,6 +50,7 @@ class Phases:
     invalid_reason: str = ""
     failed_iteration: int | None = None
     interrupted: bool = False
+    cache_drops: int = 0                                    # page-cache drops made here
 
 
 # Called on every rank after each phase: (layout, iteration, seconds it took here).
@@ -143,7 +144,7 @@ def _cache_state(comm: Any, spec: JobSpec, setup: RankSetup, phases: Phases,
         # the dentries and inodes those opens brought back.
         mpi.barrier(comm)
         if drops_caches:
-            cache.drop_caches(phases.notes)
+            phases.cache_drops += cache.drop_caches(phases.notes)
     return cached, asked
 
 
@@ -194,6 +195,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
     all_digests = mpi.gather(comm, phases.digests)
     all_notes = mpi.gather(comm, phases.notes)
     shares = mpi.gather(comm, sum(extent.length for extent in plan.extents))
+    drops = mpi.gather(comm, phases.cache_drops)
     stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
                                 phases.failed_iteration)
     messages = [text for part in all_messages for text in part] if all_messages is not None \
@@ -209,7 +211,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
                      bytes_total=sum(shares or [0]) if catalogue is not None else 0,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      digests=tuple(d for part in all_digests or [] for d in part),
-                     interrupted=phases.interrupted)
+                     interrupted=phases.interrupted, cache_drops=tuple(drops or ()))
 
 
 def measured_rows(log: Log, failed_iteration: int | None) -> np.ndarray:
