@@ -325,16 +325,22 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, str]:
     return backing, mountpoint
 
 
-def die_with_parent(started_by: int) -> None:
-    """Ask the kernel for SIGTERM when the parent dies (libfuse then unmounts and exits),
-    then check that the parent is still `started_by`, the one read when the command began:
-    RunFailed (nothing mounted) if it already died. In that order, a parent that dies at
-    any time is seen by one of the two."""
+def sigterm_when_parent_dies() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGTERM) for this process (also usable as a Popen
+    preexec_fn, in the child before exec). OSError if the kernel refuses."""
     import ctypes
     import signal
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+
+
+def die_with_parent(started_by: int) -> None:
+    """Ask the kernel for SIGTERM when the parent dies (libfuse then unmounts and exits),
+    then check that the parent is still `started_by`, the one read when the command began:
+    RunFailed (nothing mounted) if it already died. In that order, a parent that dies at
+    any time is seen by one of the two."""
+    sigterm_when_parent_dies()
     if orphaned(started_by):
         from stampede.errors import RunFailed
         raise RunFailed(f"the process that started emulate-mds exited (its parent is now "

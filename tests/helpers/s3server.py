@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 
+from stampede.emulate.mds import sigterm_when_parent_dies
 from tests.helpers import requires
 
 BUCKET = "stampede-test"
@@ -181,7 +182,10 @@ def start_server(directory: Path, bucket: str = BUCKET) -> S3Server:
         with open(directory / "weed.log", "wb") as log:
             process = subprocess.Popen(weed_command(weed, directory, ports, bucket), cwd=directory,
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       env={**os.environ, **env}, start_new_session=True)
+                                       env={**os.environ, **env}, start_new_session=True,
+                                       preexec_fn=sigterm_when_parent_dies)
+        # (the parent-death signal: a `timeout` or a SIGKILL of the suite skips the
+        # fixtures' teardown, and a `weed mini` left behind holds its ports and CPU)
         server = S3Server(f"http://127.0.0.1:{ports['s3']}", bucket, env, directory, process.pid, ports)
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline and process.poll() is None:
