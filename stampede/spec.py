@@ -22,8 +22,10 @@ from stampede.units import ALIGN_BYTES
 
 LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
            "list-first", "list-bcast", "mlperf")
-# checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf)
-WORKLOADS = ("none", "llama3-8b", "llama3-70b", "llama3-405b", "llama3-1t")
+# checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf),
+# each with the rank count of a closed submission (mlpstorage's LLM_ALLOWED_VALUES)
+WORKLOAD_RANKS = {"llama3-8b": 8, "llama3-70b": 64, "llama3-405b": 512, "llama3-1t": 1024}
+WORKLOADS = ("none", *WORKLOAD_RANKS)
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
 EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}   # layout -> its exchange op
 BROADCAST_GROUPS = ("replica", "node")

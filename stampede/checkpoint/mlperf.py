@@ -32,12 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from stampede.results.mlperf import NOT_COMPARABLE
+from stampede.spec import WORKLOAD_RANKS
 from stampede.units import ALIGN_BYTES
 
 MODEL_BYTES_PER_ELEMENT = 2      # model_datatype fp16
 OPTIMIZER_BYTES_PER_ELEMENT = 4  # optimizer_datatype fp32
 SUBSET_RANKS = 8                 # mlpstorage's LLM_SUBSET_PROCS: one host of 8 processes
-NOT_COMPARABLE = "not comparable with submissions"
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,11 @@ class Model:
     tp: int
     pp: int
     zero: int
-    closed_ranks: int            # the rank count of a closed submission
+
+    @property
+    def closed_ranks(self) -> int:
+        """The rank count of a closed submission."""
+        return WORKLOAD_RANKS[self.name]
 
     @property
     def model_parallel(self) -> int:
@@ -71,12 +76,10 @@ class Model:
 
 
 MODELS = {model.name: model for model in (
-    Model("llama3-8b", 32, 4096, 14336, 32, 8, 128256, tp=1, pp=1, zero=3, closed_ranks=8),
-    Model("llama3-70b", 80, 8192, 28672, 128, 8, 128256, tp=8, pp=1, zero=3, closed_ranks=64),
-    Model("llama3-405b", 126, 16384, 53248, 128, 8, 128256, tp=8, pp=32, zero=1,
-          closed_ranks=512),
-    Model("llama3-1t", 128, 25872, 98304, 192, 32, 128256, tp=8, pp=64, zero=1,
-          closed_ranks=1024),
+    Model("llama3-8b", 32, 4096, 14336, 32, 8, 128256, tp=1, pp=1, zero=3),
+    Model("llama3-70b", 80, 8192, 28672, 128, 8, 128256, tp=8, pp=1, zero=3),
+    Model("llama3-405b", 126, 16384, 53248, 128, 8, 128256, tp=8, pp=32, zero=1),
+    Model("llama3-1t", 128, 25872, 98304, 192, 32, 128256, tp=8, pp=64, zero=1),
 )}
 
 
@@ -150,19 +153,6 @@ def checkpoint_bytes(model: Model, nranks: int, subset: bool = False,
     """One checkpoint's bytes, all ranks of this run."""
     return sum(nbytes for rank in range(nranks)
                for _, nbytes in rank_files(model, rank, nranks, subset, scale))
-
-
-def comparability(model: Model, nranks: int, subset: bool, scale: Fraction) -> str:
-    """"" when this run is the workload's own, else why it is not comparable with
-    submissions."""
-    why = []
-    if scale != 1:
-        why.append(f"sizes scaled by {scale}")
-    if subset:
-        why.append(f"subset: {nranks} of {model.closed_ranks} ranks")
-    elif nranks != model.closed_ranks:
-        why.append(f"{nranks} ranks, not the workload's {model.closed_ranks}")
-    return f"{'; '.join(why)}: {NOT_COMPARABLE}" if why else ""
 
 
 def job_text(model: Model) -> str:

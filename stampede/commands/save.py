@@ -90,15 +90,27 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     comm = mpi.world()
     rank, nranks = comm.Get_rank(), comm.Get_size()
     archiver = Archiver(spec, 2 * len(spec.layouts), rank == 0)
+    gap = None
+    if spec.workload != "none":   # MLPerf's rules read when the writes end, the reads start
+        from stampede.run.mlperf import Gap
+
+        gap = Gap()
+        archiver.tick = gap.watch(archiver.tick)   # type: ignore[method-assign, assignment]
     context, archiver = measure(comm, spec, "cycle", spec.layouts, "saves: " + _what(spec),
                                 save_job, archiver, final=False)
     restore = restore_spec(spec, nranks)
+    if gap is not None:
+        gap.reading = True
     mpi.collective(comm, "dropping the page cache", lambda: _drop_between(comm, restore))
     if rank == 0:
         print(f"stampede cycle {spec.name}: restores: the published versions, rank_shift "
               f"{restore.rank_shift}, cache {restore.cache}", file=sys.stderr, flush=True)
-    measure(comm, restore, "cycle", restore.layouts, f"{restore.iterations} restores each",
-            run_job, archiver, context)
+    context, archiver = measure(comm, restore, "cycle", restore.layouts,
+                                f"{restore.iterations} restores each", run_job, archiver, context)
+    if gap is not None:
+        from stampede.run.mlperf import report
+
+        report(comm, spec, restore, context, archiver.runs, gap)
     return 0
 
 

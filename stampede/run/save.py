@@ -45,6 +45,7 @@ from stampede.run.save_pattern import Save, SaveSetup
 from stampede.run.setup import MAX_MESSAGES
 from stampede.run.verdict import iteration_name, judge
 from stampede.spec import JobSpec
+from stampede.sysinfo import meminfo_bytes
 from stampede.units import format_bytes
 
 
@@ -126,24 +127,13 @@ def _check_memory(spec: JobSpec, nranks: int, hosts: list[str]) -> None:
     per_rank = bytes_per_rank(spec, nranks) * (2 if spec.save_mode == "async" else 1)
     _, per_node = node_counts(hosts) if hosts else (1, nranks)
     needed = per_rank * per_node
-    available = _mem_available()
+    available = meminfo_bytes("MemAvailable")
     if available is not None and needed > available * 0.9:
         raise UsageError(f"{spec.source}: save holds each rank's shard in memory"
                          f"{' twice (async)' if spec.save_mode == 'async' else ''}: "
                          f"{per_node} rank(s) on a node need {format_bytes(needed)}, over 90% "
                          f"of the {format_bytes(available)} this node has available",
                          hint="a smaller checkpoint.size, or fewer ranks per node")
-
-
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as stream:
-            for line in stream:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 # --- one layout -----------------------------------------------------------------------
