@@ -10,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,7 +21,11 @@ from stampede.errors import UsageError
 from stampede.units import ALIGN_BYTES
 
 LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
-           "list-first", "list-bcast")
+           "list-first", "list-bcast", "mlperf")
+# checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf),
+# each with the rank count of a closed submission (mlpstorage's LLM_ALLOWED_VALUES)
+WORKLOAD_RANKS = {"llama3-8b": 8, "llama3-70b": 64, "llama3-405b": 512, "llama3-1t": 1024}
+WORKLOADS = ("none", *WORKLOAD_RANKS)
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
 EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}   # layout -> its exchange op
 BROADCAST_GROUPS = ("replica", "node")
@@ -37,7 +42,7 @@ VALIDATE_MODES = ("none", "sha256", "xxh3", "finite")
 MKDIR_BY = ("root", "every")
 RESTORE_FROM = ("auto", "prepared", "saved")
 # What `stampede save` writes; broadcast and the listing layouts are ways to read.
-SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first")
+SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first", "mlperf")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned")
 
 @dataclass(frozen=True)
@@ -91,6 +96,17 @@ OPTIONS: tuple[Option, ...] = (
            "metadata-first = all read a shared index first; list-first = all list the "
            "directory first; list-bcast = rank 0 lists and broadcasts. A list runs each in "
            "turn on the same target", "layout"),
+    Option("checkpoint.workload", "workload", values.choice(WORKLOADS), "none",
+           "layout mlperf: MLPerf Storage's checkpointing model whose files every rank writes "
+           "(model and optimizer states per TP/PP/DP rank, as DLIO writes them; sizes from "
+           "the model, so no checkpoint.size)", "workload"),
+    Option("checkpoint.scale", "scale", values.scale, "1",
+           "layout mlperf: every file's size times this (\"1/1024\", 0.001), the file layout "
+           "kept; below 1 the run is labelled not comparable with submissions", "scale"),
+    Option("checkpoint.subset", "subset", values.boolean, False,
+           "layout mlperf: MLPerf's subset mode: the ranks are the first ranks of the "
+           "workload's closed run (one host of 8), each writing what it would write there",
+           "subset"),
     Option("checkpoint.replicas", "replicas", values.whole_number(1), 1,
            "data-parallel replicas R: N ranks = N/R model shards x R; the ranks holding one "
            "shard form a group", "replicas"),
@@ -206,6 +222,9 @@ class JobSpec:
     size_total_bytes: int | None
     size_per_rank_bytes: int | None
     layouts: tuple[str, ...]
+    workload: str
+    scale: Fraction
+    subset: bool
     replicas: int
     broadcast_group: str
     index_bytes: int
@@ -359,6 +378,10 @@ def _check_combination(spec: JobSpec) -> None:
 
 def _size_rules(spec: JobSpec) -> None:
     sized = spec.size_total_bytes is not None or spec.size_per_rank_bytes is not None
+    if spec.workload != "none" and "mlperf" not in spec.layouts or \
+            (spec.scale != 1 or spec.subset) and spec.workload == "none":
+        raise UsageError(f"{spec.source}: checkpoint.workload, scale and subset belong to "
+                         "checkpoint.layout \"mlperf\"", hint='layout = ["mlperf"]')
     if spec.checkpoint_source == "existing" or spec.from_path:
         what = "an existing checkpoint" if spec.checkpoint_source == "existing" else "checkpoint.from"
         if sized:
@@ -371,10 +394,29 @@ def _size_rules(spec: JobSpec) -> None:
         if spec.checkpoint_source == "existing" and spec.h2d != "none":
             raise UsageError(f"{spec.source}: run.h2d with an existing checkpoint is not "
                              "supported yet", hint="measure h2d on a synthetic checkpoint")
+    elif "mlperf" in spec.layouts:
+        _workload_rules(spec, sized)
     elif (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
         raise UsageError(f"{spec.source}: give exactly one of checkpoint.size and "
                          "checkpoint.size_per_rank",
                          hint='for example checkpoint.size = "1GiB"')
+
+
+def _workload_rules(spec: JobSpec, sized: bool) -> None:
+    """Layout mlperf: the workload's files, sized by its model (stampede.checkpoint.mlperf)."""
+    if spec.workload == "none":
+        raise UsageError(f"{spec.source}: checkpoint.layout \"mlperf\" needs "
+                         f"checkpoint.workload, one of {', '.join(WORKLOADS[1:])}")
+    if spec.layouts != ("mlperf",):
+        raise UsageError(f"{spec.source}: checkpoint.layout = {list(spec.layouts)}: mlperf "
+                         "runs alone (its files are the workload's)", hint='layout = ["mlperf"]')
+    if sized:
+        raise UsageError(f"{spec.source}: checkpoint.size and size_per_rank have no meaning "
+                         f"with checkpoint.workload = {spec.workload!r}: its model sizes it",
+                         hint="shrink it with checkpoint.scale (--scale)")
+    if spec.format != "raw" or spec.replicas != 1:
+        raise UsageError(f"{spec.source}: checkpoint.layout \"mlperf\" writes raw files, one "
+                         "writer each", hint='leave checkpoint.format = "raw" and replicas = 1')
 
 
 def _pattern_rules(spec: JobSpec) -> None:

@@ -17,6 +17,18 @@ class Mount:
     options: str
 
 
+def meminfo_bytes(key: str = "MemTotal", meminfo: str = "/proc/meminfo") -> int | None:
+    """One field of /proc/meminfo in bytes (MemTotal, MemAvailable), None when unknown."""
+    try:
+        with open(meminfo) as stream:
+            for line in stream:
+                if line.startswith(f"{key}:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def _unescape(field: str) -> str:
     # /proc/mounts escapes spaces, tabs, newlines and backslashes as octal.
     return field.encode().decode("unicode_escape") if "\\" in field else field

@@ -12,6 +12,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
 from pathlib import Path
 
 from stampede.errors import UsageError
@@ -128,6 +129,20 @@ def target_path(value: object) -> str:
     if URL_WITH_PASSWORD.match(path):
         raise ValueError(f"holds a password in a URL (user:password@): {CREDENTIALS_FROM}")
     return path
+
+
+def scale(value: object) -> Fraction:
+    """A factor in (0, 1]: a number or a fraction written "1/1024" (kept exact)."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError
+        factor = Fraction(value.strip() if isinstance(value, str) else value).limit_denominator(
+            2**40)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError('must be a factor above 0 and at most 1, e.g. "1/1024" or 0.01') from None
+    if not 0 < factor <= 1:
+        raise ValueError('must be a factor above 0 and at most 1, e.g. "1/1024" or 0.01')
+    return factor
 
 
 def boolean(value: object) -> bool:

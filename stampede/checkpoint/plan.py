@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from stampede.checkpoint.mlperf import MODELS, rank_files
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
 from stampede.spec import EXCHANGE, JobSpec
@@ -59,6 +60,13 @@ class Extent:
     offset: int                     # in the file (raw), or from the tensor's first byte
     length: int
     tensor: str = ""                # formatted files: the tensor the bytes belong to
+    place: int = -1                 # where its first byte sits in the holder's bytes in
+                                    # memory; -1: at offset - hold.offset (one file)
+
+    def at(self, hold: Extent) -> int:
+        """Where this extent's first byte sits in the holder's bytes in memory (`hold`):
+        several files of one rank (layout mlperf) lie end to end there."""
+        return self.place if self.place >= 0 else self.offset - hold.offset
 
     def __post_init__(self) -> None:
         if self.offset < 0 or self.length <= 0:
@@ -130,6 +138,9 @@ def bytes_per_rank(spec: JobSpec, nranks: int) -> int:
     """Bytes each rank must hold: its model shard. A total size is split over the S
     shards, rounded down to 4 KiB so slices and stripes stay aligned for O_DIRECT."""
     shards = shard_count(spec, nranks)
+    if spec.workload != "none":   # ranks hold different amounts: the largest share
+        return max(sum(extent.length for extent in mlperf_extents(spec, nranks, rank))
+                   for rank in range(nranks))
     if spec.size_per_rank_bytes is not None:
         per_rank = spec.size_per_rank_bytes
         if spec.cache == "direct" and per_rank % ALIGN_BYTES:
@@ -192,6 +203,9 @@ def checkpoint_files(spec: JobSpec, layout: str, nranks: int,
 def file_tensors(spec: JobSpec, layout: str, nranks: int,
                  root: str = "") -> dict[str, tuple[tuple[str, int], ...]]:
     """relpath -> the (tensor, bytes) it holds, in file order (raw: one unnamed tensor)."""
+    if layout == "mlperf":
+        return {extent.relpath: (("", extent.length),) for rank in range(nranks)
+                for extent in mlperf_extents(spec, nranks, rank, root)}
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     fmt = spec.format
     files: dict[str, tuple[tuple[str, int], ...]] = {}
@@ -213,6 +227,8 @@ def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
     """What `prepare` writes on this rank: the first S ranks write one shard (or slice)
     each, rank 0 also the index. whole_files (object stores, written sequentially): the
     shared file is written whole by rank 0."""
+    if layout == "mlperf":
+        return mlperf_extents(spec, nranks, rank)
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     writes = []
     if layout == "metadata-first" and rank == 0:
@@ -224,6 +240,20 @@ def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
     elif rank < shards:
         writes.append(shard_extent(spec, layout, rank, shards, per_rank))
     return tuple(writes)
+
+
+def mlperf_extents(spec: JobSpec, nranks: int, rank: int, root: str = "") -> tuple[Extent, ...]:
+    """Layout mlperf: the workload's files of one rank, whole, end to end in its memory."""
+    files = rank_files(MODELS[spec.workload], rank, nranks, spec.subset, spec.scale)
+    starts = [sum(nbytes for _, nbytes in files[:index]) for index in range(len(files))]
+    return tuple(Extent(under(root, name), 0, nbytes, place=start)
+                 for (name, nbytes), start in zip(files, starts))
+
+
+def mlperf_hold(extents: tuple[Extent, ...]) -> Extent:
+    """What a rank of layout mlperf holds: its files' bytes end to end (named by its
+    first file; its content is made per file)."""
+    return Extent(extents[0].relpath, 0, sum(extent.length for extent in extents))
 
 
 def stripe_extent(hold: Extent, index: int, count: int) -> Extent | None:
@@ -243,8 +273,14 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
     `root`."""
     if not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
-    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     place = (rank + spec.rank_shift) % nranks   # the rank whose shard this one restores
+    if layout == "mlperf":
+        files = mlperf_extents(spec, nranks, place, root)
+        return RankPlan(rank=rank, nranks=nranks, layout=layout, ops=spec.ops,
+                        extents=files, block_bytes=spec.block_bytes,
+                        stat_count=spec.stat_count, open_count=spec.open_count,
+                        hold=mlperf_hold(files), group=place)
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     shard, replica = place % shards, place // shards
     hold = shard_extent(spec, layout, shard, shards, per_rank, root)
     extents: tuple[Extent, ...] = (hold,)

@@ -17,6 +17,8 @@ Rank r holds model shard r mod S in memory, as a trainer does; which ranks write
 | fan-out        | one file per shard, fanout/NNN   | replica 0 of each shard                   |
 | metadata-first | shard files + a shared index     | replica 0 of each shard; rank 0 the index |
 |                |                                  | once every shard is durable               |
+| mlperf         | MLPerf's model and optimizer     | every rank its own files, end to end in   |
+|                | files per rank (checkpoint.mlperf)| its memory (Extent.place)                |
 
 Every file is written under a temporary name (`.NAME.partial`, created O_CREAT|O_EXCL)
 and renamed into place once its bytes are durable; a version is published by the layout's
@@ -38,6 +40,8 @@ from stampede.checkpoint.plan import (
     bytes_per_rank,
     checkpoint_files,
     file_tensors,
+    mlperf_extents,
+    mlperf_hold,
     shard_count,
     shard_extent,
     stripe_extent,
@@ -188,6 +192,14 @@ def writer_starts(spec: JobSpec, layout: str, nranks: int) -> list[int]:
 
 def save_plan(spec: JobSpec, layout: str, nranks: int, rank: int, root: str) -> SavePlan:
     """The plan of one rank in one save (see the module's table), its files under `root`."""
+    if layout == "mlperf":
+        extents = mlperf_extents(spec, nranks, rank, root)
+        return SavePlan(rank=rank, nranks=nranks, layout=layout, root=root,
+                        hold=mlperf_hold(extents),
+                        files=tuple(FileWrite(extent.relpath, True, (extent,))
+                                    for extent in extents),
+                        directories=version_directories(spec, layout, nranks, root),
+                        group=rank, block_bytes=spec.block_bytes)
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     shard, replica = rank % shards, rank // shards
     hold = shard_extent(spec, layout, shard, shards, per_rank, root)

@@ -5,6 +5,7 @@ one report)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from typing import Any
@@ -26,6 +27,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                     "versions beyond save.keep are deleted after it. `stampede run` then "
                     "restores the published version. Launch with mpiexec/srun.")
     add_job_arguments(save)
+    _add_scale(save)
     save.set_defaults(func=cmd_save)
     cycle = commands.add_parser(
         "cycle", formatter_class=formatter, epilog=SAVE_METRICS + "\n" + job_keys_help(),
@@ -36,7 +38,15 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                     "of the published version with the ranks shifted (run.rank_shift, "
                     "default: half the ranks), so that every rank reads what another wrote.")
     add_job_arguments(cycle)
+    _add_scale(cycle)
     cycle.set_defaults(func=cmd_cycle)
+
+
+def _add_scale(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--scale", metavar="FACTOR",
+                     help="layout mlperf: every file's size times FACTOR (1/1024, 0.01), the "
+                          "layout kept: checkpoint.scale; labelled not comparable with "
+                          "submissions")
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -45,7 +55,8 @@ def _load(args: argparse.Namespace) -> Any:
     from stampede.checkpoint.save_plan import check_save
     from stampede.spec import load_job
 
-    spec = load_job(args.job, overrides(args))   # before MPI and before any I/O
+    scale = [f"checkpoint.scale={json.dumps(args.scale)}"] if args.scale else []
+    spec = load_job(args.job, overrides(args) + scale)   # before MPI and before any I/O
     check_save(spec)
     require_packages(spec)
     backend_name_for(spec.target_path)
@@ -79,15 +90,27 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     comm = mpi.world()
     rank, nranks = comm.Get_rank(), comm.Get_size()
     archiver = Archiver(spec, 2 * len(spec.layouts), rank == 0)
+    gap = None
+    if spec.workload != "none":   # MLPerf's rules read when the writes end, the reads start
+        from stampede.run.mlperf import Gap
+
+        gap = Gap()
+        archiver.tick = gap.watch(archiver.tick)   # type: ignore[method-assign, assignment]
     context, archiver = measure(comm, spec, "cycle", spec.layouts, "saves: " + _what(spec),
                                 save_job, archiver, final=False)
     restore = restore_spec(spec, nranks)
+    if gap is not None:
+        gap.reading = True
     mpi.collective(comm, "dropping the page cache", lambda: _drop_between(comm, restore))
     if rank == 0:
         print(f"stampede cycle {spec.name}: restores: the published versions, rank_shift "
               f"{restore.rank_shift}, cache {restore.cache}", file=sys.stderr, flush=True)
-    measure(comm, restore, "cycle", restore.layouts, f"{restore.iterations} restores each",
-            run_job, archiver, context)
+    context, archiver = measure(comm, restore, "cycle", restore.layouts,
+                                f"{restore.iterations} restores each", run_job, archiver, context)
+    if gap is not None:
+        from stampede.run.mlperf import report
+
+        report(comm, spec, restore, context, archiver.runs, gap)
     return 0
 
 

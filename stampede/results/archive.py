@@ -18,6 +18,7 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      restored: saves/LAYOUT/vNNNNNN; empty for a prepared checkpoint), the save's ops and
      pseudo-ops (stampede.results.samples), and the options fanout, save_mode,
      durability, validate, keep, mkdir_by, part_size, restore_from.
+- 4: the options workload, scale, subset (layout mlperf: MLPerf Storage's checkpointing).
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.
@@ -42,7 +43,7 @@ from stampede.results.cells import LINE, SOURCE, cell
 from stampede.spec import OPTIONS
 from stampede.values import read_text
 
-ARCHIVE_SCHEMA = 3
+ARCHIVE_SCHEMA = 4
 
 REQUIRED_COLUMNS = (
     "schema", "run_id", "timestamp", "job", "backend", "layout", "format", "cache", "nranks",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from stampede.results.definitions import BUCKET_ERROR
+from stampede.results.mlperf import comparability_note
 from stampede.results.model import LayoutStats, RunContext
 from stampede.spec import EXCHANGE, JobSpec
 
@@ -65,8 +66,20 @@ def residency_warning(cache: str, resident: float | None) -> tuple[str, ...]:
 
 
 def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
-    if stats.completion_op == "save":
-        return save_warnings(spec, context, stats)
+    return _mlperf_note(spec, context) + (save_warnings(spec, context, stats)
+                                          if stats.completion_op == "save" else
+                                          _restore_warnings(spec, context, stats))
+
+
+def _mlperf_note(spec: JobSpec, context: RunContext) -> tuple[str, ...]:
+    """Layout mlperf: scaled, a subset or at another rank count, said in every row."""
+    if spec.workload == "none":
+        return ()
+    return tuple(filter(None, (comparability_note(spec.workload, context.nranks, spec.subset,
+                                                  spec.scale),)))
+
+
+def _restore_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
     checks = " and ".join(filter(None, (f"run.verify = {spec.verify}" if spec.verify != "none"
                                         else "", "run.check_finite" if spec.check_finite else "")))
     notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,

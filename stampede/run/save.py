@@ -28,7 +28,7 @@ from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, content_label
 from stampede.checkpoint.formats import safetensors_prefix
 from stampede.checkpoint.manifest import MANIFEST_NAME, layout_entry, read_manifest
-from stampede.checkpoint.plan import Extent, bytes_per_rank, file_tensors, shard_count
+from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, file_tensors
 from stampede.checkpoint.prepare import space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, UsageError
@@ -45,6 +45,7 @@ from stampede.run.save_pattern import Save, SaveSetup
 from stampede.run.setup import MAX_MESSAGES
 from stampede.run.verdict import iteration_name, judge
 from stampede.spec import JobSpec
+from stampede.sysinfo import meminfo_bytes
 from stampede.units import format_bytes
 
 
@@ -126,24 +127,13 @@ def _check_memory(spec: JobSpec, nranks: int, hosts: list[str]) -> None:
     per_rank = bytes_per_rank(spec, nranks) * (2 if spec.save_mode == "async" else 1)
     _, per_node = node_counts(hosts) if hosts else (1, nranks)
     needed = per_rank * per_node
-    available = _mem_available()
+    available = meminfo_bytes("MemAvailable")
     if available is not None and needed > available * 0.9:
         raise UsageError(f"{spec.source}: save holds each rank's shard in memory"
                          f"{' twice (async)' if spec.save_mode == 'async' else ''}: "
                          f"{per_node} rank(s) on a node need {format_bytes(needed)}, over 90% "
                          f"of the {format_bytes(available)} this node has available",
                          hint="a smaller checkpoint.size, or fewer ranks per node")
-
-
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as stream:
-            for line in stream:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 # --- one layout -----------------------------------------------------------------------
@@ -295,11 +285,16 @@ def _fill(spec: JobSpec, plan: SavePlan,
     it (a pure function of path and offset); the shard's hashes for the journal (replica 0
     of each shard: what a restore checks) and the validate hash of each extent written."""
     hold, model = plan.hold, buffers.model
-    label = content_label(hold.relpath, hold.tensor)
-    for offset, length in hold.blocks(spec.block_bytes):
-        place = offset - hold.offset
-        buffers.content.fill(model.view[place:place + length], label, offset)
+    pieces = [extent for file in plan.files for extent in file.extents] \
+        if plan.layout == "mlperf" else [hold]
+    for piece in pieces:
+        label, start = content_label(piece.relpath, piece.tensor), piece.at(hold)
+        for offset, length in piece.blocks(spec.block_bytes):
+            place = start + offset - piece.offset
+            buffers.content.fill(model.view[place:place + length], label, offset)
     records: list[dict[str, Any]] = []
+    if plan.layout == "mlperf":   # one slice per file: a restore checks each
+        return _file_records(spec, plan, model.view, pieces)
     if plan.member == 0:
         record = {"rank": plan.rank, "path": hold.relpath, "tensor": hold.tensor,
                   "offset": hold.offset, "length": hold.length}
@@ -317,9 +312,28 @@ def _fill(spec: JobSpec, plan: SavePlan,
                     expected[extent] = records[0][spec.validate]
                     continue
                 digest = new_digest(spec.validate)
-                place = extent.offset - hold.offset
+                place = extent.at(hold)
                 digest.update(model.view[place:place + extent.length])
                 expected[extent] = digest.hexdigest()
+    return records, expected
+
+
+def _file_records(spec: JobSpec, plan: SavePlan, view: memoryview, pieces: list[Extent]
+                  ) -> tuple[list[dict[str, Any]], dict[Extent, str]]:
+    """Layout mlperf: the journal's slice and the validate hash of every file written."""
+    records, expected = [], {}
+    for piece in pieces:
+        start = piece.at(plan.hold)
+        record: dict[str, Any] = {"rank": plan.rank, "path": piece.relpath, "tensor": "",
+                                  "offset": piece.offset, "length": piece.length}
+        for algorithm in ("xxh3", "sha256"):
+            if algorithm == "xxh3" or "sha256" in (spec.validate, spec.verify):
+                digest = new_digest(algorithm)
+                digest.update(view[start:start + piece.length])
+                record[algorithm] = digest.hexdigest()
+        records.append(record)
+        if spec.validate in ("sha256", "xxh3"):
+            expected[piece] = record[spec.validate]
     return records, expected
 
 
@@ -450,10 +464,10 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ..
     messages = [text for part in all_messages or [] for text in part]
     nranks = comm.Get_size()
     per_rank = bytes_per_rank(spec, nranks)
-    index = spec.index_bytes if plan.layout == "metadata-first" else 0
+    total = sum(nbytes for _, nbytes in checkpoint_files(spec, plan.layout, nranks))
     return LayoutRun(layout=plan.layout, bytes_per_rank=per_rank, stats=stats,
                      messages=tuple(messages), invalid_reason=phases.invalid_reason,
-                     retries=retries, bytes_total=per_rank * shard_count(spec, nranks) + index,
+                     retries=retries, bytes_total=total,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      interrupted=phases.interrupted, phase="save")
 

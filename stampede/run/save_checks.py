@@ -76,7 +76,7 @@ def locate(save: Any, file: FileWrite, extent: Extent, base: int) -> str:
         for offset, length in extent.blocks(setup.block_bytes):
             got = bytearray(length)
             done = setup.backend.read_into(handle, memoryview(got), base + offset)
-            place = offset - save.plan.hold.offset
+            place = extent.at(save.plan.hold) + offset - extent.offset
             wanted = np.frombuffer(setup.model.view[place:place + length], dtype=np.uint8)
             differs = np.flatnonzero(np.frombuffer(got, dtype=np.uint8)[:done]
                                      != wanted[:done])

@@ -150,11 +150,12 @@ class FileSave(Save):
             return
         clock, write, append, iteration = time.perf_counter_ns, setup.backend.write_from, \
             self.log.append, self.iteration
-        hold_offset, block = plan.hold.offset, setup.block_bytes
+        block = setup.block_bytes
         for extent in file.extents:
             base = setup.bases[file.relpath][extent.tensor]
+            shift = extent.at(plan.hold) - extent.offset
             for offset, length in extent.blocks(block):
-                place = offset - hold_offset
+                place = shift + offset
                 view = source[place:place + length]
                 start = clock()
                 try:

@@ -152,8 +152,7 @@ class ObjectSave(Save):
             return
         clock, send, append, iteration = time.perf_counter_ns, self.store.upload_part, \
             self.log.append, self.iteration
-        hold_offset, data_start, source = plan.hold.offset, self.data_start(file.relpath), \
-            self.source
+        data_start, source = self.data_start(file.relpath), self.source
         header = setup.headers.get(file.relpath)
         sent = self.parts.setdefault(file.relpath, [])
         for extent in file.extents:
@@ -162,8 +161,9 @@ class ObjectSave(Save):
                 self.fail("write", file.relpath, f"bytes from {base + extent.offset} do not "
                           f"start a part of {part_bytes} bytes")   # save_plan refuses these
                 return
+            shift = extent.at(plan.hold) - extent.offset
             for offset, length in extent.blocks(part_bytes):
-                place = offset - hold_offset
+                place = shift + offset
                 number = (base + offset - data_start) // part_bytes + 1
                 views = (source[place:place + length],) if number > 1 or header is None \
                     else (header, source[place:place + length])
@@ -217,8 +217,7 @@ class ObjectSave(Save):
         setup, plan = self.setup, self.plan
         if not self.active:
             return
-        views = tuple(self.source[extent.offset - plan.hold.offset:
-                                  extent.offset - plan.hold.offset + extent.length]
+        views = tuple(self.source[extent.at(plan.hold):extent.at(plan.hold) + extent.length]
                       for extent in file.extents)
         header = setup.headers.get(file.relpath)
         self.put_one(file.relpath, views if header is None else (header, *views),

@@ -94,4 +94,4 @@ def test_what_save_refuses(checkpoint: dict[str, object], says: str) -> None:
     with pytest.raises(UsageError, match=says):
         check_save(spec)
     assert set(SAVE_LAYOUTS) <= {"shared", "sharded", "replicated", "striped", "fan-out",
-                                 "metadata-first"}
+                                 "metadata-first", "mlperf"}
