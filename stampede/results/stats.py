@@ -28,13 +28,13 @@ from stampede.results.model import (
     EMPTY_LATENCY,
     EMPTY_SPREAD,
     NAN,
+    TIMELINE_PHASES,
     Histogram,
     Latency,
     LayoutStats,
     OpStats,
     RestoreStats,
     Spread,
-    TIMELINE_PHASES,
 )
 from stampede.results.samples import (
     ITER,
