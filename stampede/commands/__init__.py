@@ -27,7 +27,7 @@ COMMANDS = {
     "plot": "stampede.commands.plot", "gpu": "stampede.commands.gpu",
     "mttr": "stampede.commands.mttr", "emulate-mds": "stampede.commands.emulate_mds",
     "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
-    "html": "stampede.commands.html",
+    "html": "stampede.commands.html", "assess": "stampede.commands.assess",
 }
 
 

@@ -62,12 +62,16 @@ def verdict_section(assessment: Any) -> str:
         line = (f"<b>{phase}: use {escape(verdict.best)}</b>"
                 f" (measured best: {escape(verdict.best_measured or '-')})")
         if verdict.projections:
-            series, projection, _ = verdict.at_target[0]
+            series, projection, notes = verdict.at_target[0]
             low, high = projection.band
+            bound = " (upper bound)" if projection.fit.stall_bound or projection.fit.agg_bound else ""
             line += (f"; projected to {assessment.target_ranks} ranks: time to last rank "
-                     f"{format_seconds(projection.prediction.total_s)}, band "
+                     f"{format_seconds(projection.prediction.total_s)}{bound}, band "
                      f"{format_seconds(low)}–{format_seconds(high)} ({escape(projection.band_from)});"
-                     f" dominant: {escape(verdict.dominant)}")
+                     f" dominant: {escape(verdict.dominant)}; fit residuals rms "
+                     f"{projection.fit.rms_residual:.1%}" + tag("details", tag(
+                         "summary", "how far to trust it") + tag("ul", "".join(
+                             tag("li", escape(note)) for note in notes) or "<li>no note</li>")))
         else:
             line += f"; no projection: {escape(verdict.why_no_projection or 'no fit')}"
         items.append(tag("li", line))

@@ -7,62 +7,25 @@ every figure), no console error, no request leaving the file."""
 from __future__ import annotations
 
 import csv
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import browser
-from tests.helpers.jobs import RUN_TIMEOUT_S, small_job
+from tests.helpers.verdicts import URL, cli, hand_verdict, verdict_of
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-URL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "COLUMNS": "200"}   # rich's tables on one line each
-    done = subprocess.run([sys.executable, "-m", "stampede", *args], capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S, cwd=cwd, env=environment)
-    assert done.returncode == 0, done.stderr
-    return done
-
-
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An archive of a real sweep at 1, 2 and 3 ranks (two layouts), its sidecars beside it."""
-    tmp = tmp_path_factory.mktemp("html")
-    job = small_job(tmp, checkpoint={"size": "6MiB", "layout": ["shared", "sharded"]},
-                    run={"iterations": 2, "warmup": 1, "verify": "xxh3"})
-    cli("sweep", str(job), "--ranks", "1,2,3", "--clean", cwd=tmp)
-    return tmp / "results" / "job.csv"
-
-
-def verdict_of(page: str) -> tuple[str, float]:
-    """(the restore layout the verdict names, its measured T_MTTR) from the HTML."""
-    layout = re.search(r"<b>restore: use ([\w-]+)</b>", page)
-    mttr = re.search(r"<b>T_MTTR as measured: ([0-9.e+]+) s</b>", page)
-    assert layout and mttr, page[:3000]
-    return layout.group(1), float(mttr.group(1))
-
-
-def hand_verdict(archive: Path) -> tuple[str, float]:
-    """`stampede project ARCHIVE --ranks 16384` and `stampede mttr ARCHIVE --layout L`."""
-    projected = cli("project", str(archive), "--ranks", "16384", cwd=archive.parent).stdout
-    ranked = re.search(r"ranked at 16384 ranks: ([\w-]+) ", projected)
-    assert ranked, projected
-    layout = ranked.group(1)
-    mttr = cli("mttr", str(archive), "--layout", layout, cwd=archive.parent).stdout
-    total = re.search(r"T_MTTR\s+([0-9.e+]+)\s+100%", mttr)
-    assert total, mttr
-    return layout, float(total.group(1))
+@pytest.fixture
+def swept(assessed: Path) -> Path:
+    """The archive of a real sweep at 1, 2 and 3 ranks (conftest's `assessed`)."""
+    return assessed.with_suffix(".csv")
 
 
 @pytest.mark.mpi
 def test_the_verdict_is_what_project_and_mttr_say_by_hand(swept: Path) -> None:
-    output = swept.parent / "report.html"
+    output = swept.parent / "by-html.html"
     cli("html", str(swept), "-o", str(output), cwd=swept.parent)
     page = output.read_text()
     layout, mttr_s = verdict_of(page)
