@@ -129,29 +129,55 @@ def step_sets(args: argparse.Namespace, spec: Any, archive: Path, iterations: in
     return {"prepare": words, "run": words}
 
 
+def valid_factors(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> list[float]:
+    """The size factors (model.budget.SIZE_FACTORS) the job can run at every count."""
+    from stampede.checkpoint.plan import bytes_per_rank
+    from stampede.errors import UsageError
+    from stampede.model.budget import SIZE_FACTORS
+    from stampede.spec import load_job
+
+    allowed = []
+    for factor in SIZE_FACTORS:
+        pairs = step_sets(args, spec, Path("probe.csv"), 1, 0, factor)["run"][1::2]
+        try:
+            scaled = load_job(args.job, pairs)
+            for nranks in counts:
+                bytes_per_rank(scaled, nranks)
+        except UsageError:
+            continue
+        allowed.append(factor)
+    return allowed or [1.0]
+
+
 def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...], budget_s: float,
                    started: float, mpiexec: str | None) -> tuple[tuple[str, ...], Any]:
-    """One iteration at the smallest count, timed, into a scratch archive; the plan."""
+    """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare and
+    run timed apart, into a scratch archive; the plan."""
     from stampede.commands.sweep import run_steps
     from stampede.errors import RunFailed
-    from stampede.model.budget import Probe, plan_sweep
+    from stampede.model.budget import PROBE_FACTOR, Probe, plan_sweep
     from stampede.results.archive import read_rows
     from stampede.results.cells import number
 
+    sizes = valid_factors(args, spec, counts)
+    factor = min(sizes, key=lambda size: abs(size - PROBE_FACTOR))
     with tempfile.TemporaryDirectory(prefix="stampede-probe-") as scratch:
         archive = Path(scratch) / "probe.csv"
-        begun = time.monotonic()
-        if run_steps(args.job, counts[:1], step_sets(args, spec, archive, 1, 0, 1.0), mpiexec,
-                     str(archive), quiet=True):
-            raise RunFailed(f"assess: the probe at {counts[0]} rank(s) failed")
-        wall_s = time.monotonic() - begun
+        sets = step_sets(args, spec, archive, 1, 0, factor)
+        walls = []
+        for step in ("prepare", "run"):
+            begun = time.monotonic()
+            if run_steps(args.job, counts[:1], sets, mpiexec, str(archive), True, (step,)):
+                raise RunFailed(f"assess: the probe's {step} at {counts[0]} rank(s) failed")
+            walls.append(time.monotonic() - begun)
         work_s = sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
                      if row["op"] == "restore" and row["valid"] == "true")
-    probe = Probe(counts[0], wall_s, work_s)
-    plan = plan_sweep(probe, counts, budget_s, time.monotonic() - started,
-                      spec.iterations, min(spec.warmup, 1))
-    lines = (f"probe at {counts[0]} rank(s): prepare + run of 1 iteration took {wall_s:.1f} s "
-             f"wall, its restores {work_s:.3f} s", f"plan: {plan.describe()}")
+    probe = Probe(counts[0], walls[0], walls[1], work_s, factor)
+    plan = plan_sweep(probe, counts, budget_s, time.monotonic() - started, spec.iterations,
+                      min(spec.warmup, 1), sizes, spec.size_per_rank_bytes is not None)
+    lines = (f"probe at {counts[0]} rank(s), checkpoint size x{factor:g}: prepare {walls[0]:.1f} s,"
+             f" run of 1 iteration {walls[1]:.1f} s wall (its restores {work_s:.3f} s)",
+             f"plan: {plan.describe()}")
     return lines, plan
 
 

@@ -96,14 +96,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def run_steps(job: str, counts: tuple[int, ...], sets: dict[str, list[str]], mpiexec: str | None,
-              archive: str, quiet: bool = False) -> int:
+              archive: str, quiet: bool = False, steps: tuple[str, ...] = ("prepare", "run")) -> int:
     """prepare, then run, at each rank count through the local mpiexec; the first failing
     step's exit status (the runs before it stay in `archive`), else 0. `sets`: each step's
-    --set words; quiet: the steps' output to /dev/null (their errors still on stderr)."""
+    --set words; quiet: the steps' output to /dev/null (their errors still on stderr);
+    `steps`: which of prepare and run."""
     for nranks in counts:
         launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
         print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)
-        for step in ("prepare", "run"):
+        for step in steps:
             status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, job,
                                       *sets[step]], stdout=subprocess.DEVNULL if quiet else None)
             if status:

@@ -79,8 +79,10 @@ def verdict_section(assessment: Any) -> str:
         items.append(tag("li", mttr_line("T_MTTR as measured", assessment.mttr,
                                          assessment.mttr_layout)))
     if assessment.mttr_at_target is not None:
+        fit = assessment.load_projection.fit
+        bound = ", an upper bound" if fit.stall_bound or fit.agg_bound else ""
         items.append(tag("li", mttr_line(f"T_MTTR at {assessment.target_ranks} ranks (load term "
-                                         "projected)", assessment.mttr_at_target,
+                                         f"projected{bound})", assessment.mttr_at_target,
                                          assessment.mttr_layout)))
     if not items:
         items.append(tag("li", "no restore or save run in the archive: nothing to rank "

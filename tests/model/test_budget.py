@@ -7,8 +7,12 @@ from stampede.model.budget import MIN_ITERATIONS, Probe, plan_sweep, step_s
 
 
 def test_the_plan_fits_the_budget_or_says_it_does_not() -> None:
-    probe = Probe(nranks=1, wall_s=3.0, work_s=1.0)      # 2 s of overhead, 1 s per iteration
-    assert step_s(probe, 2, 3, 1, 1.0) == 2 * (2.0 + 4 * 1.0)
+    # prepare 1 s, run 2 s: 1 s of overhead and 1 s of restores per iteration
+    probe = Probe(nranks=1, prepare_s=1.0, run_s=2.0, work_s=1.0)
+    assert step_s(probe, 2, 3, 1, 1.0) == 1.0 + 2 * (1.0 + 4 * 1.0)   # a total size: prepare stays
+    assert step_s(probe, 2, 3, 1, 1.0, per_rank_size=True) == 2.0 + 2 * (1.0 + 4 * 1.0)
+    small = Probe(nranks=1, prepare_s=1.0, run_s=2.0, work_s=1.0, size_factor=0.125)
+    assert step_s(small, 1, 1, 0, 1.0) == 8.0 + 1.0 + 8.0              # bytes scaled from the probe's
     roomy = plan_sweep(probe, (1, 2, 4), budget_s=1000, spent_s=3, max_iterations=5, warmup=1)
     assert roomy.fits and (roomy.iterations, roomy.size_factor) == (5, 1.0)
     tight = plan_sweep(probe, (1, 2, 4), budget_s=60, spent_s=3, max_iterations=5, warmup=1)
