@@ -42,6 +42,17 @@ def parse_size(value: object) -> int:
     return int(size)
 
 
+_DURATION_FACTORS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str) -> float:
+    """Seconds from '600', '90s', '10min', '1.5h'. Raises ValueError naming the value."""
+    match = _SIZE_RE.match(value)
+    if not match or match.group(2).lower() not in _DURATION_FACTORS or float(match.group(1)) <= 0:
+        raise ValueError(f"{value!r} is not a duration > 0 (e.g. 600, 90s, 10min, 1h)")
+    return float(match.group(1)) * _DURATION_FACTORS[match.group(2).lower()]
+
+
 def format_bytes(nbytes: float) -> str:
     """Binary units for sizes of files and blocks (what users type in job files)."""
     for unit, factor in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30),

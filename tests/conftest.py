@@ -98,3 +98,20 @@ def torch_bin(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 @pytest.fixture(scope="session")
 def tensorizer_file(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkpoints.write_tensorizer(published, tmp_path_factory.mktemp("tensorizer"))
+
+
+@pytest.fixture(scope="session")
+def assessed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`stampede assess` of a small job at 1, 2 and 3 ranks (real mpiexec, two layouts) to
+    a 60 s budget: its report; the archive (report.csv) and sidecars beside it. Shared by the
+    tests of assess and html, so that one sweep serves both (tests using it carry `mpi`)."""
+    from tests.helpers.jobs import small_job
+    from tests.helpers.verdicts import cli
+
+    tmp = tmp_path_factory.mktemp("assess")
+    job = small_job(tmp, checkpoint={"size": "6MiB", "layout": ["shared", "sharded"]},
+                    run={"iterations": 2, "warmup": 1, "verify": "xxh3"})
+    report = tmp / "report.html"
+    cli("assess", str(job), "--ranks", "1,2,3", "--budget", "60s", "-o", str(report), cwd=tmp,
+        timeout=300)
+    return report

@@ -28,6 +28,7 @@ COMMANDS = {
     "mttr": "stampede.commands.mttr", "emulate-mds": "stampede.commands.emulate_mds",
     "emulate-cluster": "stampede.commands.emulate_cluster",
     "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
+    "html": "stampede.commands.html", "assess": "stampede.commands.assess",
 }
 
 

@@ -88,25 +88,8 @@ def _known(args: argparse.Namespace) -> Known:
                  node_bps=args.node_gbps * 1e9 if args.node_gbps is not None else None)
 
 
-def _scale(args: argparse.Namespace, series: Any, size: float | None) -> Any:
-    """Where a layout is projected: --ranks, and the nodes and replicas as the runs grew."""
-    from stampede.model.projection import Scale
-
-    scaling = series.scaling
-    per_node = args.ranks_per_node if args.ranks_per_node is not None else scaling.ranks_per_node
-    replicas = args.replicas
-    if replicas is None and scaling.replicas_per_node and per_node:
-        replicas = -(-args.ranks // per_node)
-    if replicas is None:
-        replicas = scaling.replicas
-    if args.ranks % replicas:
-        raise UsageError(f"layout {series.layout}: {replicas} replicas (as the runs had) do not "
-                         f"divide --ranks {args.ranks}", hint="give --replicas R")
-    return Scale(args.ranks, per_node, replicas, size)
-
-
 def cmd_project(args: argparse.Namespace) -> int:
-    from stampede.model.projection import project
+    from stampede.model.projection import project, scale_for
     from stampede.model.series import projection_notes, series_from_rows
     from stampede.results.archive import read_rows
     from stampede.results.report import make_console
@@ -136,7 +119,8 @@ def cmd_project(args: argparse.Namespace) -> int:
                          + _other_phase(rows, args.phase))
     projections = []
     for item in series:
-        projection = project(item.points, item.layout, _scale(args, item, size), known,
+        scale = scale_for(item, args.ranks, args.ranks_per_node, args.replicas, size)
+        projection = project(item.points, item.layout, scale, known,
                              item.per_rank_size, locks=item.locks, phase=args.phase)
         projections.append((item, projection, projection_notes(item, projection, args.ranks,
                                                                known)))

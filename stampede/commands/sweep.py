@@ -85,18 +85,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          hint="pip install -e '.[mpi]'")
     sets = {step: [item for pair in pairs for item in ("--set", pair)]
             for step, pairs in (("prepare", prepared), ("run", args.set))}
-    for nranks in counts:
-        launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
-        print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)
-        for step in ("prepare", "run"):
-            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, args.job,
-                                      *sets[step]])
-            if status:
-                print(f"stampede sweep: {step} at {nranks} rank(s) failed (exit {status}); runs "
-                      f"before it stay in {spec.archive_path}", file=sys.stderr)
-                return status
+    status = run_steps(args.job, counts, sets, mpiexec, spec.archive_path)
+    if status:
+        return status
     if args.clean:
         subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets["prepare"]])
     print(f"stampede sweep: {len(counts)} rank counts appended to {spec.archive_path}",
           file=sys.stderr)
+    return 0
+
+
+def run_steps(job: str, counts: tuple[int, ...], sets: dict[str, list[str]], mpiexec: str | None,
+              archive: str, quiet: bool = False, steps: tuple[str, ...] = ("prepare", "run")) -> int:
+    """prepare, then run, at each rank count through the local mpiexec; the first failing
+    step's exit status (the runs before it stay in `archive`), else 0. `sets`: each step's
+    --set words; quiet: the steps' output to /dev/null (their errors still on stderr);
+    `steps`: which of prepare and run."""
+    for nranks in counts:
+        launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
+        print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)
+        for step in steps:
+            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, job,
+                                      *sets[step]], stdout=subprocess.DEVNULL if quiet else None)
+            if status:
+                print(f"stampede sweep: {step} at {nranks} rank(s) failed (exit {status}); runs "
+                      f"before it stay in {archive}", file=sys.stderr)
+                return status
     return 0

@@ -112,6 +112,22 @@ class Scale:
     bytes_per_rank: float | None = None
 
 
+def scale_for(series: Any, nranks: int, ranks_per_node: int | None = None,
+              replicas: int | None = None, bytes_per_rank: float | None = None) -> Scale:
+    """Where `stampede project --ranks N` projects a layout's series: the ranks per node
+    and the replicas given, else as its runs grew (replicas per node kept per node)."""
+    scaling = series.scaling
+    per_node = ranks_per_node if ranks_per_node is not None else scaling.ranks_per_node
+    if replicas is None and scaling.replicas_per_node and per_node:
+        replicas = -(-nranks // per_node)
+    if replicas is None:
+        replicas = scaling.replicas
+    if nranks % replicas:
+        raise UsageError(f"layout {series.layout}: {replicas} replicas (as the runs had) do not "
+                         f"divide --ranks {nranks}", hint="give --replicas R")
+    return Scale(nranks, per_node, replicas, bytes_per_rank)
+
+
 def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Known | None = None,
             per_rank_size: bool = False, bytes_per_rank: float | None = None,
             locks: float | None = None, phase: str = "restore") -> Projection:

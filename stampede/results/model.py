@@ -98,7 +98,22 @@ class Histogram:
 # jitter delay included), the end of its first read (a whole block has arrived: "first
 # byte"), the end of its last read, and when it was done; seconds on the phase's axis
 # (stampede.run.clock), NaN where the layout has no such moment (a broadcast member reads none).
-TIMELINE_COLUMNS = ("rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s")
+# Then the seconds the rank spent in each of TIMELINE_PHASES (the sum of its samples'
+# durations, so a broadcast's storage and network parts are told apart); older sidecars
+# hold the six moments only.
+TIMELINE_MOMENTS = ("rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s")
+TIMELINE_PHASES = {
+    "metadata": ("list", "index", "stat", "open", "header", "close", "mkdir", "create",
+                 "rename", "fsync_dir", "publish", "unlink", "rmdir"),
+    "read": ("read",),
+    "write": ("snapshot", "write", "fsync"),
+    "wait": ("wait",),
+    "exchange": ("bcast", "allgather"),
+    "verify": ("verify", "validate"),
+    "device copy": ("pin", "h2d"),
+}
+TIMELINE_COLUMNS = TIMELINE_MOMENTS + tuple(
+    f"{name.replace(' ', '_')}_s" for name in TIMELINE_PHASES)
 
 
 @dataclass(frozen=True)

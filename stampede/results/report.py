@@ -167,7 +167,7 @@ def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = 
     console.print(f"[dim]{SAVE_POINTER if saves else POINTER}[/]")
 
 
-def _ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
+def ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
     """Rows of the completion op (restore, save), valid ones by time to last rank first,
     each with how it stands against the best: a tie when their per-iteration min-max
     ranges overlap (the words of `stampede compare`), else how much slower."""
@@ -198,8 +198,8 @@ def _last_rank(row: Row) -> str:
 
 
 def _render_restores(rows: Sequence[Row], console: Any) -> None:
-    ranked = _ranked(rows)
-    if not ranked:   # rows imported from IOR or mdtest have no restore
+    ranking = ranked(rows)
+    if not ranking:   # rows imported from IOR or mdtest have no restore
         return
     wide = console.width >= NARROW
     headers = ("layout", "last rank\n(min-max)", "vs best", "strag-\ngler", "agg\nGB/s",
@@ -207,7 +207,7 @@ def _render_restores(rows: Sequence[Row], console: Any) -> None:
                                       "network\npart") if wide else ())
     table = new_table("Restore: time until every rank holds its bytes", headers,
                       left=("layout", "vs best"))
-    for row, standing in ranked:
+    for row, standing in ranking:
         cells = [row["layout"], _last_rank(row), standing, f"{number(row, 'straggler_ratio'):.2f}",
                  format_number(number(row, "agg_gbps")),
                  format_number(number(row, "slowest_rank_gbps"))]
@@ -217,12 +217,12 @@ def _render_restores(rows: Sequence[Row], console: Any) -> None:
                       seconds(row, "storage_s"), seconds(row, "network_s")]
         table.add_row(*cells)
     console.print(table)
-    _render_slowest(ranked, "restore", console)
+    _render_slowest(ranking, "restore", console)
 
 
-def _render_slowest(ranked: Sequence[tuple[Row, str]], what: str, console: Any) -> None:
+def _render_slowest(ranking: Sequence[tuple[Row, str]], what: str, console: Any) -> None:
     """Per layout, its slowest ranks by their median time (from the slowest_ranks cell)."""
-    for row, _ in ranked:
+    for row, _ in ranking:
         slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} "
                             f"{format_seconds(float(item.rsplit(':', 1)[1]))}"
                             for item in row["slowest_ranks"].split())
@@ -238,8 +238,8 @@ def _companion(rows: Sequence[Row], row: Row, op: str) -> Row:
 
 
 def _render_saves(rows: Sequence[Row], console: Any) -> None:
-    ranked = _ranked(rows, "save")
-    if not ranked:
+    ranking = ranked(rows, "save")
+    if not ranking:
         return
     wide = console.width >= NARROW
     headers = ("layout", "durable, last\nrank (min-max)", "vs best", "pub-\nlished",
@@ -248,7 +248,7 @@ def _render_saves(rows: Sequence[Row], console: Any) -> None:
     table = new_table("Save: time until every rank's bytes are durable", headers,
                       left=("layout", "vs best"))
     buffered = False
-    for row, standing in ranked:
+    for row, standing in ranking:
         published, blocked = _companion(rows, row, "published"), _companion(rows, row, "blocked")
         validate = _companion(rows, row, "validate")
         gbps = format_number(number(row, "agg_gbps"))
@@ -263,7 +263,7 @@ def _render_saves(rows: Sequence[Row], console: Any) -> None:
                       validate.get("errors", "-") if validate else "-"]
         table.add_row(*cells)
     console.print(table)
-    _render_slowest(ranked, "save", console)
+    _render_slowest(ranking, "save", console)
     if buffered:
         console.print("[yellow]buf[/] = save.durability = none: handed to the page cache, "
                       "not durable; never storage GB/s")
@@ -294,9 +294,8 @@ def _render_cycle(rows: Sequence[Row], console: Any) -> None:
     console.print(table)
 
 
-def render_warnings(rows: Sequence[Row], console: Any) -> None:
-    """Each warning once: those every layout has for the run, then per layout only what
-    differs."""
+def grouped_warnings(rows: Sequence[Row]) -> tuple[list[str], dict[str, list[str]]]:
+    """Each warning once: (those every layout has, in order; per layout what differs)."""
     by_layout: dict[str, list[str]] = {}
     for row in rows:
         name = row["layout"] + (" save" if row.get("phase") == "save" else "")
@@ -304,16 +303,24 @@ def render_warnings(rows: Sequence[Row], console: Any) -> None:
             by_layout[name] = [text for text in row.get("warnings", "").split(" | ")
                                         if text]
     if not by_layout:
-        return
+        return [], {}
     common = set.intersection(*(set(texts) for texts in by_layout.values()))
     if len(by_layout) == 1:
         common = set()
-    for text in (text for text in next(iter(by_layout.values())) if text in common):
+    return ([text for text in next(iter(by_layout.values())) if text in common],
+            {layout: [text for text in texts if text not in common]
+             for layout, texts in by_layout.items()})
+
+
+def render_warnings(rows: Sequence[Row], console: Any) -> None:
+    """Each warning once: those every layout has for the run, then per layout only what
+    differs."""
+    common, by_layout = grouped_warnings(rows)
+    for text in common:
         console.print(f"[yellow]warning:[/] {_escaped(text)}")
     for layout, texts in by_layout.items():
         for text in texts:
-            if text not in common:
-                console.print(f"[yellow]{layout}: warning:[/] {_escaped(text)}")
+            console.print(f"[yellow]{layout}: warning:[/] {_escaped(text)}")
 
 
 def _escaped(text: str) -> str:

@@ -28,6 +28,7 @@ from stampede.results.model import (
     EMPTY_LATENCY,
     EMPTY_SPREAD,
     NAN,
+    TIMELINE_PHASES,
     Histogram,
     Latency,
     LayoutStats,
@@ -192,8 +193,12 @@ def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple
         ufunc.at(out, key[mask], samples[mask, column].astype(np.float64) / 1e9)
         return np.where(np.isinf(out), NAN, out)
 
-    columns = (reduce(timed, START, np.minimum, np.inf), reduce(reads, STOP, np.minimum, np.inf),
-               reduce(reads, STOP, np.maximum, -np.inf), reduce(done, STOP, np.maximum, -np.inf))
+    columns = [reduce(timed, START, np.minimum, np.inf), reduce(reads, STOP, np.minimum, np.inf),
+               reduce(reads, STOP, np.maximum, -np.inf), reduce(done, STOP, np.maximum, -np.inf)]
+    seconds = (samples[:, STOP] - samples[:, START]).astype(np.float64) / 1e9
+    for ops in TIMELINE_PHASES.values():   # each phase's total per (rank, iteration)
+        mask = np.isin(samples[:, OP], [OPS.index(op) for op in ops])
+        columns.append(np.bincount(key[mask], weights=seconds[mask], minlength=len(pairs)))
     return tuple((float(rank), float(iteration), *(float(c[i]) for c in columns))
                  for i, (rank, iteration) in enumerate(pairs))
 

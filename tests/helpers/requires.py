@@ -14,7 +14,7 @@ import pytest
 
 # What CI requires (.ci/run sets each): the names a test may pass as `requirement`.
 REQUIREMENTS = ("SLURM", "S3", "TORCH", "FUSE", "HDF5", "PLOT", "ROOT", "LOADERS", "NETNS",
-                "NETEM")
+                "NETEM", "BROWSER")
 
 
 def unavailable(reason: str, requirement: str) -> NoReturn:

@@ -1,0 +1,225 @@
+"""`stampede assess`: one command, one answer. A short probe (one iteration at the
+smallest rank count) plans the sweep to --budget (stampede.model.budget: iterations and
+checkpoint size), the sweep runs through the local mpiexec (stampede sweep's steps) into
+an archive of its own beside the report, and `stampede html` writes the verdict: the
+layout, time to last rank and T_MTTR projected to --target-ranks, the dominant term, the
+band, with the plan said in the report. With --sbatch FILE it renders the sweep as one
+sbatch script instead (stampede.sbatch; no probe: there is no allocation here).
+
+A rank count the job cannot run (its checkpoint.replicas must divide every count) scales
+the whole list by the replica count, so that the counts keep their ratios; the report
+says so."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from stampede.commands import add_job_arguments
+from stampede.commands.html import DEFAULT_TARGET_RANKS
+
+DEFAULT_BUDGET = "10min"
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "assess", formatter_class=formatter,
+        help="Probe, plan a sweep to a time budget, run it (local mpiexec) or render it "
+             "(--sbatch), fit the contention model, and write one HTML verdict: which layout, "
+             "time to last rank and T_MTTR at --target-ranks, the dominant term, the band.",
+        description="One sweep planned to --budget, and its verdict as one HTML file.")
+    add_job_arguments(sub, "override a job key (passed to every step)")
+    sub.add_argument("--ranks", required=True, metavar="R[:N],...",
+                     help="rank counts, three or more for a projection, e.g. 1,2,4 (R:N, R ranks "
+                          "on N nodes, with --sbatch)")
+    sub.add_argument("--target-ranks", type=int, default=DEFAULT_TARGET_RANKS,
+                     help=f"rank count to project to (default {DEFAULT_TARGET_RANKS})")
+    sub.add_argument("--budget", default=DEFAULT_BUDGET, metavar="DURATION",
+                     help=f"wall time for the whole assessment, e.g. 600, 90s, 10min (default "
+                          f"{DEFAULT_BUDGET}); with --sbatch, the job's time limit")
+    sub.add_argument("-o", "--output", default="", metavar="FILE.html",
+                     help="the report (default assess-JOB.html); its archive is FILE.csv beside "
+                          "it, which must not exist yet")
+    sub.add_argument("--sbatch", default="", metavar="FILE.sbatch",
+                     help="render the sweep as an sbatch script instead of running it here")
+    sub.set_defaults(func=cmd_assess)
+
+
+def runnable_counts(spec: Any, steps: tuple[tuple[int, int | None], ...]
+                    ) -> tuple[tuple[int, ...], str]:
+    """The counts to run and a note: scaled by the replica count when the job cannot run
+    one of them as given (a UsageError when it cannot run them either way)."""
+    from stampede.checkpoint.plan import bytes_per_rank
+    from stampede.errors import UsageError
+
+    counts = tuple(count for count, _ in steps)
+    for factor in dict.fromkeys((1, max(spec.replicas, 1))):
+        scaled = tuple(count * factor for count in counts)
+        try:
+            for nranks in scaled:
+                bytes_per_rank(spec, nranks)
+        except UsageError as error:
+            refusal = error
+            continue
+        note = "" if factor == 1 else (
+            f"--ranks {','.join(map(str, counts))} planned as {','.join(map(str, scaled))}: "
+            f"checkpoint.replicas = {factor} must divide every rank count (each times {factor})")
+        return scaled, note
+    raise refusal
+
+
+def outputs(args: argparse.Namespace, job_name: str) -> tuple[Path, Path]:
+    """The report and its archive; a UsageError, before any run, when the archive exists."""
+    from stampede.errors import UsageError
+
+    report = Path(args.output or f"assess-{job_name}.html")
+    archive = report.with_suffix(".csv")
+    if archive.exists():
+        raise UsageError(f"-o {report}: its archive {archive} exists already",
+                         hint="give another -o, or remove it: an assessment fits its own runs")
+    return report, archive
+
+
+def cmd_assess(args: argparse.Namespace) -> int:
+    from stampede.errors import UsageError
+    from stampede.launcher import find_mpiexec
+    from stampede.sbatch import parse_steps
+    from stampede.spec import load_job
+    from stampede.units import parse_duration
+
+    started = time.monotonic()
+    steps = parse_steps(args.ranks)
+    try:
+        budget_s = parse_duration(args.budget)
+    except ValueError as error:
+        raise UsageError(f"--budget: {error}") from None
+    if args.target_ranks < 1:
+        raise UsageError(f"--target-ranks {args.target_ranks}: must be at least 1")
+    spec = load_job(args.job, args.set)
+    counts, note = runnable_counts(spec, steps)
+    if args.sbatch:
+        return render_sbatch(args, spec, ",".join(map(str, counts)) if note else args.ranks,
+                             budget_s)
+    if any(nodes not in (None, 1) for _, nodes in steps):
+        raise UsageError(f"--ranks {args.ranks}: R:N on several nodes needs Slurm here",
+                         hint="render it with --sbatch FILE, or give rank counts alone")
+    report, archive = outputs(args, spec.name)
+    mpiexec = find_mpiexec()
+    if mpiexec is None and max(counts) > 1:
+        raise UsageError("assess needs mpiexec for more than one rank, and none was found",
+                         hint="pip install -e '.[mpi]'")
+    probe, plan = probe_and_plan(args, spec, counts, budget_s, started, mpiexec)
+    return sweep_and_report(args, spec, plan, (note, *probe), report, archive, mpiexec, started)
+
+
+def step_sets(args: argparse.Namespace, spec: Any, archive: Path, iterations: int, warmup: int,
+              size_factor: float) -> dict[str, list[str]]:
+    """The --set words of every step: the user's, then the plan's."""
+    import json
+
+    sized = ("checkpoint.size_per_rank", spec.size_per_rank_bytes) \
+        if spec.size_per_rank_bytes is not None else ("checkpoint.size", spec.size_total_bytes)
+    pairs = [*args.set, f"archive.path={json.dumps(str(archive))}", f"run.iterations={iterations}",
+             f"run.warmup={warmup}", f"{sized[0]}={int(sized[1] * size_factor) // 4096 * 4096}"]
+    words = [word for pair in pairs for word in ("--set", pair)]
+    return {"prepare": words, "run": words}
+
+
+def valid_factors(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> list[float]:
+    """The size factors (model.budget.SIZE_FACTORS) the job can run at every count."""
+    from stampede.checkpoint.plan import bytes_per_rank
+    from stampede.errors import UsageError
+    from stampede.model.budget import SIZE_FACTORS
+    from stampede.spec import load_job
+
+    allowed = []
+    for factor in SIZE_FACTORS:
+        pairs = step_sets(args, spec, Path("probe.csv"), 1, 0, factor)["run"][1::2]
+        try:
+            scaled = load_job(args.job, pairs)
+            for nranks in counts:
+                bytes_per_rank(scaled, nranks)
+        except UsageError:
+            continue
+        allowed.append(factor)
+    return allowed or [1.0]
+
+
+def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...], budget_s: float,
+                   started: float, mpiexec: str | None) -> tuple[tuple[str, ...], Any]:
+    """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare and
+    run timed apart, into a scratch archive; the plan."""
+    from stampede.commands.sweep import run_steps
+    from stampede.errors import RunFailed
+    from stampede.model.budget import PROBE_FACTOR, Probe, plan_sweep
+    from stampede.results.archive import read_rows
+    from stampede.results.cells import number
+
+    sizes = valid_factors(args, spec, counts)
+    factor = min(sizes, key=lambda size: abs(size - PROBE_FACTOR))
+    with tempfile.TemporaryDirectory(prefix="stampede-probe-") as scratch:
+        archive = Path(scratch) / "probe.csv"
+        sets = step_sets(args, spec, archive, 1, 0, factor)
+        walls = []
+        for step in ("prepare", "run"):
+            begun = time.monotonic()
+            if run_steps(args.job, counts[:1], sets, mpiexec, str(archive), True, (step,)):
+                raise RunFailed(f"assess: the probe's {step} at {counts[0]} rank(s) failed")
+            walls.append(time.monotonic() - begun)
+        work_s = sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
+                     if row["op"] == "restore" and row["valid"] == "true")
+    probe = Probe(counts[0], walls[0], walls[1], work_s, factor)
+    plan = plan_sweep(probe, counts, budget_s, time.monotonic() - started, spec.iterations,
+                      min(spec.warmup, 1), sizes, spec.size_per_rank_bytes is not None)
+    lines = (f"probe at {counts[0]} rank(s), checkpoint size x{factor:g}: prepare {walls[0]:.1f} s,"
+             f" run of 1 iteration {walls[1]:.1f} s wall (its restores {work_s:.3f} s)",
+             f"plan: {plan.describe()}")
+    return lines, plan
+
+
+def sweep_and_report(args: argparse.Namespace, spec: Any, plan: Any, notes: tuple[str, ...],
+                     report: Path, archive: Path, mpiexec: str | None, started: float) -> int:
+    """The planned sweep into `archive`, the checkpoint removed, the report written."""
+    import subprocess
+
+    from stampede.commands.html import write_report
+    from stampede.commands.sweep import run_steps
+
+    sets = step_sets(args, spec, archive, plan.iterations, plan.warmup, plan.size_factor)
+    status = run_steps(args.job, plan.counts, sets, mpiexec, str(archive), quiet=True)
+    subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets["prepare"]],
+                    stdout=subprocess.DEVNULL)
+    if status:
+        return status
+    swept_s = time.monotonic() - started
+    lines = (*(note for note in notes if note),
+             f"assess: {swept_s:.0f} s wall from the start to the last run (budget "
+             f"{args.budget}); the checkpoint was removed after the sweep",
+             f"by hand: stampede project {archive} --ranks {args.target_ranks}; stampede mttr "
+             f"{archive} --layout LAYOUT")
+    path = write_report(str(archive), str(report), args.target_ranks, lines)
+    print(f"stampede assess: wrote {path} (archive {archive}) in "
+          f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+def render_sbatch(args: argparse.Namespace, spec: Any, steps: str, budget_s: float) -> int:
+    """The sweep as one sbatch script (stampede slurm's template; `steps` as its --ranks),
+    then the report's command."""
+    import math
+
+    from stampede.sbatch import allocation_for, render
+
+    allocation = allocation_for(None, None, steps)
+    minutes = max(math.ceil(budget_s / 60), 1)
+    script = render(Path(args.job).resolve(), spec.name, args.set, allocation,
+                    f"{minutes // 60:02d}:{minutes % 60:02d}:00", "", True,
+                    f"stampede assess {args.job} --ranks {args.ranks} --sbatch {args.sbatch}")
+    Path(args.sbatch).write_text(script)
+    print(f"wrote {args.sbatch}; after it ran: stampede html {spec.archive_path} --target-ranks "
+          f"{args.target_ranks}", file=sys.stderr)
+    return 0

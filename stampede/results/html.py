@@ -1,0 +1,232 @@
+"""`stampede html`: one self-contained HTML file from an archive and its sidecars: the
+verdict first (model.assessment's, computed by the command and handed in), then the
+restore and save tables, the figures (results.html_figures: inline SVG), the warnings, the
+machine, storage and MPI context of the sidecar, and the definitions (results.definitions)
+one click away. Nothing is fetched: a Content-Security-Policy of default-src 'none' lets
+only the inline style and inline images in. Rendering only: every number is a cell of
+the CSV, a sidecar value or a model's result. The stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from stampede.results import html_figures as figures
+from stampede.results.cells import number
+from stampede.results.definitions import METRICS, SAVE_METRICS
+from stampede.results.report import grouped_warnings, ranked
+from stampede.units import format_bytes, format_number, format_seconds
+
+MAX_OP_ROWS = 200
+Row = dict[str, str]
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:980px;padding:0 12px;color:#222}
+h1{font-size:1.4em}h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.6em}
+.verdict{background:#eef6ee;border:1px solid #7a7;padding:8px 14px;border-radius:6px}
+.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:.9em}
+td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
+td:first-child,th:first-child{text-align:left}
+svg.figure{width:100%;height:auto;max-width:760px;display:block;margin:6px 0 14px}
+.note{color:#555;font-size:.9em}pre{white-space:pre-wrap;font-size:.85em}
+details{margin:4px 0}summary{cursor:pointer}
+@media (max-width:600px){body{font-size:14px}td,th{padding:2px 4px}}
+@media print{details{display:block}details>*{display:block}.scroll{overflow:visible}
+ h2{break-after:avoid}svg.figure{break-inside:avoid}body{max-width:none}}
+"""
+
+
+def tag(name: str, content: str, **attributes: str) -> str:
+    extra = "".join(f' {key.rstrip("_")}="{escape(value)}"' for key, value in attributes.items())
+    return f"<{name}{extra}>{content}</{name}>"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(tag("th", escape(h)) for h in headers)
+    body = "".join(tag("tr", "".join(tag("td", escape(c)) for c in row)) for row in rows)
+    return tag("div", tag("table", tag("thead", tag("tr", head)) + tag("tbody", body)), class_="scroll")
+
+
+def last_rank(row: Mapping[str, str]) -> str:
+    return (f"{format_seconds(number(row, 'time_to_last_rank_s'))} "
+            f"({format_seconds(number(row, 'time_to_last_rank_min_s'))}–"
+            f"{format_seconds(number(row, 'time_to_last_rank_max_s'))})")
+
+
+def verdict_section(assessment: Any) -> str:
+    """The answer: which layout, the projection at the target and its band, T_MTTR."""
+    items = []
+    for phase, verdict in assessment.phases.items():
+        line = (f"<b>{phase}: use {escape(verdict.best)}</b>"
+                f" (measured best: {escape(verdict.best_measured or '-')})")
+        if verdict.projections:
+            series, projection, notes = verdict.at_target[0]
+            low, high = projection.band
+            bound = " (upper bound)" if projection.fit.stall_bound or projection.fit.agg_bound else ""
+            line += (f"; projected to {assessment.target_ranks} ranks: time to last rank "
+                     f"{format_seconds(projection.prediction.total_s)}{bound}, band "
+                     f"{format_seconds(low)}–{format_seconds(high)} ({escape(projection.band_from)});"
+                     f" dominant: {escape(verdict.dominant)}; fit residuals rms "
+                     f"{projection.fit.rms_residual:.1%}" + tag("details", tag(
+                         "summary", "how far to trust it") + tag("ul", "".join(
+                             tag("li", escape(note)) for note in notes) or "<li>no note</li>")))
+        else:
+            line += f"; no projection: {escape(verdict.why_no_projection or 'no fit')}"
+        items.append(tag("li", line))
+    if assessment.mttr is not None:
+        items.append(tag("li", mttr_line("T_MTTR as measured", assessment.mttr,
+                                         assessment.mttr_layout)))
+    if assessment.mttr_at_target is not None:
+        fit = assessment.load_projection.fit
+        bound = ", an upper bound" if fit.stall_bound or fit.agg_bound else ""
+        items.append(tag("li", mttr_line(f"T_MTTR at {assessment.target_ranks} ranks (load term "
+                                         f"projected{bound})", assessment.mttr_at_target,
+                                         assessment.mttr_layout)))
+    if not items:
+        items.append(tag("li", "no restore or save run in the archive: nothing to rank "
+                               "(imported rows are shown below)"))
+    return tag("section", tag("h2", "Verdict") + tag("ul", "".join(items)), class_="verdict",
+               id="verdict")
+
+
+def mttr_line(title: str, model: Any, layout: str) -> str:
+    dominant = ", ".join(term.name for term in model.dominant)
+    terms = "; ".join(f"{escape(term.name)} {term.seconds:.4g} s "
+                      f"({term.source.split(':')[0].split(' (')[0]})" for term in model.terms)
+    return (f"<b>{escape(title)}: {model.total_s:.4g} s</b> ({escape(layout)}), dominant term "
+            f"<b>{escape(dominant)}</b>" + tag("details", tag("summary", "terms") + escape(terms)))
+
+
+def restore_table(rows: Sequence[Row], op: str) -> str:
+    ranking = [(row, standing) for row, standing in ranked(rows, op)]
+    if not ranking:
+        return ""
+    body = [[row["layout"], last_rank(row), standing.replace("[red]", "").replace("[/]", ""),
+             f"{number(row, 'straggler_ratio'):.2f}", format_number(number(row, "agg_gbps")),
+             format_number(number(row, "slowest_rank_gbps")),
+             format_number(number(row, "storage_ops_per_iteration")),
+             format_seconds(number(row, "storage_s")), format_seconds(number(row, "network_s"))]
+            for row, standing in ranking]
+    first = ranking[0][0]
+    title = {"restore": "Restore: time until every rank holds its bytes",
+             "save": "Save: time until every rank's bytes are durable"}[op]
+    return (tag("h2", title, id=op) + tag("p", f"run {escape(first['run_id'])}: {first['nranks']} "
+                                          f"ranks on {first['nnodes']} node(s), "
+                                          f"{format_bytes(number(first, 'bytes_per_rank'))} per rank",
+                                          class_="note")
+            + table(("layout", "last rank (min–max)", "vs best", "straggler", "agg GB/s",
+                     "slowest GB/s", "storage ops/it", "storage part", "network part"), body))
+
+
+def ops_table(rows: Sequence[Row]) -> str:
+    """Every op row of the archive's runs (imported IOR and mdtest rows have no completion
+    op), the latest MAX_OP_ROWS."""
+    body = [[row["job"], row["layout"], row["op"], row["nranks"], row.get("count", ""),
+             format_number(number(row, "agg_gbps")), format_number(number(row, "ops_per_s")),
+             format_seconds(number(row, "lat_p50_s")), format_seconds(number(row, "lat_p99_s"))]
+            for row in rows[-MAX_OP_ROWS:]]
+    return (tag("h2", "Ops", id="ops")
+            + table(("job", "layout", "op", "ranks", "count", "agg GB/s", "ops/s", "p50", "p99"),
+                    body))
+
+
+def figures_section(archive_rows: list[Row], run_rows: list[Row], sidecar: dict[str, Any] | None,
+                    assessment: Any) -> str:
+    palette = figures.colours([row["layout"] for row in archive_rows])
+    parts = []
+    valid = [row for row in archive_rows if row.get("valid") != "false"]
+    for phase in ("restore", "save"):
+        verdict = assessment.phases.get(phase)
+        fits = [(series, projection) for series, projection, _ in verdict.projections] \
+            if verdict else []
+        drawn = figures.scaling_figure(valid, phase, fits, assessment.target_ranks, palette)
+        if drawn:
+            parts.append(tag("h3", f"Scaling of the {phase}") + drawn + tag(
+                "p", "dots: measured median, bar: min–max over iterations; line: the fitted "
+                     "model; dashed to the square: its projection, the thick bar its band",
+                class_="note"))
+    stats = {name: entry["stats"] for name, entry in (sidecar or {}).get("layouts", {}).items()
+             if entry.get("stats")}
+    ops = list(dict.fromkeys(op for s in stats.values() for op in (s.get("histograms") or {})))
+    for op in ops:
+        drawn = figures.cdf_figure(op, {layout: s["histograms"][op] for layout, s in stats.items()
+                                        if op in (s.get("histograms") or {})}, palette)
+        if drawn:
+            parts.append(tag("h3", f"Latency CDF: {op}") + drawn)
+    hosts = (sidecar or {}).get("hosts_by_rank") or []
+    for layout, layout_stats in stats.items():
+        drawn_timeline = figures.timeline_figure(layout_stats, hosts)
+        if drawn_timeline:
+            svg_text, iteration = drawn_timeline
+            parts.append(tag("h3", f"Timeline: {layout}, slowest iteration ({iteration}, 0-based)")
+                         + svg_text)
+    if not stats:
+        parts.append(tag("p", "no sidecar with statistics for the latest run: no CDF or "
+                              "timeline", class_="note"))
+    return tag("h2", "Figures", id="figures") + "".join(parts)
+
+
+def warnings_section(run_rows: Sequence[Row]) -> str:
+    common, by_layout = grouped_warnings(run_rows)
+    items = [tag("li", escape(text)) for text in common]
+    items += [tag("li", f"<b>{escape(layout)}</b>: {escape(text)}")
+              for layout, texts in by_layout.items() for text in texts]
+    return tag("h2", "Warnings", id="warnings") + (tag("ul", "".join(items)) if items else
+                                                    tag("p", "none", class_="note"))
+
+
+def context_section(first: Row, sidecar: dict[str, Any] | None) -> str:
+    """Machine, storage and MPI: the sidecar's facts (the CSV's where there is none)."""
+    facts: list[tuple[str, str]] = [(key, first.get(key, "")) for key in
+                                    ("job", "backend", "fs_type", "target", "cache", "nranks",
+                                     "nnodes", "stampede_version", "schema")]
+    if sidecar:
+        facts += [(key, str(value)) for key, value in sidecar.items()
+                  if key not in ("layouts", "job", "hosts_by_rank")]
+        hosts = sidecar.get("hosts_by_rank") or []
+        facts.append(("hosts", ", ".join(dict.fromkeys(hosts))))
+    rows = [(key, value) for key, value in facts if value not in ("", "{}", "None")]
+    return tag("h2", "Machine, storage and MPI", id="context") + table(("fact", "value"), rows)
+
+
+def definitions_section() -> str:
+    """Each term of the measurement definitions behind a <details> (the save's marked)."""
+    entries: list[tuple[str, list[str]]] = []
+    for prefix, text in (("", METRICS), ("save: ", SAVE_METRICS)):
+        for line in text.splitlines():
+            if line.startswith("  ") and not line.startswith("   "):
+                term, _, rest = line.strip().partition("  ")
+                entries.append((prefix + term, [rest.strip()]))
+            elif entries and line.startswith("   "):
+                entries[-1][1].append(line.strip())
+    return tag("h2", "Definitions", id="definitions") + "".join(
+        tag("details", tag("summary", escape(term)) + tag("p", escape(" ".join(text))))
+        for term, text in entries)
+
+
+def render_html(archive: str, rows: list[Row], sidecar: dict[str, Any] | None, assessment: Any,
+                notes: Sequence[str] = ()) -> str:
+    """The whole report, as one string."""
+    run_id = rows[-1]["run_id"]
+    run_rows = [row for row in rows if row["run_id"] == run_id]
+    tables = "".join(restore_table(run_rows_of(rows, verdict.run_id), phase)
+                     for phase, verdict in assessment.phases.items())
+    if not tables:
+        tables = ops_table(rows)
+    note = tag("ul", "".join(tag("li", escape(n)) for n in notes), class_="note") if notes else ""
+    body = (tag("h1", f"stampede report: {escape(rows[-1].get('job') or archive)}")
+            + tag("p", f"{escape(archive)}: {len({r['run_id'] for r in rows})} run(s); "
+                       f"target {assessment.target_ranks} ranks", class_="note")
+            + verdict_section(assessment) + note + tables
+            + figures_section(rows, run_rows, sidecar, assessment) + warnings_section(run_rows)
+            + context_section(run_rows[0], sidecar) + definitions_section())
+    head = (f'<meta charset="utf-8"><meta name="viewport" content="width=device-width, '
+            f'initial-scale=1"><meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f"<title>stampede: {escape(archive)}</title><style>{STYLE}</style>")
+    return f"<!DOCTYPE html><html lang=\"en\"><head>{head}</head><body>{body}</body></html>\n"
+
+
+def run_rows_of(rows: Sequence[Row], run_id: str) -> list[Row]:
+    return [row for row in rows if row["run_id"] == run_id]

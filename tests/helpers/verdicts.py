@@ -1,0 +1,46 @@
+"""The HTML report's verdict, and the same answer from `stampede project` and `stampede
+mttr` run by hand; the real stampede CLI run as a user runs it, wide enough for rich's
+tables to keep a row on one line."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.jobs import RUN_TIMEOUT_S
+
+# a src or href that leaves the file: http:, https: or protocol-relative
+URL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
+
+
+def cli(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """The CLI; it must succeed."""
+    environment = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "stampede", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd, env=environment)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def verdict_of(page: str) -> tuple[str, float]:
+    """(the restore layout the verdict names, its measured T_MTTR) from the HTML."""
+    layout = re.search(r"<b>restore: use ([\w-]+)</b>", page)
+    mttr = re.search(r"<b>T_MTTR as measured: ([0-9.e+]+) s</b>", page)
+    assert layout and mttr, page[:3000]
+    return layout.group(1), float(mttr.group(1))
+
+
+def hand_verdict(archive: Path, target_ranks: int = 16384) -> tuple[str, float]:
+    """`stampede project ARCHIVE --ranks N` (its ranking's first) and `stampede mttr ARCHIVE
+    --layout L` (its T_MTTR)."""
+    projected = cli("project", str(archive), "--ranks", str(target_ranks), cwd=archive.parent).stdout
+    ranked = re.search(rf"ranked at {target_ranks} ranks: ([\w-]+) ", projected)
+    assert ranked, projected
+    layout = ranked.group(1)
+    mttr = cli("mttr", str(archive), "--layout", layout, cwd=archive.parent).stdout
+    total = re.search(r"T_MTTR\s+([0-9.e+]+)\s+100%", mttr)
+    assert total, mttr
+    return layout, float(total.group(1))
