@@ -66,7 +66,7 @@ EXTRA_COLUMNS = (
 CONFIG_COLUMNS = ("phase", "backend", "fs_type", "cache", "format", "block_bytes", "pattern",
                   "replicas", "broadcast_group", "index_bytes", "stat_count", "open_count",
                   "verify", "jitter", "h2d", "save_mode", "durability", "validate", "mkdir_by",
-                  "fanout")
+                  "fanout", "workload", "scale", "subset")
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS
     if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
