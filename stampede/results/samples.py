@@ -37,7 +37,15 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        # save (-> the rank's bytes durable under their final names), published (-> the
        # pointer durable: rank 0)
        "snapshot", "mkdir", "create", "write", "fsync", "rename", "fsync_dir",
-       "validate", "publish", "unlink", "rmdir", "blocked", "save", "published")
+       "validate", "publish", "unlink", "rmdir", "blocked", "save", "published",
+       # run.exchange = "torch" (stampede.run.torch_exchange), before each iteration's start
+       # barrier, outside the restore (their stamps are negative on the phase's axis):
+       # pg_init (init_process_group + the exchange group: the recovery model's T_sync) and
+       # the new group's first collective at the shard's size (bcast_first,
+       # allgather_first), apart from the restore's steady-state bcast / allgather; d2h
+       # (inside the restore): device -> host copy of a shard that reached HBM (nccl,
+       # cuda-gds) so that run.verify and run.check_finite can check host bytes
+       "pg_init", "bcast_first", "allgather_first", "d2h")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 # A save's ops in the order it runs them (and its report lists them)
 SAVE_ORDER = ("snapshot", "mkdir", "create", "open", "write", "fsync", "close", "rename",
@@ -47,6 +55,8 @@ STORAGE_OPS = ("list", "index", "stat", "open", "header", "read", "close")
 SAVE_STORAGE_OPS = ("mkdir", "create", "open", "write", "fsync", "close", "rename",
                     "fsync_dir", "publish", "unlink", "rmdir")
 NETWORK_OPS = ("bcast", "allgather")
+# Timed before the phase's start barrier, so outside the restore (run.exchange = "torch")
+BEFORE_PHASE_OPS = ("pg_init", "bcast_first", "allgather_first")
 # ops for which ops/s means something
 RATE_OPS = tuple(dict.fromkeys((*STORAGE_OPS, *NETWORK_OPS, "verify", *SAVE_STORAGE_OPS,
                                  "validate")))
