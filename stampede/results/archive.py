@@ -18,6 +18,9 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      restored: saves/LAYOUT/vNNNNNN; empty for a prepared checkpoint), the save's ops and
      pseudo-ops (stampede.results.samples), and the options fanout, save_mode,
      durability, validate, keep, mkdir_by, part_size, restore_from.
+- 4: the option exchange (run.exchange: mpi | torch; empty in older rows, which all
+     exchanged over MPI). New op values, no column: pg_init, bcast_first,
+     allgather_first, d2h (stampede.results.samples); the run.h2d value cuda-gds.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.
@@ -42,7 +45,7 @@ from stampede.results.cells import LINE, SOURCE, cell
 from stampede.spec import OPTIONS
 from stampede.values import read_text
 
-ARCHIVE_SCHEMA = 3
+ARCHIVE_SCHEMA = 4
 
 REQUIRED_COLUMNS = (
     "schema", "run_id", "timestamp", "job", "backend", "layout", "format", "cache", "nranks",
@@ -65,7 +68,7 @@ EXTRA_COLUMNS = (
 CONFIG_COLUMNS = ("phase", "backend", "fs_type", "cache", "format", "block_bytes", "pattern",
                   "replicas", "broadcast_group", "index_bytes", "stat_count", "open_count",
                   "verify", "jitter", "h2d", "save_mode", "durability", "validate", "mkdir_by",
-                  "fanout")
+                  "fanout", "exchange")
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS
     if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

@@ -9,6 +9,9 @@ from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.model import LayoutStats, RunContext
 from stampede.spec import EXCHANGE, JobSpec
 
+# in every label (stampede.run.devices) of a cuFile path that goes through host memory
+NOT_GDS = "NOT GDS"
+
 WIDE_SPREAD = 0.10          # (max - min) / median across iterations
 SHORT_PHASE_S = 0.010       # barrier skew and timer calls become a visible share
 FEW_SAMPLES_P99 = 100       # p99 needs at least 100 samples to be a p99
@@ -73,14 +76,23 @@ def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> t
                          context.fs_type, checks)
     if spec.h2d == "host":
         notes += (f"h2d went to {context.device}: a stand-in for tests",)
+    if spec.exchange == "torch" and stats.layout in EXCHANGE:
+        notes += ("run.exchange = torch: pg_init and the group's first collective ran before "
+                  "the phase's start barrier, outside the restore (negative on its axis)",)
+    if spec.h2d == "cuda-gds" and NOT_GDS in context.device:
+        notes += (f"run.h2d = cuda-gds went through host memory ({context.device}): not "
+                  "GPUDirect Storage numbers",)
     if stats.samples == "histogram":
         notes += (f"p50-p99.9 interpolated in log buckets (run.samples = histogram): within "
                   f"{BUCKET_ERROR:.0%} of the exact values; min, max, counts, GB/s and restore "
                   "times are exact",)
     # Layouts that read into a reused block check and copy block by block, between reads;
     # those that exchange do it after the exchange, on the held shard.
+    copies = "copies back from the device to check" if spec.h2d == "cuda-gds" else \
+        "copies to the device"
     between = [what for what, on in (("checking", bool(checks)),
-                                      ("copies to the device", spec.h2d != "none"))
+                                      (copies, spec.h2d not in ("none", "cuda-gds")
+                                       or (spec.h2d == "cuda-gds" and bool(checks))))
                if on and stats.layout not in EXCHANGE]
     if between:
         notes += (f"{' and '.join(between)} run between reads here: the read op's aggregate "

@@ -27,10 +27,10 @@ from typing import Any, NamedTuple
 
 from stampede.buffers import AlignedBuffer
 from stampede.errors import UsageError, install_hint
+from stampede.results.warnings import NOT_GDS
 
 DEVICES = ("cuda", "host")
 HOST_LABEL = "host (memcpy, not a GPU)"
-NOT_GDS = "NOT GDS"   # in every label of a cuFile path that falls back to host copies
 # Nominal one-direction peaks, for context in reports (GB/s, 10^9 B/s).
 LINK_PEAKS_GBPS = {"pcie4x16": 32.0, "pcie5x16": 64.0, "pcie6x16": 128.0, "host": float("nan")}
 
