@@ -165,6 +165,10 @@ def _torch_exchange(comm: Any, spec: JobSpec, plan: RankPlan, group: Any, buffer
     mpi.collective(comm, "loading torch.distributed", partial(torch_exchange.require, backend))
     if not plan.exchange:
         return None
+    if backend == "nccl":
+        where = mpi.bcast(comm, mpi.gather(comm, (mpi.processor_name(comm), device.index)) or [])
+        mpi.collective(comm, "placing the ranks on the GPUs",
+                       partial(torch_exchange.one_rank_per_gpu, where))
     import torch
 
     tensor = device_buffer if backend == "nccl" else \

@@ -59,6 +59,19 @@ def require(backend: str) -> None:
                                                      "run.exchange = \"mpi\"")
 
 
+def one_rank_per_gpu(where: list[tuple[str, int]]) -> None:
+    """nccl: no two ranks on one GPU of one host (NCCL refuses a communicator with a
+    duplicate GPU, hours into a job or at its first collective): UsageError, exit 2."""
+    seen: dict[tuple[str, int], int] = {}
+    for rank, place in enumerate(where):
+        if place in seen:
+            raise UsageError(f"run.exchange = \"torch\" over nccl: ranks {seen[place]} and "
+                             f"{rank} would share cuda:{place[1]} on {place[0]}, and NCCL "
+                             "takes one rank per GPU",
+                             hint="launch at most as many ranks per node as it has GPUs")
+        seen[place] = rank
+
+
 def free_address() -> tuple[str, int]:
     """Rank 0: its host name and a port free now, for the rendezvous (TCPStore)."""
     with socket.socket() as probe:

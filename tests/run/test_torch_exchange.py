@@ -13,7 +13,6 @@ import pytest
 from tests.helpers import requires
 from tests.helpers.jobs import read_archive, small_job
 
-pytestmark = pytest.mark.mpi
 MiB = 2**20
 ITERATIONS = 2
 
@@ -35,6 +34,7 @@ def torch_installed() -> None:
     requires.module("torch", "TORCH")
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_gloo_holds_every_byte_the_mpi_exchange_does(stampede, tmp_path: Path, nranks: int,
                                                      torch_installed: None) -> None:
@@ -71,6 +71,7 @@ def test_gloo_holds_every_byte_the_mpi_exchange_does(stampede, tmp_path: Path, n
             torch_ops["restore"]["warnings"]
 
 
+@pytest.mark.mpi
 def test_stripes_out_of_rank_order_and_of_unequal_length(stampede, tmp_path: Path,
                                                          torch_installed: None) -> None:
     # rank_shift = 1: member i of a group (stripe i) is not its i-th lowest rank, which
@@ -88,6 +89,7 @@ def test_stripes_out_of_rank_order_and_of_unequal_length(stampede, tmp_path: Pat
     assert int(ops["allgather"]["count"]) == 4 * ITERATIONS
 
 
+@pytest.mark.mpi
 def test_a_corrupt_byte_reaches_the_receivers_through_gloo(stampede, tmp_path: Path,
                                                            torch_installed: None) -> None:
     job = small_job(tmp_path, checkpoint={"layout": ["broadcast"], "replicas": 2},
@@ -125,6 +127,7 @@ def test_combinations_the_exchange_and_cuda_gds_cannot_run(stampede, tmp_path: P
     assert len(result.stderr.strip().splitlines()) <= 2   # one line, and its hint
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(cuda_available(), reason="a CUDA device is visible here")
 @pytest.mark.parametrize("h2d", ["cuda-pinned", "cuda-gds"])
 def test_nccl_and_cuda_gds_without_a_gpu_are_refused(stampede, tmp_path: Path, h2d: str) -> None:
@@ -137,3 +140,18 @@ def test_nccl_and_cuda_gds_without_a_gpu_are_refused(stampede, tmp_path: Path, h
     assert result.returncode == 2, result.stdout + result.stderr
     assert "needs PyTorch" in result.stderr or "sees no CUDA device" in result.stderr
     assert not (tmp_path / "results" / "job.csv").exists()
+
+
+@pytest.mark.parametrize(("where", "refused"), [
+    ([("a", 0), ("a", 1), ("b", 0), ("b", 1)], False),
+    ([("a", 0), ("b", 0), ("a", 0)], True),
+])
+def test_nccl_takes_one_rank_per_gpu(where: list[tuple[str, int]], refused: bool) -> None:
+    from stampede.errors import UsageError
+    from stampede.run.torch_exchange import one_rank_per_gpu
+
+    if not refused:
+        one_rank_per_gpu(where)
+        return
+    with pytest.raises(UsageError, match="ranks 0 and 2 would share cuda:0 on a"):
+        one_rank_per_gpu(where)
