@@ -159,13 +159,16 @@ class Gds:
 
     def __init__(self) -> None:
         import importlib
+        hint = f"{install_hint('gds')} (kvikio-cu12 or -cu13 for your CUDA)"
         try:   # imported by name: kvikio ships no type stubs
             kvikio = importlib.import_module("kvikio")
         except ImportError:
             raise UsageError("GPUDirect Storage (run.h2d = cuda-gds, --modes gds) needs "
-                             "kvikio, which is not installed",
-                             hint=f"{install_hint('gds')} (kvikio-cu12 or -cu13 for your "
-                                  "CUDA)") from None
+                             "kvikio, which is not installed", hint=hint) from None
+        except Exception as error:   # its loader's own errors: libcufile not found, ...
+            raise UsageError(f"GPUDirect Storage: kvikio is installed but does not load "
+                             f"({type(error).__name__}: {str(error).splitlines()[0]})",
+                             hint=hint) from None
         self.kvikio = kvikio
         self.is_gds, self.label = gds_state(kvikio)
 
@@ -202,8 +205,9 @@ def gds_state(kvikio: Any) -> tuple[bool, str]:
         properties = importlib.import_module("kvikio.cufile_driver").properties
         loaded = bool(properties.is_gds_available)
         version = f"{properties.major_version}.{properties.minor_version}" if loaded else ""
-    except (ImportError, AttributeError, RuntimeError):
-        return True, "GDS (cuFile; nvidia-fs version not reported)"
+    except (ImportError, AttributeError, RuntimeError) as error:   # GDS is never assumed
+        return False, (f"cuFile loaded, the nvidia-fs driver's state not reported "
+                       f"({type(error).__name__}), {NOT_GDS}")
     if not loaded:
         return False, f"cuFile without the nvidia-fs driver (bounce buffer), {NOT_GDS}"
     return True, f"GDS (cuFile, nvidia-fs {version})"

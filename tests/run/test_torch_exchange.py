@@ -72,6 +72,22 @@ def test_gloo_holds_every_byte_the_mpi_exchange_does(stampede, tmp_path: Path, n
 
 
 @pytest.mark.mpi
+def test_gloo_then_the_device_copy_as_the_mpi_exchange_does(stampede, tmp_path: Path,
+                                                            torch_installed: None) -> None:
+    # run.h2d = host is not a GPU: gloo moves host memory, then the whole shard is copied
+    # on to the device inside the restore, as after an MPI exchange
+    job = small_job(tmp_path, checkpoint={"layout": ["broadcast"], "replicas": 2},
+                    run={"verify": "xxh3", "exchange": "torch", "h2d": "host"})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ops = _ops(read_archive(tmp_path / "results" / "job.csv"), "broadcast")
+    assert int(ops["h2d"]["count"]) == 2 * ITERATIONS
+    assert int(ops["h2d"]["op_bytes"]) == int(ops["restore"]["op_bytes"]) == 2 * ITERATIONS * 16 * MiB
+    assert "gloo (host memory)" in ops["restore"]["warnings"] and "d2h" not in ops
+
+
+@pytest.mark.mpi
 def test_stripes_out_of_rank_order_and_of_unequal_length(stampede, tmp_path: Path,
                                                          torch_installed: None) -> None:
     # rank_shift = 1: member i of a group (stripe i) is not its i-th lowest rank, which
