@@ -7,6 +7,7 @@ import os
 
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.model import LayoutStats, RunContext
+from stampede.results.samples import BEFORE_PHASE_OPS
 from stampede.spec import EXCHANGE, JobSpec
 
 # in every label (stampede.run.devices) of a cuFile path that goes through host memory
@@ -76,9 +77,10 @@ def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> t
                          context.fs_type, checks)
     if spec.h2d == "host":
         notes += (f"h2d went to {context.device}: a stand-in for tests",)
-    if spec.exchange == "torch" and stats.layout in EXCHANGE:
-        notes += ("run.exchange = torch: pg_init and the group's first collective ran before "
-                  "the phase's start barrier, outside the restore (negative on its axis)",)
+    before = [op.op for op in stats.ops if op.op in BEFORE_PHASE_OPS]
+    if before:
+        notes += (f"run.exchange = torch: {' and '.join(before)} ran before the phase's start "
+                  "barrier, outside the restore (negative times on its axis)",)
     if spec.h2d == "cuda-gds" and NOT_GDS in context.device:
         notes += (f"run.h2d = cuda-gds went through host memory ({context.device}): not "
                   "GPUDirect Storage numbers",)

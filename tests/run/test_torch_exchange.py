@@ -69,6 +69,8 @@ def test_gloo_holds_every_byte_the_mpi_exchange_does(stampede, tmp_path: Path, n
         assert {r["exchange"] for r in torch_ops.values()} == {"torch"}
         assert "exchange through torch.distributed gloo (host memory)" in \
             torch_ops["restore"]["warnings"]
+        assert f"pg_init and {op}_first ran before the phase's start barrier" in \
+            torch_ops["restore"]["warnings"]
 
 
 @pytest.mark.mpi
