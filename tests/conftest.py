@@ -88,3 +88,13 @@ def hdf5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def dcp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkpoints.write_dcp(tmp_path_factory.mktemp("dcp"))
+
+
+@pytest.fixture(scope="session")
+def torch_bin(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.write_torch_bin(published, tmp_path_factory.mktemp("bin"))
+
+
+@pytest.fixture(scope="session")
+def tensorizer_file(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.write_tensorizer(published, tmp_path_factory.mktemp("tensorizer"))

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-RETRY_OPS = ("stat", "open", "read", "list", "close")   # the keys of Backend.retries
+# the keys of Backend.retries: the restore's requests, and the save's on object stores
+RETRY_OPS = ("stat", "open", "read", "list", "close", "create", "write", "fsync", "publish",
+             "unlink")
 
 
 class Writer(Protocol):
@@ -36,9 +38,9 @@ class Backend(Protocol):
     # the response arrived): a request's time to first byte, apart from its transfer.
     ttfb: bool
     first_byte_ns: int
-    # Retries the backend's client made on its own, cumulative per op name ("stat",
-    # "open", "read", "list", "close"): an op that succeeded after 2 retries is one
-    # sample, but 3 requests reached the storage. Zero where the client never retries.
+    # Retries the backend's client made on its own, cumulative per op name (RETRY_OPS):
+    # an op that succeeded after 2 retries is one sample, but 3 requests reached the
+    # storage. Zero where the client never retries.
     retries: dict[str, int]
 
     # --- timed -----------------------------------------------------------------------
@@ -77,7 +79,9 @@ class Backend(Protocol):
     # without `saves` = True has none of them (save refuses it before any I/O).
     saves: bool
     # False for object stores: no directories to make, sync or remove, and no rename (an
-    # object appears whole when its upload completes, under its final name).
+    # object appears whole when its upload completes, under its final name). One that
+    # saves has `unlink` (one DELETE) of the methods below and writes through the
+    # ObjectStore methods at the end of this module instead of the others.
     has_directories: bool
 
     def creator(self, direct: bool) -> Callable[[Any], Any]:
@@ -104,7 +108,7 @@ class Backend(Protocol):
         """Rename within the target, atomically (rename(2))."""
 
     def unlink(self, path: Any) -> None:
-        """Delete a file."""
+        """Delete a file (an object: one DELETE)."""
 
     def rmdir(self, path: Any) -> None:
         """Delete an empty directory."""
@@ -145,3 +149,43 @@ class Backend(Protocol):
 
     def local_path(self, relpath: str) -> str | None:
         """The file's path on a local mount, or None when there is none (object stores)."""
+
+
+class ObjectStore(Backend, Protocol):
+    """The timed save on an object store (`saves` and not `has_directories`;
+    stampede.run.save_objects). An object is written under its final name and appears
+    whole when its upload completes: no temporary name, rename or directory. Each timed
+    method is one request (retried, each retry counted under its op in `retries`) and
+    raises OSError only; a body is sent straight from the caller's buffers, no copy."""
+
+    def start_upload(self, path: Any) -> Any:
+        """Timed (create): CreateMultipartUpload; its handle (`handle.upload_id`: str)."""
+
+    def join_upload(self, path: Any, upload_id: str) -> Any:
+        """Untimed, no request: a handle on an upload another rank started."""
+
+    def upload_part(self, handle: Any, number: int, views: tuple[memoryview, ...]) -> str:
+        """Timed (write): one UploadPart of the views sent back to back; its ETag."""
+
+    def complete_upload(self, handle: Any, parts: builtins.list[tuple[int, str]]) -> None:
+        """Timed (fsync): CompleteMultipartUpload of (number, ETag), ascending: the
+        object durable and visible."""
+
+    def abort_upload(self, handle: Any) -> None:
+        """Untimed: AbortMultipartUpload (its parts dropped); an upload already gone is
+        not an error."""
+
+    def put_object(self, path: Any, views: tuple[memoryview, ...], op: str = "write") -> None:
+        """Timed (write; publish for the pointer): one PUT of the whole object; its
+        retries counted under `op`."""
+
+    def discard_uploads(self, relpath: str) -> builtins.list[str]:
+        """Untimed: abort every unfinished upload under `relpath` (a killed save's, which
+        no LIST shows); the objects they were for, relative to the root."""
+
+
+def object_store(backend: Backend) -> ObjectStore | None:
+    """The backend as an object store that saves (stampede.run.save_objects), else None."""
+    if getattr(backend, "saves", False) and not backend.has_directories:
+        return backend   # type: ignore[return-value]
+    return None

@@ -3,8 +3,13 @@
 bodies read from the socket straight into the caller's buffer): stat and open are one
 HEAD each, a read is one ranged GET into the caller's page-aligned buffer (its time to
 first byte stamped when the body's first byte is in), a list is one
-LIST (one request per 1,000 names). s3fs (aiobotocore) is only the writer's: prepare's
-multipart uploads, untimed, created on first use.
+LIST (one request per 1,000 names). The save's requests are this client's too (timed,
+stampede.run.save_objects): CreateMultipartUpload, UploadPart, CompleteMultipartUpload, a
+PUT, a DELETE; an upload's body goes from the caller's buffers to the socket (sendall of
+each view, no copy), its payload unsigned (x-amz-content-sha256: UNSIGNED-PAYLOAD, as
+botocore sends over HTTPS: hashing every byte would cost a core ~2 GB/s; save.validate
+re-reads and hashes what was written instead). s3fs (aiobotocore) is only the writer's:
+prepare's multipart uploads, untimed, created on first use.
 
 Why not botocore on the timed path: its request machinery costs about a millisecond of
 CPU per request and its body arrives in pieces to be copied; at 0.5 s of client CPU per
@@ -31,9 +36,10 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote_plus
 from xml.etree import ElementTree
+from xml.sax.saxutils import escape
 
 from stampede.backends.fsspec import (
     FsspecBackend,
@@ -50,7 +56,9 @@ from stampede.backends.s3wire import (
     S3StatusError,
     S3TransportError,
     Wire,
+    error_code,
     resolve_endpoint,
+    xml_field,
 )
 from stampede.backends.sigv4 import Signer
 from stampede.errors import UsageError
@@ -62,6 +70,15 @@ WRITE_BLOCK_BYTES = 16 * 2**20   # multipart part size of a streaming upload (S3
 BACKOFF_S = {True: 1.0, False: 0.05}   # throttling or not: botocore standard's base scales
 MAX_BACKOFF_S = 20.0
 LIST_PAGE = "list-type", "2"
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+
+
+class Upload(NamedTuple):
+    """A multipart upload in progress: the object it makes and its UploadId."""
+
+    bucket: str
+    key: str
+    upload_id: str
 
 
 class S3Backend(FsspecBackend):
@@ -167,20 +184,109 @@ class S3Backend(FsspecBackend):
         response = self._wire.request("GET", bucket, "", query=tuple(query))
         return parse_list_page(self._wire.read(response), prefix)
 
+    # --- timed: the save on an object store (stampede.backends.base.ObjectStore) --------
+    saves = True
+
+    def start_upload(self, path: str) -> Upload:
+        bucket, _, key = path.partition("/")
+        return Upload(bucket, key, self._call("create", "POST uploads", self._initiate, bucket,
+                                              key))
+
+    def _initiate(self, bucket: str, key: str) -> str:
+        body = self._wire.read(self._wire.request("POST", bucket, key, query=(("uploads", ""),)))
+        upload_id = xml_field(body, "UploadId")
+        if not upload_id:
+            raise S3TransportError("a CreateMultipartUpload answer without an UploadId",
+                                   retryable=False)
+        return upload_id
+
+    @staticmethod
+    def join_upload(path: str, upload_id: str) -> Upload:
+        bucket, _, key = path.partition("/")
+        return Upload(bucket, key, upload_id)
+
+    def upload_part(self, upload: Upload, number: int, views: tuple[memoryview, ...]) -> str:
+        return str(self._call("write", "PUT part", self._send, upload.bucket, upload.key, views,
+                              (("partNumber", str(number)), ("uploadId", upload.upload_id))))
+
+    def put_object(self, path: str, views: tuple[memoryview, ...], op: str = "write") -> None:
+        bucket, _, key = path.partition("/")
+        self._call(op, "PUT", self._send, bucket, key, views, ())
+
+    def _send(self, bucket: str, key: str, views: tuple[memoryview, ...],
+              query: tuple[tuple[str, str], ...]) -> str:
+        """One PUT of the views back to back (payload unsigned); the answer's ETag."""
+        wire = self._wire
+        response = wire.request("PUT", bucket, key, query=query, body=views,
+                                headers={"content-length": str(sum(view.nbytes for view in views))},
+                                payload_sha256=UNSIGNED_PAYLOAD)
+        etag = response.getheader("etag") or ""
+        wire.read(response)
+        if query and not etag:
+            raise S3TransportError("an UploadPart answer without an ETag", retryable=False)
+        return etag
+
+    def complete_upload(self, upload: Upload, parts: builtins.list[tuple[int, str]]) -> None:
+        body = ("<CompleteMultipartUpload>" + "".join(
+            f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag)}</ETag></Part>"
+            for number, etag in parts) + "</CompleteMultipartUpload>").encode()
+        self._call("fsync", "POST complete", self._complete, upload, body)
+
+    def _complete(self, upload: Upload, body: bytes) -> None:
+        answer = self._wire.read(self._wire.request(
+            "POST", upload.bucket, upload.key, query=(("uploadId", upload.upload_id),), body=body,
+            payload_sha256=hashlib.sha256(body).hexdigest()))
+        if b"<Error>" in answer:   # S3 may answer 200 and fail in the body
+            raise S3StatusError(200, error_code(answer) or "Error")
+
+    def abort_upload(self, upload: Upload) -> None:
+        with suppress(FileNotFoundError):   # NoSuchUpload: already aborted or completed
+            self._call("", "DELETE upload", self._abort, upload)
+
+    def _abort(self, upload: Upload) -> None:
+        self._wire.read(self._wire.request("DELETE", upload.bucket, upload.key,
+                                           query=(("uploadId", upload.upload_id),)))
+
+    def unlink(self, path: str) -> None:
+        bucket, _, key = path.partition("/")
+        self._call("unlink", "DELETE", self._delete, bucket, key)
+
+    def discard_uploads(self, relpath: str) -> builtins.list[str]:
+        _, _, key = self.path(relpath).partition("/")
+        prefix, found, markers = f"{key}/" if key else "", [], ("", "")
+        while True:
+            page, markers = self._call("", "LIST uploads", self._uploads_page, prefix, *markers)
+            found += page
+            if not any(markers):
+                break
+        for key, upload_id in found:
+            self.abort_upload(Upload(self.bucket, key, upload_id))
+        root = f"{self.prefix}/" if self.prefix else ""
+        return [key[len(root):] for key, _ in found]
+
+    def _uploads_page(self, prefix: str, key_marker: str, id_marker: str
+                      ) -> tuple[builtins.list[tuple[str, str]], tuple[str, str]]:
+        query = [("uploads", ""), ("prefix", prefix)]
+        query += [("key-marker", key_marker), ("upload-id-marker", id_marker)] if key_marker else []
+        body = self._wire.read(self._wire.request("GET", self.bucket, "", query=tuple(query)))
+        return parse_uploads_page(body)
+
     # --- untimed ---------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
         return {
             "protocol": "s3",
             "client": "stampede's own (http.client, one kept-alive connection per rank, "
-                      "SigV4 signed, bodies read from the socket into the buffer); "
-                      "s3fs for prepare's multipart uploads",
+                      "SigV4 signed, bodies read from the socket into the buffer, the save's "
+                      "sent from the shard's buffer, payload unsigned); s3fs for prepare's "
+                      "multipart uploads",
             "endpoint_url": without_userinfo(self.endpoint.url),
             "region": self.endpoint.region,
             "addressing": "virtual-hosted" if self.endpoint.virtual else "path",
             "caches": {"client": "none (every op is its requests, nothing kept)",
                        "blocks": "off (every read is one ranged GET)",
-                       "checksums": "off (none computed on reads)"},
+                       "checksums": "off (none computed on reads or the save's uploads: "
+                                    "save.validate re-reads and hashes)"},
             "retry": {"mode": "stampede's own: 429, 5xx, throttling and transient codes, "
                               "transport errors; backoff full jitter x 2^n from 1 s "
                               "(throttling) or 50 ms, <= 20 s",
@@ -339,6 +445,26 @@ def parse_list_page(body: bytes, prefix: str) -> tuple[builtins.list[str], str]:
         raise S3TransportError("a truncated LIST page without a continuation token",
                                retryable=False)
     return names, token
+
+
+def parse_uploads_page(body: bytes) -> tuple[builtins.list[tuple[str, str]], tuple[str, str]]:
+    """((key, UploadId) of each upload, the (key, upload-id) markers of the next page or
+    ("", "")) of a ListMultipartUploads answer."""
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError as error:
+        raise S3TransportError(f"a LIST uploads answer that is not XML ({error})",
+                               retryable=False) from None
+
+    def field(element: ElementTree.Element, name: str) -> str:
+        found = [item.text or "" for item in element if item.tag.rpartition("}")[2] == name]
+        return found[0] if found else ""
+
+    uploads = [(field(item, "Key"), field(item, "UploadId")) for item in root
+               if item.tag.rpartition("}")[2] == "Upload"]
+    if field(root, "IsTruncated").strip() != "true":
+        return uploads, ("", "")
+    return uploads, (field(root, "NextKeyMarker"), field(root, "NextUploadIdMarker"))
 
 
 # --- errors --------------------------------------------------------------------------------

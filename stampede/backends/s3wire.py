@@ -28,6 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import quote, urlsplit
+from xml.sax.saxutils import unescape
 
 from stampede.backends.sigv4 import EMPTY_SHA256, Signer, canonical_query
 
@@ -138,10 +139,13 @@ class Wire:
 
     def request(self, method: str, bucket: str, key: str = "",
                 query: tuple[tuple[str, str], ...] = (), headers: dict[str, str] | None = None,
-                body: bytes = b"", payload_sha256: str = EMPTY_SHA256) -> http.client.HTTPResponse:
+                body: bytes | tuple[memoryview, ...] = b"",
+                payload_sha256: str = EMPTY_SHA256) -> http.client.HTTPResponse:
         """Send one request; its response once the status line and headers are in (the
         body still unread). An error status raises S3StatusError (its body read and the
-        connection kept), no whole answer S3TransportError (the connection closed)."""
+        connection kept), no whole answer S3TransportError (the connection closed).
+        A body of views (an upload) is sent view by view with sendall, straight from the
+        caller's buffers; the caller gives its content-length."""
         host, path = self.endpoint.locate(bucket, key)
         query_text = canonical_query(query)
         sent = {**self.extra_headers, **(headers or {})}
@@ -294,11 +298,18 @@ def _proxy_for(endpoint: Endpoint) -> tuple[str, int] | None:
 
 def error_code(body: bytes) -> str:
     """<Code> of an S3 XML error body ("" when there is none)."""
-    start = body.find(b"<Code>")
-    end = body.find(b"</Code>", start)
+    return xml_field(body, "Code")
+
+
+def xml_field(body: bytes, name: str) -> str:
+    """The text of the first <name> element of a small S3 XML answer ("" when none)."""
+    opening, closing = f"<{name}>".encode(), f"</{name}>".encode()
+    start = body.find(opening)
+    end = body.find(closing, start)
     if start < 0 or end < 0:
         return ""
-    return body[start + 6:end].decode("utf-8", "replace").strip()
+    return unescape(body[start + len(opening):end].decode("utf-8", "replace").strip(),
+                    {"&quot;": '"', "&apos;": "'"})
 
 
 def transport_text(error: BaseException, phase: str) -> str:

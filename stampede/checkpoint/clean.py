@@ -9,6 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from stampede.backends import open_backend
+from stampede.backends.base import object_store
 from stampede.checkpoint.manifest import MANIFEST_NAME, read_manifest
 from stampede.errors import CheckpointError
 from stampede.spec import JobSpec
@@ -40,11 +41,20 @@ def clean(spec: JobSpec) -> list[str]:
     for relpath in [*relpaths, *saved_directories]:
         _check_inside(target, relpath, backend.local_path(relpath))
     removed = []
+    # what is there (objects: one LIST, not a request per name), so that a version's
+    # temporary names once renamed, and released files, are neither removed nor listed
+    present = None if backend.has_directories else set(backend.names())
     for relpath in dict.fromkeys(relpaths):
         if backend.name == "posix" and not os.path.lexists(backend.local_path(relpath) or ""):
-            continue   # a version's temporary names, once renamed; a released file
+            continue
+        if present is not None and relpath not in present:
+            continue
         backend.remove(relpath)
         removed.append(f"{target.rstrip('/')}/{relpath}")
+    store = object_store(backend)
+    if store is not None and journal is not None:   # a killed save's unfinished uploads
+        removed += [f"{target.rstrip('/')}/{relpath} (an unfinished upload, aborted)"
+                    for relpath in store.discard_uploads(versions.SAVES_DIR)]
     for name in (MANIFEST_NAME, versions.JOURNAL_NAME):
         if name == MANIFEST_NAME and manifest is None or \
                 name == versions.JOURNAL_NAME and journal is None:

@@ -20,7 +20,11 @@ Rank r holds model shard r mod S in memory, as a trainer does; which ranks write
 
 Every file is written under a temporary name (`.NAME.partial`, created O_CREAT|O_EXCL)
 and renamed into place once its bytes are durable; a version is published by the layout's
-pointer, written last (stampede.checkpoint.versions).
+pointer, written last (stampede.checkpoint.versions). An object store has no temporary
+names: each object is written under its final name, in one PUT, or in a multipart upload
+(save.part_size) whose part k holds the object's data bytes [(k - 1) P, k P), so that the
+writers of one object (shared, striped) number their parts apart; check_object_save
+refuses a save whose writers' extents do not start on part boundaries.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from stampede.checkpoint.plan import (
     INDEX_FILE,
     Extent,
     bytes_per_rank,
+    checkpoint_files,
     file_tensors,
     shard_count,
     shard_extent,
@@ -39,7 +44,11 @@ from stampede.checkpoint.plan import (
     under,
 )
 from stampede.errors import UsageError
-from stampede.spec import SAVE_LAYOUTS, JobSpec
+from stampede.spec import MIN_PART_BYTES, SAVE_LAYOUTS, JobSpec
+from stampede.units import format_bytes
+
+MAX_PARTS = 10_000               # S3: the most parts of one multipart upload
+MAX_PUT_BYTES = 5 * 2**30        # S3: the largest single PUT, and the largest part
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,67 @@ def check_save(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\": h5py writes through "
                          "its own calls, which save cannot time op by op",
                          hint="save raw or safetensors")
+    if spec.target_path.startswith("s3://"):
+        _check_s3_options(spec)
+
+
+def _check_s3_options(spec: JobSpec) -> None:
+    # An object store has no buffered write to skip: a PUT or a completed upload is
+    # durable when it is answered, so "none" would label durable bytes as buffered.
+    if spec.durability == "none":
+        raise UsageError(f"{spec.source}: save.durability = \"none\" on {spec.target_path!r}: "
+                         "an object store has no buffered write (an object is durable when "
+                         "its PUT or its upload's completion is answered)",
+                         hint="leave save.durability = \"fsync\" for object stores")
+    if spec.mkdir_by == "every":
+        raise UsageError(f"{spec.source}: save.mkdir = \"every\" on {spec.target_path!r}: an "
+                         "object store has no directories to make", hint="leave save.mkdir unset")
+
+
+def check_object_save(spec: JobSpec, nranks: int) -> None:
+    """What a save to an object store refuses before any request: several writers of one
+    object (shared, striped) without save.part_size, or whose extents do not start on
+    part boundaries (their part numbers would collide); an object over S3's limits (one
+    PUT of 5 GiB, 10,000 parts)."""
+    part = spec.part_bytes
+    if part is not None and part > MAX_PUT_BYTES:
+        raise UsageError(f"{spec.source}: save.part_size = {part}: S3 takes parts of at most "
+                         f"5 GiB ({MAX_PUT_BYTES} bytes)")
+    for layout in spec.layouts:
+        starts = writer_starts(spec, layout, nranks)
+        if starts and (part is None or any(start % part for start in starts)):
+            what = "slices" if layout == "shared" else "stripes"
+            why = "a multipart upload (save.part_size)" if part is None else \
+                f"{what} that start on parts of save.part_size = {part} bytes"
+            step = starts[0]   # one part per writer: a part size every start is a multiple of
+            fits = MIN_PART_BYTES <= step <= MAX_PUT_BYTES and not any(s % step for s in starts)
+            raise UsageError(
+                f"{spec.source}: checkpoint.layout {layout!r} on {spec.target_path!r}: several "
+                f"ranks write one object, which takes {why}; at {nranks} ranks its {what} start "
+                f"every {step} bytes", hint=f'save.part_size = "{step}"' if fits else
+                "a checkpoint.size whose slices or stripes are a multiple of a part size of at "
+                "least 5 MiB")
+        for relpath, nbytes in checkpoint_files(spec, layout, nranks):
+            if part is None and nbytes > MAX_PUT_BYTES or \
+                    part is not None and -(-nbytes // part) > MAX_PARTS:
+                limit = "5 GiB in one PUT" if part is None else f"{MAX_PARTS} parts"
+                raise UsageError(f"{spec.source}: {layout} {relpath} would be "
+                                 f"{format_bytes(nbytes)}: S3 takes at most {limit}",
+                                 hint="a larger save.part_size" if part else
+                                 'set save.part_size (e.g. "64MiB") for multipart uploads')
+
+
+def writer_starts(spec: JobSpec, layout: str, nranks: int) -> list[int]:
+    """Where each writer of an object but the first starts in the object's data (none
+    where every object has one writer)."""
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
+    if layout == "shared":
+        return [shard * per_rank for shard in range(1, shards)]
+    if layout == "striped":
+        hold = Extent("shard", 0, per_rank)
+        return [stripe.offset for index in range(1, spec.replicas)
+                if (stripe := stripe_extent(hold, index, spec.replicas)) is not None]
+    return []
 
 
 def save_plan(spec: JobSpec, layout: str, nranks: int, rank: int, root: str) -> SavePlan:

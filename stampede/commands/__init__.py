@@ -26,7 +26,7 @@ COMMANDS = {
     "import": "stampede.commands.import_results", "slurm": "stampede.commands.slurm",
     "plot": "stampede.commands.plot", "gpu": "stampede.commands.gpu",
     "mttr": "stampede.commands.mttr", "emulate-mds": "stampede.commands.emulate_mds",
-    "project": "stampede.commands.project",
+    "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
 }
 
 

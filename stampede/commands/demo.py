@@ -1,5 +1,6 @@
-"""`stampede demo`: prepare, run, report and clean an embedded job in a temporary local
-directory, through the venv's own mpiexec: the README's first command."""
+"""`stampede demo`: prepare, run (the restore), save (the save stampede), report and clean
+an embedded job in a temporary local directory, through the venv's own mpiexec: the
+README's first command."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from stampede.results.definitions import METRICS
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    demo = commands.add_parser("demo", help="Prepare, run and report the embedded default job "
-                                            "(local temp dir, shared and sharded) with the "
-                                            "venv's own mpiexec.", formatter_class=formatter,
+    demo = commands.add_parser("demo", help="Prepare, restore and save the embedded default job "
+                                            "(local temp dir, shared and sharded), report and "
+                                            "clean, with the venv's own mpiexec.",
+                               formatter_class=formatter,
                                epilog=METRICS)
     demo.add_argument("--np", type=int, default=4, help="ranks (default 4)")
     demo.add_argument("--size", default="512MiB", help="checkpoint size (default 512MiB)")
@@ -46,8 +48,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"stampede demo: {args.np} ranks, {args.size} checkpoint in {workdir}")
     launch = [mpiexec, "-n", str(args.np)] if args.np > 1 and mpiexec else []
     try:
-        for step in ("prepare", "run"):
-            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, str(job)])
+        # the restore of a prepared checkpoint, then 3 saves (validated, published) of it
+        for step, *sets in (("prepare",), ("run", "--set", "run.restore=prepared"),
+                            ("save", "--set", "run.iterations=3")):
+            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step,
+                                      str(job), *sets])
             if status:
                 return status
         subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", str(job)])

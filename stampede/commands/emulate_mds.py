@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from stampede.emulate import mds as model
+from stampede.emulate import writable
+
+MAX_WRITE_BYTES = 128 * 1024   # the most a FUSE write request carries with libfuse 2
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "emulate-mds", formatter_class=formatter,
         help="Mount a FUSE pass-through of a directory whose metadata requests (stat, open, "
-             "readdir) are served by C slots of S seconds each: an overloaded NFS/Lustre "
-             "metadata server on a laptop. Root only; runs until unmounted or signalled.",
-        description="Mount a read-only FUSE pass-through of --backing at MOUNTPOINT that "
-                    "delays every metadata request by a service time in one of C slots.",
-        epilog=model.__doc__)
+             "readdir; with --writable also create, mkdir, rename, unlink, rmdir, fsync) are "
+             "served by C slots of S seconds each: an overloaded NFS/Lustre metadata server "
+             "on a laptop. Root only; runs until unmounted or signalled.",
+        description="Mount a FUSE pass-through of --backing at MOUNTPOINT (read-only unless "
+                    "--writable) that delays every metadata request by a service time in one "
+                    "of C slots.",
+        epilog=f"{model.__doc__}\n{writable.__doc__}")
     sub.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory to mount on")
     sub.add_argument("--backing", required=True, metavar="DIR",
                      help="the directory whose files are shown (prepare the checkpoint here)")
@@ -29,6 +35,21 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--serialize-inode", action="store_true",
                      help="requests on the same file wait for each other (a lock per path, "
                           "first come first served): the shared-file hot spot")
+    sub.add_argument("--writable", action="store_true",
+                     help="serve writes too (what stampede save does): create, mkdir, rename, "
+                          "unlink, rmdir and fsync each hold a slot for its own service time "
+                          "(below); data written passes straight through")
+    for flag, what in (("create", "a new file (open with O_CREAT)"), ("mkdir", "a new directory"),
+                     ("rename", "a rename"), ("unlink", "a file's removal"),
+                     ("rmdir", "a directory's removal"),
+                     ("fsync", "an fsync of a file or a directory")):
+        sub.add_argument(f"--{flag}-s", type=float, default=None, metavar="S",
+                         help=f"with --writable: seconds {what} holds its slot (default: "
+                              "--service-s)")
+    sub.add_argument("--serialize-dir", action="store_true",
+                     help="with --writable: create, mkdir, rename, unlink and rmdir in one "
+                          "directory wait for each other (a lock per parent directory, first "
+                          "come first served): the create storm of many files in one directory")
     sub.add_argument("--jitter-s", type=float, default=0.0, metavar="J",
                      help="add a uniform random [0, J) seconds to each service time (default 0)")
     sub.add_argument("--attr-cache-s", type=float, default=0.0, metavar="T",
@@ -47,11 +68,12 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 def cmd_emulate_mds(args: argparse.Namespace) -> int:
     import os
 
-    from stampede.emulate.mds import MetadataServer, check_arguments, die_with_parent, load_fuse
+    from stampede.emulate.mds import check_arguments, die_with_parent, load_fuse
     from stampede.emulate.service import precise_timers, realtime_priority
     from stampede.errors import RunFailed
 
     started_by = os.getppid()     # first: the parent may die while the rest loads
+    writable.check_write_flags(args)
     backing, mountpoint = check_arguments(args)
     fuse = load_fuse()
     die_with_parent(started_by)
@@ -65,12 +87,13 @@ def cmd_emulate_mds(args: argparse.Namespace) -> int:
         uid, gid, pid = fuse.fuse_get_context()
         return int(uid), int(gid), int(pid)
 
-    server = MetadataServer(backing, args.service_s, args.threads, args.serialize_inode,
-                            args.jitter_s, caller, on_mount)
+    server = new_server(args, backing, caller, on_mount)
     timeout = f"{args.attr_cache_s:g}"
     try:
-        fuse.FUSE(server, mountpoint, foreground=True, nothreads=False, ro=True, allow_other=True,
-                  attr_timeout=timeout, entry_timeout=timeout, negative_timeout=timeout,
+        # big_writes: writes reach the server in 128 KiB requests, not 4 KiB pages
+        fuse.FUSE(server, mountpoint, foreground=True, nothreads=False, ro=not args.writable,
+                  allow_other=True, attr_timeout=timeout, entry_timeout=timeout,
+                  negative_timeout=timeout, big_writes=True, max_write=str(MAX_WRITE_BYTES),
                   fsname="stampede-emulate-mds")
     except RuntimeError as error:   # libfuse printed why (fuse: ...) just above
         raise RunFailed(f"mounting {mountpoint} failed (libfuse status {error})") from None
@@ -80,13 +103,31 @@ def cmd_emulate_mds(args: argparse.Namespace) -> int:
     return 0
 
 
+def new_server(args: argparse.Namespace, backing: str, caller: Callable[[], tuple[int, int, int]],
+               on_mount: Callable[[], None]) -> model.MetadataServer:
+    """The read-only server, or with --writable the one that serves the save too."""
+    if not args.writable:
+        return model.MetadataServer(backing, args.service_s, args.threads, args.serialize_inode,
+                                    args.jitter_s, caller, on_mount)
+    times = writable.write_times(args)
+    return writable.WritableServer(backing, args.service_s, args.threads, args.serialize_inode,
+                                   args.jitter_s, caller, on_mount,
+                                   op_s={op: times[flag] for op, flag in writable.TIMED_FLAGS.items()},
+                                   serialize_dir=args.serialize_dir)
+
+
 def mounted_text(args: argparse.Namespace, backing: str, mountpoint: str, priority: str) -> str:
     """The line printed once the file system is mounted: what it serves, and how."""
     service = f"{args.service_s:g} s" + (f" + uniform [0, {args.jitter_s:g}) s" if args.jitter_s else "")
     serialized = ", requests on one file serialized" if args.serialize_inode else ""
+    writes = ""
+    if args.writable:
+        times = ", ".join(f"{op} {writable.write_times(args)[op]:g} s" for op in writable.WRITE_FLAGS)
+        writes = (f"; writable: {times}"
+                  + (", entry changes serialized per directory" if args.serialize_dir else ""))
     return (f"emulate-mds: mounted {backing} at {mountpoint}: {args.threads} slot(s) x {service}"
-            f"{serialized}, kernel caches {args.attr_cache_s:g} s, {priority}; stop with Ctrl-C "
-            f"or fusermount -u {mountpoint}")
+            f"{serialized}{writes}, kernel caches {args.attr_cache_s:g} s, {priority}; stop with "
+            f"Ctrl-C or fusermount -u {mountpoint}")
 
 
 def write_summary(path: str, server: model.MetadataServer, args: argparse.Namespace,
@@ -95,6 +136,8 @@ def write_summary(path: str, server: model.MetadataServer, args: argparse.Namesp
 
     document = {"service_s": args.service_s, "jitter_s": args.jitter_s, "threads": args.threads,
                 "serialize_inode": args.serialize_inode, "priority": priority,
+                "writable": args.writable, "serialize_dir": args.serialize_dir,
+                "write_s": writable.write_times(args) if args.writable else {},
                 "peak_in_service": server.tally.peak_in_service, "ops": server.tally.summaries()}
     with open(path, "w") as stream:
         json.dump(document, stream, indent=1)

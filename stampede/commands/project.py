@@ -1,5 +1,5 @@
 """`stampede project`: the contention model (stampede.model) fitted to archived restore
-runs and projected to a rank count that cannot be run."""
+(or save) runs and projected to a rank count that cannot be run."""
 
 from __future__ import annotations
 
@@ -9,34 +9,48 @@ from typing import Any
 
 from stampede.errors import UsageError
 from stampede.model import contention as model
-from stampede.model.contention import METADATA_OPS
+from stampede.model.contention import METADATA_OPS, PHASES, SAVE_METADATA_OPS, SAVE_OPS
 from stampede.model.fit import Known
+
+# per phase: (the metadata ops fitted by default, those --op may name); what is projected
+OPS = {"restore": (METADATA_OPS, METADATA_OPS), "save": (SAVE_METADATA_OPS, SAVE_OPS)}
+WHAT = {"restore": "the restore: time to last rank",
+        "save": "the save: time until the last rank's bytes are durable"}
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "project", formatter_class=formatter,
         help="Fit a contention model (metadata burst through a server, data through aggregate "
-             "and per-client bandwidth) to restore runs at several rank counts, and project "
-             "time to last rank and the metadata stall to a rank count you cannot run.",
-        description="Project the restore to --ranks from archived runs at >= 3 rank counts.",
+             "and per-client bandwidth) to restore (or, with --phase save, save) runs at several "
+             "rank counts, and project time to last rank and the metadata stall to a rank "
+             "count you cannot run.",
+        description="Project the restore (or the save) to --ranks from archived runs at >= 3 "
+                    "rank counts.",
         epilog=model.__doc__)
     sub.add_argument("archives", nargs="+", metavar="ARCHIVE",
-                     help="CSV archives holding restore runs at three or more rank counts "
-                          "(e.g. from stampede sweep)")
+                     help="CSV archives holding restore (or save) runs at three or more rank "
+                          "counts (e.g. from stampede sweep, or stampede save at each count)")
+    sub.add_argument("--phase", choices=PHASES, default="restore",
+                     help="which runs to fit and project: restore (default; time to last rank) "
+                          "or save (stampede save's rows: time until the last rank's bytes are "
+                          "durable; the metadata ops serialised by the directories' locks)")
     sub.add_argument("--ranks", required=True, type=int, help="rank count to project to, e.g. 16384")
     sub.add_argument("--layout", default="", metavar="LAYOUTS",
                      help="comma-separated layouts to project (default: every layout archived)")
-    sub.add_argument("--op", default=",".join(METADATA_OPS), metavar="OPS",
-                     help="metadata ops that make the stall, comma-separated from "
+    sub.add_argument("--op", default="", metavar="OPS",
+                     help="metadata ops that make the stall, comma-separated. Restore: from "
                           f"{', '.join(METADATA_OPS)} (default: all; --op stat projects the stat "
-                          "storm alone, the rest falls into the data term)")
+                          "storm alone, the rest falls into the data term). Save: from "
+                          f"{', '.join(SAVE_OPS)} (default: {', '.join(SAVE_METADATA_OPS)}; add "
+                          "fsync where the server's fsync is a metadata request)")
     sub.add_argument("--rtt-s", type=float, default=None,
                      help="known round trip of one metadata op outside the server (seconds)")
     sub.add_argument("--service-s", type=float, default=None,
                      help="known server time of one stampede metadata op, s (seconds); through "
                           "emulate-mds one stat or open of dir/file is 3 requests: pass 3 x its "
-                          "--service-s")
+                          "--service-s (a save's create is its LOOKUPs at --service-s and one "
+                          "CREATE at --create-s)")
     sub.add_argument("--threads", type=float, default=None,
                      help="known server threads c (the drain then counts whole rounds of s)")
     sub.add_argument("--net-gbps", type=float, default=None,
@@ -68,10 +82,12 @@ def cmd_project(args: argparse.Namespace) -> int:
 
     if args.ranks < 1:
         raise UsageError(f"--ranks {args.ranks}: must be at least 1")
-    ops = tuple(op.strip() for op in args.op.split(",") if op.strip())
-    unknown = [op for op in ops if op not in METADATA_OPS]
+    defaults, allowed = OPS[args.phase]
+    ops = tuple(op.strip() for op in (args.op or ",".join(defaults)).split(",") if op.strip())
+    unknown = [op for op in ops if op not in allowed]
     if unknown or not ops:
-        raise UsageError(f"--op {args.op!r}: choose from {', '.join(METADATA_OPS)}")
+        raise UsageError(f"--op {args.op!r}: the {args.phase}'s metadata ops are "
+                         f"{', '.join(allowed)}")
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
     known = _known(args)
     size = None
@@ -81,15 +97,27 @@ def cmd_project(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise UsageError(f"--bytes-per-rank: {error}") from None
     rows = [row for archive in args.archives for row in read_rows(archive)]
-    series = series_from_rows(rows, layouts, ops)
+    series = series_from_rows(rows, layouts, ops, args.phase)
     if not series:
-        raise UsageError(f"{', '.join(args.archives)}: no valid restore run to fit")
+        raise UsageError(f"{', '.join(args.archives)}: no valid {args.phase} run to fit"
+                         + _other_phase(rows, args.phase))
     projections = []
     for item in series:
-        projection = project(item.points, item.layout, args.ranks, known, item.per_rank_size, size)
+        projection = project(item.points, item.layout, args.ranks, known, item.per_rank_size, size,
+                             locks=item.locks, phase=args.phase)
         projections.append((item, projection, projection_notes(item, projection, args.ranks,
                                                                known)))
     given = [name for name, value in (("RTT", known.rtt_s), ("s", known.service_s),
                                       ("c", known.threads)) if value is not None]
-    render_projection(projections, args.ranks, args.archives, given, make_console())
+    render_projection(projections, args.ranks, args.archives, given, make_console(),
+                      WHAT[args.phase])
     return 0
+
+
+def _other_phase(rows: list[dict[str, str]], phase: str) -> str:
+    """ (they hold save runs: --phase save), where the other phase is there."""
+    from stampede.model.series import row_phase
+    other = next((name for name in PHASES if name != phase), "")
+    if any(row.get("op") == other and row_phase(row) == other for row in rows):
+        return f" (they hold {other} runs: --phase {other})"
+    return ""

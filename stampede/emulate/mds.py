@@ -3,8 +3,10 @@
     stampede emulate-mds MOUNTPOINT --backing DIR [--service-s S] [--threads C]
                          [--serialize-inode] [--jitter-s J] [--attr-cache-s 0]
                          [--priority realtime|normal] [--summary-json PATH]
+                         [--writable [--create-s S] [--mkdir-s S] [--rename-s S]
+                          [--unlink-s S] [--rmdir-s S] [--fsync-s S] [--serialize-dir]]
 
-It mounts a read-only FUSE file system at MOUNTPOINT that shows DIR. Data passes through
+It mounts a FUSE file system at MOUNTPOINT that shows DIR, read-only unless --writable. Data passes through
 (read, release/close, readdir's names), but every metadata request - getattr (which also
 answers the kernel's LOOKUP of a name), open, opendir, readdir, readlink - is served by one
 of C service slots (a semaphore): the real operation runs in the slot, which is held until
@@ -18,14 +20,15 @@ serialized: lookups in one directory are shared (read) operations on real server
 the hot spot this models is the file.
 
 Precision. The summary at exit gives, per op, the time held next to the time asked (and
-the most requests in service at once); --summary-json writes it for scripts. The server's
-threads run SCHED_FIFO (--priority realtime, the default, where the kernel allows it), so
-that the ranks and whatever else runs on the machine do not stretch the service: on a
-busy 2-core VM a slot then held S + 2-4 µs at the median and 1-4% over S on average at
-S >= 1 ms (the tail: the host deschedules the VM's CPUs at times), and stampede's stat
-storm saw 1.007 S per request (bench/emulator_precision.py). On top the clients see the
-round trip, which on that VM grew by about 0.1 ms a request once S > 0 (idle CPUs wake
-up): (stat p50 - its value at S = 0) / requests was within 5% of S from S = 4 ms.
+the most requests in service at once, of every op and of each); --summary-json writes it
+for scripts. The server's threads run SCHED_FIFO (--priority realtime, the default, where
+the kernel allows it), so that the ranks and whatever else runs on the machine do not
+stretch the service: on a busy 2-core VM a slot then held S + 2-4 µs at the median and
+1-4% over S on average at S >= 1 ms (the tail: the host deschedules the VM's CPUs at
+times), and stampede's stat storm saw 1.007 S per request (bench/emulator_precision.py).
+On top the clients see the round trip, which on that VM grew by about 0.1 ms a request
+once S > 0 (idle CPUs wake up): (stat p50 - its value at S = 0) / requests was within 5%
+of S from S = 4 ms.
 
 The kernel's attribute and entry caches are off (attr_timeout = entry_timeout =
 negative_timeout = --attr-cache-s, default 0), so every stat reaches the emulator: with
@@ -56,7 +59,8 @@ Root only (it mounts with allow_other so that ranks of any user can use it). The
 does no permission checks (that would add a GETATTR per path component); the emulator
 refuses open/readdir to other users by the backing files' mode bits (owner, the primary
 group, others; supplementary groups are not known to it). Writes are refused (read-only):
-prepare the checkpoint in DIR directly, then point target.path at MOUNTPOINT.
+prepare the checkpoint in DIR directly, then point target.path at MOUNTPOINT; or mount
+it --writable (stampede.emulate.writable, below) and save through it.
 
 Needs fusepy and libfuse 2 (`pip install 'stampede[emulate]'`, `apt-get install libfuse2`),
 imported only when the command runs.
@@ -71,8 +75,8 @@ import random
 import stat
 import threading
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from stampede.emulate.service import SPIN_S, ServiceTally, hold_until, spin_for
@@ -105,15 +109,21 @@ class FifoLock:
             self._condition.notify_all()
 
 
-def may_read(status: os.stat_result, uid: int, gid: int) -> bool:
-    """Whether the caller may read (or list) this file by its mode bits; root may."""
+READ, WRITE, SEARCH = 4, 2, 1   # a mode's rwx bits, as the owner/group/other triples hold them
+
+
+def permitted(status: os.stat_result, uid: int, gid: int, want: int) -> bool:
+    """Whether the caller may do `want` (READ | WRITE | SEARCH bits) to this file by its
+    mode bits: the owner's triple, the primary group's, or the others'; root may."""
     if uid == 0:
         return True
     if uid == status.st_uid:
-        return bool(status.st_mode & stat.S_IRUSR)
-    if gid == status.st_gid:
-        return bool(status.st_mode & stat.S_IRGRP)
-    return bool(status.st_mode & stat.S_IROTH)
+        triple = (status.st_mode >> 6) & 0o7
+    elif gid == status.st_gid:
+        triple = (status.st_mode >> 3) & 0o7
+    else:
+        triple = status.st_mode & 0o7
+    return triple & want == want
 
 
 class MetadataServer:
@@ -121,10 +131,11 @@ class MetadataServer:
 
     fusepy calls `self(op, *args)`; an OSError becomes the errno returned to the kernel.
     Operations not defined here (write, create, ...) are not registered: ENOSYS, and the
-    mount is read-only anyway.
+    mount is read-only anyway (stampede.emulate.writable has the writable server).
     """
 
     use_ns = True   # fusepy: times in nanoseconds (st_*time_ns)
+    OPS: tuple[str, ...] = METADATA_OPS   # the ops served (and tallied)
 
     def __init__(self, backing: str, service_s: float, threads: int, serialize: bool = False,
                  jitter_s: float = 0.0, caller: Callable[[], tuple[int, int, int]] | None = None,
@@ -138,7 +149,7 @@ class MetadataServer:
         self.spin_s = spin_s
         self._guard = threading.Lock()
         self._path_locks: dict[str, FifoLock] = {}
-        self.tally = ServiceTally(METADATA_OPS)
+        self.tally = ServiceTally(self.OPS)
 
     def __call__(self, op: str, *args: Any) -> Any:
         return getattr(self, op)(*args)
@@ -147,24 +158,33 @@ class MetadataServer:
         return os.path.join(self.backing, path.lstrip("/"))
 
     def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], Any]) -> Any:
-        """Queue for the path (files, with --serialize-inode), take a slot, run the real
+        """A read-side request: queued for the path (files, with --serialize-inode), then
+        held for the service time (_held)."""
+        locks = () if is_directory or not self.serialize else (self._lock(self._path_locks, path),)
+        return self._held(op, self.service_s, locks, work)
+
+    def _held(self, op: str, service_s: float, locks: Sequence[FifoLock],
+              work: Callable[[], Any]) -> Any:
+        """Wait for each lock in turn (callers order them), take a slot, run the real
         operation and hold the slot until take-time + the service time (a deadline: the
         operation's own time is part of the service, not added to it)."""
         arrived_s = time.monotonic()
-        lock = nullcontext() if is_directory or not self.serialize else self._path_lock(path)
-        with lock, self._slots:
-            taken_s = time.monotonic()
-            self.tally.started()
-            asked_s = self.service_s + (random.uniform(0.0, self.jitter_s) if self.jitter_s else 0.0)
-            try:
-                return work()
-            finally:
-                hold_until(taken_s + asked_s, spin_for(asked_s, self.spin_s))
-                self.tally.add(op, asked_s, time.monotonic() - taken_s, taken_s - arrived_s)
+        with ExitStack() as queued:
+            for lock in locks:
+                queued.enter_context(lock)
+            with self._slots:
+                taken_s = time.monotonic()
+                self.tally.started(op)
+                asked_s = service_s + (random.uniform(0.0, self.jitter_s) if self.jitter_s else 0.0)
+                try:
+                    return work()
+                finally:
+                    hold_until(taken_s + asked_s, spin_for(asked_s, self.spin_s))
+                    self.tally.add(op, asked_s, time.monotonic() - taken_s, taken_s - arrived_s)
 
-    def _path_lock(self, path: str) -> FifoLock:
+    def _lock(self, table: dict[str, FifoLock], key: str) -> FifoLock:
         with self._guard:
-            return self._path_locks.setdefault(path, FifoLock())
+            return table.setdefault(key, FifoLock())
 
     def _lstat(self, path: str) -> os.stat_result | OSError:
         try:
@@ -172,9 +192,10 @@ class MetadataServer:
         except OSError as error:
             return error
 
-    def _check_read(self, status: os.stat_result) -> None:
+    def _check(self, status: os.stat_result, want: int = READ) -> None:
+        """EACCES unless the caller may `want` this file (the kernel checks nothing)."""
         uid, gid, _ = self._caller()
-        if not may_read(status, uid, gid):
+        if not permitted(status, uid, gid, want):
             raise OSError(errno.EACCES, os.strerror(errno.EACCES))
 
     # --- metadata: through the slots ------------------------------------------------------
@@ -204,7 +225,7 @@ class MetadataServer:
         def open_file() -> int:
             descriptor = os.open(self._real(path), os.O_RDONLY)
             try:
-                self._check_read(os.fstat(descriptor))
+                self._check(os.fstat(descriptor))
             except OSError:
                 os.close(descriptor)
                 raise
@@ -214,7 +235,7 @@ class MetadataServer:
 
     def opendir(self, path: str) -> int:
         def open_directory() -> int:
-            self._check_read(os.stat(self._real(path)))
+            self._check(os.stat(self._real(path)))
             return 0
 
         return self._serve("opendir", path, True, open_directory)

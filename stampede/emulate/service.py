@@ -71,6 +71,8 @@ class OpTally:
     """One op's requests: counts and sums, and held / held-minus-asked times in µs."""
 
     count: int = 0
+    in_service: int = 0         # requests of this op holding a slot now
+    peak_in_service: int = 0    # the most at once: 1 when a lock let them through one by one
     asked_s: float = 0.0
     held_s: float = 0.0
     queued_s: float = 0.0
@@ -92,7 +94,7 @@ class OpTally:
                 "held_mean_s": self.held_s / count, "held_p50_s": percentile(self.held_us, 0.5),
                 "over_p50_s": percentile(self.over_us, 0.5),
                 "over_p99_s": percentile(self.over_us, 0.99),
-                "queued_mean_s": self.queued_s / count}
+                "queued_mean_s": self.queued_s / count, "peak_in_service": self.peak_in_service}
 
 
 def percentile(counts: Counter[int], fraction: float) -> float:
@@ -110,7 +112,8 @@ def percentile(counts: Counter[int], fraction: float) -> float:
 
 class ServiceTally:
     """Every op's OpTally, added to by the slots' threads at once, and the most requests
-    that were in service at once (never more than the slots: the check that they bind)."""
+    that were in service at once: of all ops (never more than the slots: the check that
+    they bind) and of each op (1 where a lock let its requests through one at a time)."""
 
     def __init__(self, ops: tuple[str, ...]) -> None:
         self._guard = threading.Lock()
@@ -118,16 +121,20 @@ class ServiceTally:
         self.in_service = 0
         self.peak_in_service = 0
 
-    def started(self) -> None:
-        """A request took its slot."""
+    def started(self, op: str) -> None:
+        """A request of `op` took its slot."""
         with self._guard:
             self.in_service += 1
             self.peak_in_service = max(self.peak_in_service, self.in_service)
+            tally = self.ops[op]
+            tally.in_service += 1
+            tally.peak_in_service = max(tally.peak_in_service, tally.in_service)
 
     def add(self, op: str, asked_s: float, held_s: float, queued_s: float) -> None:
         """A request that started() released its slot after held_s."""
         with self._guard:
             self.in_service -= 1
+            self.ops[op].in_service -= 1
             self.ops[op].add(asked_s, held_s, queued_s)
 
     def summaries(self) -> dict[str, dict[str, float]]:
@@ -144,9 +151,11 @@ class ServiceTally:
 
 
 def held_text(numbers: dict[str, float]) -> str:
-    """asked 1.000 ms, held 1.002 ms mean (+0.2%) / 1.001 ms p50, over p99 +0.040 ms; queued ..."""
+    """asked 1.000 ms, held 1.002 ms mean (+0.2%) / 1.001 ms p50, over p99 +0.040 ms; queued
+    ... mean; at most 2 at once"""
     asked_s, held_s = numbers["asked_mean_s"], numbers["held_mean_s"]
     relative = f" ({held_s / asked_s - 1:+.1%})" if asked_s else ""
     return (f"asked {asked_s * 1e3:.3f} ms, held {held_s * 1e3:.3f} ms mean{relative} / "
             f"{numbers['held_p50_s'] * 1e3:.3f} ms p50, over asked {numbers['over_p99_s'] * 1e3:.3f} "
-            f"ms p99; queued {numbers['queued_mean_s'] * 1e3:.3f} ms mean")
+            f"ms p99; queued {numbers['queued_mean_s'] * 1e3:.3f} ms mean; at most "
+            f"{int(numbers['peak_in_service'])} at once")

@@ -5,7 +5,8 @@ catalogue into each rank's extents and RankPlan; pure, no I/O.
   rank, ties to the lower rank): how per-file loaders (HF's sharded `from_pretrained`
   under data parallelism with one reader per shard) spread a restore.
 - tensor-slices: every rank reads 1/N of every tensor, a contiguous range of the
-  flattened tensor cut on element boundaries (DCP items: on byte boundaries): the
+  flattened tensor cut on element boundaries (DCP items, torch storages, tensorizer
+  files: on byte boundaries): the
   tensor-parallel load. A tensor with fewer elements than ranks leaves some ranks out.
 - saved (dcp only): rank r reads what saving ranks s with s % N == r wrote.
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from stampede.checkpoint.plan import Extent, RankPlan
 from stampede.dtypes import FLOATS
 from stampede.errors import UsageError
-from stampede.existing.catalogue import Catalogue, TensorInfo
+from stampede.existing.catalogue import RAW_FORMATS, Catalogue, TensorInfo
 from stampede.existing.dcp import SAVED_BY
 from stampede.spec import ASSIGN_POLICIES, JobSpec
 
@@ -27,12 +28,13 @@ from stampede.spec import ASSIGN_POLICIES, JobSpec
 def assign(catalogue: Catalogue, policy: str, nranks: int, rank: int) -> tuple[Extent, ...]:
     """This rank's reads of the checkpoint under a policy (see the module docstring), in
     file order. Safetensors and HDF5 extents are tensor-relative and name their tensor;
-    DCP extents are raw file offsets. DCP's .metadata is not among them."""
+    the extents of RAW_FORMATS (DCP, torch, tensorizer) are raw file offsets. DCP's
+    .metadata is not among them."""
     if policy not in ASSIGN_POLICIES:
         raise UsageError(f"checkpoint policy {policy!r} is not one of {', '.join(ASSIGN_POLICIES)}")
     if nranks < 1 or not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
-    raw = catalogue.format == "dcp"
+    raw = catalogue.format in RAW_FORMATS
     if policy == "tensor-slices":
         return tuple(extent for tensor in catalogue.tensors
                      if (extent := _slice(tensor, raw, nranks, rank)) is not None)

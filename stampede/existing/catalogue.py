@@ -14,14 +14,19 @@ from stampede.checkpoint.formats import read_fully
 from stampede.dtypes import itemsize
 from stampede.errors import CheckpointError
 
-FOUND_FORMATS = ("safetensors", "dcp", "hdf5")
+FOUND_FORMATS = ("safetensors", "dcp", "hdf5", "torch", "tensorizer")
+# Formats whose items are byte ranges in their own serialisation (DCP items, torch.save
+# storages, whole tensorizer files): read whole or in byte slices, never as tensors.
+RAW_FORMATS = ("dcp", "torch", "tensorizer")
 
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor of a safetensors or HDF5 file, or one saved item of a DCP checkpoint."""
+    """One tensor of a safetensors or HDF5 file, or one saved item of a DCP checkpoint (a
+    torch.save storage record, a whole tensorizer file)."""
 
-    name: str                 # HDF5: the dataset's path ('/'-separated); DCP: fqn[#chunk]
+    name: str                 # HDF5: the dataset's path ('/'-separated); DCP: fqn[#chunk];
+                              # torch: data/<storage key>; tensorizer: the file's relpath
     relpath: str              # the data file, relative to Catalogue.root
     dtype: str                # safetensors' names (F32, BF16, I64, ...); "" if unknown
     shape: tuple[int, ...]

@@ -3,7 +3,8 @@
 The path is a directory or one file on a file system, or a URL (an object store's
 prefix, or one object). Its backend (stampede.backends) lists the root once; the format
 is told by the names found at its top (DCP's .metadata, a safetensors index, safetensors
-files, HDF5 files), and that format's module reads the headers."""
+files, HDF5 files; torch.save zips and tensorizer files where none of those is there), and
+that format's module reads the headers."""
 
 from __future__ import annotations
 
@@ -19,12 +20,19 @@ from stampede.existing.dcp import DCP_INDEX, metadata_parser, scan_dcp
 from stampede.existing.hdf5 import SUFFIXES as HDF5_SUFFIXES
 from stampede.existing.hdf5 import hdf5_on_objects, scan_hdf5
 from stampede.existing.safetensors import INDEX_SUFFIX, scan_safetensors
+from stampede.existing.torchfiles import (
+    TENSORIZER_SUFFIX,
+    TORCH_SUFFIXES,
+    scan_tensorizer,
+    scan_torch,
+)
 
 SUPPORTED = ("safetensors (*.safetensors, sharded with *.safetensors.index.json), "
-             "PyTorch DCP (.metadata + __R_K.distcp), HDF5 (*.h5, *.hdf5; contiguous datasets)")
+             "PyTorch DCP (.metadata + __R_K.distcp), HDF5 (*.h5, *.hdf5; contiguous datasets), "
+             "torch.save zips (*.bin, *.pt, *.pth), tensorizer (*.tensors, whole files)")
 # Weight files of formats stampede does not read: named when found, to say why not.
-UNSUPPORTED = (".bin", ".pt", ".pth", ".ckpt", ".gguf", ".npz", ".npy", ".msgpack", ".onnx",
-               ".pkl", ".h5.gz", ".tflite", ".keras")
+UNSUPPORTED = (".ckpt", ".gguf", ".npz", ".npy", ".msgpack", ".onnx", ".pkl", ".h5.gz",
+               ".tflite", ".keras")
 
 
 def scan(path: str, storage_options: dict[str, Any] | None = None) -> Catalogue:
@@ -64,6 +72,13 @@ def scan(path: str, storage_options: dict[str, Any] | None = None) -> Catalogue:
         return scan_safetensors(location, "", weights)
     if hdf5:
         return scan_hdf5(location, hdf5)
+    # Only where no safetensors is: Hugging Face repositories ship a .bin beside them.
+    torch_files = [n for n in top if n.lower().endswith(TORCH_SUFFIXES) and location.has(n)]
+    if torch_files:
+        return scan_torch(location, torch_files)
+    tensorizer = [n for n in top if n.endswith(TENSORIZER_SUFFIX) and location.has(n)]
+    if tensorizer:
+        return scan_tensorizer(location, tensorizer)
     raise CheckpointError(_nothing_found(location), hint=f"stampede reads {SUPPORTED}")
 
 
@@ -174,6 +189,10 @@ def _scan_file(location: Location, name: str) -> Catalogue:
         return scan_safetensors(location, "", [name])
     if name.lower().endswith(HDF5_SUFFIXES):
         return scan_hdf5(location, [name])
+    if name.lower().endswith(TORCH_SUFFIXES):
+        return scan_torch(location, [name])
+    if name.endswith(TENSORIZER_SUFFIX):
+        return scan_tensorizer(location, [name])
     raise CheckpointError(f"{location.where(name)}: not a checkpoint file stampede reads",
                           hint=f"stampede reads {SUPPORTED}")
 

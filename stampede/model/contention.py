@@ -1,5 +1,5 @@
-"""`stampede project`: a contention model of the restore, fitted to archived runs at a few
-rank counts and projected to a rank count that cannot be run.
+"""`stampede project`: a contention model of the restore (and of the save, below), fitted to
+archived runs at a few rank counts and projected to a rank count that cannot be run.
 
 The model, per layout (N ranks leave the start barrier together):
 
@@ -16,6 +16,7 @@ The model, per layout (N ranks leave the start barrier together):
   s, c     server time of one op, and the server's threads (ops in service at once)
   c_eff    c, except 1 for the shared layout: every rank's stat and open land on the one
            file's inode, and one server (one Lustre MDT, one S3 prefix) serialises them
+           (the save's: its directories' locks, below)
   B_agg    aggregate storage bandwidth; B_client one client's; B_net one client's network
            (indistinguishable from B_client in runs on one network: give it with --net-gbps)
 
@@ -60,6 +61,22 @@ The fit (least squares on relative errors, numpy):
 Each layout is printed with its configuration (job, backend, fs_type, cache, pattern,
 stat_count, open_count), and warm-cache or oversubscribed runs are noted.
 
+The save (`stampede project --phase save`): the same model on `stampede save` rows, the
+time to last rank being the save's (from the phase's start until the last rank's bytes
+are durable under their final names: completion op `save`), the metadata ops mkdir,
+create, open (a shared file's other writers), rename and fsync_dir by default (--op adds
+fsync or close: a server whose fsync is a commit request, as emulate-mds --fsync-s is),
+the data term the writes and their fsyncs. What serialises them is the directory's lock:
+create, rename (and mkdir) change a directory's entries, which a server does one at a
+time per directory (a local file system's VFS and an NFS server through it; on one node
+the client's kernel does it too), and fsync_dir syncs that one directory. Every save
+layout but fan-out puts all its files in one directory: c_eff = 1 (one directory's lock);
+fan-out spreads them over checkpoint.fanout directories: c_eff = min(c, fanout). A
+server with parallel directory operations (Lustre's MDS creating distinct names in one
+directory at once) does not serialise them: there the one-directory projection is an
+upper bound. Validation, the publish and retention come after the time to durable and are
+not projected.
+
 Limits: one server (a file system with several metadata targets spreads a sharded
 checkpoint's ops over them: c is then their total, while a shared file still sits on
 one); metadata ops are taken to come before data (lock traffic during reads, close, and
@@ -75,6 +92,9 @@ import math
 from dataclasses import dataclass
 
 METADATA_OPS = ("list", "index", "stat", "open")
+SAVE_METADATA_OPS = ("mkdir", "create", "open", "rename", "fsync_dir")
+SAVE_OPS = ("mkdir", "create", "open", "fsync", "close", "rename", "fsync_dir")   # --op may name
+PHASES = ("restore", "save")       # each phase's completion op is its own name
 SHARED_INODE_LAYOUTS = frozenset({"shared"})
 
 
@@ -91,6 +111,8 @@ class Params:
     ops_per_rank: float = 2.0        # k at the rank count predicted
     bytes_per_rank: float = 0.0      # at the rank count predicted
     whole_rounds: bool = False       # drain in whole rounds of s (a server of known c)
+    locks: float | None = None       # the locks the ops spread over (lock_count); None: the
+                                     # restore's, from the layout
 
 
 @dataclass(frozen=True)
@@ -108,9 +130,19 @@ class Prediction:
         return self.meta_s + self.data_s
 
 
-def effective_threads(layout: str, threads: float) -> float:
-    """c_eff: the shared layout's ops all wait on one inode."""
-    return 1.0 if layout in SHARED_INODE_LAYOUTS else threads
+def lock_count(layout: str, phase: str = "restore", fanout: int = 0) -> float:
+    """How many locks a layout's metadata ops spread over, each taken one op at a time
+    (inf: none binds). Restore: the shared file's inode (1), else none. Save: the
+    directories its files' entries change in: fan-out's `fanout`, every other layout's 1."""
+    if phase == "save":
+        return float(fanout) if layout == "fan-out" and fanout > 0 else 1.0
+    return 1.0 if layout in SHARED_INODE_LAYOUTS else math.inf
+
+
+def effective_threads(layout: str, threads: float, locks: float | None = None) -> float:
+    """c_eff = min(c, the locks the ops spread over): 1 for the restore's shared inode and
+    the save's one directory."""
+    return min(threads, lock_count(layout) if locks is None else locks)
 
 
 def metadata_stall(nranks: float, ops_per_rank: float, rtt_s: float, service_s: float,
@@ -150,7 +182,7 @@ def data_time(nranks: float, bytes_per_rank: float, agg_bps: float, client_bps: 
 
 def predict(params: Params, nranks: int, layout: str) -> Prediction:
     """Time to last rank = T_meta + T_data at `nranks` for `layout`, from known parameters."""
-    threads = effective_threads(layout, params.threads)
+    threads = effective_threads(layout, params.threads, params.locks)
     meta = metadata_stall(nranks, params.ops_per_rank, params.rtt_s, params.service_s, threads,
                           params.whole_rounds)
     rate, limit = data_rate(nranks, params.agg_bps, params.client_bps, params.net_bps)

@@ -11,13 +11,13 @@ from typing import Any
 
 from stampede.errors import UsageError
 from stampede.model.contention import (
-    SHARED_INODE_LAYOUTS,
     Params,
     Prediction,
     data_rate,
     data_time,
     effective_threads,
     is_saturated,
+    lock_count,
     metadata_stall,
     predict,
 )
@@ -63,6 +63,12 @@ class Fit:
     agg_bound: bool                    # no run reached B_agg: B_agg is a bound
     client_bound: bool                 # every run was B_agg-limited: B_client is a bound
     notes: tuple[str, ...]
+    locks: float = math.inf            # what the ops spread over (lock_count): c_eff <= it
+
+    @property
+    def serialised(self) -> bool:
+        """One lock takes every op one at a time: c_eff = 1, whatever c."""
+        return self.locks <= 1
 
     @property
     def residuals(self) -> tuple[float, ...]:
@@ -132,11 +138,13 @@ def _golden(objective: Callable[[float], float], low: float, high: float, steps:
     return math.exp(a if f1 <= f2 else x2)
 
 
-def fit_metadata(points: Sequence[Point], layout: str,
-                 known: Known = Known()) -> tuple[float, float, float]:
-    """(RTT, s, c) that fit the measured stalls best (c = 1 for the shared layout)."""
+def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
+                 locks: float | None = None) -> tuple[float, float, float]:
+    """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
+    `locks`, the restore's of the layout when None)."""
     import numpy as np
 
+    locks = lock_count(layout) if locks is None else locks
     n = np.array([p.nranks for p in points], dtype=float)
     k = np.array([p.ops_per_rank for p in points], dtype=float)
     y = np.array([p.meta_s for p in points], dtype=float)
@@ -145,17 +153,17 @@ def fit_metadata(points: Sequence[Point], layout: str,
         return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
     stalls = _Stalls(n[used], k[used], y[used], whole=known.threads is not None,
                      fixed=(known.rtt_s, known.service_s))
-    if layout in SHARED_INODE_LAYOUTS:
+    if locks <= 1:
         grid = [1.0]
     elif known.threads is not None:
         grid = [known.threads]
     else:
         grid = [float(c) for c in np.geomspace(*THREAD_GRID[:2], int(THREAD_GRID[2]))]
-    threads = _best_threads(grid, stalls)
-    _, rtt, service = stalls.at(threads)
-    c_eff = effective_threads(layout, threads)
-    if layout in SHARED_INODE_LAYOUTS and known.threads is not None:
-        threads = known.threads         # reported as given; the one inode still serialises
+    threads = _best_threads(grid, stalls, locks)
+    _, rtt, service = stalls.at(min(threads, locks))
+    c_eff = effective_threads(layout, threads, locks)
+    if locks <= 1 and known.threads is not None:
+        threads = known.threads         # reported as given; the one lock still serialises
     if any(is_saturated(*point, rtt, service, c_eff, stalls.whole)
            for point in zip(stalls.n, stalls.k)):
         return rtt, service, threads
@@ -201,17 +209,18 @@ class _Stalls:
         return best
 
 
-def _best_threads(grid: list[float], stalls: _Stalls) -> float:
-    """The c of least error on the grid (ties: the smaller), refined by golden section."""
-    errors = [stalls.at(c)[0] for c in grid]
+def _best_threads(grid: list[float], stalls: _Stalls, locks: float = math.inf) -> float:
+    """The c of least error on the grid (ties: the smaller, so never more than `locks`
+    where they bind), refined by golden section."""
+    errors = [stalls.at(min(c, locks))[0] for c in grid]
     best_error = min(errors)
     tolerance = best_error * 1e-9 + 1e-300
     index = next(i for i, error in enumerate(errors) if error <= best_error + tolerance)
     threads = grid[index]
     if len(grid) > 1:
         low, high = grid[max(index - 1, 0)], grid[min(index + 1, len(grid) - 1)]
-        refined = _golden(lambda c: stalls.at(c)[0], low, high)
-        if stalls.at(refined)[0] <= best_error + tolerance:
+        refined = _golden(lambda c: stalls.at(min(c, locks))[0], low, high)
+        if stalls.at(min(refined, locks))[0] <= best_error + tolerance:
             threads = refined
     return threads
 
@@ -283,14 +292,17 @@ def fit_data(nranks: Sequence[float], bytes_per_rank: Sequence[float],
 
 def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
                last: Callable[[Point], float] = lambda point: point.last_s,
-               meta: tuple[float, float, float] | None = None) -> Fit:
+               meta: tuple[float, float, float] | None = None,
+               locks: float | None = None) -> Fit:
     """Both stages: the metadata fit on the stalls, then the data fit on what remains of
     the time to last rank. `last` picks the measurement (median, min or max of the
-    iterations); `meta` reuses a metadata fit."""
+    iterations); `meta` reuses a metadata fit; `locks` as fit_metadata's."""
     points = tuple(sorted(points, key=lambda p: p.nranks))
-    rtt, service, threads = meta if meta is not None else fit_metadata(points, layout, known)
+    locks = lock_count(layout) if locks is None else locks
+    rtt, service, threads = meta if meta is not None else fit_metadata(points, layout, known,
+                                                                        locks)
     whole = known.threads is not None
-    c_eff = effective_threads(layout, threads)
+    c_eff = effective_threads(layout, threads, locks)
     meta_model = tuple(metadata_stall(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole)
                        for p in points)
     notes = []
@@ -307,7 +319,7 @@ def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
     largest = points[-1]
     params = Params(rtt_s=rtt, service_s=service, threads=threads, agg_bps=agg,
                     client_bps=client, net_bps=math.inf, ops_per_rank=largest.ops_per_rank,
-                    bytes_per_rank=largest.bytes_per_rank, whole_rounds=whole)
+                    bytes_per_rank=largest.bytes_per_rank, whole_rounds=whole, locks=locks)
     last_model = tuple(stall + data_time(p.nranks, p.bytes_per_rank, agg, client)
                        for p, stall in zip(points, meta_model))
     saturated = tuple(p.nranks for p in points
@@ -315,12 +327,11 @@ def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
     limited = tuple(p.nranks for p in points
                     if data_rate(p.nranks, agg, client)[1] == "B_agg / N" and p.bytes_per_rank > 0)
     has_meta = any(p.ops_per_rank > 0 and p.meta_s > 0 for p in points)
-    fixed_drain = known.service_s is not None and (known.threads is not None
-                                                   or layout in SHARED_INODE_LAYOUTS)
+    fixed_drain = known.service_s is not None and (known.threads is not None or locks <= 1)
     return Fit(layout=layout, params=params, points=points, meta_model_s=meta_model,
                last_model_s=last_model, saturated=saturated, agg_limited=limited,
                stall_bound=has_meta and not saturated and not fixed_drain,
-               agg_bound=agg_bound, client_bound=client_bound, notes=tuple(notes))
+               agg_bound=agg_bound, client_bound=client_bound, notes=tuple(notes), locks=locks)
 
 
 def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
@@ -358,14 +369,15 @@ class Projection:
     meta_band: tuple[float, float]
 
     @property
-    def shared_inode(self) -> bool:
-        """Every rank's metadata ops land on one inode (c_eff = 1)."""
-        return self.fit.layout in SHARED_INODE_LAYOUTS
+    def serialised(self) -> bool:
+        """Every rank's metadata ops wait on one lock (c_eff = 1): the restore's shared
+        inode, the save's one directory."""
+        return self.fit.serialised
 
     @property
     def drain_ops_per_s(self) -> float:
         """How fast the server drains a saturated burst: c_eff / s."""
-        threads = effective_threads(self.fit.layout, self.params.threads)
+        threads = effective_threads(self.fit.layout, self.params.threads, self.fit.locks)
         return threads / self.params.service_s if self.params.service_s > 0 else math.inf
 
 
@@ -376,11 +388,13 @@ def _measured(column: str) -> Callable[[Point], float]:
 
 
 def project(points: Sequence[Point], layout: str, nranks: int, known: Known = Known(),
-            per_rank_size: bool = False, bytes_per_rank: float | None = None) -> Projection:
-    """Fit, predict at `nranks`, and the band (spread refits, leave-one-out)."""
+            per_rank_size: bool = False, bytes_per_rank: float | None = None,
+            locks: float | None = None, phase: str = "restore") -> Projection:
+    """Fit, predict at `nranks`, and the band (spread refits, leave-one-out); `locks` as
+    fit_metadata's, `phase` names the runs in a refusal."""
     counts = sorted({p.nranks for p in points})
     if len(counts) < MIN_RANK_COUNTS:
-        raise UsageError(f"layout {layout}: restore runs at {len(counts)} distinct rank count(s) "
+        raise UsageError(f"layout {layout}: {phase} runs at {len(counts)} distinct rank count(s) "
                          f"({', '.join(map(str, counts))}); projecting needs at least "
                          f"{MIN_RANK_COUNTS} (sweep more, e.g. stampede sweep JOB --ranks 1,2,4,8, "
                          f"or choose layouts with --layout)")
@@ -394,19 +408,20 @@ def project(points: Sequence[Point], layout: str, nranks: int, known: Known = Kn
     def at(fit: Fit) -> Prediction:
         return predict(at_n(fit), nranks, layout)
 
-    central = fit_points(points, layout, known)
+    central = fit_points(points, layout, known, locks=locks)
     prediction = at(central)
     meta = (central.params.rtt_s, central.params.service_s, central.params.threads)
     others: list[Prediction] = []
     sources = []
-    spread = [fit_points(points, layout, known, last=_measured(column), meta=meta)
+    spread = [fit_points(points, layout, known, last=_measured(column), meta=meta, locks=locks)
               for column in ("last_min_s", "last_max_s")
               if all(math.isfinite(getattr(p, column)) for p in points)]
     if spread:
         others += [at(fit) for fit in spread]
         sources.append("refit on the min/max iteration")
     if len(counts) > MIN_RANK_COUNTS:
-        others += [at(fit_points([p for p in points if p.nranks != dropped], layout, known))
+        others += [at(fit_points([p for p in points if p.nranks != dropped], layout, known,
+                                 locks=locks))
                    for dropped in counts]
         sources.append("leave-one-out")
     totals = [prediction.total_s] + [p.total_s for p in others]

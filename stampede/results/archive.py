@@ -18,8 +18,8 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      restored: saves/LAYOUT/vNNNNNN; empty for a prepared checkpoint), the save's ops and
      pseudo-ops (stampede.results.samples), and the options fanout, save_mode,
      durability, validate, keep, mkdir_by, part_size, restore_from.
-- 4: the option exchange (run.exchange: mpi | torch; empty in older rows, which all
-     exchanged over MPI). New op values, no column: pg_init, bcast_first,
+- 4: the option exchange (run.exchange: mpi | torch; rows of schema 1 to 3 read as mpi:
+     they all exchanged over MPI). New op values, no column: pg_init, bcast_first,
      allgather_first, d2h (stampede.results.samples); the run.h2d value cuda-gds.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
@@ -200,6 +200,8 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
                  SOURCE: str(path), LINE: str(reader.line_num)}
         if not whole["phase"]:   # schema 1 and 2 measured restores only
             whole["phase"] = "restore"
+        if not whole["exchange"]:   # before schema 4 every exchange went over MPI
+            whole["exchange"] = "mpi"
         rows.append(whole)
     return rows
 

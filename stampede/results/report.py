@@ -133,9 +133,13 @@ def render_header(first: Row, console: Any) -> None:
             f"node), backend {first['backend']} ({first.get('fs_type') or '?'}) at "
             f"{first.get('target', '')}\nsave [bold]{first.get('save_mode', '')}[/], durability "
             f"[bold]{first.get('durability', '')}[/], validate {first.get('validate', '')}, keep "
-            f"{first.get('keep', '')}, mkdir by {first.get('mkdir_by', '')}, "
-            f"{format_bytes(whole(first, 'bytes_per_rank'))} per shard, block "
-            f"{format_bytes(whole(first, 'block_bytes'))}, cache {first['cache']}, "
+            f"{first.get('keep', '')}, "
+            + (f"parts of {format_bytes(whole(first, 'part_size'))}, " if first.get("part_size")
+               else "")
+            + (f"mkdir by {first.get('mkdir_by', '')}, cache {first['cache']}, "
+               if "://" not in first.get("target", "") else "")
+            + f"{format_bytes(whole(first, 'bytes_per_rank'))} per shard, block "
+            f"{format_bytes(whole(first, 'block_bytes'))}, "
             f"{first['iterations']} saves + {first.get('warmup', '?')} warmup, "
             f"{first['timestamp']}")
         return

@@ -126,11 +126,12 @@ def _gbps(rate: float) -> str:
 
 
 def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], nranks: int,
-                      archives: Sequence[str], given: Sequence[str], console: Any) -> None:
+                      archives: Sequence[str], given: Sequence[str], console: Any,
+                      what: str = "the restore: time to last rank") -> None:
     """`stampede project`: per layout (series, projection, notes), the fit and where it
-    leads at `nranks`; `given` names the parameters held fixed."""
-    console.print(f"stampede project: {len(projections)} layout(s) from {', '.join(archives)}, "
-                  f"projected to {nranks} ranks")
+    leads at `nranks`; `given` names the parameters held fixed, `what` the phase projected."""
+    console.print(f"stampede project: {what}; {len(projections)} layout(s) from "
+                  f"{', '.join(archives)}, projected to {nranks} ranks")
     console.print("model: T_meta = max(k (RTT + s), RTT + s N k / c_eff)  (stampede project "
                   "--help)\n       T_data = bytes_per_rank / min(B_agg / N, B_client, B_net);  "
                   "time to last rank = T_meta + T_data\n")
@@ -146,7 +147,11 @@ def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], nranks:
 def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: int,
                    given: Sequence[str], console: Any) -> None:
     fit, prediction, params = projection.fit, projection.prediction, projection.fit.params
-    threads = "1 (c_eff: one shared inode)" if projection.shared_inode else f"{params.threads:.3g}"
+    threads = f"{params.threads:.3g}"
+    if projection.serialised:
+        threads = f"1 (c_eff: {series.serialised_by})"
+    elif series.serialised_by:
+        threads += f" (c_eff = min(c, {series.serialised_by}))"
     console.print(f"layout {series.layout}  [{series.context}]", markup=False)
     console.print(f"  fitted: RTT {format_seconds(params.rtt_s)}, s "
                   f"{format_seconds(params.service_s)}, c {threads}, B_agg {_gbps(params.agg_bps)}"

@@ -11,6 +11,9 @@ from stampede.results.report import new_table
 from stampede.results.samples import OPS
 from stampede.units import format_bytes
 
+# What a catalogue's items are called, by format (the others hold tensors).
+ITEMS = {"dcp": "saved items", "torch": "storages", "tensorizer": "files (whole)"}
+
 
 def render_plan(spec: Any, nranks: int, backend: str, layouts: Sequence[Any], space: str,
                 console: Any) -> None:
@@ -124,7 +127,8 @@ def _counts(counts: dict[str, int]) -> str:
 
 def _describe_checkpoint(catalogue: Any) -> list[str]:
     """Human lines for `stampede plan`: format, files, tensors, bytes, index, savers."""
-    kinds = {"safetensors": "safetensors", "dcp": "PyTorch DCP", "hdf5": "HDF5"}
+    kinds = {"safetensors": "safetensors", "dcp": "PyTorch DCP", "hdf5": "HDF5",
+             "torch": "torch.save zip", "tensorizer": "tensorizer, whole files"}
     file_bytes = sum(size for _, size in catalogue.files)
     more = f" and {len(catalogue.files) - 3} more" if len(catalogue.files) > 3 else ""
     dtypes = Counter(t.dtype or "bytes" for t in catalogue.tensors)
@@ -132,7 +136,7 @@ def _describe_checkpoint(catalogue: Any) -> list[str]:
         f"checkpoint: {catalogue.root} ({kinds.get(catalogue.format, catalogue.format)})",
         f"files: {len(catalogue.files)} data file(s), {file_bytes:,} bytes "
         f"({format_bytes(file_bytes)}): {', '.join(name for name, _ in catalogue.files[:3])}{more}",
-        f"{'saved items' if catalogue.format == 'dcp' else 'tensors'}: "
+        f"{ITEMS.get(catalogue.format, 'tensors')}: "
         f"{len(catalogue.tensors)} ("
         + ", ".join(f"{dtype} {count}" for dtype, count in dtypes.most_common()) + ")",
         f"bytes to restore: {catalogue.total_bytes:,} ({catalogue.total_bytes / 2**30:.3f} GiB)",

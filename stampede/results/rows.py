@@ -14,7 +14,7 @@ from stampede import __version__
 from stampede.results.archive import ARCHIVE_SCHEMA
 from stampede.results.cells import cell
 from stampede.results.model import LayoutRun, LayoutStats, RunContext, node_counts
-from stampede.results.samples import RATE_OPS, STORAGE_OPS
+from stampede.results.samples import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.warnings import layout_warnings, residency_warning
 from stampede.spec import JobSpec
 from stampede.sysinfo import node_facts, slurm_job_id, slurm_variables
@@ -80,7 +80,7 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
     rows = op_rows(shared, stats, layout_run.bytes_per_rank, context.hosts)
     for row in rows:
         row["retries"] = cell(layout_run.retries.get(row["op"], 0)) \
-            if row["op"] in STORAGE_OPS else ""
+            if row["op"] in STORAGE_OPS or row["op"] in SAVE_STORAGE_OPS else ""
     return rows
 
 

@@ -29,8 +29,8 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        "barrier", "allreduce",
        # the save (`stampede save`), in the order it runs them: snapshot (async: the copy
        # to the staging buffer, what stops training), mkdir, create (O_CREAT|O_EXCL),
-       # write (one block), fsync (a file), close (the restore's op), rename (temporary name -> final),
-       # fsync_dir (a directory's entries), validate (evict, re-read and check one
+       # write (one block), fsync (a file), close (the restore's op), rename (temporary
+       # name -> final), fsync_dir (a directory's entries), validate (evict, re-read and check one
        # extent), publish (the pointer, replaced atomically), unlink and rmdir (the
        # retention of old versions); the pseudo-ops: blocked (phase start -> the rank
        # could train again: after the snapshot (async) or the collective save (sync)),
@@ -38,6 +38,13 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        # pointer durable: rank 0)
        "snapshot", "mkdir", "create", "write", "fsync", "rename", "fsync_dir",
        "validate", "publish", "unlink", "rmdir", "blocked", "save", "published",
+       # a real loader's phases (`stampede loaders`), each one span per rank and iteration
+       # beside index and header: plan (DCP's load planning and its collectives), load
+       # (the loader's read of the tensors' bytes, with whatever it does in the same
+       # calls), deserialise (tensors made from bytes already in memory), touch (the
+       # first touch of every page of tensors a loader returned over a file mapping: the
+       # read that a mapped load defers)
+       "plan", "load", "deserialise", "touch",
        # run.exchange = "torch" (stampede.run.torch_exchange), before each iteration's start
        # barrier, outside the restore (their stamps are negative on the phase's axis):
        # pg_init (init_process_group + the exchange group: the recovery model's T_sync) and

@@ -28,7 +28,7 @@ def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
     them (restore, or save)."""
     if histogram_mode(comm, spec, plan):
         return _reduced_stats(comm, layout, rows, origins, failed_iteration, completion_op)
-    return _exact_stats(comm, layout, rows, origins, hosts, completion_op)
+    return exact_stats(comm, layout, rows, origins, hosts, completion_op)
 
 
 def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
@@ -42,8 +42,8 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
     return total is not None and int(total[0]) > histogram.AUTO_SAMPLES
 
 
-def _exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
-                 hosts: tuple[str, ...], completion_op: str) -> LayoutStats | None:
+def exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+                hosts: tuple[str, ...], completion_op: str = "restore") -> LayoutStats | None:
     """Every sample to rank 0 (one Gatherv), put on one axis there."""
     gathered = mpi.gather_rows(comm, rows)
     gathered_origins = mpi.gather_rows(comm, origins_array(origins))
@@ -99,12 +99,14 @@ def reduce_summaries(comm: Any, summary: dict[str, np.ndarray],
     return histogram.Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
 
 
-def retries(comm: Any, backend: Any, before: dict[str, int]) -> dict[str, int]:
-    """Requests the backend's client retried in this layout, per op, summed over ranks
-    (object stores: throttling and timeouts show up here before they become errors)."""
+def retries(comm: Any, backend: Any, before: dict[str, int],
+            ops: tuple[str, ...] = STORAGE_OPS) -> dict[str, int]:
+    """Requests the backend's client retried in this layout, per op of `ops` (the
+    restore's storage ops by default), summed over ranks (object stores: throttling and
+    timeouts show up here before they become errors)."""
     now = getattr(backend, "retries", {})
-    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in STORAGE_OPS])
+    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in ops])
     total = mpi.allreduce_sum(comm, mine)
     if total is None:
         return {}
-    return {op: int(count) for op, count in zip(STORAGE_OPS, total, strict=True) if count}
+    return {op: int(count) for op, count in zip(ops, total, strict=True) if count}

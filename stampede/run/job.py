@@ -42,7 +42,7 @@ def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
     catalogue: Catalogue | None = None
     if spec.checkpoint_source == "existing":
         catalogue = mpi.on_root(comm, "reading the checkpoint's headers",
-                                partial(_scan_existing, spec))
+                                partial(scan_existing, spec))
         strategies, root = spec.assign, catalogue.root
         entries: dict[str, dict[str, Any]] = {policy: {} for policy in strategies}
     else:
@@ -102,7 +102,7 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
                       checkpoint_format=catalogue.format if catalogue else "")
 
 
-def _scan_existing(spec: JobSpec) -> Catalogue:
+def scan_existing(spec: JobSpec) -> Catalogue:
     """Rank 0: the existing checkpoint's headers (a POSIX path, or an object store's URL
     through the target's storage options; HDF5 only on POSIX), and a check that nothing
     this run writes lands next to it."""

@@ -1,5 +1,6 @@
 """`save`: each layout saved `warmup + iterations` times, each save a new version
-(stampede.checkpoint.versions), timed by stampede.run.save_pattern.
+(stampede.checkpoint.versions), timed by stampede.run.save_pattern (into files:
+save_files; objects: save_objects).
 
 Per save, untimed: rank 0 removes what earlier saves left unfinished, picks the version
 and what its publish will release; every rank fills its shard in memory with the
@@ -21,7 +22,7 @@ from typing import Any
 
 from stampede import mpi
 from stampede.backends import open_backend
-from stampede.backends.base import Backend
+from stampede.backends.base import Backend, object_store
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, content_label
@@ -29,7 +30,7 @@ from stampede.checkpoint.formats import safetensors_prefix
 from stampede.checkpoint.manifest import MANIFEST_NAME, layout_entry, read_manifest
 from stampede.checkpoint.plan import Extent, bytes_per_rank, file_tensors, shard_count
 from stampede.checkpoint.prepare import space_needed
-from stampede.checkpoint.save_plan import FileWrite, SavePlan, save_plan
+from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, UsageError
 from stampede.results.model import LayoutRun, RunContext, node_counts
 from stampede.results.samples import OP_CODE
@@ -38,7 +39,9 @@ from stampede.run.checks import new_digest
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
 from stampede.run.layout import ABORT_GRACE_S, Phases, Tick, measured_rows, phase_totals
-from stampede.run.save_pattern import SaveSetup, run_save
+from stampede.run.save_files import FileSave
+from stampede.run.save_objects import ObjectSave
+from stampede.run.save_pattern import Save, SaveSetup
 from stampede.run.setup import MAX_MESSAGES
 from stampede.run.verdict import iteration_name, judge
 from stampede.spec import JobSpec
@@ -55,7 +58,9 @@ def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
                              partial(open_backend, spec.target_path, spec.storage_options))
     if not getattr(backend, "saves", False):
         raise UsageError(f"target.path = {spec.target_path!r}: the {backend.name} backend has "
-                         "no timed save yet", hint="save to a POSIX path")
+                         "no timed save yet", hint="save to a POSIX path or s3://")
+    if object_store(backend) is not None:   # pure: before any request
+        mpi.on_root(comm, "checking the save", partial(check_object_save, spec, nranks))
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     mpi.on_root(comm, "checking the target", partial(open_target, spec, backend, nranks, hosts))
     context = context or new_context(comm, spec, backend)
@@ -77,14 +82,16 @@ def open_target(spec: JobSpec, backend: Backend, nranks: int,
     fit; each node can hold its ranks' shards in memory. Creates the root and the journal."""
     target = spec.target_path
     root = Path(target)
-    if root.is_symlink():
+    files = backend.has_directories
+    if files and root.is_symlink():
         raise CheckpointError(f"target.path = {target!r} is a symbolic link",
                               hint="give the real directory")
-    if root.exists() and not root.is_dir():
+    if files and root.exists() and not root.is_dir():
         raise CheckpointError(f"target.path = {target!r} is not a directory")
-    journal = versions.read_journal(backend, target) if root.exists() else None
-    marked = journal is not None or (root.exists() and read_manifest(backend, target) is not None)
-    if root.exists() and not marked and backend.names():
+    exists = root.exists() if files else True   # a bucket prefix: as good as its objects
+    journal = versions.read_journal(backend, target) if exists else None
+    marked = journal is not None or (exists and read_manifest(backend, target) is not None)
+    if exists and not marked and backend.names():
         raise CheckpointError(
             f"target.path = {target!r} is not empty and holds nothing stampede wrote (no "
             f"{versions.JOURNAL_NAME} or {MANIFEST_NAME})",
@@ -100,13 +107,13 @@ def open_target(spec: JobSpec, backend: Backend, nranks: int,
         raise CheckpointError(f"target.path = {target!r}: {space.describe()}",
                               hint="a smaller checkpoint.size or save.keep, or another target")
     _check_memory(spec, nranks, hosts or [])
-    created_root = not root.exists()
+    created_root = files and not root.exists()
     try:
         backend.ensure_root()
     except OSError as error:
         raise CheckpointError(f"target.path = {target!r}: cannot create it "
                               f"({error.strerror or error})") from None
-    if not os.access(target, os.W_OK | os.X_OK):
+    if files and not os.access(target, os.W_OK | os.X_OK):
         raise CheckpointError(f"target.path = {target!r} is not writable")
     if journal is None:
         journal = versions.new_journal(created_root)
@@ -201,7 +208,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
         if group is not None:
             mpi.free(group, comm)
     return _to_rank_zero(comm, spec, first_plan, hosts, phases,
-                         gather.retries(comm, backend, retries_before))
+                         gather.retries(comm, backend, retries_before, SAVE_RETRY_OPS))
 
 
 def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
@@ -221,10 +228,13 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
 
 
 PUBLISHED = OP_CODE["published"]
+# a save's retried requests, per op: its own, and validation's re-reads (HEAD and GETs)
+SAVE_RETRY_OPS = ("create", "write", "fsync", "publish", "unlink", "open", "read")
 
 
 def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
            phases: Phases) -> tuple[Any, bool]:
+    steps: type[Save] = FileSave if setup.backend.has_directories else ObjectSave
     if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
         mpi.abort(comm, f"{setup.plan.layout}: other ranks did not reach the start of "
                         f"{iteration_name(iteration, spec.warmup)} within "
@@ -233,7 +243,7 @@ def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
     phases.origins[iteration] = origin
     setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
     first = len(phases.log)
-    outcome = run_save(setup, iteration, origin, phases.log)
+    outcome = steps(setup, iteration, origin, phases.log).run()
     phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])
     published = any(row[1] == PUBLISHED and row[5] for row in phases.log[first:])
     return outcome, published
@@ -267,18 +277,20 @@ def _version_setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, buff
     named = {*(f.relpath for f in plan.files), *(f.partial for f in plan.files),
              *plan.directories, *mine, *(release_dirs if rank == 0 else ()),
              *(name for f in filter(None, (plan.index,)) for name in (f.relpath, f.partial)),
-             versions.layout_dir(layout)}
+             versions.layout_dir(layout), versions.pointer_path(layout)}
+    files = backend.has_directories   # else an object store: no directories to sync
     setup = SaveSetup(
         plan=plan, backend=backend, paths={relpath: backend.path(relpath) for relpath in named},
         model=buffers.model, check=buffers.check, block_bytes=spec.block_bytes, world=comm,
         group=group, staging=buffers.staging, direct=spec.cache == "direct",
         durable=spec.durability == "fsync", mkdir_every=spec.mkdir_by == "every",
+        part_bytes=spec.part_bytes,
         validate=spec.validate, finite_dtype=spec.dtype if spec.validate == "finite" else "",
         expected=expected, headers=headers, bases=bases, index=index,
         pointer=versions.pointer_path(layout), pointer_bytes=versions.pointer_text(version),
-        spine=_spine(plan, layout) if rank == 0 else (),
+        spine=_spine(plan, layout) if rank == 0 and files else (),
         releasing=bool(releases or release_dirs), releases=tuple(mine),
-        release_dirs=tuple(release_dirs) if rank == 0 else (), owned=owned)
+        release_dirs=tuple(release_dirs) if rank == 0 and files else (), owned=owned)
     return setup, version
 
 
@@ -355,8 +367,19 @@ def _begin_version(spec: JobSpec, backend: Backend, layout: str,
     assert journal is not None
     published = versions.published_version(backend, journal, layout)
     stale = versions.stale_versions(journal, layout, published)
+    store = object_store(backend)
     for entry in stale:
-        versions.remove_version(backend, entry)
+        if store is None:
+            versions.remove_version(backend, entry)
+            continue
+        # objects: one LIST, then a DELETE for each one still there (a release already
+        # deleted the others), and the unfinished uploads of a killed save, which no LIST
+        # shows
+        there = set(backend.names(entry["dir"]))
+        for relpath in versions.written_paths(entry):
+            if relpath in there:
+                backend.remove(relpath)
+        store.discard_uploads(entry["dir"])
     versions.drop_entries(journal, layout, [entry["version"] for entry in stale])
     series = versions.series(journal, layout)
     version = series["next"]
@@ -382,9 +405,12 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
     sizes = [(relpath, sum(nbytes for _, nbytes in tensors)) for relpath, tensors in files]
     entry = layout_entry(spec, layout, nranks, bytes_per_rank(spec, nranks), sizes, slices,
                          complete=False)
+    named = backend.has_directories   # else objects, under their final names only
     entry.update(version=version, dir=root, state="writing", reason="",
-                 partials=[FileWrite(relpath, True, ()).partial for relpath, _ in sizes],
-                 directories=list(version_directories(spec, layout, nranks, root)),
+                 partials=[FileWrite(relpath, True, ()).partial for relpath, _ in sizes
+                           if named],
+                 directories=list(version_directories(spec, layout, nranks, root))
+                 if named else [],
                  mode=spec.save_mode, durability=spec.durability, validate=spec.validate)
     versions.series(journal, layout)["versions"].append(entry)
     versions.write_journal(backend, journal)
@@ -393,8 +419,16 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
 def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
                     published: bool, reason: str, name: str) -> str:
     """After the phase: complete (published; the released versions marked so) or invalid.
-    Returns a note for the report when the version was not published."""
-    journal = versions.read_journal(backend, spec.target_path)
+    Returns a note for the report when the version was not published (also when the
+    storage that failed the save cannot take the journal's update either: the entry
+    stays "writing", which the next save and clean treat alike)."""
+    try:
+        journal = versions.read_journal(backend, spec.target_path)
+    except CheckpointError as error:
+        if published:
+            raise
+        return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
+                f"entry not updated: {error}; the next save or clean removes what it wrote")
     assert journal is not None
     entry = versions.entry_of(journal, layout, version)
     if published:

@@ -7,35 +7,31 @@ nothing hangs, and nothing is published.
 
     [async: snapshot (the shard copied to the staging buffer) -> blocked ends; the rest
      runs in a background thread, from the copy]
-    mkdir     save.mkdir = root: rank 0 makes the version's directories, then a wait;
-              every: each writing rank makes those on its paths (an existing one is fine)
-    create    each file under its temporary name, O_CREAT|O_EXCL, by its creator (a
-              formatted file's header is its first write); a shared file is then opened
-              (open) by the others, after a wait
-    write     block by block from the shard in memory (pwritev; O_DIRECT with run.cache =
-              direct), then fsync and close each file
-    rename    temporary -> final name, by the creator (a shared file after a wait for its
-              writers), then fsync_dir of the directory renamed into
-    wait      every rank's bytes durable [metadata-first: rank 0 writes the index the same
-              way, then a second wait]; sync: blocked ends here
+    write     the rank's bytes made durable under their final names, then a wait for every
+              rank's: into files (stampede.run.save_files: mkdir, create, write, fsync,
+              close, rename, fsync_dir) or objects (stampede.run.save_objects: create,
+              write, fsync as CreateMultipartUpload, UploadPart, CompleteMultipartUpload,
+              or one PUT); sync: blocked ends here
     validate  each written extent evicted and re-read, its hash (or finite check) against
               the one computed when the shard was filled; then a wait for every verdict
     publish   rank 0, if every rank's part is good: the version's directories fsynced,
-              then the pointer replaced atomically (tmp + fsync + rename + fsync_dir)
+              then the pointer replaced atomically (tmp + fsync + rename + fsync_dir; on
+              an object store one PUT)
     unlink    after a wait for the publish: each rank deletes its share of the released
               versions' files, then a wait, then rank 0 removes their directories (rmdir)
 
-The pseudo-ops close it: save (phase start -> the rank's last fsync: its bytes durable
-under their final names; ranks that write), blocked (every rank), published (rank 0).
+The pseudo-ops close it: save (phase start -> the rank's bytes durable under their final
+names: its last fsync, or its last upload completed; ranks that write), blocked (every
+rank), published (rank 0).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,7 +40,7 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import Extent
-from stampede.checkpoint.save_plan import FileWrite, SavePlan
+from stampede.checkpoint.save_plan import SavePlan
 from stampede.results.samples import OP_CODE, SAVE_STORAGE_OPS
 from stampede.run.pattern import Log, PhaseOutcome, _describe
 
@@ -71,6 +67,7 @@ class SaveSetup:
     staging: AlignedBuffer | None = None   # save.mode = async: the copy written from
     direct: bool = False
     durable: bool = True            # save.durability = fsync
+    part_bytes: int | None = None   # object stores: save.part_size (None: one PUT per file)
     mkdir_every: bool = False       # save.mkdir = every
     validate: str = "xxh3"          # none | sha256 | xxh3 | finite
     finite_dtype: str = ""          # validate = finite: the elements' dtype
@@ -88,8 +85,9 @@ class SaveSetup:
     owned: list[Any] = field(default_factory=list)   # buffers of this version alone
 
 
-class _Save:
-    """One rank's save of one version: the steps of the module's docstring, in order."""
+class Save:
+    """One rank's save of one version: the steps of the module's docstring, in order;
+    a subclass writes the rank's bytes (write_durably) into files or objects."""
 
     def __init__(self, setup: SaveSetup, iteration: int, origin_ns: int, log: Log) -> None:
         self.setup, self.plan, self.iteration, self.origin = setup, setup.plan, iteration, origin_ns
@@ -165,9 +163,7 @@ class _Save:
             good = self.validated()
             self.publish_and_release(good)
         finally:
-            for handle in self.handles.values():   # untimed: after a failure only
-                with contextlib.suppress(OSError):
-                    setup.backend.close(handle)
+            self.release_handles()
         iteration, origin = self.iteration, self.origin
         self.log.append((iteration, BLOCKED, origin, self.blocked_ns or origin, 0, 1))
         if plan.writes or plan.index is not None:
@@ -187,201 +183,22 @@ class _Save:
         self.log.append((self.iteration, SNAPSHOT, start, stop, len(staging.view), 1))
         self.source = staging.view
 
+    def write_durably(self) -> None:
+        """The rank's bytes durable under their final names, then a wait for every rank's."""
+        raise NotImplementedError
+
+    def release_handles(self) -> None:
+        """Untimed, at the end, whatever happened: what write_durably left open."""
+
+    def pointer_writer(self) -> Callable[[], None]:
+        """The publish's one call, bound before its stamps: the pointer replaced."""
+        return partial(self.setup.backend.put_bytes, self.setup.pointer, self.setup.pointer_bytes)
+
     def _background(self, failure: list[BaseException]) -> None:
         try:
             self.write_durably()
         except BaseException as error:   # re-raised by the main thread after join
             failure.append(error)
-
-    def write_durably(self) -> None:
-        """mkdir -> create/open -> write -> fsync -> close -> rename -> fsync_dir, then the
-        wait for every rank's bytes (and metadata-first's index)."""
-        setup, plan = self.setup, self.plan
-        self.make_directories()
-        shared = setup.world if plan.layout == "shared" else setup.group
-        self.create(creators=True)
-        if shared is not None and self.vote(shared):   # the others open what was created
-            self.create(creators=False)
-        for file in plan.files:
-            self.write_file(file, self.source)
-        self.sync_and_close([file.relpath for file in plan.files])
-        if shared is not None:   # the shared file is renamed once all its writers are done
-            if self.vote(shared):
-                self.rename([file for file in plan.files if file.creates])
-        elif self.active:
-            self.rename(list(plan.files))
-        if plan.layout == "metadata-first" and self.vote(setup.world) and \
-                plan.index is not None and setup.index is not None:
-            self.create_index(plan.index, setup.index)
-        self.vote(setup.world)   # every rank's bytes durable under their final names
-
-    def make_directories(self) -> None:
-        setup, plan, clock, append = self.setup, self.plan, time.perf_counter_ns, self.log.append
-        mkdir, iteration = setup.backend.mkdir, self.iteration
-        if not setup.backend.has_directories:
-            return
-        if setup.mkdir_every:
-            wanted = plan.own_directories() if plan.writes or plan.index else ()
-        else:
-            wanted = plan.directories if plan.rank == 0 else ()
-        for directory in wanted:
-            start = clock()
-            try:
-                mkdir(setup.paths[directory])
-            except FileExistsError:   # another rank made it first: what this one needs
-                append((iteration, MKDIR, start, clock(), 0, 1))
-                continue
-            except OSError as error:
-                append((iteration, MKDIR, start, clock(), 0, 0))
-                self.fail("mkdir", directory, error)
-                break
-            append((iteration, MKDIR, start, clock(), 0, 1))
-        if not setup.mkdir_every:
-            self.vote(setup.world)
-
-    def create(self, creators: bool) -> None:
-        """Creators create their files (O_EXCL) and write a header first; with
-        creators=False, the other writers of a shared file open it."""
-        setup, plan, clock, append = self.setup, self.plan, time.perf_counter_ns, self.log.append
-        if not self.active:
-            return
-        open_ = setup.backend.creator(setup.direct) if creators else \
-            setup.backend.write_opener(setup.direct)
-        code = CREATE if creators else OPEN
-        for file in plan.files:
-            if file.creates != creators:
-                continue
-            path = setup.paths[file.partial]
-            start = clock()
-            try:
-                handle = open_(path)
-            except OSError as error:
-                append((self.iteration, code, start, clock(), 0, 0))
-                self.fail("create" if creators else "open", file.partial, error)
-                return
-            stop = clock()
-            append((self.iteration, code, start, stop, 0, 1))
-            self.handles[file.relpath] = handle
-            header = setup.headers.get(file.relpath)
-            if creators and header is not None:
-                self.write_view(file.relpath, handle, header, 0)
-            if self.past_deadline(stop):
-                return
-
-    def write_view(self, relpath: str, handle: Any, view: memoryview, offset: int) -> bool:
-        """One timed write (used for headers and the index; the shard's blocks are
-        written by write_file's own loop)."""
-        start = time.perf_counter_ns()
-        try:
-            count = self.setup.backend.write_from(handle, view, offset)
-            while 0 < count < len(view):   # short: the rest, or why not
-                more = self.setup.backend.write_from(handle, view[count:], offset + count)
-                if more <= 0:
-                    break
-                count += more
-        except OSError as error:
-            self.log.append((self.iteration, WRITE, start, time.perf_counter_ns(), 0, 0))
-            self.fail("write", f"{relpath} at {offset}", error)
-            return False
-        stop = time.perf_counter_ns()
-        if count != len(view):
-            self.log.append((self.iteration, WRITE, start, stop, count, 0))
-            self.fail("write", f"{relpath} at {offset}",
-                      f"short write, {count} of {len(view)} bytes (disk full?)")
-            return False
-        self.log.append((self.iteration, WRITE, start, stop, count, 1))
-        return not self.past_deadline(stop)
-
-    def write_file(self, file: FileWrite, source: memoryview) -> None:
-        """Every block of the rank's extents in this file, from the shard in memory."""
-        setup, plan = self.setup, self.plan
-        handle = self.handles.get(file.relpath)
-        if handle is None or not self.active:
-            return
-        clock, write, append, iteration = time.perf_counter_ns, setup.backend.write_from, \
-            self.log.append, self.iteration
-        hold_offset, block = plan.hold.offset, setup.block_bytes
-        for extent in file.extents:
-            base = setup.bases[file.relpath][extent.tensor]
-            for offset, length in extent.blocks(block):
-                place = offset - hold_offset
-                view = source[place:place + length]
-                start = clock()
-                try:
-                    count = write(handle, view, base + offset)
-                    while 0 < count < length:   # short (the disk filling up): the rest, or why
-                        more = write(handle, view[count:], base + offset + count)
-                        if more <= 0:
-                            break
-                        count += more
-                except OSError as error:
-                    append((iteration, WRITE, start, clock(), 0, 0))
-                    self.fail("write", f"{file.partial} at {base + offset}", error)
-                    return
-                stop = clock()
-                if count != length:
-                    append((iteration, WRITE, start, stop, count, 0))
-                    self.fail("write", f"{file.partial} at {base + offset}",
-                              f"short write, {count} of {length} bytes (disk full?)")
-                    return
-                append((iteration, WRITE, start, stop, count, 1))
-                self.written += count
-                if stop > setup.deadline_ns and self.past_deadline(stop):
-                    return
-
-    def sync_and_close(self, relpaths: list[str]) -> None:
-        setup, clock, append = self.setup, time.perf_counter_ns, self.log.append
-        for relpath in relpaths:
-            handle = self.handles.get(relpath)
-            if handle is None:
-                continue
-            if setup.durable and self.active:
-                start = clock()
-                try:
-                    setup.backend.sync(handle)
-                except OSError as error:
-                    append((self.iteration, FSYNC, start, clock(), 0, 0))
-                    self.fail("fsync", relpath, error)
-                else:
-                    stop = clock()
-                    append((self.iteration, FSYNC, start, stop, 0, 1))
-                    self._durable_at(stop)
-            del self.handles[relpath]
-            start = clock()
-            try:
-                setup.backend.close(handle)
-            except OSError as error:   # NFS reports a failed write back at close
-                append((self.iteration, CLOSE, start, clock(), 0, 0))
-                self.fail("close", relpath, error)
-                continue
-            stop = clock()
-            append((self.iteration, CLOSE, start, stop, 0, 1))
-            if not setup.durable:
-                self._durable_at(stop)   # buffered: done when the bytes are handed over
-
-    def rename(self, files: list[FileWrite]) -> None:
-        """Temporary -> final name, then the directory's entry made durable."""
-        setup, clock, append = self.setup, time.perf_counter_ns, self.log.append
-        if not setup.backend.has_directories or self.expired:
-            return
-        synced: set[str] = set()
-        for file in files:
-            start = clock()
-            try:
-                setup.backend.rename(setup.paths[file.partial], setup.paths[file.relpath])
-            except OSError as error:
-                append((self.iteration, RENAME, start, clock(), 0, 0))
-                self.fail("rename", file.partial, error)
-                return
-            stop = clock()
-            append((self.iteration, RENAME, start, stop, 0, 1))
-            if not setup.durable:
-                self._durable_at(stop)
-                continue
-            directory = os.path.dirname(file.relpath)
-            if directory not in synced:
-                synced.add(directory)
-                self.sync_directory(directory)
 
     def sync_directory(self, directory: str, durable: bool = True) -> None:
         """fsync_dir; `durable`: its end counts as this rank's bytes durable (a directory
@@ -397,35 +214,6 @@ class _Save:
         self.log.append((self.iteration, FSYNC_DIR, start, stop, 0, 1))
         if durable:
             self._durable_at(stop)
-
-    def create_index(self, index: FileWrite, data: memoryview) -> None:
-        """metadata-first, rank 0, once every shard is durable: the index, written as the
-        shards are (create, write, fsync, close, rename, fsync_dir)."""
-        self.create_one(index)
-        handle = self.handles.get(index.relpath)
-        if handle is None:
-            return
-        block = self.setup.block_bytes
-        for offset in range(0, len(data), block):
-            if not self.write_view(index.partial, handle, data[offset:offset + block], offset):
-                break
-        else:
-            self.written += len(data)
-        self.sync_and_close([index.relpath])
-        if self.active:
-            self.rename([index])
-
-    def create_one(self, file: FileWrite) -> None:
-        setup, clock = self.setup, time.perf_counter_ns
-        start = clock()
-        try:   # never O_DIRECT: an index is small, and of any length
-            handle = setup.backend.creator(False)(setup.paths[file.partial])
-        except OSError as error:
-            self.log.append((self.iteration, CREATE, start, clock(), 0, 0))
-            self.fail("create", file.partial, error)
-            return
-        self.log.append((self.iteration, CREATE, start, clock(), 0, 1))
-        self.handles[file.relpath] = handle
 
     def validated(self) -> bool:
         """Every writing rank re-reads and checks what it wrote; then every rank learns
@@ -452,9 +240,10 @@ class _Save:
                 if setup.durable:
                     for directory in setup.spine:
                         self.sync_directory(directory, durable=False)
+                put = self.pointer_writer()
                 start = clock()
                 try:
-                    setup.backend.put_bytes(setup.pointer, setup.pointer_bytes)
+                    put()
                 except OSError as error:
                     append((self.iteration, PUBLISH, start, clock(), 0, 0))
                     self.fail("publish", setup.pointer, error)
@@ -487,8 +276,3 @@ class _Save:
                     self.fail("rmdir", directory, error)
                     continue
                 append((self.iteration, RMDIR, start, clock(), 0, 1))
-
-
-def run_save(setup: SaveSetup, iteration: int, origin_ns: int, log: Log) -> PhaseOutcome:
-    """One save of one version on this rank; samples (absolute stamps) appended to `log`."""
-    return _Save(setup, iteration, origin_ns, log).run()

@@ -181,10 +181,12 @@ def _torch_exchange(comm: Any, spec: JobSpec, plan: RankPlan, group: Any, buffer
 
 
 def _format(spec: JobSpec, catalogue: Catalogue | None) -> str:
-    """How the files are read: DCP's byte ranges are raw; the others have headers."""
+    """How the files are read: the byte ranges of DCP, torch and tensorizer are raw;
+    safetensors and HDF5 have headers."""
     if catalogue is None:
         return spec.format
-    return "raw" if catalogue.format == "dcp" else catalogue.format
+    from stampede.existing.catalogue import RAW_FORMATS
+    return "raw" if catalogue.format in RAW_FORMATS else catalogue.format
 
 
 def _index_parser(catalogue: Catalogue | None) -> Any:

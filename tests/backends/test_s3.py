@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from stampede.backends import backend_name_for, open_backend
+from stampede.backends.base import RETRY_OPS
 from stampede.backends.fsspec import FsspecBackend, described_options
-from stampede.backends.s3 import S3Backend
+from stampede.backends.s3 import S3Backend, parse_uploads_page
 from stampede.errors import UsageError, install_hint
 from tests.helpers.s3server import (
     FAKE_ACCESS_KEY_ID,
@@ -30,6 +31,7 @@ from tests.helpers.s3server import (
     LATE_BODY_S,
     FaultProxy,
     S3Server,
+    request_kind,
     self_signed_certificate,
 )
 
@@ -181,7 +183,7 @@ def test_stat_open_read_close_request_by_request(s3_env: S3Server, proxy: FaultP
     backend.close(handle)
     backend.evict(path, 0, len(data))
     assert proxy.requests == [("GET", key_path, f"bytes={2 * MiB}-{2 * MiB + 99}")]
-    assert backend.retries == dict.fromkeys(("stat", "open", "read", "list", "close"), 0)
+    assert backend.retries == dict.fromkeys(RETRY_OPS, 0)
 
 
 def test_time_to_first_byte_is_the_bodys_first_byte(s3_env: S3Server, proxy: FaultProxy,
@@ -316,7 +318,7 @@ def test_closed_connections_and_cut_bodies_are_retried_and_counted(
 
     proxy.clear()
     assert backend.read_into(handle, mapped[:MiB], 0) == MiB and bytes(mapped[:MiB]) == data
-    assert backend.retries == {"stat": 2, "open": 0, "read": 2, "list": 0, "close": 0}
+    assert backend.retries == {**dict.fromkeys(RETRY_OPS, 0), "stat": 2, "read": 2}
 
 
 def test_a_list_of_more_than_one_page(s3_env: S3Server, proxy: FaultProxy) -> None:
@@ -459,3 +461,80 @@ def test_registry_routes_urls_and_names_missing_packages(monkeypatch: pytest.Mon
     with pytest.raises(UsageError) as raised:
         open_backend("s3://bucket/prefix")
     assert "s3fs" in str(raised.value) and install_hint("s3") in str(raised.value)
+
+
+# --- the save's requests (stampede.backends.base.ObjectStore) ------------------------------
+
+def test_a_multipart_upload_is_its_requests_sent_from_the_buffers(s3_env: S3Server,
+                                                                  proxy: FaultProxy,
+                                                                  mapped: memoryview) -> None:
+    backend = s3_backend(s3_env, proxy.endpoint_url, **FAST_FAIL)
+    mapped[:] = bytes(range(256)) * (len(mapped) // 256)
+    large = mmap.mmap(-1, 6 * MiB)   # a part of at least 5 MiB, then a short last one
+    large[:] = os.urandom(6 * MiB)
+    path = backend.path("saved.bin")
+    upload = backend.start_upload(path)
+    # part 1: a header and the data behind it, two views sent back to back
+    first = backend.upload_part(upload, 1, (mapped[:4096], memoryview(large)))
+    last = backend.upload_part(upload, 2, (mapped[:1000],))
+    backend.complete_upload(upload, [(1, first), (2, last)])
+    assert [request_kind(method, path) for method, path, _ in proxy.requests] == [
+        "create", "part", "part", "complete"]
+    assert backend.get_bytes("saved.bin") == bytes(mapped[:4096]) + bytes(large) + \
+        bytes(mapped[:1000])
+    assert not any(backend.retries.values())
+
+
+def test_save_requests_retry_and_count_under_their_ops(s3_env: S3Server, proxy: FaultProxy,
+                                                       mapped: memoryview) -> None:
+    backend = s3_backend(s3_env, proxy.endpoint_url, **FAST_FAIL)
+    path = backend.path("saved.bin")
+    proxy.fail_next(1)
+    upload = backend.start_upload(path)
+    proxy.fail_next(2)
+    etag = backend.upload_part(upload, 1, (mapped[:100],))
+    proxy.fail_next(1)
+    backend.complete_upload(upload, [(1, etag)])
+    proxy.fail_next(1)
+    backend.put_object(backend.path("latest"), (memoryview(b"v000001\n"),), "publish")
+    proxy.fail_next(1)
+    backend.unlink(path)
+    assert {op: count for op, count in backend.retries.items() if count} == {
+        "create": 1, "write": 2, "fsync": 1, "publish": 1, "unlink": 1}
+    assert backend.names() == ["latest"]
+    upload = backend.start_upload(path)
+    proxy.fail_next(100)   # more than max_attempts: the error surfaces, named
+    with pytest.raises(OSError, match=r"^S3 PUT part 503 SlowDown after 2 retries$"):
+        backend.upload_part(upload, 1, (mapped[:100],))
+    proxy.clear()
+    backend.abort_upload(upload)
+
+
+def test_an_aborted_upload_leaves_nothing_and_discard_finds_a_killed_saves(
+        s3_env: S3Server, mapped: memoryview) -> None:
+    backend = s3_backend(s3_env)
+    upload = backend.start_upload(backend.path("saves/v1/a.bin"))
+    etag = backend.upload_part(upload, 1, (mapped[:100],))
+    backend.abort_upload(upload)
+    backend.abort_upload(upload)   # already gone: not an error
+    with pytest.raises(FileNotFoundError, match="NoSuchUpload"):
+        backend.complete_upload(upload, [(1, etag)])
+    left = [backend.start_upload(backend.path(name)) for name in ("saves/v2/a.bin", "saves/v2/b")]
+    backend.start_upload(backend.path("elsewhere.bin"))
+    assert sorted(backend.discard_uploads("saves")) == ["saves/v2/a.bin", "saves/v2/b"]
+    assert backend.discard_uploads("saves") == []
+    with pytest.raises(FileNotFoundError):
+        backend.complete_upload(left[0], [])
+    assert backend.discard_uploads("") == ["elsewhere.bin"]
+    assert backend.names() == []
+
+
+def test_a_list_of_uploads_is_parsed_page_by_page() -> None:
+    body = (b'<?xml version="1.0" encoding="UTF-8"?><ListMultipartUploadsResult xmlns="http://s3'
+            b'.amazonaws.com/doc/2006-03-01/"><Bucket>b</Bucket><IsTruncated>true</IsTruncated>'
+            b"<NextKeyMarker>p/b</NextKeyMarker><NextUploadIdMarker>2</NextUploadIdMarker>"
+            b"<Upload><Key>p/a</Key><UploadId>1</UploadId></Upload>"
+            b"<Upload><Key>p/b</Key><UploadId>2</UploadId></Upload></ListMultipartUploadsResult>")
+    assert parse_uploads_page(body) == ([("p/a", "1"), ("p/b", "2")], ("p/b", "2"))
+    last = body.replace(b"<IsTruncated>true", b"<IsTruncated>false")
+    assert parse_uploads_page(last)[1] == ("", "")

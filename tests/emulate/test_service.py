@@ -64,18 +64,21 @@ def test_a_tally_reports_held_against_asked() -> None:
 
 def test_the_tally_counts_requests_in_service_at_once_and_prints_one_line() -> None:
     tally = ServiceTally(("getattr", "open"))
-    tally.started()
-    tally.started()
+    tally.started("getattr")
+    tally.started("getattr")
     tally.add("getattr", 0.001, 0.00101, 0.0)
-    tally.started()
+    tally.started("open")
     tally.add("open", 0.001, 0.00102, 0.0)
     tally.add("getattr", 0.001, 0.00103, 0.0)
     assert (tally.in_service, tally.peak_in_service) == (0, 2)
     assert set(tally.summaries()) == {"getattr", "open"}
+    # per op too: two getattrs were in service at once, never two opens
+    assert [tally.summaries()[op]["peak_in_service"] for op in ("getattr", "open")] == [2, 1]
     text = tally.text()
     assert "\n" not in text
     assert text.startswith("3 metadata request(s) served, at most 2 at once: getattr 2 (asked "
                            "1.000 ms, held 1.020 ms mean (+2.0%) / 1.010 ms p50")
+    assert "getattr 2 (" in text and "; at most 2 at once), open 1 (" in text
     assert ServiceTally(("getattr",)).text() == "0 metadata request(s) served, at most 0 at once"
 
 

@@ -11,7 +11,9 @@
   ranks (gloo on 127.0.0.1), DTensors sharded over the ranks beside replicated tensors
   and plain Python values (run as a script: `python tests/checkpoints.py dcp DEST`);
 - HDF5 files written by h5py: datasets of several dtypes and sizes in nested groups, and
-  one chunked, gzip-compressed dataset in a file of its own.
+  one chunked, gzip-compressed dataset in a file of its own;
+- the published model's tensors saved again by torch.save (a `pytorch_model.bin`, the zip
+  format) and by tensorizer's TensorSerializer (a `model.tensors`).
 
 What is missing (torch, the model package) skips the test that needs it, with the reason,
 unless STAMPEDE_REQUIRE_TORCH=1, where it fails.
@@ -97,6 +99,35 @@ def reshard_safetensors(source: Path, dest: Path, shards: int = 3) -> Path:
     (dest / "model.safetensors.index.json").write_text(
         json.dumps(index, indent=2, sort_keys=True) + "\n")
     return dest
+
+
+def write_torch_bin(source: Path, dest: Path) -> Path:
+    """`torch.save` of the safetensors file's state_dict as `dest/pytorch_model.bin`."""
+    torch = require_torch()
+    from safetensors.torch import load_file
+
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "pytorch_model.bin"
+    torch.save(load_file(source), path)
+    return path
+
+
+def write_tensorizer(source: Path, dest: Path) -> Path:
+    """tensorizer's TensorSerializer of the safetensors file's state_dict, as
+    `dest/model.tensors`; skips (fails with STAMPEDE_REQUIRE_LOADERS=1) without it."""
+    from tests.helpers import requires
+
+    require_torch()
+    serialization = requires.module("tensorizer", "LOADERS",
+                                    "pip install -e '.[loaders-tensorizer]'")
+    from safetensors.torch import load_file
+
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "model.tensors"
+    serializer = serialization.TensorSerializer(str(path))
+    serializer.write_state_dict(load_file(source))
+    serializer.close()
+    return path
 
 
 def write_hdf5(dest: Path) -> Path:

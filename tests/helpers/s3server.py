@@ -38,6 +38,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -305,7 +306,12 @@ class FaultProxy:
 
     - `fail_next(n)`: the next n requests are answered 503 SlowDown (S3's XML error body;
       a HEAD gets the status alone, as from S3);
+    - `fail_next(n, matching=TEXT)`: the next n requests whose method and path
+      ("PUT /bucket/key?partNumber=2&...") contain TEXT are (several such rules may be
+      armed at once);
     - `fail_fraction(p)`: each request is answered 503 SlowDown with probability p;
+    - `die_at(TEXT)`: from the first request containing TEXT (as above) on, the proxy
+      behaves as mode "close" (a server that died mid-way), until `clear()`;
     - `mode = "close"`: every request's connection is closed without an answer;
       `mode = "stall"`: requests are held without an answer (a hung server);
       `mode = "cut"`: answers are sent with half their body, then the connection closed;
@@ -326,7 +332,8 @@ class FaultProxy:
         self.requests: list[tuple[str, str, str]] = []
         self.connections = 0
         self._open: set[socket.socket] = set()   # client connections not yet closed
-        self._fail_count = 0
+        self._fail_rules: list[list[Any]] = []   # [text, count]: the next count matching fail
+        self._die_at = ""
         self._fail_probability = 0.0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -342,9 +349,13 @@ class FaultProxy:
         self._thread.start()
         self._listening = True
 
-    def fail_next(self, count: int) -> None:
+    def fail_next(self, count: int, matching: str = "") -> None:
         with self._lock:
-            self._fail_count = count
+            self._fail_rules.append([matching, count])
+
+    def die_at(self, text: str) -> None:
+        with self._lock:
+            self._die_at = text
 
     def fail_fraction(self, probability: float) -> None:
         with self._lock:
@@ -360,7 +371,8 @@ class FaultProxy:
     def clear(self) -> None:
         """Pass everything again and forget the recorded requests."""
         with self._lock:
-            self.mode, self._fail_count, self._fail_probability = "pass", 0, 0.0
+            self.mode, self._fail_probability, self._die_at = "pass", 0.0, ""
+            self._fail_rules.clear()
             self.requests.clear()
 
     def refuse(self) -> None:
@@ -384,11 +396,14 @@ class FaultProxy:
         """Log a request; True when it is to be failed with 503."""
         with self._lock:
             self.requests.append((method, path, byte_range))
-            if not failable:
+            if self._die_at and self._die_at in f"{method} {path}":
+                self.mode, self._die_at = "close", ""
+            if not failable or self.mode == "close":
                 return False
-            if self._fail_count > 0:
-                self._fail_count -= 1
-                return True
+            for rule in self._fail_rules:
+                if rule[1] > 0 and rule[0] in f"{method} {path}":
+                    rule[1] -= 1
+                    return True
             return self._fail_probability > 0 and self._random.random() < self._fail_probability
 
 
@@ -490,3 +505,19 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _relay   # noqa: N815
 
     return Handler
+
+
+def request_kind(method: str, path: str) -> str:
+    """What an S3 request the proxy recorded was: create (CreateMultipartUpload), part,
+    complete, abort, uploads (their LIST), put, delete, get, head or list."""
+    query = path.partition("?")[2]
+    names = {item.partition("=")[0] for item in query.split("&") if item}
+    if "uploads" in names:
+        return "create" if method == "POST" else "uploads"
+    if "partNumber" in names:
+        return "part"
+    if "uploadId" in names:
+        return "complete" if method == "POST" else "abort"
+    if method == "GET" and "list-type" in names:
+        return "list"
+    return method.lower()

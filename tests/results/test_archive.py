@@ -133,3 +133,18 @@ def test_a_writer_killed_mid_append_loses_no_earlier_row(tmp_path: Path) -> None
         assert row_["schema"] == "1" and row_["valid"] == "true" and row_["op"] in ("stat", "read", "restore")
     append_rows(archive, [row("after")])
     assert read_rows(archive)[-1]["run_id"] == "after"
+
+
+def test_rows_of_schema_3_read_as_the_mpi_exchange(tmp_path: Path) -> None:
+    # schema 4 added run.exchange, a column compare matches on: an older row (no such
+    # column) exchanged over MPI and must still match a new run.exchange = "mpi" row
+    archive = tmp_path / "r.csv"
+    old_columns = [column for column in COLUMNS if column != "exchange"]
+    values = {**row("old", schema=3, phase="save"), "valid": "true"}
+    archive.write_text(",".join(old_columns) + "\n"
+                       + ",".join(str(values.get(column, "")) for column in old_columns) + "\n")
+    append_rows(tmp_path / "new.csv", [row("new", schema=4, exchange="torch")])
+    old, = read_rows(archive)
+    new, = read_rows(tmp_path / "new.csv")
+    assert (old["exchange"], old["phase"]) == ("mpi", "save")
+    assert (new["exchange"], new["phase"]) == ("torch", "restore")

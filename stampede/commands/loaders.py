@@ -1,0 +1,275 @@
+"""`stampede loaders`: the loaders ML jobs use (stampede.run.loaders) beside stampede's
+own raw restore of the same existing checkpoint, per assign policy, in one invocation:
+the ceiling (stampede.run.job, as `stampede run --checkpoint` restores it) and then each
+loader on each device, the same ranks, assignment and cache state; archived as rows of
+one run (the loader's name in the backend column) and reported with each loader's
+efficiency (stampede.results.loaders).
+
+A command, not a `run.loader` key: a loader opens and reads the files itself, so none of
+a run's storage pattern (backends, block reads, verdicts per op) applies to it, and a
+job key would be a new CSV column on every row of every run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from stampede.commands import add_job_arguments, overrides
+from stampede.errors import UsageError
+
+# The ceiling is the raw restore: hashing or checking inside it would slow the ceiling.
+RAW_RESTORE = ('run.verify="none"', "run.check_finite=false")
+DEVICES = ("cpu", "cuda")
+HOST_MEMORY = "cpu"   # host memory; a GPU is labelled as `stampede gpu` labels it
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    from stampede.run.loaders import LOADERS
+
+    sub = commands.add_parser(
+        "loaders", formatter_class=formatter,
+        help="Load an existing checkpoint with real loaders (safetensors, torch.load, DCP, "
+             "Run:ai streamer, fastsafetensors, tensorizer) beside stampede's raw restore of "
+             "the same bytes: time to last rank, GB/s, efficiency, what dominates.",
+        description="Real loaders beside the storage ceiling. Launch with mpiexec/srun.",
+        epilog="loaders (each an optional extra; a missing one is skipped, with why):\n" +
+               "\n".join(f"  {entry.name:<16} reads {', '.join(entry.formats)}: {entry.how}"
+                         for entry in LOADERS.values()))
+    add_job_arguments(sub)
+    sub.add_argument("--checkpoint", metavar="PATH", default=None,
+                     help="the existing checkpoint (a POSIX path): sets checkpoint.source = "
+                          "existing and target.path = PATH")
+    sub.add_argument("--loaders", default="all",
+                     help=f"comma-separated, of {', '.join(LOADERS)} (default all: those that "
+                          "read the checkpoint's format)")
+    sub.add_argument("--devices", default="cpu,cuda",
+                     help="where the tensors go: cpu, cuda (default cpu,cuda; cuda is skipped, "
+                          "with why, where PyTorch sees no GPU)")
+    sub.set_defaults(func=cmd_loaders)
+
+
+def parse_request(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+    """The job (its restore made raw), the loaders and devices asked: before MPI and I/O."""
+    from stampede.run.loaders import LOADERS
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, [*overrides(args), *RAW_RESTORE])
+    if spec.checkpoint_source != "existing":
+        raise UsageError(f"{spec.source}: stampede loaders loads an existing checkpoint",
+                         hint="give --checkpoint PATH (or checkpoint.source = \"existing\")")
+    if "://" in spec.target_path:
+        raise UsageError(f"target.path = {spec.target_path!r}: the loaders read POSIX paths",
+                         hint="point at the checkpoint on a file system")
+    names = tuple(dict.fromkeys(word.strip() for word in args.loaders.split(",") if word.strip()))
+    names = tuple(LOADERS) if names == ("all",) else names
+    devices = tuple(dict.fromkeys(word.strip() for word in args.devices.split(",") if word.strip()))
+    unknown = [name for name in names if name not in LOADERS]
+    if not names or unknown:
+        raise UsageError(f"--loaders {args.loaders!r}: of all, {', '.join(LOADERS)}"
+                         + (f" (not {', '.join(unknown)})" if unknown else ""))
+    if not devices or any(device not in DEVICES for device in devices):
+        raise UsageError(f"--devices {args.devices!r}: of {', '.join(DEVICES)}")
+    return spec, names, devices
+
+
+def cmd_loaders(args: argparse.Namespace) -> int:
+    from stampede import mpi
+    from stampede.errors import RunFailed
+    from stampede.results.archive import check_appendable
+
+    spec, names, devices = parse_request(args)
+    comm = mpi.world()
+    mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
+    catalogue = mpi.on_root(comm, "reading the checkpoint's headers",
+                            partial(_scan, spec, comm.Get_size()))
+    entries, skipped = _runnable(catalogue.format, names)
+    targets, skipped_devices = _targets(comm, devices)
+    if not entries or not targets:
+        raise UsageError(f"{catalogue.root}: nothing to run: "
+                         + "; ".join(f"{name}: {why}" for name, why in skipped + skipped_devices))
+    if comm.Get_rank() == 0:
+        print(f"stampede loaders {spec.name}: {comm.Get_size()} rank(s), {catalogue.format} "
+              f"checkpoint {catalogue.root}, assign {', '.join(spec.assign)}, cache {spec.cache}"
+              f", loaders {', '.join(e.name for e in entries)} on "
+              f"{', '.join(t.label for t in targets)}", file=sys.stderr, flush=True)
+    session = _Session(comm, spec, catalogue)
+    for policy in spec.assign:
+        session.ceiling(policy)
+        for entry in entries:
+            for target in targets:
+                session.loader(entry, target, policy)
+    session.finish(skipped + skipped_devices, entries)
+    if session.failed:
+        error = RunFailed("loaders finished with errors, archived as invalid: "
+                          + "; ".join(session.failed))
+        error.collective = True
+        raise error
+    return 0
+
+
+def _scan(spec: Any, nranks: int) -> Any:
+    """Rank 0: the checkpoint's headers, and every policy checked against its format."""
+    from stampede.existing.assign import assign
+    from stampede.run.job import scan_existing
+
+    catalogue = scan_existing(spec)
+    for policy in spec.assign:
+        assign(catalogue, policy, nranks, 0)
+    return catalogue
+
+
+def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
+    """The loaders asked that read this format and are installed; the others, with why."""
+    from stampede.run.loaders import LOADERS, missing_package
+
+    entries, skipped = [], []
+    for name in names:
+        entry = LOADERS[name]
+        why = "" if fmt in entry.formats else \
+            f"reads {', '.join(entry.formats)} checkpoints; this one is {fmt}"
+        why = why or missing_package(entry)
+        if why:
+            skipped.append((name, why))
+        else:
+            entries.append(entry)
+    return entries, skipped
+
+
+def _targets(comm: Any, devices: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
+    """Where the tensors go; a GPU on every rank, or on none (skipped, with why)."""
+    import numpy as np
+
+    from stampede import mpi
+    from stampede.run.loaders.trial import Target
+
+    targets, skipped = [], []
+    for device in devices:
+        if device == "cpu":
+            targets.append(Target("cpu", HOST_MEMORY))
+            continue
+        from stampede.run.devices import CudaDevice
+        try:
+            gpu: Any = CudaDevice(mpi.node_rank(comm))
+        except UsageError as error:
+            gpu, why = None, error.message
+        lacking = mpi.allreduce_sum(comm, np.array([int(gpu is None)]))
+        if lacking is not None and int(lacking[0]) == 0:
+            targets.append(Target(f"cuda:{gpu.index}", gpu.label, gpu.torch.cuda.synchronize))
+        else:
+            skipped.append(("cuda", why if gpu is None else "not every rank sees a GPU"))
+    return targets, skipped
+
+
+class _Session:
+    """One invocation's run: its id, the ranks' hosts, the rows and sidecar parts so far
+    (complete on rank 0), and what failed."""
+
+    def __init__(self, comm: Any, spec: Any, catalogue: Any) -> None:
+        from stampede import mpi
+        from stampede.results.rows import new_run_id, now_stamp
+
+        self.comm, self.spec, self.catalogue = comm, spec, catalogue
+        self.run_id = mpi.bcast(comm, new_run_id("loaders") if comm.Get_rank() == 0 else "")
+        self.stamp = now_stamp()
+        hosts = mpi.gather(comm, mpi.processor_name(comm))
+        self.hosts: tuple[str, ...] = tuple(mpi.bcast(comm, hosts or []))
+        self.rows: list[dict[str, str]] = []
+        self.ceilings: list[Any] = []
+        self.context: Any = None
+        self.loaders: dict[str, Any] = {}
+        self.failed: list[str] = []
+
+    def ceiling(self, policy: str) -> None:
+        """stampede's own restore of the checkpoint under the policy (rows on rank 0)."""
+        from stampede.results.rows import archive_rows
+        from stampede.run.job import run_job
+
+        spec = replace(self.spec, assign=(policy,))
+
+        def collect(context: Any, run: Any) -> None:
+            self.context = replace(context, run_id=self.run_id)
+            self.rows += archive_rows(spec, self.context, run)
+            self.ceilings.append(run)
+
+        _, runs = run_job(self.comm, spec, collect)
+        self.failed += [f"stampede {run.layout}: {run.invalid_reason}"
+                        for run in runs if run.invalid_reason]
+
+    def loader(self, entry: Any, target: Any, policy: str) -> None:
+        from stampede import mpi
+        from stampede.results.rows import shared_columns
+        from stampede.run.loaders.trial import measure
+        from stampede.run.loaders.work import rank_work
+
+        comm, spec = self.comm, self.spec
+        work = rank_work(self.catalogue, policy, comm.Get_size(), comm.Get_rank())
+        measured = measure(comm, entry, work, target, spec.iterations, spec.warmup,
+                           spec.cache == "cold", self.hosts)
+        assigned = mpi.gather(comm, work.assigned_bytes)
+        failed = mpi.bcast(comm, bool(measured and measured.failed))
+        if failed:
+            self.failed.append(f"{entry.name} on {target.label}, {policy}: see the messages")
+        if measured is None or assigned is None:
+            return
+        shared = {**spec.columns(),
+                  **shared_columns(self.run_id, self.stamp, spec.name, entry.name, policy,
+                                   self.hosts, valid=not measured.failed)}
+        self.rows += _loader_rows(shared, self.catalogue.format, entry, target.label, measured,
+                                  assigned, self.hosts)
+        self.loaders[f"{entry.name} {target.label} {policy}"] = {
+            "valid": not measured.failed, "messages": list(measured.messages),
+            "digests": list(measured.digests)}
+
+    def finish(self, skipped: list[tuple[str, str]], entries: list[Any]) -> None:
+        """Rank 0: archive every row at once, the sidecar, then the report."""
+        if self.comm.Get_rank() != 0:
+            return
+        from stampede.results.archive import ARCHIVE_SCHEMA, append_rows, write_sidecar
+        from stampede.results.loaders import loader_lines
+        from stampede.results.report import make_console
+        from stampede.results.report_loaders import render_loaders
+        from stampede.results.rows import sidecar
+
+        append_rows(self.spec.archive_path, self.rows)
+        path = write_sidecar(self.spec.archive_path, self.run_id, {
+            "schema": ARCHIVE_SCHEMA, "run_id": self.run_id, "command": "loaders",
+            "ceiling": sidecar(self.spec, self.context, self.ceilings),
+            "loaders": self.loaders, "skipped": [list(pair) for pair in skipped]})
+        notes = list(dict.fromkeys(
+            f"{row['backend']} {row['layout']}: {note}" for row in self.rows
+            if row["op"] == "restore" for note in filter(None, row["warnings"].split(" | "))))
+        console = make_console()
+        render_loaders(loader_lines(self.rows), skipped, notes,
+                       [(entry.name, entry.how) for entry in entries], console)
+        from rich.markup import escape
+
+        for messages in (part["messages"] for part in self.loaders.values()):
+            for message in messages:
+                console.print(f"[red]error:[/] {escape(message)}", highlight=False)
+        console.print(f"archived: {self.spec.archive_path} (+ {path})", markup=False)
+
+
+def _loader_rows(shared: dict[str, object], fmt: str, entry: Any, label: str, measured: Any,
+                 assigned: list[int], hosts: tuple[str, ...]) -> list[dict[str, str]]:
+    """Rank 0: one loader's rows (its phases and restore), as a layout's: the policy is
+    the layout, the loader the backend, its phases the pattern; bytes are assigned bytes."""
+    from stampede.results.rows import op_rows
+
+    stats = measured.stats
+    if stats is None:
+        return []
+    loaded = next((op.bytes for op in stats.ops if op.op == "load"), 0) / max(stats.iterations, 1)
+    notes = []
+    if sum(assigned) and loaded > 1.01 * sum(assigned):
+        notes.append(f"{entry.name} loads {loaded / sum(assigned):.2f}x the assigned bytes "
+                     f"({int(loaded):,} for {sum(assigned):,}: whole tensors or files)")
+    columns = {**shared, "format": fmt, "cache": shared.get("cache", ""), "block_bytes": "",
+               "pattern": "+".join(entry.phases), "bytes_per_rank": max(assigned),
+               "bytes_total": sum(assigned), "iterations": stats.iterations, "device": label,
+               "warnings": " | ".join(notes),
+               "invalid_reason": "a rank's loader raised (see the errors)" if measured.failed
+               else ""}
+    return op_rows(columns, stats, max(assigned), hosts)

@@ -1,0 +1,122 @@
+"""Checkpoints of single-file PyTorch serialisers, catalogued from their containers alone
+(no pickle is run, torch is not imported):
+
+- torch (`*.bin`, `*.pt`, `*.pth`): what `torch.save` writes, a zip archive (stored, not
+  compressed) holding the pickle `<archive>/data.pkl` and one record `<archive>/data/<key>`
+  per storage. Each storage record is a saved item: its bytes at their file offset (from
+  the zip's central directory and the record's local header), read whole or in byte
+  slices, as DCP items are. Which tensors view a storage is in the pickle, not read here.
+  A legacy (non-zip) torch pickle is refused.
+- tensorizer (`*.tensors`): CoreWeave tensorizer's files, taken whole: one item per file
+  (its headers and tensors together), since stampede does not parse tensorizer's headers.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+
+from stampede.errors import CheckpointError
+from stampede.existing.catalogue import Catalogue, Location, TensorInfo, make_catalogue
+
+TORCH_SUFFIXES = (".bin", ".pt", ".pth")
+TENSORIZER_SUFFIX = ".tensors"
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")   # a zip local file header, 30 bytes
+_LOCAL_SIGNATURE = b"PK\x03\x04"
+
+
+class _Reader(io.RawIOBase):
+    """A seekable file over a Location's reads: zipfile parses the central directory
+    through the backend (a few reads of the file's end), as it would through open()."""
+
+    def __init__(self, location: Location, relpath: str, size: int) -> None:
+        self.location, self.relpath, self.size, self.position = location, relpath, size, 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(base + offset, 0)
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        length = min(len(buffer), max(self.size - self.position, 0))
+        if length == 0:
+            return 0
+        data = self.location.read(self.relpath, self.position, length)
+        buffer[:len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+def scan_torch(location: Location, relpaths: list[str]) -> Catalogue:
+    """Every storage record of each torch.save zip, as a saved item of its file."""
+    files, tensors = [], []
+    for relpath in relpaths:
+        size = _size(location, relpath)
+        files.append((relpath, size))
+        tensors.extend(_storages(location, relpath, size))
+    return make_catalogue(location.root, "torch", files, tensors, "", 0)
+
+
+def scan_tensorizer(location: Location, relpaths: list[str]) -> Catalogue:
+    """Each tensorizer file as one item, whole."""
+    files = [(relpath, _size(location, relpath)) for relpath in relpaths]
+    return make_catalogue(location.root, "tensorizer", files,
+                          [TensorInfo(relpath, relpath, "", (), size, 0)
+                           for relpath, size in files], "", 0)
+
+
+def _size(location: Location, relpath: str) -> int:
+    try:
+        return location.size(relpath)
+    except OSError as error:
+        raise CheckpointError(f"{location.where(relpath)}: {error.strerror or error}") from None
+
+
+def _storages(location: Location, relpath: str, size: int) -> list[TensorInfo]:
+    where = location.where(relpath)
+    try:
+        with zipfile.ZipFile(io.BufferedReader(_Reader(location, relpath, size))) as archive:
+            records = [info for info in archive.infolist()
+                       if info.filename.partition("/")[2].startswith("data/")]
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as error:
+        raise CheckpointError(f"{where}: not a torch.save zip archive ({error}): a legacy "
+                              "torch pickle, or no torch file at all, is a format stampede "
+                              "does not read", hint="save it again with torch.save (the zip "
+                              "format, torch >= 1.6), or as safetensors") from None
+    found = []
+    for info in records:
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(f"{where}: storage {info.filename} is compressed: torch.save "
+                                  "stores its records uncompressed; this file was rewritten")
+        offset = _data_offset(location, relpath, info)
+        if offset + info.file_size > size:
+            raise CheckpointError(f"{where}: storage {info.filename} ends at byte "
+                                  f"{offset + info.file_size}, the file has {size}: truncated?")
+        found.append(TensorInfo(info.filename.partition("/")[2], relpath, "", (),
+                                info.file_size, offset))
+    if not found:
+        raise CheckpointError(f"{where}: a zip archive without torch storages "
+                              "(<archive>/data/<key>): not a torch.save checkpoint")
+    return found
+
+
+def _data_offset(location: Location, relpath: str, info: zipfile.ZipInfo) -> int:
+    """Where a record's bytes start: after its local header, whose extra field (torch pads
+    records to 64-byte boundaries with it) may differ from the central directory's."""
+    header = location.read(relpath, info.header_offset, _LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size or header[:4] != _LOCAL_SIGNATURE:
+        raise CheckpointError(f"{location.where(relpath)}: {info.filename}: no zip local "
+                              f"header at byte {info.header_offset}: corrupt?")
+    fields = _LOCAL_HEADER.unpack(header)
+    name_length, extra_length = fields[-2], fields[-1]
+    return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length

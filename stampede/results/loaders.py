@@ -1,0 +1,87 @@
+"""A loaders run's verdicts, from its archive rows alone (pure): each real loader beside
+stampede's own raw restore of the same bytes, in the same run and cache state.
+
+- time to last rank, GB/s: the loader's restore rows (barrier exit -> the rank's last
+  tensor in memory; bytes = the rank's assigned bytes, as the ceiling's).
+- efficiency = loader restore GB/s / ceiling restore GB/s, the ceiling being stampede's
+  restore (backend posix) of the same policy, cache state and rank count in the run.
+- what dominates: the loader's phase whose median span per rank (lat_p50_s) is the
+  largest share of its median restore; "other" when no phase it exposes is as large as
+  the time outside all of them (imports already done: Python between calls, the
+  barrier's skew, frees).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stampede.results.cells import Row, number, text, whole
+
+PHASE_OPS = ("index", "header", "plan", "load", "deserialise", "touch")
+
+
+@dataclass(frozen=True)
+class LoaderLine:
+    """One loader (or the ceiling) on one device, under one policy and cache state."""
+
+    loader: str
+    policy: str
+    cache: str
+    device: str
+    nranks: int
+    bytes_total: int
+    time_to_last_rank_s: float
+    gbps: float
+    efficiency: float          # NaN for the ceiling, or without one
+    dominant: str              # "load 83%", or "" for the ceiling
+    phases: tuple[tuple[str, float], ...]   # (op, median seconds per rank)
+    valid: bool
+
+
+def loader_lines(rows: Sequence[Row], ceiling_backend: str = "posix") -> list[LoaderLine]:
+    """The ceiling first, then every loader, per (policy, cache, rank count), in row order."""
+    ceilings = {_key(row): number(row, "agg_gbps") for row in rows
+                if row["op"] == "restore" and text(row, "backend") == ceiling_backend}
+    lines = []
+    for row in rows:
+        if row["op"] != "restore":
+            continue
+        ceiling = text(row, "backend") == ceiling_backend
+        phases = () if ceiling else _phases(rows, row)
+        gbps = number(row, "agg_gbps")
+        lines.append(LoaderLine(
+            loader=f"stampede ({ceiling_backend})" if ceiling else text(row, "backend"),
+            policy=text(row, "layout"), cache=text(row, "cache"), device=text(row, "device"),
+            nranks=whole(row, "nranks"), bytes_total=whole(row, "bytes_total"),
+            time_to_last_rank_s=number(row, "time_to_last_rank_s"), gbps=gbps,
+            efficiency=math.nan if ceiling else gbps / ceilings.get(_key(row), math.nan),
+            dominant="" if ceiling else _dominant(phases, number(row, "lat_p50_s")),
+            phases=phases, valid=text(row, "valid") != "false"))
+    lines.sort(key=lambda line: (line.policy, line.cache, line.nranks,
+                                 not line.loader.startswith("stampede")))
+    return lines
+
+
+def _key(row: Row) -> tuple[str, str, str, str]:
+    return text(row, "run_id"), text(row, "layout"), text(row, "cache"), text(row, "nranks")
+
+
+def _phases(rows: Sequence[Row], restore: Row) -> tuple[tuple[str, float], ...]:
+    same = [row for row in rows if row["op"] in PHASE_OPS and _key(row) == _key(restore)
+            and text(row, "backend") == text(restore, "backend")
+            and text(row, "device") == text(restore, "device")]
+    return tuple((row["op"], number(row, "lat_p50_s")) for row in same)
+
+
+def _dominant(phases: tuple[tuple[str, float], ...], restore_s: float) -> str:
+    """'load 83%': the largest phase's share of the restore, or 'other' when the time
+    outside the phases is larger than any of them."""
+    if not restore_s or not math.isfinite(restore_s):
+        return ""
+    other = restore_s - sum(seconds for _, seconds in phases if math.isfinite(seconds))
+    op, seconds = max(phases, key=lambda phase: phase[1], default=("other", other))
+    if other > seconds:
+        op, seconds = "other", other
+    return f"{op} {100 * seconds / restore_s:.0f}%"

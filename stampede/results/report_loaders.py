@@ -1,0 +1,47 @@
+"""`stampede loaders`: each real loader beside stampede's raw restore of the same bytes,
+rendered from stampede.results.loaders' lines (formatting only; rich, rank 0)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from stampede.results.loaders import LoaderLine
+from stampede.results.report import new_table
+from stampede.units import format_bytes, format_number, format_seconds
+
+
+def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str]],
+                   notes: Sequence[str], how: Sequence[tuple[str, str]], console: Any) -> None:
+    """The table, then what was skipped and why, what to know, and how each was called."""
+    if lines:
+        first = lines[0]
+        console.print()
+        console.rule(f"[bold]stampede loaders[/]  {first.nranks} rank(s), "
+                     f"{format_bytes(first.bytes_total)} per restore")
+    table = new_table("Real loaders beside the storage ceiling (same bytes, same run)",
+                      ("loader", "device", "assign", "cache", "last rank", "GB/s",
+                       "efficiency", "dominant"),
+                      left=("loader", "device", "assign", "cache", "dominant"))
+    for line in lines:
+        name = line.loader if line.valid else f"[red]{line.loader} (INVALID)[/]"
+        table.add_row(name, line.device or "cpu", line.policy, line.cache,
+                      format_seconds(line.time_to_last_rank_s), format_number(line.gbps),
+                      "ceiling" if line.loader.startswith("stampede") else
+                      "-" if math.isnan(line.efficiency) else f"{line.efficiency:.0%}",
+                      line.dominant or "-")
+    console.print(table)
+    from rich.markup import escape
+
+    for loader, reason in skipped:
+        console.print(f"[yellow]skipped:[/] {escape(loader)}: {escape(reason)}", highlight=False)
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    console.print("[dim]last rank = barrier exit -> the slowest rank's last tensor in memory "
+                  "(median over iterations); GB/s = the ranks' assigned bytes (what the "
+                  "ceiling reads) / (last stop - first start), 1e9 B/s; efficiency = loader "
+                  "GB/s / the ceiling's; dominant = the phase with the largest median span "
+                  "per rank, as a share of the median restore.[/]")
+    for loader, calls in how:
+        console.print(f"[dim]{escape(loader)}: {escape(calls)}[/]", highlight=False)

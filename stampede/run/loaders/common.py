@@ -1,0 +1,81 @@
+"""What the loader modules share: the phase recorder, a piece cut out of a tensor it
+loaded whole, and the device synchronisation that ends a phase on a GPU."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stampede.results.samples import OP_CODE
+from stampede.run.loaders.work import Wanted
+
+Log = list[tuple[int, int, int, int, int, int]]
+
+
+class Record:
+    """Stamps one phase of one iteration: record(op, start_ns, bytes) appends
+    (iteration, op, start, now, bytes, ok); on a GPU it first waits for the device, so a
+    phase ends when its copies have, not when they were queued."""
+
+    def __init__(self, iteration: int, log: Log, synchronize: Callable[[], None] | None) -> None:
+        self.iteration, self.log, self.synchronize = iteration, log, synchronize
+
+    def __call__(self, op: str, start_ns: int, nbytes: int = 0) -> int:
+        if self.synchronize is not None:
+            self.synchronize()
+        stop = time.perf_counter_ns()
+        self.log.append((self.iteration, OP_CODE[op], start_ns, stop, nbytes, 1))
+        return stop
+
+
+def cut(tensor: Any, piece: Wanted, first_byte: int = 0) -> Any:
+    """The piece's bytes of a tensor holding its tensor from byte `first_byte` on, as a
+    flat view (no copy): the slice a tensor-parallel rank keeps."""
+    if piece.whole and first_byte == 0:
+        return tensor
+    flat = flat_bytes(tensor)
+    start = piece.offset - first_byte
+    return flat[start:start + piece.length]
+
+
+def flat_tensors(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Every tensor in what a loader returned (a state_dict, nested dicts and lists of
+    them), by its dotted path; other values are left out."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {prefix: value}
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, list | tuple) else ()
+    found: dict[str, Any] = {}
+    for key, item in items:
+        found.update(flat_tensors(item, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+PAGE_BYTES = 4096
+
+
+def touch(tensors: Any) -> int:
+    """Read one byte of every page of each tensor (and its last byte): a mapped tensor's
+    pages are then in memory, as a first use would make them. Returns the bytes covered."""
+    covered = sink = 0
+    for tensor in tensors:
+        flat = flat_bytes(tensor)
+        if flat.numel():
+            sink += int(flat[::PAGE_BYTES].sum()) + int(flat[-1])
+            covered += int(flat.numel())
+    return covered
+
+
+def flat_bytes(tensor: Any) -> Any:
+    """A tensor's bytes as a flat uint8 view (a scalar's too); no copy."""
+    import torch
+
+    return tensor.reshape(-1).view(torch.uint8) if tensor.dim() else \
+        tensor.reshape(1).view(torch.uint8)
+
+
+def tensor_bytes(tensors: Any) -> int:
+    return sum(int(t.numel()) * int(t.element_size()) for t in tensors)

@@ -1,0 +1,48 @@
+"""`torch.load` of torch.save zips (`*.bin`, `*.pt`), as transformers loads a
+`pytorch_model.bin`: `torch.load(path, map_location=device, weights_only=True)` per file,
+one call that reads, unpickles and rebuilds every storage (op load: its phases are not
+exposed). It loads whole files: under tensor-slices a rank loads every file it holds a
+slice of, and keeps all of it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from stampede.run.loaders.common import Record, flat_tensors, tensor_bytes
+from stampede.run.loaders.work import RankWork
+
+
+@dataclass(frozen=True)
+class State:
+    work: RankWork
+    device: str
+
+
+def prepare(comm: Any, work: RankWork, device: str) -> State:
+    import torch  # noqa: F401 - imported before any timing
+
+    return State(work, device)
+
+
+def load(state: State, record: Record) -> dict[str, Any]:
+    import torch
+
+    work = state.work
+    start = time.perf_counter_ns()
+    held: dict[str, Any] = {}
+    for relpath in work.files:
+        loaded = torch.load(work.path(relpath), map_location=state.device, weights_only=True)
+        held.update({f"{relpath}:{name}": tensor
+                     for name, tensor in flat_tensors(loaded).items()})
+    record("load", start, tensor_bytes(held.values()))
+    return held
+
+
+def release(state: State) -> None:
+    return None
+
+
+def finish(state: State) -> None:
+    return None
