@@ -17,7 +17,7 @@ from tests.helpers import checkpoints, requires
 from tests.helpers.jobs import RUN_TIMEOUT_S
 
 # The real S3 server's fixtures (s3_server for the session, s3_env per test).
-pytest_plugins = ["tests.helpers.s3server"]
+pytest_plugins = ["tests.helpers.s3server", "tests.helpers.cluster"]
 
 
 @pytest.fixture

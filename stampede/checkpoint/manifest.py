@@ -21,23 +21,34 @@ MANIFEST_SCHEMA = 1
 
 def read_manifest(backend: Backend, target: str) -> dict[str, Any] | None:
     """The manifest of a target, or None when there is none; corrupt ones are errors."""
-    where = f"{target.rstrip('/')}/{MANIFEST_NAME}"
+    manifest = read_document(backend, target, MANIFEST_NAME, "manifest", MANIFEST_SCHEMA,
+                             "prepare")
+    if manifest is not None:
+        _check_types(manifest, f"{target.rstrip('/')}/{MANIFEST_NAME}")
+    return manifest
+
+
+def read_document(backend: Backend, target: str, name: str, what: str, schema: int,
+                  redo: str) -> dict[str, Any] | None:
+    """One of stampede's JSON documents in a target (the manifest, the save journal), or
+    None when there is none; unreadable, not JSON or another schema is one error naming
+    the file (`redo`: the command that writes it again)."""
+    where = f"{target.rstrip('/')}/{name}"
     try:
-        text = backend.get_bytes(MANIFEST_NAME)
+        text = backend.get_bytes(name)
     except OSError as error:
-        raise CheckpointError(f"{where}: cannot read the manifest ({error.strerror or error})"
+        raise CheckpointError(f"{where}: cannot read the {what} ({error.strerror or error})"
                               ) from None
     if text is None:
         return None
     try:
-        manifest: dict[str, Any] = json.loads(text)
+        document: dict[str, Any] = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{where}: the manifest is not valid JSON ({error})",
-                              hint="remove the target's files by hand and prepare again") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
-        raise CheckpointError(f"{where}: not a stampede manifest of schema {MANIFEST_SCHEMA}")
-    _check_types(manifest, where)
-    return manifest
+        raise CheckpointError(f"{where}: the {what} is not valid JSON ({error})",
+                              hint=f"remove the target's files by hand and {redo} again") from None
+    if not isinstance(document, dict) or document.get("schema") != schema:
+        raise CheckpointError(f"{where}: not a stampede {what} of schema {schema}")
+    return document
 
 
 # What each entry of a layout holds, and of which type (bool is not an int here).

@@ -26,8 +26,7 @@ from typing import Any
 
 from stampede import __version__
 from stampede.backends.base import Backend
-from stampede.checkpoint.manifest import check_entry_types, check_table, damaged
-from stampede.errors import CheckpointError
+from stampede.checkpoint.manifest import check_entry_types, check_table, damaged, read_document
 
 JOURNAL_NAME = "stampede-saves.json"
 JOURNAL_SCHEMA = 1
@@ -61,22 +60,10 @@ def new_journal(created_root: bool) -> dict[str, Any]:
 def read_journal(backend: Backend, target: str) -> dict[str, Any] | None:
     """The journal of a target, or None when nothing was saved there; a damaged one is an
     error naming the key (and clean then removes nothing)."""
-    where = f"{target.rstrip('/')}/{JOURNAL_NAME}"
-    try:
-        text = backend.get_bytes(JOURNAL_NAME)
-    except OSError as error:
-        raise CheckpointError(f"{where}: cannot read the save journal "
-                              f"({error.strerror or error})") from None
-    if text is None:
-        return None
-    try:
-        journal: dict[str, Any] = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{where}: the save journal is not valid JSON ({error})",
-                              hint="remove the target's files by hand and save again") from None
-    if not isinstance(journal, dict) or journal.get("schema") != JOURNAL_SCHEMA:
-        raise CheckpointError(f"{where}: not a stampede save journal of schema {JOURNAL_SCHEMA}")
-    _check_types(journal, where)
+    journal = read_document(backend, target, JOURNAL_NAME, "save journal", JOURNAL_SCHEMA,
+                            "save")
+    if journal is not None:
+        _check_types(journal, f"{target.rstrip('/')}/{JOURNAL_NAME}")
     return journal
 
 

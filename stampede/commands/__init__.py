@@ -26,6 +26,7 @@ COMMANDS = {
     "import": "stampede.commands.import_results", "slurm": "stampede.commands.slurm",
     "plot": "stampede.commands.plot", "gpu": "stampede.commands.gpu",
     "mttr": "stampede.commands.mttr", "emulate-mds": "stampede.commands.emulate_mds",
+    "emulate-cluster": "stampede.commands.emulate_cluster",
     "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
 }
 

@@ -55,6 +55,14 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                      help="known server threads c (the drain then counts whole rounds of s)")
     sub.add_argument("--net-gbps", type=float, default=None,
                      help="per-client network bandwidth at the projected scale, GB/s (B_net)")
+    sub.add_argument("--node-gbps", type=float, default=None,
+                     help="one node's NIC, each direction, GB/s (B_node): held fixed instead of "
+                          "fitted (runs on one node cannot tell it from B_agg)")
+    sub.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
+                     help="ranks per node at --ranks (default: as the largest run)")
+    sub.add_argument("--replicas", type=int, default=None, metavar="R",
+                     help="checkpoint replicas at --ranks (default: as the runs grew: one per "
+                          "node if every run had one per node, else the largest run's)")
     sub.add_argument("--bytes-per-rank", default="", metavar="SIZE",
                      help="bytes each rank restores at --ranks (default: as the archived job: a "
                           "per-rank size stays, a total size is split over the ranks)")
@@ -62,18 +70,43 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def _known(args: argparse.Namespace) -> Known:
+    rates = ("--net-gbps", "--node-gbps")
     for flag, value, low in (("--rtt-s", args.rtt_s, 0.0), ("--service-s", args.service_s, 0.0),
-                             ("--threads", args.threads, 1.0), ("--net-gbps", args.net_gbps, 0.0)):
+                             ("--threads", args.threads, 1.0), ("--net-gbps", args.net_gbps, 0.0),
+                             ("--node-gbps", args.node_gbps, 0.0)):
         if value is not None and (not math.isfinite(value) or value < low
-                                  or (flag == "--net-gbps" and value == 0)):
+                                  or (flag in rates and value == 0)):
             raise UsageError(f"{flag} {value}: must be a finite number "
-                             f"{'> 0' if flag == '--net-gbps' else f'>= {low:g}'}")
+                             f"{'> 0' if flag in rates else f'>= {low:g}'}")
+    for flag, count in (("--ranks-per-node", args.ranks_per_node), ("--replicas", args.replicas)):
+        if count is not None and not 1 <= count <= args.ranks:
+            raise UsageError(f"{flag} {count}: must be from 1 to --ranks ({args.ranks})")
+    if args.replicas is not None and args.ranks % args.replicas:
+        raise UsageError(f"--replicas {args.replicas} does not divide --ranks {args.ranks}")
     return Known(rtt_s=args.rtt_s, service_s=args.service_s, threads=args.threads,
-                 net_bps=args.net_gbps * 1e9 if args.net_gbps is not None else math.inf)
+                 net_bps=args.net_gbps * 1e9 if args.net_gbps is not None else math.inf,
+                 node_bps=args.node_gbps * 1e9 if args.node_gbps is not None else None)
+
+
+def _scale(args: argparse.Namespace, series: Any, size: float | None) -> Any:
+    """Where a layout is projected: --ranks, and the nodes and replicas as the runs grew."""
+    from stampede.model.projection import Scale
+
+    scaling = series.scaling
+    per_node = args.ranks_per_node if args.ranks_per_node is not None else scaling.ranks_per_node
+    replicas = args.replicas
+    if replicas is None and scaling.replicas_per_node and per_node:
+        replicas = -(-args.ranks // per_node)
+    if replicas is None:
+        replicas = scaling.replicas
+    if args.ranks % replicas:
+        raise UsageError(f"layout {series.layout}: {replicas} replicas (as the runs had) do not "
+                         f"divide --ranks {args.ranks}", hint="give --replicas R")
+    return Scale(args.ranks, per_node, replicas, size)
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    from stampede.model.fit import project
+    from stampede.model.projection import project
     from stampede.model.series import projection_notes, series_from_rows
     from stampede.results.archive import read_rows
     from stampede.results.report import make_console
@@ -82,6 +115,7 @@ def cmd_project(args: argparse.Namespace) -> int:
 
     if args.ranks < 1:
         raise UsageError(f"--ranks {args.ranks}: must be at least 1")
+    known = _known(args)
     defaults, allowed = OPS[args.phase]
     ops = tuple(op.strip() for op in (args.op or ",".join(defaults)).split(",") if op.strip())
     unknown = [op for op in ops if op not in allowed]
@@ -89,7 +123,6 @@ def cmd_project(args: argparse.Namespace) -> int:
         raise UsageError(f"--op {args.op!r}: the {args.phase}'s metadata ops are "
                          f"{', '.join(allowed)}")
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
-    known = _known(args)
     size = None
     if args.bytes_per_rank:
         try:
@@ -103,12 +136,13 @@ def cmd_project(args: argparse.Namespace) -> int:
                          + _other_phase(rows, args.phase))
     projections = []
     for item in series:
-        projection = project(item.points, item.layout, args.ranks, known, item.per_rank_size, size,
-                             locks=item.locks, phase=args.phase)
+        projection = project(item.points, item.layout, _scale(args, item, size), known,
+                             item.per_rank_size, locks=item.locks, phase=args.phase)
         projections.append((item, projection, projection_notes(item, projection, args.ranks,
                                                                known)))
     given = [name for name, value in (("RTT", known.rtt_s), ("s", known.service_s),
-                                      ("c", known.threads)) if value is not None]
+                                      ("c", known.threads), ("B_node", known.node_bps))
+             if value is not None]
     render_projection(projections, args.ranks, args.archives, given, make_console(),
                       WHAT[args.phase])
     return 0

@@ -351,7 +351,10 @@ def orphaned(started_by: int) -> bool:
     The second case is told by sessions: a child starts in its parent's session and leaves
     it only through setsid(2), which makes it the leader of a new one. A parent in another
     session, of a process that leads none, cannot be the one that started it. A session
-    leader (started by setsid or a supervisor) is taken as meant to run on its own.
+    leader (started by setsid or a supervisor) is taken as meant to run on its own. A
+    reaper in this process's own session (a container whose init leads the session that
+    ran the subshell) cannot be told from a parent that started it: then the emulator
+    runs, and stops with that reaper, through the parent-death signal.
     """
     parent = os.getppid()
     if parent != started_by:

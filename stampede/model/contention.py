@@ -4,7 +4,8 @@ archived runs at a few rank counts and projected to a rank count that cannot be 
 The model, per layout (N ranks leave the start barrier together):
 
   metadata stall   T_meta(N) = max( k (RTT + s),  RTT + s N k / c_eff )
-  data             T_data(N) = bytes_per_rank / min(B_agg / N, B_client, B_net)
+  data             T_data(N) = b max(storage / B_agg, node / B_node, rank / min(B_client, B_net))
+                               + b exchange / B_node
   time to last rank     T(N) = T_meta(N) + T_data(N)
 
   k        metadata ops each rank issues before its data flows: stat_count + open_count
@@ -17,8 +18,17 @@ The model, per layout (N ranks leave the start barrier together):
   c_eff    c, except 1 for the shared layout: every rank's stat and open land on the one
            file's inode, and one server (one Lustre MDT, one S3 prefix) serialises them
            (the save's: its directories' locks, below)
-  B_agg    aggregate storage bandwidth; B_client one client's; B_net one client's network
-           (indistinguishable from B_client in runs on one network: give it with --net-gbps)
+  b        bytes_per_rank, each rank's shard
+  storage, node, rank, exchange
+           the layout's bytes (in units of b) through the storage, the busiest node's NIC
+           (its reads, then the exchange between nodes), one reader: stampede.model.traffic
+           from the layout, N, the ranks per node k and the replicas R. All ranks reading
+           their shard on one node: storage = node = N, rank = 1, exchange = 0, so T_data =
+           b / min(B_agg / N, B_client, B_net)
+  B_agg    aggregate storage bandwidth; B_client one client's; B_node one node's NIC (each
+           direction; only runs on several nodes tell it from B_agg: give it with --node-gbps
+           otherwise); B_net one client's network (indistinguishable from B_client in runs
+           on one network: give it with --net-gbps)
 
 Why T_meta has this shape: each rank issues its k ops one after another. While the
 server keeps up, each costs RTT + s, so the rank's stall is k (RTT + s). Once the burst
@@ -32,9 +42,11 @@ continuous form misses by up to ~20% near the knee. predict(params, nranks, layo
 the model alone, for parameters known beforehand (such a validation).
 
 The fit (least squares on relative errors, numpy):
-1. Points: per layout, the configuration of its latest valid restore row, and the latest
-   run of that configuration at each rank count. Fewer than three distinct rank counts is
-   refused: two points fit a line through anything.
+1. Points: per layout, the configuration of its latest valid restore row (the columns that
+   change what an op costs; the replica count is the point's own), and the latest run of
+   it at each rank and node count (stampede.model.series says which rows were fitted and
+   why the others were left out). Fewer than three distinct rank counts is refused: two
+   points fit a line through anything.
 2. Metadata: the measured stall at N is sum over ops of k_op x lat_p50 (the median rank's
    metadata time; under a saturated closed loop with k >= 2 it approaches the drain, for
    k = 1 a FIFO burst's median is about half of it). (RTT, s, c) are fitted: for each c
@@ -46,18 +58,21 @@ The fit (least squares on relative errors, numpy):
    unsaturated (RTT = 0 unless c is fixed), with the fewest threads c that do (the knee
    at the largest run). The output says so: the projected stall is then an upper bound.
    Known --rtt-s, --service-s, --threads are held fixed.
-3. Data: (T(N) - T_meta model(N)) / bytes_per_rank = max(N / B_agg, 1 / B_client), fitted
-   the same way in (1/B_agg, 1/B_client). When no rank count reached the aggregate limit,
-   B_agg is only bounded below: the bound (the largest run exactly at the limit) is used,
-   and the projected time is marked as an upper bound.
+3. Data: (T(N) - T_meta model(N)) / bytes_per_rank = max(storage / B_agg, node / B_node,
+   rank / B_client) + exchange / B_node, fitted in (1/B_agg, 1/B_node, 1/B_client)
+   (stampede.model.traffic.fit_rates). A rate no run was limited by is only bounded
+   below: the bound (where it would start to limit the run closest to it; for B_agg, the
+   largest run exactly at the limit) is used, and the projected time is marked as an
+   upper bound. B_node is left out when every run was on one node.
 4. Residuals: measured against fitted time to last rank and stall at every rank count.
-5. Band: the data fit repeated on time_to_last_rank_min_s and _max_s (every rank count's
-   fastest and slowest iteration: run-to-run noise carried to N) and, with four or more
-   rank counts, leave-one-out refits (each rank count dropped in turn: how much the
-   projection leans on one run). The band is the envelope of those projections. The
-   per-op latencies have no spread columns, so the stall's band comes from leave-one-out
-   alone. It is not a confidence interval of the model: no band from a few small runs
-   bounds an extrapolation thousands of times beyond them.
+5. Band (stampede.model.projection): the envelope of the projections of the data fit
+   repeated on time_to_last_rank_min_s and _max_s (run-to-run noise carried to N), of
+   leave-one-out refits (four or more rank counts), of the metadata fits that miss no run
+   by more than its iteration spread (the fastest and slowest drain s/c among them: a
+   drain resting on one saturated run is not pinned by it), and of each limit the runs
+   only bounded, or reached at one run, taken as never reached. It is not a confidence
+   interval of the model: no band from a few small runs bounds an extrapolation thousands
+   of times beyond them.
 Each layout is printed with its configuration (job, backend, fs_type, cache, pattern,
 stat_count, open_count), and warm-cache or oversubscribed runs are noted.
 
@@ -83,13 +98,16 @@ one); metadata ops are taken to come before data (lock traffic during reads, clo
 retries such as S3's 503 SlowDown are not modelled); client dentry/inode caches hit after
 the first iteration and flatten T_meta; a warm page cache measures memory, not storage;
 ranks outnumbering cores (a laptop sweep) make CPU contention look like server
-contention; exchanges (broadcast, striped) are folded into the data term.
+contention; exchanges within a node are folded into the data term's rates (shared memory:
+not a resource of its own), those between nodes follow MPICH's algorithms as traffic says.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from stampede.model.traffic import Geometry, data_seconds, traffic
 
 METADATA_OPS = ("list", "index", "stat", "open")
 SAVE_METADATA_OPS = ("mkdir", "create", "open", "rename", "fsync_dir")
@@ -108,11 +126,15 @@ class Params:
     agg_bps: float = math.inf
     client_bps: float = math.inf
     net_bps: float = math.inf
+    node_bps: float = math.inf       # one node's NIC, each direction
     ops_per_rank: float = 2.0        # k at the rank count predicted
     bytes_per_rank: float = 0.0      # at the rank count predicted
     whole_rounds: bool = False       # drain in whole rounds of s (a server of known c)
     locks: float | None = None       # the locks the ops spread over (lock_count); None: the
                                      # restore's, from the layout
+    ranks_per_node: int = 0          # at the rank count predicted (0: all on one node)
+    replicas: int = 1                # at the rank count predicted
+    broadcast_group: str = "replica"
 
 
 @dataclass(frozen=True)
@@ -120,14 +142,24 @@ class Prediction:
     layout: str
     nranks: int
     meta_s: float
-    data_s: float
-    limit: str           # which bandwidth sets T_data: "B_agg / N", "B_client", "B_net"
+    data_s: float        # the reads and the exchange
+    limit: str           # which bandwidth sets the reads: B_agg, B_node, B_client, B_net
     saturated: bool      # the metadata burst exceeds the server's capacity
-    rate_bps: float      # the per-rank rate of the data term
+    rate_bps: float      # the per-rank rate of the reads
+    exchange_s: float = 0.0    # of data_s: between nodes, through the NICs
+    nnodes: int = 1
 
     @property
     def total_s(self) -> float:
         return self.meta_s + self.data_s
+
+    @property
+    def bound_by(self) -> str:
+        """The largest part of the time to last rank, and the resource behind it."""
+        parts = {"the metadata server": self.meta_s,
+                 f"the reads, through {self.limit}": self.data_s - self.exchange_s,
+                 "the exchange between nodes, through B_node": self.exchange_s}
+        return max(parts, key=lambda name: parts[name])
 
 
 def lock_count(layout: str, phase: str = "restore", fanout: int = 0) -> float:
@@ -163,21 +195,13 @@ def is_saturated(nranks: float, ops_per_rank: float, rtt_s: float, service_s: fl
                                                whole_rounds) > alone * (1 + 1e-6)
 
 
-def data_rate(nranks: float, agg_bps: float, client_bps: float,
-              net_bps: float = math.inf) -> tuple[float, str]:
-    """The slowest of B_agg / N, B_client and B_net, and its name."""
-    rates = (("B_agg / N", agg_bps / nranks), ("B_client", client_bps), ("B_net", net_bps))
-    name, rate = min(rates, key=lambda item: item[1])
-    return rate, name
-
-
 def data_time(nranks: float, bytes_per_rank: float, agg_bps: float, client_bps: float,
               net_bps: float = math.inf) -> float:
-    """T_data = bytes_per_rank / min(B_agg / N, B_client, B_net)."""
-    rate, _ = data_rate(nranks, agg_bps, client_bps, net_bps)
-    if bytes_per_rank <= 0 or math.isinf(rate):
-        return 0.0
-    return bytes_per_rank / rate
+    """T_data of N ranks on one node each reading its shard: b / min(B_agg / N, B_client,
+    B_net)."""
+    read, _, _ = data_seconds(traffic("sharded", Geometry(int(nranks))), bytes_per_rank,
+                              agg_bps, math.inf, min(client_bps, net_bps))
+    return read
 
 
 def predict(params: Params, nranks: int, layout: str) -> Prediction:
@@ -185,10 +209,14 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
     threads = effective_threads(layout, params.threads, params.locks)
     meta = metadata_stall(nranks, params.ops_per_rank, params.rtt_s, params.service_s, threads,
                           params.whole_rounds)
-    rate, limit = data_rate(nranks, params.agg_bps, params.client_bps, params.net_bps)
-    return Prediction(layout=layout, nranks=nranks, meta_s=meta,
-                      data_s=data_time(nranks, params.bytes_per_rank, params.agg_bps,
-                                       params.client_bps, params.net_bps),
-                      limit=limit, rate_bps=rate,
+    geometry = Geometry(nranks, params.ranks_per_node, params.replicas, params.broadcast_group)
+    client = min(params.client_bps, params.net_bps)
+    read, exchange, limit = data_seconds(traffic(layout, geometry), params.bytes_per_rank,
+                                         params.agg_bps, params.node_bps, client)
+    if limit == "B_client" and params.net_bps < params.client_bps:
+        limit = "B_net"
+    rate = params.bytes_per_rank / read if read > 0 else math.inf
+    return Prediction(layout=layout, nranks=nranks, meta_s=meta, data_s=read + exchange,
+                      limit=limit, rate_bps=rate, exchange_s=exchange, nnodes=geometry.nnodes,
                       saturated=is_saturated(nranks, params.ops_per_rank, params.rtt_s,
                                              params.service_s, threads, params.whole_rounds))

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from stampede.errors import UsageError
 from stampede.model.contention import (
     Params,
-    Prediction,
-    data_rate,
-    data_time,
     effective_threads,
     is_saturated,
     lock_count,
     metadata_stall,
-    predict,
 )
+from stampede.model.traffic import Geometry, data_seconds, fit_rates, traffic
 
 MIN_RANK_COUNTS = 3
 THREAD_GRID = (1.0, 1e6, 181)   # c from 1 to 1e6, 181 points (8% apart), then refined
@@ -38,6 +34,22 @@ class Point:
     last_min_s: float = math.nan
     last_max_s: float = math.nan
     op_counts: tuple[tuple[str, float], ...] = ()   # (op, count per iteration, all ranks)
+    ranks_per_node: int = 0      # 0: all on one node
+    replicas: int = 1
+    broadcast_group: str = "replica"
+
+    @property
+    def geometry(self) -> Geometry:
+        return Geometry(self.nranks, self.ranks_per_node, self.replicas, self.broadcast_group)
+
+    @property
+    def nnodes(self) -> int:
+        return self.geometry.nnodes
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """What makes two runs different points: the rank and node counts."""
+        return self.nranks, self.nnodes
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,7 @@ class Known:
     service_s: float | None = None
     threads: float | None = None
     net_bps: float = math.inf
+    node_bps: float | None = None    # one node's NIC, each direction
 
 
 @dataclass(frozen=True)
@@ -58,11 +71,15 @@ class Fit:
     meta_model_s: tuple[float, ...]
     last_model_s: tuple[float, ...]
     saturated: tuple[int, ...]         # rank counts whose burst exceeds the server, fitted
-    agg_limited: tuple[int, ...]       # rank counts limited by B_agg / N, fitted
+    agg_limited: tuple[int, ...]       # rank counts whose reads B_agg limits, fitted
     stall_bound: bool                  # no run saturated the server: s/c is a bound
     agg_bound: bool                    # no run reached B_agg: B_agg is a bound
-    client_bound: bool                 # every run was B_agg-limited: B_client is a bound
+    client_bound: bool                 # no run was B_client-limited: B_client is a bound
     notes: tuple[str, ...]
+    node_bound: bool = False           # no run's reads or exchange measured B_node: a bound
+    node_measured: bool = False        # B_node fitted from runs on several nodes (or given)
+    limits: tuple[str, ...] = ()       # per point: what limited its reads
+    exchange_measured: bool = False    # some run exchanged between nodes (measures B_node)
     locks: float = math.inf            # what the ops spread over (lock_count): c_eff <= it
 
     @property
@@ -138,27 +155,38 @@ def _golden(objective: Callable[[float], float], low: float, high: float, steps:
     return math.exp(a if f1 <= f2 else x2)
 
 
-def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
-                 locks: float | None = None) -> tuple[float, float, float]:
-    """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
-    `locks`, the restore's of the layout when None)."""
+def _stalls_of(points: Sequence[Point], known: Known) -> _Stalls | None:
     import numpy as np
 
-    locks = lock_count(layout) if locks is None else locks
     n = np.array([p.nranks for p in points], dtype=float)
     k = np.array([p.ops_per_rank for p in points], dtype=float)
     y = np.array([p.meta_s for p in points], dtype=float)
     used = (k > 0) & (y > 0)
     if not used.any():
-        return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
-    stalls = _Stalls(n[used], k[used], y[used], whole=known.threads is not None,
-                     fixed=(known.rtt_s, known.service_s))
+        return None
+    return _Stalls(n[used], k[used], y[used], whole=known.threads is not None,
+                   fixed=(known.rtt_s, known.service_s))
+
+
+def _thread_grid(locks: float, known: Known) -> list[float]:
+    import numpy as np
+
     if locks <= 1:
-        grid = [1.0]
-    elif known.threads is not None:
-        grid = [known.threads]
-    else:
-        grid = [float(c) for c in np.geomspace(*THREAD_GRID[:2], int(THREAD_GRID[2]))]
+        return [1.0]
+    if known.threads is not None:
+        return [known.threads]
+    return [float(c) for c in np.geomspace(*THREAD_GRID[:2], int(THREAD_GRID[2]))]
+
+
+def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
+                 locks: float | None = None) -> tuple[float, float, float]:
+    """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
+    `locks`, the restore's of the layout when None)."""
+    locks = lock_count(layout) if locks is None else locks
+    stalls = _stalls_of(points, known)
+    if stalls is None:
+        return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
+    grid = _thread_grid(locks, known)
     threads = _best_threads(grid, stalls, locks)
     _, rtt, service = stalls.at(min(threads, locks))
     c_eff = effective_threads(layout, threads, locks)
@@ -169,6 +197,29 @@ def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
         return rtt, service, threads
     return _unsaturated(stalls, known, c_eff, c_fixed=grid == [1.0] or known.threads is not None,
                         threads=threads)
+
+
+def metadata_alternatives(points: Sequence[Point], layout: str, known: Known,
+                          tolerance: float, locks: float | None = None
+                          ) -> list[tuple[float, float, float]]:
+    """Fits (RTT, s, c) that saturate the server and whose error (the sum of squared
+    relative misses) is within `tolerance` of the best: the runs cannot tell them apart.
+    The fastest and the slowest drain s/c among them."""
+    locks = lock_count(layout) if locks is None else locks
+    stalls = _stalls_of(points, known)
+    grid = _thread_grid(locks, known)
+    if stalls is None or len(grid) == 1 or tolerance <= 0:
+        return []
+    fits = [(threads, *stalls.at(min(threads, locks))) for threads in grid]
+    best = min(error for _, error, _, _ in fits)
+    within = [(rtt, service, threads) for threads, error, rtt, service in fits
+              if error <= best + tolerance and service > 0 and any(
+                  is_saturated(n, k, rtt, service, min(threads, locks))
+                  for n, k in zip(stalls.n, stalls.k))]
+    if not within:
+        return []
+    drains = sorted(within, key=lambda fit: fit[1] / min(fit[2], locks))
+    return [drains[0], drains[-1]]
 
 
 @dataclass(frozen=True)
@@ -251,43 +302,43 @@ def _unsaturated(stalls: _Stalls, known: Known, c_eff: float, c_fixed: bool,
     return rtt, service, threads
 
 
+def _inverse(seconds_per_byte: float) -> float:
+    return 1 / seconds_per_byte if seconds_per_byte > 0 else math.inf
+
+
 def fit_data(nranks: Sequence[float], bytes_per_rank: Sequence[float],
              data_s: Sequence[float]) -> tuple[float, float, bool, bool]:
-    """(B_agg, B_client, agg_bound, client_bound) for data_s = bytes / min(B_agg / N, B_client);
-    a bound: no point was limited by it, so the fit puts its knee at the edge of the points."""
-    import numpy as np
-
-    n = np.asarray(nranks, dtype=float)
-    b = np.asarray(bytes_per_rank, dtype=float)
-    t = np.asarray(data_s, dtype=float)
-    used = (b > 0) & (t > 0)
-    if not used.any():
+    """(B_agg, B_client, agg_bound, client_bound) for data_s = bytes / min(B_agg / N, B_client)
+    (N ranks on one node, each reading its shard); a bound: no point was limited by it, so
+    the fit puts its knee at the edge of the points."""
+    used = [(n, t / b) for n, b, t in zip(nranks, bytes_per_rank, data_s) if b > 0 and t > 0]
+    if not used:
         return math.inf, math.inf, False, False
-    n, y = n[used], t[used] / b[used]          # seconds per byte of one rank
-    weight = 1 / y
-    w2 = weight ** 2
-    order = np.argsort(n, kind="stable")
-    best = (math.inf, 0.0, 0.0)
-    for split in range(len(y) + 1):
-        agg = np.zeros(len(y), dtype=bool)
-        agg[order[split:]] = True
-        client = ~agg
-        v = float(np.sum(w2[client] * y[client]) / np.sum(w2[client])) if client.any() else math.nan
-        u = float(np.sum(w2[agg] * n[agg] * y[agg]) / np.sum(w2[agg] * n[agg] ** 2)) \
-            if agg.any() else math.nan
-        if math.isnan(u):
-            u = v / float(n.max())     # the largest run exactly at the aggregate limit
-        if math.isnan(v):
-            v = u * float(n.min())     # the smallest run exactly at the per-client limit
-        model = np.maximum(n * u, v)
-        error = float(np.sum(((model - y) * weight) ** 2))
-        if error < best[0] * (1 - 1e-9) - 1e-300:
-            best = (error, u, v)
-    _, u, v = best
-    # a limit no point is strictly past is a bound (the knee at the edge of the points)
-    agg_bound = not bool(np.any(n * u > v * (1 + 1e-6)))
-    client_bound = not bool(np.any(n * u < v * (1 - 1e-6)))
-    return (1 / u if u > 0 else math.inf), (1 / v if v > 0 else math.inf), agg_bound, client_bound
+    rates = fit_rates([(float(n), 0.0, 1.0) for n, _ in used], [0.0] * len(used),
+                      [y for _, y in used], fixed=(None, 0.0, None))
+    return (_inverse(rates.agg_s_per_byte), _inverse(rates.client_s_per_byte),
+            "B_agg" in rates.bound, "B_client" in rates.bound)
+
+
+def _fit_rates(points: Sequence[Point], layout: str, data: Sequence[float],
+               known: Known) -> tuple[float, float, float, tuple[str, ...], bool]:
+    """(B_agg, B_node, B_client, the bounded ones, B_node measured) from each point's data
+    time; B_node is left out (unlimited) when every run was on one node and none is given."""
+    used = [(point, remaining) for point, remaining in zip(points, data)
+            if point.bytes_per_rank > 0 and remaining > 0]
+    several = any(point.nnodes > 1 for point, _ in used)
+    if known.node_bps is not None:
+        node: float | None = 1 / known.node_bps
+    else:
+        node = None if several else 0.0
+    if not used:
+        return math.inf, known.node_bps or math.inf, math.inf, (), known.node_bps is not None
+    flows = [traffic(layout, point.geometry) for point, _ in used]
+    rates = fit_rates([(f.storage, f.node, f.rank) for f in flows], [f.exchange for f in flows],
+                      [remaining / point.bytes_per_rank for point, remaining in used],
+                      fixed=(None, node, None))
+    return (_inverse(rates.agg_s_per_byte), _inverse(rates.node_s_per_byte),
+            _inverse(rates.client_s_per_byte), rates.bound, node != 0.0)
 
 
 def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
@@ -297,7 +348,7 @@ def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
     """Both stages: the metadata fit on the stalls, then the data fit on what remains of
     the time to last rank. `last` picks the measurement (median, min or max of the
     iterations); `meta` reuses a metadata fit; `locks` as fit_metadata's."""
-    points = tuple(sorted(points, key=lambda p: p.nranks))
+    points = tuple(sorted(points, key=lambda p: p.key))
     locks = lock_count(layout) if locks is None else locks
     rtt, service, threads = meta if meta is not None else fit_metadata(points, layout, known,
                                                                         locks)
@@ -314,119 +365,27 @@ def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
                          "to last rank: its data term is taken as 1% of it")
             remaining = 0.01 * last(point)
         data.append(remaining)
-    agg, client, agg_bound, client_bound = fit_data([p.nranks for p in points],
-                                      [p.bytes_per_rank for p in points], data)
+    agg, node, client, bound, node_measured = _fit_rates(points, layout, data, known)
     largest = points[-1]
     params = Params(rtt_s=rtt, service_s=service, threads=threads, agg_bps=agg,
-                    client_bps=client, net_bps=math.inf, ops_per_rank=largest.ops_per_rank,
-                    bytes_per_rank=largest.bytes_per_rank, whole_rounds=whole, locks=locks)
-    last_model = tuple(stall + data_time(p.nranks, p.bytes_per_rank, agg, client)
-                       for p, stall in zip(points, meta_model))
+                    client_bps=client, net_bps=math.inf, node_bps=node,
+                    ops_per_rank=largest.ops_per_rank, bytes_per_rank=largest.bytes_per_rank,
+                    whole_rounds=whole, locks=locks, ranks_per_node=largest.ranks_per_node,
+                    replicas=largest.replicas, broadcast_group=largest.broadcast_group)
+    parts = [data_seconds(traffic(layout, p.geometry), p.bytes_per_rank, agg, node, client)
+             for p in points]
+    last_model = tuple(stall + read + exchange
+                       for stall, (read, exchange, _) in zip(meta_model, parts))
     saturated = tuple(p.nranks for p in points
                       if is_saturated(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole))
-    limited = tuple(p.nranks for p in points
-                    if data_rate(p.nranks, agg, client)[1] == "B_agg / N" and p.bytes_per_rank > 0)
+    limited = tuple(p.nranks for p, (_, _, limit) in zip(points, parts)
+                    if limit == "B_agg" and p.bytes_per_rank > 0)
     has_meta = any(p.ops_per_rank > 0 and p.meta_s > 0 for p in points)
     fixed_drain = known.service_s is not None and (known.threads is not None or locks <= 1)
     return Fit(layout=layout, params=params, points=points, meta_model_s=meta_model,
                last_model_s=last_model, saturated=saturated, agg_limited=limited,
                stall_bound=has_meta and not saturated and not fixed_drain,
-               agg_bound=agg_bound, client_bound=client_bound, notes=tuple(notes), locks=locks)
-
-
-def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
-    """k at `nranks`: each op's count per iteration fitted as a N + b over the points."""
-    import numpy as np
-
-    ops = sorted({op for point in points for op, _ in point.op_counts})
-    total = 0.0
-    for op in ops:
-        xs = [float(p.nranks) for p in points]
-        ys = [dict(p.op_counts).get(op, 0.0) for p in points]
-        if len(set(xs)) < 2:
-            total += ys[-1] / xs[-1] * nranks
-            continue
-        slope, intercept = np.polyfit(xs, ys, 1)
-        total += max(float(slope) * nranks + float(intercept), 0.0)
-    return total / nranks
-
-
-def bytes_per_rank_at(points: Sequence[Point], nranks: int, per_rank_size: bool) -> float:
-    """A per-rank size stays; a total size is split over the ranks (as the largest run)."""
-    largest = max(points, key=lambda p: p.nranks)
-    if per_rank_size:
-        return largest.bytes_per_rank
-    return largest.bytes_per_rank * largest.nranks / nranks
-
-
-@dataclass(frozen=True)
-class Projection:
-    fit: Fit
-    params: Params                      # the fit's, with k and bytes at the projected count
-    prediction: Prediction
-    band: tuple[float, float]
-    band_from: str
-    meta_band: tuple[float, float]
-
-    @property
-    def serialised(self) -> bool:
-        """Every rank's metadata ops wait on one lock (c_eff = 1): the restore's shared
-        inode, the save's one directory."""
-        return self.fit.serialised
-
-    @property
-    def drain_ops_per_s(self) -> float:
-        """How fast the server drains a saturated burst: c_eff / s."""
-        threads = effective_threads(self.fit.layout, self.params.threads, self.fit.locks)
-        return threads / self.params.service_s if self.params.service_s > 0 else math.inf
-
-
-def _measured(column: str) -> Callable[[Point], float]:
-    def value(point: Point) -> float:
-        return float(getattr(point, column))
-    return value
-
-
-def project(points: Sequence[Point], layout: str, nranks: int, known: Known = Known(),
-            per_rank_size: bool = False, bytes_per_rank: float | None = None,
-            locks: float | None = None, phase: str = "restore") -> Projection:
-    """Fit, predict at `nranks`, and the band (spread refits, leave-one-out); `locks` as
-    fit_metadata's, `phase` names the runs in a refusal."""
-    counts = sorted({p.nranks for p in points})
-    if len(counts) < MIN_RANK_COUNTS:
-        raise UsageError(f"layout {layout}: {phase} runs at {len(counts)} distinct rank count(s) "
-                         f"({', '.join(map(str, counts))}); projecting needs at least "
-                         f"{MIN_RANK_COUNTS} (sweep more, e.g. stampede sweep JOB --ranks 1,2,4,8, "
-                         f"or choose layouts with --layout)")
-    k = ops_per_rank_at(points, nranks)
-    size = bytes_per_rank if bytes_per_rank is not None else \
-        bytes_per_rank_at(points, nranks, per_rank_size)
-
-    def at_n(fit: Fit) -> Params:
-        return replace(fit.params, ops_per_rank=k, bytes_per_rank=size, net_bps=known.net_bps)
-
-    def at(fit: Fit) -> Prediction:
-        return predict(at_n(fit), nranks, layout)
-
-    central = fit_points(points, layout, known, locks=locks)
-    prediction = at(central)
-    meta = (central.params.rtt_s, central.params.service_s, central.params.threads)
-    others: list[Prediction] = []
-    sources = []
-    spread = [fit_points(points, layout, known, last=_measured(column), meta=meta, locks=locks)
-              for column in ("last_min_s", "last_max_s")
-              if all(math.isfinite(getattr(p, column)) for p in points)]
-    if spread:
-        others += [at(fit) for fit in spread]
-        sources.append("refit on the min/max iteration")
-    if len(counts) > MIN_RANK_COUNTS:
-        others += [at(fit_points([p for p in points if p.nranks != dropped], layout, known,
-                                 locks=locks))
-                   for dropped in counts]
-        sources.append("leave-one-out")
-    totals = [prediction.total_s] + [p.total_s for p in others]
-    stalls = [prediction.meta_s] + [p.meta_s for p in others]
-    return Projection(fit=central, params=at_n(central), prediction=prediction,
-                      band=(min(totals), max(totals)),
-                      band_from=" + ".join(sources) or "none (no spread columns)",
-                      meta_band=(min(stalls), max(stalls)))
+               agg_bound="B_agg" in bound, client_bound="B_client" in bound,
+               notes=tuple(notes), locks=locks, node_bound="B_node" in bound,
+               node_measured=node_measured, limits=tuple(limit for _, _, limit in parts),
+               exchange_measured=any(exchange > 0 for _, exchange, _ in parts))

@@ -1,23 +1,45 @@
 """Points for the contention model from archives: per layout, the runs of one phase (the
-restore, or the save) and one configuration, a point per rank count (the metadata stall
-from each op's p50 and count, the time to last rank from the phase's completion row)."""
+restore, or the save) and one configuration, a point per rank and node count (the metadata
+stall from each op's p50 and count, the time to last rank from the phase's completion row,
+the geometry from the nodes, ranks per node and replicas), which runs were fitted and why
+the others were left out, and how the runs grew (bytes per rank, replicas)."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, lock_count
-from stampede.model.fit import Known, Point, Projection
+from stampede.model.fit import Known, Point
+from stampede.model.projection import Projection
 from stampede.results.archive import CONFIG_COLUMNS
 from stampede.results.cells import number
+from stampede.units import format_bytes
+
+# What the model takes per point rather than requiring it equal: the replica count
+# (stampede.model.traffic places the shards and groups from it), e.g. a sweep over nodes
+# with one replica per node. Everything else in CONFIG_COLUMNS changes what an op costs.
+PER_POINT = ("replicas",)
+MODEL_CONFIG = tuple(column for column in CONFIG_COLUMNS if column not in PER_POINT)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How the runs grew, to carry on to the projected rank count."""
+
+    per_rank_bytes: bool            # bytes per rank stay (else the total is split)
+    replicas_per_node: bool         # one replica per node (else replicas as the largest run)
+    ranks_per_node: int             # the largest run's (0: every run on one node)
+    replicas: int                   # the largest run's
 
 
 @dataclass(frozen=True)
 class Series:
-    """One layout's runs of one phase and one configuration, a point per rank count."""
+    """One layout's runs of one phase and one configuration, a point per rank and node
+    count."""
 
     layout: str
     points: tuple[Point, ...]
@@ -26,6 +48,7 @@ class Series:
     notes: tuple[str, ...]
     phase: str = "restore"
     locks: float = math.inf      # what its metadata ops spread over (contention.lock_count)
+    scaling: Scaling = Scaling(True, False, 0, 1)
 
     @property
     def serialised_by(self) -> str:
@@ -40,6 +63,11 @@ class Series:
 def row_phase(row: dict[str, str]) -> str:
     """A row's phase; rows from before the phase column (schema 1 and 2) are restores."""
     return row.get("phase") or "restore"
+
+
+def _whole(row: dict[str, str], column: str, default: int) -> int:
+    value = number(row, column)
+    return int(value) if math.isfinite(value) and value >= 1 else default
 
 
 def _point(row: dict[str, str], op_rows: dict[tuple[str, str, str, str], dict[str, str]],
@@ -59,17 +87,81 @@ def _point(row: dict[str, str], op_rows: dict[tuple[str, str, str, str], dict[st
         counts.append((op, per_iteration))
         stall += per_iteration / nranks * p50
     bytes_per_rank = number(row, "bytes_per_rank")
+    nnodes = _whole(row, "nnodes", 1)
     return Point(nranks=nranks, ops_per_rank=sum(c for _, c in counts) / nranks, meta_s=stall,
                  last_s=number(row, "time_to_last_rank_s"),
                  bytes_per_rank=bytes_per_rank if math.isfinite(bytes_per_rank) else 0.0,
                  last_min_s=number(row, "time_to_last_rank_min_s"),
-                 last_max_s=number(row, "time_to_last_rank_max_s"), op_counts=tuple(counts))
+                 last_max_s=number(row, "time_to_last_rank_max_s"), op_counts=tuple(counts),
+                 ranks_per_node=_whole(row, "ranks_per_node", nranks) if nnodes > 1 else 0,
+                 replicas=_whole(row, "replicas", 1),
+                 broadcast_group=row.get("broadcast_group") or "replica")
+
+
+def _differs(row: dict[str, str], config: dict[str, str]) -> str:
+    """The first configuration column in which a row differs from the fitted one."""
+    column = next(c for c in MODEL_CONFIG if row.get(c, "") != config[c])
+    return f"{column} {row.get(column) or '(none)'} instead of {config[column] or '(none)'}"
+
+
+def _selection_notes(layout_rows: list[dict[str, str]], same: list[dict[str, str]],
+                     chosen: list[dict[str, str]], invalid: int, config: dict[str, str],
+                     phase: str) -> list[str]:
+    """Which rows were fitted, and why each other one was left out."""
+    used = ", ".join(f"{row['nranks']}@{row.get('nnodes') or 1} ({row['run_id']})" for row in chosen)
+    notes = [f"fitted: {len(chosen)} {phase} run(s) at ranks@nodes {used}"]
+    others = [row for row in layout_rows if row not in same]
+    if others:
+        reasons = Counter(_differs(row, config) for row in others)
+        notes.append(f"left out: {len(others)} {phase} run(s) of another configuration ("
+                     + "; ".join(f"{n} with {why}" for why, n in reasons.items())
+                     + "): the latest configuration is fitted")
+    superseded = len(same) - len(chosen)
+    if superseded:
+        notes.append(f"left out: {superseded} earlier run(s) at a rank and node count run again "
+                     "later (the latest is fitted)")
+    if invalid:
+        notes.append(f"left out: {invalid} invalid {phase} run(s) (see their invalid_reason)")
+    return notes
+
+
+def scaling_of(rows: Sequence[dict[str, str]], points: Sequence[Point]) -> tuple[Scaling, list[str]]:
+    """How bytes per rank and replicas grew over the runs, decided from the runs themselves
+    (a job may write a weak-scaling sweep as checkpoint.size = 2 MiB x N: per rank it is)."""
+    notes = []
+    largest = max(points, key=lambda p: p.key)
+    sizes = {p.bytes_per_rank for p in points}
+    totals = {p.bytes_per_rank * p.nranks / max(p.replicas, 1) for p in points}
+    if all(row.get("size_per_rank_requested") for row in rows):
+        per_rank = True
+    elif len(sizes) == 1 and len(points) > 1:
+        per_rank = True
+        if not any(row.get("size_per_rank_requested") for row in rows):
+            notes.append(f"every run restored {format_bytes(largest.bytes_per_rank)} per rank "
+                         "(checkpoint.size grew with the ranks): projected at that per rank")
+    elif len(totals) == 1 or all(row.get("size_total_requested") for row in rows):
+        per_rank = False
+    else:
+        per_rank = True
+        notes.append("the runs' sizes follow neither a per-rank nor a total rule: projected at "
+                     f"the largest run's {format_bytes(largest.bytes_per_rank)} per rank")
+    several = [p for p in points if p.nnodes > 1]    # one node may hold 2 (broadcast needs 2)
+    per_node = bool(several) and all(p.replicas == p.nnodes for p in several)
+    if per_node:
+        notes.append("every run on several nodes held one replica per node: projected so "
+                     "(replicas = nodes)")
+    elif len({p.replicas for p in points}) > 1:
+        counts = ", ".join(sorted({str(p.replicas) for p in points}))
+        notes.append(f"the runs' replica counts differ ({counts}): projected at the largest "
+                     f"run's {largest.replicas}")
+    return Scaling(per_rank, per_node, largest.ranks_per_node, largest.replicas), notes
 
 
 def series_from_rows(rows: Sequence[dict[str, str]], layouts: Sequence[str] = (),
                      ops: Sequence[str] = METADATA_OPS, phase: str = "restore") -> list[Series]:
-    """Per layout: the latest configuration's latest valid run of `phase` at each rank
-    count (its completion row: op restore, or op save)."""
+    """Per layout: the latest configuration's latest valid run of `phase` at each rank and
+    node count (its completion row: op restore, or op save; a run's replica count is its
+    own: the model places the shards from it)."""
     rows = sorted(rows, key=lambda row: row.get("timestamp", ""))   # stable: archive order
     completions = [row for row in rows if row.get("op") == phase and row_phase(row) == phase
                    and row.get("valid") == "true" and number(row, "time_to_last_rank_s") > 0
@@ -84,29 +176,28 @@ def series_from_rows(rows: Sequence[dict[str, str]], layouts: Sequence[str] = ()
     result = []
     for layout in layouts or present:
         mine = [row for row in completions if row["layout"] == layout]
-        config = tuple(mine[-1].get(column, "") for column in CONFIG_COLUMNS)
-        same = [row for row in mine if tuple(row.get(c, "") for c in CONFIG_COLUMNS) == config]
-        latest = {int(row["nranks"]): row for row in same}
-        chosen = [latest[n] for n in sorted(latest)]
+        invalid = sum(1 for row in rows if row.get("op") == phase and row_phase(row) == phase
+                      and row["layout"] == layout and row.get("valid") != "true")
+        config = {column: mine[-1].get(column, "") for column in MODEL_CONFIG}
+        same = [row for row in mine if all(row.get(c, "") == v for c, v in config.items())]
+        latest = {(int(row["nranks"]), _whole(row, "nnodes", 1)): row for row in same}
+        chosen = [latest[key] for key in sorted(latest)]
+        points = tuple(_point(row, op_rows, ops) for row in chosen)
+        scaling, scaled = scaling_of(chosen, points)
+        notes = _selection_notes(mine, same, chosen, invalid, config, phase) + \
+            _notes(chosen, phase) + scaled
         ref = chosen[-1]
         fanout = number(ref, "fanout")
-        result.append(Series(layout=layout, points=tuple(_point(row, op_rows, ops) for row in chosen),
-                             context=_context(ref, phase), notes=_notes(mine, same, latest, chosen, phase),
-                             per_rank_size=bool(ref.get("size_per_rank_requested")), phase=phase,
-                             locks=lock_count(layout, phase, int(fanout) if fanout >= 1 else 0)))
+        result.append(Series(layout=layout, points=points, context=_context(ref, phase),
+                             notes=tuple(notes), per_rank_size=scaling.per_rank_bytes, phase=phase,
+                             locks=lock_count(layout, phase, int(fanout) if fanout >= 1 else 0),
+                             scaling=scaling))
     return result
 
 
-def _notes(mine: list[dict[str, str]], same: list[dict[str, str]], latest: dict[int, dict[str, str]],
-           chosen: list[dict[str, str]], phase: str) -> tuple[str, ...]:
-    """What was left out, and what makes the runs measure something else than storage."""
+def _notes(chosen: list[dict[str, str]], phase: str) -> list[str]:
+    """What makes the runs measure something else than storage."""
     notes = []
-    if len(same) < len(mine):
-        notes.append(f"{len(mine) - len(same)} {phase} run(s) of another configuration left out "
-                     "(the latest configuration is fitted)")
-    if len(latest) < len(same):
-        notes.append(f"{len(same) - len(latest)} earlier run(s) at a repeated rank count "
-                     "superseded by the latest")
     ref = chosen[-1]
     if phase == "restore" and ref.get("cache") == "warm":
         notes.append("cache warm: the runs may have read the page cache, so B_agg and "
@@ -118,7 +209,7 @@ def _notes(mine: list[dict[str, str]], same: list[dict[str, str]], latest: dict[
     if crowded:
         notes.append(f"oversubscribed at {', '.join(crowded)} rank(s): CPU contention is fitted "
                      "as if it were the storage's")
-    return tuple(notes)
+    return notes
 
 
 def _context(ref: dict[str, str], phase: str) -> str:
@@ -148,8 +239,16 @@ def projection_notes(series: Series, projection: Projection, nranks: int,
         notes.append("no measured rank count reached the aggregate bandwidth: B_agg is a lower "
                      "bound (the largest run exactly at the limit)")
     if fit.client_bound:
-        notes.append("every measured rank count was limited by B_agg / N: B_client is a lower "
-                     "bound (it only matters below the measured rank counts)")
+        notes.append("no measured rank count was limited by one client: B_client is a lower "
+                     "bound (where it would start to limit the run closest to it)")
+    if fit.node_bound:
+        notes.append("no measured rank count was limited by a node's NIC: B_node is a lower "
+                     "bound (where it would start to limit the run closest to it)")
+    several = projection.prediction.nnodes > 1
+    if several and not fit.node_measured:
+        notes.append("every run was on one node, so their NICs are not in them (B_node "
+                     "unlimited): give --node-gbps, or run on several nodes (stampede "
+                     "emulate-cluster on one machine)")
     if nranks <= max(p.nranks for p in fit.points):
         notes.append(f"{nranks} ranks is within the measured range: an interpolation")
     return notes

@@ -155,5 +155,6 @@ class LayoutRun:
     interrupted: bool = False    # stopped by a signal: not measured to the end, not archived
     phase: str = "restore"       # or "save" (stampede.run.save)
     restored_from: str = ""      # a saved version's directory (stampede.checkpoint.versions)
+    cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)
 
 

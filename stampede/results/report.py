@@ -217,11 +217,16 @@ def _render_restores(rows: Sequence[Row], console: Any) -> None:
                       seconds(row, "storage_s"), seconds(row, "network_s")]
         table.add_row(*cells)
     console.print(table)
+    _render_slowest(ranked, "restore", console)
+
+
+def _render_slowest(ranked: Sequence[tuple[Row, str]], what: str, console: Any) -> None:
+    """Per layout, its slowest ranks by their median time (from the slowest_ranks cell)."""
     for row, _ in ranked:
         slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} "
                             f"{format_seconds(float(item.rsplit(':', 1)[1]))}"
                             for item in row["slowest_ranks"].split())
-        console.print(f"  {row['layout']}: slowest ranks (median restore): {slowest or '-'}",
+        console.print(f"  {row['layout']}: slowest ranks (median {what}): {slowest or '-'}",
                       markup=False)
 
 
@@ -258,12 +263,7 @@ def _render_saves(rows: Sequence[Row], console: Any) -> None:
                       validate.get("errors", "-") if validate else "-"]
         table.add_row(*cells)
     console.print(table)
-    for row, _ in ranked:
-        slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} "
-                            f"{format_seconds(float(item.rsplit(':', 1)[1]))}"
-                            for item in row["slowest_ranks"].split())
-        console.print(f"  {row['layout']}: slowest ranks (median save): {slowest or '-'}",
-                      markup=False)
+    _render_slowest(ranked, "save", console)
     if buffered:
         console.print("[yellow]buf[/] = save.durability = none: handed to the page cache, "
                       "not durable; never storage GB/s")

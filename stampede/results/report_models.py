@@ -133,8 +133,9 @@ def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], nranks:
     console.print(f"stampede project: {what}; {len(projections)} layout(s) from "
                   f"{', '.join(archives)}, projected to {nranks} ranks")
     console.print("model: T_meta = max(k (RTT + s), RTT + s N k / c_eff)  (stampede project "
-                  "--help)\n       T_data = bytes_per_rank / min(B_agg / N, B_client, B_net);  "
-                  "time to last rank = T_meta + T_data\n")
+                  "--help)\n       T_data = b max(storage / B_agg, node / B_node, rank / "
+                  "min(B_client, B_net)) + b exchange / B_node\n       time to last rank = "
+                  "T_meta + T_data\n")
     for series, projection, notes in projections:
         _render_layout(series, projection, notes, nranks, given, console)
     if len(projections) > 1:
@@ -142,6 +143,8 @@ def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], nranks:
         console.print(f"ranked at {nranks} ranks: " + ", ".join(
             f"{series.layout} {format_seconds(projection.prediction.total_s)}"
             for series, projection, _ in ranked))
+        for series, projection, _ in ranked:
+            console.print(f"  {series.layout}: bound by {projection.prediction.bound_by}")
 
 
 def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: int,
@@ -153,25 +156,30 @@ def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: i
     elif series.serialised_by:
         threads += f" (c_eff = min(c, {series.serialised_by}))"
     console.print(f"layout {series.layout}  [{series.context}]", markup=False)
+    node = f", B_node {_gbps(params.node_bps)}" if fit.node_measured else ""
     console.print(f"  fitted: RTT {format_seconds(params.rtt_s)}, s "
                   f"{format_seconds(params.service_s)}, c {threads}, B_agg {_gbps(params.agg_bps)}"
-                  f", B_client {_gbps(params.client_bps)}"
+                  f", B_client {_gbps(params.client_bps)}{node}"
                   + (f"  (given: {', '.join(given)})" if given else ""))
-    points = new_table("", ("ranks", "k", "stall meas", "stall model", "last rank meas", "model",
-                        "residual"))
-    for point, stall, model, residual in zip(fit.points, fit.meta_model_s, fit.last_model_s,
-                                             fit.residuals):
-        points.add_row(str(point.nranks), f"{point.ops_per_rank:.3g}",
+    points = new_table("", ("ranks", "nodes", "k", "stall meas", "stall model", "last rank meas",
+                            "model", "residual", "data limited by"))
+    for point, stall, model, residual, limit in zip(fit.points, fit.meta_model_s, fit.last_model_s,
+                                                    fit.residuals, fit.limits):
+        points.add_row(str(point.nranks), str(point.nnodes), f"{point.ops_per_rank:.3g}",
                        format_seconds(point.meta_s), format_seconds(stall),
-                       format_seconds(point.last_s), format_seconds(model), f"{residual:+.1%}")
+                       format_seconds(point.last_s), format_seconds(model), f"{residual:+.1%}",
+                       limit if point.bytes_per_rank > 0 else "-")
     console.print(points)
     console.print(f"  residuals (measured - model) / measured: rms {fit.rms_residual:.1%}, max "
                   f"{fit.max_residual:.1%}; metadata saturated at "
-                  f"{', '.join(map(str, fit.saturated)) or 'no measured rank count'}; B_agg / N "
+                  f"{', '.join(map(str, fit.saturated)) or 'no measured rank count'}; B_agg "
                   f"limits at {', '.join(map(str, fit.agg_limited)) or 'no measured rank count'}")
     low, high = projection.band
-    console.print(f"  at {nranks} ranks: time to last rank {format_seconds(prediction.total_s)}"
-                  f"{' (upper bound)' if fit.stall_bound or fit.agg_bound else ''}, band "
+    bound = fit.stall_bound or fit.agg_bound or fit.node_bound
+    where = (f" ({prediction.nnodes} nodes of {projection.params.ranks_per_node})"
+             if prediction.nnodes > 1 else "")
+    console.print(f"  at {nranks} ranks{where}: time to last rank "
+                  f"{format_seconds(prediction.total_s)}{' (upper bound)' if bound else ''}, band "
                   f"{format_seconds(low)} - {format_seconds(high)} ({projection.band_from})")
     meta_low, meta_high = projection.meta_band
     meta_band = (f", band {format_seconds(meta_low)} - {format_seconds(meta_high)}"
@@ -183,9 +191,13 @@ def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: i
                   f"{' (upper bound)' if fit.stall_bound else ''}{meta_band}: k = {k:.3g} op(s) "
                   f"per rank, a burst of {prediction.nranks * k:.4g} ops, {drain}")
     size = projection.params.bytes_per_rank
+    exchange = (f", then {format_seconds(prediction.exchange_s)} exchanging between nodes "
+                "through B_node" if prediction.exchange_s > 0 else "")
     console.print(f"    data {format_seconds(prediction.data_s)}: {format_bytes(size)} per rank "
-                  f"at {_gbps(prediction.rate_bps)}, limited by {prediction.limit}"
+                  f"{'written' if series.phase == 'save' else 'read'} at "
+                  f"{_gbps(prediction.rate_bps)}, limited by {prediction.limit}{exchange}"
                   if size > 0 else "    data: no bytes")
+    console.print(f"    bound by {prediction.bound_by}")
     for note in notes:
         console.print(f"  note: {note}", markup=False)
     console.print()

@@ -155,6 +155,8 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 "retries": run.retries,
                 "digests": list(run.digests),
                 "cache_resident_fraction": list(run.resident_fraction),
+                # which ranks dropped the page cache, and how often (one rank per node)
+                "cache_drops_by_rank": list(run.cache_drops),
                 "stats": asdict(run.stats) if run.stats else None,
             }
             for run in runs if run.phase == phase

@@ -45,8 +45,9 @@ def residency(setup: RankSetup, notes: list[str]) -> tuple[int, int]:
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 
 
-def drop_caches(notes: list[str]) -> None:
-    """Untimed, one rank per node: write back, then drop the whole page cache (root only)."""
+def drop_caches(notes: list[str]) -> bool:
+    """Untimed, one rank per node: write back, then drop the whole page cache (root only).
+    Whether it was dropped."""
     os.sync()
     try:
         with open(DROP_CACHES, "w") as stream:
@@ -56,6 +57,8 @@ def drop_caches(notes: list[str]) -> None:
                 "pages were evicted per file only")
         if note not in notes:
             notes.append(note)
+        return False
+    return True
 
 
 def evict(setup: RankSetup, messages: list[str]) -> None:

@@ -50,6 +50,7 @@ class Phases:
     invalid_reason: str = ""
     failed_iteration: int | None = None
     interrupted: bool = False
+    cache_drops: int = 0                                    # page-cache drops made here
 
 
 # Called on every rank after each phase: (layout, iteration, seconds it took here).
@@ -147,8 +148,20 @@ def _cache_state(comm: Any, spec: JobSpec, setup: RankSetup, phases: Phases,
         # the dentries and inodes those opens brought back.
         mpi.barrier(comm)
         if drops_caches:
-            cache.drop_caches(phases.notes)
+            phases.cache_drops += cache.drop_caches(phases.notes)
     return cached, asked
+
+
+def start_phase(comm: Any, spec: JobSpec, layout: str, iteration: int, phases: Phases) -> int:
+    """The start barrier (a rank that does not come in time aborts the job) and the
+    origin stamp, recorded in `phases`: what a restore's and a save's phases share."""
+    if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
+        mpi.abort(comm, f"{layout}: other ranks did not reach the start of "
+                        f"{iteration_name(iteration, spec.warmup)} within "
+                        f"{spec.deadline_s + ABORT_GRACE_S:g} s")
+    origin = time.perf_counter_ns()
+    phases.origins[iteration] = origin
+    return origin
 
 
 def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
@@ -158,12 +171,7 @@ def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
     delay_s = jitter_s(spec, setup.plan.rank, iteration)
     if setup.torch is not None:
         setup.torch.renew(iteration, received_bytes(setup), setup.plan.exchange, phases.log)
-    if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
-        mpi.abort(comm, f"{setup.plan.layout}: other ranks did not reach the start of "
-                        f"{iteration_name(iteration, spec.warmup)} within "
-                        f"{spec.deadline_s + ABORT_GRACE_S:g} s")
-    origin = time.perf_counter_ns()
-    phases.origins[iteration] = origin
+    origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
                           delay_s, phases.log)
     phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])
@@ -194,6 +202,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
     all_digests = mpi.gather(comm, phases.digests)
     all_notes = mpi.gather(comm, phases.notes)
     shares = mpi.gather(comm, sum(extent.length for extent in plan.extents))
+    drops = mpi.gather(comm, phases.cache_drops)
     stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
                                 phases.failed_iteration)
     messages = [text for part in all_messages for text in part] if all_messages is not None \
@@ -209,7 +218,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
                      bytes_total=sum(shares or [0]) if catalogue is not None else 0,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      digests=tuple(d for part in all_digests or [] for d in part),
-                     interrupted=phases.interrupted)
+                     interrupted=phases.interrupted, cache_drops=tuple(drops or ()))
 
 
 def measured_rows(log: Log, failed_iteration: int | None) -> np.ndarray:

@@ -38,7 +38,7 @@ from stampede.run import gather
 from stampede.run.checks import new_digest
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
-from stampede.run.layout import ABORT_GRACE_S, Phases, Tick, measured_rows, phase_totals
+from stampede.run.layout import Phases, Tick, measured_rows, phase_totals, start_phase
 from stampede.run.save_files import FileSave
 from stampede.run.save_objects import ObjectSave
 from stampede.run.save_pattern import Save, SaveSetup
@@ -235,12 +235,7 @@ SAVE_RETRY_OPS = ("create", "write", "fsync", "publish", "unlink", "open", "read
 def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
            phases: Phases) -> tuple[Any, bool]:
     steps: type[Save] = FileSave if setup.backend.has_directories else ObjectSave
-    if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
-        mpi.abort(comm, f"{setup.plan.layout}: other ranks did not reach the start of "
-                        f"{iteration_name(iteration, spec.warmup)} within "
-                        f"{spec.deadline_s + ABORT_GRACE_S:g} s")
-    origin = time.perf_counter_ns()
-    phases.origins[iteration] = origin
+    origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
     first = len(phases.log)
     outcome = steps(setup, iteration, origin, phases.log).run()

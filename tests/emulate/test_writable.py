@@ -170,34 +170,26 @@ def test_a_create_storm_queues_in_one_directory_and_spreads_over_fan_out(
     directory's lock queues one directory's creates one at a time (on one mount the
     kernel holds it, as --serialize-dir does at the server), so the model says: the
     create op's elapsed (first start to last end, median over saves) is N S = 4 S in one
-    directory, S over four; within 15%, and their ratio 4 within 15%."""
+    directory, S over four, on top of what the same saves cost with S = 0 (the machine's
+    own part: FUSE's round trips, the ranks' skew; tens of ms on a slow shared VM);
+    within 15%, and their ratio 4 within 15%."""
     ranks = 4
     job = small_job(tmp_path, checkpoint={"size": "4MiB", "fanout": ranks},
                     run={"iterations": 3, "warmup": 1, "verify": "none"},
                     save={"validate": "none"})
-    options = ("--writable", "--service-s", "0", "--create-s", str(SERVICE_S), "--threads",
-               str(ranks), "--serialize-dir")
-    mounts = {layout: tmp_path / f"mnt-{layout}" for layout in ("sharded", "fan-out")}
-    for layout in mounts:
-        (tmp_path / f"backing-{layout}").mkdir()
-    with running(tmp_path / "backing-sharded", mounts["sharded"], *options), \
-            running(tmp_path / "backing-fan-out", mounts["fan-out"], *options):
-        for layout, mountpoint in mounts.items():
-            saved = stampede("save", str(job), "--set", f"target.path={mountpoint}", "--set",
-                             f'checkpoint.layout=["{layout}"]', np=ranks)
-            assert saved.returncode == 0, saved.stdout + saved.stderr
-    rows = {row["layout"]: row for row in read_archive(tmp_path / "results" / "job.csv")
-            if row["op"] == "create"}
-    elapsed = {layout: float(row["elapsed_s"]) for layout, row in rows.items()}
+    base, _, _ = create_elapsed(stampede, tmp_path / "base", job, ranks, 0.0)
+    elapsed, rows, mounts = create_elapsed(stampede, tmp_path / "held", job, ranks, SERVICE_S)
+    added = {layout: elapsed[layout] - base[layout] for layout in elapsed}
     expected = {"sharded": ranks * SERVICE_S, "fan-out": SERVICE_S}
-    ratio = elapsed["sharded"] / elapsed["fan-out"]
-    print(f"create elapsed: sharded {elapsed['sharded'] * 1e3:.1f} ms (model "
-          f"{expected['sharded'] * 1e3:.0f}), fan-out {elapsed['fan-out'] * 1e3:.1f} ms (model "
-          f"{expected['fan-out'] * 1e3:.0f}); ratio {ratio:.2f} (model {ranks})")
+    ratio = added["sharded"] / added["fan-out"]
+    print("create elapsed: " + "; ".join(
+        f"{layout} {elapsed[layout] * 1e3:.1f} ms - {base[layout] * 1e3:.1f} ms at S = 0 "
+        f"= {added[layout] * 1e3:.1f} ms (model {expected[layout] * 1e3:.0f})"
+        for layout in expected) + f"; ratio {ratio:.2f} (model {ranks})")
     for layout, row in rows.items():
         assert int(row["count"]) == 3 * ranks and row["valid"] == "true"
         assert float(row["lat_min_s"]) >= SERVICE_S                 # a service time is a floor
-        assert elapsed[layout] == pytest.approx(expected[layout], rel=0.15)
+        assert added[layout] == pytest.approx(expected[layout], rel=0.15)
     assert ratio == pytest.approx(ranks, rel=0.15)
     # what the servers record: every create held S; in one directory never two at once,
     # over four directories all four (no wall-clock in these)
@@ -206,3 +198,25 @@ def test_a_create_storm_queues_in_one_directory_and_spreads_over_fan_out(
         assert served["asked_mean_s"] == pytest.approx(SERVICE_S)
         assert served["held_p50_s"] >= SERVICE_S and served["count"] >= 4 * ranks
         assert served["peak_in_service"] == (1 if layout == "sharded" else ranks)
+
+
+def create_elapsed(stampede, where: Path, job: Path, ranks: int, create_s: float
+                   ) -> tuple[dict[str, float], dict[str, dict[str, str]], dict[str, Path]]:
+    """Each layout's save through a writable emulator of its own holding creates
+    create_s: the create rows' elapsed_s by layout, the rows, the mountpoints (whose
+    emulators' summaries read_summary reads)."""
+    options = ("--writable", "--service-s", "0", "--create-s", str(create_s), "--threads",
+               str(ranks), "--serialize-dir")
+    mounts = {layout: where / f"mnt-{layout}" for layout in ("sharded", "fan-out")}
+    for layout in mounts:
+        (where / f"backing-{layout}").mkdir(parents=True)
+    archive = where / "results.csv"
+    with running(where / "backing-sharded", mounts["sharded"], *options), \
+            running(where / "backing-fan-out", mounts["fan-out"], *options):
+        for layout, mountpoint in mounts.items():
+            saved = stampede("save", str(job), "--set", f"target.path={mountpoint}", "--set",
+                             f'checkpoint.layout=["{layout}"]', "--set",
+                             f"archive.path={archive}", np=ranks)
+            assert saved.returncode == 0, saved.stdout + saved.stderr
+    rows = {row["layout"]: row for row in read_archive(archive) if row["op"] == "create"}
+    return {layout: float(row["elapsed_s"]) for layout, row in rows.items()}, rows, mounts

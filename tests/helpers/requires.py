@@ -13,7 +13,8 @@ from typing import NoReturn
 import pytest
 
 # What CI requires (.ci/run sets each): the names a test may pass as `requirement`.
-REQUIREMENTS = ("SLURM", "S3", "TORCH", "FUSE", "HDF5", "PLOT", "ROOT", "LOADERS")
+REQUIREMENTS = ("SLURM", "S3", "TORCH", "FUSE", "HDF5", "PLOT", "ROOT", "LOADERS", "NETNS",
+                "NETEM")
 
 
 def unavailable(reason: str, requirement: str) -> NoReturn:
@@ -40,3 +41,22 @@ def fuse() -> None:
     reason = fuse_unavailable()
     if reason:
         unavailable(reason, "FUSE")
+
+
+def netns() -> None:
+    """A test that builds an emulated cluster (network namespaces, veth, tc; root)."""
+    from stampede.emulate.cluster import unavailable as cluster_unavailable
+
+    reason = cluster_unavailable()
+    if reason:
+        unavailable(reason, "NETNS")
+
+
+def netem() -> None:
+    """A test that delays a link (the kernel's netem qdisc)."""
+    netns()
+    from stampede.emulate.cluster import netem_unavailable
+
+    reason = netem_unavailable()
+    if reason:
+        unavailable(reason, "NETEM")

@@ -321,15 +321,20 @@ class FaultProxy:
     - `refuse()`: stop listening, so connections are refused (a dead server).
 
     `requests` lists (method, path, Range header) of every request that reached it, the
-    failed ones included; `connections` counts client connections accepted.
+    failed ones included, and `clients` the address each came from; `connections` counts
+    client connections accepted. It listens on `host` (127.0.0.1 unless told: an emulated
+    cluster's storage host puts it on its own address, stampede.emulate.cluster).
     """
 
-    def __init__(self, upstream: str, seed: int = 0, tls: tuple[Path, Path] | None = None) -> None:
-        """`tls`: (certificate, key) files: the proxy speaks HTTPS to its clients."""
+    def __init__(self, upstream: str, seed: int = 0, tls: tuple[Path, Path] | None = None,
+                 host: str = "127.0.0.1") -> None:
+        """`tls`: (certificate, key) files: the proxy speaks HTTPS to its clients. `host`:
+        the address it listens on."""
         self.upstream = upstream
         self.mode = "pass"
         self.late_s = LATE_BODY_S
         self.requests: list[tuple[str, str, str]] = []
+        self.clients: list[str] = []
         self.connections = 0
         self._open: set[socket.socket] = set()   # client connections not yet closed
         self._fail_rules: list[list[Any]] = []   # [text, count]: the next count matching fail
@@ -337,14 +342,14 @@ class FaultProxy:
         self._fail_probability = 0.0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
         self._server.daemon_threads = True
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*tls)
             self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
-        self.endpoint_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.endpoint_url = f"{'https' if tls else 'http'}://{host}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self._listening = True
@@ -374,6 +379,7 @@ class FaultProxy:
             self.mode, self._fail_probability, self._die_at = "pass", 0.0, ""
             self._fail_rules.clear()
             self.requests.clear()
+            self.clients.clear()
 
     def refuse(self) -> None:
         """Stop listening: new connections are refused from now on, and a kept-alive one
@@ -392,10 +398,12 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self.refuse()   # and stalled handlers let go
 
-    def _record(self, method: str, path: str, byte_range: str, failable: bool) -> bool:
+    def _record(self, method: str, path: str, byte_range: str, failable: bool,
+                client: str = "") -> bool:
         """Log a request; True when it is to be failed with 503."""
         with self._lock:
             self.requests.append((method, path, byte_range))
+            self.clients.append(client)
             if self._die_at and self._die_at in f"{method} {path}":
                 self.mode, self._die_at = "close", ""
             if not failable or self.mode == "close":
@@ -428,7 +436,8 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _relay(self) -> None:
             passing = proxy.mode in ("pass", "cut", "late")
-            fail = proxy._record(self.command, self.path, self.headers.get("Range", ""), passing)
+            fail = proxy._record(self.command, self.path, self.headers.get("Range", ""), passing,
+                                 self.client_address[0])
             if proxy.mode == "close":
                 self.close_connection = True
                 return

@@ -20,7 +20,8 @@ from stampede.model.contention import (
     metadata_stall,
     predict,
 )
-from stampede.model.fit import Known, Point, bytes_per_rank_at, fit_points, ops_per_rank_at, project
+from stampede.model.fit import Known, Point, fit_points
+from stampede.model.projection import Scale, bytes_per_rank_at, ops_per_rank_at, project
 from stampede.model.series import series_from_rows
 from stampede.results.archive import append_rows, read_rows
 from tests.helpers.jobs import small_job, write_job
@@ -63,7 +64,7 @@ def test_the_model_terms() -> None:
     sharded, shared = predict(params, 1024, "sharded"), predict(params, 1024, "shared")
     assert sharded.meta_s == pytest.approx(50e-6 + 200e-6 * 1024 * 2 / 8)
     assert shared.meta_s == pytest.approx(50e-6 + 200e-6 * 1024 * 2)
-    assert sharded.limit == "B_agg / N" and sharded.data_s == pytest.approx(1e9 / (20e9 / 1024))
+    assert sharded.limit == "B_agg" and sharded.data_s == pytest.approx(1e9 / (20e9 / 1024))
     assert sharded.total_s == pytest.approx(sharded.meta_s + sharded.data_s)
     assert sharded.saturated and not predict(params, 1, "sharded").saturated
 
@@ -352,3 +353,116 @@ def test_project_real_saves_through_the_emulator(stampede, fuse_ready: None, tmp
     assert "c 1 (c_eff: one directory's lock)" in free.stdout
     assert projected_line(free.stdout, "sharded", "metadata stall")[0][0] > \
         projected_line(free.stdout, "fan-out", "metadata stall")[0][0]
+def _rows(run_id: str, layout: str, nranks: int, last_s: float, meta_s: float,
+          **columns: object) -> list[dict[str, object]]:
+    """A restore run's rows (stat, open, restore), as an archive holds them."""
+    common: dict[str, object] = {
+        "schema": 2, "run_id": run_id, "timestamp": f"2026-01-01T{run_id}", "job": "sweep",
+        "backend": "s3", "layout": layout, "format": "raw", "cache": "cold", "fs_type": "s3",
+        "nranks": nranks, "iterations": 3, "valid": True, "stat_count": 1, "open_count": 1,
+        "pattern": "stat+open+read+close", "nnodes": 1, "ranks_per_node": nranks, **columns}
+    rows: list[dict[str, object]] = [{**common, "op": op, "count": nranks * 3,
+                                      "lat_p50_s": meta_s / 2} for op in ("stat", "open")]
+    rows.append({**common, "op": "restore", "count": nranks * 3, "time_to_last_rank_s": last_s,
+                 "time_to_last_rank_min_s": last_s * 0.99, "time_to_last_rank_max_s": last_s * 1.01})
+    return rows
+
+
+def test_runs_are_matched_on_bytes_per_rank_and_the_rows_left_out_are_named(
+        stampede, tmp_path: Path) -> None:
+    """1, 2 and 4 ranks of one job, each written as checkpoint.size = 2 MiB x N: the model
+    needs bytes per rank, which did not change; projected at 2 MiB per rank (a total split
+    over 8 ranks would say 1 MiB). Another configuration, an invalid run and a superseded
+    one are left out, and the notes say so."""
+    archive = tmp_path / "sweep.csv"
+    per_rank = 2 * 2**20
+    rows = []
+    for index, nranks in enumerate((1, 2, 4)):
+        rows += _rows(f"0{index}", "sharded", nranks, 0.01 + 0.002 * nranks, 1e-3 * nranks,
+                      bytes_per_rank=per_rank, size_total_requested=per_rank * nranks)
+    rows += _rows("03", "sharded", 4, 9.0, 1e-3, bytes_per_rank=per_rank, cache="warm")
+    rows += _rows("04", "sharded", 2, 0.5, 1e-3, bytes_per_rank=per_rank, valid=False)
+    rows += _rows("05", "sharded", 1, 0.012, 1e-3, bytes_per_rank=per_rank,
+                  size_total_requested=per_rank)
+    rows.sort(key=lambda row: str(row["run_id"]))
+    rows = [row for row in rows if row["run_id"] != "03"] + \
+        [row for row in rows if row["run_id"] == "03"]
+    append_rows(archive, [{**row, "timestamp": f"2026-01-01T00:00:{row['run_id']}"}
+                          for row in rows if row["run_id"] != "03"])
+    append_rows(archive, [{**row, "timestamp": "2025-12-31T00:00:00"} for row in rows
+                          if row["run_id"] == "03"])
+    (series,) = series_from_rows(read_rows(archive))
+    assert [p.nranks for p in series.points] == [1, 2, 4] and series.per_rank_size
+    notes = " | ".join(series.notes)
+    assert "fitted: 3 restore run(s) at ranks@nodes 1@1 (05), 2@1 (01), 4@1 (02)" in notes
+    assert "1 with cache warm instead of cold" in notes
+    assert "1 earlier run(s) at a rank and node count run again later" in notes
+    assert "1 invalid restore run(s)" in notes
+    assert "every run restored 2 MiB per rank" in notes
+    result = stampede("project", str(archive), "--ranks", "8")
+    assert result.returncode == 0, result.stderr
+    assert "data" in result.stdout and "2 MiB per rank read" in result.stdout
+
+
+def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
+        stampede, tmp_path: Path) -> None:
+    """Broadcast at 1-4 nodes of 2 ranks, one replica per node (so replicas differ between
+    the runs, yet they are one configuration): B_node is learned from the exchange, the
+    projection keeps one replica per node, and says what bounds it there."""
+    from stampede.model.traffic import Geometry, data_seconds, traffic
+
+    agg, node, per_rank = 20e6, 50e6, 4e6
+    archive = tmp_path / "nodes.csv"
+    rows = []
+    for nodes in (1, 2, 3, 4):
+        replicas = max(nodes, 2)
+        read, moved, _ = data_seconds(traffic("broadcast", Geometry(2 * nodes, 2, replicas)),
+                                      per_rank, agg, node, 1e12)
+        rows += _rows(f"1{nodes}", "broadcast", 2 * nodes, 2e-3 + read + moved, 2e-3,
+                      bytes_per_rank=int(per_rank), size_per_rank_requested=int(per_rank),
+                      nnodes=nodes, ranks_per_node=2, replicas=replicas,
+                      broadcast_group="replica")
+    append_rows(archive, rows)
+    (series,) = series_from_rows(read_rows(archive))
+    assert [p.nnodes for p in series.points] == [1, 2, 3, 4]
+    assert series.scaling.replicas_per_node and series.scaling.ranks_per_node == 2
+    result = stampede("project", str(archive), "--ranks", "16")
+    assert result.returncode == 0, result.stderr
+    assert "B_node 0.05 GB/s" in result.stdout and "B_agg 0.02 GB/s" in result.stdout
+    assert "at 16 ranks (8 nodes of 2)" in result.stdout
+    assert "then 280 ms exchanging between nodes through" in result.stdout
+    assert "bound by the reads, through B_agg" in result.stdout
+    assert "one replica per node: projected so" in result.stdout.replace("\n", " ")
+    # 8 nodes: MPICH's scatter + allgather, 2 x 7/8 shards through node 0's NIC, 2 groups
+    projection = project(series.points, "broadcast", Scale(16, 2, 8), per_rank_size=True)
+    expected = 2e-3 + 2 * per_rank / agg + 2 * (2 * 7 / 8) * per_rank / node
+    assert projection.prediction.total_s == pytest.approx(expected, rel=0.02)
+    bad = stampede("project", str(archive), "--ranks", "16", "--replicas", "3")
+    assert bad.returncode == 2 and "--replicas 3 does not divide --ranks 16" in bad.stderr
+
+
+def test_a_drain_resting_on_one_saturated_run_widens_the_band() -> None:
+    """Fitted on 1, 2, 4 ranks of a 2-slot server (only 4 saturates it), the runs cannot
+    pin s/c: the band holds the fits they cannot tell apart, and the truth at 16,384."""
+    server = Params(rtt_s=0.5e-3, service_s=10e-3, threads=2, agg_bps=1e12, client_bps=1e9,
+                    bytes_per_rank=2e6, whole_rounds=True)
+    points = points_from(server, "sharded", ranks=(1, 2, 4), noise=0.03)
+    projection = project(points, "sharded", 16384, per_rank_size=True)
+    assert "the metadata fits within the runs' spread" in projection.band_from
+    truth = predict(replace(server, ops_per_rank=2), 16384, "sharded")
+    low, high = projection.meta_band
+    assert low <= truth.meta_s <= high
+
+
+def test_a_projection_to_several_nodes_from_runs_on_one_says_the_nic_is_missing(
+        stampede, tmp_path: Path) -> None:
+    archive = tmp_path / "one-node.csv"
+    synthetic_archive(archive, TRUE, (1, 2, 4, 8), layouts=("sharded",))
+    result = stampede("project", str(archive), "--ranks", "64", "--ranks-per-node", "8")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.replace("\n", " ")
+    assert "(8 nodes of 8)" in text and "every run was on one node" in text
+    given = stampede("project", str(archive), "--ranks", "64", "--ranks-per-node", "8",
+                     "--node-gbps", "1")
+    assert given.returncode == 0 and "B_node 1 GB/s" in given.stdout
+    assert "given: B_node" in given.stdout.replace("\n", " ")

