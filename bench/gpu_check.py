@@ -363,6 +363,9 @@ def main() -> int:
             print("dry run: on a CUDA device this check would run, in order:")
             for step in steps:
                 print(f"  - {step.name} (worst case {step.worst_s:g} s): {step.runs}")
+            worst_s = sum(step.worst_s for step in steps)
+            print(f"worst cases: {worst_s:g} s of the {args.budget_s:g} s budget (a step that "
+                  "would not fit in what is left is skipped, saying so)")
             return 0
         print(f"device: {context.device}", flush=True)
         for step in steps:

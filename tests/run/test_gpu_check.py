@@ -3,6 +3,7 @@ one it runs up to "no CUDA device visible", lists what it would run, and exits 0
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,10 @@ def test_dry_run_and_bad_budgets(tmp_path: Path) -> None:
     listed = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and "dry run" in listed.stdout, listed.stderr
+    # the default budget fits the 4 minutes a lent GPU gives, and every step fits in it
+    worst_s, budget_s = map(float, re.search(r"worst cases: (\S+) s of the (\S+) s budget",
+                                             listed.stdout).groups())
+    assert worst_s <= budget_s < 240
     bad = subprocess.run([sys.executable, str(SCRIPT), "--budget-s", "0"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--budget-s must be > 0" in bad.stderr
