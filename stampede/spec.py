@@ -43,7 +43,8 @@ MKDIR_BY = ("root", "every")
 RESTORE_FROM = ("auto", "prepared", "saved")
 # What `stampede save` writes; broadcast and the listing layouts are ways to read.
 SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first", "mlperf")
-H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned")
+H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
+EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 
 @dataclass(frozen=True)
 class Option:
@@ -153,8 +154,17 @@ OPTIONS: tuple[Option, ...] = (
            "seed of the jitter delays (rank and iteration are mixed in)", "seed"),
     Option("run.h2d", "h2d", values.choice(H2D_MODES), "none",
            "copy the restored bytes on to a device, timed as op h2d inside the restore: "
-           "cuda-pinned (the read buffer page-locked), cuda-pageable, or host (memcpy, "
-           "labelled as not a GPU)", "h2d"),
+           "cuda-pinned (the read buffer page-locked), cuda-pageable, cuda-gds (no copy: "
+           "each read goes file -> HBM through cuFile (kvikio; POSIX files); kvikio's "
+           "compatibility mode is labelled NOT GDS), or host (memcpy, labelled as not a "
+           "GPU)", "h2d"),
+    Option("run.exchange", "exchange", values.choice(EXCHANGES), "mpi",
+           "broadcast and striped: how a group's ranks move the shard. mpi = MPI Bcast / "
+           "Allgatherv of host memory; torch = torch.distributed as trainers do it: nccl "
+           "GPU to GPU with run.h2d = cuda-* (the readers copy on to HBM first), gloo on "
+           "host memory otherwise. Before each iteration, outside the restore, the process "
+           "group is made again (op pg_init: the recovery model's T_sync) and its first "
+           "collective timed apart (op bcast_first or allgather_first)", "exchange"),
     Option("run.max_error_fraction", "max_error_fraction", values.fraction, 0.0,
            "failed ops tolerated per iteration, as a fraction of all ops of all ranks: they "
            "are counted and reported; past it every rank stops (0 = stop at the first)",
@@ -242,6 +252,7 @@ class JobSpec:
     jitter: str
     seed: int
     h2d: str
+    exchange: str
     max_error_fraction: float
     samples: str
     deadline_s: float
@@ -372,7 +383,7 @@ def _check_combination(spec: JobSpec) -> None:
     """Rules that span several options; the same answer on every machine (no check here
     depends on what is installed: that is the command's, see checkpoint.formats)."""
     for rules in (_size_rules, _pattern_rules, _layout_rules, _cache_rules, _check_rules,
-                  _format_rules, _save_rules):
+                  _format_rules, _save_rules, _device_rules):
         rules(spec)
 
 
@@ -391,9 +402,6 @@ def _size_rules(spec: JobSpec) -> None:
             raise UsageError(f"{spec.source}: checkpoint.from copies an existing checkpoint "
                              "into a synthetic one; with checkpoint.source = \"existing\" the "
                              "checkpoint is read in place")
-        if spec.checkpoint_source == "existing" and spec.h2d != "none":
-            raise UsageError(f"{spec.source}: run.h2d with an existing checkpoint is not "
-                             "supported yet", hint="measure h2d on a synthetic checkpoint")
     elif "mlperf" in spec.layouts:
         _workload_rules(spec, sized)
     elif (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
@@ -489,3 +497,24 @@ def _save_rules(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: save.part_size = {spec.part_bytes}: object stores "
                          f"take parts of at least 5 MiB ({MIN_PART_BYTES} bytes)",
                          hint='for example save.part_size = "64MiB", or unset for one PUT')
+
+
+def _device_rules(spec: JobSpec) -> None:
+    """run.exchange and run.h2d = cuda-gds: what they can move, and where from."""
+    exchanging = [layout for layout in spec.layouts if layout in EXCHANGE]
+    if spec.exchange == "torch" and (spec.checkpoint_source == "existing" or not exchanging):
+        what = "an existing checkpoint's assign policies" if spec.checkpoint_source == \
+            "existing" else f"checkpoint.layout = {list(spec.layouts)}"
+        raise UsageError(f"{spec.source}: run.exchange = \"torch\" moves the shard of the "
+                         f"broadcast and striped layouts; {what} exchange nothing",
+                         hint="add broadcast or striped to checkpoint.layout, or leave "
+                              "run.exchange = \"mpi\"")
+    if spec.h2d != "cuda-gds":
+        return
+    if "://" in spec.target_path:
+        raise UsageError(f"{spec.source}: run.h2d = \"cuda-gds\" on {spec.target_path!r}: "
+                         "cuFile reads POSIX files", hint="use cuda-pinned for object stores")
+    if exchanging and spec.exchange == "mpi":
+        raise UsageError(f"{spec.source}: run.h2d = \"cuda-gds\" with {', '.join(exchanging)}: "
+                         "the bytes land in HBM, and the MPI exchange moves host memory",
+                         hint='--set run.exchange=torch (nccl moves device memory)')

@@ -20,7 +20,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "gpu", formatter_class=formatter,
         help="Time host -> device copies per rank (pageable, pinned, pin+copy, file -> HBM, "
-             "safetensors -> HBM) over a size sweep; archive and report with the link's peak.",
+             "safetensors -> HBM, gds: file -> HBM through cuFile) over a size sweep; archive "
+             "and report with the link's peak.",
         description="Host -> device copy bandwidth per rank (GPU `local_rank % device_count`).",
         epilog=h2d.__doc__)
     sub.add_argument("--device", default="cuda", choices=("cuda", "host"),
@@ -34,7 +35,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--trials", type=int, default=5, help="measured trials (default 5)")
     sub.add_argument("--warmup", type=int, default=1, help="trials run and dropped (default 1)")
     sub.add_argument("--cache", default="cold", choices=("cold", "warm"),
-                     help="file and safetensors modes: evict the file before each trial")
+                     help="file, safetensors and gds modes: evict the file before each trial")
     sub.add_argument("--dir", default="", help="where file modes write their files "
                      "(default: a temporary directory, removed after)")
     sub.add_argument("--link", default="pcie5x16",
@@ -62,6 +63,13 @@ def parse_request(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[str,
     if args.device == "host" and any(mode in h2d.CUDA_ONLY for mode in modes):
         raise UsageError(f"--device host: modes {', '.join(m for m in modes if m in h2d.CUDA_ONLY)} "
                          "need a CUDA device", hint="use --modes pageable,file on host")
+    if "gds" in modes:
+        import importlib.util
+        if importlib.util.find_spec("kvikio") is None:
+            from stampede.errors import install_hint
+            raise UsageError("--modes gds (GPUDirect Storage) needs kvikio, which is not "
+                             "installed", hint=f"{install_hint('gds')} (kvikio-cu12 or -cu13 "
+                                                "for your CUDA), or leave gds out")
     if args.trials < 1 or args.warmup < 0:
         raise UsageError(f"--trials {args.trials} --warmup {args.warmup}: trials >= 1, warmup >= 0")
     return sizes, modes
@@ -75,6 +83,9 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     local_rank = mpi.node_rank(comm)
     from stampede.run.devices import open_device
     device = mpi.collective(comm, "opening the device", lambda: open_device(args.device, local_rank))
+    if "gds" in modes:   # beside the device: only the gds rows carry its label
+        from stampede.run.devices import Gds
+        device.gds = mpi.collective(comm, "opening cuFile (kvikio)", Gds)
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="stampede-gpu-"))
     try:
         swept = h2d.sweep(comm, device, sizes, modes, args.trials, args.warmup, args.cache,
@@ -100,7 +111,6 @@ def _archive_rows(swept: Any, args: argparse.Namespace) -> list[dict[str, str]]:
 
     from stampede.results.rows import new_run_id, now_stamp, op_rows, shared_columns
     from stampede.results.stats import layout_stats
-    from stampede.run.devices import HOST_LABEL
 
     nranks = len(swept.samples_by_rank)
     samples = np.concatenate([np.column_stack([part[:, :6], np.full(len(part), rank), part[:, 6]])
@@ -111,12 +121,28 @@ def _archive_rows(swept: Any, args: argparse.Namespace) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
     for group, (mode, size) in enumerate(swept.groups):
         stats = layout_stats(mode, samples[samples[:, 7] == group][:, :7], nranks)
+        device, warnings = _device_cells(swept, mode, host_device)
         shared = {
             **shared_columns(run_id, stamp, "gpu", args.device, mode, swept.hosts),
-            "format": "raw", "cache": args.cache if mode in ("file", "safetensors") else "-",
+            "format": "raw", "cache": args.cache if mode in h2d.FILE_MODES else "-",
             "bytes_per_rank": size, "bytes_total": size * nranks, "block_bytes": size,
-            "iterations": stats.iterations, "device": " ".join(sorted(set(swept.labels))),
-            "link_peak_gbps": peak, "warnings": f"device is {HOST_LABEL}" if host_device else "",
+            "iterations": stats.iterations, "device": device,
+            "link_peak_gbps": peak, "warnings": " | ".join(warnings),
         }
         rows.extend(op_rows(shared, stats, size, swept.hosts))
     return rows
+
+
+def _device_cells(swept: Any, mode: str, host_device: bool) -> tuple[str, list[str]]:
+    """A mode's device column and warnings: the GPUs, and for gds what cuFile did (its
+    compatibility mode, or cuFile without nvidia-fs, said NOT GDS in both)."""
+    from stampede.run.devices import HOST_LABEL, NOT_GDS
+
+    device = " ".join(sorted(set(swept.labels)))
+    warnings = [f"device is {HOST_LABEL}"] if host_device else []
+    if mode == "gds":
+        states = sorted(set(swept.gds_labels))
+        device += f" via {' / '.join(states)}"
+        warnings += [f"gds: {state}: file -> HBM went through host memory; not GPUDirect "
+                     "Storage numbers" for state in states if NOT_GDS in state]
+    return device, warnings

@@ -55,7 +55,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "mttr", formatter_class=formatter,
         help="The recovery-time model T_MTTR with the terms stampede measured (restore "
-             "bandwidth of the slowest rank, start-up, barrier) and the rest assumed.",
+             "bandwidth of the slowest rank, start-up, barrier, torch.distributed process "
+             "group initialisation) and the rest assumed.",
         description="T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io "
                     "+ T_barrier_sync", epilog=model.__doc__)
     sub.add_argument("archives", nargs="*", metavar="ARCHIVE",

@@ -10,7 +10,13 @@ From archives it takes:
   T_pod_init      `stampede startup`: time until the last rank is up (launch -> MPI ready)
   T_barrier_sync  the restore's straggler wait (time to last rank - first done: what the
                   ranks that finished wait at the sync), plus the median MPI barrier of
-                  `stampede startup` when given; the barrier alone without a restore run
+                  `stampede startup` when given; the barrier alone without a restore run;
+                  plus, for a layout restored with run.exchange = "torch", its measured
+                  op pg_init (init_process_group + the exchange group, nccl's communicator
+                  made eagerly: the NCCL initialisation the worked example's 10 s stands
+                  for), as its elapsed time (first start -> last rank's group ready,
+                  median over iterations); the group's first collective (bcast_first)
+                  is reported beside the restore, not added
   C               a save run's blocking time per checkpoint: time until the last rank could
                   train again (the pseudo-op blocked: the collective save when sync, the
                   snapshot when async); a buffered save (durability none) only with a
@@ -277,12 +283,27 @@ def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], 
             values["straggler_s"] = float(best["time_to_last_rank_s"]) - float(best["first_done_s"])
             sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
             stall = _time_to_first_byte(sidecar_path(archive, run_id), best["layout"])
+            _process_group(rows, best, name, values, sources)
     return _sync(values, sources), sources, stall
 
 
+def _process_group(rows: list[dict[str, str]], restore: dict[str, str], name: str,
+                   values: dict[str, float], sources: dict[str, str]) -> None:
+    """The restore's own pg_init (run.exchange = torch), when its layout has one."""
+    values.pop("pg_init_s", None)   # a later archive's restore replaces an earlier one's
+    found = next((row for row in rows if row["op"] == "pg_init" and row.get("elapsed_s")
+                  and row["run_id"] == restore["run_id"]
+                  and row["layout"] == restore["layout"]), None)
+    if found is not None:
+        values["pg_init_s"] = float(found["elapsed_s"])
+        sources["pg_init_s"] = (f"{name} run {found['run_id']} {found['layout']} pg_init "
+                                f"(torch.distributed process group, {found['nranks']} ranks)")
+
+
 def _sync(values: dict[str, float], sources: dict[str, str]) -> dict[str, float]:
-    """T_barrier_sync from what was measured: straggler wait plus barrier, or either."""
-    parts = [key for key in ("straggler_s", "barrier_s") if key in values]
+    """T_barrier_sync from what was measured: straggler wait, barrier and process-group
+    initialisation, those there are."""
+    parts = [key for key in ("straggler_s", "barrier_s", "pg_init_s") if key in values]
     if parts:
         values["sync_s"] = sum(values[key] for key in parts)
         sources["sync_s"] = "measured: " + " + ".join(sources[key] for key in parts)

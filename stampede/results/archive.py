@@ -18,7 +18,10 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      restored: saves/LAYOUT/vNNNNNN; empty for a prepared checkpoint), the save's ops and
      pseudo-ops (stampede.results.samples), and the options fanout, save_mode,
      durability, validate, keep, mkdir_by, part_size, restore_from.
-- 4: the options workload, scale, subset (layout mlperf: MLPerf Storage's checkpointing).
+- 4: the options workload, scale, subset (layout mlperf: MLPerf Storage's checkpointing)
+     and exchange (run.exchange: mpi | torch; rows of schema 1 to 3 read as mpi:
+     they all exchanged over MPI). New op values, no column: pg_init, bcast_first,
+     allgather_first, d2h (stampede.results.samples); the run.h2d value cuda-gds.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.
@@ -66,7 +69,10 @@ EXTRA_COLUMNS = (
 CONFIG_COLUMNS = ("phase", "backend", "fs_type", "cache", "format", "block_bytes", "pattern",
                   "replicas", "broadcast_group", "index_bytes", "stat_count", "open_count",
                   "verify", "jitter", "h2d", "save_mode", "durability", "validate", "mkdir_by",
-                  "fanout", "workload", "scale", "subset")
+                  "fanout", "workload", "scale", "subset", "exchange")
+# What a row of schema 1 to 3 measured in the columns schema 4 added (compared on): every
+# exchange went over MPI, and no run was MLPerf's workload.
+BEFORE_SCHEMA_4 = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false"}
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
     option.column for option in OPTIONS
     if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
@@ -198,6 +204,9 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
                  SOURCE: str(path), LINE: str(reader.line_num)}
         if not whole["phase"]:   # schema 1 and 2 measured restores only
             whole["phase"] = "restore"
+        for column, before in BEFORE_SCHEMA_4.items():
+            if not whole[column]:
+                whole[column] = before
         rows.append(whole)
     return rows
 

@@ -408,10 +408,15 @@ def render_gpu(rows: Sequence[Row], console: Any) -> None:
                       seconds(restore, "time_to_last_rank_s"), format_number(slowest),
                       "-" if peak != peak else f"{slowest / peak:.0%}", restore["cache"])
     console.print(table)
-    for warning in filter(None, first.get("warnings", "").split(" | ")):
+    # a mode may reach the device another way (gds: through cuFile, or NOT GDS): said per mode
+    for layout, device in dict.fromkeys((row["layout"], row.get("device", "")) for row in rows):
+        if device != first.get("device", ""):
+            console.print(f"{layout}: device [bold]{device}[/]")
+    for warning in dict.fromkeys(text for row in rows
+                                 for text in row.get("warnings", "").split(" | ") if text):
         console.print(f"[yellow]warning:[/] {warning}")
     console.print(f"[dim]GB/s = 1e9 B/s; h2d = the copy alone (CUDA events on a GPU); restore = "
-                  f"barrier -> bytes in device memory (file modes: read + copy); link peak "
-                  f"{format_number(peak)} GB/s one way.[/]")
+                  f"barrier -> bytes in device memory (file modes: read + copy; gds: the reads "
+                  f"alone, file -> HBM); link peak {format_number(peak)} GB/s one way.[/]")
 
 

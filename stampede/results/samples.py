@@ -44,7 +44,15 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        # calls), deserialise (tensors made from bytes already in memory), touch (the
        # first touch of every page of tensors a loader returned over a file mapping: the
        # read that a mapped load defers)
-       "plan", "load", "deserialise", "touch")
+       "plan", "load", "deserialise", "touch",
+       # run.exchange = "torch" (stampede.run.torch_exchange), before each iteration's start
+       # barrier, outside the restore (their stamps are negative on the phase's axis):
+       # pg_init (init_process_group + the exchange group: the recovery model's T_sync) and
+       # the new group's first collective at the shard's size (bcast_first,
+       # allgather_first), apart from the restore's steady-state bcast / allgather; d2h
+       # (inside the restore): device -> host copy of a shard that reached HBM (nccl,
+       # cuda-gds) so that run.verify and run.check_finite can check host bytes
+       "pg_init", "bcast_first", "allgather_first", "d2h")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 # A save's ops in the order it runs them (and its report lists them)
 SAVE_ORDER = ("snapshot", "mkdir", "create", "open", "write", "fsync", "close", "rename",
@@ -54,6 +62,8 @@ STORAGE_OPS = ("list", "index", "stat", "open", "header", "read", "close")
 SAVE_STORAGE_OPS = ("mkdir", "create", "open", "write", "fsync", "close", "rename",
                     "fsync_dir", "publish", "unlink", "rmdir")
 NETWORK_OPS = ("bcast", "allgather")
+# Timed before the phase's start barrier, so outside the restore (run.exchange = "torch")
+BEFORE_PHASE_OPS = ("pg_init", "bcast_first", "allgather_first")
 # ops for which ops/s means something
 RATE_OPS = tuple(dict.fromkeys((*STORAGE_OPS, *NETWORK_OPS, "verify", *SAVE_STORAGE_OPS,
                                  "validate")))

@@ -8,7 +8,11 @@ import os
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.mlperf import comparability_note
 from stampede.results.model import LayoutStats, RunContext
+from stampede.results.samples import BEFORE_PHASE_OPS
 from stampede.spec import EXCHANGE, JobSpec
+
+# in every label (stampede.run.devices) of a cuFile path that goes through host memory
+NOT_GDS = "NOT GDS"
 
 WIDE_SPREAD = 0.10          # (max - min) / median across iterations
 SHORT_PHASE_S = 0.010       # barrier skew and timer calls become a visible share
@@ -86,14 +90,24 @@ def _restore_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) ->
                          context.fs_type, checks)
     if spec.h2d == "host":
         notes += (f"h2d went to {context.device}: a stand-in for tests",)
+    before = [op.op for op in stats.ops if op.op in BEFORE_PHASE_OPS]
+    if before:
+        notes += (f"run.exchange = torch: {' and '.join(before)} ran before the phase's start "
+                  "barrier, outside the restore (negative times on its axis)",)
+    if spec.h2d == "cuda-gds" and NOT_GDS in context.device:
+        notes += (f"run.h2d = cuda-gds went through host memory ({context.device}): not "
+                  "GPUDirect Storage numbers",)
     if stats.samples == "histogram":
         notes += (f"p50-p99.9 interpolated in log buckets (run.samples = histogram): within "
                   f"{BUCKET_ERROR:.0%} of the exact values; min, max, counts, GB/s and restore "
                   "times are exact",)
     # Layouts that read into a reused block check and copy block by block, between reads;
     # those that exchange do it after the exchange, on the held shard.
+    copies = "copies back from the device to check" if spec.h2d == "cuda-gds" else \
+        "copies to the device"
     between = [what for what, on in (("checking", bool(checks)),
-                                      ("copies to the device", spec.h2d != "none"))
+                                      (copies, spec.h2d not in ("none", "cuda-gds")
+                                       or (spec.h2d == "cuda-gds" and bool(checks))))
                if on and stats.layout not in EXCHANGE]
     if between:
         notes += (f"{' and '.join(between)} run between reads here: the read op's aggregate "

@@ -8,6 +8,10 @@ Modes (each at every size of the sweep, all ranks at once after a barrier):
                the file's pages are evicted before each trial unless --cache warm
   safetensors  load a safetensors file to the device as loaders do
                (safe_open(framework="pt", device=...) and get_tensor for every tensor)
+  gds          read a file straight into device memory through cuFile (kvikio, GPUDirect
+               Storage; op read, block by block, no host copy); kvikio's compatibility
+               mode and cuFile without nvidia-fs go through host memory and are labelled
+               NOT GDS (device column, warnings, report); evicted like file
 Every trial ends with the pseudo-op restore: from the barrier until the rank's bytes are
 in device memory; GB/s by the storage definitions (bytes / (last stop - first start)).
 """
@@ -32,10 +36,12 @@ class Swept:
     groups: tuple[tuple[str, int], ...]
     hosts: tuple[str, ...]
     labels: tuple[str, ...]
+    gds_labels: tuple[str, ...] = ()   # each rank's cuFile state, when gds ran
 
 
-MODES = ("pageable", "pinned", "pin+copy", "file", "safetensors")
-CUDA_ONLY = ("pinned", "pin+copy", "safetensors")
+MODES = ("pageable", "pinned", "pin+copy", "file", "safetensors", "gds")
+CUDA_ONLY = ("pinned", "pin+copy", "safetensors", "gds")
+FILE_MODES = ("file", "safetensors", "gds")   # read from a file, evicted before each trial
 DEFAULT_SIZES = "64MiB,256MiB,1GiB"
 TENSOR_BYTES = 64 * 2**20   # the safetensors file holds fp16 tensors of up to 64 MiB
 
@@ -86,12 +92,12 @@ def sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...]
             group = len(groups)
             groups.append((mode, size))
             path = workdir / f"rank-{rank:05d}-{size}.{'safetensors' if mode == 'safetensors' else 'raw'}"
-            if mode in ("file", "safetensors"):
+            if mode in FILE_MODES:
                 workdir.mkdir(parents=True, exist_ok=True)
                 (write_safetensors if mode == "safetensors" else _write_raw)(path, size)
             with _Buffers(device, mode, size) as buffers:
                 for trial in range(-warmup, trials):
-                    if mode in ("file", "safetensors") and cache == "cold":
+                    if mode in FILE_MODES and cache == "cold":
                         PosixBackend.evict(path, 0, 0)
                     mpi.barrier(comm)
                     phase = len(origins)
@@ -99,18 +105,21 @@ def sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...]
                     for row in _trial(device, mode, size, path, buffers):
                         if trial >= 0:  # warmup trials are run and dropped
                             log.append((phase, *row, group))
-            if mode in ("file", "safetensors"):
+            if mode in FILE_MODES:
                 path.unlink(missing_ok=True)
     from stampede.run.clock import on_one_axis, origins_array
 
     gathered = mpi.gather_rows(comm, np.array(log, dtype=np.int64).reshape(-1, 7))
     gathered_origins = mpi.gather_rows(comm, origins_array(origins))
     labels = mpi.gather(comm, device.label)
+    gds = getattr(device, "gds", None)
+    gds_labels = mpi.gather(comm, gds.label if gds is not None else "")
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     if gathered is None or gathered_origins is None or labels is None or hosts is None:
         return None
     on_axis = on_one_axis(gathered, gathered_origins, hosts)
-    return Swept(on_axis, tuple(groups), tuple(hosts), tuple(labels))
+    return Swept(on_axis, tuple(groups), tuple(hosts), tuple(labels),
+                 tuple(gds_labels or ()) if gds is not None else ())
 
 
 class _Buffers:
@@ -122,7 +131,7 @@ class _Buffers:
         from stampede.buffers import AlignedBuffer
 
         self.device, self.mode = device, mode
-        self.source = AlignedBuffer(size) if mode != "safetensors" else None
+        self.source = AlignedBuffer(size) if mode not in ("safetensors", "gds") else None
         self.destination = device.device_buffer(size) if mode != "safetensors" else None
         if self.source is not None:
             self.source.view[:] = b"\x5a" * size
@@ -149,6 +158,10 @@ def _trial(device: Any, mode: str, size: int, path: Path,
     if mode == "safetensors":
         _load_safetensors(device, path)
         samples.append((OP_CODE["restore"], begin, time.perf_counter_ns(), size, 1))
+        return samples
+    if mode == "gds":
+        samples.extend(_read_gds(device.gds, path, buffers.destination, size))
+        samples.append((OP_CODE["restore"], begin, samples[-1][2], size, 1))
         return samples
     source = buffers.source
     assert source is not None
@@ -182,6 +195,26 @@ def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * 2**20) -> list[S
                             int(count == len(view))))
     finally:
         os.close(fd)
+    return samples
+
+
+def _read_gds(gds: Any, path: Path, destination: Any, size: int,
+              block_bytes: int = 16 * 2**20) -> list[Sample]:
+    """file -> device memory through cuFile, in the blocks of the file mode (its open and
+    registration inside the trial, as file's open is)."""
+    from stampede.results.samples import OP_CODE
+
+    samples = []
+    handle = gds.open(path)
+    try:
+        for offset in range(0, size, block_bytes):
+            length = min(block_bytes, size - offset)
+            start = time.perf_counter_ns()
+            count = gds.read(handle, destination, offset, length, offset)
+            samples.append((OP_CODE["read"], start, time.perf_counter_ns(), count,
+                            int(count == length)))
+    finally:
+        gds.close(handle)
     return samples
 
 

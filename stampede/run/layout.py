@@ -24,7 +24,7 @@ from stampede.results.model import LayoutRun
 from stampede.results.samples import ITER, RANK
 from stampede.run import cache, gather
 from stampede.run.interrupt import Interrupts
-from stampede.run.pattern import Log, PhaseOutcome, run_pattern
+from stampede.run.pattern import Log, PhaseOutcome, received_bytes, run_pattern
 from stampede.run.setup import MAX_MESSAGES, RankSetup, build_setup
 from stampede.run.verdict import Totals, iteration_name, judge
 from stampede.spec import JobSpec
@@ -80,7 +80,11 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
     with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
         setup = build_setup(comm, spec, plan, backend, entry, buffer, device, catalogue)
-        phases = run_phases(comm, spec, setup, catalogue, interrupts, tick)
+        try:
+            phases = run_phases(comm, spec, setup, catalogue, interrupts, tick)
+        finally:
+            if setup.torch is not None:   # before the buffer its tensor lies on goes
+                setup.torch.close()
         if setup.group is not None:
             mpi.free(setup.group, comm)
         if device is not None:
@@ -94,7 +98,7 @@ def run_phases(comm: Any, spec: JobSpec, setup: RankSetup, catalogue: Catalogue 
                interrupts: Interrupts | None = None, tick: Tick | None = None) -> Phases:
     """Every iteration of one layout on this rank, until the verdict says stop (a signal
     received on any rank among the reasons, at the iteration's end)."""
-    phases = Phases()
+    phases = Phases(notes=list(setup.notes) if comm.Get_rank() == 0 else [])
     if catalogue is not None and catalogue.format == "dcp" and spec.check_finite \
             and comm.Get_rank() == 0:
         phases.notes.append("run.check_finite: DCP items are torch-serialised blobs, not checked")
@@ -162,8 +166,11 @@ def start_phase(comm: Any, spec: JobSpec, layout: str, iteration: int, phases: P
 
 def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
            phases: Phases) -> PhaseOutcome:
-    """The start barrier, the origin stamp and the timed pattern."""
+    """The start barrier, the origin stamp and the timed pattern; before them, outside
+    the restore, a new torch.distributed process group (run.exchange = torch)."""
     delay_s = jitter_s(spec, setup.plan.rank, iteration)
+    if setup.torch is not None:
+        setup.torch.renew(iteration, received_bytes(setup), setup.plan.exchange, phases.log)
     origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
                           delay_s, phases.log)

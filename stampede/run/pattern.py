@@ -28,9 +28,9 @@ from stampede.run.checks import Check, reread, verify_held
 from stampede.run.setup import MAX_MESSAGES, RankSetup
 
 (JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
- RESTORE, H2D) = (OP_CODE[name] for name in (
+ RESTORE, H2D, D2H) = (OP_CODE[name] for name in (
      "jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "close", "wait",
-     "bcast", "allgather", "verify", "restore", "h2d"))
+     "bcast", "allgather", "verify", "restore", "h2d", "d2h"))
 STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
 Log = list[tuple[int, int, int, int, int, int]]
 
@@ -105,14 +105,19 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     read_all = nbytes == (sum(e.length for e in plan.extents) if setup.leads else 0)
     complete = read_all and not outcome.timed_out if "read" in plan.ops else not outcome.errors
     if plan.exchange:  # collective: every member takes part, even one that failed
+        if setup.on_device and setup.leads and read_all and not hasattr(setup.backend,
+                                                                         "read_device"):
+            _h2d_extents(setup, iteration, log)   # nccl: the readers' bytes on to HBM first
         # What a member holds is what its group read: complete only if every reader was.
         restore_stop, complete = _exchange(setup, iteration, deadline_ns, log, complete)
         if setup.checks and complete:
+            if setup.on_device:   # the shard is in HBM only: back to host to check it
+                _d2h(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
             # Checked inside the restore, as the layouts that hash between reads are: every
             # layout's restore time means "holds its bytes, checked".
             verify_held(setup, iteration, log, outcome)
             restore_stop = time.perf_counter_ns()
-        if setup.device is not None:
+        if setup.device is not None and not setup.on_device:
             restore_stop = _h2d(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
         nbytes = plan.hold.length if complete else 0
     end = restore_stop or time.perf_counter_ns()
@@ -237,10 +242,14 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     plan, buffer = setup.plan, setup.buffer
     clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
     ttfb = getattr(setup.backend, "ttfb", False)
+    gds = getattr(setup.backend, "read_device", None)   # run.h2d = cuda-gds: file -> HBM
+    to_device = setup.device is not None and not setup.holds and gds is None
     checking = setup.checks and not setup.holds
     headers: dict[str, dict[str, tuple[int, int]]] = {}
     last_stop, nbytes = 0, 0
-    for extent in plan.extents:
+    for index, extent in enumerate(plan.extents):
+        # a block's place in device memory: its offset + shift (see RankSetup.places)
+        shift = setup.places[index] - extent.offset if setup.places else -plan.hold.offset
         fds = handles[extent.relpath]
         if not fds:
             outcome.fail(f"rank {plan.rank}: read {extent.relpath}: not read, its open failed")
@@ -268,7 +277,10 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 view = buffer.prefix(length)
             start = clock()
             try:
-                count = read_into(handle, view, base + offset)
+                if gds is None:
+                    count = read_into(handle, view, base + offset)
+                else:
+                    count = gds(handle, setup.device_buffer, shift + offset, length, base + offset)
             except OSError as error:
                 stop = clock()
                 append((iteration, READ, start, stop, 0, 0))
@@ -287,9 +299,11 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
             if ttfb:
                 append((iteration, TTFB, start, getattr(setup.backend, "first_byte_ns", stop), 0, 1))
             nbytes += count
-            if setup.device is not None and not setup.holds:  # block by block on to HBM
-                last_stop = _h2d(setup, iteration, offset - plan.hold.offset, view, log)
+            if to_device:  # block by block on to HBM
+                last_stop = _h2d(setup, iteration, shift + offset, view, log)
             if check is not None:
+                if gds is not None:   # the block is in HBM only: back to host to check it
+                    _d2h(setup, iteration, shift + offset, view, log)
                 check.update(view)
                 last_stop = clock()   # the restore holds checked bytes (run.verify)
             if stop > deadline_ns:
@@ -328,6 +342,19 @@ def _h2d(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Lo
     return int(stop)
 
 
+def _h2d_extents(setup: RankSetup, iteration: int, log: Log) -> None:
+    """nccl: what this reader read, each extent at its place, on to the device."""
+    for extent, place in zip(setup.plan.extents, setup.places, strict=True):
+        view = setup.buffer.view[place:place + extent.length]
+        _h2d(setup, iteration, place, view, log)
+
+
+def _d2h(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Log) -> None:
+    """Device -> host (op d2h): bytes that reached HBM without a host copy, for checking."""
+    start, stop = setup.device.copy_back(view, setup.device_buffer, place)
+    log.append((iteration, D2H, start, stop, len(view), 1))
+
+
 def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log: Log,
            outcome: PhaseOutcome) -> None:
     clock, close, append = time.perf_counter_ns, setup.backend.close, log.append
@@ -364,7 +391,12 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
     view = setup.buffer.view[:plan.hold.length]
     # bytes = what reached this rank over the network: nothing for the root of a Bcast,
     # the others' stripes for an Allgatherv (so agg GB/s is the network's, not N/(N-1) x)
-    if plan.exchange == "bcast":
+    if setup.torch is not None:   # run.exchange = torch: the group's steady-state collective
+        setup.torch.exchange(plan.exchange)
+        stop = clock()
+        log.append((iteration, BCAST if plan.exchange == "bcast" else ALLGATHER, start_exchange,
+                    stop, received_bytes(setup), 1))
+    elif plan.exchange == "bcast":
         mpi.bcast_bytes(setup.group, view)
         stop = clock()
         received = 0 if setup.leads else plan.hold.length
@@ -375,3 +407,12 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
         own = sum(extent.length for extent in plan.extents)
         log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length - own, 1))
     return stop, int(missing[0]) == 0
+
+
+def received_bytes(setup: RankSetup) -> int:
+    """What reaches this rank in its group's exchange: nothing for a broadcast's root, the
+    others' stripes for an allgather (so agg GB/s is the network's, not N/(N-1) x)."""
+    plan = setup.plan
+    if plan.exchange == "bcast":
+        return 0 if setup.leads else plan.hold.length
+    return plan.hold.length - sum(extent.length for extent in plan.extents)

@@ -1,11 +1,12 @@
 """What a rank prepares once per layout, untimed, and reuses every iteration: its plan's
-paths, the buffer, the exchange group, the hashes to expect, the device (`RankSetup`)."""
+paths, the buffer, the exchange group (MPI, or torch.distributed: run.exchange), the
+hashes to expect, the device and where each extent's bytes go in its memory (`RankSetup`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from stampede import mpi
 from stampede.backends.base import Backend
@@ -45,6 +46,9 @@ class RankSetup:
     follow_links: bool = True       # False: a prepared checkpoint's files are not links
     device: Any = None              # run.h2d: where the restored bytes go on to
     device_buffer: Any = None       # the held shard's place in device memory
+    places: tuple[int, ...] = ()    # each extent's first byte in the device buffer
+    torch: Any = None               # run.exchange = torch: the TorchExchange
+    notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
 
     @property
     def checks(self) -> bool:
@@ -55,6 +59,11 @@ class RankSetup:
     def holds(self) -> bool:
         """Reads land at their place in a buffer holding the whole shard (exchange layouts)."""
         return bool(self.plan.exchange)
+
+    @property
+    def on_device(self) -> bool:
+        """The exchange moves device memory (nccl): the readers' bytes go there first."""
+        return self.torch is not None and self.torch.backend == "nccl"
 
 
 def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
@@ -77,11 +86,14 @@ def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entr
                     if (key := (s["path"], s.get("tensor", ""), s["offset"])) in wanted}
     if spec.verify != "none":   # the hash module's import is not part of a restore
         new_digest(spec.verify)
-    device_buffer = None
-    if device is not None:
-        device_buffer = device.device_buffer(plan.hold.length)
-        if spec.h2d == "cuda-pinned":  # in place, untimed: the read buffer is page-locked
-            mpi.collective(comm, "page-locking the read buffer", partial(device.pin, buffer))
+    backend, device_buffer, notes = _device_side(comm, spec, plan, backend, buffer, device)
+    exchange = None
+    if spec.exchange == "torch":   # checked in every layout: before the first one's I/O
+        exchange = _torch_exchange(comm, spec, plan, group, buffer, device, device_buffer)
+        if exchange is not None:
+            notes += (f"exchange through {exchange.label} ("
+                      + ("device memory, GPU to GPU)" if exchange.backend == "nccl"
+                         else "host memory)"),)
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
                      stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
@@ -98,7 +110,74 @@ def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entr
                      # a file prepare wrote is never a link: one there is not its file (a
                      # loader's cache links the files of an existing checkpoint, though)
                      follow_links=catalogue is not None,
-                     device=device, device_buffer=device_buffer)
+                     device=device, device_buffer=device_buffer,
+                     places=_places(plan, catalogue), torch=exchange, notes=notes)
+
+
+def _places(plan: RankPlan, catalogue: Catalogue | None) -> tuple[int, ...]:
+    """Where each extent's first byte goes in the device buffer: at its place in the shard
+    (stampede's layouts), or one after another (an existing checkpoint's tensors, whose
+    offsets are each in its own file or tensor)."""
+    if catalogue is None:
+        return tuple(extent.offset - plan.hold.offset for extent in plan.extents)
+    starts, place = [], 0
+    for extent in plan.extents:
+        starts.append(place)
+        place += extent.length
+    return tuple(starts)
+
+
+def _device_side(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend,
+                 buffer: AlignedBuffer, device: Any) -> tuple[Backend, Any, tuple[str, ...]]:
+    """run.h2d: the device buffer, the read buffer page-locked (cuda-pinned) or the files
+    also opened through cuFile (cuda-gds); the backend the reads go through, and notes."""
+    if device is None:
+        return backend, None, ()
+    device_buffer = device.device_buffer(plan.hold.length)
+    if spec.h2d == "cuda-pinned":  # in place, untimed: the read buffer is page-locked
+        mpi.collective(comm, "page-locking the read buffer", partial(device.pin, buffer))
+    if spec.h2d == "cuda-gds":
+        backend, notes = _gds(comm, backend, device)
+        return backend, device_buffer, notes
+    return backend, device_buffer, ()
+
+
+def _gds(comm: Any, backend: Backend, device: Any) -> tuple[Backend, tuple[str, ...]]:
+    """run.h2d = cuda-gds: the files also opened through cuFile; the label of what it is."""
+    from stampede.run.devices import Gds, GdsFiles
+
+    if getattr(device, "gds", None) is None:
+        device.gds = mpi.collective(comm, "opening cuFile (kvikio)", Gds)
+    if backend.name != "posix":
+        raise AssertionError("run.h2d = cuda-gds on a target that is not POSIX (spec refuses it)")
+    note = f"run.h2d = cuda-gds: {device.gds.label}"
+    return cast(Backend, GdsFiles(backend, device.gds)), (note,)
+
+
+def _torch_exchange(comm: Any, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
+                    device: Any, device_buffer: Any) -> Any:
+    """run.exchange = torch: torch.distributed checked (every rank, exit 2 where missing),
+    then, for a layout that exchanges, the exchange over the held shard: the device
+    buffer (nccl) or the host buffer, without a copy (gloo)."""
+    from stampede.run import torch_exchange
+
+    backend = torch_exchange.backend_for(spec.h2d)
+    mpi.collective(comm, "loading torch.distributed", partial(torch_exchange.require, backend))
+    if not plan.exchange:
+        return None
+    if backend == "nccl":
+        where = mpi.bcast(comm, mpi.gather(comm, (mpi.processor_name(comm), device.index)) or [])
+        mpi.collective(comm, "placing the ranks on the GPUs",
+                       partial(torch_exchange.one_rank_per_gpu, where))
+    import torch
+
+    tensor = device_buffer if backend == "nccl" else \
+        torch.frombuffer(buffer.view[:plan.hold.length], dtype=torch.uint8)
+    parts = stripes(spec, plan.hold) if plan.exchange == "allgather" else ()
+    # torch's own timeout for the rendezvous and each collective: past the deadline, as
+    # the MPI exchange's wait (a rank that never comes fails the job, never hangs it)
+    return torch_exchange.open_exchange(comm, group, backend, tensor, parts, device,
+                                        spec.deadline_s + 10.0)
 
 
 def _format(spec: JobSpec, catalogue: Catalogue | None) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 from stampede.errors import UsageError
 from stampede.model.mttr import breakdown, checkpointing, gpu_hours_lost, no_spare_probability
+from tests.helpers import requires
 from tests.helpers.jobs import read_archive, small_job
 
 
@@ -84,6 +85,25 @@ def test_mttr_takes_measured_terms_from_real_runs(stampede, tmp_path: Path) -> N
     assert "(WARM: page cache, not storage)" in text             # a warm restore is flagged
     assert "waited" in text and "for its first byte" in text
     assert "assumed" in text                                     # T_detect, T_cordon_swap
+
+
+@pytest.mark.mpi
+def test_mttr_adds_the_measured_process_group_init_to_the_sync(stampede, tmp_path: Path) -> None:
+    requires.module("torch", "TORCH")
+    job = small_job(tmp_path, checkpoint={"layout": ["broadcast"], "replicas": 2},
+                    run={"exchange": "torch", "verify": "none"})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    assert stampede("run", str(job), np=2).returncode == 0
+    archive = tmp_path / "results" / "job.csv"
+    result = stampede("mttr", str(archive), "--layout", "broadcast")
+    assert result.returncode == 0, result.stderr
+    rows = {row["op"]: row for row in read_archive(archive)}
+    sync_s = float(rows["restore"]["time_to_last_rank_s"]) - float(rows["restore"]["first_done_s"]) \
+        + float(rows["pg_init"]["elapsed_s"])
+    text = " ".join(result.stdout.split())
+    assert "broadcast straggler wait +" in text
+    assert "broadcast pg_init (torch.distributed process group, 2 ranks)" in text
+    assert f"{sync_s:.6g}" in text
 
 
 def test_mttr_inputs_from_a_job_section_and_bad_input(stampede, tmp_path: Path) -> None:

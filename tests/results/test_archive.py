@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
-from stampede.results.archive import COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
+from stampede.results.archive import BEFORE_SCHEMA_4, COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
 from stampede.results.report import make_console, render_archive
+from stampede.spec import load_job
+from tests.helpers.jobs import write_job
 
 
 def row(run_id: str, op: str = "restore", **values: object) -> dict[str, object]:
@@ -133,3 +135,23 @@ def test_a_writer_killed_mid_append_loses_no_earlier_row(tmp_path: Path) -> None
         assert row_["schema"] == "1" and row_["valid"] == "true" and row_["op"] in ("stat", "read", "restore")
     append_rows(archive, [row("after")])
     assert read_rows(archive)[-1]["run_id"] == "after"
+
+
+def test_rows_of_schema_3_read_as_what_they_measured(tmp_path: Path) -> None:
+    # schema 4 added run.exchange and MLPerf's workload, scale and subset, columns compare
+    # matches on: an older row (no such columns) exchanged over MPI and ran no workload,
+    # and must still match a new row of a default job
+    archive = tmp_path / "r.csv"
+    old_columns = [column for column in COLUMNS if column not in BEFORE_SCHEMA_4]
+    values = {**row("old", schema=3, phase="save"), "valid": "true"}
+    archive.write_text(",".join(old_columns) + "\n"
+                       + ",".join(str(values.get(column, "")) for column in old_columns) + "\n")
+    append_rows(tmp_path / "new.csv", [row("new", schema=4, exchange="torch")])
+    old, = read_rows(archive)
+    new, = read_rows(tmp_path / "new.csv")
+    assert (old["exchange"], old["phase"]) == ("mpi", "save")
+    assert (new["exchange"], new["phase"]) == ("torch", "restore")
+    job = write_job(tmp_path, target={"path": str(tmp_path / "ck")}, checkpoint={"size": "1MiB"})
+    written = load_job(job).columns()
+    assert {column: old[column] for column in BEFORE_SCHEMA_4} == \
+        {column: cell(written[column]) for column in BEFORE_SCHEMA_4}

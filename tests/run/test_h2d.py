@@ -11,7 +11,8 @@ import pytest
 from stampede.run.devices import HOST_LABEL
 from stampede.run.h2d import write_safetensors
 from tests.helpers import requires
-from tests.helpers.jobs import read_archive, small_job
+from tests.helpers.existing import accounted, read_digests
+from tests.helpers.jobs import read_archive, small_job, write_job
 
 pytestmark = pytest.mark.mpi
 MiB = 2**20
@@ -77,6 +78,43 @@ def test_run_h2d_puts_every_restored_byte_on_the_device(stampede, tmp_path: Path
         assert int(h2d["op_bytes"]) == int(restore["op_bytes"]) == 2 * 2 * 16 * MiB
         assert h2d["device"] == HOST_LABEL and "stand-in for tests" in h2d["warnings"]
         assert float(restore["time_to_last_rank_s"]) >= float(h2d["lat_max_s"])
+
+
+@pytest.mark.parametrize("fixture", ["published", "sharded", "dcp_dir"])
+def test_run_h2d_with_an_existing_checkpoint_copies_every_tensor_byte(
+        stampede, tmp_path: Path, fixture: str, request: pytest.FixtureRequest) -> None:
+    checkpoint = request.getfixturevalue(fixture)
+    policies = ["saved", "tensor-slices"] if fixture == "dcp_dir" else ["files", "tensor-slices"]
+    job = write_job(tmp_path, "existing", target={"path": "set-by-checkpoint"},
+                    checkpoint={"assign": policies, "block_size": "1MiB"},
+                    run={"iterations": 1, "warmup": 1, "verify": "sha256", "h2d": "host"},
+                    archive={"path": str(tmp_path / "results" / "existing.csv")})
+    result = stampede("run", str(job), "--checkpoint", str(checkpoint), np=2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_archive(tmp_path / "results" / "existing.csv")
+    for policy in policies:
+        ops = {row["op"]: row for row in rows if row["layout"] == policy}
+        assert {row["valid"] for row in ops.values()} == {"true"}
+        # every byte restored was copied on to the device, as it was read
+        assert int(ops["h2d"]["op_bytes"]) == int(ops["restore"]["op_bytes"]) > 0
+        assert int(ops["h2d"]["count"]) == int(ops["read"]["count"])
+        assert ops["h2d"]["device"] == HOST_LABEL
+    root = checkpoint.parent if checkpoint.is_file() else checkpoint
+    for digests in read_digests(tmp_path).values():   # the bytes read are the files' own
+        accounted(root, digests, str(checkpoint))
+
+
+@pytest.mark.skipif(cuda_available(), reason="a CUDA device is visible here")
+def test_gpu_gds_without_kvikio_or_a_gpu_is_refused_before_any_io(stampede,
+                                                                  tmp_path: Path) -> None:
+    for device in ("cuda", "host"):
+        result = stampede("gpu", "--device", device, "--modes", "gds", "--dir",
+                          str(tmp_path / "files"), "--archive", str(tmp_path / "g.csv"))
+        assert result.returncode == 2, result.stderr
+        said = result.stderr
+        assert ("needs kvikio" in said and "[gds]" in said) or "need a CUDA device" in said \
+            or "sees no CUDA device" in said or "needs PyTorch" in said, said
+        assert not (tmp_path / "g.csv").exists() and not (tmp_path / "files").exists()
 
 
 def test_written_safetensors_files_load_with_the_format_library(tmp_path: Path) -> None:

@@ -58,3 +58,44 @@ def test_a_corrupt_byte_is_found_in_process(tmp_path: Path) -> None:
     assert "differ from the checkpoint" in by_layout["sharded"].invalid_reason
     assert any("first at offset 12345, last at offset 12345" in text
                for text in by_layout["sharded"].messages)
+
+
+def test_an_existing_checkpoints_slices_land_at_their_own_places_on_the_device(
+        tmp_path: Path, published: Path) -> None:
+    """run.h2d with --checkpoint: every tensor slice a rank reads is copied on to its
+    device, one after another; none lands on another (their offsets are each in its own
+    tensor). Rank 1 of 2 under tensor-slices reads a slice of every tensor."""
+    import time
+
+    from stampede.backends import open_backend
+    from stampede.buffers import AlignedBuffer
+    from stampede.existing.assign import plan_existing
+    from stampede.existing.scan import scan
+    from stampede.run.devices import HostDevice
+    from stampede.run.pattern import run_pattern
+    from stampede.run.setup import build_setup
+
+    spec = build_job("existing", str(tmp_path / "existing.toml"), {
+        "target": {"path": str(published)},
+        "checkpoint": {"source": "existing", "assign": ["tensor-slices"], "block_size": "64KiB"},
+        "run": {"h2d": "host", "verify": "xxh3", "iterations": 1, "warmup": 0},
+        "archive": {"path": str(tmp_path / "existing.csv")}})
+    catalogue = scan(str(published))
+    plan = plan_existing(catalogue, spec, "tensor-slices", 2, 1)
+    assert len(plan.extents) > 1 and any(extent.offset for extent in plan.extents)
+    device = HostDevice(0)
+    with AlignedBuffer(spec.block_bytes, populate=True) as buffer:
+        setup = build_setup(SingleRank(), spec, plan, open_backend(catalogue.root), {}, buffer,
+                            device, catalogue)
+        log: list[tuple[int, int, int, int, int, int]] = []
+        start = time.perf_counter_ns()
+        outcome = run_pattern(setup, 0, start, start + 60 * 10**9, 0.0, log)
+        assert outcome.errors == 0 and not outcome.incomplete, outcome.messages
+        where = {tensor.name: tensor.file_offset for tensor in catalogue.tensors}
+        expected = bytearray()
+        for extent in plan.extents:
+            with open(Path(catalogue.root) / extent.relpath, "rb") as stream:
+                stream.seek(where[extent.tensor] + extent.offset)
+                expected += stream.read(extent.length)
+        assert bytes(setup.device_buffer) == bytes(expected)
+        device.close()
