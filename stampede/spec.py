@@ -18,7 +18,6 @@ from typing import Any
 from stampede import values
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
-from stampede.units import ALIGN_BYTES
 
 LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
            "list-first", "list-bcast", "mlperf")
@@ -45,6 +44,7 @@ RESTORE_FROM = ("auto", "prepared", "saved")
 SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first", "mlperf")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
+MIN_PART_BYTES = 5 * 2**20   # S3's smallest part (all but the last)
 
 @dataclass(frozen=True)
 class Option:
@@ -332,7 +332,8 @@ def build_job(name: str, source: str, document: Mapping[str, object],
     fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in parsed.items()}
     spec = JobSpec(name=name, source=source, values=MappingProxyType(parsed),
                    overrides=tuple(overrides), **fields)
-    _check_combination(spec)
+    from stampede.spec_rules import check_combination
+    check_combination(spec)
     return spec
 
 
@@ -377,144 +378,3 @@ def _check_key(key: str, where: str) -> None:
     if key not in OPTIONS_BY_KEY:
         raise UsageError(f"{where}: unknown key {key!r}{values.did_you_mean(key, OPTIONS_BY_KEY)}",
                          hint="`stampede run --help` lists every key")
-
-
-def _check_combination(spec: JobSpec) -> None:
-    """Rules that span several options; the same answer on every machine (no check here
-    depends on what is installed: that is the command's, see checkpoint.formats)."""
-    for rules in (_size_rules, _pattern_rules, _layout_rules, _cache_rules, _check_rules,
-                  _format_rules, _save_rules, _device_rules):
-        rules(spec)
-
-
-def _size_rules(spec: JobSpec) -> None:
-    sized = spec.size_total_bytes is not None or spec.size_per_rank_bytes is not None
-    if spec.workload != "none" and "mlperf" not in spec.layouts or \
-            (spec.scale != 1 or spec.subset) and spec.workload == "none":
-        raise UsageError(f"{spec.source}: checkpoint.workload, scale and subset belong to "
-                         "checkpoint.layout \"mlperf\"", hint='layout = ["mlperf"]')
-    if spec.checkpoint_source == "existing" or spec.from_path:
-        what = "an existing checkpoint" if spec.checkpoint_source == "existing" else "checkpoint.from"
-        if sized:
-            raise UsageError(f"{spec.source}: checkpoint.size and size_per_rank have no "
-                             f"meaning with {what}: its size is the checkpoint's")
-        if spec.checkpoint_source == "existing" and spec.from_path:
-            raise UsageError(f"{spec.source}: checkpoint.from copies an existing checkpoint "
-                             "into a synthetic one; with checkpoint.source = \"existing\" the "
-                             "checkpoint is read in place")
-    elif "mlperf" in spec.layouts:
-        _workload_rules(spec, sized)
-    elif (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
-        raise UsageError(f"{spec.source}: give exactly one of checkpoint.size and "
-                         "checkpoint.size_per_rank",
-                         hint='for example checkpoint.size = "1GiB"')
-
-
-def _workload_rules(spec: JobSpec, sized: bool) -> None:
-    """Layout mlperf: the workload's files, sized by its model (stampede.checkpoint.mlperf)."""
-    if spec.workload == "none":
-        raise UsageError(f"{spec.source}: checkpoint.layout \"mlperf\" needs "
-                         f"checkpoint.workload, one of {', '.join(WORKLOADS[1:])}")
-    if spec.layouts != ("mlperf",):
-        raise UsageError(f"{spec.source}: checkpoint.layout = {list(spec.layouts)}: mlperf "
-                         "runs alone (its files are the workload's)", hint='layout = ["mlperf"]')
-    if sized:
-        raise UsageError(f"{spec.source}: checkpoint.size and size_per_rank have no meaning "
-                         f"with checkpoint.workload = {spec.workload!r}: its model sizes it",
-                         hint="shrink it with checkpoint.scale (--scale)")
-    if spec.format != "raw" or spec.replicas != 1:
-        raise UsageError(f"{spec.source}: checkpoint.layout \"mlperf\" writes raw files, one "
-                         "writer each", hint='leave checkpoint.format = "raw" and replicas = 1')
-
-
-def _pattern_rules(spec: JobSpec) -> None:
-    ops = spec.ops
-    if "read" in ops and ("open" not in ops or ops.index("open") > ops.index("read")):
-        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read needs open before it")
-    if "close" in ops and ("open" not in ops or ops.index("open") > ops.index("close")):
-        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: close needs open before it")
-    if "read" in ops and "close" in ops and ops.index("close") < ops.index("read"):
-        raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read must come before close")
-
-
-def _layout_rules(spec: JobSpec) -> None:
-    if spec.checkpoint_source == "existing":   # its layouts are ignored
-        return
-    single = [layout for layout in spec.layouts if layout in REPLICA_LAYOUTS]
-    if single and spec.replicas < 2:
-        raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(single)} needs "
-                         f"checkpoint.replicas >= 2 (with one replica it is sharded)",
-                         hint="e.g. --set checkpoint.replicas=2")
-    if "read" not in spec.ops and any(layout in ("broadcast", "striped")
-                                      for layout in spec.layouts):
-        raise UsageError(f"{spec.source}: pattern.ops = {list(spec.ops)}: broadcast and striped "
-                         "need a read op (they move the bytes they read)")
-
-
-def _cache_rules(spec: JobSpec) -> None:
-    if spec.cache == "direct" and spec.block_bytes % ALIGN_BYTES:
-        raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: "
-                         f"run.cache = direct needs a multiple of {ALIGN_BYTES} bytes")
-    if spec.checkpoint_source == "existing" and spec.cache == "direct":
-        raise UsageError(f"{spec.source}: run.cache = \"direct\" with an existing checkpoint: "
-                         "its tensors lie at offsets O_DIRECT cannot read",
-                         hint="use cold (evicted pages) instead")
-    if spec.drop_caches and spec.cache != "cold":
-        raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
-
-
-def _check_rules(spec: JobSpec) -> None:
-    if spec.check_finite and spec.from_path:
-        raise UsageError(f"{spec.source}: run.check_finite with checkpoint.from: the copy "
-                         "holds the source's tensors of every dtype end to end, so checking "
-                         "them as one dtype flags good values", hint="use run.verify")
-    if spec.check_finite and "read" not in spec.ops:
-        raise UsageError(f"{spec.source}: run.check_finite = true needs a read op in pattern.ops")
-    if spec.verify != "none" and "read" not in spec.ops:
-        raise UsageError(f"{spec.source}: run.verify = {spec.verify!r} needs a read op in "
-                         "pattern.ops")
-
-
-def _format_rules(spec: JobSpec) -> None:
-    if (spec.format != "raw" or spec.check_finite) and spec.block_bytes % 4:
-        raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: tensors "
-                         "(a format other than raw, or run.check_finite) need a multiple of 4 "
-                         "bytes, so blocks start on element boundaries")
-    if spec.format == "hdf5" and "://" in spec.target_path:
-        raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" on {spec.target_path!r}: "
-                         "HDF5 files are read through a POSIX path (h5py); object stores take "
-                         "raw or safetensors")
-    if spec.format == "hdf5" and spec.dtype == "bfloat16":
-        raise UsageError(f"{spec.source}: checkpoint.dtype = \"bfloat16\": HDF5 has no "
-                         "bfloat16 type", hint="use float16 or float32 with hdf5")
-
-
-MIN_PART_BYTES = 5 * 2**20   # S3's smallest part (all but the last)
-
-
-def _save_rules(spec: JobSpec) -> None:
-    if spec.part_bytes is not None and spec.part_bytes < MIN_PART_BYTES:
-        raise UsageError(f"{spec.source}: save.part_size = {spec.part_bytes}: object stores "
-                         f"take parts of at least 5 MiB ({MIN_PART_BYTES} bytes)",
-                         hint='for example save.part_size = "64MiB", or unset for one PUT')
-
-
-def _device_rules(spec: JobSpec) -> None:
-    """run.exchange and run.h2d = cuda-gds: what they can move, and where from."""
-    exchanging = [layout for layout in spec.layouts if layout in EXCHANGE]
-    if spec.exchange == "torch" and (spec.checkpoint_source == "existing" or not exchanging):
-        what = "an existing checkpoint's assign policies" if spec.checkpoint_source == \
-            "existing" else f"checkpoint.layout = {list(spec.layouts)}"
-        raise UsageError(f"{spec.source}: run.exchange = \"torch\" moves the shard of the "
-                         f"broadcast and striped layouts; {what} exchange nothing",
-                         hint="add broadcast or striped to checkpoint.layout, or leave "
-                              "run.exchange = \"mpi\"")
-    if spec.h2d != "cuda-gds":
-        return
-    if "://" in spec.target_path:
-        raise UsageError(f"{spec.source}: run.h2d = \"cuda-gds\" on {spec.target_path!r}: "
-                         "cuFile reads POSIX files", hint="use cuda-pinned for object stores")
-    if exchanging and spec.exchange == "mpi":
-        raise UsageError(f"{spec.source}: run.h2d = \"cuda-gds\" with {', '.join(exchanging)}: "
-                         "the bytes land in HBM, and the MPI exchange moves host memory",
-                         hint='--set run.exchange=torch (nccl moves device memory)')
