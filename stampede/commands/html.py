@@ -41,11 +41,17 @@ def write_report(archive: str, output: str, target_ranks: int, notes: tuple[str,
     if not rows:
         raise UsageError(f"{archive}: the archive holds no runs")
     path = Path(output or Path(archive).with_suffix(".html"))
+    assessment = assess([archive], target_ranks)
     missing: list[str] = []
-    sidecar = load_sidecar(archive, rows[-1]["run_id"], missing)
-    if sidecar is None and rows[-1].get("warnings", "").startswith("imported from"):
+    sidecars = {}
+    for run_id in dict.fromkeys([rows[-1]["run_id"],
+                                 *(verdict.run_id for verdict in assessment.phases.values())]):
+        sidecar = load_sidecar(archive, run_id, missing)
+        if sidecar is not None:
+            sidecars[run_id] = sidecar
+    if not sidecars and rows[-1].get("warnings", "").startswith("imported from"):
         missing = []   # an import has no sidecar by design
-    page = render_html(archive, rows, sidecar, assess([archive], target_ranks), (*notes, *missing))
+    page = render_html(archive, rows, sidecars, assessment, (*notes, *missing))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")

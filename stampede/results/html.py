@@ -132,8 +132,11 @@ def ops_table(rows: Sequence[Row]) -> str:
                     body))
 
 
-def figures_section(archive_rows: list[Row], run_rows: list[Row], sidecar: dict[str, Any] | None,
+def figures_section(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]],
                     assessment: Any) -> str:
+    """Scaling per phase; then per phase, from the sidecar of the run its verdict ranks
+    (`sidecars` by run id: a cycle's restore and save are runs of their own), the latency
+    CDFs and each layout's timeline of its slowest iteration."""
     palette = figures.colours([row["layout"] for row in archive_rows])
     parts = []
     valid = [row for row in archive_rows if row.get("valid") != "false"]
@@ -147,23 +150,15 @@ def figures_section(archive_rows: list[Row], run_rows: list[Row], sidecar: dict[
                 "p", "dots: measured median, bar: min–max over iterations; line: the fitted "
                      "model; dashed to the square: its projection, the thick bar its band",
                 class_="note"))
-    stats = {name: entry["stats"] for name, entry in (sidecar or {}).get("layouts", {}).items()
-             if entry.get("stats")}
-    ops = list(dict.fromkeys(op for s in stats.values() for op in (s.get("histograms") or {})))
-    for op in ops:
-        drawn = figures.cdf_figure(op, {layout: s["histograms"][op] for layout, s in stats.items()
-                                        if op in (s.get("histograms") or {})}, palette)
-        if drawn:
-            parts.append(tag("h3", f"Latency CDF: {op}") + drawn)
-    hosts = (sidecar or {}).get("hosts_by_rank") or []
-    for layout, layout_stats in stats.items():
-        drawn_timeline = figures.timeline_figure(layout_stats, hosts)
-        if drawn_timeline:
-            svg_text, iteration = drawn_timeline
-            parts.append(tag("h3", f"Timeline: {layout}, slowest iteration ({iteration}, 0-based)")
-                         + svg_text)
-    if not stats:
-        parts.append(tag("p", "no sidecar with statistics for the latest run: no CDF or "
+    drew = False
+    for phase, verdict in assessment.phases.items():
+        sidecar = sidecars.get(verdict.run_id) or {}
+        entries = sidecar.get("saves" if phase == "save" else "layouts") or {}
+        stats = {name: entry["stats"] for name, entry in entries.items() if entry.get("stats")}
+        parts += _phase_figures(phase, stats, sidecar.get("hosts_by_rank") or [], palette)
+        drew = drew or bool(stats)
+    if not drew:
+        parts.append(tag("p", "no sidecar with statistics for the runs ranked: no CDF or "
                               "timeline", class_="note"))
     return tag("h2", "Figures", id="figures") + "".join(parts)
 
@@ -175,6 +170,25 @@ def warnings_section(run_rows: Sequence[Row]) -> str:
               for layout, texts in by_layout.items() for text in texts]
     return tag("h2", "Warnings", id="warnings") + (tag("ul", "".join(items)) if items else
                                                     tag("p", "none", class_="note"))
+
+
+def _phase_figures(phase: str, stats: dict[str, Any], hosts: list[str], palette: Any) -> list[str]:
+    """One phase's latency CDFs (an op per figure, its layouts in their colours) and each
+    layout's timeline of its slowest iteration."""
+    parts = []
+    ops = list(dict.fromkeys(op for s in stats.values() for op in (s.get("histograms") or {})))
+    for op in ops:
+        drawn = figures.cdf_figure(op, {layout: s["histograms"][op] for layout, s in stats.items()
+                                        if op in (s.get("histograms") or {})}, palette)
+        if drawn:
+            parts.append(tag("h3", f"Latency CDF: {phase} {op}") + drawn)
+    for layout, layout_stats in stats.items():
+        drawn_timeline = figures.timeline_figure(layout_stats, hosts)
+        if drawn_timeline:
+            svg_text, iteration = drawn_timeline
+            parts.append(tag("h3", f"Timeline: {phase} {layout}, slowest iteration "
+                                   f"({iteration}, 0-based)") + svg_text)
+    return parts
 
 
 def context_section(first: Row, sidecar: dict[str, Any] | None) -> str:
@@ -206,11 +220,15 @@ def definitions_section() -> str:
         for term, text in entries)
 
 
-def render_html(archive: str, rows: list[Row], sidecar: dict[str, Any] | None, assessment: Any,
-                notes: Sequence[str] = ()) -> str:
-    """The whole report, as one string."""
+def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any]],
+                assessment: Any, notes: Sequence[str] = ()) -> str:
+    """The whole report, as one string; `sidecars` by run id (the latest run's and those
+    of the runs the verdict ranks, where readable)."""
     run_id = rows[-1]["run_id"]
+    sidecar = sidecars.get(run_id)
     run_rows = [row for row in rows if row["run_id"] == run_id]
+    shown = {run_id, *(verdict.run_id for verdict in assessment.phases.values())}
+    shown_rows = [row for row in rows if row["run_id"] in shown]
     tables = "".join(restore_table(run_rows_of(rows, verdict.run_id), phase)
                      for phase, verdict in assessment.phases.items())
     if not tables:
@@ -220,7 +238,7 @@ def render_html(archive: str, rows: list[Row], sidecar: dict[str, Any] | None, a
             + tag("p", f"{escape(archive)}: {len({r['run_id'] for r in rows})} run(s); "
                        f"target {assessment.target_ranks} ranks", class_="note")
             + verdict_section(assessment) + note + tables
-            + figures_section(rows, run_rows, sidecar, assessment) + warnings_section(run_rows)
+            + figures_section(rows, sidecars, assessment) + warnings_section(shown_rows)
             + context_section(run_rows[0], sidecar) + definitions_section())
     head = (f'<meta charset="utf-8"><meta name="viewport" content="width=device-width, '
             f'initial-scale=1"><meta http-equiv="Content-Security-Policy" content="{CSP}">'

@@ -85,3 +85,24 @@ def test_a_real_browser_renders_it_whole_and_offline(swept: Path) -> None:
                                             "<script>console.error('boom')</script></body>"))
     lines = browser.console_lines(browser.headless(bad, "--dump-dom").stderr)
     assert any("example.invalid" in line for line in lines), lines
+
+
+@pytest.mark.mpi
+def test_a_save_then_a_restore_get_the_figures_of_both(stampede, tmp_path: Path) -> None:
+    """`stampede save` then `stampede run` of what it published are two runs, and their
+    sidecars differ (a save's layouts under "saves"): the report draws each phase's CDFs
+    and timelines from the run its verdict ranks, and lists both runs' warnings."""
+    from tests.helpers.jobs import small_job
+
+    job = small_job(tmp_path, checkpoint={"size": "4MiB"}, run={"iterations": 2, "warmup": 0},
+                    save={"validate": "none"})
+    for command in ("save", "run"):
+        done = stampede(command, str(job), np=2)
+        assert done.returncode == 0, done.stdout + done.stderr
+    archive = tmp_path / "results" / "job.csv"
+    output = tmp_path / "both.html"
+    cli("html", str(archive), "-o", str(output), cwd=tmp_path)
+    page = output.read_text()
+    assert "Latency CDF: save write" in page and "Latency CDF: restore read" in page
+    assert "Timeline: save " in page and "Timeline: restore " in page
+    assert "no sidecar with statistics" not in page
