@@ -4,7 +4,6 @@ archives hold measured and the rest assumed from flags or a job's [mttr] section
 from __future__ import annotations
 
 import argparse
-import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -90,11 +89,10 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def cmd_mttr(args: argparse.Namespace) -> int:
     from stampede.model.mttr import (
-        breakdown,
         checkpointing,
         costs,
         measured_checkpoint_cost,
-        measured_terms,
+        measured_model,
         spare_pools,
     )
     from stampede.results.report import make_console
@@ -109,19 +107,12 @@ def cmd_mttr(args: argparse.Namespace) -> int:
             inputs[key], sources[key] = section[key], f"assumed ({args.job} [mttr])"
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
-    values: dict[str, float] = {}
-    measured: dict[str, str] = {}
-    stall = math.nan
-    cost_s, cost_source = 0.0, ""
-    if args.archives:
-        values, measured, stall = measured_terms(args.archives, args.layout)
-        cost_s, cost_source = measured_checkpoint_cost(args.archives, args.save_layout)
-    if args.archives and not values and not cost_s:
+    model, measured = measured_model(args.archives, args.layout, inputs, sources)
+    cost_s, cost_source = (measured_checkpoint_cost(args.archives, args.save_layout)
+                           if args.archives else (0.0, ""))
+    if args.archives and not measured and not cost_s:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore, startup or save run "
                          "to measure from")
-    inputs.update(values)
-    sources.update(measured)
-    model = breakdown(**inputs, sources=sources, metadata_stall_s=stall)
     # a flag beats the [mttr] section, which beats the built-in default
     extras = {key: float(getattr(args, key)) if getattr(args, key) is not None
               else section.get(key, EXTRA_DEFAULTS[key]) for key in EXTRA_DEFAULTS}

@@ -17,7 +17,7 @@ from typing import Any
 
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
-from stampede.model.mttr import EXAMPLE, Breakdown, breakdown, measured_terms
+from stampede.model.mttr import Breakdown, breakdown, measured_model
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
 
@@ -107,12 +107,8 @@ def phase_verdict(rows: Sequence[dict[str, str]], phase: str, target_ranks: int)
 def measured_breakdown(archives: Sequence[str], layout: str) -> Breakdown | None:
     """`stampede mttr ARCHIVES --layout L` with no other input: the worked example's terms
     with those the archives measured; None when they measured none."""
-    values, sources, stall = measured_terms(list(archives), layout)
-    if not values:
-        return None
-    inputs = {**EXAMPLE, **values}
-    named = {key: "assumed (worked example)" for key in EXAMPLE} | sources
-    return breakdown(**inputs, sources=named, metadata_stall_s=stall)
+    model, measured = measured_model(archives, layout)
+    return model if measured else None
 
 
 def mttr_at_target(model: Breakdown, series: Any, target_ranks: int

@@ -42,6 +42,7 @@ T_cordon_swap on average.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,6 +248,17 @@ def measured_checkpoint_cost(archives: list[str], layout: str) -> tuple[float, s
                  f"measured: {Path(archive).name} run {run_id} {best['layout']}, last of "
                  f"{best['nranks']} ranks blocked, save {best.get('save_mode', '?')}{buffered}")
     return found
+
+
+def measured_model(archives: Sequence[str], layout: str, inputs: Mapping[str, float] = EXAMPLE,
+                   sources: Mapping[str, str] | None = None) -> tuple[Breakdown, bool]:
+    """The breakdown of `inputs` (the worked example unless given; `sources` says where
+    each came from) with the terms the archives measured laid over them, and whether they
+    measured any: `stampede mttr` and the HTML verdict alike."""
+    values, measured, stall = (measured_terms(list(archives), layout) if archives
+                               else ({}, {}, math.nan))
+    named = dict(sources or {key: "assumed (worked example)" for key in inputs}) | measured
+    return breakdown(**{**inputs, **values}, sources=named, metadata_stall_s=stall), bool(values)
 
 
 def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], dict[str, str], float]:
