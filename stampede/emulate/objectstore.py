@@ -107,7 +107,8 @@ def _bucket_answers(endpoint_url: str, store: ObjectStore) -> bool:
         client.close()
 
 
-def _answers(address: str, port: int) -> bool:
+def http_answers(address: str, port: int) -> bool:
+    """Any HTTP answer at address:port (403 to an unsigned request is an answer)."""
     connection = http.client.HTTPConnection(address, port, timeout=1)
     try:
         connection.request("GET", "/")
@@ -142,7 +143,7 @@ def start_object_store(cluster: Cluster, bucket: str = BUCKET) -> ObjectStore:
                                 env={**env, **store.client_env()})
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline and process.poll() is None:
-        if in_namespace(host.netns, lambda: _answers(host.address, ports["s3"])
+        if in_namespace(host.netns, lambda: http_answers(host.address, ports["s3"])
                         and _bucket_answers(store.endpoint_url, store)):
             return replace(store, pid=process.pid)
         time.sleep(0.2)

@@ -43,6 +43,7 @@ from typing import Any
 import pytest
 
 from stampede.emulate.mds import sigterm_when_parent_dies
+from stampede.emulate.objectstore import http_answers
 from tests.helpers import requires
 
 BUCKET = "stampede-test"
@@ -129,19 +130,6 @@ def weed_command(weed: str, directory: Path, ports: dict[str, int], bucket: str)
     return command
 
 
-def _s3_answers(port: int) -> bool:
-    """Any HTTP answer on the S3 port (403 to an unsigned request is an answer)."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-    try:
-        connection.request("GET", "/")
-        connection.getresponse().read()
-        return True
-    except OSError:
-        return False
-    finally:
-        connection.close()
-
-
 def _bucket_ready(endpoint_url: str, bucket: str, env: dict[str, str]) -> bool:
     """A signed HEAD of the bucket with the fake keys: S3, IAM and the bucket are up."""
     import botocore.session
@@ -189,7 +177,7 @@ def start_server(directory: Path, bucket: str = BUCKET) -> S3Server:
         server = S3Server(f"http://127.0.0.1:{ports['s3']}", bucket, env, directory, process.pid, ports)
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline and process.poll() is None:
-            if _s3_answers(ports["s3"]) and _bucket_ready(server.endpoint_url, bucket, env):
+            if http_answers("127.0.0.1", ports["s3"]) and _bucket_ready(server.endpoint_url, bucket, env):
                 return server
             time.sleep(0.2)
         status = process.poll()
