@@ -1,16 +1,31 @@
 """What the loader modules share: the phase recorder, a piece cut out of a tensor it
-loaded whole, and the device synchronisation that ends a phase on a GPU."""
+loaded whole, the device synchronisation that ends a phase on a GPU, and the state and
+the release of a loader that keeps nothing between loads."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from stampede.results.samples import OP_CODE
-from stampede.run.loaders.work import Wanted
+from stampede.run.loaders.work import RankWork, Wanted
 
 Log = list[tuple[int, int, int, int, int, int]]
+
+
+@dataclass(frozen=True)
+class Plain:
+    """The state of a loader that keeps nothing between loads: the rank's work and device."""
+
+    work: RankWork
+    device: str
+
+
+def keeps_nothing(state: Any) -> None:
+    """release and finish of a loader that keeps nothing between loads."""
+    return None
 
 
 class Record:

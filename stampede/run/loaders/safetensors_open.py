@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
 from math import prod
 from typing import Any
 
 from stampede.dtypes import itemsize
-from stampede.run.loaders.common import Record, cut, tensor_bytes, touch
+from stampede.run.loaders.common import Plain, Record, cut, keeps_nothing, tensor_bytes, touch
 from stampede.run.loaders.work import RankWork, Wanted
 
-
-@dataclass(frozen=True)
-class State:
-    work: RankWork
-    device: str
+State = Plain
 
 
 def prepare(comm: Any, work: RankWork, device: str) -> State:
@@ -66,9 +61,4 @@ def _piece(handle: Any, piece: Wanted) -> tuple[Any, int]:
     return view[first:last], first * row_bytes
 
 
-def release(state: State) -> None:
-    return None
-
-
-def finish(state: State) -> None:
-    return None
+release = finish = keeps_nothing
