@@ -68,12 +68,13 @@ from common import (
     median_min_max,
     relative_spread,
     run_checked,
+    run_dd_together,
     run_stampede,
     scratch_directory,
     scratch_text,
     write_job_toml,
 )
-from read_vs_dd import dd_commands, run_dd_together, warm_up
+from read_vs_dd import dd_commands, warm_up
 
 from stampede.backends.posix import PosixBackend
 from stampede.checkpoint.plan import shard_path

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -169,3 +170,22 @@ def write_job_toml(path: Path, sections: Mapping[str, Mapping[str, TomlValue]]) 
         lines += [f"{key} = {toml_value(value)}" for key, value in keys.items()]
     path.write_text("".join(f"{line}\n" for line in lines))
     return path
+
+
+DD_SECONDS = re.compile(r"copied, ([0-9.e+-]+) s")   # dd's summary line, LC_ALL=C
+
+
+def run_dd_together(commands: list[list[str]], size_bytes: int) -> float:
+    """Start every dd at once; aggregate GB/s = total bytes / the slowest dd's elapsed."""
+    env = dict(os.environ, LC_ALL="C")
+    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, env=env) for command in commands]
+    seconds = []
+    for command, proc in zip(commands, procs):
+        _, err = proc.communicate()
+        match = DD_SECONDS.search(err)
+        if proc.returncode or not match:
+            sys.stderr.write(f"FAILED ({proc.returncode}): {' '.join(command)}\n{err}")
+            raise SystemExit(proc.returncode or 1)
+        seconds.append(float(match.group(1)))
+    return size_bytes / max(seconds) / 1e9

@@ -25,8 +25,6 @@ never turned into an exit status: the script exits non-zero only if a command fa
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import statistics
 import subprocess
 import sys
@@ -45,6 +43,7 @@ from common import (
     median_min_max,
     ratio_verdict,
     run_checked,
+    run_dd_together,
     run_stampede,
     scratch_directory,
     scratch_text,
@@ -57,7 +56,6 @@ from stampede.units import parse_size
 BLOCK_BYTES = 4 * 1024 * 1024
 LAYOUTS = ("sharded", "shared")
 TARGET_RATIO = 0.95
-DD_SECONDS = re.compile(r"copied, ([0-9.e+-]+) s")
 Gbps = MedianMinMax   # (median, min, max) in GB/s
 
 
@@ -126,22 +124,6 @@ def dd_commands(root: Path, layout: str, nranks: int, size_bytes: int) -> list[l
     return [["dd", f"if={root / SHARED_FILE}", "bs=4M", "of=/dev/null",
              f"skip={rank * blocks_per_rank}", f"count={blocks_per_rank}"]
             for rank in range(nranks)]
-
-
-def run_dd_together(commands: list[list[str]], size_bytes: int) -> float:
-    """Start every dd at once; aggregate GB/s = total bytes / the slowest dd's elapsed."""
-    env = dict(os.environ, LC_ALL="C")
-    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, env=env) for command in commands]
-    seconds = []
-    for command, proc in zip(commands, procs):
-        _, err = proc.communicate()
-        match = DD_SECONDS.search(err)
-        if proc.returncode or not match:
-            sys.stderr.write(f"FAILED ({proc.returncode}): {' '.join(command)}\n{err}")
-            raise SystemExit(proc.returncode or 1)
-        seconds.append(float(match.group(1)))
-    return size_bytes / max(seconds) / 1e9
 
 
 def warm_up(root: Path) -> None:

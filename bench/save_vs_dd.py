@@ -34,8 +34,6 @@ never an exit status: the script exits non-zero only if a command failed.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -53,6 +51,7 @@ from common import (
     median_min_max,
     ratio_verdict,
     run_checked,
+    run_dd_together,
     run_stampede,
     scratch_directory,
     scratch_text,
@@ -63,7 +62,6 @@ from stampede.units import parse_size
 
 BLOCK_BYTES = 4 * 1024 * 1024
 TARGET_RATIO = 0.95
-DD_SECONDS = re.compile(r"copied, ([0-9.e+-]+) s")
 C_SOURCE = r"""
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -126,26 +124,16 @@ def write_job(scratch: Path, nranks: int, args: argparse.Namespace) -> Path:
     })
 
 
-def run_dd_together(scratch: Path, nranks: int, size_bytes: int, direct: bool) -> float:
+def run_dd_writes(scratch: Path, nranks: int, size_bytes: int, direct: bool) -> float:
     """One dd per rank into a new file, all at once; total bytes / the slowest dd's time."""
     count = size_bytes // nranks // BLOCK_BYTES
     outputs = [scratch / f"dd-{rank}.out" for rank in range(nranks)]
     commands = [["dd", "if=/dev/zero", f"of={path}", "bs=4M", f"count={count}", "conv=fsync"]
                 + (["oflag=direct"] if direct else []) for path in outputs]
-    env = dict(os.environ, LC_ALL="C")
-    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, env=env) for command in commands]
-    seconds = []
-    for command, proc in zip(commands, procs):
-        _, err = proc.communicate()
-        match = DD_SECONDS.search(err)
-        if proc.returncode or not match:
-            sys.stderr.write(f"FAILED ({proc.returncode}): {' '.join(command)}\n{err}")
-            raise SystemExit(proc.returncode or 1)
-        seconds.append(float(match.group(1)))
+    gbps = run_dd_together(commands, size_bytes)
     for path in outputs:
         path.unlink()
-    return size_bytes / max(seconds) / 1e9
+    return gbps
 
 
 def compile_c(scratch: Path) -> Path | None:
@@ -196,7 +184,7 @@ def measure(scratch: Path, nranks: int, args: argparse.Namespace,
         if round_number % 2:   # alternate who goes first, so drifting load hits both sides
             run_stampede("save", job, nranks)
         for _ in range(args.repeats):
-            dd.append(run_dd_together(scratch, nranks, args.size_bytes, args.direct))
+            dd.append(run_dd_writes(scratch, nranks, args.size_bytes, args.direct))
             if binary is not None:
                 floor.append(run_c_together(binary, scratch, nranks, args.size_bytes,
                                             args.direct))
