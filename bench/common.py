@@ -172,6 +172,19 @@ def write_job_toml(path: Path, sections: Mapping[str, Mapping[str, TomlValue]]) 
     return path
 
 
+def compile_c(source_text: str, scratch: Path, name: str, what: str) -> Path | None:
+    """`source_text` compiled with gcc -O2 into scratch/name; None, said aloud (naming
+    `what` is skipped), where there is no gcc."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        print(f"gcc not found: {what} is skipped (apt-get install gcc to get it)")
+        return None
+    source, binary = scratch / f"{name}.c", scratch / name
+    source.write_text(source_text)
+    run_checked([gcc, "-O2", "-o", str(binary), str(source)])
+    return binary
+
+
 DD_SECONDS = re.compile(r"copied, ([0-9.e+-]+) s")   # dd's summary line, LC_ALL=C
 
 

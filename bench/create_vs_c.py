@@ -36,6 +36,7 @@ from pathlib import Path
 from common import (
     add_scratch_parent_option,
     archive_rows,
+    compile_c,
     docstring_parser,
     load_average_text,
     machine_text,
@@ -148,7 +149,6 @@ def stampede_round(scratch: Path, job: Path, round_number: int) -> tuple[float, 
 
 def main() -> int:
     args = parse_args()
-    gcc = shutil.which("gcc")
     with scratch_directory("stampede-create-vs-c-", args.dir) as scratch:
         print(f"{machine_text(with_ram=False)}, load average {load_average_text()}; "
               f"{scratch_text(scratch)}")
@@ -158,13 +158,7 @@ def main() -> int:
             "run": {"iterations": args.creates, "warmup": 1},
             "save": {"durability": "none", "validate": "none", "keep": 1},
             "archive": {"path": scratch / "unused.csv"}})
-        binary = None
-        if gcc is None:
-            print("gcc not found: the C reference is skipped (apt-get install gcc to get it)")
-        else:
-            source, binary = scratch / "create_ref.c", scratch / "create_ref"
-            source.write_text(C_SOURCE)
-            run_checked([gcc, "-O2", "-o", str(binary), str(source)])
+        binary = compile_c(C_SOURCE, scratch, "create_ref", "the C reference")
         c_rounds, cold_rounds, ours = [], [], []
         for round_number in range(args.rounds):
             # each side starts on a settled file system: the other's removals written back

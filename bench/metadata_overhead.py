@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 from common import (
     add_scratch_parent_option,
     archive_rows,
+    compile_c,
     docstring_parser,
     load_average_text,
     machine_text,
@@ -125,18 +125,6 @@ def machine_facts(scratch: Path) -> str:
     """One line: CPUs, kernel, load and the scratch directory's file system."""
     return (f"{machine_text(with_ram=False)}, load average {load_average_text()}; "
             f"{scratch_text(scratch)}")
-
-
-def compile_c(scratch: Path) -> Path | None:
-    """The C reference compiled into the scratch dir; None (said aloud) without gcc."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        print("gcc not found: the C reference is skipped (apt-get install gcc to get it)")
-        return None
-    source, binary = scratch / "meta_ref.c", scratch / "meta_ref"
-    source.write_text(C_SOURCE)
-    run_checked([gcc, "-O2", "-o", str(binary), str(source)])
-    return binary
 
 
 def c_reference(binary: Path | None, path: str, nstats: int, nopens: int) -> Percentiles:
@@ -247,7 +235,7 @@ def main() -> int:
         print(f"metadata_overhead: {path}; {args.rounds} rounds of: C and Python {args.stats} "
               f"stats and {args.opens} opens/closes (+ a warm-up pass), stampede 3 iterations "
               "of the same (+1 warm-up)", flush=True)
-        binary = compile_c(scratch)
+        binary = compile_c(C_SOURCE, scratch, "meta_ref", "the C reference")
         rounds: dict[str, list[Percentiles]] = {"C": [], "Python": [], "stampede": []}
         for number in range(args.rounds):
             rounds["C"].append(c_reference(binary, path, args.stats, args.opens))

@@ -34,7 +34,6 @@ never an exit status: the script exits non-zero only if a command failed.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import subprocess
 import sys
@@ -45,12 +44,12 @@ from common import (
     add_scratch_parent_option,
     archive_rows,
     comma_separated,
+    compile_c,
     docstring_parser,
     load_average_text,
     machine_text,
     median_min_max,
     ratio_verdict,
-    run_checked,
     run_dd_together,
     run_stampede,
     scratch_directory,
@@ -136,18 +135,6 @@ def run_dd_writes(scratch: Path, nranks: int, size_bytes: int, direct: bool) -> 
     return gbps
 
 
-def compile_c(scratch: Path) -> Path | None:
-    """The C floor compiled into the scratch dir; None (said aloud) without gcc."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        print("gcc not found: the C floor is skipped (apt-get install gcc to get it)")
-        return None
-    source, binary = scratch / "save_ref.c", scratch / "save_ref"
-    source.write_text(C_SOURCE)
-    run_checked([gcc, "-O2", "-o", str(binary), str(source)])
-    return binary
-
-
 def run_c_together(binary: Path, scratch: Path, nranks: int, size_bytes: int,
                    direct: bool) -> float:
     """One C writer per rank into a new file, all at once; total bytes / the slowest."""
@@ -204,7 +191,7 @@ def main() -> int:
               f"{'O_DIRECT' if args.direct else 'buffered + fsync'}, ranks {args.ranks}; "
               f"{args.rounds} rounds of stampede {args.iterations} saves and dd {args.repeats} "
               "repeats", flush=True)
-        binary = compile_c(scratch)
+        binary = compile_c(C_SOURCE, scratch, "save_ref", "the C floor")
         header = (f"{'ranks':>5} {'stampede save GB/s':>24} {'dd conv=fsync GB/s':>24} "
                   f"{'C write+fsync GB/s':>24} {'save/dd':>8} {'save/C':>7}  verdict")
         lines = []
