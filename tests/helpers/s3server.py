@@ -273,6 +273,8 @@ class FaultProxy:
     - `fail_fraction(p)`: each request is answered 503 SlowDown with probability p;
     - `die_at(TEXT)`: from the first request containing TEXT (as above) on, the proxy
       behaves as mode "close" (a server that died mid-way), until `clear()`;
+    - `stall_at(TEXT)`: the same, as mode "stall" (that request held too: a client caught
+      mid-request);
     - `mode = "close"`: every request's connection is closed without an answer;
       `mode = "stall"`: requests are held without an answer (a hung server);
       `mode = "cut"`: answers are sent with half their body, then the connection closed;
@@ -299,7 +301,7 @@ class FaultProxy:
         self.connections = 0
         self._open: set[socket.socket] = set()   # client connections not yet closed
         self._fail_rules: list[list[Any]] = []   # [text, count]: the next count matching fail
-        self._die_at = ""
+        self._switch_at = ("", "")               # (text, mode): die_at, stall_at
         self._fail_probability = 0.0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -321,7 +323,11 @@ class FaultProxy:
 
     def die_at(self, text: str) -> None:
         with self._lock:
-            self._die_at = text
+            self._switch_at = (text, "close")
+
+    def stall_at(self, text: str) -> None:
+        with self._lock:
+            self._switch_at = (text, "stall")
 
     def fail_fraction(self, probability: float) -> None:
         with self._lock:
@@ -337,7 +343,7 @@ class FaultProxy:
     def clear(self) -> None:
         """Pass everything again and forget the recorded requests."""
         with self._lock:
-            self.mode, self._fail_probability, self._die_at = "pass", 0.0, ""
+            self.mode, self._fail_probability, self._switch_at = "pass", 0.0, ("", "")
             self._fail_rules.clear()
             self.requests.clear()
             self.clients.clear()
@@ -365,8 +371,9 @@ class FaultProxy:
         with self._lock:
             self.requests.append((method, path, byte_range))
             self.clients.append(client)
-            if self._die_at and self._die_at in f"{method} {path}":
-                self.mode, self._die_at = "close", ""
+            text, mode = self._switch_at
+            if text and text in f"{method} {path}":
+                self.mode, self._switch_at = mode, ("", "")
             if not failable or self.mode == "close":
                 return False
             for rule in self._fail_rules:

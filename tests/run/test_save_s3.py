@@ -7,6 +7,11 @@ published version, and clean leaves the prefix empty (no object, no unfinished u
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -17,6 +22,7 @@ import pytest
 
 from stampede.backends import open_backend
 from stampede.backends.s3 import S3Backend
+from stampede.launcher import find_mpiexec
 from tests.helpers.jobs import read_archive, write_job
 from tests.helpers.s3server import FaultProxy, S3Server, request_kind
 
@@ -264,6 +270,48 @@ def test_a_server_that_dies_mid_save_leaves_the_published_version_and_clean_abor
     # v1's 2 objects, the pointer, the journal, and v2's 2 unfinished uploads, aborted
     assert "removed 6 path(s)" in cleaned.stdout
     assert backend_for(s3_env, prefix).names() == [] and unfinished_uploads(s3_env, prefix) == []
+
+
+def test_a_rank_killed_mid_save_leaves_the_published_version_and_clean_aborts_its_upload(
+        tmp_path: Path, s3_env: S3Server, proxy: FaultProxy, stampede) -> None:
+    """SIGKILL of a rank while its upload is in flight (the proxy holds rank 1's second
+    part, and every request after it): the job ends, no hang; the pointer, the journal's
+    last word and the archive stay as they were; clean aborts what the dead ranks left."""
+    job, prefix = one_save_job(tmp_path, proxy, s3_env)
+    assert stampede("save", str(job), np=2).returncode == 0
+    archived = read_archive(tmp_path / "results" / "job.csv")
+    held = "/v000002/sharded/shard-00001-of-00002.raw?partNumber=2&"
+    proxy.stall_at(held)
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    command = [mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save", str(job)]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(held in path for _, path, _ in list(proxy.requests)):
+            assert running.poll() is None and time.monotonic() < deadline, running.communicate()
+            time.sleep(0.01)
+        ranks = [int(pid) for pid in subprocess.run(
+            ["pgrep", "-f", "--", f"-m stampede save {job}"], capture_output=True,
+            text=True).stdout.split() if int(pid) != running.pid]
+        assert len(ranks) == 2, ranks
+        os.kill(max(ranks), signal.SIGKILL)
+        running.communicate(timeout=60)
+    finally:
+        if running.poll() is None:
+            running.kill()
+        proxy.clear()   # the server answers again, with what it had stored
+    assert running.returncode != 0
+    backend = backend_for(s3_env, prefix)
+    assert backend.get_bytes("saves/sharded/latest") == b"v000001\n"
+    assert journal_states(s3_env, prefix) == {1: "complete", 2: "writing"}
+    assert read_archive(tmp_path / "results" / "job.csv") == archived
+    assert unfinished_uploads(s3_env, prefix)   # rank 1's at least: its part 2 never landed
+    restores(stampede, job, "v000001")
+    cleaned = stampede("clean", str(job))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert backend.names() == [] and unfinished_uploads(s3_env, prefix) == []
 
 
 @pytest.mark.parametrize(("np", "sections", "says"), [
