@@ -254,6 +254,9 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
 SLOW_DOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
                   b"<Message>Please reduce your request rate.</Message>"
                   b"<RequestId>STAMPEDEPROXY</RequestId><HostId>stampede-proxy</HostId></Error>")
+INTERNAL_ERROR_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n\n<Error><Code>InternalError</Code>'
+                       b"<Message>We encountered an internal error. Please try again.</Message>"
+                       b"<RequestId>STAMPEDEPROXY</RequestId></Error>")
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te",
                         "trailer", "upgrade"})
 COPY_CHUNK_BYTES = 1 << 20
@@ -270,6 +273,8 @@ class FaultProxy:
     - `fail_next(n, matching=TEXT)`: the next n requests whose method and path
       ("PUT /bucket/key?partNumber=2&...") contain TEXT are (several such rules may be
       armed at once);
+    - `fail_next(n, matching=TEXT, status=200)`: answered 200 OK with an InternalError XML
+      body instead, as S3 may answer a CompleteMultipartUpload that failed;
     - `fail_fraction(p)`: each request is answered 503 SlowDown with probability p;
     - `die_at(TEXT)`: from the first request containing TEXT (as above) on, the proxy
       behaves as mode "close" (a server that died mid-way), until `clear()`;
@@ -300,7 +305,8 @@ class FaultProxy:
         self.clients: list[str] = []
         self.connections = 0
         self._open: set[socket.socket] = set()   # client connections not yet closed
-        self._fail_rules: list[list[Any]] = []   # [text, count]: the next count matching fail
+        self._fail_rules: list[list[Any]] = []   # [text, count, status]: the next count
+        #                                          matching fail with that status
         self._switch_at = ("", "")               # (text, mode): die_at, stall_at
         self._fail_probability = 0.0
         self._random = random.Random(seed)
@@ -317,9 +323,9 @@ class FaultProxy:
         self._thread.start()
         self._listening = True
 
-    def fail_next(self, count: int, matching: str = "") -> None:
+    def fail_next(self, count: int, matching: str = "", status: int = 503) -> None:
         with self._lock:
-            self._fail_rules.append([matching, count])
+            self._fail_rules.append([matching, count, status])
 
     def die_at(self, text: str) -> None:
         with self._lock:
@@ -366,8 +372,8 @@ class FaultProxy:
         self.refuse()   # and stalled handlers let go
 
     def _record(self, method: str, path: str, byte_range: str, failable: bool,
-                client: str = "") -> bool:
-        """Log a request; True when it is to be failed with 503."""
+                client: str = "") -> int:
+        """Log a request; the status to fail it with (503, or 200 with an error body), else 0."""
         with self._lock:
             self.requests.append((method, path, byte_range))
             self.clients.append(client)
@@ -375,12 +381,13 @@ class FaultProxy:
             if text and text in f"{method} {path}":
                 self.mode, self._switch_at = mode, ("", "")
             if not failable or self.mode == "close":
-                return False
+                return 0
             for rule in self._fail_rules:
                 if rule[1] > 0 and rule[0] in f"{method} {path}":
                     rule[1] -= 1
-                    return True
-            return self._fail_probability > 0 and self._random.random() < self._fail_probability
+                    return int(rule[2])
+            chance = self._fail_probability > 0 and self._random.random() < self._fail_probability
+            return 503 if chance else 0
 
 
 def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
@@ -421,17 +428,18 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 return
             body = self.rfile.read(length) if length else b""
             if fail:
-                self._slow_down()
+                self._fail(fail)
                 return
             self._forward(body)
 
-        def _slow_down(self) -> None:
-            self.send_response(503, "Slow Down")
+        def _fail(self, status: int) -> None:
+            body = SLOW_DOWN_BODY if status == 503 else INTERNAL_ERROR_BODY
+            self.send_response(status, "Slow Down" if status == 503 else "OK")
             self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(SLOW_DOWN_BODY)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(SLOW_DOWN_BODY)
+                self.wfile.write(body)
 
         def _forward(self, body: bytes) -> None:
             for attempt in range(2):   # once more on a fresh connection if the kept one died

@@ -248,6 +248,37 @@ def test_retried_save_requests_are_counted_per_op_and_the_save_stays_valid(
     assert stampede("clean", str(job)).returncode == 0
 
 
+@pytest.mark.parametrize("answers", [1, 2])
+def test_a_complete_answered_200_with_an_error_is_a_failure_retried_then_reported(
+        stampede, tmp_path: Path, s3_env: S3Server, proxy: FaultProxy, answers: int) -> None:
+    """S3 may answer CompleteMultipartUpload 200 OK and say InternalError in the body: the
+    object then does not exist. Once: retried, the save valid. Twice (max_attempts 2): the
+    version is not published, the upload aborted, the previous version stays."""
+    job, prefix = one_save_job(tmp_path, proxy, s3_env)
+    assert stampede("save", str(job), np=2).returncode == 0
+    shard = "saves/sharded/v000002/sharded/shard-00001-of-00002.raw"
+    proxy.fail_next(answers, matching=f"POST /{s3_env.bucket}/{prefix}/{shard}?uploadId=",
+                    status=200)
+    saved = stampede("save", str(job), np=2)
+    backend = backend_for(s3_env, prefix)
+    if answers == 1:
+        assert saved.returncode == 0, saved.stdout + saved.stderr
+        assert sidecar(tmp_path)["saves"]["sharded"]["retries"] == {"fsync": 1}
+        assert backend.get_bytes("saves/sharded/latest") == b"v000002\n"
+    else:
+        assert saved.returncode == 1, saved.stdout + saved.stderr
+        assert (f"rank 1: fsync {shard} (completing its upload): S3 POST complete 200 "
+                "InternalError after 1 retries") in said(saved)
+        assert "v000002 not published; v000001 stays published" in said(saved)
+        assert "Traceback" not in saved.stderr
+        assert backend.get_bytes("saves/sharded/latest") == b"v000001\n"
+        assert shard not in backend.names() and unfinished_uploads(s3_env, prefix) == []
+        assert journal_states(s3_env, prefix) == {1: "complete", 2: "invalid"}
+        restores(stampede, job, "v000001")
+    assert stampede("clean", str(job)).returncode == 0
+    assert backend.names() == []
+
+
 def test_a_server_that_dies_mid_save_leaves_the_published_version_and_clean_aborts_the_rest(
         stampede, tmp_path: Path, s3_env: S3Server, proxy: FaultProxy) -> None:
     job, prefix = one_save_job(tmp_path, proxy, s3_env)
