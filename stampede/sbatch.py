@@ -18,6 +18,7 @@ import re
 import shlex
 import string
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,8 +152,10 @@ def directive_path(path: str) -> str:
 
 
 def render(job_file: Path, job_name: str, overrides: list[str], allocation: Allocation,
-           time_limit: str, partition: str, clean: bool, command: str) -> str:
-    """The sbatch script: a template from slurm/ with every placeholder filled in."""
+           time_limit: str, partition: str, clean: bool, command: str,
+           save: Sequence[str] = ()) -> str:
+    """The sbatch script: a template from slurm/ with every placeholder filled in; `save`:
+    the --set overrides of a save after each step's run (the sweep only; none: no save)."""
     from stampede.errors import UsageError
 
     template_path = SLURM_DIR / ("sweep.sbatch" if allocation.steps else "restore.sbatch")
@@ -173,4 +176,5 @@ def render(job_file: Path, job_name: str, overrides: list[str], allocation: Allo
         job_file=shlex.quote(str(job_file)),
         overrides=" ".join(f"--set {shlex.quote(item)}" for item in overrides),
         clean=int(clean),
-        steps=" ".join(f"{step.ranks}:{step.nodes}" for step in allocation.steps))
+        steps=" ".join(f"{step.ranks}:{step.nodes}" for step in allocation.steps),
+        save=" ".join(f"--set {shlex.quote(item)}" for item in save))

@@ -3,7 +3,9 @@ smallest rank count) plans the sweep to --budget (stampede.model.budget: iterati
 checkpoint size), the sweep runs through the local mpiexec (stampede sweep's steps) into
 an archive of its own beside the report, and `stampede html` writes the verdict: the
 layout, time to last rank and T_MTTR projected to --target-ranks, the dominant term, the
-band, with the plan said in the report. With --sbatch FILE it renders the sweep as one
+band, with the plan said in the report. Each count also saves (`stampede save`, the job's
+[save] keys) the layouts of the job that save writes, so that the verdict names a save
+layout too; --no-save leaves the saves out. With --sbatch FILE it renders the sweep as one
 sbatch script instead (stampede.sbatch; no probe: there is no allocation here).
 
 A rank count the job cannot run (its checkpoint.replicas must divide every count) scales
@@ -44,6 +46,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("-o", "--output", default="", metavar="FILE.html",
                      help="the report (default assess-JOB.html); its archive is FILE.csv beside "
                           "it, which must not exist yet")
+    sub.add_argument("--no-save", action="store_true",
+                     help="restores only: no `stampede save` at each count (by default the "
+                          "job's layouts that save writes are saved too, after the restores)")
     sub.add_argument("--sbatch", default="", metavar="FILE.sbatch",
                      help="render the sweep as an sbatch script instead of running it here")
     sub.set_defaults(func=cmd_assess)
@@ -116,9 +121,37 @@ def cmd_assess(args: argparse.Namespace) -> int:
     return sweep_and_report(args, spec, plan, (note, *probe), report, archive, mpiexec, started)
 
 
+def save_layouts(args: argparse.Namespace, spec: Any) -> tuple[str, ...]:
+    """The job's layouts that `stampede save` writes (none with --no-save)."""
+    from stampede.spec import SAVE_LAYOUTS
+
+    return () if args.no_save else tuple(layout for layout in spec.layouts
+                                         if layout in SAVE_LAYOUTS)
+
+
+def save_pairs(args: argparse.Namespace, spec: Any) -> list[str]:
+    """The save's own --set pairs (none without a save): the layouts it writes, and a target
+    of its own beside the job's (TARGET-saves), since `run` restores a target's published
+    save, and the next count's run must restore what prepare laid out at its count."""
+    import json
+
+    layouts = save_layouts(args, spec)
+    return [f"checkpoint.layout={json.dumps(list(layouts))}",
+            f"target.path={json.dumps(saves_target(spec))}"] if layouts else []
+
+
+def saves_target(spec: Any) -> str:
+    return f"{spec.target_path.rstrip('/')}-saves"
+
+
+def sweep_steps(args: argparse.Namespace, spec: Any) -> tuple[str, ...]:
+    return ("prepare", "run", "save") if save_layouts(args, spec) else ("prepare", "run")
+
+
 def step_sets(args: argparse.Namespace, spec: Any, archive: Path, iterations: int, warmup: int,
               size_factor: float) -> dict[str, list[str]]:
-    """The --set words of every step: the user's, then the plan's."""
+    """The --set words of every step: the user's, then the plan's (the save's: the layouts
+    it writes)."""
     import json
 
     sized = ("checkpoint.size_per_rank", spec.size_per_rank_bytes) \
@@ -126,7 +159,8 @@ def step_sets(args: argparse.Namespace, spec: Any, archive: Path, iterations: in
     pairs = [*args.set, f"archive.path={json.dumps(str(archive))}", f"run.iterations={iterations}",
              f"run.warmup={warmup}", f"{sized[0]}={int(sized[1] * size_factor) // 4096 * 4096}"]
     words = [word for pair in pairs for word in ("--set", pair)]
-    return {"prepare": words, "run": words}
+    saved = [word for pair in save_pairs(args, spec) for word in ("--set", pair)]
+    return {"prepare": words, "run": words, "save": words + saved}
 
 
 def valid_factors(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> list[float]:
@@ -149,10 +183,21 @@ def valid_factors(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) 
     return allowed or [1.0]
 
 
+def clean(args: argparse.Namespace, spec: Any, sets: dict[str, list[str]]) -> None:
+    """`stampede clean` of what the steps wrote: the checkpoint, and the saves' target."""
+    import subprocess
+
+    for step in sweep_steps(args, spec)[::2]:   # prepare, and save if it ran
+        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets[step]],
+                        stdout=subprocess.DEVNULL)
+
+
 def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...], budget_s: float,
                    started: float, mpiexec: str | None) -> tuple[tuple[str, ...], Any]:
-    """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare and
-    run timed apart, into a scratch archive; the plan."""
+    """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare, run
+    and save timed apart, into a scratch archive (the probe's checkpoint and saves removed
+    after it); the plan."""
+
     from stampede.commands.sweep import run_steps
     from stampede.errors import RunFailed
     from stampede.model.budget import PROBE_FACTOR, Probe, plan_sweep
@@ -164,41 +209,50 @@ def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...],
     with tempfile.TemporaryDirectory(prefix="stampede-probe-") as scratch:
         archive = Path(scratch) / "probe.csv"
         sets = step_sets(args, spec, archive, 1, 0, factor)
-        walls = []
-        for step in ("prepare", "run"):
-            begun = time.monotonic()
-            if run_steps(args.job, counts[:1], sets, mpiexec, str(archive), True, (step,)):
-                raise RunFailed(f"assess: the probe's {step} at {counts[0]} rank(s) failed")
-            walls.append(time.monotonic() - begun)
-        work_s = sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
-                     if row["op"] == "restore" and row["valid"] == "true")
-    probe = Probe(counts[0], walls[0], walls[1], work_s, factor)
+        walls = {}
+        try:
+            for step in sweep_steps(args, spec):
+                begun = time.monotonic()
+                if run_steps(args.job, counts[:1], sets, mpiexec, str(archive), True, (step,)):
+                    raise RunFailed(f"assess: the probe's {step} at {counts[0]} rank(s) failed")
+                walls[step] = time.monotonic() - begun
+        finally:   # the sweep's first prepare starts from nothing, as the probe's did
+            clean(args, spec, sets)
+        work_s, save_work_s = (sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
+                                   if row["op"] == op and row.get("phase", op) == op
+                                   and row["valid"] == "true") for op in ("restore", "save"))
+    probe = Probe(counts[0], walls["prepare"], walls["run"], work_s, factor,
+                  walls.get("save", 0.0), save_work_s)
     plan = plan_sweep(probe, counts, budget_s, time.monotonic() - started, spec.iterations,
                       min(spec.warmup, 1), sizes, spec.size_per_rank_bytes is not None)
-    lines = (f"probe at {counts[0]} rank(s), checkpoint size x{factor:g}: prepare {walls[0]:.1f} s,"
-             f" run of 1 iteration {walls[1]:.1f} s wall (its restores {work_s:.3f} s)",
-             f"plan: {plan.describe()}")
+    saves = (f", save of 1 iteration {probe.save_s:.1f} s (its saves {save_work_s:.3f} s; "
+             f"layouts {', '.join(save_layouts(args, spec))})" if probe.save_s else
+             ", no save (--no-save)" if args.no_save else
+             ", no save (the job has no layout that save writes)")
+    lines = (f"probe at {counts[0]} rank(s), checkpoint size x{factor:g}: prepare "
+             f"{walls['prepare']:.1f} s, run of 1 iteration {walls['run']:.1f} s wall (its "
+             f"restores {work_s:.3f} s){saves}", f"plan: {plan.describe()}")
     return lines, plan
 
 
 def sweep_and_report(args: argparse.Namespace, spec: Any, plan: Any, notes: tuple[str, ...],
                      report: Path, archive: Path, mpiexec: str | None, started: float) -> int:
     """The planned sweep into `archive`, the checkpoint removed, the report written."""
-    import subprocess
-
     from stampede.commands.html import write_report
     from stampede.commands.sweep import run_steps
 
     sets = step_sets(args, spec, archive, plan.iterations, plan.warmup, plan.size_factor)
-    status = run_steps(args.job, plan.counts, sets, mpiexec, str(archive), quiet=True)
-    subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets["prepare"]],
-                    stdout=subprocess.DEVNULL)
+    status = run_steps(args.job, plan.counts, sets, mpiexec, str(archive), quiet=True,
+                       steps=sweep_steps(args, spec))
+    clean(args, spec, sets)
     if status:
         return status
     swept_s = time.monotonic() - started
     lines = (*(note for note in notes if note),
              f"assess: {swept_s:.0f} s wall from the start to the last run (budget "
-             f"{args.budget}); the checkpoint was removed after the sweep",
+             f"{args.budget}); the checkpoint"
+             + (f" and the saves (in {saves_target(spec)})" if save_layouts(args, spec) else "")
+             + " were removed after the sweep",
              f"by hand: stampede project {archive} --ranks {args.target_ranks}; stampede mttr "
              f"{archive} --layout LAYOUT")
     path = write_report(str(archive), str(report), args.target_ranks, lines)
@@ -208,8 +262,8 @@ def sweep_and_report(args: argparse.Namespace, spec: Any, plan: Any, notes: tupl
 
 
 def render_sbatch(args: argparse.Namespace, spec: Any, steps: str, budget_s: float) -> int:
-    """The sweep as one sbatch script (stampede slurm's template; `steps` as its --ranks),
-    then the report's command."""
+    """The sweep as one sbatch script (stampede slurm's template; `steps` as its --ranks;
+    the saves after each count's run, as assess runs them), then the report's command."""
     import math
 
     from stampede.sbatch import allocation_for, render
@@ -218,7 +272,8 @@ def render_sbatch(args: argparse.Namespace, spec: Any, steps: str, budget_s: flo
     minutes = max(math.ceil(budget_s / 60), 1)
     script = render(Path(args.job).resolve(), spec.name, args.set, allocation,
                     f"{minutes // 60:02d}:{minutes % 60:02d}:00", "", True,
-                    f"stampede assess {args.job} --ranks {args.ranks} --sbatch {args.sbatch}")
+                    f"stampede assess {args.job} --ranks {args.ranks} --sbatch {args.sbatch}",
+                    save=save_pairs(args, spec))
     Path(args.sbatch).write_text(script)
     print(f"wrote {args.sbatch}; after it ran: stampede html {spec.archive_path} --target-ranks "
           f"{args.target_ranks}", file=sys.stderr)

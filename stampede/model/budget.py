@@ -1,8 +1,9 @@
 """A sweep planned to a time budget from a short probe (`stampede assess`): the probe is
-one prepare and one run of a single iteration at the smallest rank count, at PROBE_FACTOR
-of the checkpoint size where the job allows it; every step is then estimated from it
-(step_s: linear in the bytes, and the run as if its work grew with the rank count, the
-worst case of ranks that share CPUs or one storage server), and the plan takes the job's
+one prepare, one run and (where the sweep saves) one save of a single iteration at the
+smallest rank count, at PROBE_FACTOR of the checkpoint size where the job allows it; every
+step is then estimated from it (step_s: linear in the bytes, and the run and the save as if
+their work grew with the rank count, the worst case of ranks that share CPUs or one
+storage server), and the plan takes the job's
 checkpoint size (else the largest half, quarter, ... of it) with the most iterations that
 fit the budget left. Pure: the command probes and runs."""
 
@@ -26,11 +27,18 @@ class Probe:
     run_s: float              # the run step of one measured iteration, its launch included
     work_s: float             # of it, the layouts' restores: the sum of their time to last rank
     size_factor: float = 1.0  # of the job's checkpoint size the probe ran with
+    save_s: float = 0.0       # the save step of one iteration, its launch included (0: no save)
+    save_work_s: float = 0.0  # of it, the layouts' saves: the sum of their time to last rank
 
     @property
     def overhead_s(self) -> float:
         """The run step's cost besides the iteration: launch, imports, set-up, eviction."""
         return max(self.run_s - self.work_s, 0.0)
+
+    @property
+    def save_overhead_s(self) -> float:
+        """The save step's cost besides the iteration (launch, set-up, the journal)."""
+        return max(self.save_s - self.save_work_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -52,14 +60,16 @@ class Plan:
 
 def step_s(probe: Probe, nranks: int, iterations: int, warmup: int, size_factor: float,
            per_rank_size: bool = False) -> float:
-    """One prepare + run at `nranks`: the prepare scaled by the bytes written (a total size
-    stays, a per-rank one grows with the ranks), the run's launch and iterations by the rank
-    count (the worst case), and everything size-dependent linearly from the probe's size
-    (its fixed costs scaled too: an overestimate)."""
+    """One prepare + run (+ save) at `nranks`: the prepare scaled by the bytes written (a
+    total size stays, a per-rank one grows with the ranks), the run's and the save's launch
+    and iterations by the rank count (the worst case), and everything size-dependent
+    linearly from the probe's size (its fixed costs scaled too: an overestimate)."""
     ranks = max(nranks / probe.nranks, 1.0)
     size = size_factor / probe.size_factor
+    saves = probe.save_overhead_s + (iterations + warmup) * probe.save_work_s * size \
+        if probe.save_s > 0 else 0.0
     return (probe.prepare_s * size * (ranks if per_rank_size else 1.0)
-            + ranks * (probe.overhead_s + (iterations + warmup) * probe.work_s * size))
+            + ranks * (probe.overhead_s + (iterations + warmup) * probe.work_s * size + saves))
 
 
 def plan_sweep(probe: Probe, counts: Sequence[int], budget_s: float, spent_s: float,

@@ -110,6 +110,37 @@ def test_sweep_job_appends_every_rank_count_to_one_archive(slurm: SlurmCluster, 
 
 
 @pytest.mark.mpi   # srun starts MPI ranks
+def test_an_assess_sweep_restores_and_saves_under_sbatch(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """`stampede assess --sbatch`'s script (2 counts: the node has 2 CPUs): each count
+    prepares, runs and saves (into TARGET-saves), the exit trap cleans both targets, and
+    the archive's report names a save layout as well as a restore one."""
+    job = small_job(tmp_path, run={"iterations": 1, "warmup": 0})
+    rendered = subprocess.run([sys.executable, "-m", "stampede", "assess", str(job), "--ranks",
+                               "1,2", "--budget", "5min", "--sbatch", "assess.sbatch"],
+                              capture_output=True, text=True, env=slurm.env, cwd=tmp_path,
+                              timeout=60)
+    assert rendered.returncode == 0, rendered.stderr
+    submitted = slurm.client("sbatch", "--parsable", str(tmp_path / "assess.sbatch"))
+    assert submitted.returncode == 0, submitted.stderr
+    finished_job(slurm, submitted.stdout.strip().split(";")[0], tmp_path)
+
+    archive = tmp_path / "results" / "job.csv"
+    rows = read_archive(archive)
+    for op in ("restore", "save"):
+        completions = [row for row in rows if row["op"] == op]
+        assert sorted(int(row["nranks"]) for row in completions) == [1, 1, 2, 2]
+        assert {row["valid"] for row in completions} == {"true"}
+    for target in ("ckpt", "ckpt-saves"):   # the exit trap cleaned both
+        assert not [path for path in (tmp_path / target).rglob("*") if path.is_file()], target
+    report = subprocess.run([sys.executable, "-m", "stampede", "html", str(archive), "-o",
+                             "report.html"], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert "<b>restore: use " in page and "<b>save: use " in page
+
+
+@pytest.mark.mpi   # srun starts MPI ranks
 def test_failing_step_ends_the_job_with_one_message(slurm: SlurmCluster, tmp_path: Path) -> None:
     # prepare fails on rank 0 only (its target cannot be created): the step must abort
     # and the job fail promptly, with stampede's message in its output, not hang.

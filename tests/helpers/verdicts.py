@@ -33,13 +33,26 @@ def verdict_of(page: str) -> tuple[str, float]:
     return layout.group(1), float(mttr.group(1))
 
 
+def saved_with(page: str) -> str:
+    """The save layout the verdict names."""
+    layout = re.search(r"<b>save: use ([\w-]+)</b>", page)
+    assert layout, page[:3000]
+    return layout.group(1)
+
+
+def hand_best(archive: Path, target_ranks: int = 16384, phase: str = "restore") -> str:
+    """`stampede project ARCHIVE --ranks N --phase P`: its ranking's first."""
+    projected = cli("project", str(archive), "--ranks", str(target_ranks), "--phase", phase,
+                    cwd=archive.parent).stdout
+    ranked = re.search(rf"ranked at {target_ranks} ranks: ([\w-]+) ", projected)
+    assert ranked, projected
+    return ranked.group(1)
+
+
 def hand_verdict(archive: Path, target_ranks: int = 16384) -> tuple[str, float]:
     """`stampede project ARCHIVE --ranks N` (its ranking's first) and `stampede mttr ARCHIVE
     --layout L` (its T_MTTR)."""
-    projected = cli("project", str(archive), "--ranks", str(target_ranks), cwd=archive.parent).stdout
-    ranked = re.search(rf"ranked at {target_ranks} ranks: ([\w-]+) ", projected)
-    assert ranked, projected
-    layout = ranked.group(1)
+    layout = hand_best(archive, target_ranks)
     mttr = cli("mttr", str(archive), "--layout", layout, cwd=archive.parent).stdout
     total = re.search(r"T_MTTR\s+([0-9.e+]+)\s+100%", mttr)
     assert total, mttr

@@ -20,3 +20,13 @@ def test_the_plan_fits_the_budget_or_says_it_does_not() -> None:
     assert (tight.iterations, tight.size_factor) < (5, 1.0) or tight.size_factor < 1.0
     over = plan_sweep(probe, (1, 2, 4), budget_s=10, spent_s=3, max_iterations=5, warmup=1)
     assert not over.fits and over.iterations == MIN_ITERATIONS and "OVER" in over.describe()
+
+
+def test_a_probed_save_is_estimated_as_the_run_is() -> None:
+    # save 3 s: 1 s of overhead and 2 s of saves per iteration, both by the rank count
+    probe = Probe(nranks=1, prepare_s=1.0, run_s=2.0, work_s=1.0, save_s=3.0, save_work_s=2.0)
+    assert probe.save_overhead_s == 1.0
+    assert step_s(probe, 2, 3, 1, 1.0) == 1.0 + 2 * (1.0 + 4 * 1.0 + 1.0 + 4 * 2.0)
+    restores_only = Probe(nranks=1, prepare_s=1.0, run_s=2.0, work_s=1.0)
+    assert plan_sweep(probe, (1, 2, 4), 200, 3, 5, 1).estimate_s > \
+        plan_sweep(restores_only, (1, 2, 4), 200, 3, 5, 1).estimate_s
