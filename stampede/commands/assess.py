@@ -122,11 +122,35 @@ def cmd_assess(args: argparse.Namespace) -> int:
 
 
 def save_layouts(args: argparse.Namespace, spec: Any) -> tuple[str, ...]:
-    """The job's layouts that `stampede save` writes (none with --no-save)."""
+    """The job's layouts that `stampede save` writes (none with --no-save, or where save
+    refuses the job: see why_no_save)."""
+    return () if why_no_save(args, spec) else _writable(spec)
+
+
+def why_no_save(args: argparse.Namespace, spec: Any) -> str:
+    """Why the counts do not save ("" when they do)."""
+    import json
+
+    from stampede.checkpoint.save_plan import check_save
+    from stampede.errors import UsageError
+    from stampede.spec import load_job
+
+    if args.no_save:
+        return "--no-save"
+    if not _writable(spec):
+        return "the job has no layout that save writes"
+    layouts = f"checkpoint.layout={json.dumps(list(_writable(spec)))}"
+    try:
+        check_save(load_job(args.job, [*args.set, layouts]))
+    except UsageError as error:
+        return f"save refuses the job: {error.message}"
+    return ""
+
+
+def _writable(spec: Any) -> tuple[str, ...]:
     from stampede.spec import SAVE_LAYOUTS
 
-    return () if args.no_save else tuple(layout for layout in spec.layouts
-                                         if layout in SAVE_LAYOUTS)
+    return tuple(layout for layout in spec.layouts if layout in SAVE_LAYOUTS)
 
 
 def save_pairs(args: argparse.Namespace, spec: Any) -> list[str]:
@@ -187,7 +211,7 @@ def clean(args: argparse.Namespace, spec: Any, sets: dict[str, list[str]]) -> No
     """`stampede clean` of what the steps wrote: the checkpoint, and the saves' target."""
     import subprocess
 
-    for step in sweep_steps(args, spec)[::2]:   # prepare, and save if it ran
+    for step in ("prepare", "save") if save_layouts(args, spec) else ("prepare",):
         subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets[step]],
                         stdout=subprocess.DEVNULL)
 
@@ -197,7 +221,6 @@ def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...],
     """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare, run
     and save timed apart, into a scratch archive (the probe's checkpoint and saves removed
     after it); the plan."""
-
     from stampede.commands.sweep import run_steps
     from stampede.errors import RunFailed
     from stampede.model.budget import PROBE_FACTOR, Probe, plan_sweep
@@ -219,16 +242,15 @@ def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...],
         finally:   # the sweep's first prepare starts from nothing, as the probe's did
             clean(args, spec, sets)
         work_s, save_work_s = (sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
-                                   if row["op"] == op and row.get("phase", op) == op
-                                   and row["valid"] == "true") for op in ("restore", "save"))
+                                   if row["op"] == op and row["valid"] == "true")
+                                  for op in ("restore", "save"))
     probe = Probe(counts[0], walls["prepare"], walls["run"], work_s, factor,
                   walls.get("save", 0.0), save_work_s)
     plan = plan_sweep(probe, counts, budget_s, time.monotonic() - started, spec.iterations,
                       min(spec.warmup, 1), sizes, spec.size_per_rank_bytes is not None)
     saves = (f", save of 1 iteration {probe.save_s:.1f} s (its saves {save_work_s:.3f} s; "
              f"layouts {', '.join(save_layouts(args, spec))})" if probe.save_s else
-             ", no save (--no-save)" if args.no_save else
-             ", no save (the job has no layout that save writes)")
+             f", no save ({why_no_save(args, spec)})")
     lines = (f"probe at {counts[0]} rank(s), checkpoint size x{factor:g}: prepare "
              f"{walls['prepare']:.1f} s, run of 1 iteration {walls['run']:.1f} s wall (its "
              f"restores {work_s:.3f} s){saves}", f"plan: {plan.describe()}")

@@ -4,17 +4,21 @@ on the same archive, the plan is said in it, and bad input is refused before any
 
 from __future__ import annotations
 
+import argparse
+import html
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from stampede import cli as stampede_cli
-from stampede.commands.assess import runnable_counts
+from stampede.commands.assess import runnable_counts, save_layouts, why_no_save
+from stampede.model.mttr import EXAMPLE
 from stampede.sbatch import parse_steps
 from stampede.spec import load_job
 from tests.helpers.jobs import read_archive, small_job
-from tests.helpers.verdicts import hand_best, hand_verdict, saved_with, verdict_of
+from tests.helpers.verdicts import cli, hand_best, hand_verdict, saved_with, verdict_of
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
@@ -44,11 +48,54 @@ def test_the_assessment_is_what_project_and_mttr_say_by_hand(assessed: Path) -> 
     assert not [path for path in ckpt.rglob("*") if path.is_file()]
 
 
+@pytest.mark.mpi
+def test_the_mttr_at_the_target_loads_s_weights_as_project_projects_it(assessed: Path) -> None:
+    """The verdict's T_MTTR at the target: its load term is `stampede project ARCHIVE --ranks
+    N --layout L --bytes-per-rank S_weights` by hand, the other terms the measured ones."""
+    archive = assessed.with_suffix(".csv")
+    page = html.unescape(re.sub(r"<[^>]+>", " ", assessed.read_text()))
+    layout, measured_s = verdict_of(assessed.read_text())
+    at_target = re.search(r"T_MTTR at 16384 ranks \(load term projected[^)]*\): ([0-9.e+]+) s"
+                          r".*?S_weights / BW_rank_io ([0-9.e+]+) s \(projected\)", page, re.S)
+    assert at_target, page[:3000]
+    weights = f"{EXAMPLE['weights_gb']:g}GB"
+    by_hand = cli("project", str(archive), "--ranks", "16384", "--layout", layout,
+                  "--bytes-per-rank", weights, cwd=archive.parent).stdout
+    projected = re.search(r"at 16384 ranks: time to last rank ([0-9.]+) (ms|s)\b", by_hand)
+    assert projected, by_hand
+    load_s = float(projected.group(1)) * (1e-3 if projected.group(2) == "ms" else 1.0)
+    # both printed to 3-4 significant digits
+    assert float(at_target.group(2)) == pytest.approx(load_s, rel=2e-3)
+    measured_load = re.search(r"T_MTTR as measured.*?S_weights / BW_rank_io ([0-9.e+]+) s", page,
+                              re.S)
+    assert measured_load
+    # the same T_detect, T_cordon_swap, T_pod_init and T_barrier_sync around either load term
+    others_s = measured_s - float(measured_load.group(1))
+    assert float(at_target.group(1)) == pytest.approx(load_s + others_s, rel=2e-3)
+
+
 def test_counts_the_job_cannot_run_are_scaled_by_its_replicas() -> None:
     spec = load_job(str(JOBS / "strategies.toml"), [])
     counts, note = runnable_counts(spec, parse_steps("1,2,4"))
     assert counts == (2, 4, 8) and "planned as 2,4,8" in note
     assert runnable_counts(spec, parse_steps("2,4"))[1] == ""
+
+
+@pytest.mark.parametrize(("sections", "no_save", "why"), [
+    ({}, False, ""),
+    ({}, True, "--no-save"),
+    ({"checkpoint": {"layout": ["list-first", "list-bcast"], "replicas": 2}}, False,
+     "the job has no layout that save writes"),
+    ({"checkpoint": {"format": "hdf5"}}, False, 'save refuses the job: '),
+])
+def test_the_counts_save_what_save_writes_unless_it_refuses(
+        tmp_path: Path, sections: dict[str, dict[str, object]], no_save: bool, why: str) -> None:
+    job = small_job(tmp_path, **sections)
+    args = argparse.Namespace(job=str(job), set=[], no_save=no_save)
+    spec = load_job(str(job), [])
+    reason = why_no_save(args, spec)
+    assert reason.startswith(why) and (reason == "") == (why == ""), reason
+    assert save_layouts(args, spec) == (() if why else ("shared", "sharded"))
 
 
 def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
