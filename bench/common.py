@@ -11,6 +11,7 @@ import csv
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -143,12 +144,22 @@ def ratio_verdict(ratio: float, target_ratio: float, summaries: Iterable[MedianM
 @contextmanager
 def scratch_directory(prefix: str, parent: str | None) -> Iterator[Path]:
     """A fresh directory PREFIXxxxx under `parent` (None: the system temp dir), removed
-    with everything in it when the block ends, however it ends."""
+    with everything in it when the block ends, however it ends: SIGTERM and SIGHUP (a
+    `timeout`, a closed terminal) end the bench through SystemExit inside the block, so
+    that the removal runs (their default action would skip it)."""
     scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    previous = {number: signal.signal(number, _exit_on_signal)
+                for number in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield scratch
     finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _exit_on_signal(number: int, frame: object) -> None:
+    raise SystemExit(128 + number)
 
 
 def toml_value(value: TomlValue) -> str:

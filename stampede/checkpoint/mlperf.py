@@ -201,9 +201,10 @@ path = "results/{{job}}.csv"
 
 
 def write_jobs(directory: str) -> list[str]:
-    """Every model's job file under `directory`; returns their paths."""
+    """Every model's job file under `directory` (made if missing); returns their paths."""
     from pathlib import Path
 
+    Path(directory).mkdir(parents=True, exist_ok=True)
     paths = []
     for model in MODELS.values():
         path = Path(directory) / f"mlperf-checkpoint-{model.name.removeprefix('llama3-')}.toml"

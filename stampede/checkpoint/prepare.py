@@ -22,6 +22,7 @@ from stampede.backends import open_backend
 from stampede.backends.base import Backend
 from stampede.backends.posix import DIR_MODE, FILE_MODE
 from stampede.buffers import AlignedBuffer
+from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, CopiedContent, content_label
 from stampede.checkpoint.formats import create_file, safetensors_prefix
 from stampede.checkpoint.lustre import apply_stripe
@@ -69,7 +70,13 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int) -> dict[str, Any
     if backend.name == "posix" and not os.access(spec.target_path, os.W_OK | os.X_OK):
         raise CheckpointError(f"target.path = {spec.target_path!r} is not writable")
     manifest = read_manifest(backend, spec.target_path)
-    if manifest is None and backend.names():
+    names = backend.names() if manifest is None else []
+    if versions.JOURNAL_NAME in names:   # saves of stampede's, and nothing prepared
+        raise CheckpointError(
+            f"target.path = {spec.target_path!r} holds saved versions ({versions.JOURNAL_NAME})"
+            f" and no prepared checkpoint (no {MANIFEST_NAME}): run would restore the saves",
+            hint="`stampede clean` the job that saved them, or give another target.path")
+    if names:
         raise CheckpointError(
             f"target.path = {spec.target_path!r} is not empty and was not prepared by stampede"
             f" (no {MANIFEST_NAME})", hint="give an empty or new directory (or prefix)")

@@ -113,12 +113,36 @@ def cmd_assess(args: argparse.Namespace) -> int:
         raise UsageError(f"--ranks {args.ranks}: R:N on several nodes needs Slurm here",
                          hint="render it with --sbatch FILE, or give rank counts alone")
     report, archive = outputs(args, spec.name)
+    check_targets_empty(args, spec)
     mpiexec = find_mpiexec()
     if mpiexec is None and max(counts) > 1:
         raise UsageError("assess needs mpiexec for more than one rank, and none was found",
                          hint="pip install -e '.[mpi]'")
     probe, plan = probe_and_plan(args, spec, counts, budget_s, started, mpiexec)
     return sweep_and_report(args, spec, plan, (note, *probe), report, archive, mpiexec, started)
+
+
+def check_targets_empty(args: argparse.Namespace, spec: Any) -> None:
+    """A UsageError, before any step, unless the target (and the saves' one) holds nothing:
+    assess removes everything it wrote when it ends, so it writes only where nothing was."""
+    from stampede.backends import open_backend
+    from stampede.errors import UsageError
+
+    targets = (spec.target_path, saves_target(spec)) if save_layouts(args, spec) else \
+        (spec.target_path,)
+    for target in targets:
+        try:
+            held = open_backend(target, spec.storage_options).names()
+        except OSError as error:
+            raise UsageError(f"target.path = {target!r}: cannot list it "
+                             f"({error.strerror or error})") from None
+        if held:
+            raise UsageError(
+                f"target.path = {target!r} holds {len(held)} file(s) (e.g. {held[0]}): assess "
+                "prepares and saves its own checkpoint there and removes it after, so it "
+                "starts only on an empty or new target",
+                hint="--set target.path=A_NEW_DIRECTORY, or `stampede clean` the job that wrote "
+                     "them")
 
 
 def save_layouts(args: argparse.Namespace, spec: Any) -> tuple[str, ...]:

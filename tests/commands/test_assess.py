@@ -112,6 +112,22 @@ def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys: pytest.Capt
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("held", ["ckpt/saves/sharded/latest", "ckpt-saves/stampede-saves.json"])
+def test_a_target_that_holds_anything_is_refused_and_left_as_it_was(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], held: str) -> None:
+    """assess removes what is on its targets when it ends: it starts on empty ones only
+    (another job's saves on the job's target once went with the probe's clean-up)."""
+    job = small_job(tmp_path)
+    other = tmp_path / held
+    other.parent.mkdir(parents=True)
+    other.write_text("another job's\n")
+    assert stampede_cli.main(["assess", str(job), "--ranks", "1,2,3"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"holds 1 file(s) (e.g. {held.partition('/')[2]})" in said and "stampede clean" in said
+    assert other.read_text() == "another job's\n"
+    assert not (tmp_path / "results").exists()
+
+
 def test_sbatch_renders_the_sweep_without_running_it(tmp_path: Path) -> None:
     script = tmp_path / "assess.sbatch"
     assert stampede_cli.main(["assess", str(JOBS / "strategies.toml"), "--ranks", "1,2,4",

@@ -151,3 +151,17 @@ def test_plan_says_who_writes_what_without_touching_storage(stampede, tmp_path: 
     refused = stampede("plan", str(save_job(tmp_path, checkpoint={"layout": ["list-first"]})),
                        "--save")
     assert refused.returncode == 2 and "a way to read, not to write" in refused.stderr
+
+
+@pytest.mark.mpi
+def test_prepare_on_a_target_of_saves_says_so_and_leaves_them(stampede, tmp_path: Path) -> None:
+    job = save_job(tmp_path, run={"iterations": 1, "warmup": 0})
+    assert stampede("save", str(job), np=2).returncode == 0
+    saved = files_under(tmp_path / "ckpt")
+    refused = stampede("prepare", str(job), np=2)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "holds saved versions (stampede-saves.json) and no prepared checkpoint" in said
+    assert "`stampede clean` the job that saved them" in said
+    assert files_under(tmp_path / "ckpt") == saved
+
