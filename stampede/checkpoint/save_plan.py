@@ -31,6 +31,7 @@ refuses a save whose writers' extents do not start on part boundaries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -129,6 +130,19 @@ def check_save(spec: JobSpec) -> None:
                          hint="save raw or safetensors")
     if spec.target_path.startswith("s3://"):
         _check_s3_options(spec)
+
+
+def save_refusal(spec: JobSpec, counts: Sequence[int], object_store: bool) -> str:
+    """Why `save` would refuse the job at one of `counts` ("" when it would not): the checks
+    it makes before any I/O, for a caller that plans saves ahead (stampede assess)."""
+    try:
+        check_save(spec)
+        if object_store:
+            for nranks in counts:
+                check_object_save(spec, nranks)
+    except UsageError as error:
+        return error.message
+    return ""
 
 
 def _check_s3_options(spec: JobSpec) -> None:

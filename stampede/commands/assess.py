@@ -15,9 +15,12 @@ says so."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,31 +109,99 @@ def cmd_assess(args: argparse.Namespace) -> int:
         raise UsageError(f"--target-ranks {args.target_ranks}: must be at least 1")
     spec = load_job(args.job, args.set)
     counts, note = runnable_counts(spec, steps)
+    saving = plan_saves(args, spec, counts)
+    check_targets_empty(args.job, spec, saving)
     if args.sbatch:
-        return render_sbatch(args, spec, ",".join(map(str, counts)) if note else args.ranks,
-                             budget_s)
+        return render_sbatch(args, spec, saving,
+                             ",".join(map(str, counts)) if note else args.ranks, budget_s)
     if any(nodes not in (None, 1) for _, nodes in steps):
         raise UsageError(f"--ranks {args.ranks}: R:N on several nodes needs Slurm here",
                          hint="render it with --sbatch FILE, or give rank counts alone")
     report, archive = outputs(args, spec.name)
-    check_targets_empty(args, spec)
     mpiexec = find_mpiexec()
     if mpiexec is None and max(counts) > 1:
         raise UsageError("assess needs mpiexec for more than one rank, and none was found",
                          hint="pip install -e '.[mpi]'")
-    probe, plan = probe_and_plan(args, spec, counts, budget_s, started, mpiexec)
-    return sweep_and_report(args, spec, plan, (note, *probe), report, archive, mpiexec, started)
+    probe, plan = probe_and_plan(args, saving, spec, counts, budget_s, started, mpiexec)
+    return sweep_and_report(args, saving, spec, plan, (note, *probe), report, archive, mpiexec,
+                            started)
 
 
-def check_targets_empty(args: argparse.Namespace, spec: Any) -> None:
+@dataclass(frozen=True)
+class Saving:
+    """What each count saves after its run: `layouts` (none: no save) into `target`, a
+    target of its own beside the job's (`run` restores a target's published save, and the
+    next count must restore what its own prepare laid out); what was left out, and why."""
+
+    layouts: tuple[str, ...] = ()
+    target: str = ""
+    object_store: bool = False
+    left_out: str = ""
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return ("prepare", "run", "save") if self.layouts else ("prepare", "run")
+
+    def pairs(self) -> list[str]:
+        """The save's own --set pairs (none without a save)."""
+        return [f"checkpoint.layout={json.dumps(list(self.layouts))}",
+                f"target.path={json.dumps(self.target)}"] if self.layouts else []
+
+    def words(self) -> list[str]:
+        return [word for pair in self.pairs() for word in ("--set", pair)]
+
+
+def saves_target(target: str) -> str:
+    """TARGET-saves beside the target; "" for a bucket's root (no prefix to put one beside:
+    BUCKET-saves would be another bucket)."""
+    scheme, found, rest = target.partition("://")
+    if not found:
+        return f"{os.path.normpath(target)}-saves"
+    bucket, _, prefix = rest.strip("/").partition("/")
+    return f"{scheme}://{bucket}/{prefix.rstrip('/')}-saves" if prefix else ""
+
+
+def plan_saves(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> Saving:
+    """The job's layouts that `save` writes and would not refuse at any of `counts` (its
+    checks before any I/O), with the reasons for the others."""
+    from stampede.backends import open_backend
+    from stampede.backends.base import object_store
+    from stampede.checkpoint.save_plan import save_refusal
+    from stampede.spec import SAVE_LAYOUTS
+
+    writable = tuple(layout for layout in spec.layouts if layout in SAVE_LAYOUTS)
+    target = saves_target(spec.target_path)
+    if args.no_save or not writable or not target:
+        return Saving(left_out="--no-save" if args.no_save else
+                      "the job has no layout that save writes" if not writable else
+                      f"target.path = {spec.target_path!r} is a bucket's root: the saves need "
+                      "a prefix of their own beside the job's (give target.path = "
+                      "s3://BUCKET/PREFIX)")
+    try:
+        backend = open_backend(target, spec.storage_options)
+    except OSError as error:
+        return Saving(left_out=f"cannot open {target} ({error.strerror or error})")
+    if not getattr(backend, "saves", False):
+        return Saving(left_out=f"the {backend.name} backend has no timed save yet")
+    store = object_store(backend) is not None
+    kept, refused = [], []
+    for layout in writable:
+        why = save_refusal(replace(spec, layouts=(layout,), target_path=target), counts, store)
+        if why:
+            refused.append(f"{layout}: save refuses it ({why})")
+        else:
+            kept.append(layout)
+    return Saving(tuple(kept), target if kept else "", store, "; ".join(refused))
+
+
+def check_targets_empty(job: str, spec: Any, saving: Saving) -> None:
     """A UsageError, before any step, unless the target (and the saves' one) holds nothing:
-    assess removes everything it wrote when it ends, so it writes only where nothing was."""
+    assess removes what it wrote there when it ends, so it writes only where nothing was
+    (the save's journal would otherwise take in another job's versions, and its clean them)."""
     from stampede.backends import open_backend
     from stampede.errors import UsageError
 
-    targets = (spec.target_path, saves_target(spec)) if save_layouts(args, spec) else \
-        (spec.target_path,)
-    for target in targets:
+    for target in filter(None, (spec.target_path, saving.target)):
         try:
             held = open_backend(target, spec.storage_options).names()
         except OSError as error:
@@ -141,107 +212,60 @@ def check_targets_empty(args: argparse.Namespace, spec: Any) -> None:
                 f"target.path = {target!r} holds {len(held)} file(s) (e.g. {held[0]}): assess "
                 "prepares and saves its own checkpoint there and removes it after, so it "
                 "starts only on an empty or new target",
-                hint="--set target.path=A_NEW_DIRECTORY, or `stampede clean` the job that wrote "
-                     "them")
+                hint=f"--set target.path=A_NEW_DIRECTORY, or remove what stampede wrote there: "
+                     f"stampede clean {job} --set target.path={target}")
 
 
-def save_layouts(args: argparse.Namespace, spec: Any) -> tuple[str, ...]:
-    """The job's layouts that `stampede save` writes (none with --no-save, or where save
-    refuses the job: see why_no_save)."""
-    return () if why_no_save(args, spec) else _writable(spec)
-
-
-def why_no_save(args: argparse.Namespace, spec: Any) -> str:
-    """Why the counts do not save ("" when they do)."""
-    import json
-
-    from stampede.checkpoint.save_plan import check_save
-    from stampede.errors import UsageError
-    from stampede.spec import load_job
-
-    if args.no_save:
-        return "--no-save"
-    if not _writable(spec):
-        return "the job has no layout that save writes"
-    layouts = f"checkpoint.layout={json.dumps(list(_writable(spec)))}"
-    try:
-        check_save(load_job(args.job, [*args.set, layouts]))
-    except UsageError as error:
-        return f"save refuses the job: {error.message}"
-    return ""
-
-
-def _writable(spec: Any) -> tuple[str, ...]:
-    from stampede.spec import SAVE_LAYOUTS
-
-    return tuple(layout for layout in spec.layouts if layout in SAVE_LAYOUTS)
-
-
-def save_pairs(args: argparse.Namespace, spec: Any) -> list[str]:
-    """The save's own --set pairs (none without a save): the layouts it writes, and a target
-    of its own beside the job's (TARGET-saves), since `run` restores a target's published
-    save, and the next count's run must restore what prepare laid out at its count."""
-    import json
-
-    layouts = save_layouts(args, spec)
-    return [f"checkpoint.layout={json.dumps(list(layouts))}",
-            f"target.path={json.dumps(saves_target(spec))}"] if layouts else []
-
-
-def saves_target(spec: Any) -> str:
-    return f"{spec.target_path.rstrip('/')}-saves"
-
-
-def sweep_steps(args: argparse.Namespace, spec: Any) -> tuple[str, ...]:
-    return ("prepare", "run", "save") if save_layouts(args, spec) else ("prepare", "run")
-
-
-def step_sets(args: argparse.Namespace, spec: Any, archive: Path, iterations: int, warmup: int,
-              size_factor: float) -> dict[str, list[str]]:
-    """The --set words of every step: the user's, then the plan's (the save's: the layouts
-    it writes)."""
-    import json
-
+def step_sets(args: argparse.Namespace, saving: Saving, spec: Any, archive: Path, iterations: int,
+              warmup: int, size_factor: float) -> dict[str, list[str]]:
+    """The --set words of every step: the user's, then the plan's (the save's: its layouts
+    and target)."""
     sized = ("checkpoint.size_per_rank", spec.size_per_rank_bytes) \
         if spec.size_per_rank_bytes is not None else ("checkpoint.size", spec.size_total_bytes)
     pairs = [*args.set, f"archive.path={json.dumps(str(archive))}", f"run.iterations={iterations}",
              f"run.warmup={warmup}", f"{sized[0]}={int(sized[1] * size_factor) // 4096 * 4096}"]
     words = [word for pair in pairs for word in ("--set", pair)]
-    saved = [word for pair in save_pairs(args, spec) for word in ("--set", pair)]
-    return {"prepare": words, "run": words, "save": words + saved}
+    return {"prepare": words, "run": words, "save": words + saving.words()}
 
 
-def valid_factors(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> list[float]:
-    """The size factors (model.budget.SIZE_FACTORS) the job can run at every count."""
+def valid_factors(args: argparse.Namespace, saving: Saving, spec: Any,
+                  counts: tuple[int, ...]) -> list[float]:
+    """The size factors (model.budget.SIZE_FACTORS) the job can run at every count, and
+    save (a part size must still divide the writers' slices)."""
     from stampede.checkpoint.plan import bytes_per_rank
+    from stampede.checkpoint.save_plan import save_refusal
     from stampede.errors import UsageError
     from stampede.model.budget import SIZE_FACTORS
     from stampede.spec import load_job
 
     allowed = []
     for factor in SIZE_FACTORS:
-        pairs = step_sets(args, spec, Path("probe.csv"), 1, 0, factor)["run"][1::2]
+        pairs = step_sets(args, saving, spec, Path("probe.csv"), 1, 0, factor)["run"][1::2]
         try:
             scaled = load_job(args.job, pairs)
             for nranks in counts:
                 bytes_per_rank(scaled, nranks)
         except UsageError:
             continue
+        saved = replace(scaled, layouts=saving.layouts, target_path=saving.target)
+        if saving.layouts and save_refusal(saved, counts, saving.object_store):
+            continue
         allowed.append(factor)
     return allowed or [1.0]
 
 
-def clean(args: argparse.Namespace, spec: Any, sets: dict[str, list[str]]) -> None:
+def clean(job: str, saving: Saving, sets: dict[str, list[str]]) -> None:
     """`stampede clean` of what the steps wrote: the checkpoint, and the saves' target."""
     import subprocess
 
-    for step in ("prepare", "save") if save_layouts(args, spec) else ("prepare",):
-        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets[step]],
+    for step in ("prepare", "save") if saving.layouts else ("prepare",):
+        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", job, *sets[step]],
                         stdout=subprocess.DEVNULL)
 
 
-def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...], budget_s: float,
-                   started: float, mpiexec: str | None) -> tuple[tuple[str, ...], Any]:
+def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: Any, counts: tuple[int, ...],
+                   budget_s: float, started: float, mpiexec: str | None
+                   ) -> tuple[tuple[str, ...], Any]:
     """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare, run
     and save timed apart, into a scratch archive (the probe's checkpoint and saves removed
     after it); the plan."""
@@ -251,20 +275,20 @@ def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...],
     from stampede.results.archive import read_rows
     from stampede.results.cells import number
 
-    sizes = valid_factors(args, spec, counts)
+    sizes = valid_factors(args, saving, spec, counts)
     factor = min(sizes, key=lambda size: abs(size - PROBE_FACTOR))
     with tempfile.TemporaryDirectory(prefix="stampede-probe-") as scratch:
         archive = Path(scratch) / "probe.csv"
-        sets = step_sets(args, spec, archive, 1, 0, factor)
+        sets = step_sets(args, saving, spec, archive, 1, 0, factor)
         walls = {}
         try:
-            for step in sweep_steps(args, spec):
+            for step in saving.steps:
                 begun = time.monotonic()
                 if run_steps(args.job, counts[:1], sets, mpiexec, str(archive), True, (step,)):
                     raise RunFailed(f"assess: the probe's {step} at {counts[0]} rank(s) failed")
                 walls[step] = time.monotonic() - begun
         finally:   # the sweep's first prepare starts from nothing, as the probe's did
-            clean(args, spec, sets)
+            clean(args.job, saving, sets)
         work_s, save_work_s = (sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
                                    if row["op"] == op and row["valid"] == "true")
                                   for op in ("restore", "save"))
@@ -273,32 +297,37 @@ def probe_and_plan(args: argparse.Namespace, spec: Any, counts: tuple[int, ...],
     plan = plan_sweep(probe, counts, budget_s, time.monotonic() - started, spec.iterations,
                       min(spec.warmup, 1), sizes, spec.size_per_rank_bytes is not None)
     saves = (f", save of 1 iteration {probe.save_s:.1f} s (its saves {save_work_s:.3f} s; "
-             f"layouts {', '.join(save_layouts(args, spec))})" if probe.save_s else
-             f", no save ({why_no_save(args, spec)})")
+             f"layouts {', '.join(saving.layouts)} into {saving.target}"
+             + (f"; left out: {saving.left_out}" if saving.left_out else "") + ")"
+             if saving.layouts else f", no save ({saving.left_out})")
     lines = (f"probe at {counts[0]} rank(s), checkpoint size x{factor:g}: prepare "
              f"{walls['prepare']:.1f} s, run of 1 iteration {walls['run']:.1f} s wall (its "
              f"restores {work_s:.3f} s){saves}", f"plan: {plan.describe()}")
     return lines, plan
 
 
-def sweep_and_report(args: argparse.Namespace, spec: Any, plan: Any, notes: tuple[str, ...],
-                     report: Path, archive: Path, mpiexec: str | None, started: float) -> int:
-    """The planned sweep into `archive`, the checkpoint removed, the report written."""
+def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: Any, plan: Any,
+                     notes: tuple[str, ...], report: Path, archive: Path, mpiexec: str | None,
+                     started: float) -> int:
+    """The planned sweep into `archive`, the checkpoint (and saves) removed however it
+    ends, the report written."""
     from stampede.commands.html import write_report
     from stampede.commands.sweep import run_steps
 
-    sets = step_sets(args, spec, archive, plan.iterations, plan.warmup, plan.size_factor)
-    status = run_steps(args.job, plan.counts, sets, mpiexec, str(archive), quiet=True,
-                       steps=sweep_steps(args, spec))
-    clean(args, spec, sets)
+    sets = step_sets(args, saving, spec, archive, plan.iterations, plan.warmup, plan.size_factor)
+    try:
+        status = run_steps(args.job, plan.counts, sets, mpiexec, str(archive), quiet=True,
+                           steps=saving.steps)
+    finally:
+        clean(args.job, saving, sets)
     if status:
         return status
     swept_s = time.monotonic() - started
     lines = (*(note for note in notes if note),
              f"assess: {swept_s:.0f} s wall from the start to the last run (budget "
-             f"{args.budget}); the checkpoint"
-             + (f" and the saves (in {saves_target(spec)})" if save_layouts(args, spec) else "")
-             + " were removed after the sweep",
+             f"{args.budget}); "
+             + (f"the checkpoint and the saves (in {saving.target}) were" if saving.layouts
+                else "the checkpoint was") + " cleaned after the sweep",
              f"by hand: stampede project {archive} --ranks {args.target_ranks}; stampede mttr "
              f"{archive} --layout LAYOUT")
     path = write_report(str(archive), str(report), args.target_ranks, lines)
@@ -307,7 +336,8 @@ def sweep_and_report(args: argparse.Namespace, spec: Any, plan: Any, notes: tupl
     return 0
 
 
-def render_sbatch(args: argparse.Namespace, spec: Any, steps: str, budget_s: float) -> int:
+def render_sbatch(args: argparse.Namespace, spec: Any, saving: Saving, steps: str,
+                  budget_s: float) -> int:
     """The sweep as one sbatch script (stampede slurm's template; `steps` as its --ranks;
     the saves after each count's run, as assess runs them), then the report's command."""
     import math
@@ -319,7 +349,7 @@ def render_sbatch(args: argparse.Namespace, spec: Any, steps: str, budget_s: flo
     script = render(Path(args.job).resolve(), spec.name, args.set, allocation,
                     f"{minutes // 60:02d}:{minutes % 60:02d}:00", "", True,
                     f"stampede assess {args.job} --ranks {args.ranks} --sbatch {args.sbatch}",
-                    save=save_pairs(args, spec))
+                    save=saving.pairs())
     Path(args.sbatch).write_text(script)
     print(f"wrote {args.sbatch}; after it ran: stampede html {spec.archive_path} --target-ranks "
           f"{args.target_ranks}", file=sys.stderr)

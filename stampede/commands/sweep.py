@@ -97,10 +97,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def run_steps(job: str, counts: tuple[int, ...], sets: dict[str, list[str]], mpiexec: str | None,
               archive: str, quiet: bool = False, steps: tuple[str, ...] = ("prepare", "run")) -> int:
-    """prepare, then run, at each rank count through the local mpiexec; the first failing
-    step's exit status (the runs before it stay in `archive`), else 0. `sets`: each step's
-    --set words; quiet: the steps' output to /dev/null (their errors still on stderr);
-    `steps`: which of prepare and run."""
+    """prepare, then run (then save, where `steps` says), at each rank count through the
+    local mpiexec; the first failing step's exit status (the runs before it stay in
+    `archive`), else 0. `sets`: each step's --set words; quiet: the steps' output to
+    /dev/null (their errors still on stderr); `steps`: which commands, in order."""
     for nranks in counts:
         launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
         print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)

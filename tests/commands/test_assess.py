@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from stampede import cli as stampede_cli
-from stampede.commands.assess import runnable_counts, save_layouts, why_no_save
+from stampede.commands.assess import plan_saves, runnable_counts, saves_target
 from stampede.model.mttr import EXAMPLE
 from stampede.sbatch import parse_steps
 from stampede.spec import load_job
 from tests.helpers.jobs import read_archive, small_job
+from tests.helpers.s3server import S3Server
 from tests.helpers.verdicts import cli, hand_best, hand_verdict, saved_with, verdict_of
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
@@ -81,21 +82,45 @@ def test_counts_the_job_cannot_run_are_scaled_by_its_replicas() -> None:
     assert runnable_counts(spec, parse_steps("2,4"))[1] == ""
 
 
-@pytest.mark.parametrize(("sections", "no_save", "why"), [
-    ({}, False, ""),
-    ({}, True, "--no-save"),
-    ({"checkpoint": {"layout": ["list-first", "list-bcast"], "replicas": 2}}, False,
+@pytest.mark.parametrize(("sections", "no_save", "layouts", "left_out"), [
+    ({}, False, ("shared", "sharded"), ""),
+    ({}, True, (), "--no-save"),
+    ({"checkpoint": {"layout": ["list-first", "list-bcast"], "replicas": 2}}, False, (),
      "the job has no layout that save writes"),
-    ({"checkpoint": {"format": "hdf5"}}, False, 'save refuses the job: '),
+    ({"checkpoint": {"format": "hdf5"}}, False, (), "shared: save refuses it ("),
+    ({"target": {"path": "s3://stampede-test"}}, False, (), "is a bucket's root"),
 ])
 def test_the_counts_save_what_save_writes_unless_it_refuses(
-        tmp_path: Path, sections: dict[str, dict[str, object]], no_save: bool, why: str) -> None:
+        tmp_path: Path, sections: dict[str, dict[str, object]], no_save: bool,
+        layouts: tuple[str, ...], left_out: str) -> None:
     job = small_job(tmp_path, **sections)
-    args = argparse.Namespace(job=str(job), set=[], no_save=no_save)
-    spec = load_job(str(job), [])
-    reason = why_no_save(args, spec)
-    assert reason.startswith(why) and (reason == "") == (why == ""), reason
-    assert save_layouts(args, spec) == (() if why else ("shared", "sharded"))
+    saving = plan_saves(argparse.Namespace(no_save=no_save), load_job(str(job), []), (1, 2, 3))
+    assert saving.layouts == layouts and left_out in saving.left_out and bool(left_out) == bool(
+        saving.left_out)
+    assert saving.target == (f"{tmp_path / 'ckpt'}-saves" if layouts else "")
+    assert ("save" in saving.steps) == bool(layouts)
+
+
+def test_on_s3_a_layout_save_would_refuse_at_some_count_is_left_out(
+        tmp_path: Path, s3_env: S3Server) -> None:
+    """shared on S3 without save.part_size: one writer at 1 rank, several at 2 (a multipart
+    upload): left out, said; sharded saved, into PREFIX-saves."""
+    job = small_job(tmp_path, target={"path": f"s3://{s3_env.bucket}/assess",
+                                      "storage_options": {"endpoint_url": s3_env.endpoint_url}})
+    saving = plan_saves(argparse.Namespace(no_save=False), load_job(str(job), []), (1, 2, 3))
+    assert saving.layouts == ("sharded",) and saving.object_store
+    assert saving.target == f"s3://{s3_env.bucket}/assess-saves"
+    assert saving.left_out.startswith("shared: save refuses it (") and \
+        "takes a multipart upload (save.part_size)" in saving.left_out
+
+
+@pytest.mark.parametrize(("target", "saves"), [
+    ("ckpt", "ckpt-saves"), ("ckpt/", "ckpt-saves"), ("ckpt/.", "ckpt-saves"),
+    ("/scratch/me/ckpt", "/scratch/me/ckpt-saves"), ("s3://bucket/a/b/", "s3://bucket/a/b-saves"),
+    ("s3://bucket", ""), ("s3://bucket/", ""),
+])
+def test_the_saves_go_beside_the_target_never_into_another_bucket(target: str, saves: str) -> None:
+    assert saves_target(target) == saves
 
 
 def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -112,20 +137,25 @@ def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys: pytest.Capt
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("held", ["ckpt/saves/sharded/latest", "ckpt-saves/stampede-saves.json"])
-def test_a_target_that_holds_anything_is_refused_and_left_as_it_was(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], held: str) -> None:
-    """assess removes what is on its targets when it ends: it starts on empty ones only
-    (another job's saves on the job's target once went with the probe's clean-up)."""
+@pytest.mark.parametrize("where", ["ckpt", "ckpt-saves"])
+def test_a_target_that_holds_another_jobs_saves_is_refused_and_left_as_it_was(
+        stampede, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """assess cleans its targets when it ends: it starts on empty ones only (another job's
+    saves on the job's target once went with the probe's clean-up)."""
     job = small_job(tmp_path)
-    other = tmp_path / held
-    other.parent.mkdir(parents=True)
-    other.write_text("another job's\n")
-    assert stampede_cli.main(["assess", str(job), "--ranks", "1,2,3"]) == 2
+    (tmp_path / "other").mkdir()
+    other = small_job(tmp_path / "other", target={"path": str(tmp_path / where)},
+                      checkpoint={"layout": ["sharded"]}, run={"iterations": 1, "warmup": 0})
+    assert stampede("save", str(other)).returncode == 0
+    saved = sorted(path for path in (tmp_path / where).rglob("*") if path.is_file())
+    assert saved
+    report = tmp_path / "report.html"
+    assert stampede_cli.main(["assess", str(job), "--ranks", "1,2,3", "-o", str(report)]) == 2
     said = " ".join(capsys.readouterr().err.split())
-    assert f"holds 1 file(s) (e.g. {held.partition('/')[2]})" in said and "stampede clean" in said
-    assert other.read_text() == "another job's\n"
-    assert not (tmp_path / "results").exists()
+    assert f"target.path = '{tmp_path / where}' holds {len(saved)} file(s)" in said
+    assert f"stampede clean {job} --set target.path={tmp_path / where}" in said
+    assert sorted(path for path in (tmp_path / where).rglob("*") if path.is_file()) == saved
+    assert not report.exists() and not report.with_suffix(".csv").exists()
 
 
 def test_sbatch_renders_the_sweep_without_running_it(tmp_path: Path) -> None:

@@ -381,6 +381,7 @@ def median_series(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     time to last rank and of the metadata stall."""
     def median_point(layout: str, index: int) -> Any:
         points = [series[layout].points[index] for series in rounds]
+        assert len({point.nranks for point in points}) == 1, points   # the same rank count
         return replace(points[0], last_s=statistics.median(p.last_s for p in points),
                        meta_s=statistics.median(p.meta_s for p in points))
 

@@ -305,8 +305,9 @@ def test_a_server_that_dies_mid_save_leaves_the_published_version_and_clean_abor
 
 def test_a_rank_killed_mid_save_leaves_the_published_version_and_clean_aborts_its_upload(
         tmp_path: Path, s3_env: S3Server, proxy: FaultProxy, stampede) -> None:
-    """SIGKILL of a rank while its upload is in flight (the proxy holds rank 1's second
-    part, and every request after it): the job ends, no hang; the pointer, the journal's
+    """SIGKILL of a rank while rank 1's upload is in flight (the proxy holds rank 1's
+    second part, and every request after it; the rank killed is either): the job ends, no
+    hang; the pointer, the journal's
     last word and the archive stay as they were; clean aborts what the dead ranks left."""
     job, prefix = one_save_job(tmp_path, proxy, s3_env)
     assert stampede("save", str(job), np=2).returncode == 0
@@ -321,7 +322,8 @@ def test_a_rank_killed_mid_save_leaves_the_published_version_and_clean_aborts_it
     try:
         deadline = time.monotonic() + 60
         while not any(held in path for _, path, _ in list(proxy.requests)):
-            assert running.poll() is None and time.monotonic() < deadline, running.communicate()
+            assert running.poll() is None and time.monotonic() < deadline, \
+                running.communicate(timeout=60)
             time.sleep(0.01)
         ranks = [int(pid) for pid in subprocess.run(
             ["pgrep", "-f", "--", f"-m stampede save {job}"], capture_output=True,
