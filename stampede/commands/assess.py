@@ -309,7 +309,7 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: Any, counts: 
 def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: Any, plan: Any,
                      notes: tuple[str, ...], report: Path, archive: Path, mpiexec: str | None,
                      started: float) -> int:
-    """The planned sweep into `archive`, the checkpoint (and saves) removed however it
+    """The planned sweep into `archive`, the checkpoint (and saves) cleaned when it
     ends, the report written."""
     from stampede.commands.html import write_report
     from stampede.commands.sweep import run_steps
