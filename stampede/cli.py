@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Raised on this rank alone while MPI runs: the others may be waiting for it.
             print(f"stampede {args.command}: error on rank {comm.Get_rank()}: {error}",
                   file=sys.stderr, flush=True)
-            comm.Abort(error.exit_status)
+            _abort(comm, error.exit_status)
         if launcher_rank() == 0:
             print(f"stampede {args.command}: error: {error}", file=sys.stderr, flush=True)
         return error.exit_status
@@ -78,8 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         comm = _initialised_comm()
         if comm is not None and comm.Get_size() > 1:
-            comm.Abort(1)
+            _abort(comm, 1)
         return 1
+
+
+def _abort(comm: Any, status: int) -> None:
+    from stampede.mpi import abort
+
+    abort(comm, status=status)
 
 
 def _initialised_comm() -> Any:

@@ -267,8 +267,19 @@ def on_root(comm: Any, what: str, action: Callable[[], T], root: int = 0) -> T:
     return bcast(comm, result, root=root)  # type: ignore[return-value]
 
 
-def abort(comm: Any, message: str, status: int = 3) -> None:
-    """Stop every rank of the job; used only when a rank cannot be reached any more."""
-    print(f"stampede: rank {comm.Get_rank()}: {message}; aborting the MPI job",
-          file=sys.stderr, flush=True)
+# MPI_Abort ends every rank at once, and hydra, tearing the job down, can drop output its
+# proxies have not forwarded yet: the very error that made the rank abort (a CI run once
+# kept only a traceback's first line). Output flushed, a moment lets it through first.
+OUTPUT_GRACE_S = 0.5
+
+
+def abort(comm: Any, message: str = "", status: int = 3) -> None:
+    """Stop every rank of the job, `message` (if any) on stderr first: used when a rank
+    cannot be reached any more, and by the CLI when one rank alone fails."""
+    if message:
+        print(f"stampede: rank {comm.Get_rank()}: {message}; aborting the MPI job",
+              file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(OUTPUT_GRACE_S)
     comm.Abort(status)

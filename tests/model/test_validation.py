@@ -17,21 +17,21 @@ metadata service time), not from the runs predicted: RTT = mean of stat and open
 N = 1; data term = that run's time to last rank - k RTT, fitted by project's fit_data.
 
 Robust, and still able to fail. A single run per point failed on this busy 2-core machine
-(measured +15% to +56% over the model: one run that another process's burst slowed, on
-one side of the comparison). So every point is the median of RUNS runs, taken in turn
-through the three mounts (base, plain, serial, then again), so that a burst of load
-slows one run of each kind, not all runs of one; as bench/model_vs_emulator.py --runs 3
-does. The server's own record is checked without wall-clock: every request held S (p50
-within 5%) and the slots bound (at most C in service at once). And the same medians must
-reject a wrong model: given S 30% too high or too low, the model must miss at least half
-the points by more than the tolerance (the metadata service is most of each time to last
-rank here, so a 30% error in S moves the prediction by 25-28%; the test, which fails on
-one point outside, then fails).
+(measured +15% to +56% over the model), and so did the median of 3 runs on a day the
+machine was noisier (runs of one point spread 75-156 ms; every point +4% to +40%): load
+only ever adds time, so every point is the least-disturbed of RUNS = 5 runs (the minimum,
+as timeit takes), taken in turn through the three mounts (base, plain, serial, then
+again), so that a burst of load slows one run of each kind, not all runs of one. Then
+the errors were within 5% (two runs). The server's own record is checked without wall-
+clock: every request held S (p50 within 5%) and the slots bound (at most C in service
+at once). And the same points must reject a wrong model: given S 30% too high or too
+low, the model must miss at least half the points by more than the tolerance (the
+metadata service is most of each time to last rank here, so a 30% error in S moves the
+prediction by 25-28%; it missed 6 of 6 both ways).
 """
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import pytest
@@ -44,20 +44,20 @@ from tests.helpers.jobs import read_archive, write_job
 
 pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("no_mount_left")]
 
-SERVICE_S, THREADS, RANKS, TOLERANCE, RUNS = 0.010, 2, (1, 2, 4), 0.15, 3
+SERVICE_S, THREADS, RANKS, TOLERANCE, RUNS = 0.010, 2, (1, 2, 4), 0.15, 5
 BYTES_PER_RANK = 2 * 2**20
 K = 2                                   # stat_count = open_count = 1: two metadata ops per rank
 MEASURED_IN = {"sharded": "plain", "shared": "serial"}
 WRONG = 0.30                            # a service time this far off must be rejected
 
-# results[mount][layout][N] = the medians over RUNS runs of (time to last rank, stat p50, open p50)
+# results[mount][layout][N] = the least over RUNS runs of (time to last rank, stat p50, open p50)
 Results = dict[str, dict[str, dict[int, tuple[float, float, float]]]]
 
 
 def model_params(layout: str, base: dict[int, tuple[float, float, float]],
                  service_s: float) -> Params:
     """The model's parameters for a layout, given the server's service time S (the module's
-    mapping); RTT and the data term from the S = 0 mount's medians."""
+    mapping); RTT and the data term from the S = 0 mount's least-disturbed runs."""
     rtt_op = (base[1][1] + base[1][2]) / 2
     data_s = [max(base[n][0] - K * rtt_op, 1e-6) for n in RANKS]
     agg, client, _, _ = fit_data(RANKS, [BYTES_PER_RANK] * len(RANKS), data_s)
@@ -70,8 +70,8 @@ def model_params(layout: str, base: dict[int, tuple[float, float, float]],
                   whole_rounds=True)
 
 
-def medians(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
-    last, stat, opened = (statistics.median(column) for column in zip(*points))
+def least_disturbed(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    last, stat, opened = (min(column) for column in zip(*points))
     return last, stat, opened
 
 
@@ -164,7 +164,7 @@ def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,
             assert SERVICE_S <= held_s <= 1.05 * SERVICE_S, (mount, op, held_s)
         assert 1 <= served[mount]["peak_in_service"] <= THREADS
     assert served["plain"]["peak_in_service"] == THREADS     # 4 ranks outnumber the slots
-    results: Results = {mount: {layout: {n: medians(points) for n, points in by_n.items()}
+    results: Results = {mount: {layout: {n: least_disturbed(points) for n, points in by_n.items()}
                                 for layout, by_n in by_layout.items()}
                         for mount, by_layout in runs.items()}
     compared = errors(results, SERVICE_S)
@@ -174,7 +174,7 @@ def test_time_to_last_rank_agrees_with_the_model(stampede, fuse_ready: None,
                     for (layout, n), (measured, model) in compared.items()))
     missed = outside(compared)
     assert not missed, "outside 15%:\n" + "\n".join(missed)
-    for wrong in (1 + WRONG, 1 - WRONG):    # the same medians reject a wrong service time
+    for wrong in (1 + WRONG, 1 - WRONG):    # the same points reject a wrong service time
         rejected = outside(errors(results, wrong * SERVICE_S))
         print(f"given S x {wrong:g}: {len(rejected)} of {len(compared)} points outside 15%")
         assert len(rejected) >= len(compared) / 2, (wrong, rejected)
