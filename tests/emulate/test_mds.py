@@ -371,11 +371,17 @@ def test_a_shared_file_is_a_hot_spot_when_requests_on_it_are_serialized(stampede
     # S each), so each rank's stat takes about 2 N S: the file's part N times longer, the
     # whole stat 2N/3 times (8/3 at N = 4). Asserted with a generous margin, on what the
     # emulator added to the machine's own part.
-    expected_ratio = 2 * ranks / 3
+    # The kernel sometimes revalidates the directory once more (a 4th request, unqueued:
+    # sharded's p50 then 4 S; seen in one full run of the suite): the requests per stat
+    # are counted from sharded's p50, a whole number of S.
+    requests = round(p50["sharded"] / service_s)
+    expected_ratio = 2 * ranks / requests
     print("stat p50 " + ", ".join(f"{layout} {measured[layout] * 1e3:.1f} ms - {base[layout] * 1e3:.1f}"
                                   f" ms at S = 0" for layout in measured) +
-          f"; ratio {p50['shared'] / p50['sharded']:.2f} (model {expected_ratio:.2f})")
-    assert p50["sharded"] == pytest.approx(3 * service_s, rel=0.25)
+          f"; {requests} requests per stat; ratio {p50['shared'] / p50['sharded']:.2f} (model "
+          f"{expected_ratio:.2f})")
+    assert requests in (3, 4)
+    assert p50["sharded"] == pytest.approx(requests * service_s, rel=0.25)
     assert p50["shared"] / p50["sharded"] > 0.7 * expected_ratio
     assert p50["shared"] == pytest.approx(2 * ranks * service_s, rel=0.35)
 
