@@ -174,7 +174,12 @@ def render(job_file: Path, job_name: str, overrides: list[str], allocation: Allo
         time=time_limit, partition_directive=partition_directive,
         workdir=directive_path(os.getcwd()), python=shlex.quote(sys.executable),
         job_file=shlex.quote(str(job_file)),
-        overrides=" ".join(f"--set {shlex.quote(item)}" for item in overrides),
+        overrides=_set_words(overrides),
         clean=int(clean),
         steps=" ".join(f"{step.ranks}:{step.nodes}" for step in allocation.steps),
-        save=" ".join(f"--set {shlex.quote(item)}" for item in save))
+        save=_set_words(save))
+
+
+def _set_words(pairs: Sequence[str]) -> str:
+    """KEY=VALUE pairs as the script's words: --set 'KEY=VALUE' each, quoted for bash."""
+    return " ".join(f"--set {shlex.quote(pair)}" for pair in pairs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable
 
 # command -> module, in the order `stampede --help` lists them
 COMMANDS = {
@@ -30,6 +31,11 @@ COMMANDS = {
     "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
     "html": "stampede.commands.html", "assess": "stampede.commands.assess",
 }
+
+
+def set_words(pairs: Iterable[str]) -> list[str]:
+    """KEY=VALUE pairs as a command line's words: --set KEY=VALUE each."""
+    return [word for pair in pairs for word in ("--set", pair)]
 
 
 def add_job_arguments(sub: argparse.ArgumentParser, set_help: str = "") -> None:

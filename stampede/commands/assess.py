@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from stampede.commands import add_job_arguments
+from stampede.commands import add_job_arguments, set_words
 from stampede.commands.html import DEFAULT_TARGET_RANKS
 
 DEFAULT_BUDGET = "10min"
@@ -147,9 +147,6 @@ class Saving:
         return [f"checkpoint.layout={json.dumps(list(self.layouts))}",
                 f"target.path={json.dumps(self.target)}"] if self.layouts else []
 
-    def words(self) -> list[str]:
-        return [word for pair in self.pairs() for word in ("--set", pair)]
-
 
 def saves_target(target: str) -> str:
     """TARGET-saves beside the target; "" for a bucket's root (no prefix to put one beside:
@@ -224,8 +221,8 @@ def step_sets(args: argparse.Namespace, saving: Saving, spec: Any, archive: Path
         if spec.size_per_rank_bytes is not None else ("checkpoint.size", spec.size_total_bytes)
     pairs = [*args.set, f"archive.path={json.dumps(str(archive))}", f"run.iterations={iterations}",
              f"run.warmup={warmup}", f"{sized[0]}={int(sized[1] * size_factor) // 4096 * 4096}"]
-    words = [word for pair in pairs for word in ("--set", pair)]
-    return {"prepare": words, "run": words, "save": words + saving.words()}
+    words = set_words(pairs)
+    return {"prepare": words, "run": words, "save": words + set_words(saving.pairs())}
 
 
 def valid_factors(args: argparse.Namespace, saving: Saving, spec: Any,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stampede.commands import add_job_arguments
+from stampede.commands import add_job_arguments, set_words
 from stampede.sbatch import DEFAULT_TIME
 
 
@@ -82,7 +82,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
 
 def command_line(args: argparse.Namespace) -> str:
     """The `stampede slurm` command that renders this script, recorded in it."""
-    words = ["stampede", "slurm", args.job, *(word for item in args.set for word in ("--set", item))]
+    words = ["stampede", "slurm", args.job, *set_words(args.set)]
     for flag, value in (("--nodes", args.nodes), ("--ntasks-per-node", args.ntasks_per_node),
                         ("--ranks", args.ranks), ("--time", args.time),
                         ("--partition", args.partition or None)):

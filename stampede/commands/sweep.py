@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Any
 
-from stampede.commands import add_job_arguments
+from stampede.commands import add_job_arguments, set_words
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
@@ -83,8 +83,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if mpiexec is None and max(counts) > 1:
         raise UsageError("sweep needs mpiexec for more than one rank, and none was found",
                          hint="pip install -e '.[mpi]'")
-    sets = {step: [item for pair in pairs for item in ("--set", pair)]
-            for step, pairs in (("prepare", prepared), ("run", args.set))}
+    sets = {step: set_words(pairs) for step, pairs in (("prepare", prepared), ("run", args.set))}
     status = run_steps(args.job, counts, sets, mpiexec, spec.archive_path)
     if status:
         return status
