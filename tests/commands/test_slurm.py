@@ -23,6 +23,7 @@ from stampede.cli import main
 from tests.helpers import requires
 from tests.helpers.jobs import read_archive, small_job
 from tests.helpers.slurm_cluster import SlurmCluster, SlurmUnavailable, start
+from tests.helpers.verdicts import cli
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = sorted((REPO / "slurm").glob("*.sbatch"))
@@ -115,11 +116,8 @@ def test_an_assess_sweep_restores_and_saves_under_sbatch(slurm: SlurmCluster, tm
     prepares, runs and saves (into TARGET-saves), the exit trap cleans both targets, and
     the archive's report names a save layout as well as a restore one."""
     job = small_job(tmp_path, run={"iterations": 1, "warmup": 0})
-    rendered = subprocess.run([sys.executable, "-m", "stampede", "assess", str(job), "--ranks",
-                               "1,2", "--budget", "5min", "--sbatch", "assess.sbatch"],
-                              capture_output=True, text=True, env=slurm.env, cwd=tmp_path,
-                              timeout=60)
-    assert rendered.returncode == 0, rendered.stderr
+    cli("assess", str(job), "--ranks", "1,2", "--budget", "5min", "--sbatch", "assess.sbatch",
+        cwd=tmp_path)
     submitted = slurm.client("sbatch", "--parsable", str(tmp_path / "assess.sbatch"))
     assert submitted.returncode == 0, submitted.stderr
     finished_job(slurm, submitted.stdout.strip().split(";")[0], tmp_path)
@@ -132,10 +130,7 @@ def test_an_assess_sweep_restores_and_saves_under_sbatch(slurm: SlurmCluster, tm
         assert {row["valid"] for row in completions} == {"true"}
     for target in ("ckpt", "ckpt-saves"):   # the exit trap cleaned both
         assert not [path for path in (tmp_path / target).rglob("*") if path.is_file()], target
-    report = subprocess.run([sys.executable, "-m", "stampede", "html", str(archive), "-o",
-                             "report.html"], capture_output=True, text=True, cwd=tmp_path,
-                            timeout=120)
-    assert report.returncode == 0, report.stderr
+    cli("html", str(archive), "-o", "report.html", cwd=tmp_path)
     page = (tmp_path / "report.html").read_text()
     assert "<b>restore: use " in page and "<b>save: use " in page
 
