@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,8 +24,7 @@ from stampede.model.fit import Known, Point, fit_points
 from stampede.model.projection import Scale, bytes_per_rank_at, ops_per_rank_at, project
 from stampede.model.series import series_from_rows
 from stampede.results.archive import append_rows, read_rows
-from tests.helpers.jobs import small_job, write_job
-from tests.helpers.tmpfs import small_disk
+from tests.helpers.jobs import small_job
 
 TRUE = Params(rtt_s=50e-6, service_s=200e-6, threads=8, agg_bps=20e9, client_bps=2e9,
               bytes_per_rank=1e9)
@@ -308,86 +305,6 @@ def test_project_real_saves_to_a_local_directory(stampede, tmp_path: Path) -> No
     assert len(numbers) == 3 and all(math.isfinite(x) and x > 0 for x in numbers), block
     assert "c 1 (c_eff: one directory's lock)" in block and "durability fsync" in block
     assert "nan" not in result.stdout and " inf" not in result.stdout
-
-
-@pytest.mark.mpi
-def test_project_real_saves_through_the_emulator(stampede, fuse_ready: None, tmp_path: Path) -> None:
-    """Saves at 1, 2, 4 ranks through emulate-mds --writable, where a create and a rename
-    each hold S (the rest nothing) and the directory's lock queues them. With s and c
-    known, the model's stall at 4 ranks agrees with the measured one within 25% (the fit's
-    residuals too), and at 16384 ranks the directory's lock makes sharded's stall 16384 x
-    2 S, the fan-out's a quarter of it (fanout 4). Fitted freely, sharded's is the larger."""
-    service_s = 0.05   # the stalls (100-400 ms) well above the machine's own tens of ms
-    # The backing store on a tmpfs: "the rest nothing" includes the disk (a real fsync on
-    # the suite's shared virtual disk takes milliseconds to tens of them).
-    with small_disk(tmp_path / "backing", 256 * 2**20) as backing:
-        archives = saves_through_the_emulator(stampede, tmp_path, backing, service_s)
-    series = median_series([{item.layout: item for item in series_from_rows(
-        read_rows(archive), (), ("create", "rename"), "save")} for archive in archives])
-    archive = archives[-1]
-    stalls = {}
-    for layout, item in series.items():
-        projected = project(item.points, layout, 16384, Known(service_s=service_s, threads=4),
-                            locks=item.locks, phase="save")
-        fit, stalls[layout] = projected.fit, projected.prediction.meta_s
-        # a create and a rename per rank, as counted from the archive's rows
-        assert [point.ops_per_rank for point in fit.points] == [2.0, 2.0, 2.0]
-        largest = fit.points[-1]
-        print(f"{layout}: stall at 4 ranks {largest.meta_s * 1e3:.1f} ms measured, "
-              f"{fit.meta_model_s[-1] * 1e3:.1f} ms model; residuals "
-              + ", ".join(f"{r:+.1%}" for r in fit.residuals))
-        assert largest.meta_s == pytest.approx(fit.meta_model_s[-1], rel=0.25)
-        assert fit.rms_residual <= 0.25
-    assert series["sharded"].locks == 1 and series["fan-out"].locks == 4
-    assert stalls["sharded"] == pytest.approx(16384 * 2 * service_s, rel=0.01)
-    assert stalls["sharded"] / stalls["fan-out"] == pytest.approx(4, rel=0.05)
-    free = stampede("project", str(archive), "--ranks", "16384", "--phase", "save", "--op",
-                    "create,rename")
-    assert free.returncode == 0, free.stderr
-    assert "the save: time until the last rank's bytes are durable" in free.stdout
-    assert "c 1 (c_eff: one directory's lock)" in free.stdout
-    assert projected_line(free.stdout, "sharded", "metadata stall")[0][0] > \
-        projected_line(free.stdout, "fan-out", "metadata stall")[0][0]
-
-
-ROUNDS = 3   # sweeps in turn: a burst of load on a busy machine slows one round's point,
-             # not every run of one rank count (one sweep of 3 iterations, and then of 7,
-             # put a point 20-48% off the fitted line in the suite, right when run alone)
-
-
-def saves_through_the_emulator(stampede, tmp_path: Path, backing: Path,
-                               service_s: float) -> list[Path]:
-    """ROUNDS save sweeps (1, 2, 4 ranks; sharded and fan-out) through emulate-mds
-    --writable over `backing`, creates and renames holding `service_s`: their archives."""
-    from stampede.emulate.mount import running
-
-    mountpoint = tmp_path / "mnt"
-    job = write_job(tmp_path, target={"path": str(mountpoint)},
-                    checkpoint={"size_per_rank": "1MiB", "layout": ["sharded", "fan-out"],
-                                "fanout": 4, "block_size": "1MiB"},
-                    run={"iterations": 3, "warmup": 1, "verify": "none"},
-                    save={"validate": "none"})
-    archives = [tmp_path / "results" / f"round-{number}.csv" for number in range(ROUNDS)]
-    with running(backing, mountpoint, "--writable", "--service-s", "0", "--create-s",
-                 str(service_s), "--rename-s", str(service_s), "--mkdir-s", "0", "--fsync-s", "0",
-                 "--threads", "4", "--serialize-dir"):
-        for archive in archives:
-            save_sweep(stampede, job, (1, 2, 4), "--set", f'archive.path="{archive}"')
-    return archives
-
-
-def median_series(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each layout's series with, at each rank count, the median over the rounds of the
-    time to last rank and of the metadata stall."""
-    def median_point(layout: str, index: int) -> Any:
-        points = [series[layout].points[index] for series in rounds]
-        assert len({point.nranks for point in points}) == 1, points   # the same rank count
-        return replace(points[0], last_s=statistics.median(p.last_s for p in points),
-                       meta_s=statistics.median(p.meta_s for p in points))
-
-    return {layout: replace(item, points=tuple(median_point(layout, index)
-                                               for index in range(len(item.points))))
-            for layout, item in rounds[0].items()}
 
 
 def _rows(run_id: str, layout: str, nranks: int, last_s: float, meta_s: float,
