@@ -25,9 +25,10 @@ How stampede's ops map to emulator requests. The kernel's caches are off, so eac
 on MOUNT/DIR/FILE walks the path: a LOOKUP of DIR (the mount's root is free), a LOOKUP of
 FILE, then GETATTR (stat) or OPEN (open); read and close are not metadata requests (read
 goes straight through, close is a release). The requests per op are MEASURED here, not
-assumed: os.stat / os.open of the checkpoint file through the plain mount, the fastest
-of 5 tries over S, rounded down (3 each is expected). Of these, the DIR lookup is one per path component
-above the file (1 here); the rest are on the file itself.
+assumed: one os.stat and one os.open of a checkpoint file through the plain and serial
+mounts, their requests counted in each emulator's log (--log; 3 each is expected). Of
+these, the DIR lookup is one per path component above the file (1 here); the rest are on
+the file itself.
 
   sharded   every request takes one of C slots for S, so a rank's k ops are k r requests
             (r: requests per op, averaged over the ops): model ops = requests, s = S,
@@ -80,7 +81,14 @@ from common import (
     write_job_toml,
 )
 
-from stampede.emulate.mount import fuse_unavailable, requests_per_op, running
+from stampede.emulate.mount import (
+    Window,
+    fuse_unavailable,
+    probe_ops,
+    read_requests,
+    requests_per_op,
+    running,
+)
 from stampede.model.contention import Params, data_time, predict
 from stampede.model.fit import fit_data
 from stampede.units import parse_size
@@ -174,36 +182,41 @@ def main() -> int:
     # results[mount][layout][N] = list over runs of (time_to_last_rank_s, stat p50, open p50)
     results: dict[str, dict[str, dict[int, list[tuple[float, float, float]]]]] = {
         mount: {layout: {n: [] for n in args.ranks} for layout in layouts} for mount in mounts}
-    requests: dict[str, dict[str, int]] = {}
+    probes: dict[str, dict[str, Window]] = {}
     print(f"{machine_text(with_ram=True)}; load {load_average_text()}")
     print(f"emulator: S = {service_s * 1e3:g} ms, C = {threads}; {args.size_per_rank} per rank, "
           f"{args.iterations} iterations + 1 warmup, {args.runs} run(s) per point")
-    with scratch_directory("stampede-model-vs-emulator-", args.dir) as scratch, ExitStack() as stack:
+    with scratch_directory("stampede-model-vs-emulator-", args.dir) as scratch:
         backing = scratch / "backing"
         backing.mkdir()
         job = write_job(scratch, backing, args)
         points = {name: scratch / name for name in mounts}
-        for name, options in mounts.items():
-            stack.enter_context(running(backing, points[name], *options))
-        for nranks in args.ranks:
-            shutil.rmtree(backing)
-            backing.mkdir()
-            run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "prepare", str(job)))
-            if not requests:
-                shard = next((points["plain"] / "sharded").iterdir())
-                requests["sharded"] = requests_per_op(shard, service_s)
-                shared = points["serial"] / "shared" / "checkpoint.raw"
-                requests["shared"] = requests_per_op(shared, service_s)
-            for _ in range(args.runs):
-                for name in mounts:
-                    rows = run_through(job, nranks, points[name], through[name], scratch / f"{name}.csv")
-                    for layout, ops in rows.items():
-                        results[name][layout][nranks].append(
-                            (float(ops["restore"]["time_to_last_rank_s"]),
-                             float(ops["stat"]["lat_p50_s"]), float(ops["open"]["lat_p50_s"])))
+        with ExitStack() as stack:
+            for name, options in mounts.items():
+                stack.enter_context(running(backing, points[name], *options))
+            for nranks in args.ranks:
+                shutil.rmtree(backing)
+                backing.mkdir()
+                run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "prepare",
+                                            str(job)))
+                if not probes:
+                    probes["sharded"] = probe_ops(next((points["plain"] / "sharded").iterdir()))
+                    probes["shared"] = probe_ops(points["serial"] / "shared" / "checkpoint.raw")
+                for _ in range(args.runs):
+                    for name in mounts:
+                        rows = run_through(job, nranks, points[name], through[name],
+                                           scratch / f"{name}.csv")
+                        for layout, ops in rows.items():
+                            results[name][layout][nranks].append(
+                                (float(ops["restore"]["time_to_last_rank_s"]),
+                                 float(ops["stat"]["lat_p50_s"]), float(ops["open"]["lat_p50_s"])))
+        # counted in each emulator's own log of the requests it served
+        requests = {layout: {op: len(served) for op, served in requests_per_op(
+            read_requests(points[measured_in[layout]]), probes[layout]).items()}
+            for layout in layouts}
     # stat(2) of MOUNT/DIR/FILE: one LOOKUP per directory below the mount (DIR), then the file
     dir_lookups = 1
-    print(f"emulator requests per op (measured: the fastest op / S, rounded down): sharded "
+    print(f"emulator requests per op (counted in the emulator's log): sharded "
           f"{requests['sharded']}, shared {requests['shared']}; of each, {dir_lookups} LOOKUP of the "
           "directory\n")
     print(f"{'layout':<8} {'N':>3} {'measured':>10} {'(min-max over runs)':>21} {'model':>9} "

@@ -15,8 +15,9 @@ warmup; cache warm). All runs go to one archive.
               measured time to last rank (the median over iterations)
   known       16,384 ranks: what the emulator's S and C give with nothing fitted but the
               round trip: RTT + S ceil(N k r / C) (k = 2 ops per rank, r = the emulator's
-              requests per op, measured here by timing one stat and one open through the
-              mount, as bench/model_vs_emulator.py does) plus the fitted data term
+              requests per op, counted in the emulator's log for one stat and one open
+              through the mount, as bench/model_vs_emulator.py does) plus the fitted data
+              term
 
 Output: per N the measured time, the projection with its band, the error and PASS when
 the truth lies inside the band and the central value within --tolerance; the fitted s/c
@@ -45,7 +46,14 @@ from common import (
     write_job_toml,
 )
 
-from stampede.emulate.mount import fuse_unavailable, requests_per_op, running
+from stampede.emulate.mount import (
+    Window,
+    fuse_unavailable,
+    probe_ops,
+    read_requests,
+    requests_per_op,
+    running,
+)
 from stampede.model.contention import predict
 from stampede.model.projection import Scale, project
 from stampede.model.series import series_from_rows
@@ -78,7 +86,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> tuple[Path, dict[str, in
         "pattern": {"ops": ["stat", "open", "read", "close"], "stat_count": 1, "open_count": 1},
         "run": {"iterations": args.iterations, "warmup": 1, "cache": "warm", "verify": "none"},
         "archive": {"path": archive}})
-    requests: dict[str, int] = {}
+    windows: dict[str, Window] = {}
     backing.mkdir()
     with running(backing, mountpoint, "--service-s", str(args.service_s), "--threads",
                  str(args.threads)):
@@ -88,14 +96,15 @@ def measure(args: argparse.Namespace, scratch: Path) -> tuple[Path, dict[str, in
             backing.mkdir()
             run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "prepare",
                                         str(job), "--set", size))
-            if not requests:
-                requests = requests_per_op(next((mountpoint / "sharded").iterdir()),
-                                           args.service_s)
+            if not windows:
+                windows = probe_ops(next((mountpoint / "sharded").iterdir()))
             run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "run", str(job),
                                         "--set", size, "--set", f"target.path={mountpoint}"))
             print(f"  {nranks} rank(s) measured (load {load_average_text()})", file=sys.stderr,
                   flush=True)
-    return archive, requests
+    # counted in the emulator's own log of the requests it served
+    served = requests_per_op(read_requests(mountpoint), windows)
+    return archive, {op: len(requests) for op, requests in served.items()}
 
 
 def main() -> int:
@@ -114,7 +123,7 @@ def main() -> int:
     measured = {p.nranks: p for p in series.points}
     fitted = [p for p in series.points if p.nranks <= args.fit_up_to]
     per_op = sum(requests[op] for op in ("stat", "open")) / K
-    print(f"emulator requests per op (timed through the mount / S): {requests}")
+    print(f"emulator requests per op (counted in its log): {requests}")
     print(f"{'N':>6} {'measured':>10} {'projected':>10} {'band':>21} {'error':>7}  verdict")
     for nranks in [n for n in args.ranks if n > args.fit_up_to] + [LARGE]:
         projection = project(fitted, "sharded", Scale(nranks), per_rank_size=series.per_rank_size)

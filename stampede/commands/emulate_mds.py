@@ -10,6 +10,7 @@ from typing import Any
 
 from stampede.emulate import mds as model
 from stampede.emulate import writable
+from stampede.emulate.service import LOG_LIMIT
 
 MAX_WRITE_BYTES = 128 * 1024   # the most a FUSE write request carries with libfuse 2
 
@@ -62,6 +63,13 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--summary-json", default=None, metavar="PATH",
                      help="at exit, also write the summary (per op: requests, the service time "
                           "asked and held, the time queued) as JSON to PATH")
+    sub.add_argument("--log", default=None, metavar="PATH",
+                     help="at exit, write every request served as JSON lines to PATH: op, "
+                          "paths, the locks it queued on, when it arrived, took its slot and "
+                          "left it (monotonic clock), the slot")
+    sub.add_argument("--log-limit", type=int, default=LOG_LIMIT, metavar="N",
+                     help=f"requests the log keeps (in memory until exit; default {LOG_LIMIT:,}); "
+                          "the rest are counted")
     sub.set_defaults(func=cmd_emulate_mds)
 
 
@@ -69,7 +77,7 @@ def cmd_emulate_mds(args: argparse.Namespace) -> int:
     import os
 
     from stampede.emulate.mds import check_arguments, die_with_parent, load_fuse
-    from stampede.emulate.service import precise_timers, realtime_priority
+    from stampede.emulate.service import ServiceLog, precise_timers, realtime_priority
     from stampede.errors import RunFailed
 
     started_by = os.getppid()     # first: the parent may die while the rest loads
@@ -88,6 +96,7 @@ def cmd_emulate_mds(args: argparse.Namespace) -> int:
         return int(uid), int(gid), int(pid)
 
     server = new_server(args, backing, caller, on_mount)
+    server.log = ServiceLog(args.log_limit) if args.log else None
     timeout = f"{args.attr_cache_s:g}"
     try:
         # big_writes: writes reach the server in 128 KiB requests, not 4 KiB pages
@@ -98,6 +107,11 @@ def cmd_emulate_mds(args: argparse.Namespace) -> int:
     except RuntimeError as error:   # libfuse printed why (fuse: ...) just above
         raise RunFailed(f"mounting {mountpoint} failed (libfuse status {error})") from None
     print(f"emulate-mds: unmounted {mountpoint}; {server.summary()}", file=sys.stderr, flush=True)
+    if server.log is not None:
+        server.log.write(args.log)
+        dropped = f" ({server.log.dropped} more not kept: --log-limit)" if server.log.dropped else ""
+        print(f"emulate-mds: logged {len(server.log)} request(s) to {args.log}{dropped}",
+              file=sys.stderr, flush=True)
     if args.summary_json:
         write_summary(args.summary_json, server, args, priority)
     return 0
@@ -138,6 +152,8 @@ def write_summary(path: str, server: model.MetadataServer, args: argparse.Namesp
                 "serialize_inode": args.serialize_inode, "priority": priority,
                 "writable": args.writable, "serialize_dir": args.serialize_dir,
                 "write_s": writable.write_times(args) if args.writable else {},
-                "peak_in_service": server.tally.peak_in_service, "ops": server.tally.summaries()}
+                "peak_in_service": server.tally.peak_in_service, "ops": server.tally.summaries(),
+                "log": None if server.log is None else
+                {"path": args.log, "requests": len(server.log), "dropped": server.log.dropped}}
     with open(path, "w") as stream:
         json.dump(document, stream, indent=1)

@@ -1,5 +1,6 @@
 """Driving `stampede emulate-mds` from a script or a test: start it, wait for its mount,
-stop it, and never leave a mount behind; plus how many emulator requests an op costs.
+stop it, and never leave a mount behind; its summary and its log of requests; and how
+many requests an op costs, read from that log.
 
 One copy of this for bench/model_vs_emulator.py and the tests that mount the emulator.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -19,7 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-MOUNT_WAIT_S = 15.0
+from stampede.emulate.service import Served, read_log
+
+MOUNT_WAIT_S = 60.0     # a loaded machine can take seconds to import fusepy and mount
 
 
 def fuse_unavailable() -> str:
@@ -71,13 +73,15 @@ def read_summary(mountpoint: Path) -> dict[str, Any]:
 @contextmanager
 def running(backing: Path, mountpoint: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
     """`stampede emulate-mds` mounted at mountpoint until the block ends, however it ends;
-    its stderr goes to mountpoint + '.log', its summary to summary_path(mountpoint) (read it
-    with read_summary after the block). RuntimeError if it does not mount."""
+    its stderr goes to mountpoint + '.log', its summary to summary_path(mountpoint) and its
+    log of requests to requests_path(mountpoint) (read them with read_summary and
+    read_requests after the block). RuntimeError if it does not mount."""
     mountpoint.mkdir(exist_ok=True)
     log = mountpoint.with_suffix(".log")
     summary_path(mountpoint).unlink(missing_ok=True)
+    requests_path(mountpoint).unlink(missing_ok=True)
     command = emulate_command(backing, mountpoint, *options, "--summary-json",
-                              str(summary_path(mountpoint)))
+                              str(summary_path(mountpoint)), "--log", str(requests_path(mountpoint)))
     with open(log, "wb") as stream:
         daemon = subprocess.Popen(command, stderr=stream)
     try:
@@ -98,18 +102,39 @@ def running(backing: Path, mountpoint: Path, *options: str) -> Iterator[subproce
         force_unmount(mountpoint)
 
 
-def requests_per_op(path: Path, service_s: float, repeats: int = 5) -> dict[str, int]:
-    """Emulator requests of one stat and one open+close of `path`: the fastest of `repeats`
-    over S, rounded down. Each request holds its slot S at least, so r requests never take
-    less than r S; what comes on top (the FUSE round trip, a busy machine) must stay under
-    one S in the fastest try alone (a median, rounded, miscounted when it passed S / 2)."""
-    os.stat(path)                      # the kernel serializes a name's first lookup
+def requests_path(mountpoint: Path) -> Path:
+    """Where `running` has the emulator write its log of requests (--log) when it stops."""
+    return mountpoint.with_suffix(".requests.jsonl")
 
-    def timed(call: Callable[[], object]) -> float:
-        start = time.perf_counter()
+
+def read_requests(mountpoint: Path) -> list[Served]:
+    """Every request the emulator that `running` ran at mountpoint served, once the block
+    ended (stampede.emulate.service.Served)."""
+    return read_log(str(requests_path(mountpoint)))
+
+
+Window = tuple[float, float]     # (start, stop) on the monotonic clock, the log's
+
+
+def probe_ops(path: Path) -> dict[str, Window]:
+    """One stat and one open+close of `path` through a mount, each between two readings
+    of the monotonic clock: the windows in which requests_per_op counts their requests
+    in the emulator's log. A first stat comes before, untimed: the kernel serialises a
+    name's first lookup, and what a restore's stats meet after its warmup is the
+    revalidation of a known name."""
+    os.stat(path)
+    calls: dict[str, Callable[[], object]] = {
+        "stat": lambda: os.stat(path), "open": lambda: os.close(os.open(path, os.O_RDONLY))}
+    windows = {}
+    for op, call in calls.items():
+        start = time.monotonic()
         call()
-        return time.perf_counter() - start
+        windows[op] = (start, time.monotonic())
+    return windows
 
-    stat = min(timed(lambda: os.stat(path)) for _ in range(repeats))
-    opened = min(timed(lambda: os.close(os.open(path, os.O_RDONLY))) for _ in range(repeats))
-    return {"stat": math.floor(stat / service_s), "open": math.floor(opened / service_s)}
+
+def requests_per_op(log: list[Served], windows: dict[str, Window]) -> dict[str, list[Served]]:
+    """The requests that arrived in each probe's window (nothing else may use the mount
+    meanwhile): what one stat and one open cost the server, read from its own record."""
+    return {op: [served for served in log if start <= served.arrived_s <= stop]
+            for op, (start, stop) in windows.items()}

@@ -24,6 +24,8 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 PR_SET_TIMERSLACK = 29
@@ -159,3 +161,90 @@ def held_text(numbers: dict[str, float]) -> str:
             f"{numbers['held_p50_s'] * 1e3:.3f} ms p50, over asked {numbers['over_p99_s'] * 1e3:.3f} "
             f"ms p99; queued {numbers['queued_mean_s'] * 1e3:.3f} ms mean; at most "
             f"{int(numbers['peak_in_service'])} at once")
+
+
+class Slots:
+    """C service slots, each numbered: a request takes one (waiting while all are busy)
+    and gives it back; the log says which slot served it."""
+
+    def __init__(self, count: int) -> None:
+        self._condition = threading.Condition()
+        self._free = list(range(count - 1, -1, -1))    # popped from the end: slot 0 first
+
+    @contextmanager
+    def taken(self) -> Iterator[int]:
+        with self._condition:
+            while not self._free:
+                self._condition.wait()
+            slot = self._free.pop()
+        try:
+            yield slot
+        finally:
+            with self._condition:
+                self._free.append(slot)
+                self._condition.notify()
+
+
+LOG_LIMIT = 200_000          # requests kept by default (about 50 MiB); the rest only counted
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request the emulator served, as its log (--log) records it. Times are the
+    monotonic clock's (time.monotonic(), shared by every process on the machine):
+    arrived (the request reached the server), taken (it had its locks and a slot), left
+    (its hold ended; the slot and the locks were released right after)."""
+
+    op: str
+    paths: tuple[str, ...]       # the path it names; a rename's two
+    locks: tuple[str, ...]       # the locks it queued on, in order: "file:PATH", "dir:PATH"
+    arrived_s: float
+    taken_s: float
+    left_s: float
+    slot: int
+
+
+class ServiceLog:
+    """Every request served, up to `limit` (the rest counted in `dropped`), kept in
+    memory and written when the emulator stops (a write per request would be part of
+    the service it measures)."""
+
+    def __init__(self, limit: int = LOG_LIMIT) -> None:
+        self.limit = limit
+        self.dropped = 0
+        self._guard = threading.Lock()
+        self._entries: list[Served] = []
+
+    def add(self, served: Served) -> None:
+        with self._guard:
+            if len(self._entries) < self.limit:
+                self._entries.append(served)
+            else:
+                self.dropped += 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[Served]:
+        """The requests kept so far, in the order they left their slots."""
+        with self._guard:
+            return list(self._entries)
+
+    def write(self, path: str) -> None:
+        """The log as JSON lines, one request each (Served's fields), in the order the
+        requests left their slots."""
+        import json
+        from dataclasses import asdict
+
+        with open(path, "w") as stream:
+            for served in self.entries():
+                stream.write(json.dumps(asdict(served)) + "\n")
+
+
+def read_log(path: str) -> list[Served]:
+    """A log that `emulate-mds --log` wrote."""
+    import json
+
+    with open(path) as stream:
+        return [Served(**{**entry, "paths": tuple(entry["paths"]), "locks": tuple(entry["locks"])})
+                for entry in map(json.loads, stream)]

@@ -55,6 +55,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from stampede.emulate.mds import METADATA_OPS, READ, SEARCH, WRITE, FifoLock, MetadataServer
+from stampede.emulate.service import ServiceLog
 
 ENTRY_OPS = ("create", "mkdir", "rename", "unlink", "rmdir")   # change a directory's entries
 WRITE_OPS = (*ENTRY_OPS, "fsync", "fsyncdir", "setattr")
@@ -94,8 +95,10 @@ class WritableServer(MetadataServer):
     def __init__(self, backing: str, service_s: float, threads: int, serialize: bool = False,
                  jitter_s: float = 0.0, caller: Callable[[], tuple[int, int, int]] | None = None,
                  on_mount: Callable[[], None] | None = None, *,
-                 op_s: Mapping[str, float] | None = None, serialize_dir: bool = False) -> None:
-        super().__init__(backing, service_s, threads, serialize, jitter_s, caller, on_mount)
+                 op_s: Mapping[str, float] | None = None, serialize_dir: bool = False,
+                 log: ServiceLog | None = None) -> None:
+        super().__init__(backing, service_s, threads, serialize, jitter_s, caller, on_mount,
+                         log=log)
         self.op_s = {op: (op_s or {}).get(op, service_s) for op in WRITE_OPS}
         self.serialize_dir = serialize_dir
         self._dir_locks: dict[str, FifoLock] = {}
@@ -105,14 +108,14 @@ class WritableServer(MetadataServer):
     def _entry(self, op: str, paths: tuple[str, ...], work: Callable[[], Any]) -> Any:
         """An entry op on `paths`: its parents' locks (--serialize-dir), in path order."""
         parents = sorted({os.path.dirname(path.rstrip("/")) or "/" for path in paths})
-        locks = [self._lock(self._dir_locks, parent) for parent in parents] \
+        locks = [self._lock(self._dir_locks, "dir", parent) for parent in parents] \
             if self.serialize_dir else []
-        return self._held(op, self.op_s[op], locks, work)
+        return self._held(op, paths, self.op_s[op], locks, work)
 
     def _on_file(self, op: str, path: str, work: Callable[[], Any]) -> Any:
         """fsync or setattr of a file: queued on the file's lock with --serialize-inode."""
-        locks = [self._lock(self._path_locks, path)] if self.serialize else []
-        return self._held(op, self.op_s[op], locks, work)
+        locks = [self._lock(self._path_locks, "file", path)] if self.serialize else []
+        return self._held(op, (path,), self.op_s[op], locks, work)
 
     def _check_parents(self, *paths: str) -> None:
         """Write and search permission on each path's parent directory."""
@@ -189,7 +192,7 @@ class WritableServer(MetadataServer):
             finally:
                 os.close(descriptor)
 
-        return self._held("fsyncdir", self.op_s["fsyncdir"], [], sync_directory)
+        return self._held("fsyncdir", (path,), self.op_s["fsyncdir"], [], sync_directory)
 
     # --- opening for writing, attributes -------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""stampede.emulate.mount: the emulator's driver, on a real mount."""
+"""stampede.emulate.mount: the emulator's driver, on a real mount, and its log of requests."""
 
 from __future__ import annotations
 
@@ -7,22 +7,31 @@ from pathlib import Path
 
 import pytest
 
-from stampede.emulate.mount import requests_per_op, running
+from stampede.emulate.mount import probe_ops, read_requests, read_summary, requests_per_op, running
 
 pytestmark = [pytest.mark.usefixtures("no_mount_left")]
 
 
-def test_requests_per_op_are_counted_with_time_on_top_of_the_service(fuse_ready: None,
-                                                                    tmp_path: Path) -> None:
-    """Up to 8 ms on top of each 20 ms request (jitter standing in for a busy machine): a
-    stat of sharded/shard.raw is still 3 requests (LOOKUP sharded, LOOKUP the file, GETATTR),
-    an open too (the two LOOKUPs and OPEN). A median rounded would count 4 (3 x 24 ms);
-    the fastest of 5 tries leaves ~15 ms for the machine's own delays (10 ms requests left
-    ~2 ms, and a loaded 2-core machine took more)."""
+def test_requests_per_op_are_read_from_the_emulators_log(fuse_ready: None, tmp_path: Path) -> None:
+    """A stat of sharded/shard.raw is 3 requests (LOOKUP sharded, LOOKUP the file, GETATTR),
+    an open too (the two LOOKUPs and OPEN): counted in the log the emulator keeps, however
+    long the machine took around them (jitter stands in for a busy one)."""
     backing = tmp_path / "backing"
     (backing / "sharded").mkdir(parents=True)
     (backing / "sharded" / "shard.raw").write_bytes(os.urandom(1000))
     mountpoint = tmp_path / "mnt"
     with running(backing, mountpoint, "--service-s", "0.02", "--jitter-s", "0.008"):
-        counted = requests_per_op(mountpoint / "sharded" / "shard.raw", 0.02)
-    assert counted == {"stat": 3, "open": 3}
+        windows = probe_ops(mountpoint / "sharded" / "shard.raw")
+    log = read_requests(mountpoint)
+    counted = requests_per_op(log, windows)
+    assert {op: [(s.op, s.paths) for s in served] for op, served in counted.items()} == {
+        "stat": [("getattr", ("/sharded",)), ("getattr", ("/sharded/shard.raw",)),
+                 ("getattr", ("/sharded/shard.raw",))],
+        "open": [("getattr", ("/sharded",)), ("getattr", ("/sharded/shard.raw",)),
+                 ("open", ("/sharded/shard.raw",))]}
+    for served in log:          # each held its service time at least, in a slot of its own
+        assert served.arrived_s <= served.taken_s and served.left_s - served.taken_s >= 0.02
+        assert served.slot in range(4) and served.locks == ()
+    summary = read_summary(mountpoint)
+    assert summary["log"]["requests"] == len(log) == sum(op["count"] for op in summary["ops"].values())
+    assert summary["log"]["dropped"] == 0

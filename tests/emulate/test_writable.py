@@ -2,9 +2,9 @@
 service times, the directory's lock, who may write; then `stampede save` through it,
 and the create storm of one directory against fan-out, told apart by the service time.
 
-Wall-clock on a busy 2-core machine only bounds from below (a service time is a floor)
-or within the tolerance of the issue (15%) on the archive's medians; the rest is checked
-on what the server records (requests, what each held, how many were in service at once).
+Wall-clock only bounds from below (a service time is a floor); the rest is checked on
+what the server records: its log of every request (the locks it queued on, when it took
+and left its slot) and its summary (what each held, how many were in service at once).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from stampede import cli
-from stampede.emulate.mount import read_summary, running
+from stampede.emulate.mount import read_requests, read_summary, running
+from stampede.emulate.service import Served, ServiceLog
 from stampede.emulate.writable import WritableServer
 from tests.helpers.jobs import read_archive, small_job
 
@@ -51,23 +52,31 @@ def server_on(tmp_path: Path, **options: object) -> WritableServer:
     for name in ("one", "d0", "d1", "d2", "d3"):
         (backing / name).mkdir(parents=True, exist_ok=True)
     return WritableServer(str(backing), 0.0, threads=4, op_s={"create": SERVICE_S,
-                                                              "rename": SERVICE_S}, **options)
+                                                              "rename": SERVICE_S},
+                          log=ServiceLog(), **options)
 
 
 @pytest.mark.parametrize("serialize_dir", [True, False], ids=["--serialize-dir", "without"])
 def test_the_directory_lock_without_fuse(tmp_path: Path, serialize_dir: bool) -> None:
-    """The server alone (FUSE's kernel would queue one directory's creates itself): with
-    --serialize-dir, 4 creates in one directory go one at a time, 4 in four directories
-    together; without it, both go together (4 slots)."""
+    """The server alone (FUSE's kernel would queue one directory's creates itself), read
+    by its log: with --serialize-dir, 4 creates in one directory queue on its lock and go
+    one at a time in arrival order, 4 in four directories each take a lock of their own;
+    without it, none queues, and the 4 slots serve them together."""
     server = server_on(tmp_path, serialize_dir=serialize_dir)
     one = at_once([creating(server, f"/one/f{index}") for index in range(4)])
-    in_one = server.tally.summaries()["create"]
-    assert one >= (4 if serialize_dir else 1) * SERVICE_S        # a service time is a floor
-    assert in_one["peak_in_service"] == (1 if serialize_dir else 4)
-    if serialize_dir:         # queued 0, S, 2S, 3S behind each other: 1.5 S on average
-        assert in_one["queued_mean_s"] >= 1.5 * SERVICE_S * 0.8
+    log = server.log.entries() if server.log else []
+    assert [item.locks for item in log] == [("dir:/one",) if serialize_dir else ()] * 4
+    assert all(item.left_s - item.taken_s >= SERVICE_S for item in log)   # each held S
+    if serialize_dir:
+        assert never_overlap(log) and one >= 4 * SERVICE_S     # one at a time: 4 S at least
+        assert [item.taken_s for item in sorted(log, key=lambda item: item.arrived_s)] == \
+            sorted(item.taken_s for item in log)               # in arrival order
+    assert server.tally.summaries()["create"]["peak_in_service"] == (1 if serialize_dir else 4)
     spread = server_on(tmp_path / "spread", serialize_dir=serialize_dir)
     assert at_once([creating(spread, f"/d{index}/f") for index in range(4)]) >= SERVICE_S
+    spread_log = spread.log.entries() if spread.log else []
+    assert sorted(item.locks for item in spread_log) == \
+        ([(f"dir:/d{index}",) for index in range(4)] if serialize_dir else [()] * 4)
     assert spread.tally.summaries()["create"]["peak_in_service"] == 4
     served = spread.tally.summaries()["create"]
     assert served["count"] == 4 and served["asked_mean_s"] == SERVICE_S
@@ -75,16 +84,26 @@ def test_the_directory_lock_without_fuse(tmp_path: Path, serialize_dir: bool) ->
     assert sorted(os.listdir(tmp_path / "backing" / "one")) == ["f0", "f1", "f2", "f3"]
 
 
+def never_overlap(served: list[Served]) -> bool:
+    """One at a time: each request took its slot after the previous one left it."""
+    spans = sorted((item.taken_s, item.left_s) for item in served)
+    return all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:]))
+
+
 def test_a_rename_waits_for_both_directories(tmp_path: Path) -> None:
+    """A rename from d0 to d1 takes both directories' locks, in path order; while a create
+    in d1 holds d1's, the two never hold their slots at once, whichever came first."""
     server = server_on(tmp_path, serialize_dir=True)
     os.close(server.create("/d0/x", 0o640))
     holding = threading.Thread(target=creating(server, "/d1/busy"))
-    holding.start()                     # holds d1's lock for S
-    time.sleep(SERVICE_S / 4)
-    server.rename("/d0/x", "/d1/y")     # queues for d1 behind the create, then takes S
+    holding.start()
+    server.rename("/d0/x", "/d1/y")
     holding.join()
-    renamed = server.tally.summaries()["rename"]
-    assert renamed["queued_mean_s"] >= SERVICE_S / 2
+    log = server.log.entries() if server.log else []
+    renamed = [item for item in log if item.op == "rename"]
+    assert [(item.paths, item.locks) for item in renamed] == \
+        [(("/d0/x", "/d1/y"), ("dir:/d0", "dir:/d1"))]
+    assert never_overlap([item for item in log if "dir:/d1" in item.locks])
     assert sorted(os.listdir(tmp_path / "backing" / "d1")) == ["busy", "y"]
 
 
@@ -166,45 +185,42 @@ def test_every_layout_saves_through_it_and_restores_verified(stampede, fuse_read
 def test_a_create_storm_queues_in_one_directory_and_spreads_over_fan_out(
         stampede, fuse_ready: None, tmp_path: Path) -> None:
     """4 ranks, each creating its shard's file: `sharded` puts the 4 in one directory,
-    `fan-out` (fanout 4) one in each of four. Creates hold S, the rest nothing; the
-    directory's lock queues one directory's creates one at a time (on one mount the
-    kernel holds it, as --serialize-dir does at the server), so the model says: the
-    create op's elapsed (first start to last end, median over saves) is N S = 4 S in one
-    directory, S over four, on top of what the same saves cost with S = 0 (the machine's
-    own part: FUSE's round trips, the ranks' skew; tens of ms on a slow shared VM);
-    within 15%, and their ratio 4 within 15%."""
+    `fan-out` (fanout 4) one in each of four. Creates hold S, the rest nothing, and the
+    directory's lock queues one directory's creates (on one mount the kernel holds it too,
+    as --serialize-dir does at the server). The emulator's log shows it: each save's
+    sharded creates on one directory's lock, one at a time, so that save's create op
+    lasted at least N S; fan-out's on four locks, one each. How close the clock comes to
+    N S against S is bench/model_vs_emulator.py's kind of question, not this test's."""
     ranks = 4
     job = small_job(tmp_path, checkpoint={"size": "4MiB", "fanout": ranks},
                     run={"iterations": 3, "warmup": 1, "verify": "none"},
                     save={"validate": "none"})
-    base, _, _ = create_elapsed(stampede, tmp_path / "base", job, ranks, 0.0)
-    elapsed, rows, mounts = create_elapsed(stampede, tmp_path / "held", job, ranks, SERVICE_S)
-    added = {layout: elapsed[layout] - base[layout] for layout in elapsed}
-    expected = {"sharded": ranks * SERVICE_S, "fan-out": SERVICE_S}
-    ratio = added["sharded"] / added["fan-out"]
-    print("create elapsed: " + "; ".join(
-        f"{layout} {elapsed[layout] * 1e3:.1f} ms - {base[layout] * 1e3:.1f} ms at S = 0 "
-        f"= {added[layout] * 1e3:.1f} ms (model {expected[layout] * 1e3:.0f})"
-        for layout in expected) + f"; ratio {ratio:.2f} (model {ranks})")
+    rows, mounts = save_through(stampede, tmp_path, job, ranks, SERVICE_S)
     for layout, row in rows.items():
         assert int(row["count"]) == 3 * ranks and row["valid"] == "true"
         assert float(row["lat_min_s"]) >= SERVICE_S                 # a service time is a floor
-        assert added[layout] == pytest.approx(expected[layout], rel=0.15)
-    assert ratio == pytest.approx(ranks, rel=0.15)
-    # what the servers record: every create held S; in one directory never two at once,
-    # over four directories all four (no wall-clock in these)
-    for layout, mountpoint in mounts.items():
-        served = read_summary(mountpoint)["ops"]["create"]
-        assert served["asked_mean_s"] == pytest.approx(SERVICE_S)
-        assert served["held_p50_s"] >= SERVICE_S and served["count"] >= 4 * ranks
-        assert served["peak_in_service"] == (1 if layout == "sharded" else ranks)
+        creates = [item for item in read_requests(mounts[layout]) if item.op == "create"
+                   and item.paths[0].endswith(".raw.partial")]      # the shards' (not the journal's)
+        assert len(creates) == 4 * ranks                            # warmup + 3 saves
+        assert all(item.left_s - item.taken_s >= SERVICE_S for item in creates)
+        by_lock: dict[tuple[str, ...], list[Served]] = {}
+        for item in creates:
+            by_lock.setdefault(item.locks, []).append(item)
+        assert all(never_overlap(served) for served in by_lock.values())
+        if layout == "sharded":         # one directory per save: its 4 creates queued there
+            assert sorted(len(served) for served in by_lock.values()) == [ranks] * 4
+        else:                           # fan-out: every create a directory of its own
+            assert sorted(len(served) for served in by_lock.values()) == [1] * (4 * ranks)
+    assert float(rows["sharded"]["elapsed_s"]) >= ranks * SERVICE_S   # back to back
+    for mountpoint in mounts.values():
+        assert read_summary(mountpoint)["ops"]["create"]["asked_mean_s"] == pytest.approx(SERVICE_S)
 
 
-def create_elapsed(stampede, where: Path, job: Path, ranks: int, create_s: float
-                   ) -> tuple[dict[str, float], dict[str, dict[str, str]], dict[str, Path]]:
+def save_through(stampede, where: Path, job: Path, ranks: int, create_s: float
+                 ) -> tuple[dict[str, dict[str, str]], dict[str, Path]]:
     """Each layout's save through a writable emulator of its own holding creates
-    create_s: the create rows' elapsed_s by layout, the rows, the mountpoints (whose
-    emulators' summaries read_summary reads)."""
+    create_s: the create rows by layout, the mountpoints (whose emulators' summaries and
+    logs read_summary and read_requests read)."""
     options = ("--writable", "--service-s", "0", "--create-s", str(create_s), "--threads",
                str(ranks), "--serialize-dir")
     mounts = {layout: where / f"mnt-{layout}" for layout in ("sharded", "fan-out")}
@@ -219,4 +235,4 @@ def create_elapsed(stampede, where: Path, job: Path, ranks: int, create_s: float
                              f"archive.path={archive}", np=ranks)
             assert saved.returncode == 0, saved.stdout + saved.stderr
     rows = {row["layout"]: row for row in read_archive(archive) if row["op"] == "create"}
-    return {layout: float(row["elapsed_s"]) for layout, row in rows.items()}, rows, mounts
+    return rows, mounts
