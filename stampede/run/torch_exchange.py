@@ -9,8 +9,9 @@ on to the device if any, exactly as the MPI exchange does.
 Each iteration is a restart, so the process group is made again before every iteration,
 on every rank, outside the restore (before the phase's start barrier; its stamps are
 negative on the phase's axis):
-  pg_init          init_process_group (TCP rendezvous at rank 0's host name and a free
-                   port, agreed over MPI) + new_group of this rank's exchange group. nccl
+  pg_init          the rendezvous (rank 0 serves the store at its host name on a port the
+                   kernel chose, the others connect: stampede.run.rendezvous) +
+                   init_process_group + new_group of this rank's exchange group. nccl
                    is given the rank's GPU (device_id), so torch creates the communicator
                    here, eagerly: NCCL's initialisation is the recovery model's T_sync.
   bcast_first /    the new group's first collective, at the shard's size: what a fresh
@@ -34,6 +35,7 @@ from typing import Any
 from stampede import mpi
 from stampede.errors import RunFailed, UsageError, install_hint
 from stampede.results.samples import OP_CODE
+from stampede.run import rendezvous
 
 PG_INIT, FIRST = OP_CODE["pg_init"], {"bcast": OP_CODE["bcast_first"],
                                      "allgather": OP_CODE["allgather_first"]}
@@ -72,14 +74,6 @@ def one_rank_per_gpu(where: list[tuple[str, int]]) -> None:
         seen[place] = rank
 
 
-def free_address() -> tuple[str, int]:
-    """Rank 0: its host name and a port free now, for the rendezvous (TCPStore)."""
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        port = int(probe.getsockname()[1])
-    return socket.gethostname(), port
-
-
 class TorchExchange:
     """One rank's torch.distributed exchange for one layout: its group's members (world
     ranks, in the order of the MPI group: member i holds stripe i), the tensor over the
@@ -110,24 +104,26 @@ class TorchExchange:
         (op pg_init) and its first collective run (op bcast_first or allgather_first);
         collectively, so that a rank's failure is every rank's (RunFailed)."""
         self.close()
-        rank = self.world.Get_rank()
-        address: tuple[str, int] = mpi.bcast(self.world, free_address() if rank == 0 else ("", 0))
-        stamps = mpi.collective(self.world, f"{self.label}: making the process group at "
-                                f"{address[0]}:{address[1]}", lambda: self._init(address))
+        start = time.perf_counter_ns()
+        host: str = mpi.bcast(self.world, socket.gethostname())
+        store = rendezvous.store(self.world, host, self.timeout_s)
+        stamps = mpi.collective(self.world, f"{self.label}: making the process group",
+                                lambda: self._init(store, start))
         log.append((iteration, PG_INIT, *stamps, 0, 1))
         mpi.barrier(self.world)   # the members start their first collective together
         stamps = mpi.collective(self.world, f"{self.label}: the group's first {kind}",
                                 lambda: self._timed(kind))
         log.append((iteration, FIRST[kind], *stamps, received_bytes, 1))
 
-    def _init(self, address: tuple[str, int]) -> tuple[int, int]:
+    def _init(self, store: Any, start: int) -> tuple[int, int]:
+        """The process group over the store (the rendezvous began at `start`) and this
+        rank's exchange group: pg_init's stamps."""
         dist = self.dist
         options: dict[str, Any] = {}
         if self.backend == "nccl":   # eager: the communicator is made here, not lazily
             options["device_id"] = self.device.device
-        start = time.perf_counter_ns()
         try:
-            dist.init_process_group(self.backend, init_method=f"tcp://{address[0]}:{address[1]}",
+            dist.init_process_group(self.backend, store=store,
                                     rank=self.world.Get_rank(), world_size=self.world.Get_size(),
                                     timeout=timedelta(seconds=self.timeout_s), **options)
             self.group = dist.new_group(self.members, use_local_synchronization=True)

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from stampede import mpi
+from stampede.run import rendezvous
 from stampede.run.loaders.common import Record, tensor_bytes
 from stampede.run.loaders.work import RankWork
 
@@ -56,8 +57,8 @@ def prepare(comm: Any, work: RankWork, device: str) -> State:
 
 
 def _process_group(comm: Any, dist: Any) -> bool:
-    """The MPI ranks as a gloo group (rank 0's address and a free port, broadcast): False
-    when one is already there."""
+    """The MPI ranks as a gloo group (its store served by rank 0 at its address on a port
+    the kernel chose: stampede.run.rendezvous): False when one is already there."""
     if dist.is_initialized():
         return False
     hosts = mpi.gather(comm, mpi.processor_name(comm))
@@ -65,15 +66,11 @@ def _process_group(comm: Any, dist: Any) -> bool:
     if comm.Get_rank() == 0:
         address = "127.0.0.1" if len(set(hosts or ())) == 1 else \
             socket.gethostbyname(socket.getfqdn())
-        with socket.socket() as probe:
-            probe.bind((address, 0))
-            port = probe.getsockname()[1]
-        address = f"{address}:{port}"
     address = mpi.bcast(comm, address)
-    if address.startswith("127.0.0.1:"):
+    if address == "127.0.0.1":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=f"tcp://{address}", rank=comm.Get_rank(),
-                            world_size=comm.Get_size(),
+    store = rendezvous.store(comm, address, PROCESS_GROUP_TIMEOUT_S)
+    dist.init_process_group("gloo", store=store, rank=comm.Get_rank(), world_size=comm.Get_size(),
                             timeout=timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
     return True
 
