@@ -22,6 +22,9 @@ fitted, the shaping NOT given):
   fit     the model at each measured point, fitted on all of the system's node counts
   out     fitted on the node counts below the largest, projected to the largest (out of
           sample), with its band
+First, per system, the node NIC's token bucket against what crosses it: 8 MB sent from
+node0 to node1, the rate measured over the ratio to the rate asked (it never exceeds 1 by
+more than the bucket's burst; a busy machine stays under).
 Each row: measured, fitted model and its error, and for the largest n the out-of-sample
 projection, its error and whether the band holds the measurement; PASS when |error| <=
 --tolerance (15%). Then the winner per n, measured and predicted. The verdicts are
@@ -119,6 +122,19 @@ def run_point(scratch: Path, system: System, nodes: int, args: argparse.Namespac
                                  f"{done.stderr[-3000:]}")
 
 
+LINK_PROBE_BYTES = 8_000_000
+
+
+def link_rate(scratch: Path, system: System) -> float:
+    """What a node's shaped NIC delivers: LINK_PROBE_BYTES sent from node0 to node1 on a
+    2-node cluster of the system's links, GB/s from the first byte received to the last
+    (the token bucket's rate is a ceiling; a busy machine only stays under it)."""
+    plan = plan_cluster(new_cluster_id(), 2, 1, Link(system.node_gbps), storage_link=None)
+    with running_cluster(plan, scratch / f"cluster-{plan.cluster_id}") as cluster:
+        received, seconds = cluster.send("node0", "node1", LINK_PROBE_BYTES)
+    return received / seconds / 1e9
+
+
 def measured(archive: Path) -> dict[tuple[str, int], tuple[float, float, float]]:
     """(layout, nodes) -> (median, min, max) time to last rank, from the archive."""
     return {(row["layout"], int(row["nnodes"])): (float(row["time_to_last_rank_s"]),
@@ -197,6 +213,11 @@ def main() -> int:
     print(f"{machine_text(with_ram=True)}; load {load_average_text()}")
     with scratch_directory("stampede-tradeoff-", args.dir) as scratch:
         for system in args.system:
+            if not args.reuse:       # the tc token bucket against what crosses it
+                rate = link_rate(scratch, system)
+                print(f"{system.name}: node NIC shaped to {system.node_gbps:g} GB/s; "
+                      f"{LINK_PROBE_BYTES / 1e6:g} MB node0 -> node1 at {rate:.4g} GB/s "
+                      f"(ratio {rate / system.node_gbps:.2f})")
             kept = Path(args.dir or ".") / f"tradeoff-{system.name}.csv"
             archive = kept if args.reuse else scratch / f"{system.name}.csv"
             for nodes in [] if args.reuse else args.nodes:

@@ -28,6 +28,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -393,6 +394,42 @@ class Cluster:
                                 port], capture_output=True, text=True, check=True)
         stats = json.loads(shown.stdout)[0]["stats64"]
         return int(stats["tx"]["bytes"]), int(stats["rx"]["bytes"])
+
+    def send(self, source: str, destination: str, nbytes: int, timeout_s: float = 120.0
+             ) -> tuple[int, float]:
+        """Probe a path through the cluster: `nbytes` sent over TCP from a process on
+        `source` to a listener on `destination` (by its name, through the hosts file):
+        (bytes received, seconds from the first byte received to the last). What the
+        shaped links let through: bench/cluster_tradeoff.py prints it against their rate."""
+        import socket
+
+        host = self.plan.host(destination)
+        listener = in_namespace(host.netns, lambda: socket.create_server((host.address, 0)))
+        got: dict[str, float] = {"bytes": 0, "seconds": 0.0}
+
+        def receive() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                total, first = 0, 0.0
+                while chunk := connection.recv(1 << 16):
+                    first = first or time.perf_counter()
+                    total += len(chunk)
+                got.update(bytes=total, seconds=time.perf_counter() - first)
+
+        receiver = threading.Thread(target=receive, daemon=True)
+        receiver.start()
+        script = (f"import socket; s = socket.create_connection(({destination!r}, "
+                  f"{listener.getsockname()[1]})); s.sendall(bytes({nbytes})); s.close()")
+        try:
+            sent = self.run(source, [sys.executable, "-c", script], timeout=timeout_s,
+                            capture_output=True, text=True)
+            if sent.returncode:
+                raise RuntimeError(f"sending {nbytes} bytes from {source} to {destination} "
+                                   f"failed: {sent.stderr.strip()}")
+            receiver.join(timeout=timeout_s)
+        finally:
+            listener.close()
+        return int(got["bytes"]), got["seconds"]
 
     def _reap(self) -> None:
         for process in self._children:
