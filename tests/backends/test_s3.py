@@ -37,7 +37,10 @@ from tests.helpers.s3server import (
 
 MiB = 2**20
 HANG_GUARD_S = 60.0   # a call still running after this is a hang: the test fails, not waits
-FAST_FAIL = {"max_attempts": 3, "connect_timeout": 1, "read_timeout": 1}
+FAST_FAIL = {"max_attempts": 3, "connect_timeout": 1, "read_timeout": 1}   # faults by timeout
+# Where the faults come from the proxy (503s, closed connections, cut bodies), a timeout
+# must never add one of its own: a busy machine can keep a 6 MiB PUT past 1 s
+PATIENT = {"max_attempts": 3, "connect_timeout": 5, "read_timeout": 30}
 
 
 def s3_backend(server: S3Server, endpoint_url: str | None = None, **options: Any) -> S3Backend:
@@ -224,7 +227,7 @@ def test_throttling_is_retried_and_counted(s3_env: S3Server, proxy: FaultProxy,
     writer_side = s3_backend(s3_env)
     writer_side.put_bytes("shard.bin", b"0123456789" * 1000)
     backend = open_backend(f"s3://{writer_side.root}",
-                           {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
+                           {"endpoint_url": proxy.endpoint_url, **PATIENT})
     path = backend.path("shard.bin")
     handle = backend.opener(False)(path)
 
@@ -281,7 +284,7 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_uncounted(
     writer_side = s3_backend(s3_env)
     writer_side.put_bytes("shard.bin", b"x" * 100)
     backend = open_backend(f"s3://{writer_side.root}",
-                           {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
+                           {"endpoint_url": proxy.endpoint_url, **PATIENT})
     path = backend.path("shard.bin")
     backend.stat(path)
     connections = proxy.connections
@@ -300,7 +303,7 @@ def test_closed_connections_and_cut_bodies_are_retried_and_counted(
     data = os.urandom(MiB)
     writer_side.put_bytes("shard.bin", data)
     backend = open_backend(f"s3://{writer_side.root}",
-                           {"endpoint_url": proxy.endpoint_url, **FAST_FAIL})
+                           {"endpoint_url": proxy.endpoint_url, **PATIENT})
     path = backend.path("shard.bin")
     handle = backend.opener(False)(path)
 
@@ -468,7 +471,7 @@ def test_registry_routes_urls_and_names_missing_packages(monkeypatch: pytest.Mon
 def test_a_multipart_upload_is_its_requests_sent_from_the_buffers(s3_env: S3Server,
                                                                   proxy: FaultProxy,
                                                                   mapped: memoryview) -> None:
-    backend = s3_backend(s3_env, proxy.endpoint_url, **FAST_FAIL)
+    backend = s3_backend(s3_env, proxy.endpoint_url, **PATIENT)
     mapped[:] = bytes(range(256)) * (len(mapped) // 256)
     large = mmap.mmap(-1, 6 * MiB)   # a part of at least 5 MiB, then a short last one
     large[:] = os.urandom(6 * MiB)
@@ -487,7 +490,7 @@ def test_a_multipart_upload_is_its_requests_sent_from_the_buffers(s3_env: S3Serv
 
 def test_save_requests_retry_and_count_under_their_ops(s3_env: S3Server, proxy: FaultProxy,
                                                        mapped: memoryview) -> None:
-    backend = s3_backend(s3_env, proxy.endpoint_url, **FAST_FAIL)
+    backend = s3_backend(s3_env, proxy.endpoint_url, **PATIENT)
     path = backend.path("saved.bin")
     proxy.fail_next(1)
     upload = backend.start_upload(path)

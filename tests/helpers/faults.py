@@ -26,7 +26,7 @@ def mounted(backing: Path, mountpoint: Path, *options: str) -> Iterator[Path]:
     daemon = subprocess.Popen([sys.executable, str(FAULTFS), str(backing), str(mountpoint),
                                *options], stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while not os.path.ismount(mountpoint):
             if daemon.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"faultfs did not mount: {daemon.stderr.read() if daemon.stderr else ''}")

@@ -123,9 +123,14 @@ def test_a_writer_killed_mid_append_loses_no_earlier_row(tmp_path: Path) -> None
     archive = str(tmp_path / "r.csv")
     append_rows(archive, [row("before")])
     for attempt in range(5):  # kill at different moments of the write loop
+        size = os.path.getsize(archive)
         writer = multiprocessing.Process(target=_append_forever, args=(archive,))
         writer.start()
-        time.sleep(0.05 + 0.03 * attempt)
+        deadline = time.monotonic() + 60
+        while os.path.getsize(archive) == size:    # it is writing: now, or a moment later
+            assert time.monotonic() < deadline, "the writer never appended"
+            time.sleep(0.001)
+        time.sleep(0.003 * attempt)
         os.kill(writer.pid, signal.SIGKILL)
         writer.join(10)
     rows = read_rows(archive)

@@ -71,8 +71,9 @@ def test_a_run_on_a_full_disk_reports_then_fails_in_one_line(stampede, tmp_path:
 
 @pytest.mark.mpi
 def test_sigterm_keeps_the_layouts_measured_and_says_what_was_not(tmp_path: Path) -> None:
+    # each layout lasts 2000 iterations (seconds): the signal lands inside sharded
     job = small_job(tmp_path, checkpoint={"layout": ["shared", "sharded", "metadata-first"],
-                                          "size": "64MiB"},
+                                          "size": "4MiB"},
                     run={"iterations": 2000, "verify": "none", "warmup": 0})
     mpiexec = find_mpiexec()
     assert mpiexec is not None

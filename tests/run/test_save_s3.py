@@ -44,7 +44,7 @@ def s3_job(tmp_path: Path, proxy: FaultProxy, server: S3Server, name: str = "job
     tables: dict[str, dict[str, Any]] = {
         "target": {"path": f"s3://{server.bucket}/{prefix}",
                    "storage_options": {"endpoint_url": proxy.endpoint_url, "max_attempts": 3,
-                                       "connect_timeout": 2, "read_timeout": 10}},
+                                       "connect_timeout": 2, "read_timeout": 30}},
         "checkpoint": {"size": "20MiB", "block_size": "1MiB", "layout": ["sharded"]},
         "run": {"iterations": 3, "warmup": 1, "verify": "none"},
         "save": {"part_size": "5MiB"},
@@ -167,7 +167,9 @@ def test_one_put_per_object_without_a_part_size_async(stampede, tmp_path: Path,
         "metadata-first": {"create": 0, "part": 0, "complete": 0, "put": 16, "delete": 6}})
     ops = ops_of(read_archive(tmp_path / "results" / "job.csv"), "sharded", "save")
     assert int(ops["snapshot"]["op_bytes"]) == 3 * 8 * MiB
-    assert float(ops["blocked"]["lat_max_s"]) < float(ops["save"]["lat_min_s"])
+    # every rank's blocked time is within its own save (causality, as in test_save.py)
+    for column in ("lat_min_s", "lat_p50_s", "lat_max_s"):
+        assert float(ops["blocked"][column]) <= float(ops["save"][column]), column
 
 
 def said(result: Any) -> str:
@@ -180,7 +182,7 @@ def one_save_job(tmp_path: Path, proxy: FaultProxy, server: S3Server) -> tuple[P
     return s3_job(tmp_path, proxy, server, run={"iterations": 1, "warmup": 0},
                   save={"keep": 1}, target={"storage_options": {
                       "endpoint_url": proxy.endpoint_url, "max_attempts": 2,
-                      "connect_timeout": 2, "read_timeout": 5}})
+                      "connect_timeout": 2, "read_timeout": 30}})
 
 
 def journal_states(server: S3Server, prefix: str) -> dict[int, str]:
