@@ -5,6 +5,7 @@ tests/helpers/."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -18,6 +19,59 @@ from tests.helpers.jobs import RUN_TIMEOUT_S
 
 # The real S3 server's fixtures (s3_server for the session, s3_env per test).
 pytest_plugins = ["tests.helpers.s3server", "tests.helpers.cluster"]
+
+# What makes a test slow is what it launches: ranks under mpiexec (the `mpi` marker), an
+# S3 server, a FUSE mount, emulated nodes, a Slurm cluster, a browser, torch's 3-4 s
+# import in a subprocess. Such a test is marked `slow` here, by the fixtures it uses, or
+# by its module (SLOW_MODULES); `-m "not slow"` leaves the quick tier for the edit loop.
+LAUNCHING_FIXTURES = frozenset({"s3_server", "s3_env", "fuse_ready", "no_mount_left", "nodes",
+                                "assessed", "dcp_dir", "torch_bin", "tensorizer_file"})
+# ... and the parameters that name one for a fixture to get (request.getfixturevalue)
+LAUNCHING_PARAMETERS = frozenset({"s3", "dcp_dir", "torch_bin", "tensorizer_file"})
+SLOW_MODULES = frozenset({"tests/emulate/test_cluster.py", "tests/commands/test_slurm.py",
+                          "tests/commands/test_html.py", "tests/run/test_gpu_check.py"})
+# Under pytest-xdist each file's tests go to one worker together (its module fixtures are
+# made once), and the files that build emulated nodes (network namespaces) or a Slurm
+# cluster share one, so that no two such clusters come and go at once (their tests check
+# what is left behind).
+WORKER_GROUPS = {"tests/emulate/test_cluster.py": "nodes", "tests/run/test_nodes.py": "nodes",
+                 "tests/commands/test_slurm.py": "nodes"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scheduling by scope, a scope being a file or its WORKER_GROUPS group.
+    (xdist's own `loadgroup` tags node ids, which pytest 9.2's structured ids ignore.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileOrGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return WORKER_GROUPS.get(module, module)
+
+    return ByFileOrGroup(config, log)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The package's bytecode written once, so that the hundreds of processes the suite
+    launches read it rather than compile stampede again each (where the environment sets
+    PYTHONDONTWRITEBYTECODE, nothing else would write it: 0.2 s more per process)."""
+    import compileall
+
+    if not hasattr(session.config, "workerinput"):      # once, not per xdist worker
+        compileall.compile_dir(ROOT / "stampede", quiet=1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.relative_to(ROOT).as_posix()
+        fixtures = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        parameters = {value for value in (callspec.params.values() if callspec else ())
+                      if isinstance(value, str)}
+        if (item.get_closest_marker("mpi") or fixtures & LAUNCHING_FIXTURES
+                or parameters & LAUNCHING_PARAMETERS or module in SLOW_MODULES):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -85,19 +139,42 @@ def hdf5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkpoints.write_hdf5(tmp_path_factory.mktemp("hdf5")).parent
 
 
+def made_once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Path]) -> Path:
+    """What `make(directory)` returns, made once for the whole run: under pytest-xdist the
+    first worker to ask makes it in the run's shared temporary root (under a lock), the
+    others wait and reuse it. For the session fixtures that take seconds (torch's import,
+    ranks spawned, a sweep); tests never change what they give."""
+    import fcntl
+
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                     # pytest-N/, above every worker's popen-gwK/
+    made = root / f"{name}.made"               # holds the path `make` returned
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            directory = root / name
+            shutil.rmtree(directory, ignore_errors=True)   # a worker that failed half way
+            directory.mkdir()
+            made.write_text(str(make(directory)))
+        return Path(made.read_text())
+
+
 @pytest.fixture(scope="session")
 def dcp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.write_dcp(tmp_path_factory.mktemp("dcp"))
+    return made_once(tmp_path_factory, "dcp", checkpoints.write_dcp)
 
 
 @pytest.fixture(scope="session")
 def torch_bin(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.write_torch_bin(published, tmp_path_factory.mktemp("bin"))
+    return made_once(tmp_path_factory, "bin",
+                     lambda directory: checkpoints.write_torch_bin(published, directory))
 
 
 @pytest.fixture(scope="session")
 def tensorizer_file(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.write_tensorizer(published, tmp_path_factory.mktemp("tensorizer"))
+    return made_once(tmp_path_factory, "tensorizer",
+                     lambda directory: checkpoints.write_tensorizer(published, directory))
 
 
 @pytest.fixture(scope="session")
@@ -108,10 +185,12 @@ def assessed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.helpers.jobs import small_job
     from tests.helpers.verdicts import cli
 
-    tmp = tmp_path_factory.mktemp("assess")
-    job = small_job(tmp, checkpoint={"size": "6MiB", "layout": ["shared", "sharded"]},
-                    run={"iterations": 2, "warmup": 1, "verify": "xxh3"})
-    report = tmp / "report.html"
-    cli("assess", str(job), "--ranks", "1,2,3", "--budget", "60s", "-o", str(report), cwd=tmp,
-        timeout=300)
-    return report
+    def sweep(tmp: Path) -> Path:
+        job = small_job(tmp, checkpoint={"size": "6MiB", "layout": ["shared", "sharded"]},
+                        run={"iterations": 2, "warmup": 1, "verify": "xxh3"})
+        report = tmp / "report.html"
+        cli("assess", str(job), "--ranks", "1,2,3", "--budget", "60s", "-o", str(report),
+            cwd=tmp, timeout=300)
+        return report
+
+    return made_once(tmp_path_factory, "assess", sweep)

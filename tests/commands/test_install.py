@@ -5,6 +5,7 @@ run from outside it: the sbatch templates, the job files and the archive's READM
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,8 +22,13 @@ BUNDLED = ("stampede/bundled/slurm/restore.sbatch", "stampede/bundled/slurm/swee
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel, built without its dependencies and unpacked where Python finds it first."""
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy: setuptools works in the tree's build/, which another build (a
+    # second suite, an interrupted one) may hold or have left half made
+    source = out / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                            "-q", "-w", str(out), str(REPO)], capture_output=True, text=True,
+                            "-q", "-w", str(out), str(source)], capture_output=True, text=True,
                            timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
     wheel = next(out.glob("stampede-*.whl"))

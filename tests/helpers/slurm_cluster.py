@@ -2,7 +2,9 @@
 
 Started as /work/shared/notes/services.md says (a generated slurm.conf on 127.0.0.1 in a
 directory the caller owns, MPI through pmi2), and stopped by the PIDs recorded at start,
-never by name. The ports are Slurm's fixed 6817/6818, so one such cluster per machine.
+never by name. Its two ports (slurmctld's, slurmd's) are drawn free from PORT_RANGE, not
+Slurm's fixed 6817/6818, so that two suites on one machine each have a cluster; a start
+that loses a port race (a daemon's "Address already in use") is tried again on others.
 
 Job ids start at a random FirstJobId, not at 1: MPICH names a step's shared-memory
 segment after its PMI job id (/dev/shm/mpich_shm_<FNV-1a of "JOBID.STEP">_<node>), an
@@ -26,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo")
-PORTS = (6817, 6818)
+PORT_RANGE = (16_000, 19_999)       # apart from the S3 servers' (tests/helpers/s3server.py)
+START_TRIES = 3
+PORT_TAKEN = "Address already in use"
 POLL_S = 0.25
 START_TIMEOUT_S = 30.0
 MAX_FIRST_JOB_ID = 60_000_000       # below Slurm's MaxJobId (67,043,328)
@@ -222,13 +226,22 @@ def _check_prerequisites() -> None:
                                "(apt-get install -y slurm-wlm munge)")
     if os.geteuid() != 0:
         raise SlurmUnavailable("the test cluster runs its daemons as root (SlurmUser=root)")
-    for port in PORTS:
+
+
+def choose_ports() -> tuple[int, int]:
+    """Two distinct ports of PORT_RANGE that nothing holds now."""
+    chosen: list[int] = []
+    while len(chosen) < 2:
+        port = random.randrange(*PORT_RANGE)
         with socket.socket() as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
-                raise SlurmUnavailable(f"port {port} is taken: another Slurm runs here") from None
+                continue
+        if port not in chosen:
+            chosen.append(port)
+    return chosen[0], chosen[1]
 
 
 def _sbin_path() -> str:
@@ -258,20 +271,28 @@ def start(base: Path, timeout_s: float = START_TIMEOUT_S) -> SlurmCluster:
     _check_prerequisites()
     host = socket.gethostname().split(".")[0]   # `hostname -s`: the node's name
     cluster = SlurmCluster(base=base, host=host, cpus=os.cpu_count() or 1)
-    for sub in ("etc", "munge", "run", "log", "spool/ctld", "spool/slurmd"):
-        (base / sub).mkdir(parents=True, exist_ok=True)
-    (base / "munge").chmod(0o700)
-    for public in (base, base / "run"):    # munged refuses a socket dir without o+x
-        public.chmod(0o755)
-    cluster.conf.write_text(SLURM_CONF.format(host=host, base=base, ports=PORTS, cpus=cluster.cpus,
-                                              memory_mib=_memory_mib(),
-                                              first_job_id=random.randrange(1000, MAX_FIRST_JOB_ID)))
-    try:
-        _start_daemons(cluster, timeout_s)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+    for attempt in range(START_TRIES):
+        for sub in ("etc", "munge", "run", "log", "spool"):   # afresh: a try that lost
+            shutil.rmtree(base / sub, ignore_errors=True)     # its ports left its files
+        for sub in ("etc", "munge", "run", "log", "spool/ctld", "spool/slurmd"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        (base / "munge").chmod(0o700)
+        for public in (base, base / "run"):    # munged refuses a socket dir without o+x
+            public.chmod(0o755)
+        cluster.conf.write_text(SLURM_CONF.format(
+            host=host, base=base, ports=choose_ports(), cpus=cluster.cpus,
+            memory_mib=_memory_mib(), first_job_id=random.randrange(1000, MAX_FIRST_JOB_ID)))
+        try:
+            _start_daemons(cluster, timeout_s)
+            return cluster
+        except SlurmUnavailable as reason:
+            cluster.stop()
+            if PORT_TAKEN not in str(reason) or attempt + 1 == START_TRIES:
+                raise
+        except BaseException:
+            cluster.stop()
+            raise
+    raise AssertionError("unreachable")
 
 
 def _setup_step(command: list[str], cluster: SlurmCluster, timeout_s: float) -> None:
