@@ -23,6 +23,7 @@ LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-
            "list-first", "list-bcast", "mlperf")
 # checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf),
 # each with the rank count of a closed submission (mlpstorage's LLM_ALLOWED_VALUES)
+JOB_LIMIT_BYTES = 1 << 20    # a job file is a page of TOML: a larger one is not a job
 WORKLOAD_RANKS = {"llama3-8b": 8, "llama3-70b": 64, "llama3-405b": 512, "llama3-1t": 1024}
 WORKLOADS = ("none", *WORKLOAD_RANKS)
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
@@ -294,7 +295,7 @@ def _as_cell(value: object) -> object:
 def load_job(path: str | Path, overrides: Iterable[str] = ()) -> JobSpec:
     """Read a TOML job file, apply `--set key=value` overrides and validate everything."""
     path = Path(path)
-    text = values.read_text(path, "job file")
+    text = values.read_text(path, "job file", JOB_LIMIT_BYTES)
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -8,15 +8,18 @@ into archives and sidecars, so credentials come from the environment only.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from pathlib import Path
 
 from stampede.errors import UsageError
-from stampede.units import SIZE_HELP, parse_size
+from stampede.units import SIZE_HELP, format_bytes, parse_size
 
 MAX_SECONDS = 10**7   # ~4 months: beyond it a deadline or delay is a typo, not a wish
 JITTER_DISTRIBUTIONS = ("uniform", "exponential")
@@ -36,15 +39,79 @@ def shown(value: object) -> str:
     return repr(value)
 
 
-def read_text(path: Path, what: str) -> str:
-    """A user's text file (a job, an archive, a peer tool's output), or one UsageError
-    naming it and saying what it should have been."""
-    try:
-        return path.read_text()
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words (from its st_mode)."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_text(path: Path, what: str, limit_bytes: int | None = None) -> str:
+    """A user's text file (a job, an archive, a sidecar, a peer tool's output), or one
+    UsageError naming it and saying what it should have been. Looked at before it is read:
+    a FIFO would hang the read, a device (/dev/zero) never end it, a directory is nothing
+    to read, so only a regular file is read; `limit_bytes` bounds what a reader of a
+    peer's output takes in (a file that grows while it is read included)."""
+    try:   # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
         raise UsageError(f"{path}: cannot read the {what} ({error.strerror})") from None
+    status = os.fstat(descriptor)           # the file opened, not the name: no race
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        raise UsageError(f"{path}: is {file_kind(status.st_mode)}, not a regular file, so "
+                         f"not {what_article(what)}")
+    too_large = UsageError(f"{path}: more than {format_bytes(limit_bytes or 0)}, larger than "
+                           f"any {what} stampede reads")
+    with os.fdopen(descriptor, "rb") as stream:
+        if limit_bytes is not None and status.st_size > limit_bytes:
+            raise too_large
+        try:
+            data = stream.read(-1 if limit_bytes is None else limit_bytes + 1)
+        except OSError as error:
+            raise UsageError(f"{path}: cannot read the {what} ({error.strerror})") from None
+    if limit_bytes is not None and len(data) > limit_bytes:
+        raise too_large
+    try:
+        return data.decode()
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not a text (UTF-8) file, so not {what_article(what)}") from None
+
+
+def _identity(path: Path) -> tuple[int, int, str]:
+    """What a path is, however it is spelled (relative, through a link, a hard link): its
+    device and inode; for one that does not exist yet, its directory's and its name."""
+    try:
+        status = os.stat(path)
+        return status.st_dev, status.st_ino, ""
+    except OSError:
+        parent = os.stat(path.absolute().parent) if path.absolute().parent.exists() else None
+        return (parent.st_dev, parent.st_ino, path.name) if parent else (-1, -1, str(path.absolute()))
+
+
+def refuse_overwrite(flag: str, output: Path, inputs: Mapping[str, Path | None]) -> None:
+    """Before any I/O: an output never replaces one of the command's inputs (`inputs`: what
+    each is, in words -> its path), compared by what the paths are, not how they are
+    spelled; an input directory (an archive's sidecars) also covers what lies under it."""
+    mine = _identity(output)
+    above = set()
+    for parent in output.absolute().parents:
+        with contextlib.suppress(OSError):
+            status = os.stat(parent)
+            above.add((status.st_dev, status.st_ino, ""))
+    for what, path in inputs.items():
+        if path is None:
+            continue
+        if _identity(path) == mine:
+            raise UsageError(f"{flag} {output}: is the {what} ({path}); writing there would "
+                             "replace it", hint=f"give {flag} another name")
+        inside = Path(os.path.realpath(path)) in Path(os.path.realpath(output)).parents
+        if inside or (path.is_dir() and _identity(path) in above):
+            raise UsageError(f"{flag} {output}: lies inside the {what} ({path})",
+                             hint=f"give {flag} a path outside it")
 
 
 def what_article(what: str) -> str:

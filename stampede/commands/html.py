@@ -31,16 +31,18 @@ def write_report(archive: str, output: str, target_ranks: int, notes: tuple[str,
     """Assess the archive, render it, write the file; its path."""
     from stampede.errors import UsageError
     from stampede.model.assessment import assess
-    from stampede.results.archive import read_rows
+    from stampede.results.archive import read_rows, sidecar_dir
     from stampede.results.html import render_html
     from stampede.results.plot import load_sidecar
+    from stampede.values import refuse_overwrite
 
     if target_ranks < 1:
         raise UsageError(f"--target-ranks {target_ranks}: must be at least 1")
+    path = Path(output or Path(archive).with_suffix(".html"))
+    refuse_overwrite("-o", path, {"archive": Path(archive), "archive's sidecars": sidecar_dir(archive)})
     rows = read_rows(archive)
     if not rows:
         raise UsageError(f"{archive}: the archive holds no runs")
-    path = Path(output or Path(archive).with_suffix(".html"))
     assessment = assess([archive], target_ranks)
     missing: list[str] = []
     sidecars = {}

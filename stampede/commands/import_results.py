@@ -10,6 +10,10 @@ from typing import Any
 
 from stampede.results import importers
 
+# IOR's JSON and mdtest's text of a run are kilobytes (per-op CSVs are not imported): a
+# larger file is not one, and is never read whole into memory (/dev/zero once took 24 GiB)
+PEER_OUTPUT_LIMIT_BYTES = 64 << 20
+
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
@@ -32,7 +36,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from stampede.values import read_text
 
     path = Path(args.result)
-    text = read_text(path, f"{args.tool} output")
+    text = read_text(path, f"{args.tool} output", PEER_OUTPUT_LIMIT_BYTES)
     check_appendable(args.archive)
     job = args.job or args.tool
     if args.tool == "ior":

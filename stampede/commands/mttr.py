@@ -11,12 +11,16 @@ from typing import Any
 from stampede.errors import UsageError
 from stampede.model import mttr as model
 from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
+from stampede.spec import JOB_LIMIT_BYTES
 
 
 def _section(path: str) -> dict[str, float]:
+    from stampede.values import read_text
+
+    text = read_text(Path(path), "job file", JOB_LIMIT_BYTES)
     try:
-        document = tomllib.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{path}: cannot read it as TOML ({error})") from None
     table = document.get("mttr", {})
     for key, value in table.items():
@@ -87,6 +91,32 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.set_defaults(func=cmd_mttr)
 
 
+def _check_layouts(args: argparse.Namespace) -> None:
+    """--layout and --save-layout name a layout the archives measured (a layout they do not
+    hold once gave the worked example, every term "assumed", exit 0)."""
+    from stampede.results.archive import read_rows
+    from stampede.values import did_you_mean
+
+    asked = [(flag, value) for flag, value in (("--layout", args.layout),
+                                               ("--save-layout", args.save_layout)) if value]
+    if not asked:
+        return
+    if not args.archives:
+        raise UsageError(f"{asked[0][0]} {asked[0][1]}: a layout of the archives' runs, and "
+                         "no ARCHIVE is given", hint="stampede mttr ARCHIVE --layout LAYOUT")
+    rows = [row for archive in args.archives for row in read_rows(archive)
+            if row.get("valid") == "true"]
+    held = {"--layout": {row["layout"] for row in rows if row["op"] == "restore"},
+            "--save-layout": {row["layout"] for row in rows if row["op"] == "blocked"}}
+    for flag, value in asked:
+        if value not in held[flag]:
+            what = "restore" if flag == "--layout" else "save"
+            raise UsageError(f"{flag} {value}: no valid {what} run of it in "
+                             f"{', '.join(args.archives)} (they hold: "
+                             f"{', '.join(sorted(held[flag])) or 'none'})"
+                             f"{did_you_mean(value, held[flag])}")
+
+
 def cmd_mttr(args: argparse.Namespace) -> int:
     from stampede.model.mttr import (
         checkpointing,
@@ -99,6 +129,7 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     from stampede.results.report_models import render_mttr
 
     _check_flags(args)
+    _check_layouts(args)
     inputs = dict(EXAMPLE)
     sources = {key: "assumed (worked example)" for key in EXAMPLE}
     section = _section(args.job) if args.job else {}

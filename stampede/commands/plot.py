@@ -51,9 +51,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from stampede.results.plot import build_figures, output_paths, require_matplotlib, save
 
     require_matplotlib()
-    from stampede.results.archive import read_rows
+    from stampede.results.archive import read_rows, sidecar_dir
+    from stampede.values import refuse_overwrite
 
     kinds = KINDS if args.kind == "all" else (args.kind,)
+    targets = output_paths(args.output or Path(args.archive).with_suffix(".png"), kinds)
+    for target in targets.values():
+        refuse_overwrite("-o", Path(target), {"archive": Path(args.archive),
+                                              "archive's sidecars": sidecar_dir(args.archive)})
     figures, notes = build_figures(args.archive, read_rows(args.archive), kinds, args.run,
                                    args.iteration)
     for note in notes:
@@ -61,7 +66,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if not figures:
         from stampede.errors import UsageError
         raise UsageError(f"{args.archive}: nothing to draw for --kind {args.kind} (see the notes above)")
-    targets = output_paths(args.output or Path(args.archive).with_suffix(".png"), kinds)
     for kind, figure in figures.items():
         save(figure, targets[kind])
         print(f"wrote {targets[kind]}")

@@ -65,6 +65,9 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     time_limit = check_time(args.time)
     partition = check_partition(args.partition)
     spec = load_job(args.job, args.set)    # the job and overrides, validated before any queue
+    if args.output:
+        from stampede.values import refuse_overwrite
+        refuse_overwrite("--output", Path(args.output), {"job file": Path(args.job)})
     counts = [step.ranks for step in allocation.steps] or [allocation.nodes * allocation.ntasks_per_node]
     for nranks in counts:
         bytes_per_rank(spec, nranks)       # the checkpoint divides over each rank count

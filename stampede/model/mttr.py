@@ -326,9 +326,12 @@ def _time_to_first_byte(sidecar: Path, layout: str) -> float:
     """The slowest rank's barrier -> first byte (median over iterations), from a sidecar."""
     import json
     import statistics
+
+    from stampede.errors import UsageError
+    from stampede.values import read_text
     try:
-        stats = json.loads(sidecar.read_text())["layouts"][layout]["stats"]
-    except (OSError, KeyError, ValueError, TypeError):
+        stats = json.loads(read_text(sidecar, "sidecar"))["layouts"][layout]["stats"]
+    except (UsageError, KeyError, ValueError, TypeError):
         return math.nan
     by_iteration: dict[float, float] = {}
     for _, iteration, _, first_byte, *_ in stats.get("timeline") or ():

@@ -44,7 +44,7 @@ from typing import Any
 from stampede.errors import RunFailed, UsageError
 from stampede.results.cells import LINE, SOURCE, cell
 from stampede.spec import OPTIONS
-from stampede.values import read_text
+from stampede.values import file_kind, read_text
 
 ARCHIVE_SCHEMA = 4
 
@@ -103,7 +103,7 @@ def check_appendable(path: str | Path) -> None:
     except OSError as error:
         raise UsageError(f"{where}: cannot stat it ({error.strerror})") from None
     if status is not None and not stat.S_ISREG(status.st_mode):
-        raise UsageError(f"{where}: is {_kind(status.st_mode)}, not a regular file",
+        raise UsageError(f"{where}: is {file_kind(status.st_mode)}, not a regular file",
                          hint="an archive is a CSV file, or a path where one can be created")
     if status is not None and status.st_size:
         with open(path, "rb") as stream:   # a regular file: reading cannot block
@@ -117,15 +117,6 @@ def check_appendable(path: str | Path) -> None:
         raise UsageError(f"{where}: {directory} is not a directory")
     if not os.access(directory if directory != path else path, os.W_OK):
         raise UsageError(f"{where}: {directory} is not writable")
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]]) -> None:
@@ -149,7 +140,7 @@ def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]]) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            raise UsageError(f"{where}: is {_kind(status.st_mode)}, not a regular file")
+            raise UsageError(f"{where}: is {file_kind(status.st_mode)}, not a regular file")
         size = status.st_size
         prefix = header
         if size:
@@ -220,6 +211,12 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(item) for item in value]
     return value
+
+
+def sidecar_dir(archive: str | Path) -> Path:
+    """Where an archive's runs keep their sidecars: ARCHIVE_STEM.runs/ beside it."""
+    archive = Path(archive)
+    return archive.with_name(f"{archive.stem}.runs")
 
 
 def sidecar_path(archive: str | Path, run_id: str) -> Path:

@@ -110,12 +110,14 @@ def select_run(archive: str | Path, rows: list[Row], run_id: str | None) -> str:
 
 def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, Any] | None:
     """The run's JSON sidecar, or None (with a note) when it is missing or unreadable."""
+    from stampede.errors import UsageError
     from stampede.results.archive import sidecar_path
+    from stampede.values import read_text
 
     path = sidecar_path(archive, run_id)
     try:
-        document: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
+        document: dict[str, Any] = json.loads(read_text(path, "sidecar"))
+    except (UsageError, ValueError) as error:
         notes.append(f"run {run_id}: no readable sidecar at {path} ({error.__class__.__name__}): "
                      "skipping the cdf and timeline figures")
         return None

@@ -138,3 +138,26 @@ def test_the_spares_a_job_gives_are_a_pool_of_their_own(stampede, tmp_path: Path
 def test_negative_flags_are_refused(stampede, flag: str) -> None:
     result = stampede("mttr", flag, "-5")
     assert result.returncode == 2 and f"{flag} -5: must be a finite number" in result.stderr
+
+
+def test_a_layout_the_archives_do_not_hold_is_refused(stampede, tmp_path: Path) -> None:
+    """It once printed the worked example, every term "assumed", exit 0 (--layout), or
+    dropped the checkpoint's cost without a word (--save-layout)."""
+    from stampede.results.archive import append_rows
+
+    archive = tmp_path / "a.csv"
+    common = {"job": "j", "valid": "true", "nranks": 2, "bytes_per_rank": 1, "block_bytes": 1}
+    append_rows(archive, [{**common, "run_id": "r1", "layout": "sharded", "op": "restore",
+                           "time_to_last_rank_s": 0.5},
+                          {**common, "run_id": "r2", "layout": "fan-out", "op": "blocked",
+                           "phase": "save", "elapsed_s": 0.1}])
+    for args, message in [(["--layout", "shard"], "--layout shard: no valid restore run of it in "
+                           f'{archive} (they hold: sharded) (did you mean "sharded"?)'),
+                          (["--save-layout", "sharded"], "--save-layout sharded: no valid save "
+                           f"run of it in {archive} (they hold: fan-out)")]:
+        refused = stampede("mttr", str(archive), *args)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+        assert refused.stdout == ""
+    alone = stampede("mttr", "--layout", "sharded")
+    assert alone.returncode == 2 and "no ARCHIVE is given" in alone.stderr
+    assert stampede("mttr", str(archive), "--layout", "sharded").returncode == 0
