@@ -10,6 +10,7 @@ from typing import Any
 
 from stampede.backends import open_backend
 from stampede.backends.base import object_store
+from stampede.checkpoint.lock import TargetLock
 from stampede.checkpoint.manifest import MANIFEST_NAME, read_manifest
 from stampede.errors import CheckpointError
 from stampede.spec import JobSpec
@@ -18,13 +19,30 @@ from stampede.spec import JobSpec
 def clean(spec: JobSpec) -> list[str]:
     """Delete the files the manifest and the journal list (every saved version, finished
     or not, and the pointers), then them, and directories left empty; return them."""
-    from stampede.checkpoint import versions
 
     target = spec.target_path
     backend = open_backend(target, spec.storage_options)
+    lock = TargetLock(target, "stampede clean")
+    if backend.name == "posix" and Path(target).is_dir() and not Path(target).is_symlink():
+        lock.take()        # no save or prepare writes while it is cleaned
+    try:
+        return _clean(spec, backend, lock)
+    finally:
+        lock.release()
+
+
+def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
+    from stampede.checkpoint import versions
+
+    target = spec.target_path
     manifest = read_manifest(backend, target)
     journal = versions.read_journal(backend, target)
     if manifest is None and journal is None:
+        if lock.path.exists() and not lock.created_file:   # a writer killed before its
+            lock.release()                                  # first record left only this
+            lock.path.unlink()
+            return [str(lock.path)]
+        lock.abandon()
         raise CheckpointError(f"{target}: no {MANIFEST_NAME} or {versions.JOURNAL_NAME}: "
                               "nothing here was prepared or saved by stampede, so clean "
                               "removes nothing")
@@ -63,6 +81,10 @@ def clean(spec: JobSpec) -> list[str]:
         removed.append(f"{target.rstrip('/')}/{name}")
     if backend.name == "posix":
         root = Path(target)
+        # the writers' lock, stampede's, let go first: a file open while unlinked stays
+        # (FUSE renames it .fuse_hidden…) and the directory would not be empty
+        lock.release()
+        lock.path.unlink(missing_ok=True)
         removed += _remove_empty_directories(root, relpaths, saved_directories)
         created = any(document is not None and document.get("created_root") is True
                       for document in (manifest, journal))

@@ -25,6 +25,7 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, CopiedContent, content_label
 from stampede.checkpoint.formats import create_file, safetensors_prefix
+from stampede.checkpoint.lock import LOCK_NAME, TargetLock, held
 from stampede.checkpoint.lustre import apply_stripe
 from stampede.checkpoint.manifest import (
     MANIFEST_NAME,
@@ -48,8 +49,19 @@ from stampede.spec import JobSpec
 from stampede.units import format_bytes
 
 
-def _check_target(spec: JobSpec, backend: Backend, nranks: int) -> dict[str, Any]:
-    """Rank 0: the target exists (or is created) and is ours to write into."""
+def _check_target(spec: JobSpec, backend: Backend, nranks: int,
+                  lock: TargetLock) -> dict[str, Any]:
+    """Rank 0, the target's lock held: the target exists (or is created) and is ours to
+    write into; a refusal gives back what the lock made."""
+    try:
+        return _checked_target(spec, backend, nranks, lock.created_root)
+    except (CheckpointError, UsageError):
+        lock.abandon()
+        raise
+
+
+def _checked_target(spec: JobSpec, backend: Backend, nranks: int,
+                    created_root: bool) -> dict[str, Any]:
     if backend.name == "posix":
         root = Path(spec.target_path)
         if root.is_symlink():
@@ -61,7 +73,7 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int) -> dict[str, Any
     if space.free_bytes is not None and not space.fits:
         raise CheckpointError(f"target.path = {spec.target_path!r}: {space.describe()}",
                               hint="a smaller checkpoint.size, or another target.path")
-    created_root = backend.name == "posix" and not Path(spec.target_path).exists()
+    created_root = created_root or (backend.name == "posix" and not Path(spec.target_path).exists())
     try:
         backend.ensure_root()
     except OSError as error:
@@ -70,7 +82,7 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int) -> dict[str, Any
     if backend.name == "posix" and not os.access(spec.target_path, os.W_OK | os.X_OK):
         raise CheckpointError(f"target.path = {spec.target_path!r} is not writable")
     manifest = read_manifest(backend, spec.target_path)
-    names = backend.names() if manifest is None else []
+    names = [name for name in backend.names() if name != LOCK_NAME] if manifest is None else []
     if versions.JOURNAL_NAME in names:   # saves of stampede's, and nothing prepared
         raise CheckpointError(
             f"target.path = {spec.target_path!r} holds saved versions ({versions.JOURNAL_NAME})"
@@ -122,32 +134,60 @@ class Space:
 HEADER_MARGIN_BYTES = 1 << 20   # a formatted file's header and alignment, at the most
 
 
-def space_needed(spec: JobSpec, nranks: int, copies: dict[str, int] | None = None) -> Space:
-    """Rank 0 or `plan`, before any write: the bytes every layout's files take, and (POSIX)
-    the free space of the target's file system (statvfs, on the target or its nearest
-    existing parent) and this process's file-size limit. `copies` (save): layout -> how
-    many new versions of it will be on disk at once, beside what is there (nothing of it
-    rewritten in place)."""
-    sizes: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    for layout in spec.layouts:
-        for relpath, nbytes in checkpoint_files(spec, layout, nranks):
-            key = f"{layout}:{relpath}" if copies is not None else relpath
-            counts[key] = 1 if copies is None else copies.get(layout, 0)
-            sizes[key] = nbytes + (HEADER_MARGIN_BYTES if spec.format != "raw" else 0)
-    total = sum(size * counts[key] for key, size in sizes.items())
-    largest = max((size for key, size in sizes.items() if counts[key]), default=0)
-    what = "prepare writes" if copies is None else "save adds, at the most,"
-    if "://" in spec.target_path:
-        return Space(total, sum(counts.values()), largest, None, 0, None, "an object store", what)
-    root = Path(spec.target_path).absolute()
+def _file_sizes(spec: JobSpec, layout: str, nranks: int) -> list[tuple[str, int]]:
+    """(relpath, bytes on disk at the most) of a layout's files, headers included."""
+    margin = HEADER_MARGIN_BYTES if spec.format != "raw" else 0
+    return [(relpath, nbytes + margin) for relpath, nbytes in checkpoint_files(spec, layout, nranks)]
+
+
+def _limits(target: str) -> tuple[int | None, int | None, str]:
+    """(free bytes for the writer, this process's file-size limit, where free was asked):
+    statvfs of the target or its nearest existing parent; nothing known of an object store."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    limit = None if soft == resource.RLIM_INFINITY else soft
+    if "://" in target:
+        return None, limit, "an object store"
+    root = Path(target).absolute()
     existing = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
     status = os.statvfs(existing)
-    present = 0 if copies is not None else \
+    return status.f_bavail * status.f_frsize, limit, str(existing)
+
+
+def space_needed(spec: JobSpec, nranks: int) -> Space:
+    """Rank 0 or `plan`, before any write: the bytes every layout's files take, and (POSIX)
+    the free space of the target's file system and this process's file-size limit."""
+    sizes = {relpath: size for layout in spec.layouts
+             for relpath, size in _file_sizes(spec, layout, nranks)}
+    free, limit, where = _limits(spec.target_path)
+    root = Path(spec.target_path).absolute()
+    present = 0 if free is None else \
         sum(min(_size_of(root / relpath), size) for relpath, size in sizes.items())
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    return Space(total, sum(counts.values()), largest, status.f_bavail * status.f_frsize, present,
-                 None if soft == resource.RLIM_INFINITY else soft, str(existing), what)
+    return Space(sum(sizes.values()), len(sizes), max(sizes.values(), default=0), free, present,
+                 limit, where)
+
+
+def save_space_needed(spec: JobSpec, nranks: int, kept: dict[str, list[int]] | None = None,
+                      freed: dict[str, int] | None = None) -> Space:
+    """Rank 0 or `plan --save`, before any write: the most a save adds to the target at any
+    moment, against its free space. Per layout (stampede.checkpoint.versions.growth): each
+    new version is written beside the versions kept (`kept`: their bytes, oldest first; none
+    on a new target), the oldest released after it is published; `freed`: the bytes a
+    layout's stale versions hold on disk, removed before its first save. Layouts save in
+    turn, so a layout's peak comes on top of what the layouts before it left."""
+    kept, freed = kept or {}, freed or {}
+    saves = spec.warmup + spec.iterations
+    need, left, files, largest = 0, 0, 0, 0
+    for layout in spec.layouts:
+        sizes = _file_sizes(spec, layout, nranks)
+        peak, remains = versions.growth(kept.get(layout, []), sum(size for _, size in sizes), saves,
+                               spec.keep)
+        left -= freed.get(layout, 0)
+        need = max(need, left + peak)
+        left += remains
+        files += len(sizes) * min(saves, spec.keep + 1)
+        largest = max([largest, *(size for _, size in sizes)])
+    free, limit, where = _limits(spec.target_path)
+    return Space(need, files, largest, free, 0, limit, where, "save adds, at the most,")
 
 
 def _size_of(path: Path) -> int:
@@ -290,38 +330,39 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True,
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
     whole_files = backend.name != "posix"
-    manifest = mpi.on_root(comm, "checking the target",
-                           partial(_check_target, spec, backend, nranks))
-    writer = _Writer(spec, rank, backend)
-    if copied is not None:   # the user's tensors instead of synthetic bytes
-        writer.content = copied
-    for layout in spec.layouts:
-        per_rank = bytes_per_rank(spec, nranks)
-        extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
-        offsets, notes = mpi.on_root(comm, f"creating the {layout} files",
-                                     partial(_create_files, spec, layout, nranks, manifest,
-                                             backend))
-        if rank == 0:
-            for note in dict.fromkeys(notes):
-                print(f"stampede: {note}", flush=True)
-        tensors = file_tensors(spec, layout, nranks)
-        # Rank 0 stands for all in the progress bar: the writers go at about the same pace.
-        total = sum(extent.length for extent in extents) * min(nranks, shard_count(spec, nranks))
-        with progress_bar(total, f"prepare {layout}", show_progress and rank == 0) as bar:
-            advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
-            slices = mpi.collective(comm, f"writing the {layout} checkpoint",
-                                    partial(writer.write, extents, offsets, tensors, advance))
-        everyone = mpi.gather(comm, slices)
-        if rank == 0:
-            assert everyone is not None
-            files = list(checkpoint_files(spec, layout, nranks))
-            entry = manifest["layouts"][layout] = layout_entry(
-                spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
-            if copied is not None:   # not regenerable: a corrupt byte is not located
-                entry.update(content_block_bytes=0, source=copied.record)
-            write_manifest(backend, manifest)
-    if copied is not None:
-        copied.close()
+    with held(comm, spec.target_path, "stampede prepare", backend.name == "posix") as lock:
+        manifest = mpi.on_root(comm, "checking the target",
+                               partial(_check_target, spec, backend, nranks, lock))
+        writer = _Writer(spec, rank, backend)
+        if copied is not None:   # the user's tensors instead of synthetic bytes
+            writer.content = copied
+        for layout in spec.layouts:
+            per_rank = bytes_per_rank(spec, nranks)
+            extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
+            offsets, notes = mpi.on_root(comm, f"creating the {layout} files",
+                                         partial(_create_files, spec, layout, nranks, manifest,
+                                                 backend))
+            if rank == 0:
+                for note in dict.fromkeys(notes):
+                    print(f"stampede: {note}", flush=True)
+            tensors = file_tensors(spec, layout, nranks)
+            # Rank 0 stands for all in the progress bar: the writers go at about the same pace.
+            total = sum(extent.length for extent in extents) * min(nranks, shard_count(spec, nranks))
+            with progress_bar(total, f"prepare {layout}", show_progress and rank == 0) as bar:
+                advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
+                slices = mpi.collective(comm, f"writing the {layout} checkpoint",
+                                        partial(writer.write, extents, offsets, tensors, advance))
+            everyone = mpi.gather(comm, slices)
+            if rank == 0:
+                assert everyone is not None
+                files = list(checkpoint_files(spec, layout, nranks))
+                entry = manifest["layouts"][layout] = layout_entry(
+                    spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
+                if copied is not None:   # not regenerable: a corrupt byte is not located
+                    entry.update(content_block_bytes=0, source=copied.record)
+                write_manifest(backend, manifest)
+        if copied is not None:
+            copied.close()
     result: dict[str, Any] = mpi.bcast(comm, manifest)
     return result
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -128,6 +129,47 @@ def released_versions(journal: dict[str, Any], layout: str, new_version: int,
                        if entry["state"] == "complete" and entry["version"] != new_version),
                       key=lambda entry: entry["version"])
     return complete[:max(0, len(complete) - (keep - 1))]
+
+
+def version_bytes(entry: dict[str, Any]) -> int:
+    """The bytes of a version's files, as the journal recorded them before they were written."""
+    return sum(int(record["bytes"]) for record in entry["files"])
+
+
+def kept_bytes(journal: dict[str, Any] | None, layout: str) -> list[int]:
+    """Each complete version's bytes, oldest first: what stays on disk while a save writes."""
+    complete = sorted((entry for entry in ((journal or {}).get("layouts", {}).get(layout, {})
+                                           .get("versions", [])) if entry["state"] == "complete"),
+                      key=lambda entry: entry["version"])
+    return [version_bytes(entry) for entry in complete]
+
+
+def growth(kept: Sequence[int], new_bytes: int, saves: int, keep: int) -> tuple[int, int]:
+    """What `saves` versions of new_bytes each add to a layout whose complete versions take
+    `kept` bytes (oldest first), keeping `keep`: (the most added at any moment, what is left
+    added at the end; either negative where the new versions are smaller). A version is
+    written beside every version kept; the oldest beyond `keep` are released only after it
+    is published, so each save's peak is everything kept plus the new one."""
+    versions = list(kept)
+    start = sum(versions)
+    peak = start
+    for _ in range(saves):
+        peak = max(peak, sum(versions) + new_bytes)
+        versions = (versions + [new_bytes])[-keep:]
+    return peak - start, sum(versions) - start
+
+
+def stale_bytes(backend: Backend, journal: dict[str, Any], layout: str) -> int:
+    """What the layout's stale versions (a killed or failed save's) hold on disk now (a
+    POSIX target): the next save removes them before its first byte, so their space is
+    its to use."""
+    published = published_version(backend, journal, layout)
+    total = 0
+    for entry in stale_versions(journal, layout, published):
+        for path in written_paths(entry):
+            with contextlib.suppress(OSError):
+                total += os.stat(backend.path(path)).st_blocks * 512
+    return total
 
 
 def written_paths(entry: dict[str, Any]) -> list[str]:

@@ -81,20 +81,29 @@ def runnable_counts(spec: Any, steps: tuple[tuple[int, int | None], ...]
 
 
 def outputs(args: argparse.Namespace, job_name: str) -> tuple[Path, Path]:
-    """The report and its archive; a UsageError, before any run, when the archive exists."""
+    """The report and its archive; a UsageError, before any run, when the archive exists,
+    when the report would replace an input, or when its directory cannot be written."""
     from stampede.errors import UsageError
+    from stampede.results.archive import sidecar_dir
+    from stampede.values import refuse_overwrite
 
     report = Path(args.output or f"assess-{job_name}.html")
     archive = report.with_suffix(".csv")
+    refuse_overwrite("-o", report, {"job file": Path(args.job), "archive": archive,
+                                    "archive's sidecars": sidecar_dir(archive)})
     if archive.exists():
         raise UsageError(f"-o {report}: its archive {archive} exists already",
                          hint="give another -o, or remove it: an assessment fits its own runs")
+    directory = report.absolute().parent
+    if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {report}: its directory {directory} is not a writable directory",
+                         hint="give -o a path in a directory you can write")
     return report, archive
 
 
 def cmd_assess(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
-    from stampede.launcher import find_mpiexec
+    from stampede.launcher import find_mpiexec, signals_stop_children
     from stampede.sbatch import parse_steps
     from stampede.spec import load_job
     from stampede.units import parse_duration
@@ -112,12 +121,15 @@ def cmd_assess(args: argparse.Namespace) -> int:
     saving = plan_saves(args, spec, counts)
     check_targets_empty(args.job, spec, saving)
     if args.sbatch:
+        from stampede.values import refuse_overwrite
+        refuse_overwrite("--sbatch", Path(args.sbatch), {"job file": Path(args.job)})
         return render_sbatch(args, spec, saving,
                              ",".join(map(str, counts)) if note else args.ranks, budget_s)
     if any(nodes not in (None, 1) for _, nodes in steps):
         raise UsageError(f"--ranks {args.ranks}: R:N on several nodes needs Slurm here",
                          hint="render it with --sbatch FILE, or give rank counts alone")
     report, archive = outputs(args, spec.name)
+    signals_stop_children()   # SIGTERM as Ctrl-C: the step stopped, the targets cleaned
     mpiexec = find_mpiexec()
     if mpiexec is None and max(counts) > 1:
         raise UsageError("assess needs mpiexec for more than one rank, and none was found",
@@ -196,11 +208,13 @@ def check_targets_empty(job: str, spec: Any, saving: Saving) -> None:
     assess removes what it wrote there when it ends, so it writes only where nothing was
     (the save's journal would otherwise take in another job's versions, and its clean them)."""
     from stampede.backends import open_backend
+    from stampede.checkpoint.lock import LOCK_NAME
     from stampede.errors import UsageError
 
     for target in filter(None, (spec.target_path, saving.target)):
-        try:
-            held = open_backend(target, spec.storage_options).names()
+        try:   # a writer's lock left alone is no checkpoint
+            held = [name for name in open_backend(target, spec.storage_options).names()
+                    if name != LOCK_NAME]
         except OSError as error:
             raise UsageError(f"target.path = {target!r}: cannot list it "
                              f"({error.strerror or error})") from None
@@ -255,9 +269,11 @@ def clean(job: str, saving: Saving, sets: dict[str, list[str]]) -> None:
     """`stampede clean` of what the steps wrote: the checkpoint, and the saves' target."""
     import subprocess
 
+    from stampede.launcher import call
+
     for step in ("prepare", "save") if saving.layouts else ("prepare",):
-        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", job, *sets[step]],
-                        stdout=subprocess.DEVNULL)
+        call([sys.executable, "-P", "-m", "stampede", "clean", job, *sets[step]],
+             stdout=subprocess.DEVNULL)
 
 
 def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: Any, counts: tuple[int, ...],

@@ -27,11 +27,12 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, content_label
 from stampede.checkpoint.formats import safetensors_prefix
+from stampede.checkpoint.lock import LOCK_NAME, TargetLock, held
 from stampede.checkpoint.manifest import MANIFEST_NAME, layout_entry, read_manifest
 from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, file_tensors
-from stampede.checkpoint.prepare import space_needed
+from stampede.checkpoint.prepare import save_space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
-from stampede.errors import CheckpointError, UsageError
+from stampede.errors import CheckpointError, StampedeError, UsageError
 from stampede.results.model import LayoutRun, RunContext, node_counts
 from stampede.results.samples import OP_CODE
 from stampede.run import gather
@@ -63,24 +64,36 @@ def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
     if object_store(backend) is not None:   # pure: before any request
         mpi.on_root(comm, "checking the save", partial(check_object_save, spec, nranks))
     hosts = mpi.gather(comm, mpi.processor_name(comm))
-    mpi.on_root(comm, "checking the target", partial(open_target, spec, backend, nranks, hosts))
-    context = context or new_context(comm, spec, backend)
     runs: list[LayoutRun] = []
-    for layout in spec.layouts:
-        run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
-        runs.append(run)
-        if after_layout is not None:
-            mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
-        if run.interrupted:
-            break
+    with held(comm, spec.target_path, "stampede save", backend.name == "posix") as lock:
+        mpi.on_root(comm, "checking the target",
+                    partial(open_target, spec, backend, nranks, hosts, lock))
+        context = context or new_context(comm, spec, backend)
+        for layout in spec.layouts:
+            run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
+            runs.append(run)
+            if after_layout is not None:
+                mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
+            if run.interrupted:
+                break
     return context, runs
 
 
-def open_target(spec: JobSpec, backend: Backend, nranks: int,
-                hosts: list[str] | None) -> None:
-    """Rank 0, before anything is written: the target is new, empty, or stampede's (a
-    prepare's manifest or a save's journal); the versions this save keeps on disk at once
-    fit; each node can hold its ranks' shards in memory. Creates the root and the journal."""
+def open_target(spec: JobSpec, backend: Backend, nranks: int, hosts: list[str] | None,
+                lock: TargetLock) -> None:
+    """Rank 0, before anything is written, the target's lock held: the target is new,
+    empty, or stampede's (a prepare's manifest or a save's journal); the versions this
+    save keeps on disk at once fit; each node can hold its ranks' shards in memory.
+    Creates the root and the journal; a refusal gives back what the lock made."""
+    try:
+        _check_target(spec, backend, nranks, hosts, lock.created_root)
+    except (CheckpointError, UsageError):
+        lock.abandon()
+        raise
+
+
+def _check_target(spec: JobSpec, backend: Backend, nranks: int, hosts: list[str] | None,
+                  created_root: bool) -> None:
     target = spec.target_path
     root = Path(target)
     files = backend.has_directories
@@ -92,23 +105,20 @@ def open_target(spec: JobSpec, backend: Backend, nranks: int,
     exists = root.exists() if files else True   # a bucket prefix: as good as its objects
     journal = versions.read_journal(backend, target) if exists else None
     marked = journal is not None or (exists and read_manifest(backend, target) is not None)
-    if exists and not marked and backend.names():
+    if exists and not marked and [name for name in backend.names() if name != LOCK_NAME]:
         raise CheckpointError(
             f"target.path = {target!r} is not empty and holds nothing stampede wrote (no "
             f"{versions.JOURNAL_NAME} or {MANIFEST_NAME})",
             hint="give an empty or new directory")
-    copies = {}
-    for layout in spec.layouts:
-        kept = sum(1 for entry in (journal or {}).get("layouts", {}).get(layout, {})
-                   .get("versions", []) if entry["state"] == "complete")
-        saves = spec.warmup + spec.iterations
-        copies[layout] = max(0, min(kept + saves, spec.keep + 1) - kept)
-    space = space_needed(spec, nranks, copies)
+    kept = {layout: versions.kept_bytes(journal, layout) for layout in spec.layouts}
+    freed = {layout: versions.stale_bytes(backend, journal, layout) for layout in spec.layouts} \
+        if journal is not None and files else {}
+    space = save_space_needed(spec, nranks, kept, freed)
     if space.free_bytes is not None and not space.fits:
         raise CheckpointError(f"target.path = {target!r}: {space.describe()}",
                               hint="a smaller checkpoint.size or save.keep, or another target")
     _check_memory(spec, nranks, hosts or [])
-    created_root = files and not root.exists()
+    created_root = created_root or (files and not root.exists())
     try:
         backend.ensure_root()
     except OSError as error:
@@ -183,9 +193,15 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
             verdict = judge(totals, iteration, spec.warmup, phases.invalid_reason,
                             spec.max_error_fraction, spec.deadline_s, "save")
             name = iteration_name(iteration, spec.warmup)
-            note = mpi.on_root(comm, f"recording {layout} v{version:06d}",
-                               partial(_record_outcome, spec, backend, layout, version,
-                                       published, verdict.invalid_reason, name))
+            try:
+                note = mpi.on_root(comm, f"recording {layout} v{version:06d}",
+                                   partial(_record_outcome, spec, backend, layout, version,
+                                           published, verdict.invalid_reason, name))
+            except StampedeError as error:   # collective: every rank stops here together,
+                # and what was measured is archived (invalid) before anything else is tried
+                phases.invalid_reason = "; ".join(filter(None, (verdict.invalid_reason, str(error))))
+                phases.failed_iteration = iteration
+                break
             if note:
                 phases.notes.append(note)
             phases.invalid_reason = verdict.invalid_reason
@@ -447,7 +463,12 @@ def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
         versions.write_journal(backend, journal)
         return ""
     entry.update(state="invalid", reason=reason or "not published")
-    versions.write_journal(backend, journal)
+    try:
+        versions.write_journal(backend, journal)
+    except OSError as error:   # the storage that failed the save (a full disk) may refuse
+        return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
+                f"entry not updated ({error.strerror or error}); the next save or clean "
+                "removes what it wrote")
     current = versions.published_version(backend, journal, layout)
     stays = f"v{current:06d} stays published" if current else "no version is published"
     return (f"{name}: v{version:06d} not published; {stays}; the next save or clean removes "
@@ -469,5 +490,6 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ..
                      messages=tuple(messages), invalid_reason=phases.invalid_reason,
                      retries=retries, bytes_total=total,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
-                     interrupted=phases.interrupted, phase="save")
+                     interrupted=phases.interrupted, iterations_done=phases.iterations_done,
+                     phase="save")
 

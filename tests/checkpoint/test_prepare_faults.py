@@ -88,7 +88,8 @@ def test_a_disk_that_fills_up_mid_prepare_fails_in_one_line_and_is_undone(
         assert "No space left on device" in result.stderr and "Traceback" not in result.stderr
         cleaned = stampede("clean", str(job))
         assert cleaned.returncode == 0, cleaned.stderr
-        assert "removed 5 path(s)" in cleaned.stdout   # 2 shards, the manifest, sharded/, ckpt/
+        # 2 shards, the manifest, sharded/, ckpt/
+        assert "removed 5 path(s)" in cleaned.stdout, cleaned.stdout + cleaned.stderr
     assert files_under(backing) == ["mine"] and not (backing / "ckpt").exists()
 
 

@@ -66,3 +66,25 @@ def test_a_damaged_journal_is_one_line(tmp_path: Path, damage, says: str) -> Non
     with pytest.raises(CheckpointError, match="stampede-saves.json: layouts.sharded") as raised:
         versions.read_journal(PosixBackend(str(tmp_path)), str(tmp_path))
     assert says in str(raised.value) and "\n" not in str(raised.value).split("hint:")[0].strip()
+
+
+def test_growth_is_everything_kept_plus_the_new_version_until_the_oldest_goes() -> None:
+    mib = 2**20
+    # a new target: 3 saves keeping 2 hold at most 3 versions (the third beside the two)
+    assert versions.growth([], 10, saves=3, keep=2) == (30, 20)
+    assert versions.growth([], 10, saves=1, keep=2) == (10, 10)
+    # the case: two 1 MiB versions kept, three 12 MiB saves: 2 + 12, then 13 + 12,
+    # then 24 + 12 = 36 MiB at the most, 22 MiB more than before at the end
+    assert versions.growth([mib, mib], 12 * mib, saves=3, keep=2) == (34 * mib, 22 * mib)
+    # smaller versions after larger ones: at the peak still everything kept plus one
+    assert versions.growth([8, 8], 2, saves=3, keep=2) == (2, -12)
+    assert versions.growth([5], 5, saves=0, keep=2) == (0, 0)
+
+
+def test_kept_bytes_counts_complete_versions_oldest_first() -> None:
+    journal = journal_of(entry(4, "complete"), entry(2, "complete"), entry(5, "writing"),
+                         entry(3, "released"))
+    journal["layouts"]["sharded"]["versions"][0]["files"][0]["bytes"] = 7   # type: ignore[index]
+    assert versions.kept_bytes(journal, "sharded") == [1, 7]                # v2 then v4
+    assert versions.kept_bytes(None, "sharded") == []
+    assert versions.kept_bytes(journal, "shared") == []

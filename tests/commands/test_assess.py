@@ -152,7 +152,8 @@ def test_a_target_that_holds_another_jobs_saves_is_refused_and_left_as_it_was(
     report = tmp_path / "report.html"
     assert stampede_cli.main(["assess", str(job), "--ranks", "1,2,3", "-o", str(report)]) == 2
     said = " ".join(capsys.readouterr().err.split())
-    assert f"target.path = '{tmp_path / where}' holds {len(saved)} file(s)" in said
+    versions = [path for path in saved if path.name != "stampede-lock"]   # not the save's lock
+    assert f"target.path = '{tmp_path / where}' holds {len(versions)} file(s)" in said
     assert f"stampede clean {job} --set target.path={tmp_path / where}" in said
     assert sorted(path for path in (tmp_path / where).rglob("*") if path.is_file()) == saved
     assert not report.exists() and not report.with_suffix(".csv").exists()
@@ -171,3 +172,56 @@ def test_sbatch_renders_the_sweep_without_running_it(tmp_path: Path) -> None:
     assert stampede_cli.main(["assess", str(JOBS / "strategies.toml"), "--ranks", "1,2,4",
                               "--no-save", "--sbatch", str(script)]) == 0
     assert "SAVE=()" in script.read_text()
+
+
+@pytest.mark.mpi
+def test_sigterm_stops_the_running_step_and_cleans_up_as_ctrl_c_does(tmp_path: Path) -> None:
+    """`timeout`, `kill` and batch systems send SIGTERM: assess passes it to the step it
+    waits for (whose ranks stop at their iteration's end), waits for it, removes what it
+    wrote, and exits 143. It once exited at once, its mpiexec writing on as an orphan and
+    the checkpoint and saves left behind."""
+    import os
+    import signal
+    import sys
+    import time
+
+    job = small_job(tmp_path, checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                    run={"iterations": 200, "warmup": 0, "verify": "none"})
+    assess = subprocess.Popen([sys.executable, "-m", "stampede", "assess", str(job), "--ranks",
+                               "1,2", "--budget", "10min", "-o", str(tmp_path / "r.html")],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120    # a step of its own is running: its child
+        while not children(assess.pid):
+            assert assess.poll() is None and time.monotonic() < deadline, assess.communicate()
+            time.sleep(0.05)
+        stepping = children(assess.pid)
+        os.kill(assess.pid, signal.SIGTERM)   # to assess alone, not its process group
+        _, err = assess.communicate(timeout=180)
+    finally:
+        if assess.poll() is None:
+            os.killpg(assess.pid, signal.SIGKILL)
+            assess.communicate()
+    assert assess.returncode == 128 + signal.SIGTERM, err
+    assert not [pid for pid in stepping if os.path.exists(f"/proc/{pid}")], "a step outlived it"
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+    assert not (tmp_path / "ckpt-saves").exists()
+    assert "Traceback" not in err
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (and theirs), from /proc."""
+    found: list[int] = []
+    parents = {pid}
+    for _ in range(4):
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                if parent in parents and int(entry.name) not in found:
+                    found.append(int(entry.name))
+        parents |= set(found)
+    return found

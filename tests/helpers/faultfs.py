@@ -33,7 +33,7 @@ class FaultFS(Operations):  # type: ignore[misc]
     def __init__(self, backing: str, options: argparse.Namespace) -> None:
         self.backing, self.options = backing, options
         self.written = 0
-        self.lock = threading.Lock()
+        self.guard = threading.Lock()   # not `lock`: that name is a FUSE operation
 
     def _real(self, path: str) -> str:
         return os.path.join(self.backing, path.lstrip("/"))
@@ -98,7 +98,7 @@ class FaultFS(Operations):  # type: ignore[misc]
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         options = self.options
         if options.fail_write and options.fail_write in path:
-            with self.lock:
+            with self.guard:
                 if self.written + len(data) > options.write_after:
                     raise FuseOSError(getattr(errno, options.write_errno))
                 self.written += len(data)

@@ -23,13 +23,17 @@ def mounted(backing: Path, mountpoint: Path, *options: str) -> Iterator[Path]:
     """BACKING shown at MOUNTPOINT with the faults `options` ask for; always unmounted."""
     requires.fuse()
     mountpoint.mkdir()
-    daemon = subprocess.Popen([sys.executable, str(FAULTFS), str(backing), str(mountpoint),
-                               *options], stderr=subprocess.PIPE, text=True)
+    # its stderr to a file: a pipe nobody reads fills up with fusepy's log of the requests
+    # it does not serve (flock's), and the daemon, blocked writing, stops serving
+    log = mountpoint.with_suffix(".faultfs.log")
+    with open(log, "wb") as stream:
+        daemon = subprocess.Popen([sys.executable, str(FAULTFS), str(backing), str(mountpoint),
+                                   *options], stderr=stream)
     try:
         deadline = time.monotonic() + 60
         while not os.path.ismount(mountpoint):
             if daemon.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"faultfs did not mount: {daemon.stderr.read() if daemon.stderr else ''}")
+                pytest.fail(f"faultfs did not mount: {log.read_text(errors='replace')}")
             time.sleep(0.05)
         yield mountpoint
     finally:
