@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -72,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if launcher_rank() == 0:
             print(f"stampede {args.command}: error: {error}", file=sys.stderr, flush=True)
         return error.exit_status
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as interrupt:   # 128 + the signal, as the shell reports it
+        return 128 + int(getattr(interrupt, "signal", signal.SIGINT))
     except Exception:  # a bug: stop the whole job rather than hang the other ranks
         traceback.print_exc()
         comm = _initialised_comm()

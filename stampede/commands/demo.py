@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from stampede.errors import UsageError, install_hint
-from stampede.launcher import find_mpiexec
+from stampede.launcher import call, find_mpiexec, signals_stop_children
 from stampede.results.definitions import METRICS
 
 
@@ -37,6 +36,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if mpiexec is None and args.np > 1:
         raise UsageError(f"demo --np {args.np} needs mpiexec, and none was found",
                          hint=f"{install_hint('mpi')} (mpi4py and MPICH), or demo --np 1")
+    signals_stop_children()   # SIGTERM as Ctrl-C: the steps stopped, the scratch removed
     workdir = Path(tempfile.mkdtemp(prefix="stampede-demo-"))
     job = workdir / "demo.toml"
     job.write_text(
@@ -51,11 +51,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         # the restore of a prepared checkpoint, then 3 saves (validated, published) of it
         for step, *sets in (("prepare",), ("run", "--set", "run.restore=prepared"),
                             ("save", "--set", "run.iterations=3")):
-            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step,
+            status = call([*launch, sys.executable, "-P", "-m", "stampede", step,
                                       str(job), *sets])
             if status:
                 return status
-        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", str(job)])
+        call([sys.executable, "-P", "-m", "stampede", "clean", str(job)])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

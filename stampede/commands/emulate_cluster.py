@@ -147,6 +147,8 @@ def cmd_emulate_cluster(args: argparse.Namespace) -> int:
     plan = plan_cluster(new_cluster_id(), args.nodes, args.ranks_per_node, node_link, storage_link)
     if args.job:     # the job is checked before anything is built (its endpoint is a stand-in)
         _job_commands(args, plan.nranks, "http://0.0.0.0:1")
+    if args.dir:
+        _check_dir(args.dir)
     mpiexec = _check_machine(node_link.latency_ms > 0 or bool(storage_link and
                                                              storage_link.latency_ms > 0),
                              storage_link is not None, bool(args.job))
@@ -155,6 +157,25 @@ def cmd_emulate_cluster(args: argparse.Namespace) -> int:
     work = Path(args.dir) / f"cluster-{plan.cluster_id}" if args.dir else None
     with running_cluster(plan, work) as cluster:
         return _serve(args, cluster, mpiexec, command)
+
+
+def _check_dir(directory: str) -> None:
+    """--dir can hold the cluster's files: a directory (made if missing) that can be
+    written, checked by writing, before anything is built (/proc says yes to root, a
+    read-only mount only to a write)."""
+    import os
+    import tempfile
+
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise UsageError(f"--dir {directory}: not a directory", hint="give a writable directory")
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        raise UsageError(f"--dir {directory}: cannot hold the cluster's files "
+                         f"({error.strerror or os.strerror(error.errno or 0)})",
+                         hint="give a writable directory") from None
 
 
 def _serve(args: argparse.Namespace, cluster: Any, mpiexec: str, command: list[str]) -> int:
@@ -181,8 +202,10 @@ def _serve(args: argparse.Namespace, cluster: Any, mpiexec: str, command: list[s
                 return int(status)
         return 0
     # The command owns the terminal (an interactive shell handles its own Ctrl-C): this
-    # process waits, and tears the cluster down when it ends, or on SIGTERM / SIGHUP.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # process waits, and tears the cluster down when it ends, or on SIGTERM / SIGHUP. It
+    # lets Ctrl-C pass by with a handler that does nothing, not SIG_IGN: an ignored signal
+    # stays ignored across exec, and the command once could not be stopped with Ctrl-C.
+    previous = signal.signal(signal.SIGINT, lambda number, frame: None)
     try:
         shell = [os.environ.get("SHELL") or "/bin/sh"]
         process = cluster.popen("head", command or shell, new_session=False, env=env)

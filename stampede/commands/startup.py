@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from stampede.errors import UsageError, install_hint
-from stampede.launcher import find_mpiexec
+from stampede.launcher import call, find_mpiexec, signals_stop_children
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -49,11 +49,12 @@ def cmd_startup(args: argparse.Namespace) -> int:
     if mpiexec is None:
         raise UsageError("startup --np needs mpiexec, and none was found",
                          hint=install_hint("mpi"))
+    signals_stop_children()
     command = [mpiexec, "-n", str(args.np), sys.executable, "-P", "-m", "stampede", "startup",
                "--archive", args.archive, *(["--import", ",".join(imports)] if imports else [])]
     for _ in range(args.repeat):
         environment = {**os.environ, LAUNCH_VARIABLE: str(time.time_ns())}
-        status = subprocess.call(command, env=environment, stdout=subprocess.DEVNULL)
+        status = call(command, env=environment, stdout=subprocess.DEVNULL)
         if status:
             return status
     from stampede.results.archive import read_rows

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from stampede.commands import add_job_arguments, set_words
+from stampede.launcher import call
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
@@ -70,7 +71,7 @@ def prepare_overrides(args: argparse.Namespace) -> list[str]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from stampede.checkpoint.plan import bytes_per_rank
     from stampede.errors import UsageError
-    from stampede.launcher import find_mpiexec
+    from stampede.launcher import find_mpiexec, signals_stop_children
     from stampede.spec import load_job
 
     counts = parse_ranks(args.ranks)
@@ -84,11 +85,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("sweep needs mpiexec for more than one rank, and none was found",
                          hint="pip install -e '.[mpi]'")
     sets = {step: set_words(pairs) for step, pairs in (("prepare", prepared), ("run", args.set))}
+    signals_stop_children()
     status = run_steps(args.job, counts, sets, mpiexec, spec.archive_path)
     if status:
         return status
     if args.clean:
-        subprocess.call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets["prepare"]])
+        call([sys.executable, "-P", "-m", "stampede", "clean", args.job, *sets["prepare"]])
     print(f"stampede sweep: {len(counts)} rank counts appended to {spec.archive_path}",
           file=sys.stderr)
     return 0
@@ -104,8 +106,8 @@ def run_steps(job: str, counts: tuple[int, ...], sets: dict[str, list[str]], mpi
         launch = [mpiexec, "-n", str(nranks)] if nranks > 1 and mpiexec else []
         print(f"stampede sweep: {nranks} rank(s)", file=sys.stderr, flush=True)
         for step in steps:
-            status = subprocess.call([*launch, sys.executable, "-P", "-m", "stampede", step, job,
-                                      *sets[step]], stdout=subprocess.DEVNULL if quiet else None)
+            status = call([*launch, sys.executable, "-P", "-m", "stampede", step, job,
+                           *sets[step]], stdout=subprocess.DEVNULL if quiet else None)
             if status:
                 print(f"stampede sweep: {step} at {nranks} rank(s) failed (exit {status}); runs "
                       f"before it stay in {archive}", file=sys.stderr)

@@ -197,3 +197,31 @@ def test_latency_without_netem_is_refused_before_anything_is_made(tmp_path: Path
     assert result.returncode == 2
     assert "no netem qdisc (CONFIG_NET_SCH_NETEM)" in result.stderr
     assert result.stderr.count("error:") == 1 and set(leftovers()) <= before
+
+
+@pytest.mark.parametrize("where", ["/proc", "a-file", "/sys/fs"])
+def test_a_dir_that_cannot_hold_the_cluster_is_one_line_before_anything_is_made(
+        tmp_path: Path, where: str) -> None:
+    """--dir on /proc, a file or a read-only file system once failed late, in two chained
+    tracebacks (exit 1)."""
+    directory = str(tmp_path / where) if where == "a-file" else where
+    if where == "a-file":
+        (tmp_path / where).write_text("x")
+    before = set(leftovers())
+    result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", "--nodes", "2",
+                             "--no-storage", "--dir", directory, "--", "true"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"--dir {directory}: " in result.stderr and "Traceback" not in result.stderr
+    assert set(leftovers()) <= before
+
+
+def test_the_command_can_be_stopped_with_ctrl_c() -> None:
+    """The command runs with SIGINT at its default (emulate-cluster lets Ctrl-C pass by
+    with a handler, not by ignoring it: an ignored signal stays ignored across exec)."""
+    result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", "--nodes", "1",
+                             "--no-storage", "--", "grep", "SigIgn", "/proc/self/status"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    ignored = int(result.stdout.split()[-1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1))
