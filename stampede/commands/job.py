@@ -177,8 +177,8 @@ class Archiver:
         from stampede.results.rows import archive_rows, sidecar
 
         self.steps = (len(self.runs) + 1) * (self.spec.warmup + self.spec.iterations)
-        if run.interrupted:
-            return   # not measured to the end: nothing of it is archived
+        if run.interrupted and not run.iterations_done:
+            return   # stopped in a warmup: nothing measured, nothing archived
         rows = archive_rows(self.spec, context, run)
         self.progress.close()
         if self.console is None:
@@ -202,11 +202,15 @@ class Archiver:
                            markup=False)
 
     def unmeasured(self, strategies: tuple[str, ...]) -> str:
-        done = [run.layout for run in self.runs]
+        """What a signal left: the layouts archived whole, the one archived as incomplete
+        (the iterations it finished, marked invalid), the ones never measured."""
+        whole = [run.layout for run in self.runs if not run.interrupted]
+        cut = [f"{run.layout} ({run.iterations_done} of {self.spec.iterations} iterations, "
+               "archived as incomplete)" for run in self.runs if run.interrupted]
+        done = {run.layout for run in self.runs}
         left = [name for name in strategies if name not in done]
-        kept = ", ".join(done) or "none"
-        return (f"archived {kept}; not measured (nothing of them archived): "
-                f"{', '.join(left) or 'none'}")
+        return (f"archived {', '.join(whole + cut) or 'none'}; not measured (nothing of them "
+                f"archived): {', '.join(left) or 'none'}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -282,7 +286,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _plan_save(spec: Any, nranks: int, shown: list[int]) -> None:
     """`plan --save`: the save's checks, one version's writers per layout, the space."""
     from stampede.checkpoint.plan import checkpoint_files
-    from stampede.checkpoint.prepare import space_needed
+    from stampede.checkpoint.prepare import save_space_needed
     from stampede.checkpoint.save_plan import check_save, save_plan, version_directories
     from stampede.checkpoint.versions import version_dir
     from stampede.results.report import make_console
@@ -296,9 +300,7 @@ def _plan_save(spec: Any, nranks: int, shown: list[int]) -> None:
                         version_directories(spec, layout, nranks, root),
                         [(rank, save_plan(spec, layout, nranks, rank, root) if rank >= 0
                           else None) for rank in shown]))
-    saves = spec.warmup + spec.iterations
-    space = space_needed(spec, nranks, {layout: min(saves, spec.keep + 1)
-                                        for layout in spec.layouts}).describe()
+    space = save_space_needed(spec, nranks).describe()   # as on a new target
     render_save_plan(spec, nranks, layouts, space, make_console())
 
 

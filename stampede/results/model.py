@@ -167,7 +167,9 @@ class LayoutRun:
     bytes_total: int = 0         # all ranks' bytes, when they differ by rank (existing)
     digests: tuple[dict[str, Any], ...] = ()   # existing checkpoints: what each rank read
     notes: tuple[str, ...] = ()  # warnings from the ranks (a drop_caches refused, ...)
-    interrupted: bool = False    # stopped by a signal: not measured to the end, not archived
+    interrupted: bool = False    # stopped by a signal: not measured to the end
+    iterations_done: int = 0     # when interrupted: the measured iterations it completed
+                                 # (archived as incomplete; none: stopped in a warmup)
     phase: str = "restore"       # or "save" (stampede.run.save)
     restored_from: str = ""      # a saved version's directory (stampede.checkpoint.versions)
     cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)

@@ -52,6 +52,12 @@ class Phases:
     interrupted: bool = False
     cache_drops: int = 0                                    # page-cache drops made here
 
+    @property
+    def iterations_done(self) -> int:
+        """Measured iterations completed before a signal stopped the layout (the one it
+        arrived in finished: a stop comes at an iteration's end)."""
+        return max((self.failed_iteration or 0) + 1, 0) if self.interrupted else 0
+
 
 # Called on every rank after each phase: (layout, iteration, seconds it took here).
 Tick = Callable[[str, int, float], None]
@@ -218,7 +224,8 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
                      bytes_total=sum(shares or [0]) if catalogue is not None else 0,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      digests=tuple(d for part in all_digests or [] for d in part),
-                     interrupted=phases.interrupted, cache_drops=tuple(drops or ()))
+                     interrupted=phases.interrupted, iterations_done=phases.iterations_done,
+                     cache_drops=tuple(drops or ()))
 
 
 def measured_rows(log: Log, failed_iteration: int | None) -> np.ndarray:

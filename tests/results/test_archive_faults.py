@@ -92,10 +92,19 @@ def test_sigterm_keeps_the_layouts_measured_and_says_what_was_not(tmp_path: Path
     running.send_signal(signal.SIGTERM)   # mpiexec passes it to the ranks (as srun does)
     out, err = running.communicate(timeout=60)
     assert running.returncode != 0
-    assert "stopped by SIGTERM: archived shared; not measured (nothing of them archived): " \
-           "sharded, metadata-first" in err, err
+    # shared whole; sharded's iterations up to the signal's (it finishes the one it lands
+    # in) archived as incomplete, marked invalid; metadata-first never measured
+    said = " ".join(err.split())
+    assert "stopped by SIGTERM: archived shared, sharded (" in said, err
+    assert ("of 2000 iterations, archived as incomplete); not measured (nothing of them "
+            "archived): metadata-first") in said, err
     rows = read_archive(archive)
-    assert {row["layout"] for row in rows} == {"shared"} and all(r["valid"] == "true" for r in rows)
+    assert {row["layout"] for row in rows} == {"shared", "sharded"}
+    assert {row["valid"] for row in rows if row["layout"] == "shared"} == {"true"}
+    sharded = [row for row in rows if row["layout"] == "sharded"]
+    assert {row["valid"] for row in sharded} == {"false"}
+    done = int(next(row["iterations"] for row in sharded if row["op"] == "restore"))
+    assert 1 <= done < 2000 and f"sharded ({done} of 2000 iterations" in said
 
 
 def test_a_garbage_cell_is_one_line_naming_file_line_and_value(stampede, tmp_path: Path) -> None:

@@ -4,12 +4,20 @@ code paths run under a real mpiexec in tests/run/test_restore.py."""
 
 from __future__ import annotations
 
+import signal
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from stampede.checkpoint.prepare import prepare
+from stampede.commands.job import Archiver
 from stampede.mpi import SingleRank
+from stampede.results.archive import read_rows
 from stampede.results.rows import archive_rows
+from stampede.run.interrupt import Interrupts
 from stampede.run.job import run_job
+from stampede.run.save import save_job
 from stampede.spec import build_job
 
 
@@ -99,3 +107,39 @@ def test_an_existing_checkpoints_slices_land_at_their_own_places_on_the_device(
                 expected += stream.read(extent.length)
         assert bytes(setup.device_buffer) == bytes(expected)
         device.close()
+
+
+@pytest.mark.parametrize("phase", ["restore", "save"])
+def test_a_signal_mid_layout_archives_what_it_measured_as_incomplete(tmp_path: Path,
+                                                                     phase: str) -> None:
+    """SIGTERM during iteration 17 of the second layout's 30: the first layout archived
+    whole, the second's 17 finished iterations archived, marked invalid (interrupted), the
+    third never measured; and the report says so (it once said "nothing of them archived"
+    and dropped the 17)."""
+    spec = job(tmp_path, iterations=30, warmup=0, verify="none")
+    comm = SingleRank()
+    if phase == "restore":
+        prepare(comm, spec, show_progress=False)
+    else:
+        spec = replace(spec, target_path=str(tmp_path / "saves"))
+    archiver = Archiver(spec, len(spec.layouts), True)
+    interrupts = Interrupts()
+
+    def tick(layout: str, iteration: int, seconds: float) -> None:
+        archiver.tick(layout, iteration, seconds)
+        if layout == "sharded" and iteration == 15:   # the 16th ended: it comes in the 17th
+            interrupts.received = signal.SIGTERM
+
+    (run_job if phase == "restore" else save_job)(comm, spec, archiver.layout_done, interrupts,
+                                                  tick)
+    completion = "restore" if phase == "restore" else "save"
+    rows = {row["layout"]: row for row in read_rows(spec.archive_path) if row["op"] == completion}
+    assert list(rows) == ["shared", "sharded"]
+    assert rows["shared"]["valid"] == "true" and rows["shared"]["iterations"] == "30"
+    assert rows["sharded"]["valid"] == "false" and rows["sharded"]["iterations"] == "17"
+    assert int(rows["sharded"]["count"]) == 17
+    assert rows["sharded"]["invalid_reason"].startswith("interrupted (SIGTERM or SIGINT) in "
+                                                        "iteration 17: not measured to the end")
+    assert archiver.unmeasured(spec.layouts) == (
+        "archived shared, sharded (17 of 30 iterations, archived as incomplete); not measured "
+        "(nothing of them archived): metadata-first")

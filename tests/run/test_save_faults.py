@@ -18,6 +18,7 @@ import pytest
 from stampede.launcher import find_mpiexec
 from tests.helpers.faults import mounted
 from tests.helpers.jobs import read_archive, small_job
+from tests.helpers.tmpfs import small_disk
 
 pytestmark = pytest.mark.mpi
 MiB = 2**20
@@ -120,6 +121,35 @@ def test_a_failing_disk_mid_save_keeps_the_previous_version(stampede, tmp_path: 
     assert files_under(backing) == []
 
 
+def test_a_disk_full_for_everything_still_archives_the_failed_save_and_says_why(
+        stampede, tmp_path: Path) -> None:
+    """The disk fills for every file 3 MiB into version 2: its ranks' writes fail, and so
+    does the journal's update. The failure is archived (invalid, each rank's write error
+    said), not lost to the journal's ENOSPC as it once was; v1 stays published, the entry of
+    v2 stays "writing", which the next save and clean remove."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    with mounted(backing, tmp_path / "mnt", "--fail-write", "/", "--write-errno", "ENOSPC",
+                 "--write-after", str(11 * MiB)) as mountpoint:
+        target = mountpoint / "ckpt"
+        job = one_save_job(tmp_path, target)
+        assert stampede("save", str(job), np=2).returncode == 0      # ~8 MiB of the 11
+        failed = stampede("save", str(job), np=2)
+        assert failed.returncode == 1, failed.stdout + failed.stderr
+        assert "write saves/sharded/v000002/sharded/.shard-0000" in said(failed)
+        assert "No space left on device" in said(failed) and "Traceback" not in failed.stderr
+        assert "journal entry not updated" in said(failed)
+        assert "save finished with errors, archived as invalid" in failed.stderr
+        rows = read_archive(tmp_path / "results" / "job.csv")
+        saves = [row for row in rows if row["op"] == "save"]
+        assert [row["valid"] for row in saves] == ["true", "false"]
+        assert published(target) == "v000001" and states(target)[2] == "writing"
+        restores_verified(stampede, job, "v000001")
+        cleaned = stampede("clean", str(job))
+        assert cleaned.returncode == 0, cleaned.stderr
+    assert files_under(backing) == []
+
+
 def test_a_rank_killed_mid_save_leaves_the_published_version_and_nothing_clean_misses(
         stampede, tmp_path: Path) -> None:
     """Through FUSE, so that a 128 MiB save takes long enough to be caught mid-write."""
@@ -149,3 +179,51 @@ def test_a_rank_killed_mid_save_leaves_the_published_version_and_nothing_clean_m
         cleaned = stampede("clean", str(job))
         assert cleaned.returncode == 0, cleaned.stderr
     assert files_under(backing) == [] and not (backing / "ckpt").exists()
+
+
+def test_a_larger_save_into_a_target_of_smaller_versions_is_refused_before_it_writes(
+        stampede, tmp_path: Path) -> None:
+    """On a 20 MiB disk, two 1 MiB versions kept: a 12 MiB save (keep 2, three saves) would
+    hold 2 + 12, then 13 + 12 MiB at once. Refused before its first byte (it once passed,
+    counting the kept versions at the new size, and filled the disk); a 6 MiB one, whose
+    peak is 2 + 6, then 7 + 6, then 12 + 6 = 18 MiB, fits."""
+    with small_disk(tmp_path / "disk", 20 * MiB) as disk:
+        target = disk / "ck"
+        job = small_job(tmp_path, target={"path": str(target)},
+                        checkpoint={"size": "1MiB", "layout": ["sharded"], "block_size": "1MiB"},
+                        run={"iterations": 2, "warmup": 0, "verify": "none"}, save={"keep": 2})
+        assert stampede("save", str(job), np=2).returncode == 0
+        before = files_under(target)
+        refused = stampede("save", str(job), "--set", "checkpoint.size=12MiB",
+                           "--set", "run.iterations=3", np=2)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "save adds, at the most, 34 MiB" in said(refused) and "does not fit" in said(refused)
+        assert files_under(target) == before and "Traceback" not in refused.stderr
+        fits = stampede("save", str(job), "--set", "checkpoint.size=6MiB",
+                        "--set", "run.iterations=3", np=2)
+        assert fits.returncode == 0, fits.stdout + fits.stderr
+
+
+def test_a_save_counts_the_space_a_killed_saves_leftovers_will_free(stampede, tmp_path: Path) -> None:
+    """A version left half written (state "writing", as a killed save leaves it) is removed
+    before the next save's first byte: its space is counted free, not refused."""
+    with small_disk(tmp_path / "disk", 20 * MiB) as disk:
+        target = disk / "ck"
+        job = one_save_job(tmp_path, target, size="8MiB")
+        assert stampede("save", str(job), np=2).returncode == 0
+        journal_path = target / "stampede-saves.json"
+        journal = json.loads(journal_path.read_text())
+        versions = journal["layouts"]["sharded"]["versions"]
+        wreck = json.loads(json.dumps(versions[-1]).replace("v000001", "v000002"))
+        wreck.update(version=2, state="writing")
+        for record in wreck["files"]:                  # 8 MiB left on disk by the "killed" save
+            path = target / record["path"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"w" * record["bytes"])
+        journal["layouts"]["sharded"]["versions"].append(wreck)
+        journal["layouts"]["sharded"]["next"] = 3
+        journal_path.write_text(json.dumps(journal))
+        # 16 MiB used of 20: the next 8 MiB save (v1 kept) fits once the wreck is gone
+        saved = stampede("save", str(job), np=2)
+        assert saved.returncode == 0, saved.stdout + saved.stderr
+        assert not (target / "saves" / "sharded" / "v000002").exists()
