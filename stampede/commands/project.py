@@ -39,11 +39,12 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--layout", default="", metavar="LAYOUTS",
                      help="comma-separated layouts to project (default: every layout archived)")
     sub.add_argument("--op", default="", metavar="OPS",
-                     help="metadata ops that make the stall, comma-separated. Restore: from "
+                     help="metadata ops that make the stall, comma-separated: these instead of "
+                          "the defaults, or +OP to add one to them. Restore: from "
                           f"{', '.join(METADATA_OPS)} (default: all; --op stat projects the stat "
                           "storm alone, the rest falls into the data term). Save: from "
-                          f"{', '.join(SAVE_OPS)} (default: {', '.join(SAVE_METADATA_OPS)}; add "
-                          "fsync where the server's fsync is a metadata request)")
+                          f"{', '.join(SAVE_OPS)} (default: {', '.join(SAVE_METADATA_OPS)}; "
+                          "--op +fsync where the server's fsync is a metadata request)")
     sub.add_argument("--rtt-s", type=float, default=None,
                      help="known round trip of one metadata op outside the server (seconds)")
     sub.add_argument("--service-s", type=float, default=None,
@@ -88,6 +89,29 @@ def _known(args: argparse.Namespace) -> Known:
                  node_bps=args.node_gbps * 1e9 if args.node_gbps is not None else None)
 
 
+def chosen_ops(text: str, phase: str) -> tuple[str, ...]:
+    """--op: the phase's default ops, or the ops named instead of them, or the defaults
+    with the +OPs added (--op fsync alone once replaced the save's ops where the docs
+    said it added it: a projection 16x too small)."""
+    from stampede.values import did_you_mean
+
+    defaults, allowed = OPS[phase]
+    named = [op.strip() for op in text.split(",") if op.strip()]
+    added = [op[1:] for op in named if op.startswith("+")]
+    if added and len(added) != len(named):
+        raise UsageError(f"--op {text!r}: either ops instead of the defaults, or +OPs added to "
+                         "them, not both")
+    for op in added or named:
+        if op not in allowed:
+            raise UsageError(f"--op {text!r}: {op!r} is not one of the {phase}'s metadata ops "
+                             f"({', '.join(allowed)}){did_you_mean(op, allowed)}")
+    if not text.strip():
+        return defaults
+    if not named:
+        raise UsageError(f"--op {text!r}: names no op ({', '.join(allowed)})")
+    return tuple(dict.fromkeys((*defaults, *added))) if added else tuple(dict.fromkeys(named))
+
+
 def cmd_project(args: argparse.Namespace) -> int:
     from stampede.model.projection import project, scale_for
     from stampede.model.series import projection_notes, series_from_rows
@@ -99,12 +123,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     if args.ranks < 1:
         raise UsageError(f"--ranks {args.ranks}: must be at least 1")
     known = _known(args)
-    defaults, allowed = OPS[args.phase]
-    ops = tuple(op.strip() for op in (args.op or ",".join(defaults)).split(",") if op.strip())
-    unknown = [op for op in ops if op not in allowed]
-    if unknown or not ops:
-        raise UsageError(f"--op {args.op!r}: the {args.phase}'s metadata ops are "
-                         f"{', '.join(allowed)}")
+    ops = chosen_ops(args.op, args.phase)
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
     size = None
     if args.bytes_per_rank:

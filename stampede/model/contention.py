@@ -79,8 +79,8 @@ stat_count, open_count), and warm-cache or oversubscribed runs are noted.
 The save (`stampede project --phase save`): the same model on `stampede save` rows, the
 time to last rank being the save's (from the phase's start until the last rank's bytes
 are durable under their final names: completion op `save`), the metadata ops mkdir,
-create, open (a shared file's other writers), rename and fsync_dir by default (--op adds
-fsync or close: a server whose fsync is a commit request, as emulate-mds --fsync-s is),
+create, open (a shared file's other writers), rename and fsync_dir by default (--op +fsync
+adds fsync, or +close: a server whose fsync is a commit request, as emulate-mds --fsync-s is),
 the data term the writes and their fsyncs. What serialises them is the directory's lock:
 create, rename (and mkdir) change a directory's entries, which a server does one at a
 time per directory (a local file system's VFS and an NFS server through it; on one node

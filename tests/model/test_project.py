@@ -194,7 +194,8 @@ def test_two_rank_counts_are_refused(stampede, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="at least 3"):
         project(points_from(TRUE, "sharded", ranks=(1, 1, 2)), "sharded", 64)
     for args, message in [(("--layout", "striped"), "no valid restore run of it"),
-                          (("--op", "read"), "--op 'read': the restore's metadata ops are"),
+                          (("--op", "read"), "--op 'read': 'read' is not one of the restore's "
+                                             "metadata ops"),
                           (("--threads", "0"), "--threads 0.0: must be")]:
         bad = stampede("project", str(archive), "--ranks", "64", *args)
         assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)
@@ -271,8 +272,11 @@ def test_the_save_is_projected_only_when_asked(stampede, tmp_path: Path) -> None
     archive = tmp_path / "saves.csv"
     synthetic_archive(archive, TRUE, (1, 2, 4), ("sharded",), phase="save", ops=("create",))
     for args, message in [((), "no valid restore run to fit (they hold save runs: --phase save)"),
-                          (("--phase", "save", "--op", "stat"), "--op 'stat': the save's metadata "
-                                                                "ops are mkdir, create, open, fsync"),
+                          (("--phase", "save", "--op", "stat"), "--op 'stat': 'stat' is not one "
+                                                                "of the save's metadata ops (mkdir, "
+                                                                "create, open, fsync"),
+                          (("--phase", "save", "--op", "+fsinc"), 'did you mean "fsync"?'),
+                          (("--phase", "save", "--op", "fsync,+close"), "not both"),
                           (("--phase", "restore", "--op", "create"), "the restore's metadata ops")]:
         refused = stampede("project", str(archive), "--ranks", "64", *args)
         assert refused.returncode == 2 and message in refused.stderr, (args, refused.stderr)
@@ -420,3 +424,16 @@ def test_a_projection_to_several_nodes_from_runs_on_one_says_the_nic_is_missing(
                      "--node-gbps", "1")
     assert given.returncode == 0 and "B_node 1 GB/s" in given.stdout
     assert "given: B_node" in given.stdout.replace("\n", " ")
+
+
+def test_op_names_the_ops_instead_of_the_defaults_or_adds_to_them() -> None:
+    """`--op +fsync` adds fsync to the save's defaults, as the docs say; `--op fsync` alone
+    is fsync instead of them (the docs once said it added: a projection 16x too small)."""
+    from stampede.commands.project import chosen_ops
+
+    assert chosen_ops("", "save") == SAVE_METADATA_OPS
+    assert chosen_ops("+fsync", "save") == (*SAVE_METADATA_OPS, "fsync")
+    assert chosen_ops("+fsync, +rename", "save") == (*SAVE_METADATA_OPS, "fsync")
+    assert chosen_ops("create,rename", "save") == ("create", "rename")
+    assert chosen_ops("stat", "restore") == ("stat",)
+
