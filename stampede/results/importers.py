@@ -27,6 +27,7 @@ The cache state is what the user says (--cache): neither tool records it.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Sequence
@@ -76,8 +77,29 @@ class Origin:
                 "warnings": " | ".join((f"imported from {self.tool}", *notes, NO_DETAIL))}
 
 
+class Refused(Exception):
+    """What an importer cannot take, said as `where: field = value: what is allowed`."""
+
+
+def _integer(table: dict[str, Any], field: str, where: str, least: int = 1) -> int:
+    value = table.get(field, "missing")
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise Refused(f"{where}.{field} = {value!r}: must be a whole number >= {least}")
+    return value
+
+
+def _number(table: dict[str, Any], field: str, where: str) -> float:
+    value = table.get(field, "missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value < 0:
+        raise Refused(f"{where}.{field} = {value!r}: must be a finite number >= 0")
+    return float(value)
+
+
 def ior_rows(document: dict[str, Any], job: str, cache: str, source: str) -> list[dict[str, object]]:
-    """Rows from IOR's JSON summary (one per operation and test)."""
+    """Rows from IOR's JSON summary (one per operation and test). Every field a row takes
+    is checked (a negative transferSize once made a count of -6,442,450,944): a file that
+    does not hold what IOR writes is refused, naming the entry and the field."""
     from stampede.errors import UsageError
 
     summary = document.get("summary")
@@ -87,13 +109,15 @@ def ior_rows(document: dict[str, Any], job: str, cache: str, source: str) -> lis
     repetitions = _ior_repetitions(document)
     origin = Origin.new("ior", job, cache, source)
     rows = []
-    for entry in summary:
+    for index, entry in enumerate(summary):
+        where = f"summary[{index}]"
         try:
-            key = (str(entry.get("TestID", 0)), str(entry["operation"]))
-            rows.append(_ior_row(entry, repetitions.get(key, []), origin))
-        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
-            raise UsageError(f"{source}: an IOR summary entry lacks or mangles "
-                             f"{error or type(error).__name__}") from None
+            if not isinstance(entry, dict):
+                raise Refused(f"{where} = {entry!r}: must be an object of IOR's fields")
+            key = (str(entry.get("TestID", 0)), str(entry.get("operation")))
+            rows.append(_ior_row(entry, repetitions.get(key, []), origin, where))
+        except Refused as refused:
+            raise UsageError(f"{source}: {refused}") from None
     return rows
 
 
@@ -113,28 +137,43 @@ def _ior_repetitions(document: dict[str, Any]) -> dict[tuple[str, str], list[dic
     return found
 
 
-def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, Any]], origin: Origin
-             ) -> dict[str, object]:
-    nranks, per_node = int(entry["numTasks"]), int(entry["tasksPerNode"])
-    block, transfer = int(entry["blockSize"]), int(entry["transferSize"])
-    segments, reps = int(entry.get("segmentCount", 1)), int(entry["repetitions"])
+def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, Any]], origin: Origin,
+             where: str) -> dict[str, object]:
+    nranks, per_node = _integer(entry, "numTasks", where), _integer(entry, "tasksPerNode", where)
+    block, transfer = _integer(entry, "blockSize", where), _integer(entry, "transferSize", where)
+    segments = _integer({"segmentCount": 1, **entry}, "segmentCount", where)
+    reps = _integer(entry, "repetitions", where)
+    if per_node > nranks:
+        raise Refused(f"{where}.tasksPerNode = {per_node}: more than numTasks ({nranks})")
+    if block % transfer:
+        raise Refused(f"{where}.blockSize = {block}: not a multiple of transferSize ({transfer})")
+    if entry.get("filePerProc") not in (0, 1) or isinstance(entry.get("filePerProc"), bool):
+        raise Refused(f"{where}.filePerProc = {entry.get('filePerProc', 'missing')!r}: must be 0 or 1")
+    if entry.get("operation") not in ("read", "write"):
+        raise Refused(f"{where}.operation = {entry.get('operation', 'missing')!r}: must be "
+                      "\"read\" or \"write\"")
     # stampede's count is its samples: one per read of block_bytes; IOR's are transfers
     transfers = block // transfer * segments * nranks * reps
     if len(repetitions) == reps:
-        bw_mib = [float(result["bwMiB"]) for result in repetitions]
-        ops = [float(result["iops"]) for result in repetitions]
+        results = [(f"{where}'s Results[{number}]", result)
+                   for number, result in enumerate(repetitions)]
+        bw_mib = [_number(result, "bwMiB", name) for name, result in results]
+        ops = [_number(result, "iops", name) for name, result in results]
         rates = {"agg_gbps": [value * MIB / 1e9 for value in bw_mib], "ops_per_s": ops}
-        elapsed_s = statistics.median(float(result["totalTime"]) for result in repetitions)
+        elapsed_s = statistics.median(_number(result, "totalTime", name)
+                                      for name, result in results)
         how = f"median of IOR's {len(repetitions)} repetitions"
         values = {f"{column}{tail}": pick(series) for column, series in rates.items()
                   for tail, pick in (("", statistics.median), ("_min", min), ("_max", max))}
     else:  # no (or not every) repetition's results: IOR's means stand in for medians
-        values = {"agg_gbps": float(entry["bwMeanMIB"]) * MIB / 1e9,
-                  "agg_gbps_min": float(entry["bwMinMIB"]) * MIB / 1e9,
-                  "agg_gbps_max": float(entry["bwMaxMIB"]) * MIB / 1e9,
-                  "ops_per_s": float(entry["OPsMean"]), "ops_per_s_min": float(entry["OPsMin"]),
-                  "ops_per_s_max": float(entry["OPsMax"])}
-        elapsed_s, how = float(entry["MeanTime"]), "IOR's mean over repetitions, not a median"
+        values = {"agg_gbps": _number(entry, "bwMeanMIB", where) * MIB / 1e9,
+                  "agg_gbps_min": _number(entry, "bwMinMIB", where) * MIB / 1e9,
+                  "agg_gbps_max": _number(entry, "bwMaxMIB", where) * MIB / 1e9,
+                  "ops_per_s": _number(entry, "OPsMean", where),
+                  "ops_per_s_min": _number(entry, "OPsMin", where),
+                  "ops_per_s_max": _number(entry, "OPsMax", where)}
+        elapsed_s = _number(entry, "MeanTime", where)
+        how = "IOR's mean over repetitions, not a median"
     notes = (f"count = transfers asked for (blockSize/transferSize x segmentCount x numTasks "
              f"x repetitions = {block // transfer} x {segments} x {nranks} x {reps})",
              f"agg_gbps, ops_per_s, elapsed_s: {how}; IOR's time spans open to close")
@@ -150,7 +189,8 @@ def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, Any]], origin: O
 
 
 def mdtest_rows(text: str, job: str, cache: str, source: str) -> list[dict[str, object]]:
-    """Rows from mdtest's standard output: its SUMMARY rate table(s), one per rank count."""
+    """Rows from mdtest's standard output: its SUMMARY rate table(s), one per rank count;
+    what cannot be fully parsed is refused, naming the line."""
     from stampede.errors import UsageError
 
     launched = MDTEST_LAUNCHED.search(text)
@@ -160,31 +200,59 @@ def mdtest_rows(text: str, job: str, cache: str, source: str) -> list[dict[str, 
                          "task(s)' line and a 'SUMMARY rate' table; mdtest -Z prints times only)")
     origin = Origin.new("mdtest", job, cache, source)
     rows = []
-    for table in tables:
-        before = list(MDTEST_ITEMS.finditer(text, 0, table.start()))
-        items = before[-1] if before else None  # this rank count's items, when printed
-        nranks = int(items.group(1)) if items else int(launched.group(1))
-        nnodes = min(int(launched.group(2)), nranks)
-        rows += _mdtest_table(text[table.end():], int(table.group(1)), nranks, nnodes, items,
-                              origin)
+    try:
+        for table in tables:
+            before = list(MDTEST_ITEMS.finditer(text, 0, table.start()))
+            items = before[-1] if before else None  # this rank count's items, when printed
+            nranks = int(items.group(1)) if items else int(launched.group(1))
+            nnodes = min(int(launched.group(2)), nranks)
+            for match, what in ((launched, "tasks"), (items, "tasks"), (items, "items"),
+                                (table, "iterations")):
+                group = 2 if what == "items" else 1
+                if match is not None and int(match.group(group)) < 1:
+                    raise Refused(f"line {_line_of(text, match.start())}: {match.group(0).strip()!r}"
+                                  f": the {what} must be at least 1")
+            rows += _mdtest_table(text, table.end(), int(table.group(1)), nranks, nnodes, items,
+                                  origin)
+    except Refused as refused:
+        raise UsageError(f"{source}: {refused}") from None
     if not rows:
         raise UsageError(f"{source}: the SUMMARY rate table has no operation that ran "
                          "(mdtest prints zeros for a phase it skipped)")
     return rows
 
 
-def _mdtest_table(text: str, iterations: int, nranks: int, nnodes: int,
+def _line_of(text: str, position: int) -> int:
+    return text.count("\n", 0, position) + 1
+
+
+def _mdtest_table(text: str, start: int, iterations: int, nranks: int, nnodes: int,
                   items: re.Match[str] | None, origin: Origin) -> list[dict[str, object]]:
-    """The rows of one rate table: the indented lines under its title."""
+    """The rows of one rate table: the indented lines under its title (after `start`), to
+    the line that ends it. Refused: a line in it that is not a row, rates that cannot be
+    (min > mean > max, negative), a table the file ends in (output cut short)."""
     rows = []
-    for line in text.splitlines()[1:]:
+    first = _line_of(text, start) + 1
+    lines = text[start:].splitlines()[1:]
+    for number, line in enumerate(lines, first):
         if line[:1].strip():  # the next title, "-- finished", or the next rank count
             break
+        if not line.strip() or set(line.split()) <= {"Operation", "Max", "Min", "Mean", "Std",
+                                                     "Dev", "---", "---------", "----",
+                                                     "-------"} or "Rank" in line:
+            continue          # the column titles and their underlines
         match = MDTEST_ROW.match(line)
-        if not match:
-            continue
-        name, numbers = match.group(1), [float(value) for value in match.group(2).split()[-4:]]
+        try:
+            if not match:
+                raise ValueError
+            name, numbers = match.group(1), [float(value) for value in match.group(2).split()[-4:]]
+        except ValueError:
+            raise Refused(f"line {number}: {line.strip()!r}: not a row of mdtest's rate table "
+                          "(an operation, then max, min, mean and std dev)") from None
         maximum, minimum, mean = numbers[:3]
+        if not maximum >= mean >= minimum >= 0 or any(not math.isfinite(v) for v in numbers):
+            raise Refused(f"line {number}: {name}: max {maximum:g}, min {minimum:g}, mean "
+                          f"{mean:g}: must be max >= mean >= min >= 0")
         if maximum == minimum == mean == 0:
             continue  # a phase mdtest did not run
         kind = name.split()[0].lower()  # file, directory, tree
@@ -202,4 +270,7 @@ def _mdtest_table(text: str, iterations: int, nranks: int, nnodes: int,
                    ops_per_s=mean, ops_per_s_min=minimum, ops_per_s_max=maximum,
                    iterations=iterations, count=count, errors=0, pattern="mdtest")
         rows.append(row)
+    else:
+        raise Refused(f"line {first + len(lines) - 1}: the file ends inside a SUMMARY rate "
+                      "table: mdtest's output is cut short")
     return rows

@@ -71,7 +71,8 @@ def test_ior_without_every_repetition_falls_back_to_its_means_and_says_so() -> N
 def test_ior_entries_that_are_not_iors_are_one_error() -> None:
     document = ior_document()
     del document["summary"][0]["numTasks"]
-    with pytest.raises(UsageError, match=r"ior-4\.1.*lacks or mangles 'numTasks'"):
+    with pytest.raises(UsageError, match=r"ior-4\.1.*: summary\[0\]\.numTasks = 'missing': must "
+                                         r"be a whole number >= 1"):
         ior_rows(document, "ior", "warm", str(IOR))
     with pytest.raises(UsageError, match="not IOR's JSON summary"):
         ior_rows({"tests": []}, "ior", "warm", "x.json")
@@ -121,3 +122,48 @@ def test_what_is_not_mdtest_output_is_one_error() -> None:
     zeros = re.sub(r"\d+\.\d{3}", "0.000", text[text.index("SUMMARY rate"):])
     with pytest.raises(UsageError, match="no operation that ran"):
         mdtest_rows(text[:text.index("SUMMARY rate")] + zeros, "m", "warm", "zeros.txt")
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("transferSize", -1, "summary[0].transferSize = -1: must be a whole number >= 1"),
+    ("transferSize", 0, "summary[0].transferSize = 0: must be a whole number >= 1"),
+    ("blockSize", 1000, "summary[0].blockSize = 1000: not a multiple of transferSize (4194304)"),
+    ("numTasks", "2", "summary[0].numTasks = '2': must be a whole number >= 1"),
+    ("tasksPerNode", 3, "summary[0].tasksPerNode = 3: more than numTasks (2)"),
+    ("filePerProc", 2, "summary[0].filePerProc = 2: must be 0 or 1"),
+    ("operation", "stat", "summary[0].operation = 'stat': must be \"read\" or \"write\""),
+    ("repetitions", True, "summary[0].repetitions = True: must be a whole number >= 1")])
+def test_ior_fields_that_cannot_be_are_refused_naming_the_field(field: str, value: object,
+                                                                says: str) -> None:
+    """Once imported, exit 0: transferSize -1 gave count = -6,442,450,944."""
+    document = ior_document()
+    document["summary"][0][field] = value
+    with pytest.raises(UsageError) as refused:
+        ior_rows(document, "ior", "warm", "ior.json")
+    assert str(refused.value) == f"ior.json: {says}"
+
+
+def test_an_ior_repetition_with_a_negative_rate_is_refused() -> None:
+    document = ior_document()
+    document["tests"][0]["Results"][0]["bwMiB"] = -5.0
+    with pytest.raises(UsageError, match=r"Results\[0\]\.bwMiB = -5\.0: must be a finite number"):
+        ior_rows(document, "ior", "warm", "ior.json")
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda text: text[:text.index("   File removal")], "the file ends inside a SUMMARY rate table"),
+    (lambda text: text.replace("(of 3 iterations)", "(of 0 iterations)"),
+     "the iterations must be at least 1"),
+    (lambda text: text.replace("2 tasks, 2000 files", "2 tasks, 0 files"),
+     "the items must be at least 1"),
+    (lambda text: text.replace("1242204.650", "n/a"), "not a row of mdtest's rate table"),
+    (lambda text: text.replace("1242204.650", "1.2.3"), "not a row of mdtest's rate table"),
+    (lambda text: text.replace("1355844.189", "1.189"), "must be max >= mean >= min >= 0")])
+def test_mdtest_output_that_cannot_be_fully_parsed_is_refused_naming_the_line(change: Any,
+                                                                            says: str) -> None:
+    """Once imported, exit 0: a file cut inside its summary gave 1 row; "of 0 iterations"
+    rows of count 0."""
+    with pytest.raises(UsageError) as refused:
+        mdtest_rows(change(MDTEST.read_text()), "mdtest", "warm", "md.txt")
+    assert str(refused.value).startswith("md.txt: line ") and says in str(refused.value)
+
