@@ -26,8 +26,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from stampede.results.archive import read_rows
     from stampede.results.report import make_console, render_archive
 
+    if args.last < 1:   # 0 once showed 1 without a word
+        raise UsageError(f"--last {args.last}: must be at least 1")
     rows = read_rows(args.archive)
     if not rows:
         raise UsageError(f"{args.archive}: the archive holds no runs")
-    render_archive(rows, make_console(), args.run, max(args.last, 1))
+    render_archive(rows, make_console(), args.run, args.last)
     return 0

@@ -55,7 +55,8 @@ def _load(args: argparse.Namespace) -> Any:
     from stampede.checkpoint.save_plan import check_save
     from stampede.spec import load_job
 
-    scale = [f"checkpoint.scale={json.dumps(args.scale)}"] if args.scale else []
+    # given, even empty (--scale '' once meant full size without a word): the parser refuses it
+    scale = [f"checkpoint.scale={json.dumps(args.scale)}"] if args.scale is not None else []
     spec = load_job(args.job, overrides(args) + scale)   # before MPI and before any I/O
     check_save(spec)
     require_packages(spec)

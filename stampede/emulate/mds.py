@@ -335,8 +335,15 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, str]:
     mountpoint = os.path.realpath(args.mountpoint)
     if not os.path.isdir(backing):
         raise _usage(f"--backing {args.backing}: not a directory", "")
-    if not os.path.isdir(mountpoint):
-        raise _usage(f"mountpoint {args.mountpoint}: not a directory", f"mkdir {args.mountpoint}")
+    try:   # a dead FUSE mount answers ENOTCONN: not a missing directory to mkdir
+        if not stat.S_ISDIR(os.stat(mountpoint).st_mode):
+            raise _usage(f"mountpoint {args.mountpoint}: not a directory", "")
+    except FileNotFoundError:
+        raise _usage(f"mountpoint {args.mountpoint}: no such directory",
+                     f"mkdir {args.mountpoint}") from None
+    except OSError as error:
+        raise _usage(f"mountpoint {args.mountpoint}: {error.strerror} (a stale mount?)",
+                     f"fusermount -u {args.mountpoint}") from None
     try:
         entries = os.listdir(mountpoint)
     except OSError as error:
@@ -347,6 +354,11 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, str]:
                      "emulate-mds mounts only on an empty directory", "")
     if getattr(args, "log_limit", 1) < 1:
         raise _usage(f"--log-limit {args.log_limit}: must be at least 1", "")
+    if getattr(args, "summary_json", None) and getattr(args, "log", None):
+        from pathlib import Path
+
+        from stampede.values import refuse_overwrite
+        refuse_overwrite("--log", Path(args.log), {"--summary-json file": Path(args.summary_json)})
     for flag in ("summary_json", "log"):
         if getattr(args, flag, None):
             check_writable(f"--{flag.replace('_', '-')}", getattr(args, flag))

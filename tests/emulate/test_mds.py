@@ -253,6 +253,17 @@ def test_refusals_before_anything_is_is_mounted(tmp_path: Path, monkeypatch: pyt
     assert "--threads 0: must be at least 1" in refusal([*base, "--threads", "0"], capsys)
     assert "--service-s -1.0" in refusal([*base, "--service-s", "-1"], capsys)
     assert "not a directory" in refusal([*base[:3], str(tmp_path / "nowhere")], capsys)
+    assert "mountpoint" in refusal(["emulate-mds", str(tmp_path / "nowhere"), "--backing",
+                                    str(backing)], capsys)
+    # what it writes at exit, checked before it serves (it once served a whole experiment
+    # and then lost the summary to /proc)
+    assert "--summary-json /proc/x.json: cannot be written" in refusal(
+        [*base, "--summary-json", "/proc/x.json"], capsys)
+    same = str(tmp_path / "same.json")
+    assert "--log " + same + ": is the --summary-json file" in refusal(
+        [*base, "--summary-json", same, "--log", same], capsys)
+    assert "--log-limit 0: must be at least 1" in refusal([*base, "--log", same, "--log-limit", "0"],
+                                                          capsys)
     (backing / "inner").mkdir()
     assert "inside --backing" in refusal(["emulate-mds", str(backing / "inner"), "--backing",
                                           str(backing)], capsys)
@@ -405,3 +416,25 @@ def test_a_shared_files_requests_queue_one_at_a_time_in_arrival_order(stampede, 
     assert float(rows["shared"]["elapsed_s"]) >= timed * service_s
     for row in rows.values():
         assert float(row["lat_min_s"]) >= 3 * service_s
+
+
+def test_a_dead_mount_is_named_a_stale_mount_not_a_missing_directory(stampede, fuse_ready: None,
+                                                                     tmp_path: Path) -> None:
+    """An emulator SIGKILLed leaves its mount dead ("Transport endpoint is not connected"):
+    mounting there again says so, with the fusermount that clears it (it once said "not a
+    directory" and suggested mkdir)."""
+    backing, mountpoint = backing_dir(tmp_path), tmp_path / "mnt"
+    mountpoint.mkdir()
+    daemon = subprocess.Popen(emulate_command(backing, mountpoint), stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: is_mounted(mountpoint))
+        daemon.kill()
+        daemon.wait()
+        result = stampede("emulate-mds", str(mountpoint), "--backing", str(backing), timeout=30)
+        assert result.returncode == 2, result.stderr
+        assert "Transport endpoint is not connected (a stale mount?)" in result.stderr
+        assert f"fusermount -u {mountpoint}" in result.stderr
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        force_unmount(mountpoint)
