@@ -39,7 +39,6 @@ from stampede.checkpoint.plan import (
     bytes_per_rank,
     checkpoint_files,
     file_tensors,
-    shard_count,
     shared_path,
     writes_of_rank,
 )
@@ -346,8 +345,12 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True,
                 for note in dict.fromkeys(notes):
                     print(f"stampede: {note}", flush=True)
             tensors = file_tensors(spec, layout, nranks)
-            # Rank 0 stands for all in the progress bar: the writers go at about the same pace.
-            total = sum(extent.length for extent in extents) * min(nranks, shard_count(spec, nranks))
+            # Rank 0 stands for all in the progress bar: the writers go at about the same
+            # pace. The total is every rank's writes (an object store's shared file is rank
+            # 0's alone: a total of its bytes times the ranks once showed 4x the real rate)
+            total = mpi.bcast(comm, sum(
+                extent.length for writer_rank in range(nranks) for extent in
+                writes_of_rank(spec, layout, nranks, writer_rank, whole_files)) if rank == 0 else 0)
             with progress_bar(total, f"prepare {layout}", show_progress and rank == 0) as bar:
                 advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
                 slices = mpi.collective(comm, f"writing the {layout} checkpoint",

@@ -28,6 +28,7 @@ from typing import Any
 from stampede import __version__
 from stampede.backends.base import Backend
 from stampede.checkpoint.manifest import check_entry_types, check_table, damaged, read_document
+from stampede.errors import CheckpointError
 
 JOURNAL_NAME = "stampede-saves.json"
 JOURNAL_SCHEMA = 1
@@ -66,6 +67,27 @@ def read_journal(backend: Backend, target: str) -> dict[str, Any] | None:
     if journal is not None:
         _check_types(journal, f"{target.rstrip('/')}/{JOURNAL_NAME}")
     return journal
+
+
+def journal_of_save(backend: Backend, target: str) -> dict[str, Any]:
+    """The journal a running save made (rank 0): a CheckpointError, not an assertion, when
+    it is gone (removed by hand: the save's lock keeps stampede's own clean out)."""
+    journal = read_journal(backend, target)
+    if journal is None:
+        raise CheckpointError(f"{target.rstrip('/')}/{JOURNAL_NAME} vanished while the save "
+                              "ran: what it saves can no longer be undone by clean",
+                              hint="remove the target's saves/ by hand, or give another "
+                                   "target.path")
+    return journal
+
+
+def entry_of(journal: dict[str, Any], layout: str, version: int) -> dict[str, Any]:
+    found = [entry for entry in journal["layouts"].get(layout, {}).get("versions", [])
+             if entry["version"] == version]
+    if not found:
+        raise CheckpointError(f"the save journal lost version {version} of {layout} while the "
+                              "save ran (rewritten by another process?)")
+    return found[0]
 
 
 def _check_types(journal: dict[str, Any], where: str) -> None:
@@ -107,11 +129,6 @@ def published_version(backend: Backend, journal: dict[str, Any] | None, layout: 
     version = int(match.group(1))
     known = {entry["version"] for entry in journal["layouts"][layout]["versions"]}
     return version if version in known else None
-
-
-def entry_of(journal: dict[str, Any], layout: str, version: int) -> dict[str, Any]:
-    return next(entry for entry in journal["layouts"][layout]["versions"]
-                if entry["version"] == version)
 
 
 def stale_versions(journal: dict[str, Any], layout: str, published: int | None) -> list[dict[str, Any]]:

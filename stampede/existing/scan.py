@@ -57,11 +57,15 @@ def scan(path: str, storage_options: dict[str, Any] | None = None) -> Catalogue:
     indexes = [n for n in top if n.endswith(INDEX_SUFFIX) and location.has(n)]
     weights = [n for n in top if n.endswith(".safetensors") and location.has(n)]
     hdf5 = [n for n in top if n.lower().endswith(HDF5_SUFFIXES) and location.has(n)]
+    torch_files = [n for n in top if n.lower().endswith(TORCH_SUFFIXES) and location.has(n)]
+    tensorizer = [n for n in top if n.endswith(TENSORIZER_SUFFIX) and location.has(n)]
     root = location.root
-    if (indexes or weights) and hdf5:
-        raise CheckpointError(f"{root}: holds both safetensors ({(indexes + weights)[0]}) and "
-                              f"HDF5 ({hdf5[0]}) files: which is the checkpoint?",
-                              hint="point at the one file to restore")
+    _one_format(root, {"safetensors": indexes + weights, "HDF5": hdf5,
+                       # Hugging Face repositories ship their weights as pytorch_model*.bin
+                       # beside the safetensors too: the same tensors, read as safetensors
+                       "torch.save": [n for n in torch_files if not (
+                           (indexes or weights) and n.startswith(HF_TORCH_PREFIX))],
+                       "tensorizer": tensorizer})
     if len(indexes) > 1:
         raise CheckpointError(f"{root}: {len(indexes)} safetensors index files "
                               f"({', '.join(indexes)}): which is the checkpoint?",
@@ -72,14 +76,27 @@ def scan(path: str, storage_options: dict[str, Any] | None = None) -> Catalogue:
         return scan_safetensors(location, "", weights)
     if hdf5:
         return scan_hdf5(location, hdf5)
-    # Only where no safetensors is: Hugging Face repositories ship a .bin beside them.
-    torch_files = [n for n in top if n.lower().endswith(TORCH_SUFFIXES) and location.has(n)]
     if torch_files:
         return scan_torch(location, torch_files)
-    tensorizer = [n for n in top if n.endswith(TENSORIZER_SUFFIX) and location.has(n)]
     if tensorizer:
         return scan_tensorizer(location, tensorizer)
     raise CheckpointError(_nothing_found(location), hint=f"stampede reads {SUPPORTED}")
+
+
+HF_TORCH_PREFIX = "pytorch_model"
+
+
+def _one_format(root: str, found: dict[str, list[str]]) -> None:
+    """A directory of one checkpoint format: files of two (a.safetensors and b.pt) are
+    refused, naming one of each (safetensors once won silently, the .pt half never read)."""
+    kinds = [f"{kind} ({names[0]})" for kind, names in found.items() if names]
+    if len(kinds) > 1:
+        listed = " and ".join(kinds) if len(kinds) == 2 else \
+            ", ".join(kinds[:-1]) + f" and {kinds[-1]}"
+        raise CheckpointError(f"{root}: holds both {listed} files: which is the checkpoint?"
+                              if len(kinds) == 2 else
+                              f"{root}: holds {listed} files: which is the checkpoint?",
+                              hint="point at the one file (or index) to restore")
 
 
 def index_parser(catalogue: Catalogue) -> Any:

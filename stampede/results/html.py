@@ -16,7 +16,14 @@ from typing import Any
 from stampede.results import html_figures as figures
 from stampede.results.cells import number
 from stampede.results.definitions import METRICS, SAVE_METRICS
-from stampede.results.report import grouped_warnings, ranked
+from stampede.results.report import (
+    BUFFERED_NOTE,
+    SAVE_HEADERS,
+    SAVE_NOTE,
+    grouped_warnings,
+    ranked,
+    save_cells,
+)
 from stampede.units import format_bytes, format_number, format_seconds
 
 MAX_OP_ROWS = 200
@@ -99,8 +106,8 @@ def mttr_line(title: str, model: Any, layout: str) -> str:
             f"<b>{escape(dominant)}</b>" + tag("details", tag("summary", "terms") + escape(terms)))
 
 
-def restore_table(rows: Sequence[Row], op: str) -> str:
-    ranking = [(row, standing) for row, standing in ranked(rows, op)]
+def restore_table(rows: Sequence[Row]) -> str:
+    ranking = [(row, standing) for row, standing in ranked(rows, "restore")]
     if not ranking:
         return ""
     body = [[row["layout"], last_rank(row), standing.replace("[red]", "").replace("[/]", ""),
@@ -110,14 +117,32 @@ def restore_table(rows: Sequence[Row], op: str) -> str:
              format_seconds(number(row, "storage_s")), format_seconds(number(row, "network_s"))]
             for row, standing in ranking]
     first = ranking[0][0]
-    title = {"restore": "Restore: time until every rank holds its bytes",
-             "save": "Save: time until every rank's bytes are durable"}[op]
-    return (tag("h2", title, id=op) + tag("p", f"run {escape(first['run_id'])}: {first['nranks']} "
-                                          f"ranks on {first['nnodes']} node(s), "
-                                          f"{format_bytes(number(first, 'bytes_per_rank'))} per rank",
-                                          class_="note")
+    return (tag("h2", "Restore: time until every rank holds its bytes", id="restore")
+            + tag("p", f"run {escape(first['run_id'])}: {first['nranks']} ranks on "
+                       f"{first['nnodes']} node(s), "
+                       f"{format_bytes(number(first, 'bytes_per_rank'))} per rank", class_="note")
             + table(("layout", "last rank (min–max)", "vs best", "straggler", "agg GB/s",
                      "slowest GB/s", "storage ops/it", "storage part", "network part"), body))
+
+
+def save_table(rows: Sequence[Row]) -> str:
+    """The save's own table (the terminal's: published, blocked, unprotected, validate
+    errors, "buf" for a save never made durable); the HTML report once showed the restore's
+    columns for it, a storage part longer than the time to last rank among them."""
+    cells, buffered = save_cells(rows)
+    if not cells:
+        return ""
+    first = cells[0][0]
+    body = [[cell.replace("[red]", "").replace("[/]", "") for cell in row_cells]
+            for _, row_cells in cells]
+    notes = ([BUFFERED_NOTE] if buffered else []) + [SAVE_NOTE]
+    return (tag("h2", "Save: time until every rank's bytes are durable", id="save")
+            + tag("p", f"run {escape(first['run_id'])}: {first['nranks']} ranks on "
+                       f"{first['nnodes']} node(s), {format_bytes(number(first, 'bytes_per_rank'))}"
+                       " per rank", class_="note")
+            + table(tuple(header.replace("-\n", "").replace("\n", " ") for header in SAVE_HEADERS),
+                    body)
+            + "".join(tag("p", escape(note), class_="note") for note in notes))
 
 
 def ops_table(rows: Sequence[Row]) -> str:
@@ -229,7 +254,8 @@ def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any
     run_rows = [row for row in rows if row["run_id"] == run_id]
     shown = {run_id, *(verdict.run_id for verdict in assessment.phases.values())}
     shown_rows = [row for row in rows if row["run_id"] in shown]
-    tables = "".join(restore_table(run_rows_of(rows, verdict.run_id), phase)
+    tables = "".join(save_table(run_rows_of(rows, verdict.run_id)) if phase == "save" else
+                     restore_table(run_rows_of(rows, verdict.run_id))
                      for phase, verdict in assessment.phases.items())
     if not tables:
         tables = ops_table(rows)

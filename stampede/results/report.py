@@ -237,39 +237,52 @@ def _companion(rows: Sequence[Row], row: Row, op: str) -> Row:
                  and other["run_id"] == row["run_id"]), {})
 
 
-def _render_saves(rows: Sequence[Row], console: Any) -> None:
-    ranking = ranked(rows, "save")
-    if not ranking:
-        return
-    wide = console.width >= NARROW
-    headers = ("layout", "durable, last\nrank (min-max)", "vs best", "pub-\nlished",
-               "blocked", "agg\nGB/s", "slowest\nGB/s") + \
-        (("strag-\ngler", "unpro-\ntected", "validate\nerrors") if wide else ())
-    table = new_table("Save: time until every rank's bytes are durable", headers,
-                      left=("layout", "vs best"))
-    buffered = False
-    for row, standing in ranking:
+# The save table, for the terminal and the HTML report alike: its columns (the last
+# three left out of a narrow terminal), its cells, and the words under it.
+SAVE_HEADERS = ("layout", "durable, last\nrank (min-max)", "vs best", "pub-\nlished", "blocked",
+                "agg\nGB/s", "slowest\nGB/s", "strag-\ngler", "unpro-\ntected",
+                "validate\nerrors")
+SAVE_NARROW_COLUMNS = 7
+BUFFERED_NOTE = ("buf = save.durability = none: handed to the page cache, not durable; never "
+                 "storage GB/s")
+SAVE_NOTE = ("published = until the pointer named the version (rank 0); blocked = until "
+             "training could go on (async: the snapshot); unprotected = time without a valid "
+             "published version (must be 0).")
+
+
+def save_cells(rows: Sequence[Row]) -> tuple[list[tuple[Row, list[str]]], bool]:
+    """Each save layout's cells (SAVE_HEADERS), best first, and whether any was only
+    buffered (save.durability = none: its GB/s marked "buf")."""
+    cells, buffered = [], False
+    for row, standing in ranked(rows, "save"):
         published, blocked = _companion(rows, row, "published"), _companion(rows, row, "blocked")
         validate = _companion(rows, row, "validate")
         gbps = format_number(number(row, "agg_gbps"))
         if row.get("durability") == "none":
             gbps, buffered = gbps + " buf", True
-        cells = [row["layout"], _last_rank(row), standing,
-                 seconds(published, "elapsed_s") if published else "-",
-                 seconds(blocked, "elapsed_s") if blocked else "-", gbps,
-                 format_number(number(row, "slowest_rank_gbps"))]
-        if wide:
-            cells += [f"{number(row, 'straggler_ratio'):.2f}", seconds(row, "unprotected_s"),
-                      validate.get("errors", "-") if validate else "-"]
-        table.add_row(*cells)
+        cells.append((row, [row["layout"], _last_rank(row), standing,
+                            seconds(published, "elapsed_s") if published else "-",
+                            seconds(blocked, "elapsed_s") if blocked else "-", gbps,
+                            format_number(number(row, "slowest_rank_gbps")),
+                            f"{number(row, 'straggler_ratio'):.2f}", seconds(row, "unprotected_s"),
+                            validate.get("errors", "-") if validate else "-"]))
+    return cells, buffered
+
+
+def _render_saves(rows: Sequence[Row], console: Any) -> None:
+    cells, buffered = save_cells(rows)
+    if not cells:
+        return
+    shown = len(SAVE_HEADERS) if console.width >= NARROW else SAVE_NARROW_COLUMNS
+    table = new_table("Save: time until every rank's bytes are durable", SAVE_HEADERS[:shown],
+                      left=("layout", "vs best"))
+    for _, row_cells in cells:
+        table.add_row(*row_cells[:shown])
     console.print(table)
-    _render_slowest(ranking, "save", console)
+    _render_slowest(ranked(rows, "save"), "save", console)
     if buffered:
-        console.print("[yellow]buf[/] = save.durability = none: handed to the page cache, "
-                      "not durable; never storage GB/s")
-    console.print("[dim]published = until the pointer named the version (rank 0); blocked = "
-                  "until training could go on (async: the snapshot); unprotected = time "
-                  "without a valid published version (must be 0).[/]")
+        console.print("[yellow]buf[/]" + BUFFERED_NOTE.removeprefix("buf"), markup=True)
+    console.print(f"[dim]{SAVE_NOTE}[/]")
 
 
 def _render_cycle(rows: Sequence[Row], console: Any) -> None:

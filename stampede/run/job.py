@@ -5,6 +5,7 @@ same for all of them (the backend, the device, the run's context) is set up here
 
 from __future__ import annotations
 
+import json
 import resource
 from collections.abc import Callable
 from functools import partial
@@ -147,6 +148,17 @@ def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
                                   "save here (run.restore = \"saved\")",
                                   hint=f"run `{spec.command('save', nranks)}` first")
         manifest = manifest or read_manifest(backend, spec.target_path)
+        if manifest is None and journal is not None:   # a target of saves, not of prepare's
+            saved_layouts = [name for name in journal["layouts"]
+                             if versions.published_version(backend, journal, name) is not None]
+            raise CheckpointError(
+                f"{spec.target_path}: layout {layout!r} has no published save here, and this "
+                f"target holds saves (of {', '.join(saved_layouts) or 'none published'}), not "
+                "a prepared checkpoint (prepare refuses a target of saves)",
+                hint=f"`{spec.command('save', nranks)} --set checkpoint.layout={layout}` first, "
+                     "or restore only the layouts saved here (--set "
+                     + (f"checkpoint.layout={saved_layouts[0]})" if len(saved_layouts) == 1 else
+                        f"'checkpoint.layout={json.dumps(saved_layouts)}')"))
         entries[layout] = prepared_layout(manifest, spec, layout, nranks, per_rank)
     return entries
 

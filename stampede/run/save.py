@@ -221,8 +221,7 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
     """Rank 0, untimed: saves/ and saves/LAYOUT, recorded in the journal when made here."""
     if rank != 0 or not backend.has_directories:
         return
-    journal = versions.read_journal(backend, spec.target_path)
-    assert journal is not None
+    journal = versions.journal_of_save(backend, spec.target_path)
     made = journal.setdefault("directories", [])
     for directory in (versions.SAVES_DIR, versions.layout_dir(layout)):
         try:
@@ -388,8 +387,7 @@ def _begin_version(spec: JobSpec, backend: Backend, layout: str,
                    nranks: int) -> tuple[int, list[str], list[str]]:
     """Remove what unfinished saves left, pick the next version, and say what its publish
     releases: (version, files, directories deepest first)."""
-    journal = versions.read_journal(backend, spec.target_path)
-    assert journal is not None
+    journal = versions.journal_of_save(backend, spec.target_path)
     published = versions.published_version(backend, journal, layout)
     stale = versions.stale_versions(journal, layout, published)
     store = object_store(backend)
@@ -423,8 +421,7 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
     it may leave, before its first byte is written."""
     from stampede.checkpoint.save_plan import version_directories
 
-    journal = versions.read_journal(backend, spec.target_path)
-    assert journal is not None
+    journal = versions.journal_of_save(backend, spec.target_path)
     root = versions.version_dir(layout, version)
     files = list(file_tensors(spec, layout, nranks, root).items())
     sizes = [(relpath, sum(nbytes for _, nbytes in tensors)) for relpath, tensors in files]
@@ -448,14 +445,13 @@ def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
     storage that failed the save cannot take the journal's update either: the entry
     stays "writing", which the next save and clean treat alike)."""
     try:
-        journal = versions.read_journal(backend, spec.target_path)
+        journal = versions.journal_of_save(backend, spec.target_path)
+        entry = versions.entry_of(journal, layout, version)
     except CheckpointError as error:
         if published:
             raise
         return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
                 f"entry not updated: {error}; the next save or clean removes what it wrote")
-    assert journal is not None
-    entry = versions.entry_of(journal, layout, version)
     if published:
         entry.update(state="complete", complete=True)
         for old in versions.released_versions(journal, layout, version, spec.keep):

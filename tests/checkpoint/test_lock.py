@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from stampede.checkpoint.lock import LOCK_NAME, TargetLock
 from stampede.errors import CheckpointError
 from stampede.launcher import find_mpiexec
 from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
+from tests.helpers.processes import pids_of
 
 
 def holder_pid(target: Path) -> int:
@@ -26,11 +29,6 @@ def holder_pid(target: Path) -> int:
         return int(json.loads((target / LOCK_NAME).read_text())["pid"])
     except (OSError, ValueError, KeyError):
         return 0
-
-
-def pids_of(pattern: str) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True)
-    return [int(pid) for pid in found.stdout.split()]
 
 
 def flock_holders(path: Path) -> list[int]:
@@ -108,20 +106,15 @@ def test_writers_refuse_a_target_in_use_and_leave_it_as_it_was(stampede, tmp_pat
     assert not target.exists()             # the lock file went with the rest
 
 
-@pytest.mark.mpi
-def test_a_clean_or_a_second_save_during_a_save_is_refused_and_the_save_finishes(
-        stampede, tmp_path: Path) -> None:
-    """They once collided: clean removed a running save's files (it died on an
-    AssertionError), two saves lost a version from the journal. The running save is held
-    still (SIGSTOP to its ranks, once its rank 0 holds the target) while the others try."""
-    job = small_job(tmp_path, checkpoint={"size": "4MiB", "layout": ["sharded"]},
-                    run={"iterations": 30, "warmup": 0, "verify": "none"}, save={"keep": 1})
-    target = tmp_path / "ckpt"
+@contextmanager
+def held_still(job: Path, target: Path) -> Iterator[subprocess.Popen[str]]:
+    """A 30-save job running, its ranks stopped (SIGSTOP) once rank 0 holds the target,
+    for the block; then let go on (SIGCONT). The running save's Popen."""
     mpiexec = find_mpiexec()
     assert mpiexec is not None
     saving = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save",
                                str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp_path)
+                              text=True, cwd=job.parent)
     ranks: list[int] = []
     try:
         deadline = time.monotonic() + 120     # the save holds the target once it names itself
@@ -133,21 +126,52 @@ def test_a_clean_or_a_second_save_during_a_save_is_refused_and_the_save_finishes
             os.kill(pid, signal.SIGSTOP)
         assert holder_pid(target) in flock_holders(target / LOCK_NAME)   # held, right now
         try:
-            for command in (["clean", str(job)], ["save", str(job)]):
-                result = stampede(*command, np=2 if command[0] == "save" else None)
-                assert result.returncode == 2, (command, result.stdout + result.stderr)
-                assert "is in use: stampede save by pid" in " ".join(result.stderr.split())
+            yield saving
         finally:
             for pid in ranks:
                 os.kill(pid, signal.SIGCONT)
-        out, err = saving.communicate(timeout=RUN_TIMEOUT_S)
     finally:
         if saving.poll() is None:
-            saving.kill()
-            saving.communicate()
+            try:
+                saving.wait(timeout=RUN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                saving.kill()
+
+
+def long_save(tmp_path: Path) -> Path:
+    return small_job(tmp_path, checkpoint={"size": "4MiB", "layout": ["sharded"]},
+                     run={"iterations": 30, "warmup": 0, "verify": "none"}, save={"keep": 1})
+
+
+@pytest.mark.mpi
+def test_a_clean_or_a_second_save_during_a_save_is_refused_and_the_save_finishes(
+        stampede, tmp_path: Path) -> None:
+    """They once collided: clean removed a running save's files (it died on an
+    AssertionError), two saves lost a version from the journal. The running save is held
+    still while the others try."""
+    job, target = long_save(tmp_path), tmp_path / "ckpt"
+    with held_still(job, target) as saving:
+        for command in (["clean", str(job)], ["save", str(job)]):
+            result = stampede(*command, np=2 if command[0] == "save" else None)
+            assert result.returncode == 2, (command, result.stdout + result.stderr)
+            assert "is in use: stampede save by pid" in " ".join(result.stderr.split())
+    out, err = saving.communicate(timeout=RUN_TIMEOUT_S)
     assert saving.returncode == 0, out + err
     journal = json.loads((target / "stampede-saves.json").read_text())
     states = [entry["state"] for entry in journal["layouts"]["sharded"]["versions"]]
     assert states[-1] == "complete" and set(states[:-1]) <= {"released"}
     assert [row["valid"] for row in read_archive(tmp_path / "results" / "job.csv")
             if row["op"] == "save"] == ["true"]
+
+
+@pytest.mark.mpi
+def test_a_journal_removed_by_hand_mid_save_is_one_clear_error(tmp_path: Path) -> None:
+    """The lock keeps stampede's clean out, not a hand's rm: the save then stops with
+    one line saying the journal vanished (it once died on an AssertionError)."""
+    job, target = long_save(tmp_path), tmp_path / "ckpt"
+    with held_still(job, target) as saving:
+        (target / "stampede-saves.json").unlink()
+    out, err = saving.communicate(timeout=RUN_TIMEOUT_S)
+    assert saving.returncode in (1, 2), out + err
+    assert "stampede-saves.json vanished while the save ran" in " ".join(err.split())
+    assert "Traceback" not in err and "AssertionError" not in err

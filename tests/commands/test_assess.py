@@ -18,6 +18,7 @@ from stampede.model.mttr import EXAMPLE
 from stampede.sbatch import parse_steps
 from stampede.spec import load_job
 from tests.helpers.jobs import read_archive, small_job
+from tests.helpers.processes import descendants
 from tests.helpers.s3server import S3Server
 from tests.helpers.verdicts import cli, hand_best, hand_verdict, saved_with, verdict_of
 
@@ -193,10 +194,10 @@ def test_sigterm_stops_the_running_step_and_cleans_up_as_ctrl_c_does(tmp_path: P
                               text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120    # a step of its own is running: its child
-        while not children(assess.pid):
+        while not descendants(assess.pid):
             assert assess.poll() is None and time.monotonic() < deadline, assess.communicate()
             time.sleep(0.05)
-        stepping = children(assess.pid)
+        stepping = descendants(assess.pid)
         os.kill(assess.pid, signal.SIGTERM)   # to assess alone, not its process group
         _, err = assess.communicate(timeout=180)
     finally:
@@ -209,19 +210,3 @@ def test_sigterm_stops_the_running_step_and_cleans_up_as_ctrl_c_does(tmp_path: P
     assert not (tmp_path / "ckpt-saves").exists()
     assert "Traceback" not in err
 
-
-def children(pid: int) -> list[int]:
-    """The processes `pid` started (and theirs), from /proc."""
-    found: list[int] = []
-    parents = {pid}
-    for _ in range(4):
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-                if parent in parents and int(entry.name) not in found:
-                    found.append(int(entry.name))
-        parents |= set(found)
-    return found

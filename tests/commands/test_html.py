@@ -106,3 +106,10 @@ def test_a_save_then_a_restore_get_the_figures_of_both(stampede, tmp_path: Path)
     assert "Latency CDF: save write" in page and "Latency CDF: restore read" in page
     assert "Timeline: save " in page and "Timeline: restore " in page
     assert "no sidecar with statistics" not in page
+    # the save's own table, as the terminal's (it once was the restore's: no published,
+    # blocked or unprotected, a storage part longer than the time to last rank)
+    save = page[page.index('id="save"'):page.index('id="figures"')]
+    for header in ("durable, last rank (min-max)", "published", "blocked", "unprotected",
+                   "validate errors"):
+        assert f"<th>{header}</th>" in save, header
+    assert "storage part" not in save and "until training could go on" in save

@@ -48,6 +48,19 @@ def test_a_directory_with_safetensors_beside_a_bin_is_safetensors(tmp_path: Path
     assert scan(str(tmp_path)).format == "safetensors"   # as Hugging Face's loaders choose
 
 
+def test_a_directory_of_two_formats_is_refused_naming_both(tmp_path: Path, published: Path,
+                                                           torch_bin: Path) -> None:
+    """a.safetensors beside b.pt: two checkpoints, not one (the safetensors half was once
+    read alone, without a word)."""
+    (tmp_path / "a.safetensors").write_bytes(published.read_bytes())
+    (tmp_path / "b.pt").write_bytes(torch_bin.read_bytes())
+    with pytest.raises(CheckpointError, match=r"holds both safetensors \(a\.safetensors\) and "
+                                              r"torch\.save \(b\.pt\) files: which is the "
+                                              "checkpoint"):
+        scan(str(tmp_path))
+    assert scan(str(tmp_path / "b.pt")).format == "torch"       # one of them, named
+
+
 def test_torch_files_that_are_not_torch_save_zips_are_refused(tmp_path: Path,
                                                               torch_bin: Path) -> None:
     torch = checkpoints.require_torch()

@@ -79,6 +79,10 @@ def test_same_job_on_posix_and_s3(stampede, s3_env: S3Server, tmp_path: Path) ->
         assert ops["s3"]["read"]["retries"] == "0"
     # clean removed every object prepare wrote, the manifest too
     assert "removed 5 path(s)" in results[-1].stdout   # 2 shards, shared, index, manifest
+    # the progress counts what was written: the S3 shared file, 8 MiB, is rank 0's alone
+    # (its bytes times the 4 ranks once showed 4x the real rate, "of 32 MiB")
+    prepared = results[3].stderr
+    assert "prepare shared: 8 MiB of 8 MiB" in prepared and "of 32 MiB" not in prepared, prepared
     secrets = _outputs(tmp_path, *results)
     assert FAKE_SECRET_ACCESS_KEY not in secrets and FAKE_ACCESS_KEY_ID not in secrets
 

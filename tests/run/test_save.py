@@ -138,6 +138,11 @@ def test_save_refuses_before_any_io(stampede, tmp_path: Path) -> None:
     refused = stampede("save", str(save_job(tmp_path)), np=2)
     assert refused.returncode == 2 and "holds nothing stampede wrote" in refused.stderr
     assert files_under(foreign) == ["theirs"]
+    # --scale '' once meant full size without a word; report --last 0 once meant 1
+    scaled = stampede("cycle", str(save_job(tmp_path)), "--scale", "")
+    assert scaled.returncode == 2 and "checkpoint.scale" in scaled.stderr, scaled.stderr
+    last = stampede("report", str(tmp_path / "results" / "job.csv"), "--last", "0")
+    assert last.returncode == 2 and "--last 0: must be at least 1" in last.stderr
 
 
 @pytest.mark.parametrize("layout", ["shared", "striped"])
@@ -171,3 +176,21 @@ def test_prepare_on_a_target_of_saves_says_so_and_leaves_them(stampede, tmp_path
     assert "`stampede clean` the job that saved them" in said
     assert files_under(tmp_path / "ckpt") == saved
 
+
+
+@pytest.mark.mpi
+def test_run_on_a_target_of_some_layouts_saves_says_what_to_save_or_restore(
+        stampede, tmp_path: Path) -> None:
+    """It once suggested a prepare, which then refused the target (it holds saves)."""
+    job = save_job(tmp_path, checkpoint={"layout": ["shared", "sharded"]},
+                   run={"iterations": 1, "warmup": 0})
+    assert stampede("save", str(job), "--set", "checkpoint.layout=sharded", np=2).returncode == 0
+    result = stampede("run", str(job), np=2)
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())
+    assert "layout 'shared' has no published save here, and this target holds saves (of " \
+           "sharded), not a prepared checkpoint" in said
+    assert "--set checkpoint.layout=shared` first" in said
+    assert "(--set checkpoint.layout=sharded)" in said
+    restored = stampede("run", str(job), "--set", "checkpoint.layout=sharded", np=2)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
