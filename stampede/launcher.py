@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
@@ -100,6 +99,8 @@ def call(argv: list[str], **options: Any) -> int:
     """subprocess.call, but a signal that interrupts the wait is passed on to the child
     (SIGTERM; a terminal's Ctrl-C reached it already), the child waited for (killed after
     INTERRUPT_GRACE_S), and the interrupt raised again."""
+    import subprocess  # here, not at the top: every rank imports this module
+
     process = subprocess.Popen(argv, **options)
     try:
         return process.wait()
