@@ -107,9 +107,11 @@ def test_writers_refuse_a_target_in_use_and_leave_it_as_it_was(stampede, tmp_pat
 
 
 @contextmanager
-def held_still(job: Path, target: Path) -> Iterator[subprocess.Popen[str]]:
-    """A 30-save job running, its ranks stopped (SIGSTOP) once rank 0 holds the target,
-    for the block; then let go on (SIGCONT). The running save's Popen."""
+def held_still(job: Path, target: Path, also: Path | None = None
+               ) -> Iterator[subprocess.Popen[str]]:
+    """A 30-save job running, its ranks stopped (SIGSTOP) once rank 0 holds the target
+    (and the file `also` exists), for the block; then let go on (SIGCONT). The running
+    save's Popen."""
     mpiexec = find_mpiexec()
     assert mpiexec is not None
     saving = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save",
@@ -118,7 +120,8 @@ def held_still(job: Path, target: Path) -> Iterator[subprocess.Popen[str]]:
     ranks: list[int] = []
     try:
         deadline = time.monotonic() + 120     # the save holds the target once it names itself
-        while not ranks or holder_pid(target) not in ranks:
+        while (not ranks or holder_pid(target) not in ranks
+               or (also is not None and not also.exists())):
             assert saving.poll() is None and time.monotonic() < deadline, saving.communicate()
             ranks = [pid for pid in pids_of(f"-m stampede save {job}") if pid != saving.pid]
             time.sleep(0.01)
@@ -169,8 +172,9 @@ def test_a_journal_removed_by_hand_mid_save_is_one_clear_error(tmp_path: Path) -
     """The lock keeps stampede's clean out, not a hand's rm: the save then stops with
     one line saying the journal vanished (it once died on an AssertionError)."""
     job, target = long_save(tmp_path), tmp_path / "ckpt"
-    with held_still(job, target) as saving:
-        (target / "stampede-saves.json").unlink()
+    journal = target / "stampede-saves.json"     # written after the lock is taken
+    with held_still(job, target, also=journal) as saving:
+        journal.unlink()
     out, err = saving.communicate(timeout=RUN_TIMEOUT_S)
     assert saving.returncode in (1, 2), out + err
     assert "stampede-saves.json vanished while the save ran" in " ".join(err.split())
