@@ -3,6 +3,7 @@
 GB is 10^9 bytes and GiB is 2^30 bytes, everywhere; bandwidth is always GB/s (decimal).
 """
 
+import math
 import re
 
 _SIZE_FACTORS = {
@@ -68,6 +69,32 @@ def format_seconds(seconds: float) -> str:
         return "-"
     unit, factor = seconds_unit(seconds)
     return f"{format_in(seconds, factor)} {unit}"
+
+
+def format_duration(seconds: float) -> str:
+    """A duration a person reads (a recovery, a budget): minutes from 2 min, hours from
+    2 h, else format_seconds; never scientific notation."""
+    if seconds != seconds:
+        return "-"
+    if math.isinf(seconds):
+        return "never"
+    for unit, factor in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if abs(seconds) >= 2 * factor:
+            value = seconds / factor
+            return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
+    return format_seconds(seconds)
+
+
+def format_rate(value: float, unit: str) -> str:
+    """A rate with an SI prefix, three digits: 8.2 TB/s, 3.4 GB/s, 120 kops/s."""
+    if value != value:
+        return "-"
+    if math.isinf(value):
+        return "unlimited"
+    for prefix, factor in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
 
 
 def seconds_unit(seconds: float) -> tuple[str, float]:

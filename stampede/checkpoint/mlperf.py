@@ -155,6 +155,27 @@ def checkpoint_bytes(model: Model, nranks: int, subset: bool = False,
                for _, nbytes in rank_files(model, rank, nranks, subset, scale))
 
 
+def at_scale(model: Model, nranks: int) -> tuple[int, int, int]:
+    """(the largest rank's bytes, the checkpoint's bytes, the largest rank's files) of one
+    checkpoint at `nranks` (a multiple of TP x PP); every data-parallel rank past the first
+    writes what the second does, so two of them are enough at any scale."""
+    if nranks % model.model_parallel:
+        raise ValueError(f"{nranks} ranks: {model.name} needs a multiple of TP x PP = "
+                         f"{model.tp} x {model.pp} = {model.model_parallel}")
+    dp = nranks // model.model_parallel
+    first = [rank_files(model, rank, nranks) for rank in range(model.model_parallel)]
+    rest = [rank_files(model, rank, nranks)
+            for rank in range(model.model_parallel, 2 * model.model_parallel)] if dp > 1 else []
+    sizes = [sum(nbytes for _, nbytes in files) for files in first + rest]
+    total = sum(sizes[:len(first)]) + (dp - 1) * sum(sizes[len(first):])
+    return max(sizes), total, max(len(files) for files in first + rest)
+
+
+def display_name(model: Model) -> str:
+    """llama3-70b -> Llama 3 70B."""
+    return "Llama 3 " + model.name.removeprefix("llama3-").upper()
+
+
 def job_text(model: Model) -> str:
     """The job file of one model (jobs/mlperf-checkpoint-SIZE.toml), sizes in its comments."""
     from stampede.units import format_bytes

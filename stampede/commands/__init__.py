@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stampede.model.workload import Workload
 
 # command -> module, in the order `stampede --help` lists them
 COMMANDS = {
@@ -57,3 +61,58 @@ def overrides(args: argparse.Namespace) -> list[str]:
     if from_path is not None:   # a copy in stampede's layouts, whatever the job's source
         found += [f"checkpoint.from={json.dumps(from_path)}", "checkpoint.source=synthetic"]
     return found
+
+
+def add_workload_arguments(sub: argparse.ArgumentParser, prefix: str = "target-") -> None:
+    """The workload at the target (stampede.model.workload), as assess, html, mttr
+    (--target-…) and project (its --ranks is the target: no prefix) spell it; the rank
+    count itself each command adds."""
+    from stampede.spec import WORKLOAD_RANKS
+
+    sub.add_argument(f"--{prefix}ranks-per-node", type=int, default=None, metavar="K",
+                     help="ranks per node at the target (default: as the largest run)")
+    sub.add_argument(f"--{prefix}model", default=None, choices=tuple(WORKLOAD_RANKS),
+                     help="the target's checkpoint: an MLPerf Storage Llama 3 model, its files "
+                          "and bytes per rank at the target's rank count (TP x PP x DP, ZeRO)")
+    sub.add_argument(f"--{prefix}size", default=None, metavar="SIZE",
+                     help="the target's checkpoint: its total size (e.g. 900GiB), split over "
+                          "the ranks")
+    sub.add_argument(f"--{prefix}bytes-per-rank", default=None, metavar="SIZE",
+                     help="the target's checkpoint: the bytes each rank restores (default for "
+                          "all three: the job's checkpoint as archived, a per-rank size kept, a "
+                          "total split over the ranks)")
+
+
+def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-") -> Workload:
+    """The stampede.model.workload.Workload that add_workload_arguments' flags name (exit 2
+    on a size that does not parse, a model the rank count does not fit)."""
+    from stampede.errors import UsageError
+    from stampede.model.workload import workload_of
+    from stampede.units import parse_size
+
+    def flag(name: str) -> object:
+        return getattr(args, f"{prefix}{name}".replace("-", "_"))
+
+    sizes = {}
+    for name in ("size", "bytes-per-rank"):
+        text = flag(name)
+        if text is not None:
+            try:
+                sizes[name] = float(parse_size(text))
+            except ValueError as error:
+                raise UsageError(f"--{prefix}{name} {text!r}: {error}") from None
+    preset = None
+    if flag("model") is not None:
+        from stampede.checkpoint.mlperf import MODELS, at_scale, display_name
+
+        model = MODELS[str(flag("model"))]
+        try:
+            largest, total, files = at_scale(model, ranks)
+        except ValueError as error:
+            raise UsageError(f"--{prefix}model {model.name}: {error}") from None
+        dp = ranks // model.model_parallel
+        preset = (display_name(model), f"TP {model.tp} x PP {model.pp} x DP {dp}, ZeRO "
+                  f"{model.zero}", float(largest), float(total), files)
+    per_node = flag("ranks-per-node")
+    return workload_of(ranks, per_node if isinstance(per_node, int) else None,
+                       sizes.get("bytes-per-rank"), sizes.get("size"), preset)

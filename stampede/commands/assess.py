@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stampede.commands import add_job_arguments, set_words
-from stampede.commands.html import DEFAULT_TARGET_RANKS
+from stampede.commands.html import add_target_arguments, target_of
 
 DEFAULT_BUDGET = "10min"
 
@@ -41,8 +41,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--ranks", required=True, metavar="R[:N],...",
                      help="rank counts, three or more for a projection, e.g. 1,2,4 (R:N, R ranks "
                           "on N nodes, with --sbatch)")
-    sub.add_argument("--target-ranks", type=int, default=DEFAULT_TARGET_RANKS,
-                     help=f"rank count to project to (default {DEFAULT_TARGET_RANKS})")
+    add_target_arguments(sub)
     sub.add_argument("--budget", default=DEFAULT_BUDGET, metavar="DURATION",
                      help=f"wall time for the whole assessment, e.g. 600, 90s, 10min (default "
                           f"{DEFAULT_BUDGET}); with --sbatch, the job's time limit")
@@ -114,8 +113,7 @@ def cmd_assess(args: argparse.Namespace) -> int:
         budget_s = parse_duration(args.budget)
     except ValueError as error:
         raise UsageError(f"--budget: {error}") from None
-    if args.target_ranks < 1:
-        raise UsageError(f"--target-ranks {args.target_ranks}: must be at least 1")
+    target_of(args)   # the workload's flags checked before any I/O
     spec = load_job(args.job, args.set)
     counts, note = runnable_counts(spec, steps)
     saving = plan_saves(args, spec, counts)
@@ -341,12 +339,24 @@ def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: Any, plan: 
              f"{args.budget}); "
              + (f"the checkpoint and the saves (in {saving.target}) were" if saving.layouts
                 else "the checkpoint was") + " cleaned after the sweep",
-             f"by hand: stampede project {archive} --ranks {args.target_ranks}; stampede mttr "
-             f"{archive} --layout LAYOUT")
-    path = write_report(str(archive), str(report), args.target_ranks, lines)
+             f"by hand: stampede project {archive} {by_hand(args, '')}; stampede mttr "
+             f"{archive} --layout LAYOUT {by_hand(args, 'target-')}")
+    path, assessment = write_report(str(archive), str(report), *target_of(args), lines)
     print(f"stampede assess: wrote {path} (archive {archive}) in "
           f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+    for line in assessment.summary():
+        print(f"  {line}", file=sys.stderr)
     return 0
+
+
+def by_hand(args: argparse.Namespace, prefix: str) -> str:
+    """The workload's flags as `project` (no prefix; its --ranks) or `mttr` take them."""
+    words = [f"--{prefix}ranks {args.target_ranks}"]
+    for name in ("ranks-per-node", "model", "size", "bytes-per-rank"):
+        value = getattr(args, f"target_{name}".replace("-", "_"))
+        if value is not None:
+            words.append(f"--{prefix}{name} {value}")
+    return " ".join(words)
 
 
 def render_sbatch(args: argparse.Namespace, spec: Any, saving: Saving, steps: str,
@@ -364,6 +374,6 @@ def render_sbatch(args: argparse.Namespace, spec: Any, saving: Saving, steps: st
                     f"stampede assess {args.job} --ranks {args.ranks} --sbatch {args.sbatch}",
                     save=saving.pairs())
     Path(args.sbatch).write_text(script)
-    print(f"wrote {args.sbatch}; after it ran: stampede html {spec.archive_path} --target-ranks "
-          f"{args.target_ranks}", file=sys.stderr)
+    print(f"wrote {args.sbatch}; after it ran: stampede html {spec.archive_path} "
+          f"{by_hand(args, 'target-')} --target-mttr {args.target_mttr}", file=sys.stderr)
     return 0

@@ -9,7 +9,36 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from stampede.commands import add_workload_arguments, workload_from
+
 DEFAULT_TARGET_RANKS = 16384
+DEFAULT_TARGET_MTTR = "60s"   # the seed's sub-minute recovery
+
+
+def add_target_arguments(sub: argparse.ArgumentParser) -> None:
+    """The workload the verdict projects, and the recovery time the sizing aims at."""
+    sub.add_argument("--target-ranks", type=int, default=DEFAULT_TARGET_RANKS,
+                     help=f"rank count to project to (default {DEFAULT_TARGET_RANKS})")
+    add_workload_arguments(sub)
+    sub.add_argument("--target-mttr", default=DEFAULT_TARGET_MTTR, metavar="DURATION",
+                     help="the recovery time the sizing aims at: what the storage must deliver "
+                          f"for T_MTTR within it (default {DEFAULT_TARGET_MTTR})")
+
+
+def target_of(args: argparse.Namespace) -> tuple[Any, float]:
+    """(the Workload, the target T_MTTR in seconds) of add_target_arguments' flags."""
+    from stampede.errors import UsageError
+    from stampede.units import parse_duration
+
+    if args.target_ranks < 1:
+        raise UsageError(f"--target-ranks {args.target_ranks}: must be at least 1")
+    try:
+        target_mttr_s = parse_duration(args.target_mttr)
+    except ValueError as error:
+        raise UsageError(f"--target-mttr: {error}") from None
+    if target_mttr_s <= 0:
+        raise UsageError(f"--target-mttr {args.target_mttr}: must be above 0")
+    return workload_from(args, args.target_ranks), target_mttr_s
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -22,13 +51,14 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("archive", metavar="ARCHIVE", help="a CSV archive (its sidecars beside it)")
     sub.add_argument("-o", "--output", default="", metavar="FILE",
                      help="where to write it (default: the archive's name with .html)")
-    sub.add_argument("--target-ranks", type=int, default=DEFAULT_TARGET_RANKS,
-                     help=f"rank count to project to (default {DEFAULT_TARGET_RANKS})")
+    add_target_arguments(sub)
     sub.set_defaults(func=cmd_html)
 
 
-def write_report(archive: str, output: str, target_ranks: int, notes: tuple[str, ...] = ()) -> Path:
-    """Assess the archive, render it, write the file; its path."""
+def write_report(archive: str, output: str, workload: Any, target_mttr_s: float,
+                 notes: tuple[str, ...] = ()) -> tuple[Path, Any]:
+    """Assess the archive for the workload, render it, write the file; its path and the
+    assessment."""
     from stampede.errors import UsageError
     from stampede.model.assessment import assess
     from stampede.results.archive import read_rows, sidecar_dir
@@ -36,14 +66,12 @@ def write_report(archive: str, output: str, target_ranks: int, notes: tuple[str,
     from stampede.results.plot import load_sidecar
     from stampede.values import refuse_overwrite
 
-    if target_ranks < 1:
-        raise UsageError(f"--target-ranks {target_ranks}: must be at least 1")
     path = Path(output or Path(archive).with_suffix(".html"))
     refuse_overwrite("-o", path, {"archive": Path(archive), "archive's sidecars": sidecar_dir(archive)})
     rows = read_rows(archive)
     if not rows:
         raise UsageError(f"{archive}: the archive holds no runs")
-    assessment = assess([archive], target_ranks)
+    assessment = assess([archive], workload, target_mttr_s)
     missing: list[str] = []
     sidecars = {}
     for run_id in dict.fromkeys([rows[-1]["run_id"],
@@ -59,10 +87,12 @@ def write_report(archive: str, output: str, target_ranks: int, notes: tuple[str,
         path.write_text(page, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"-o {path}: cannot write it ({error.strerror})") from None
-    return path
+    return path, assessment
 
 
 def cmd_html(args: argparse.Namespace) -> int:
-    path = write_report(args.archive, args.output, args.target_ranks)
+    path, assessment = write_report(args.archive, args.output, *target_of(args))
     print(f"wrote {path}")
+    for line in assessment.summary():
+        print(f"  {line}")
     return 0

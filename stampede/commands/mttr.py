@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from stampede.commands import add_workload_arguments, workload_from
 from stampede.errors import UsageError
 from stampede.model import mttr as model
 from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
@@ -70,7 +71,13 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     for key, default in EXAMPLE.items():
         sub.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
                          help=f"default {default:g} (the worked example)")
-    sub.add_argument("--gpus", type=float, default=None, help="GPUs of the job (default 16384)")
+    sub.add_argument("--target-ranks", type=int, default=None,
+                     help="the load term at this rank count: the restore layout's time to last "
+                          "rank projected there (as stampede project and the HTML verdict), "
+                          "S_weights the workload's bytes per rank")
+    add_workload_arguments(sub)
+    sub.add_argument("--gpus", type=float, default=None,
+                     help="GPUs of the job (default --target-ranks, else 16384)")
     sub.add_argument("--save-layout", default="", help="save layout to take the checkpoint's "
                      "blocking time C from (default: the latest save run's least blocking one)")
     sub.add_argument("--mtbf-h", type=float, default=None,
@@ -138,15 +145,24 @@ def cmd_mttr(args: argparse.Namespace) -> int:
             inputs[key], sources[key] = section[key], f"assumed ({args.job} [mttr])"
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
-    model, measured = measured_model(args.archives, args.layout, inputs, sources)
+    workload_line, nodes, layout, projected = "", 0, args.layout, None
+    if args.target_ranks is not None:
+        layout, projected = target_projection(args)
+    model, measured = measured_model(args.archives, layout, inputs, sources)
+    if projected is not None:
+        model, workload_line, nodes = at_target(model, *projected)
     cost_s, cost_source = (measured_checkpoint_cost(args.archives, args.save_layout)
                            if args.archives else (0.0, ""))
     if args.archives and not measured and not cost_s:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore, startup or save run "
                          "to measure from")
     # a flag beats the [mttr] section, which beats the built-in default
+    defaults = dict(EXTRA_DEFAULTS)
+    if args.target_ranks is not None:   # the workload's GPUs and nodes
+        defaults["gpus"] = float(args.target_ranks)
+        defaults["nodes"] = float(nodes)
     extras = {key: float(getattr(args, key)) if getattr(args, key) is not None
-              else section.get(key, EXTRA_DEFAULTS[key]) for key in EXTRA_DEFAULTS}
+              else section.get(key, defaults[key]) for key in EXTRA_DEFAULTS}
     pools = spare_pools(extras["nodes"], extras["node_failures_per_day"], extras["replenish_h"],
                         extras["cold_swap_s"], int(section["spares"]) if "spares" in section else None)
     context = (f"{extras['nodes']:g} nodes, {extras['node_failures_per_day']:g} failures/node/day, "
@@ -157,6 +173,47 @@ def cmd_mttr(args: argparse.Namespace) -> int:
             f"assumed ({args.job} [mttr])"
     saving = checkpointing(model, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
                            extras["checkpoint_interval_s"])
+    console = make_console()
+    if workload_line:
+        console.print(f"workload: {workload_line}", markup=False)
     render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
-                             extras["mtbf_h"]), pools, context, make_console(), saving)
+                             extras["mtbf_h"]), pools, context, console, saving)
     return 0
+
+
+def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Any, Any]]:
+    """(the restore layout, (its projection at the workload, the workload)): --layout, or
+    the HTML verdict's (stampede.model.assessment), projected as the verdict projects it."""
+    from stampede.model.assessment import assess
+
+    if not args.archives:
+        raise UsageError("--target-ranks: projects the archives' restore runs, and no ARCHIVE "
+                         "is given", hint="stampede mttr ARCHIVE --target-ranks N")
+    if args.weights_gb is not None:
+        raise UsageError("--weights-gb and --target-ranks: S_weights is the target workload's "
+                         "bytes per rank (give --target-bytes-per-rank, --target-size or "
+                         "--target-model instead)")
+    workload = workload_from(args, args.target_ranks)
+    assessment = assess(args.archives, workload)
+    verdict = assessment.phases.get("restore")
+    layout = args.layout or assessment.mttr_layout
+    found = [projection for series, projection, _ in (verdict.projections if verdict else ())
+             if series.layout == layout]
+    if not found:
+        why = verdict.why_no_projection if verdict else "no restore run"
+        raise UsageError(f"--target-ranks {args.target_ranks}: no projection of restore layout "
+                         f"{layout or '-'} ({why or 'not projected'})")
+    return layout, (found[0], workload)
+
+
+def at_target(model: Any, projection: Any, workload: Any) -> tuple[Any, str, int]:
+    """`model` with its load term the projection's time to last rank at the workload
+    (the verdict's mttr_at_target); the workload's line and its node count."""
+    from stampede.model.assessment import mttr_at_target
+
+    at_workload = mttr_at_target(model, projection, workload)
+    if at_workload is None:
+        raise UsageError(f"--target-ranks {workload.ranks}: layout {projection.fit.layout} "
+                         "projects no restore time there (no bytes per rank)")
+    per_node = projection.params.ranks_per_node or workload.ranks
+    return at_workload, workload.describe_projected([projection]), workload.nodes(per_node)

@@ -7,6 +7,7 @@ import argparse
 import math
 from typing import Any
 
+from stampede.commands import add_workload_arguments, workload_from
 from stampede.errors import UsageError
 from stampede.model import contention as model
 from stampede.model.contention import METADATA_OPS, PHASES, SAVE_METADATA_OPS, SAVE_OPS
@@ -59,14 +60,10 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--node-gbps", type=float, default=None,
                      help="one node's NIC, each direction, GB/s (B_node): held fixed instead of "
                           "fitted (runs on one node cannot tell it from B_agg)")
-    sub.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
-                     help="ranks per node at --ranks (default: as the largest run)")
     sub.add_argument("--replicas", type=int, default=None, metavar="R",
                      help="checkpoint replicas at --ranks (default: as the runs grew: one per "
                           "node if every run had one per node, else the largest run's)")
-    sub.add_argument("--bytes-per-rank", default="", metavar="SIZE",
-                     help="bytes each rank restores at --ranks (default: as the archived job: a "
-                          "per-rank size stays, a total size is split over the ranks)")
+    add_workload_arguments(sub, prefix="")
     sub.set_defaults(func=cmd_project)
 
 
@@ -79,9 +76,8 @@ def _known(args: argparse.Namespace) -> Known:
                                   or (flag in rates and value == 0)):
             raise UsageError(f"{flag} {value}: must be a finite number "
                              f"{'> 0' if flag in rates else f'>= {low:g}'}")
-    for flag, count in (("--ranks-per-node", args.ranks_per_node), ("--replicas", args.replicas)):
-        if count is not None and not 1 <= count <= args.ranks:
-            raise UsageError(f"{flag} {count}: must be from 1 to --ranks ({args.ranks})")
+    if args.replicas is not None and not 1 <= args.replicas <= args.ranks:
+        raise UsageError(f"--replicas {args.replicas}: must be from 1 to --ranks ({args.ranks})")
     if args.replicas is not None and args.ranks % args.replicas:
         raise UsageError(f"--replicas {args.replicas} does not divide --ranks {args.ranks}")
     return Known(rtt_s=args.rtt_s, service_s=args.service_s, threads=args.threads,
@@ -118,19 +114,13 @@ def cmd_project(args: argparse.Namespace) -> int:
     from stampede.results.archive import read_rows
     from stampede.results.report import make_console
     from stampede.results.report_models import render_projection
-    from stampede.units import parse_size
 
     if args.ranks < 1:
         raise UsageError(f"--ranks {args.ranks}: must be at least 1")
+    workload = workload_from(args, args.ranks, prefix="")
     known = _known(args)
     ops = chosen_ops(args.op, args.phase)
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
-    size = None
-    if args.bytes_per_rank:
-        try:
-            size = float(parse_size(args.bytes_per_rank))
-        except ValueError as error:
-            raise UsageError(f"--bytes-per-rank: {error}") from None
     rows = [row for archive in args.archives for row in read_rows(archive)]
     series = series_from_rows(rows, layouts, ops, args.phase)
     if not series:
@@ -138,7 +128,8 @@ def cmd_project(args: argparse.Namespace) -> int:
                          + _other_phase(rows, args.phase))
     projections = []
     for item in series:
-        scale = scale_for(item, args.ranks, args.ranks_per_node, args.replicas, size)
+        scale = scale_for(item, args.ranks, workload.ranks_per_node, args.replicas,
+                          workload.bytes_per_rank)
         projection = project(item.points, item.layout, scale, known,
                              item.per_rank_size, locks=item.locks, phase=args.phase)
         projections.append((item, projection, projection_notes(item, projection, args.ranks,
@@ -146,7 +137,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     given = [name for name, value in (("RTT", known.rtt_s), ("s", known.service_s),
                                       ("c", known.threads), ("B_node", known.node_bps))
              if value is not None]
-    render_projection(projections, args.ranks, args.archives, given, make_console(),
+    render_projection(projections, workload, args.archives, given, make_console(),
                       WHAT[args.phase])
     return 0
 

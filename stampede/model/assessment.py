@@ -1,11 +1,14 @@
-"""What an archive says, in one verdict (`stampede html`, `stampede assess`): per phase the
-layouts of the latest run ranked by time to last rank (the report's ranking), the
-contention model fitted and projected to the target rank count where the archive holds
-three or more rank counts (`stampede project`'s fit, with no parameter known), and the
-recovery time T_MTTR of the layout that wins at the target (`stampede mttr ARCHIVE
---layout L`'s measured breakdown) with, beside it, T_MTTR with the load term at the target
-scale: the layout's time to last rank projected to the target with S_weights per rank.
-Pure: the archives are read, nothing is written or launched.
+"""What an archive says, in one verdict (`stampede html`, `stampede assess`), for one
+workload at the target (stampede.model.workload): per phase the layouts of the latest run
+ranked by time to last rank (the report's ranking), the contention model fitted and
+projected to the workload where the archive holds three or more rank counts (`stampede
+project`'s fit, with no parameter known), the recovery time T_MTTR as measured (`stampede
+mttr ARCHIVE --layout L`) and, per restore layout, T_MTTR at the workload: its load term
+that layout's projected time to last rank (S_weights = the workload's bytes per rank),
+and what the storage would have to deliver for it to fit a target time
+(stampede.model.sizing). One projection per layout behind every number at the target,
+the one `stampede project` prints. Pure: the archives are read, nothing is written or
+launched.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from typing import Any
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
 from stampede.model.mttr import Breakdown, breakdown, measured_model
+from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
+from stampede.model.workload import Workload
+from stampede.units import format_bytes, format_duration, format_rate
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
 
@@ -53,13 +59,90 @@ class PhaseVerdict:
 
 
 @dataclass(frozen=True)
+class AtTarget:
+    """One restore layout at the workload: its projection, T_MTTR with that projection as
+    the load term, and what the storage must deliver for the target time."""
+
+    layout: str
+    projection: Any
+    mttr: Breakdown
+    sizing: Sizing
+
+
+@dataclass(frozen=True)
 class Assessment:
-    target_ranks: int
+    workload: Workload
     phases: dict[str, PhaseVerdict] = field(default_factory=dict)
     mttr: Breakdown | None = None                # as `stampede mttr ARCHIVE --layout best`
     mttr_layout: str = ""
-    mttr_at_target: Breakdown | None = None      # its load term at the target scale
-    load_projection: Any = None                  # that load term's projection (S_weights per rank)
+    restore_at_target: tuple[AtTarget, ...] = ()  # ranked by T_MTTR at the workload
+    target_mttr_s: float = DEFAULT_TARGET_MTTR_S
+
+    @property
+    def target_ranks(self) -> int:
+        return self.workload.ranks
+
+    @property
+    def chosen(self) -> AtTarget | None:
+        """The verdict's restore layout at the workload."""
+        return next((item for item in self.restore_at_target
+                     if item.layout == self.mttr_layout), None)
+
+    @property
+    def mttr_at_target(self) -> Breakdown | None:
+        return self.chosen.mttr if self.chosen else None
+
+    @property
+    def load_projection(self) -> Any:
+        return self.chosen.projection if self.chosen else None
+
+    def describe_workload(self) -> str:
+        """The workload's line, its ranks per node and bytes per rank as projected."""
+        return self.workload.describe_projected(
+            [item[1] for verdict in self.phases.values() for item in verdict.projections])
+
+    def summary(self) -> list[str]:
+        """The verdict in a few terminal lines: the workload, the layout per phase, T_MTTR
+        at the workload and the chosen layout's sizing."""
+        lines = [f"workload: {self.describe_workload()}"]
+        for phase, verdict in self.phases.items():
+            line = f"{phase}: use {verdict.best} (measured best: {verdict.best_measured or '-'})"
+            if verdict.projections:
+                projection = verdict.at_target[0][1]
+                line += (f"; at {self.target_ranks} ranks: time to last rank "
+                         f"{format_duration(projection.prediction.total_s)}, dominant: "
+                         f"{verdict.dominant}")
+            why = self.why_not_measured_best(phase)
+            lines.append(line + (f"\n    why not {verdict.best_measured}: {why}" if why else ""))
+        chosen = self.chosen
+        if chosen is not None:
+            lines.append(f"T_MTTR at {self.target_ranks} ranks ({chosen.layout}): "
+                         f"{format_duration(chosen.mttr.total_s)}")
+            needs = [f"{need.resource} {format_rate(need.needed, need.unit)}"
+                     + (f" ({need.ratio:,.3g}x the fitted {format_rate(need.fitted, need.unit)})"
+                        if 0 < need.ratio < math.inf else "")
+                     for need in chosen.sizing.needs if need.reachable and need.needed > 0]
+            if chosen.sizing.allowed_s <= 0:
+                needs = ["nothing can: the other terms alone exceed it"]
+            lines.append(f"for T_MTTR <= {format_duration(self.target_mttr_s)}, each alone: "
+                         + ("; ".join(needs) or "no single resource suffices"))
+        return lines
+
+    def why_not_measured_best(self, phase: str) -> str:
+        """One sentence when the layout to use is not the one measured fastest."""
+        verdict = self.phases.get(phase)
+        if verdict is None or not verdict.projections or verdict.best == verdict.best_measured:
+            return ""
+        by_layout = {item[0].layout: item[1] for item in verdict.projections}
+        measured, best = by_layout.get(verdict.best_measured), by_layout[verdict.best]
+        if measured is None:
+            return (f"{verdict.best_measured} was fastest as measured but has no projection; "
+                    f"{verdict.best} is the fastest projected")
+        ranks = max(point.nranks for point in measured.fit.points)
+        return (f"{verdict.best_measured} is faster at {ranks} ranks, but at "
+                f"{measured.prediction.nranks} it is bound by {measured.prediction.bound_by} "
+                f"({format_duration(measured.prediction.total_s)} against {verdict.best}'s "
+                f"{format_duration(best.prediction.total_s)})")
 
 
 def dominant_part(projection: Any) -> str:
@@ -80,8 +163,11 @@ def ranked(rows: Sequence[dict[str, str]], op: str) -> tuple[tuple[Mapping[str, 
                  if row.get("valid") == "true")
 
 
-def phase_verdict(rows: Sequence[dict[str, str]], phase: str, target_ranks: int) -> PhaseVerdict | None:
-    """The latest run's ranking and the projections of one phase; None without such runs."""
+def phase_verdict(rows: Sequence[dict[str, str]], phase: str, workload: Workload
+                  ) -> PhaseVerdict | None:
+    """The latest run's ranking and the projections of one phase at the workload (as
+    `stampede project --ranks N --ranks-per-node K --bytes-per-rank B`); None without such
+    runs."""
     from stampede.model.fit import Known
     from stampede.model.projection import project, scale_for
     from stampede.model.series import projection_notes, row_phase, series_from_rows
@@ -94,12 +180,14 @@ def phase_verdict(rows: Sequence[dict[str, str]], phase: str, target_ranks: int)
     projections, why = [], ""
     for item in series_from_rows(list(rows), (), PHASE_OPS[phase], phase):
         try:
-            projection = project(item.points, item.layout, scale_for(item, target_ranks),
-                                 Known(), item.per_rank_size, locks=item.locks, phase=phase)
+            scale = scale_for(item, workload.ranks, workload.ranks_per_node,
+                              bytes_per_rank=workload.bytes_per_rank)
+            projection = project(item.points, item.layout, scale, Known(), item.per_rank_size,
+                                 locks=item.locks, phase=phase)
         except UsageError as error:
             why = error.message
             continue
-        notes = projection_notes(item, projection, target_ranks, Known())
+        notes = projection_notes(item, projection, workload.ranks, Known())
         projections.append((item, projection, tuple(notes)))
     return PhaseVerdict(phase, run_id, ranking, tuple(projections), "" if projections else why)
 
@@ -111,45 +199,54 @@ def measured_breakdown(archives: Sequence[str], layout: str) -> Breakdown | None
     return model if measured else None
 
 
-def mttr_at_target(model: Breakdown, series: Any, target_ranks: int
-                   ) -> tuple[Breakdown, Any] | None:
-    """The breakdown with its load term at the target: `series` projected to `target_ranks`
-    with every rank loading S_weights (`stampede project A --ranks N --layout L
-    --bytes-per-rank S_weights`), and that projection; None where it projects no time."""
-    from stampede.model.fit import Known
-    from stampede.model.projection import project, scale_for
-
-    size_bytes = model.weights_gb * 1e9
-    projection = project(series.points, series.layout,
-                         scale_for(series, target_ranks, bytes_per_rank=size_bytes), Known(),
-                         series.per_rank_size, locks=series.locks, phase=series.phase)
+def mttr_at_target(model: Breakdown, projection: Any, workload: Workload) -> Breakdown | None:
+    """`model`'s T_MTTR with its load term `projection`'s time to last rank at the
+    workload (S_weights its bytes per rank); None where it projects no time."""
+    size_bytes = projection.params.bytes_per_rank
     total_s = projection.prediction.total_s
     if not (total_s > 0 and math.isfinite(total_s)) or size_bytes <= 0:
         return None
     terms = {term.name: term for term in model.terms}
     sources = {"detect_s": terms["T_detect"].source, "swap_s": terms["T_cordon_swap"].source,
                "init_s": terms["T_pod_init"].source, "sync_s": terms["T_barrier_sync"].source,
-               "bw_rank_gbps": f"projected: {series.layout} at {target_ranks} ranks, "
-                               f"{model.weights_gb:g} GB per rank (stampede project)"}
+               "bw_rank_gbps": f"projected: {projection.fit.layout} at {workload.ranks} ranks, "
+                               f"{format_bytes(size_bytes)} per rank (stampede project)"}
     return breakdown(terms["T_detect"].seconds, terms["T_cordon_swap"].seconds,
-                     terms["T_pod_init"].seconds, model.weights_gb, size_bytes / total_s / 1e9,
-                     terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s), projection
+                     terms["T_pod_init"].seconds, size_bytes / 1e9, size_bytes / total_s / 1e9,
+                     terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s)
 
 
-def assess(archives: Sequence[str], target_ranks: int) -> Assessment:
-    """The verdict of the archives at `target_ranks`."""
+def at_target(archives: Sequence[str], verdict: PhaseVerdict, workload: Workload,
+              target_mttr_s: float) -> tuple[AtTarget, ...]:
+    """Each projected restore layout at the workload, ranked by T_MTTR there."""
+    found = []
+    for series, projection, _ in verdict.projections:
+        model, _ = measured_model(archives, series.layout)
+        mttr = mttr_at_target(model, projection, workload)
+        if mttr is None:
+            continue
+        others_s = mttr.total_s - projection.prediction.total_s
+        found.append(AtTarget(series.layout, projection, mttr,
+                              size(projection.params, workload.ranks, series.layout,
+                                   target_mttr_s - others_s)))
+    return tuple(sorted(found, key=lambda item: item.mttr.total_s))
+
+
+def assess(archives: Sequence[str], workload: Workload | int,
+           target_mttr_s: float = DEFAULT_TARGET_MTTR_S) -> Assessment:
+    """The verdict of the archives for the workload (a bare rank count: the job's
+    checkpoint at that count)."""
     from stampede.results.archive import read_rows
 
-    if target_ranks < 1:
-        raise UsageError(f"--target-ranks {target_ranks}: must be at least 1")
+    if not isinstance(workload, Workload):
+        workload = Workload(workload)
+    if not (target_mttr_s > 0 and math.isfinite(target_mttr_s)):
+        raise UsageError(f"--target-mttr {target_mttr_s:g}: must be a duration above 0")
     rows = [row for archive in archives for row in read_rows(archive)]
     phases = {phase: verdict for phase in PHASE_OPS
-              if (verdict := phase_verdict(rows, phase, target_ranks)) is not None}
+              if (verdict := phase_verdict(rows, phase, workload)) is not None}
     restore = phases.get("restore")
     layout = restore.best if restore else ""
     model = measured_breakdown(archives, layout) if layout else None
-    target = None
-    if model is not None and restore is not None and restore.projections:
-        chosen = next(item for item in restore.projections if item[0].layout == layout)
-        target = mttr_at_target(model, chosen[0], target_ranks)
-    return Assessment(target_ranks, phases, model, layout, *(target or (None, None)))
+    targets = at_target(archives, restore, workload, target_mttr_s) if restore else ()
+    return Assessment(workload, phases, model, layout, targets, target_mttr_s)

@@ -16,6 +16,8 @@ from typing import Any
 from stampede.results import html_figures as figures
 from stampede.results.cells import number
 from stampede.results.definitions import METRICS, SAVE_METRICS
+from stampede.results.html_tags import table, tag
+from stampede.results.html_verdict import verdict_section
 from stampede.results.report import (
     BUFFERED_NOTE,
     SAVE_HEADERS,
@@ -45,65 +47,10 @@ details{margin:4px 0}summary{cursor:pointer}
 """
 
 
-def tag(name: str, content: str, **attributes: str) -> str:
-    extra = "".join(f' {key.rstrip("_")}="{escape(value)}"' for key, value in attributes.items())
-    return f"<{name}{extra}>{content}</{name}>"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(tag("th", escape(h)) for h in headers)
-    body = "".join(tag("tr", "".join(tag("td", escape(c)) for c in row)) for row in rows)
-    return tag("div", tag("table", tag("thead", tag("tr", head)) + tag("tbody", body)), class_="scroll")
-
-
 def last_rank(row: Mapping[str, str]) -> str:
     return (f"{format_seconds(number(row, 'time_to_last_rank_s'))} "
             f"({format_seconds(number(row, 'time_to_last_rank_min_s'))}–"
             f"{format_seconds(number(row, 'time_to_last_rank_max_s'))})")
-
-
-def verdict_section(assessment: Any) -> str:
-    """The answer: which layout, the projection at the target and its band, T_MTTR."""
-    items = []
-    for phase, verdict in assessment.phases.items():
-        line = (f"<b>{phase}: use {escape(verdict.best)}</b>"
-                f" (measured best: {escape(verdict.best_measured or '-')})")
-        if verdict.projections:
-            series, projection, notes = verdict.at_target[0]
-            low, high = projection.band
-            bound = " (upper bound)" if projection.fit.stall_bound or projection.fit.agg_bound else ""
-            line += (f"; projected to {assessment.target_ranks} ranks: time to last rank "
-                     f"{format_seconds(projection.prediction.total_s)}{bound}, band "
-                     f"{format_seconds(low)}–{format_seconds(high)} ({escape(projection.band_from)});"
-                     f" dominant: {escape(verdict.dominant)}; fit residuals rms "
-                     f"{projection.fit.rms_residual:.1%}" + tag("details", tag(
-                         "summary", "how far to trust it") + tag("ul", "".join(
-                             tag("li", escape(note)) for note in notes) or "<li>no note</li>")))
-        else:
-            line += f"; no projection: {escape(verdict.why_no_projection or 'no fit')}"
-        items.append(tag("li", line))
-    if assessment.mttr is not None:
-        items.append(tag("li", mttr_line("T_MTTR as measured", assessment.mttr,
-                                         assessment.mttr_layout)))
-    if assessment.mttr_at_target is not None:
-        fit = assessment.load_projection.fit
-        bound = ", an upper bound" if fit.stall_bound or fit.agg_bound else ""
-        items.append(tag("li", mttr_line(f"T_MTTR at {assessment.target_ranks} ranks (load term "
-                                         f"projected{bound})", assessment.mttr_at_target,
-                                         assessment.mttr_layout)))
-    if not items:
-        items.append(tag("li", "no restore or save run in the archive: nothing to rank "
-                               "(imported rows are shown below)"))
-    return tag("section", tag("h2", "Verdict") + tag("ul", "".join(items)), class_="verdict",
-               id="verdict")
-
-
-def mttr_line(title: str, model: Any, layout: str) -> str:
-    dominant = ", ".join(term.name for term in model.dominant)
-    terms = "; ".join(f"{escape(term.name)} {term.seconds:.4g} s "
-                      f"({term.source.split(':')[0].split(' (')[0]})" for term in model.terms)
-    return (f"<b>{escape(title)}: {model.total_s:.4g} s</b> ({escape(layout)}), dominant term "
-            f"<b>{escape(dominant)}</b>" + tag("details", tag("summary", "terms") + escape(terms)))
 
 
 def restore_table(rows: Sequence[Row]) -> str:

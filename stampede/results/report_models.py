@@ -9,7 +9,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from stampede.results.report import new_table
-from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
+from stampede.units import (
+    format_bytes,
+    format_duration,
+    format_in,
+    format_number,
+    format_rate,
+    format_seconds,
+    seconds_unit,
+)
 
 
 def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> None:
@@ -64,15 +72,16 @@ def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
     """`stampede mttr`: the breakdown, which term dominates, what it costs, what
     checkpointing costs (`saving`, when C is known), spares."""
     terms = new_table("T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io + "
-                  "T_barrier_sync", ("term", "seconds", "share", "source"), left=("term", "source"))
+                  "T_barrier_sync", ("term", "time", "share", "source"), left=("term", "source"))
     dominant = model.dominant
     for term in model.terms:
         name = f"[bold]{term.name}[/]" if term in dominant else term.name
-        terms.add_row(name, f"{term.seconds:.6g}", f"{term.seconds / model.total_s:.0%}",
+        terms.add_row(name, format_duration(term.seconds), f"{term.seconds / model.total_s:.0%}",
                       ("[green]" if term.measured else "[dim]") + term.source + "[/]")
-    terms.add_row("[bold]T_MTTR[/]", f"[bold]{model.total_s:.6g}[/]", "100%", "")
+    terms.add_row("[bold]T_MTTR[/]", f"[bold]{format_duration(model.total_s)}[/]", "100%", "")
     console.print(terms)
-    console.print(f"load term: {model.weights_gb:g} GB / {model.bw_rank_gbps:.4g} GB/s per rank; "
+    console.print(f"load term: {format_bytes(model.weights_gb * 1e9)} / "
+                  f"{format_rate(model.bw_rank_gbps * 1e9, 'B/s')} per rank; "
                   f"dominant term{'s (tied)' if len(dominant) > 1 else ''}: "
                   f"[bold]{', '.join(term.name for term in dominant)}[/]")
     if math.isfinite(model.metadata_stall_s):
@@ -125,13 +134,17 @@ def _gbps(rate: float) -> str:
     return "unlimited" if math.isinf(rate) else f"{rate / 1e9:.3g} GB/s"
 
 
-def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], nranks: int,
+def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], workload: Any,
                       archives: Sequence[str], given: Sequence[str], console: Any,
                       what: str = "the restore: time to last rank") -> None:
     """`stampede project`: per layout (series, projection, notes), the fit and where it
-    leads at `nranks`; `given` names the parameters held fixed, `what` the phase projected."""
+    leads at the workload (stampede.model.workload); `given` names the parameters held
+    fixed, `what` the phase projected."""
+    nranks = workload.ranks
     console.print(f"stampede project: {what}; {len(projections)} layout(s) from "
                   f"{', '.join(archives)}, projected to {nranks} ranks")
+    console.print("workload: " + workload.describe_projected(
+        [projection for _, projection, _ in projections]), markup=False)
     console.print("model: T_meta = max(k (RTT + s), RTT + s N k / c_eff)  (stampede project "
                   "--help)\n       T_data = b max(storage / B_agg, node / B_node, rank / "
                   "min(B_client, B_net)) + b exchange / B_node\n       time to last rank = "
@@ -141,7 +154,7 @@ def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], nranks:
     if len(projections) > 1:
         ranked = sorted(projections, key=lambda item: item[1].prediction.total_s)
         console.print(f"ranked at {nranks} ranks: " + ", ".join(
-            f"{series.layout} {format_seconds(projection.prediction.total_s)}"
+            f"{series.layout} {format_duration(projection.prediction.total_s)}"
             for series, projection, _ in ranked))
         for series, projection, _ in ranked:
             console.print(f"  {series.layout}: bound by {projection.prediction.bound_by}")
@@ -179,8 +192,8 @@ def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: i
     where = (f" ({prediction.nnodes} nodes of {projection.params.ranks_per_node})"
              if prediction.nnodes > 1 else "")
     console.print(f"  at {nranks} ranks{where}: time to last rank "
-                  f"{format_seconds(prediction.total_s)}{' (upper bound)' if bound else ''}, band "
-                  f"{format_seconds(low)} - {format_seconds(high)} ({projection.band_from})")
+                  f"{format_duration(prediction.total_s)}{' (upper bound)' if bound else ''}, band "
+                  f"{format_duration(low)} - {format_duration(high)} ({projection.band_from})")
     meta_low, meta_high = projection.meta_band
     meta_band = (f", band {format_seconds(meta_low)} - {format_seconds(meta_high)}"
                  if meta_high > meta_low else "")
@@ -193,7 +206,7 @@ def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: i
     size = projection.params.bytes_per_rank
     exchange = (f", then {format_seconds(prediction.exchange_s)} exchanging between nodes "
                 "through B_node" if prediction.exchange_s > 0 else "")
-    console.print(f"    data {format_seconds(prediction.data_s)}: {format_bytes(size)} per rank "
+    console.print(f"    data {format_duration(prediction.data_s)}: {format_bytes(size)} per rank "
                   f"{'written' if series.phase == 'save' else 'read'} at "
                   f"{_gbps(prediction.rate_bps)}, limited by {prediction.limit}{exchange}"
                   if size > 0 else "    data: no bytes")

@@ -25,12 +25,24 @@ def cli(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S) -> subprocess.Com
     return done
 
 
-def verdict_of(page: str) -> tuple[str, float]:
-    """(the restore layout the verdict names, its measured T_MTTR) from the HTML."""
+DURATION = r"[0-9.,]+ (?:ns|µs|ms|s|min|h|days)"
+
+
+def verdict_of(page: str) -> tuple[str, str]:
+    """(the restore layout the verdict names, its measured T_MTTR as printed) from the
+    HTML."""
     layout = re.search(r"<b>restore: use ([\w-]+)</b>", page)
-    mttr = re.search(r"<b>T_MTTR as measured: ([0-9.e+]+) s</b>", page)
+    mttr = re.search(rf"<b>T_MTTR as measured: ({DURATION})</b>", page)
     assert layout and mttr, page[:3000]
-    return layout.group(1), float(mttr.group(1))
+    return layout.group(1), mttr.group(1)
+
+
+def mttr_total(*args: str, cwd: Path) -> str:
+    """`stampede mttr ARGS`: its T_MTTR as printed."""
+    printed = cli("mttr", *args, cwd=cwd).stdout
+    total = re.search(rf"T_MTTR\s+({DURATION})\s+100%", printed)
+    assert total, printed
+    return total.group(1)
 
 
 def saved_with(page: str) -> str:
@@ -49,11 +61,8 @@ def hand_best(archive: Path, target_ranks: int = 16384, phase: str = "restore") 
     return ranked.group(1)
 
 
-def hand_verdict(archive: Path, target_ranks: int = 16384) -> tuple[str, float]:
+def hand_verdict(archive: Path, target_ranks: int = 16384) -> tuple[str, str]:
     """`stampede project ARCHIVE --ranks N` (its ranking's first) and `stampede mttr ARCHIVE
-    --layout L` (its T_MTTR)."""
+    --layout L` (its T_MTTR as printed)."""
     layout = hand_best(archive, target_ranks)
-    mttr = cli("mttr", str(archive), "--layout", layout, cwd=archive.parent).stdout
-    total = re.search(r"T_MTTR\s+([0-9.e+]+)\s+100%", mttr)
-    assert total, mttr
-    return layout, float(total.group(1))
+    return layout, mttr_total(str(archive), "--layout", layout, cwd=archive.parent)

@@ -9,6 +9,7 @@ import pytest
 
 from stampede.errors import UsageError
 from stampede.model.mttr import breakdown, checkpointing, gpu_hours_lost, no_spare_probability
+from stampede.units import format_duration
 from tests.helpers import requires
 from tests.helpers.jobs import read_archive, small_job
 
@@ -78,7 +79,7 @@ def test_mttr_takes_measured_terms_from_real_runs(stampede, tmp_path: Path) -> N
     slowest_gbps = float(restore["slowest_rank_gbps"])
     load_s = 30 / slowest_gbps
     text = " ".join(result.stdout.split())                       # table cells wrap
-    assert f"{load_s:.6g}" in text                               # 30 GB / measured GB/s
+    assert f" {format_duration(load_s)} " in text                # 30 GB / measured GB/s
     assert "sharded, slowest of 2 ranks, cache warm" in text
     assert "last rank up" in text and "MPI barrier p50 over 2 ranks" in text
     assert "sharded straggler wait +" in text                   # T_barrier_sync's two parts
@@ -103,7 +104,7 @@ def test_mttr_adds_the_measured_process_group_init_to_the_sync(stampede, tmp_pat
     text = " ".join(result.stdout.split())
     assert "broadcast straggler wait +" in text
     assert "broadcast pg_init (torch.distributed process group, 2 ranks)" in text
-    assert f"{sync_s:.6g}" in text
+    assert f" {format_duration(sync_s)} " in text
 
 
 def test_mttr_inputs_from_a_job_section_and_bad_input(stampede, tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_mttr_inputs_from_a_job_section_and_bad_input(stampede, tmp_path: Path) 
     assert stampede("plan", str(job)).returncode == 0           # run and plan ignore [mttr]
     result = stampede("mttr", "--job", str(job))
     assert result.returncode == 0, result.stderr
-    assert "T_MTTR" in result.stdout and " 70 " in result.stdout  # 30 + 10 + 5 + 15 + 10
+    assert "T_MTTR" in result.stdout and " 70 s " in result.stdout  # 30 + 10 + 5 + 15 + 10
     job.write_text(job.read_text() + "detect_sec = 1\n")
     bad = stampede("mttr", "--job", str(job))
     assert bad.returncode == 2 and "unknown key 'mttr.detect_sec'" in bad.stderr

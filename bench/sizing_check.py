@@ -1,0 +1,148 @@
+"""The sizing tested by running what it says, on the metadata-server emulator: fit the
+small runs, ask the sizing (stampede.model.sizing) what metadata server a target time to
+last rank needs at a larger count, set the emulator to that, run, and compare.
+
+What runs. `stampede emulate-mds --service-s S0 --threads C` (default S0 = 4 ms, C = 2)
+shows a backing directory; a sharded job of --size-per-rank per rank (stat, open, read,
+close; cache warm: the metadata is the storm, the bytes negligible) is prepared and run
+through the mount at each N of --ranks into one archive, as bench/project_out_of_sample.py
+does. Then:
+
+  fitted      `stampede project`'s fit of those runs, nothing given
+  asked       the time to last rank at --target-n ranks the sizing must meet: --fraction
+              of what the fit projects there at S0 (a server that must be faster)
+  sized       the metadata drain the sizing says that needs (ops/s of stampede ops,
+              c_eff / s), turned into the emulator's service time: S = C / (drain x r),
+              r the emulator's requests per stampede op, counted in its log
+  run         the emulator at that S, the job at --target-n ranks: its measured time to
+              last rank (median over iterations) against the asked time: PASS when it is
+              within the projection's band around it (the band's relative width at S0)
+
+A wall-clock agreement, so a bench and not a test. Needs root, /dev/fuse, fusepy and
+libfuse 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from common import (
+    add_scratch_parent_option,
+    archive_rows,
+    comma_separated,
+    docstring_parser,
+    load_average_text,
+    machine_text,
+    mpiexec_command,
+    run_checked,
+    scratch_directory,
+    write_job_toml,
+)
+
+from stampede.emulate.mount import fuse_unavailable, probe_ops, read_requests, requests_per_op, running
+from stampede.model.projection import Scale, project
+from stampede.model.series import series_from_rows
+from stampede.model.sizing import size
+from stampede.units import format_rate, format_seconds, parse_size
+
+K = 2                      # stat + open per rank
+
+
+def parse_args() -> argparse.Namespace:
+    parser = docstring_parser(__doc__)
+    parser.add_argument("--ranks", type=lambda t: comma_separated(t, int), default=[1, 2, 4])
+    parser.add_argument("--target-n", type=int, default=8)
+    parser.add_argument("--fraction", type=float, default=0.5)
+    parser.add_argument("--service-s", type=float, default=0.004)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--size-per-rank", default="64KiB")
+    parser.add_argument("--iterations", type=int, default=5)
+    add_scratch_parent_option(parser)
+    return parser.parse_args()
+
+
+def run_at(job: Path, backing: Path, mountpoint: Path, nranks: int, per_rank: int,
+           service_s: float, threads: int, archive_set: str) -> dict[str, int]:
+    """Prepare at `nranks` in the backing directory, run through the emulator at
+    `service_s`; the requests per op of the emulator's log."""
+    sized = f"checkpoint.size={per_rank * nranks}"
+    shutil.rmtree(backing)
+    backing.mkdir()
+    run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "prepare", str(job),
+                                "--set", sized))
+    with running(backing, mountpoint, "--service-s", str(service_s), "--threads", str(threads)):
+        windows = probe_ops(next((mountpoint / "sharded").iterdir()))
+        run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "run", str(job),
+                                    "--set", sized, "--set", f"target.path={mountpoint}",
+                                    "--set", archive_set))
+    served = requests_per_op(read_requests(mountpoint), windows)   # the log, once unmounted
+    print(f"  {nranks} rank(s) at S = {service_s * 1e3:.3g} ms measured (load "
+          f"{load_average_text()})", file=sys.stderr, flush=True)
+    return {op: len(requests) for op, requests in served.items()}
+
+
+def main() -> int:
+    args = parse_args()
+    missing = fuse_unavailable()
+    if missing:
+        raise SystemExit(f"sizing_check: cannot mount the emulator: {missing}")
+    print(f"{machine_text(with_ram=True)}; load {load_average_text()}")
+    per_rank = parse_size(args.size_per_rank)
+    with scratch_directory("stampede-sizing-", args.dir) as scratch:
+        backing, mountpoint = scratch / "backing", scratch / "mount"
+        fitted_archive, checked_archive = scratch / "fit.csv", scratch / "check.csv"
+        job = write_job_toml(scratch / "job.toml", {
+            "target": {"path": backing},
+            "checkpoint": {"size": args.size_per_rank, "layout": ["sharded"],
+                           "block_size": "64KiB"},
+            "pattern": {"ops": ["stat", "open", "read", "close"], "stat_count": 1,
+                        "open_count": 1},
+            "run": {"iterations": args.iterations, "warmup": 1, "cache": "warm",
+                    "verify": "none"},
+            "archive": {"path": fitted_archive}})
+        backing.mkdir()
+        requests: dict[str, int] = {}
+        for nranks in args.ranks:
+            requests = run_at(job, backing, mountpoint, nranks, per_rank, args.service_s,
+                              args.threads, f"archive.path={fitted_archive}")
+        (series,) = series_from_rows(archive_rows(fitted_archive), ("sharded",))
+        projection = project(series.points, "sharded", Scale(args.target_n),
+                             per_rank_size=series.per_rank_size)
+        projected_s = projection.prediction.total_s
+        low, high = projection.band
+        asked_s = projected_s * args.fraction
+        sizing = size(projection.params, args.target_n, "sharded", asked_s)
+        drain = next(need for need in sizing.needs if need.resource == "metadata drain")
+        per_op = sum(requests[op] for op in ("stat", "open")) / K
+        if not drain.reachable or drain.needed <= 0:
+            print(f"the sizing says no metadata server alone makes {format_seconds(asked_s)} "
+                  "(raise --fraction)")
+            return 1
+        service_s = args.threads / (drain.needed * per_op)
+        run_at(job, backing, mountpoint, args.target_n, per_rank, service_s, args.threads,
+               f"archive.path={checked_archive}")
+        (checked,) = series_from_rows(archive_rows(checked_archive), ("sharded",))
+        measured_s = checked.points[0].last_s
+    print(f"emulator C = {args.threads}; requests per stampede op (its log): {per_op:g}; "
+          f"sharded, {args.size_per_rank} per rank, fitted on N = "
+          f"{', '.join(map(str, args.ranks))} at S0 = {args.service_s * 1e3:g} ms")
+    print(f"projected at N = {args.target_n}, S0: {format_seconds(projected_s)} (band "
+          f"{format_seconds(low)}-{format_seconds(high)}); asked {format_seconds(asked_s)} "
+          f"({args.fraction:g} of it)")
+    print(f"sized: metadata drain {format_rate(drain.needed, 'ops/s')} (the fit's "
+          f"{format_rate(drain.fitted, 'ops/s')}: {drain.ratio:.3g}x) -> emulator S = "
+          f"{service_s * 1e3:.3g} ms")
+    half_width = (high - low) / 2 / projected_s
+    error = (measured_s - asked_s) / asked_s
+    verdict = "PASS" if abs(error) <= half_width else "FAIL"
+    print(f"ran at N = {args.target_n}, S = {service_s * 1e3:.3g} ms: time to last rank "
+          f"{format_seconds(measured_s)} against {format_seconds(asked_s)} asked: "
+          f"{error:+.1%} ({verdict}: the band's half-width is {half_width:.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

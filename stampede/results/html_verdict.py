@@ -1,0 +1,117 @@
+"""The HTML report's verdict (stampede.model.assessment's, handed in): the workload it
+projects first, then which layout per phase and why, T_MTTR as measured and at the
+workload, each restore layout at the workload, and what the storage would have to
+deliver for the target recovery time. Durations and rates in units a person reads
+(minutes, hours, TB/s): the CSV keeps full precision."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from stampede.results.html_tags import table, tag
+from stampede.units import format_duration, format_rate
+
+
+def verdict_section(assessment: Any) -> str:
+    """The answer: the workload, which layout, the projection at the target and its band,
+    T_MTTR, and the sizing."""
+    items = []
+    for phase, verdict in assessment.phases.items():
+        line = (f"<b>{phase}: use {escape(verdict.best)}</b>"
+                f" (measured best: {escape(verdict.best_measured or '-')})")
+        if verdict.projections:
+            series, projection, notes = verdict.at_target[0]
+            low, high = projection.band
+            bound = " (upper bound)" if projection.fit.stall_bound or projection.fit.agg_bound else ""
+            line += (f"; projected to {assessment.target_ranks} ranks: time to last rank "
+                     f"{format_duration(projection.prediction.total_s)}{bound}, band "
+                     f"{format_duration(low)}–{format_duration(high)} ({escape(projection.band_from)});"
+                     f" dominant: {escape(verdict.dominant)}; fit residuals rms "
+                     f"{projection.fit.rms_residual:.1%}" + tag("details", tag(
+                         "summary", "how far to trust it") + tag("ul", "".join(
+                             tag("li", escape(note)) for note in notes) or "<li>no note</li>")))
+            why = assessment.why_not_measured_best(phase)
+            if why:
+                line += tag("p", f"why not the measured best: {escape(why)}", class_="note")
+        else:
+            line += f"; no projection: {escape(verdict.why_no_projection or 'no fit')}"
+        items.append(tag("li", line))
+    if assessment.mttr is not None:
+        items.append(tag("li", mttr_line("T_MTTR as measured", assessment.mttr,
+                                         assessment.mttr_layout)))
+    if assessment.mttr_at_target is not None:
+        fit = assessment.load_projection.fit
+        bound = ", an upper bound" if fit.stall_bound or fit.agg_bound else ""
+        items.append(tag("li", mttr_line(f"T_MTTR at {assessment.target_ranks} ranks (load term "
+                                         f"projected{bound})", assessment.mttr_at_target,
+                                         assessment.mttr_layout)))
+    if not items:
+        items.append(tag("li", "no restore or save run in the archive: nothing to rank "
+                               "(imported rows are shown below)"))
+    workload = tag("p", f"<b>Workload at the target:</b> {escape(assessment.describe_workload())}")
+    return tag("section", tag("h2", "Verdict") + workload + tag("ul", "".join(items))
+               + at_target_table(assessment) + sizing_table(assessment), class_="verdict",
+               id="verdict")
+
+
+def mttr_line(title: str, model: Any, layout: str) -> str:
+    dominant = ", ".join(term.name for term in model.dominant)
+    terms = "; ".join(f"{escape(term.name)} {format_duration(term.seconds)} "
+                      f"({term.source.split(':')[0].split(' (')[0]})" for term in model.terms)
+    return (f"<b>{escape(title)}: {format_duration(model.total_s)}</b> ({escape(layout)}), "
+            f"dominant term <b>{escape(dominant)}</b>"
+            + tag("details", tag("summary", "terms") + escape(terms)))
+
+
+def at_target_table(assessment: Any) -> str:
+    """Each projected restore layout at the workload (`stampede project`'s numbers), with
+    T_MTTR when it is the load term."""
+    if not assessment.restore_at_target:
+        return ""
+    body = []
+    for item in assessment.restore_at_target:
+        prediction, (low, high) = item.projection.prediction, item.projection.band
+        body.append([item.layout, format_duration(prediction.total_s),
+                     f"{format_duration(low)}–{format_duration(high)}",
+                     format_duration(prediction.meta_s), format_duration(prediction.data_s),
+                     prediction.bound_by, format_duration(item.mttr.total_s)])
+    return (tag("h3", f"Restore at the target, per layout ({assessment.target_ranks} ranks)")
+            + table(("layout", "last rank", "band", "metadata stall", "data", "bound by",
+                     "T_MTTR"), body))
+
+
+def sizing_table(assessment: Any) -> str:
+    """What each restore layout needs for T_MTTR within the target (stampede.model.sizing),
+    against what the runs fitted."""
+    rows = [item for item in assessment.restore_at_target]
+    if not rows:
+        return ""
+    resources = list(dict.fromkeys(need.resource for item in rows for need in item.sizing.needs))
+    body = []
+    for item in rows:
+        sizing = item.sizing
+        if sizing.allowed_s <= 0:
+            body.append([item.layout, "none: the other terms alone exceed it",
+                         *["-"] * len(resources)])
+            continue
+        needs = {need.resource: need for need in sizing.needs}
+        body.append([item.layout, format_duration(sizing.allowed_s),
+                     *[need_cell(needs[name]) if name in needs else "-" for name in resources]])
+    return (tag("h3", f"What the storage must deliver for T_MTTR ≤ "
+                      f"{format_duration(assessment.target_mttr_s)}")
+            + tag("p", "each resource alone, the others as fitted; 'have' is the fit's value "
+                       "(unlimited: no run reached a limit of it)", class_="note")
+            + table(("layout", "last rank may take", *resources), body))
+
+
+def need_cell(need: Any) -> str:
+    if not need.reachable:
+        return "not enough alone"
+    if need.needed == 0:
+        return "any"
+    have = format_rate(need.fitted, need.unit)
+    ratio = need.ratio
+    times = (f", {ratio:,.0f}× it" if ratio >= 10 else f", {ratio:.2g}× it") \
+        if 0 < ratio < float("inf") else ""
+    return f"{format_rate(need.needed, need.unit)} (have {have}{times})"
