@@ -15,8 +15,10 @@ does. Then:
               c_eff / s), turned into the emulator's service time: S = C / (drain x r),
               r the emulator's requests per stampede op, counted in its log
   run         the emulator at that S, the job at --target-n ranks: its measured time to
-              last rank (median over iterations) against the asked time: PASS when it is
-              within the projection's band around it (the band's relative width at S0)
+              last rank (median over iterations) against the asked time: PASS when it
+              meets it, no later than the projection's band allows (its half-width at S0,
+              relative); how far it is, either side, is printed (a fit that drains slower
+              than the emulator sizes a faster server than needed: it over-delivers)
 
 A wall-clock agreement, so a bench and not a test. Needs root, /dev/fuse, fusepy and
 libfuse 2.
@@ -137,10 +139,11 @@ def main() -> int:
           f"{service_s * 1e3:.3g} ms")
     half_width = (high - low) / 2 / projected_s
     error = (measured_s - asked_s) / asked_s
-    verdict = "PASS" if abs(error) <= half_width else "FAIL"
+    verdict = "PASS: meets it" if error <= half_width else "FAIL: misses it"
+    side = " (over-delivers: beyond the band)" if error < -half_width else ""
     print(f"ran at N = {args.target_n}, S = {service_s * 1e3:.3g} ms: time to last rank "
           f"{format_seconds(measured_s)} against {format_seconds(asked_s)} asked: "
-          f"{error:+.1%} ({verdict}: the band's half-width is {half_width:.1%})")
+          f"{error:+.1%}{side} ({verdict}; the band's half-width is {half_width:.1%})")
     return 0
 
 
