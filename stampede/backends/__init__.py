@@ -39,6 +39,8 @@ REGISTRY: dict[str, BackendEntry] = {
                         ("fsspec", "gcsfs")),
     "memory": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
                            ("fsspec",)),
+    "nfs": BackendEntry("stampede.backends.nfs", "NfsBackend",
+                        "apt-get install libnfs13 (Debian/Ubuntu; dnf install libnfs on RHEL)"),
     "file": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
                          ("fsspec",)),
 }

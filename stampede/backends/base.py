@@ -15,6 +15,7 @@ of an existing checkpoint; they are never called between clock stamps.
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -189,3 +190,18 @@ def object_store(backend: Backend) -> ObjectStore | None:
     if getattr(backend, "saves", False) and not backend.has_directories:
         return backend   # type: ignore[return-value]
     return None
+
+
+def missing_root(backend: Backend) -> bool:
+    """The target's root directory does not exist yet (so whoever creates it may remove
+    it): a local path, or a server's directory (NFS); an object store's prefix never is."""
+    local = backend.local_path("")
+    if local is not None:
+        return not os.path.exists(local)
+    if not backend.has_directories:
+        return False
+    try:
+        backend.list(backend.path(""))
+    except FileNotFoundError:
+        return True
+    return False

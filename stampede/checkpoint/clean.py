@@ -91,6 +91,31 @@ def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
         if created and root.is_dir() and not any(root.iterdir()):
             root.rmdir()   # prepare or save made it, and nothing else has been put in it
             removed.append(f"{target.rstrip('/')}/")
+    elif backend.has_directories:   # a server's directories (NFS)
+        created = any(document is not None and document.get("created_root") is True
+                      for document in (manifest, journal))
+        removed += [f"{target.rstrip('/')}/{directory}/".replace("//", "/")
+                    for directory in _remove_remote_directories(backend, relpaths,
+                                                                saved_directories, created)]
+    return removed
+
+
+def _remove_remote_directories(backend: Any, relpaths: list[str], listed: Sequence[str],
+                               created_root: bool) -> list[str]:
+    """The directories between the root and the files, and those a save recorded making,
+    deepest first, each removed where it is empty (RMDIR refuses one that is not); the
+    root too when stampede made it."""
+    directories = {str(parent) for relpath in relpaths
+                   for parent in PurePosixPath(relpath).parents if str(parent) != "."}
+    directories |= {directory.strip("/") for directory in listed if directory.strip("/")}
+    ordered = sorted(directories, key=lambda name: -name.count("/"))
+    removed = []
+    for directory in [*ordered, *([""] if created_root else [])]:
+        try:
+            backend.rmdir(backend.path(directory))
+        except OSError:   # not empty (something else is in it), or already gone
+            continue
+        removed.append(directory)
     return removed
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from stampede import mpi
 from stampede.backends import open_backend
-from stampede.backends.base import Backend
+from stampede.backends.base import Backend, missing_root
 from stampede.backends.posix import DIR_MODE, FILE_MODE
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
@@ -72,7 +72,7 @@ def _checked_target(spec: JobSpec, backend: Backend, nranks: int,
     if space.free_bytes is not None and not space.fits:
         raise CheckpointError(f"target.path = {spec.target_path!r}: {space.describe()}",
                               hint="a smaller checkpoint.size, or another target.path")
-    created_root = created_root or (backend.name == "posix" and not Path(spec.target_path).exists())
+    created_root = created_root or missing_root(backend)
     try:
         backend.ensure_root()
     except OSError as error:

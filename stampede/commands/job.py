@@ -173,7 +173,12 @@ class Archiver:
     def layout_done(self, context: Any, run: Any) -> None:
         """Rank 0, collectively: report the layout, then archive it (whole or not at all)."""
         from stampede.results.archive import append_rows, write_sidecar
-        from stampede.results.report import make_console, render_header, render_layout
+        from stampede.results.report import (
+            make_console,
+            render_header,
+            render_layout,
+            render_rpcs,
+        )
         from stampede.results.rows import archive_rows, sidecar
 
         self.steps = (len(self.runs) + 1) * (self.spec.warmup + self.spec.iterations)
@@ -184,6 +189,7 @@ class Archiver:
         if self.console is None:
             self.console = make_console()
             render_header(rows[0], self.console)
+            render_rpcs(context.storage.get("rpcs_per_op"), self.console)
         render_layout(rows, self.console)
         append_rows(self.spec.archive_path, rows)
         self.rows += rows

@@ -154,6 +154,20 @@ def render_header(first: Row, console: Any) -> None:
            if first.get("h2d", "none") not in ("none", "") else ""))
 
 
+def render_rpcs(probed: Any, console: Any) -> None:
+    """An NFS target's RPCs per op (the backend's probe, in the sidecar's storage), one
+    line per op: how many calls, and which."""
+    if not probed:
+        return
+    ops = probed.get("ops") or {}
+    console.print(f"NFS RPCs per op ({probed.get('how', '')}):" if ops else
+                  f"NFS RPCs per op: {probed.get('how', '')}", markup=False)
+    for op, runs in ops.items():
+        total = sum(count for count, _ in runs)
+        calls = ", ".join(name if count == 1 else f"{count} x {name}" for count, name in runs)
+        console.print(f"  {op:<7} {total}: {calls or '-'}", markup=False)
+
+
 def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
     """The layouts ranked by time to last rank (saves, restores, both side by side), the
     warnings once, the errors."""

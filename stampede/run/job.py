@@ -78,7 +78,7 @@ def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
 
 
 def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
-                catalogue: Catalogue | None = None) -> RunContext:
+                catalogue: Catalogue | None = None, save: bool = False) -> RunContext:
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")
     run_id = mpi.bcast(comm, new_run_id() if comm.Get_rank() == 0 else "")
@@ -86,6 +86,9 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
     if comm.Get_rank() == 0:
         describe = getattr(backend, "describe", None)
         storage = dict(describe()) if describe is not None else {}
+        probe = getattr(backend, "rpc_probe", None)   # NFS: what each op costs on the wire
+        if probe is not None:
+            storage["rpcs_per_op"] = _probed(probe, spec, comm.Get_size(), catalogue, save)
         if backend.fs_type() == "lustre":
             from stampede.checkpoint.lustre import stripe_layout
             from stampede.checkpoint.plan import checkpoint_files
@@ -101,6 +104,23 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
                       mpi_library=mpi.library_version(comm),
                       device=" ".join(sorted(set(labels or ()))), storage=storage,
                       checkpoint_format=catalogue.format if catalogue else "")
+
+
+def _probed(probe: Any, spec: JobSpec, nranks: int, catalogue: Catalogue | None,
+            save: bool) -> dict[str, Any]:
+    """Rank 0, untimed, before the timed phase: the backend's RPCs per op, for the save's
+    ops or the restore's on the first checkpoint file (a failed probe said, not fatal)."""
+    from stampede.checkpoint.plan import checkpoint_files
+
+    relpath = None
+    if not save:
+        files = [name for name, _ in catalogue.files] if catalogue else [
+            name for layout in spec.layouts for name, _ in checkpoint_files(spec, layout, nranks)]
+        relpath = files[0] if files else None
+    try:
+        return dict(probe(relpath, spec.block_bytes, save))
+    except OSError as error:
+        return {"how": f"not counted: {error}"}
 
 
 def scan_existing(spec: JobSpec) -> Catalogue:

@@ -22,7 +22,7 @@ from typing import Any
 
 from stampede import mpi
 from stampede.backends import open_backend
-from stampede.backends.base import Backend, object_store
+from stampede.backends.base import Backend, missing_root, object_store
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, content_label
@@ -68,7 +68,7 @@ def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
     with held(comm, spec.target_path, "stampede save", backend.name == "posix") as lock:
         mpi.on_root(comm, "checking the target",
                     partial(open_target, spec, backend, nranks, hosts, lock))
-        context = context or new_context(comm, spec, backend)
+        context = context or new_context(comm, spec, backend, save=True)
         for layout in spec.layouts:
             run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
             runs.append(run)
@@ -97,12 +97,13 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int, hosts: list[str]
     target = spec.target_path
     root = Path(target)
     files = backend.has_directories
-    if files and root.is_symlink():
+    local = backend.local_path("") is not None   # a directory here (else a server's: NFS)
+    if local and root.is_symlink():
         raise CheckpointError(f"target.path = {target!r} is a symbolic link",
                               hint="give the real directory")
-    if files and root.exists() and not root.is_dir():
+    if local and root.exists() and not root.is_dir():
         raise CheckpointError(f"target.path = {target!r} is not a directory")
-    exists = root.exists() if files else True   # a bucket prefix: as good as its objects
+    exists = root.exists() if local else True   # a bucket prefix: as good as its objects
     journal = versions.read_journal(backend, target) if exists else None
     marked = journal is not None or (exists and read_manifest(backend, target) is not None)
     if exists and not marked and [name for name in backend.names() if name != LOCK_NAME]:
@@ -118,13 +119,13 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int, hosts: list[str]
         raise CheckpointError(f"target.path = {target!r}: {space.describe()}",
                               hint="a smaller checkpoint.size or save.keep, or another target")
     _check_memory(spec, nranks, hosts or [])
-    created_root = created_root or (files and not root.exists())
+    created_root = created_root or (files and missing_root(backend))
     try:
         backend.ensure_root()
     except OSError as error:
         raise CheckpointError(f"target.path = {target!r}: cannot create it "
                               f"({error.strerror or error})") from None
-    if files and not os.access(target, os.W_OK | os.X_OK):
+    if local and not os.access(target, os.W_OK | os.X_OK):
         raise CheckpointError(f"target.path = {target!r} is not writable")
     if journal is None:
         journal = versions.new_journal(created_root)

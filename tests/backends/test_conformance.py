@@ -1,5 +1,5 @@
 """The storage contract (stampede/backends/base.py), one suite for every backend: posix,
-file://, memory:// and S3 on a real SeaweedFS. fsspec's shared abstract tests are the
+file://, memory://, S3 on a real SeaweedFS and NFS on a real nfs-ganesha. fsspec's shared abstract tests are the
 model: what the contract promises, checked the same way everywhere."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from stampede.backends.base import RETRY_OPS
 from stampede.buffers import AlignedBuffer
 from tests.helpers.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, S3Server
 
-KINDS = ("posix", "file", "memory", "s3")
+KINDS = ("posix", "file", "memory", "s3", "nfs")
 BLOCK = 64 * 1024
 CONTENT = bytes(range(256)) * (3 * BLOCK // 256) + b"tail"   # 3 blocks and 4 bytes
 
@@ -31,6 +31,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         target, options = f"file://{tmp_path / 'root'}", {}
     elif kind == "memory":
         target, options = f"memory://stampede-conformance/{uuid.uuid4().hex}", {}
+    elif kind == "nfs":
+        target, options = request.getfixturevalue("nfs_target"), {"timeout_ms": 5000}
     else:
         server: S3Server = request.getfixturevalue("s3_env")
         target = f"s3://{server.bucket}/conformance-{uuid.uuid4().hex[:12]}"
@@ -115,7 +117,7 @@ def test_a_failed_write_commits_nothing_new_where_the_store_can_abort(backend: A
     with pytest.raises(RuntimeError), backend.writer("aborted.raw") as writer:
         writer.write_at(0, memoryview(b"x" * BLOCK))
         raise RuntimeError("the writer failed mid-file")
-    if backend.name == "posix":
+    if backend.has_directories:   # posix, nfs
         # a file written in place keeps what reached it: the manifest, recorded first,
         # is how stampede knows to remove it (prepare and clean)
         assert backend.names() == ["aborted.raw"]
@@ -123,10 +125,10 @@ def test_a_failed_write_commits_nothing_new_where_the_store_can_abort(backend: A
         assert backend.names() == []
 
 
-def test_only_posix_takes_writes_at_any_offset(backend: Any) -> None:
-    """POSIX writes in place (every rank its slice of the shared file); fsspec's file
-    systems, object stores among them, write a file as one stream from its start."""
-    if backend.name == "posix":
+def test_only_file_systems_take_writes_at_any_offset(backend: Any) -> None:
+    """POSIX and NFS write in place (every rank its slice of the shared file); fsspec's
+    file systems, object stores among them, write a file as one stream from its start."""
+    if backend.has_directories:
         with backend.writer("holes.raw") as writer:
             writer.write_at(BLOCK, memoryview(b"b" * 4))
             writer.write_at(0, memoryview(b"a" * 4))

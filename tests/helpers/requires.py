@@ -13,7 +13,7 @@ from typing import NoReturn
 import pytest
 
 # What CI requires (.ci/run sets each): the names a test may pass as `requirement`.
-REQUIREMENTS = ("SLURM", "S3", "TORCH", "FUSE", "HDF5", "PLOT", "ROOT", "LOADERS", "NETNS",
+REQUIREMENTS = ("SLURM", "S3", "NFS", "TORCH", "FUSE", "HDF5", "PLOT", "ROOT", "LOADERS", "NETNS",
                 "NETEM", "BROWSER")
 
 

@@ -1,0 +1,364 @@
+"""NFS targets, `nfs://server[:port]/export/path`, through libnfs (stampede.backends.libnfs):
+one user-space NFS client per rank, connected and mounted when the backend is created
+(untimed), so the timed ops are each the client's RPCs and nothing else.
+
+What it is, and what it is not: a user-space client has no page cache and no attribute
+cache, so every stat is a GETATTR (or a LOOKUP) on the wire and every read a READ, the
+cold view of 2,048 nodes' kernel clients meeting the server at once. A kernel mount
+(a POSIX target on NFS) caches attributes and pages and hides the storm on one machine:
+the sidecar labels this backend so it is never confused with one.
+
+The URL: the export is the path's first component (storage_options.export for a longer
+one: `{export = "/srv/nfs"}`), the rest the directory the checkpoint is in. The port is
+the NFS server's (libnfs's nfsport); `?version=3` or `4` (default 4; NFSv3 also needs
+the server's MOUNT port, `?mountport=P`, where no portmapper answers). Directory changes
+(CREATE, MKDIR, RENAME, REMOVE) are synchronous on an NFS server, so the save's
+fsync_dir sends nothing; fsync is a COMMIT.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from stampede.backends.base import RETRY_OPS
+from stampede.backends.libnfs import Client
+from stampede.errors import UsageError
+
+# libnfs 4.0 (Debian's libnfs13) over NFSv4 reports no rsize or wsize, sends a READ of
+# more than the server's maximum (ganesha's default 1 MiB) and fails, and encodes a
+# WRITE's data into its 4 KiB request buffer: 3,944 bytes is the most that fits (bisected
+# here against ganesha 4.3). Each call is one RPC of at most these.
+NFS4_READ_BYTES = 1 << 20
+LIBNFS4_NFS4_WRITE_BYTES = 3944
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+DEFAULT_TIMEOUT_MS = 10_000    # a dead server is an error after this, never a hang
+OPTIONS = ("export", "version", "timeout_ms")
+LABEL = "user-space NFS client per rank (libnfs): no client page or attribute cache"
+
+
+def address_of(view: memoryview) -> int:
+    """The address of a buffer's first byte, no copy (a writable buffer)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+class NfsBackend:
+    name = "nfs"
+    ttfb = False
+    first_byte_ns = 0
+    saves = True
+    has_directories = True
+
+    def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
+        options = dict(storage_options or {})
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise UsageError(f"target.storage_options: {', '.join(unknown)} do not apply to "
+                             f"nfs:// (it takes {', '.join(OPTIONS)})")
+        self.url, self.export, self.root, self.version = parse_target(target_path, options)
+        self.options = options
+        timeout_ms = options.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 100:
+            raise UsageError(f"target.storage_options.timeout_ms = {timeout_ms!r}: a whole "
+                             "number of milliseconds >= 100")
+        self.target = target_path
+        self.client = Client(self.url, timeout_ms)
+        client = self.client
+        self.read_bytes = client.readmax or NFS4_READ_BYTES
+        self.write_bytes = client.writemax or LIBNFS4_NFS4_WRITE_BYTES
+        self.retries = dict.fromkeys(RETRY_OPS, 0)   # libnfs retries nothing (autoreconnect 0)
+        self.stat = client.stat
+        self.close = client.close
+        self.list = client.listdir
+        self.sync = client.fsync
+        self.rename = client.rename
+        self.unlink = client.unlink
+        self.rmdir = client.rmdir
+
+    # --- timed -----------------------------------------------------------------------
+
+    def path(self, relpath: str) -> bytes:
+        joined = f"{self.root.rstrip('/')}/{relpath}" if relpath else self.root
+        return os.fsencode(joined if joined.startswith("/") else "/" + joined)
+
+    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[bytes], int]:
+        def bound(path: bytes, _open: Callable[[bytes, int], int] = self.client.open) -> int:
+            return _open(path, os.O_RDONLY)
+        return bound   # direct: meaningless, there is no client cache to bypass
+
+    def read_into(self, handle: int, buffer: memoryview, offset: int) -> int:
+        """READs of at most rsize each (one RPC per call), until the buffer is full or the
+        file ends."""
+        address, wanted, done, most = address_of(buffer), buffer.nbytes, 0, self.read_bytes
+        pread = self.client.pread
+        while done < wanted:
+            got = pread(handle, address + done, min(wanted - done, most), offset + done)
+            if got == 0:
+                break
+            done += got
+        return done
+
+    def evict(self, path: Any, offset: int, length: int) -> None:
+        """Nothing cached client-side: every read reaches the server."""
+
+    def fs_type(self) -> str:
+        return f"nfs{self.version} (libnfs)"
+
+    # --- timed: the save ---------------------------------------------------------------
+
+    def creator(self, direct: bool) -> Callable[[bytes], int]:
+        def bound(path: bytes, _create: Callable[[bytes, int, int], int] = self.client.create,
+                  _flags: int = os.O_WRONLY | os.O_CREAT | os.O_EXCL) -> int:
+            return _create(path, _flags, FILE_MODE)
+        return bound
+
+    def write_opener(self, direct: bool) -> Callable[[bytes], int]:
+        def bound(path: bytes, _open: Callable[[bytes, int], int] = self.client.open) -> int:
+            return _open(path, os.O_WRONLY)
+        return bound
+
+    def write_from(self, handle: int, view: memoryview, offset: int) -> int:
+        """WRITEs of at most wsize each (one RPC per call): the count written."""
+        data = view.tobytes() if view.readonly else None   # rare: read-only views copied
+        address = (ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0) \
+            if data is not None else address_of(view)
+        wanted, done, most, pwrite = view.nbytes, 0, self.write_bytes, self.client.pwrite
+        while done < wanted:
+            wrote = pwrite(handle, address + done, min(wanted - done, most), offset + done)
+            if wrote <= 0:
+                break
+            done += wrote
+        return done
+
+    def sync_dir(self, path: bytes) -> None:
+        """Nothing to send: an NFS server commits CREATE, RENAME and REMOVE before it
+        replies."""
+
+    def mkdir(self, path: bytes) -> None:
+        self.client.mkdir(path, DIR_MODE)
+
+    # --- untimed ---------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {"protocol": f"nfs{self.version}", "client": LABEL, "server": self.client.server,
+                "export": self.export, "rsize": self.read_bytes, "wsize": self.write_bytes,
+                "client_cache": "none (user-space client)"}
+
+    def rpc_probe(self, relpath: str | None, block_bytes: int, save: bool) -> dict[str, Any]:
+        """Untimed, on one rank: the RPCs one of each op costs, counted through a relay
+        (stampede.backends.rpc_count) by a client of its own: the restore's stat, open,
+        read of one block, close and list of `relpath` (None: none to read), or the save's
+        ops in a scratch directory made and removed here."""
+        from stampede.backends.rpc_count import CountingRelay
+
+        parts = urlsplit(self.url)
+        relay = CountingRelay(parts.hostname or "127.0.0.1",
+                              int(dict(parse_qsl(parts.query)).get("nfsport", 2049)))
+        try:
+            probe = NfsBackend(f"nfs://127.0.0.1:{relay.port}{self.export}{self.root}"
+                               f"?version={self.version}", {**self.options,
+                                                           "export": self.export})
+            try:
+                counted = _probe_ops(probe, relay, relpath, block_bytes, save)
+            finally:
+                probe.client.destroy()
+        finally:
+            relay.close()
+        return {"how": "one of each op through a counting relay, untimed, by a client of "
+                       "its own (RPC calls: NFSv4 COMPOUNDs with their operations)",
+                "ops": counted}
+
+    def ensure_root(self) -> None:
+        self.makedirs(self.root)
+
+    def makedirs(self, directory: str) -> None:
+        parts = [part for part in directory.split("/") if part]
+        for depth in range(1, len(parts) + 1):
+            with suppress(FileExistsError):
+                self.client.mkdir(os.fsencode("/" + "/".join(parts[:depth])), DIR_MODE)
+
+    def handle_size(self, handle: int) -> int:
+        return self.client.fstat_size(handle)
+
+    def size(self, relpath: str) -> int:
+        return int(self.client.stat(self.path(relpath)).size)
+
+    def get_bytes(self, relpath: str) -> bytes | None:
+        try:
+            handle = self.client.open(self.path(relpath), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = self.client.fstat_size(handle)
+            data = bytearray(size)
+            got = self.read_into(handle, memoryview(data), 0) if size else 0
+        finally:
+            self.client.close(handle)
+        return bytes(data[:got])
+
+    def put_bytes(self, relpath: str, data: bytes) -> None:
+        """Atomic: a temporary file beside it, COMMITted, renamed over it."""
+        directory, _, base = relpath.rpartition("/")
+        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
+        temporary = f"{directory}/.{base}.tmp-{os.getpid()}" if directory else \
+            f".{base}.tmp-{os.getpid()}"
+        with suppress(FileNotFoundError):
+            self.client.unlink(self.path(temporary))
+        with self.writer(temporary) as writer:
+            writer.write_at(0, memoryview(bytearray(data)))
+        self.client.rename(self.path(temporary), self.path(relpath))
+
+    def remove(self, relpath: str) -> None:
+        path = self.path(relpath)
+        try:
+            self.client.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            if error.errno not in (errno.EISDIR, errno.EPERM, errno.EACCES):
+                raise
+            self.client.rmdir(path)
+
+    def names(self, relpath: str = "") -> builtins.list[str]:
+        found: builtins.list[str] = []
+        pending = [relpath.strip("/")]
+        while pending:
+            directory = pending.pop()
+            try:
+                entries = self.client.listdir(self.path(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for raw in entries:
+                child = f"{directory}/{os.fsdecode(raw)}" if directory else os.fsdecode(raw)
+                if stat.S_ISDIR(int(self.client.stat(self.path(child)).mode)):
+                    pending.append(child)
+                else:
+                    found.append(child)
+        return sorted(found)
+
+    def writer(self, relpath: str) -> NfsWriter:
+        directory = relpath.rpartition("/")[0]
+        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
+        return NfsWriter(self, self.path(relpath))
+
+    def local_path(self, relpath: str) -> str | None:
+        return None
+
+
+def _probe_ops(probe: NfsBackend, relay: Any, relpath: str | None, block_bytes: int,
+               save: bool) -> dict[str, list[list[Any]]]:
+    """Each op once through `probe`, in the order a restore (or a save) makes them: op ->
+    the calls it sent, runs of the same call as [count, name]."""
+    counted: dict[str, list[list[Any]]] = {}
+
+    def count(op: str, call: Callable[[], Any]) -> Any:
+        start = relay.count()
+        result = call()
+        runs: list[list[Any]] = []
+        for name in relay.since(start):
+            if runs and runs[-1][1] == name:
+                runs[-1][0] += 1
+            else:
+                runs.append([1, name])
+        counted[op] = runs
+        return result
+
+    if save:
+        scratch = f".stampede-rpc-probe-{os.getpid()}"
+        directory, first, second = (probe.path(scratch), probe.path(f"{scratch}/a"),
+                                    probe.path(f"{scratch}/b"))
+        data = memoryview(bytearray(block_bytes))
+        count("mkdir", lambda: probe.mkdir(directory))
+        try:
+            handle = count("create", lambda: probe.creator(False)(first))
+            count("write", lambda: probe.write_from(handle, data, 0))
+            count("fsync", lambda: probe.sync(handle))
+            count("close", lambda: probe.close(handle))
+            count("rename", lambda: probe.rename(first, second))
+            count("unlink", lambda: probe.unlink(second))
+        finally:
+            for leftover in (first, second):
+                with suppress(OSError):
+                    probe.unlink(leftover)
+            count("rmdir", lambda: probe.rmdir(directory))
+        return counted
+    if relpath is None:
+        return counted
+    path = probe.path(relpath)
+    count("stat", lambda: probe.stat(path))
+    handle = count("open", lambda: probe.opener(False)(path))
+    try:
+        buffer = memoryview(bytearray(block_bytes))
+        count("read", lambda: probe.read_into(handle, buffer, 0))
+    finally:
+        count("close", lambda: probe.close(handle))
+    count("list", lambda: probe.list(probe.path(relpath.rpartition("/")[0])))
+    return counted
+
+
+class NfsWriter:
+    """pwrite at any offset into one file (created 0o640 if missing, never truncated);
+    COMMITted and closed when the block ends."""
+
+    def __init__(self, backend: NfsBackend, path: bytes) -> None:
+        self.backend = backend
+        try:
+            self.handle = backend.client.create(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                                                FILE_MODE)
+        except FileExistsError:
+            self.handle = backend.client.open(path, os.O_WRONLY)
+
+    def write_at(self, offset: int, view: memoryview) -> None:
+        while view.nbytes:
+            written = self.backend.write_from(self.handle, view, offset)
+            if written <= 0:
+                raise OSError(errno.EIO, "the NFS server wrote nothing")
+            view, offset = view[written:], offset + written
+
+    def __enter__(self) -> NfsWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                self.backend.client.fsync(self.handle)
+        finally:
+            self.backend.client.close(self.handle)
+
+
+def parse_target(target_path: str, options: dict[str, Any]) -> tuple[str, str, str, int]:
+    """(libnfs's URL of the export, the export, the directory within it, the version)
+    of `nfs://server[:port]/export/path[?version=V&…]`."""
+    parts = urlsplit(target_path)
+    query = dict(parse_qsl(parts.query))
+    if not parts.hostname:
+        raise UsageError(f"target.path = {target_path!r}: names no server "
+                         "(nfs://SERVER[:PORT]/EXPORT/PATH)")
+    version_text = str(options.get("version", query.pop("version", "4")))
+    if version_text not in ("3", "4"):
+        raise UsageError(f"target.path = {target_path!r}: NFS version {version_text!r}: 3 or 4")
+    path = "/" + parts.path.strip("/")
+    export = str(options.get("export", "/" + path.strip("/").split("/")[0]))
+    export = "/" + export.strip("/")
+    if path != export and not path.startswith(export.rstrip("/") + "/"):
+        raise UsageError(f"target.path = {target_path!r}: not under the export {export!r}")
+    if path == "/" or export == "/":
+        raise UsageError(f"target.path = {target_path!r}: names no export "
+                         "(nfs://SERVER[:PORT]/EXPORT/PATH)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise UsageError(f"target.path = {target_path!r}: the port is not a number") from None
+    if port:
+        query["nfsport"] = str(port)
+    query["version"] = version_text
+    url = f"nfs://{parts.hostname}{export}?{urlencode(query)}"
+    return url, export, path[len(export):] or "/", int(version_text)

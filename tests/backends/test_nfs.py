@@ -1,0 +1,156 @@
+"""NFS targets (stampede.backends.nfs) on a real nfs-ganesha: the URL, a prepare, run,
+save, restore and clean through one user-space client per rank, the RPCs each op costs
+counted on the wire (stampede.backends.rpc_count), and a server that dies mid-restore."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stampede.backends.nfs import LIBNFS4_NFS4_WRITE_BYTES, NFS4_READ_BYTES, parse_target
+from stampede.backends.rpc_count import call_name
+from stampede.errors import UsageError
+from stampede.launcher import find_mpiexec
+from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
+from tests.helpers.nfsserver import NfsServer, running_server, unavailable
+from tests.helpers.requires import unavailable as required
+
+
+@pytest.mark.parametrize(("target", "options", "url", "export", "root", "version"), [
+    ("nfs://10.0.0.5/export/ck", {}, "nfs://10.0.0.5/export?version=4", "/export", "/ck", 4),
+    ("nfs://h:2050/export/a/b?version=3&mountport=20491", {},
+     "nfs://h/export?mountport=20491&nfsport=2050&version=3", "/export", "/a/b", 3),
+    ("nfs://h/srv/nfs/ck", {"export": "/srv/nfs", "version": 3},
+     "nfs://h/srv/nfs?version=3", "/srv/nfs", "/ck", 3),
+    ("nfs://h/export", {}, "nfs://h/export?version=4", "/export", "/", 4),
+])
+def test_the_url_names_the_server_export_directory_and_version(
+        target: str, options: dict[str, object], url: str, export: str, root: str,
+        version: int) -> None:
+    assert parse_target(target, options) == (url, export, root, version)
+
+
+@pytest.mark.parametrize(("target", "options", "said"), [
+    ("nfs:///export/ck", {}, "names no server"),
+    ("nfs://h/export/ck?version=5", {}, "NFS version '5': 3 or 4"),
+    ("nfs://h/a/ck", {"export": "/b"}, "not under the export '/b'"),
+    ("nfs://h/", {}, "names no export"),
+    ("nfs://h:port/export", {}, "the port is not a number"),
+])
+def test_a_target_that_cannot_be_is_refused(target: str, options: dict[str, object],
+                                            said: str) -> None:
+    with pytest.raises(UsageError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        parse_target(target, options)
+
+
+def test_calls_are_named_from_their_bytes() -> None:
+    """An NFSv4 COMPOUND and an NFSv3 call as a client sends them (RFC 5531, 7530, 1813),
+    read back by the relay's decoder."""
+    def u32(*values: int) -> bytes:
+        return b"".join(value.to_bytes(4, "big") for value in values)
+
+    header = u32(7, 0, 2, 100003)           # xid, CALL, rpcvers 2, NFS
+    auth = u32(0, 0, 0, 0)                   # AUTH_NONE credential and verifier
+    handle = u32(8) + b"\x01" * 8
+    compound = (header + u32(4, 1) + auth + u32(0, 0, 3)   # tag "", minor 0, 3 operations
+                + u32(22) + handle                          # PUTFH fh
+                + u32(15) + u32(5) + b"shard\x00\x00\x00"   # LOOKUP "shard"
+                + u32(9) + u32(2, 0x18, 0x300000))          # GETATTR bitmap of 2 words
+    assert call_name(compound) == "COMPOUND(PUTFH LOOKUP GETATTR)"
+    opened = header + u32(4, 1) + auth + u32(0, 0, 3) + u32(22) + handle + u32(18) + u32(9)
+    assert call_name(opened) == "COMPOUND(PUTFH OPEN)"      # OPEN's arguments end the reading
+    assert call_name(header + u32(3, 1) + auth) == "GETATTR"
+    assert call_name(u32(7, 1, 0)) is None                  # a reply
+    assert call_name(header[:6]) == "unreadable"
+
+
+def rpcs(sidecar: dict[str, object], op: str) -> list[list[object]]:
+    storage = sidecar["storage"]
+    assert isinstance(storage, dict)
+    return storage["rpcs_per_op"]["ops"][op]
+
+
+@pytest.mark.mpi
+def test_prepare_run_save_restore_and_clean_through_nfs(stampede, nfs_server: NfsServer,
+                                                        nfs_target: str, tmp_path: Path) -> None:
+    """Two ranks, shared and sharded, each rank a client of its own: the reads, the save's
+    ops and their RPCs as the wire counted them; clean leaves the export as it was."""
+    block = 2 * NFS4_READ_BYTES
+    job = small_job(tmp_path, target={"path": nfs_target},
+                    checkpoint={"size": "8MiB", "block_size": "2MiB"},
+                    run={"iterations": 2, "warmup": 1, "verify": "sha256"}, save={"keep": 1})
+    before = sorted(os.listdir(nfs_server.export))
+    for command in ("prepare", "run", "save", "run"):
+        result = stampede(command, str(job), np=2)
+        assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_archive(tmp_path / "results" / "job.csv")
+    completions = [row for row in rows if row["op"] in ("restore", "save")]
+    assert [(row["op"], row["layout"]) for row in completions] == [
+        ("restore", "shared"), ("restore", "sharded"), ("save", "shared"), ("save", "sharded"),
+        ("restore", "shared"), ("restore", "sharded")]
+    assert all(row["valid"] == "true" and row["backend"] == "nfs" for row in completions)
+    reads = [row for row in rows if row["op"] == "read"]
+    assert {int(row["op_bytes"]) for row in reads} == {2 * 2 * 4 * 2**20}   # 2 it., 2 ranks, 4 MiB
+    runs = sorted((tmp_path / "results" / "job.runs").glob("*.json"))
+    restore, save = (json.loads(path.read_text()) for path in runs[:2])
+    # one block of 2 MiB is two READs of the server's 1 MiB; one write of a block is one
+    # WRITE per 3,944 bytes (libnfs 4.0's NFSv4 limit); a COMMIT makes it durable
+    assert rpcs(restore, "read") == [[block // NFS4_READ_BYTES, "COMPOUND(PUTFH READ)"]]
+    assert [name for _, name in rpcs(restore, "stat")][-1].endswith("GETATTR GETFH)")
+    assert rpcs(save, "write") == [[-(-block // LIBNFS4_NFS4_WRITE_BYTES), "COMPOUND(PUTFH WRITE)"]]
+    assert rpcs(save, "fsync") == [[1, "COMPOUND(PUTFH COMMIT)"]]
+    assert "NFS RPCs per op" in result.stdout
+    cleaned = stampede("clean", str(job))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert sorted(os.listdir(nfs_server.export)) == before       # the root it made went too
+
+
+@pytest.mark.mpi
+def test_a_server_killed_mid_restore_is_one_clear_error(tmp_path: Path) -> None:
+    """ganesha killed (SIGKILL) while two ranks restore: each rank's op fails within the
+    client's timeout, the run ends with the errors named, no hang."""
+    reason = unavailable()
+    if reason:
+        required(reason, "NFS")
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_server(tmp_path / "server") as server:
+        job = small_job(tmp_path, target={"path": server.url("ck"),
+                                          "storage_options": {"timeout_ms": 2000}},
+                        checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                        run={"iterations": 2000, "warmup": 0, "verify": "none"})
+        prepared = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "stampede",
+                                   "prepare", str(job)], capture_output=True, text=True,
+                                  timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+        assert prepared.returncode == 0, prepared.stderr
+        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "run",
+                                    str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, cwd=tmp_path)
+        try:
+            assert running.stdout is not None
+            while " took " not in (line := running.stderr.readline() if running.stderr
+                                   else ""):   # a progress line: restoring now
+                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+            os.kill(server.pid, signal.SIGKILL)
+            started = time.monotonic()
+            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if running.poll() is None:
+                running.kill()
+    said = " ".join((out + err).split())
+    assert running.returncode != 0, said
+    assert time.monotonic() - started < 60, said          # the 2 s timeout, not a hang
+    assert "Traceback" not in said
+    # each rank's failed op named (the connection is gone: libnfs says EIO), the layout
+    # INVALID, what it measured archived
+    assert "error: rank 0: " in said and "error: rank 1: " in said, said
+    assert "Input/output error" in said and "sharded: INVALID" in said, said
+    assert [row["valid"] for row in read_archive(tmp_path / "results" / "job.csv")
+            if row["op"] == "restore"] == ["false"]

@@ -1,0 +1,179 @@
+"""A real NFS server for the tests and the bench: Debian's nfs-ganesha (FSAL VFS) serving a
+directory on 127.0.0.1, NFSv4 over TCP, in the foreground under a config of its own.
+
+    with running_server(directory) as server:      # or the session fixture `nfs_server`
+        target = server.url("ck")                  # nfs://127.0.0.1:PORT/export/ck
+
+Its port is chosen free in 23000-24999 (a start that loses the race is retried); its log,
+pid file and NFSv4 recovery directory live in its directory; it is Graceless (no 90 s
+grace period at start). It logs that it finds no DBus system bus: harmless here. NFSv3 is
+left out: ganesha registers v3 with rpcbind or refuses to start, and rpcbind listens on
+every interface. Without ganesha.nfsd or libnfs the fixture skips, unless
+STAMPEDE_REQUIRE_NFS=1 (CI): then it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stampede.emulate.mds import sigterm_when_parent_dies
+from tests.helpers import requires
+
+PSEUDO = "/export"
+PORT_RANGE = (23_000, 25_000)
+START_WAIT_S = 30.0
+STOP_WAIT_S = 3.0
+START_TRIES = 3
+INSTALL = "apt-get install nfs-ganesha nfs-ganesha-vfs libnfs13"
+
+
+@dataclass(frozen=True)
+class NfsServer:
+    port: int
+    export: Path           # the directory served, as /export
+    directory: Path        # config, log, pid file, recovery directory
+    pid: int
+    process: Any = field(default=None, compare=False, repr=False)
+
+    def url(self, relpath: str) -> str:
+        return f"nfs://127.0.0.1:{self.port}{PSEUDO}/{relpath}"
+
+
+def unavailable() -> str:
+    """Why no server can be started here ("" when one can)."""
+    if shutil.which("ganesha.nfsd") is None:
+        return f"nfs-ganesha is not installed ({INSTALL})"
+    if not Path("/usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so").exists() and \
+            not list(Path("/usr/lib").glob("*/ganesha/libfsalvfs.so")):
+        return f"nfs-ganesha-vfs (FSAL VFS) is not installed ({INSTALL})"
+    try:
+        from stampede.backends.libnfs import library
+        library()
+    except Exception as error:   # UsageError: libnfs missing
+        return f"libnfs is not installed ({error}; {INSTALL})"
+    if os.geteuid() != 0:
+        return "nfs-ganesha's FSAL VFS needs root (open_by_handle_at)"
+    return ""
+
+
+def config(directory: Path, export: Path, port: int) -> str:
+    return f"""\
+NFS_CORE_PARAM {{ Protocols = 4; NFS_Port = {port}; Bind_addr = 127.0.0.1;
+  Enable_RQUOTA = false; Enable_NLM = false; }}
+NFS_KRB5 {{ Active_krb5 = false; }}
+NFSV4 {{ Graceless = true; RecoveryRoot = "{directory / 'recovery'}"; }}
+EXPORT {{ Export_Id = 1; Path = "{export}"; Pseudo = {PSEUDO}; Access_Type = RW;
+  Squash = No_Root_Squash; Protocols = 4; Transports = TCP; SecType = sys;
+  FSAL {{ Name = VFS; }} }}
+"""
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_server(directory: Path) -> NfsServer:
+    """ganesha.nfsd serving directory/export; waits until it accepts connections and
+    answers a mount (RuntimeError with its log's tail where it does not)."""
+    from stampede.backends.libnfs import Client
+
+    export = directory / "export"
+    export.mkdir(parents=True, exist_ok=True)
+    (directory / "recovery").mkdir(exist_ok=True)
+    failure = ""
+    for _ in range(START_TRIES):
+        port = random.randrange(*PORT_RANGE)
+        if not _bindable(port):
+            continue
+        conf = directory / "ganesha.conf"
+        conf.write_text(config(directory, export, port))
+        log = directory / "ganesha.log"
+        process = subprocess.Popen(
+            ["ganesha.nfsd", "-F", "-f", str(conf), "-L", str(log), "-p",
+             str(directory / "ganesha.pid"), "-N", "NIV_EVENT"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=sigterm_when_parent_dies)
+        server = NfsServer(port, export, directory, process.pid, process)
+        deadline = time.monotonic() + START_WAIT_S
+        while time.monotonic() < deadline and process.poll() is None:
+            if _listening(port):
+                try:
+                    Client(f"nfs://127.0.0.1{PSEUDO}?version=4&nfsport={port}", 2000).destroy()
+                    return server
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        stop_server(server)
+        text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        failure = f"ganesha.nfsd did not serve within {START_WAIT_S:.0f} s; its log ends:\n{text}"
+        if "Address already in use" not in text:
+            break
+    raise RuntimeError(failure or "no free port for ganesha.nfsd")
+
+
+def stop_server(server: NfsServer) -> None:
+    """SIGTERM, then SIGKILL after STOP_WAIT_S; reaped."""
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        server.process.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.process.wait()
+
+
+@contextmanager
+def running_server(directory: Path) -> Iterator[NfsServer]:
+    server = start_server(directory)
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture(scope="session")
+def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
+    """One ganesha for the session (per xdist worker). Skipped where it cannot run, unless
+    STAMPEDE_REQUIRE_NFS=1, where that fails the tests."""
+    reason = unavailable()
+    if reason:
+        requires.unavailable(reason, "NFS")
+    try:
+        with running_server(tmp_path_factory.mktemp("nfs")) as server:
+            yield server
+    except RuntimeError as error:
+        requires.unavailable(str(error), "NFS")
+
+
+@pytest.fixture
+def nfs_target(nfs_server: NfsServer) -> str:
+    """A fresh, not yet existing directory on the session's export, as an nfs:// URL
+    (never reused: the server keeps handles of what it served)."""
+    return nfs_server.url(f"t-{uuid.uuid4().hex[:12]}")
