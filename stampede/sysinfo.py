@@ -7,6 +7,7 @@ import platform
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -94,3 +95,69 @@ def node_facts(target: str) -> dict[str, object]:
         if mount.fs_type.startswith("nfs"):
             facts["nfs_options"] = nfs_options(mount.options)
     return facts
+
+
+class OpCounters(NamedTuple):
+    """One op's line of an NFS mount's per-op statistics (/proc/self/mountstats, RPC
+    iostats 1.0 and 1.1; cumulative since the mount): calls, transmissions (more than
+    calls: retransmits), major timeouts, bytes sent and received, and the milliseconds
+    the calls spent queued, on the wire and in all (execute); errors from iostats 1.1."""
+
+    ops: int
+    transmissions: int
+    timeouts: int
+    bytes_sent: int
+    bytes_recv: int
+    queue_ms: int
+    rtt_ms: int
+    execute_ms: int
+    errors: int = 0
+
+
+def nfs_mountstats(text: str, mountpoint: str) -> dict[str, OpCounters] | None:
+    """The per-op table of the NFS mount at `mountpoint` in mountstats text (None where
+    that mount has none: not NFS, or not mounted)."""
+    found: dict[str, OpCounters] | None = None
+    inside = in_table = False
+    for line in text.splitlines():
+        if line.startswith("device "):
+            if inside and found is not None:
+                break
+            words = line.split()
+            inside = len(words) > 4 and words[2:4] == ["mounted", "on"] and \
+                _unescape(words[4]) == mountpoint
+            in_table = False
+            continue
+        if not inside:
+            continue
+        stripped = line.strip()
+        if stripped == "per-op statistics":
+            in_table, found = True, {}
+        elif in_table and found is not None and ":" in stripped:
+            name, _, counts = stripped.partition(":")
+            values = [int(value) for value in counts.split()]
+            if 8 <= len(values) <= 9:
+                found[name] = OpCounters(*values)
+    return found
+
+
+def mountstats_delta(before: dict[str, OpCounters], after: dict[str, OpCounters]
+                     ) -> dict[str, dict[str, int]]:
+    """What happened between two readings: per op that moved, each counter's increase."""
+    delta = {}
+    for name, counters in after.items():
+        was = before.get(name, OpCounters(0, 0, 0, 0, 0, 0, 0, 0))
+        moved = {field: now - then for field, now, then in zip(OpCounters._fields, counters, was)}
+        if any(moved.values()):
+            delta[name] = moved
+    return delta
+
+
+def read_mountstats(mountpoint: str, path: str = "/proc/self/mountstats"
+                    ) -> dict[str, OpCounters] | None:
+    """nfs_mountstats of this machine's mount (None: not NFS, or unreadable)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+    return nfs_mountstats(text, mountpoint)

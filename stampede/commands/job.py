@@ -176,6 +176,7 @@ class Archiver:
         from stampede.results.report import (
             make_console,
             render_header,
+            render_kernel_nfs,
             render_layout,
             render_rpcs,
         )
@@ -191,6 +192,7 @@ class Archiver:
             render_header(rows[0], self.console)
             render_rpcs(context.storage.get("rpcs_per_op"), self.console)
         render_layout(rows, self.console)
+        render_kernel_nfs(run.layout, run.kernel_nfs, self.console)
         append_rows(self.spec.archive_path, rows)
         self.rows += rows
         self.runs.append(run)

@@ -173,5 +173,8 @@ class LayoutRun:
     phase: str = "restore"       # or "save" (stampede.run.save)
     restored_from: str = ""      # a saved version's directory (stampede.checkpoint.versions)
     cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)
+    kernel_nfs: dict[str, Any] = field(default_factory=dict)   # a kernel NFS mount's per-op
+                                 # RPC deltas around the layout (stampede.run.kernel_nfs)
+    trace: Any = None            # run.trace: every op's row on rank 0 (stampede.results.trace)
 
 

@@ -168,6 +168,23 @@ def render_rpcs(probed: Any, console: Any) -> None:
         console.print(f"  {op:<7} {total}: {calls or '-'}", markup=False)
 
 
+def render_kernel_nfs(layout: str, counted: Any, console: Any) -> None:
+    """A kernel NFS mount's RPCs during a layout (stampede.run.kernel_nfs), busiest first:
+    calls, and the average round trip and execution time of each."""
+    ops = (counted or {}).get("ops") or {}
+    if not counted:
+        return
+    parts = [f"{name} {moved['ops']} (rtt {moved['rtt_ms'] / moved['ops']:.2f} ms, exe "
+             f"{moved['execute_ms'] / moved['ops']:.2f} ms)"
+             for name, moved in sorted(ops.items(), key=lambda item: -item[1]["ops"])
+             if moved["ops"] > 0]
+    retried = sum(moved["transmissions"] - moved["ops"] for moved in ops.values())
+    timeouts = sum(moved["timeouts"] for moved in ops.values())
+    console.print(f"{layout}: kernel NFS RPCs on {counted['mount']} ({counted['scope']}): "
+                  + (", ".join(parts) or "none") + f"; retransmissions {retried}, major "
+                  f"timeouts {timeouts}", markup=False)
+
+
 def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
     """The layouts ranked by time to last rank (saves, restores, both side by side), the
     warnings once, the errors."""

@@ -158,6 +158,9 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 # which ranks dropped the page cache, and how often (one rank per node)
                 "cache_drops_by_rank": list(run.cache_drops),
                 "stats": asdict(run.stats) if run.stats else None,
+                # a kernel NFS mount's RPCs per op around the layout (stampede.run.kernel_nfs)
+                "kernel_nfs_rpcs": run.kernel_nfs or (
+                    f"not counted: the target is not on a kernel NFS mount ({context.fs_type})"),
             }
             for run in runs if run.phase == phase
         } for phase in dict.fromkeys(("restore", *(run.phase for run in runs)))},

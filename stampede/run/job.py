@@ -20,6 +20,7 @@ from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
 from stampede.results.rows import new_run_id, now_stamp
+from stampede.run import kernel_nfs
 from stampede.run.interrupt import Interrupts
 from stampede.run.layout import Tick, plan_for, run_layout
 from stampede.spec import JobSpec
@@ -63,9 +64,12 @@ def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
     context = context or new_context(comm, spec, backend, device, catalogue)
     runs: list[LayoutRun] = []
     try:
+        nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
         for layout in strategies:
+            start = kernel_nfs.before(nfs_mount)
             run = run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts,
                              catalogue, interrupts, tick)
+            run = kernel_nfs.counted(run, nfs_mount, start)
             runs.append(run)
             if after_layout is not None:
                 mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))

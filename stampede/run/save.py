@@ -35,7 +35,7 @@ from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save
 from stampede.errors import CheckpointError, StampedeError, UsageError
 from stampede.results.model import LayoutRun, RunContext, node_counts
 from stampede.results.samples import OP_CODE
-from stampede.run import gather
+from stampede.run import gather, kernel_nfs
 from stampede.run.checks import new_digest
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
@@ -69,8 +69,11 @@ def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
         mpi.on_root(comm, "checking the target",
                     partial(open_target, spec, backend, nranks, hosts, lock))
         context = context or new_context(comm, spec, backend, save=True)
+        nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
         for layout in spec.layouts:
+            start = kernel_nfs.before(nfs_mount)
             run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
+            run = kernel_nfs.counted(run, nfs_mount, start)
             runs.append(run)
             if after_layout is not None:
                 mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))

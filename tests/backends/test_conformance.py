@@ -1,6 +1,6 @@
 """The storage contract (stampede/backends/base.py), one suite for every backend: posix,
-file://, memory://, S3 on a real SeaweedFS and NFS on a real nfs-ganesha. fsspec's shared abstract tests are the
-model: what the contract promises, checked the same way everywhere."""
+file://, memory://, S3 on a real SeaweedFS and NFS on a real nfs-ganesha. fsspec's shared
+abstract tests are the model: what the contract promises, checked the same way everywhere."""
 
 from __future__ import annotations
 

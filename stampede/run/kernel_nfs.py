@@ -1,0 +1,35 @@
+"""A POSIX target on a kernel NFS mount: what the layout's phase cost that mount in RPCs,
+read from /proc/self/mountstats (stampede.sysinfo) on rank 0 before and after the layout
+ran. The counters are the whole mount's on rank 0's node (every process using it, the
+node's other ranks included), untimed, so nothing is added to a timed op."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from stampede.results.model import LayoutRun
+from stampede.sysinfo import mount_of, mountstats_delta, read_mountstats
+
+SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
+
+
+def mountpoint(comm: Any, target: str) -> str:
+    """Rank 0: the kernel NFS mount a POSIX target lies on ("" elsewhere, or not NFS)."""
+    if comm.Get_rank() != 0 or "://" in target:
+        return ""
+    mount = mount_of(target)
+    return mount.mountpoint if mount.fs_type.startswith("nfs") else ""
+
+
+def before(where: str) -> Any:
+    return read_mountstats(where) if where else None
+
+
+def counted(run: LayoutRun, where: str, start: Any) -> LayoutRun:
+    """The run with the mount's per-op deltas since `start` (unchanged where none)."""
+    end = read_mountstats(where) if where else None
+    if start is None or end is None:
+        return run
+    return replace(run, kernel_nfs={"mount": where, "scope": SCOPE,
+                                    "ops": mountstats_delta(start, end)})
