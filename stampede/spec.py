@@ -273,6 +273,7 @@ class JobSpec:
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display
     overrides: tuple[str, ...] = ()     # the --set texts, as given: to repeat a command
+    trace_limit: int = 0                # --trace: the most its trace may hold (0: no trace)
 
     def command(self, step: str, nranks: int) -> str:
         """`stampede STEP` of this job, with its --set options, to suggest in a message."""

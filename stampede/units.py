@@ -111,7 +111,8 @@ def format_in(seconds: float, factor: float) -> str:
     if seconds != seconds:
         return "-"
     value = seconds / factor
-    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    text = f"{value:.3g}"
+    return f"{value:.0f}" if abs(value) >= 1000 or "e" in text else text   # 999.96: "1000"
 
 
 def format_number(value: float) -> str:

@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from stampede.model.workload import Workload
+    from stampede.spec import JobSpec
+
+Spec = TypeVar("Spec", bound="JobSpec")
 
 # command -> module, in the order `stampede --help` lists them
 COMMANDS = {
@@ -34,6 +37,7 @@ COMMANDS = {
     "emulate-cluster": "stampede.commands.emulate_cluster",
     "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
     "html": "stampede.commands.html", "assess": "stampede.commands.assess",
+    "analyze": "stampede.commands.analyze",
 }
 
 
@@ -49,6 +53,39 @@ def add_job_arguments(sub: argparse.ArgumentParser, set_help: str = "") -> None:
                      help=set_help or "override a job key, e.g. --set target.path=/lustre/me/ckpt"
                                       " (a key of an exclusive pair, such as checkpoint.size and"
                                       " checkpoint.size_per_rank, replaces the other)")
+
+
+TRACE_LIMIT = "1GiB"
+
+
+def add_trace_arguments(sub: argparse.ArgumentParser) -> None:
+    """--trace and --trace-limit, as run, save, cycle and plan spell them."""
+    sub.add_argument("--trace", action="store_true",
+                     help="keep every timed op of every rank (op, bytes, start and stop on its "
+                          "node's axis, ok) in ARCHIVE.runs/RUN_ID.trace.npz beside the "
+                          "sidecar, for `stampede analyze`; the rows are the ones the "
+                          "statistics are made of, kept: nothing is added to a timed op")
+    sub.add_argument("--trace-limit", default=TRACE_LIMIT, metavar="SIZE",
+                     help=f"the most the trace may hold, 56 bytes an op (default {TRACE_LIMIT}): "
+                          "a run that would write more is refused before its first phase")
+
+
+def traced(args: argparse.Namespace, spec: Spec) -> Spec:
+    """The spec with its trace limit set by --trace (exit 2 on a size that does not parse)."""
+    from dataclasses import replace
+
+    from stampede.errors import UsageError
+    from stampede.units import parse_size
+
+    if not getattr(args, "trace", False):
+        return spec
+    try:
+        limit = parse_size(args.trace_limit)
+    except ValueError as error:
+        raise UsageError(f"--trace-limit: {error}") from None
+    if limit < 1:
+        raise UsageError(f"--trace-limit {args.trace_limit}: must be more than 0 bytes")
+    return replace(spec, trace_limit=limit)
 
 
 def overrides(args: argparse.Namespace) -> list[str]:

@@ -8,7 +8,7 @@ import sys
 from functools import partial
 from typing import Any
 
-from stampede.commands import add_job_arguments, overrides
+from stampede.commands import add_job_arguments, add_trace_arguments, overrides, traced
 from stampede.errors import UsageError
 from stampede.launcher import launcher_rank, launcher_size
 from stampede.results.definitions import METRICS
@@ -32,6 +32,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     run.add_argument("--from", dest="from_path", metavar="PATH", default=None,
                      help="run the copy `prepare --from PATH` made (its size comes from PATH): "
                           "sets checkpoint.from = PATH and checkpoint.source = synthetic")
+    add_trace_arguments(run)
     run.set_defaults(func=cmd_run)
     prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
                                      "fsync it, and record sizes, SHA-256 and XXH3 in a "
@@ -51,6 +52,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     plan.add_argument("--save", action="store_true",
                       help="plan `stampede save` instead: who writes what in one version, and "
                            "whether the versions kept at once fit")
+    add_trace_arguments(plan)
     plan.set_defaults(func=cmd_plan)
     clean = job_command("clean", "Remove what prepare and save wrote (only what their "
                                  "manifest and journal list: every saved version, finished "
@@ -86,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stampede.run.job import run_job
     from stampede.spec import load_job
 
-    spec = load_job(args.job, overrides(args))  # validated before MPI starts and before any I/O
+    spec = traced(args, load_job(args.job, overrides(args)))  # validated before MPI and any I/O
     require_packages(spec)
     comm = mpi.world()
     spec, _ = resolve(comm, spec)
@@ -155,6 +157,7 @@ class Archiver:
         self.messages: list[str] = []
         self.console: Any = None
         self.sidecar_file: Any = None
+        self.traces: dict[str, Any] = {}   # --trace: "phase/layout" -> its rows
         self.progress = Progress(root)
         self.steps = 0
         self.total_steps = layouts * (spec.warmup + spec.iterations)
@@ -199,14 +202,32 @@ class Archiver:
         self.messages += run.messages
         self.sidecar_file = write_sidecar(self.spec.archive_path, context.run_id,
                                           sidecar(self.spec, context, self.runs))
+        if run.trace is not None:
+            self.traces[f"{run.phase}/{run.layout}"] = run.trace
+            self.write_trace(context)
+
+    def write_trace(self, context: Any) -> None:
+        """--trace: the phases traced so far, beside the sidecar, rewritten whole."""
+        from stampede.errors import RunFailed
+        from stampede.results.trace import trace_path, write_trace
+
+        path = trace_path(self.sidecar_file)
+        try:
+            write_trace(path, self.traces, {"run_id": context.run_id,
+                                            "hosts_by_rank": list(context.hosts)})
+        except OSError as error:
+            raise RunFailed(f"{path}: writing the trace failed ({error.strerror or error}); "
+                            "the archive and the sidecar are written") from None
 
     def finish(self) -> None:
         if not self.root or self.console is None:
             return
         from stampede.results.report import render_summary
+        from stampede.results.trace import trace_path
 
         render_summary(self.rows, self.console, self.messages)
-        self.console.print(f"archived: {self.spec.archive_path} (+ {self.sidecar_file})",
+        traced = f", trace {trace_path(self.sidecar_file)}" if self.traces else ""
+        self.console.print(f"archived: {self.spec.archive_path} (+ {self.sidecar_file}{traced})",
                            markup=False)
 
     def unmeasured(self, strategies: tuple[str, ...]) -> str:
@@ -288,7 +309,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          for rank, plan in plans]))
     space = space_needed(spec, nranks).describe()
     render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, space, make_console())
+    if args.trace:
+        print(trace_estimate(traced(args, spec), nranks))
     return 0
+
+
+def trace_estimate(spec: Any, nranks: int) -> str:
+    """--trace: what each layout's trace would hold at most (run refuses past the limit)."""
+    from stampede.checkpoint.plan import plan_rank
+    from stampede.results.trace import ROW_BYTES
+    from stampede.units import format_bytes
+
+    parts = []
+    for layout in spec.layouts:
+        ops = sum((sum(plan_rank(spec, layout, nranks, rank).op_counts().values()) + 8)
+                  * (spec.iterations + spec.warmup) for rank in range(nranks))
+        verdict = "" if ops * ROW_BYTES <= spec.trace_limit else " (past the limit: refused)"
+        parts.append(f"{layout} about {ops:,} ops, {format_bytes(ops * ROW_BYTES)}{verdict}")
+    return (f"trace (--trace, limit {format_bytes(spec.trace_limit)}, {ROW_BYTES} bytes an op): "
+            + "; ".join(parts))
 
 
 def _plan_save(spec: Any, nranks: int, shown: list[int]) -> None:

@@ -10,7 +10,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from stampede.commands import add_job_arguments, overrides
+from stampede.commands import add_job_arguments, add_trace_arguments, overrides, traced
 from stampede.results.definitions import SAVE_METRICS
 
 
@@ -28,6 +28,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                     "restores the published version. Launch with mpiexec/srun.")
     add_job_arguments(save)
     _add_scale(save)
+    add_trace_arguments(save)
     save.set_defaults(func=cmd_save)
     cycle = commands.add_parser(
         "cycle", formatter_class=formatter, epilog=SAVE_METRICS + "\n" + job_keys_help(),
@@ -39,6 +40,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                     "default: half the ranks), so that every rank reads what another wrote.")
     add_job_arguments(cycle)
     _add_scale(cycle)
+    add_trace_arguments(cycle)
     cycle.set_defaults(func=cmd_cycle)
 
 
@@ -57,7 +59,7 @@ def _load(args: argparse.Namespace) -> Any:
 
     # given, even empty (--scale '' once meant full size without a word): the parser refuses it
     scale = [f"checkpoint.scale={json.dumps(args.scale)}"] if args.scale is not None else []
-    spec = load_job(args.job, overrides(args) + scale)   # before MPI and before any I/O
+    spec = traced(args, load_job(args.job, overrides(args) + scale))   # before MPI and any I/O
     check_save(spec)
     require_packages(spec)
     backend_name_for(spec.target_path)

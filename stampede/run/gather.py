@@ -45,15 +45,43 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
 def exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
                 hosts: tuple[str, ...], completion_op: str = "restore") -> LayoutStats | None:
     """Every sample to rank 0 (one Gatherv), put on one axis there."""
+    ranked = all_rows(comm, rows, origins, hosts)
+    if ranked is None:
+        return None
+    from stampede.results.stats import layout_stats  # rank 0 only: workers never import it
+    return layout_stats(layout, ranked, comm.Get_size(), completion_op)
+
+
+def all_rows(comm: Any, rows: np.ndarray, origins: dict[int, int],
+             hosts: tuple[str, ...]) -> np.ndarray | None:
+    """Every rank's sample rows on rank 0 (one Gatherv), each node's on its axis, the rank
+    as the last column (stampede.results.trace's columns); None elsewhere."""
     gathered = mpi.gather_rows(comm, rows)
     gathered_origins = mpi.gather_rows(comm, origins_array(origins))
     if gathered is None or gathered_origins is None:
         return None
     on_axis = on_one_axis(gathered, gathered_origins, hosts)
-    ranked = [np.column_stack([part, np.full(len(part), r, dtype=np.int64)])
-              for r, part in enumerate(on_axis)]
-    from stampede.results.stats import layout_stats  # rank 0 only: workers never import it
-    return layout_stats(layout, np.concatenate(ranked), comm.Get_size(), completion_op)
+    return np.concatenate([np.column_stack([part, np.full(len(part), r, dtype=np.int64)])
+                           for r, part in enumerate(on_axis)])
+
+
+def check_trace(comm: Any, spec: Any, plan: Any) -> None:
+    """--trace: the rows this layout will keep, all ranks together, within its limit;
+    collectively, before the first phase (UsageError on every rank, exit 2)."""
+    from stampede.errors import UsageError
+    from stampede.results.trace import ROW_BYTES
+
+    if not spec.trace_limit:
+        return
+    mine = (sum(plan.op_counts().values()) + 8) * (spec.iterations + spec.warmup)
+    total = mpi.allreduce_sum(comm, np.array([mine]))
+    rows = int(total[0]) if total is not None else 0
+    if rows * ROW_BYTES > spec.trace_limit:
+        from stampede.units import format_bytes
+        raise UsageError(f"--trace: layout {plan.layout} would keep about {rows:,} ops "
+                         f"({format_bytes(rows * ROW_BYTES)}), more than --trace-limit "
+                         f"{format_bytes(spec.trace_limit)}",
+                         hint="fewer iterations, a larger --trace-limit, or no --trace")
 
 
 def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],

@@ -82,6 +82,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     plan = plan_for(spec, catalogue, layout, comm.Get_size(), comm.Get_rank(),
                     entry.get("root", ""))
     retries_before = dict(getattr(backend, "retries", {}))
+    gather.check_trace(comm, spec, plan)
     # Layouts that exchange hold the whole shard in memory; the others reuse one block.
     buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
     with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
@@ -211,6 +212,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
     drops = mpi.gather(comm, phases.cache_drops)
     stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
                                 phases.failed_iteration)
+    trace = gather.all_rows(comm, rows, phases.origins, hosts) if spec.trace_limit else None
     messages = [text for part in all_messages for text in part] if all_messages is not None \
         else phases.messages
     # An existing checkpoint's ranks restore different amounts: the row's bytes per rank
@@ -225,7 +227,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      digests=tuple(d for part in all_digests or [] for d in part),
                      interrupted=phases.interrupted, iterations_done=phases.iterations_done,
-                     cache_drops=tuple(drops or ()))
+                     cache_drops=tuple(drops or ()), trace=trace)
 
 
 def measured_rows(log: Log, failed_iteration: int | None) -> np.ndarray:

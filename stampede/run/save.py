@@ -180,6 +180,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
                        if spec.save_mode == "async" else None,
                        ContentSource(spec.block_bytes))
     phases, retries_before = Phases(), dict(getattr(backend, "retries", {}))
+    gather.check_trace(comm, spec, first_plan)
     try:
         mpi.collective(comm, f"making the {layout} series' directories",
                        partial(_series_directories, spec, backend, layout, rank))
@@ -482,6 +483,7 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ..
     all_notes = mpi.gather(comm, phases.notes)
     stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
                                 phases.failed_iteration, completion_op="save")
+    trace = gather.all_rows(comm, rows, phases.origins, hosts) if spec.trace_limit else None
     messages = [text for part in all_messages or [] for text in part]
     nranks = comm.Get_size()
     per_rank = bytes_per_rank(spec, nranks)
@@ -491,5 +493,5 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ..
                      retries=retries, bytes_total=total,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      interrupted=phases.interrupted, iterations_done=phases.iterations_done,
-                     phase="save")
+                     phase="save", trace=trace)
 

@@ -1,0 +1,146 @@
+"""`stampede analyze`: a run's trace (run.trace, stampede.results.trace) read afterwards:
+how the stampede unfolded over time, rank by rank, node by node; and the trace as Chrome
+trace-event JSON for Perfetto or chrome://tracing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SHOWN_RANKS = 8
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    sub = commands.add_parser(
+        "analyze", formatter_class=formatter,
+        help="Read a run's trace (run.trace = true): throughput, ops and ranks inside a "
+             "storage op over time, time to first and last byte per rank, stragglers by "
+             "node, errors over time; --chrome writes it for Perfetto.",
+        description="A run's trace, over time.")
+    sub.add_argument("trace", metavar="TRACE",
+                     help="a trace (ARCHIVE.runs/RUN_ID.trace.npz), or an archive: its latest "
+                          "run that has one")
+    sub.add_argument("--layout", default="", help="one layout (default: each)")
+    sub.add_argument("--iteration", default="slowest", metavar="N|slowest",
+                     help="which measured iteration (0-based; default the slowest)")
+    sub.add_argument("--segments", type=int, default=20, help="segments of the span (default 20)")
+    sub.add_argument("--chrome", default="", metavar="FILE.json",
+                     help="also write the whole trace as Chrome trace-event JSON")
+    sub.set_defaults(func=cmd_analyze)
+
+
+def find_trace(given: str) -> Path:
+    """The trace file: given, or the latest one of an archive's runs."""
+    from stampede.errors import UsageError
+    from stampede.results.archive import sidecar_dir
+
+    path = Path(given)
+    if path.name.endswith(".trace.npz"):
+        if not path.is_file():
+            raise UsageError(f"{given}: no such trace")
+        return path
+    traces = sorted(sidecar_dir(path).glob("*.trace.npz")) if path.is_file() else []
+    if not traces:
+        raise UsageError(f"{given}: no trace (a run of a job with run.trace = true writes "
+                         f"ARCHIVE.runs/RUN_ID.trace.npz)",
+                         hint="stampede run JOB --set run.trace=true")
+    return traces[-1]
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from stampede.errors import UsageError
+    from stampede.results import trace as traces
+    from stampede.results.report import make_console
+    from stampede.values import did_you_mean, refuse_overwrite
+
+    if args.segments < 1:
+        raise UsageError(f"--segments {args.segments}: must be at least 1")
+    path = find_trace(args.trace)
+    if args.chrome:
+        refuse_overwrite("--chrome", Path(args.chrome), {"trace": path})
+    try:
+        trace = traces.read_trace(path)
+    except (OSError, ValueError, KeyError) as error:
+        raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
+    layouts = list(trace.layouts)
+    if args.layout and args.layout not in layouts:
+        raise UsageError(f"--layout {args.layout}: not in {path} (it holds "
+                         f"{', '.join(layouts)}){did_you_mean(args.layout, layouts)}")
+    console = make_console()
+    hosts = trace.meta.get("hosts_by_rank") or []
+    console.print(f"stampede analyze {path}: run {trace.meta.get('run_id', '?')}, "
+                  f"{len(hosts)} ranks on {len(set(hosts))} node(s); {', '.join(layouts)}",
+                  markup=False)
+    for layout in [args.layout] if args.layout else layouts:
+        rows = trace.layouts[layout]
+        choice = _iteration(args.iteration, trace, rows)
+        render_layout(trace, layout, rows, choice, args.segments, console)
+    if args.chrome:
+        Path(args.chrome).write_text(json.dumps(traces.chrome_events(trace)))
+        print(f"wrote {args.chrome} (Chrome trace-event JSON: open it in Perfetto or "
+              "chrome://tracing)", file=sys.stderr)
+    return 0
+
+
+def _iteration(text: str, trace: Any, rows: Any) -> int:
+    from stampede.errors import UsageError
+    from stampede.results import trace as traces
+
+    measured = traces.iterations(rows)
+    if text == "slowest":
+        return traces.slowest_iteration(trace, rows)
+    if not text.isdigit() or int(text) not in measured:
+        raise UsageError(f"--iteration {text}: the measured iterations are "
+                         f"{', '.join(map(str, measured)) or 'none'} (or slowest)")
+    return int(text)
+
+
+def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int,
+                  console: Any) -> None:
+    from stampede.results import trace as traces
+    from stampede.results.report import new_table
+    from stampede.units import format_number, format_seconds
+
+    mine = rows[rows[:, traces.ITERATION] == iteration]
+    console.print(f"\n{layout}: iteration {iteration} (of {len(traces.iterations(rows))} "
+                  f"measured), {len(mine)} ops on record", markup=False)
+    found = traces.segments(trace, mine, count)
+    table = new_table("Over time: each segment of the iteration's span",
+                      ("from", "to", "GB/s", "ops/s", "ops", "errors", "ranks in op (max)",
+                       "(mean)"))
+    for segment in found:
+        table.add_row(format_seconds(segment.start_ns / 1e9), format_seconds(segment.stop_ns / 1e9),
+                      format_number(segment.gbps), format_number(segment.ops_per_s),
+                      str(segment.ops), str(segment.errors), str(segment.inside_max),
+                      f"{segment.inside_mean:.2f}")
+    console.print(table)
+    if found:
+        moving = [s for s in found if s.nbytes > 0] or found
+        key = (lambda s: s.gbps) if any(s.nbytes for s in found) else (lambda s: s.ops_per_s)
+        ranked = sorted(moving, key=key)
+        what = "GB/s" if any(s.nbytes for s in found) else "ops/s"
+        console.print(f"segments by {what}: slowest {format_number(key(ranked[0]))}, median "
+                      f"{format_number(key(ranked[len(ranked) // 2]))}, fastest "
+                      f"{format_number(key(ranked[-1]))}; most ranks inside a storage op at "
+                      f"once: {max(s.inside_max for s in found)}", markup=False)
+    times = traces.rank_times(trace, mine)
+    slowest = sorted(times, key=lambda each: -each.done_ns)[:SHOWN_RANKS]
+    ranks = new_table(f"Ranks, slowest first ({len(slowest)} of {len(times)})",
+                      ("rank", "host", "first byte", "last byte", "done"))
+    for each in slowest:
+        ranks.add_row(str(each.rank), each.host, _at(each.first_byte_ns), _at(each.last_byte_ns),
+                      _at(each.done_ns))
+    console.print(ranks)
+    nodes = traces.by_node(times)
+    if len(nodes) > 1:
+        console.print("by node (median done, slowest first): " + ", ".join(
+            f"{host} {format_seconds(done / 1e9)} ({n} ranks)"
+            for host, done, n in nodes[:SHOWN_RANKS]), markup=False)
+
+
+def _at(ns: int) -> str:
+    from stampede.units import format_seconds
+    return "-" if ns < 0 else format_seconds(ns / 1e9)

@@ -1,0 +1,245 @@
+"""A run's trace (run.trace): every timed op of every rank, kept after the phase, and what
+it says afterwards (`stampede analyze`).
+
+The file: ARCHIVE.runs/RUN_ID.trace.npz beside the sidecar (numpy's own format: `import
+numpy; numpy.load(path)` opens it), one int64 array per layout, a row per op of
+TRACE_COLUMNS, stamps in ns on each node's axis (since the node's first rank left the
+iteration's barrier: stampede.run.clock; the nodes' first exits taken as simultaneous),
+and `meta`: a JSON text with the op names (the op column is an index into them), the
+hosts by rank, the phase, the run id and the columns. A row costs ROW_BYTES; what a run
+would write is said before it runs (`stampede plan`) and refused above run.trace_limit.
+
+What is read from it, per iteration (default: the slowest, whose restore ended last):
+- segments of the phase's span (automatic: SEGMENTS of them): bytes moved (each read or
+  write's bytes spread over its duration), ops completed, errors, and how many ranks were
+  inside a storage op at once (the storm's shape: most, and on average);
+- per rank: time to first byte (its first read's end), to last byte (its last read's end),
+  done (the phase's pseudo-op: restore or save); per node the median done (stragglers);
+- the trace as Chrome trace-event JSON: a process per node, a thread per rank, an op a
+  complete ("X") slice, for Perfetto or chrome://tracing.
+Pure: numpy and json only, no MPI.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stampede.results.samples import OPS, PSEUDO_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
+
+TRACE_COLUMNS = ("iteration", "op", "start_ns", "stop_ns", "bytes", "ok", "rank")
+ROW_BYTES = 8 * len(TRACE_COLUMNS)
+ITERATION, OP, START, STOP, NBYTES, OK, RANK = range(len(TRACE_COLUMNS))
+SEGMENTS = 20
+DATA_OPS = ("read", "write")
+
+
+def trace_path(sidecar: Path) -> Path:
+    """The trace beside a run's sidecar (RUN_ID.json -> RUN_ID.trace.npz)."""
+    return sidecar.with_name(sidecar.stem + ".trace.npz")
+
+
+def write_trace(path: Path, layouts: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    """The layouts' rows and the meta, written whole (a temporary name renamed into place)."""
+    temporary = path.with_name(f".{path.name}.tmp.npz")
+    document = {**meta, "columns": list(TRACE_COLUMNS), "ops": list(OPS),
+                "layouts": list(layouts), "units": "ns"}
+    arrays: dict[str, Any] = {f"layout_{index}": rows.astype(np.int64)
+                              for index, rows in enumerate(layouts.values())}
+    try:
+        np.savez(temporary, meta=np.array(json.dumps(document)), **arrays)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class Trace:
+    meta: dict[str, Any]
+    layouts: dict[str, np.ndarray]
+
+    @property
+    def ops(self) -> list[str]:
+        return list(self.meta["ops"])
+
+    def code(self, op: str) -> int:
+        return self.ops.index(op) if op in self.ops else -1
+
+
+def read_trace(path: Path) -> Trace:
+    """A trace file back (ValueError naming what is wrong when it is not one)."""
+    with np.load(path, allow_pickle=False) as archive:
+        if "meta" not in archive.files:
+            raise ValueError(f"{path}: not a stampede trace (no meta)")
+        meta = json.loads(str(archive["meta"]))
+        if meta.get("columns") != list(TRACE_COLUMNS):
+            raise ValueError(f"{path}: columns {meta.get('columns')} are not "
+                             f"{list(TRACE_COLUMNS)}")
+        layouts = {name: archive[f"layout_{index}"]
+                   for index, name in enumerate(meta["layouts"])}
+    return Trace(meta, layouts)
+
+
+@dataclass(frozen=True)
+class Segment:
+    start_ns: int
+    stop_ns: int
+    nbytes: float          # bytes moved inside it (each op's spread over its duration)
+    ops: int               # storage ops that ended inside it
+    errors: int
+    inside_max: int        # most ranks inside a storage op at once
+    inside_mean: float     # ranks inside a storage op, averaged over the segment
+
+    @property
+    def gbps(self) -> float:
+        seconds = (self.stop_ns - self.start_ns) / 1e9
+        return self.nbytes / seconds / 1e9 if seconds > 0 else 0.0
+
+    @property
+    def ops_per_s(self) -> float:
+        seconds = (self.stop_ns - self.start_ns) / 1e9
+        return self.ops / seconds if seconds > 0 else 0.0
+
+
+def completion(trace: Trace, rows: np.ndarray) -> str:
+    """The phase's pseudo-op in these rows (restore, or save)."""
+    present = set(rows[:, OP].tolist())
+    return next((op for op in ("restore", "save") if trace.code(op) in present), "restore")
+
+
+def iterations(rows: np.ndarray) -> list[int]:
+    return sorted({int(value) for value in rows[:, ITERATION] if value >= 0})
+
+
+def slowest_iteration(trace: Trace, rows: np.ndarray) -> int:
+    """The measured iteration whose phase ended last."""
+    done = rows[rows[:, OP] == trace.code(completion(trace, rows))]
+    done = done[done[:, ITERATION] >= 0]
+    if not len(done):
+        return iterations(rows)[0] if iterations(rows) else 0
+    return int(done[np.argmax(done[:, STOP]), ITERATION])
+
+
+def storage_codes(trace: Trace) -> list[int]:
+    return [trace.code(op) for op in dict.fromkeys((*STORAGE_OPS, *SAVE_STORAGE_OPS))
+            if trace.code(op) >= 0]
+
+
+def segments(trace: Trace, rows: np.ndarray, count: int = SEGMENTS) -> list[Segment]:
+    """The iteration's span cut in `count` equal segments (rows: one iteration's)."""
+    storage = rows[np.isin(rows[:, OP], storage_codes(trace))]
+    if not len(storage):
+        return []
+    span_start, span_stop = 0, int(rows[:, STOP].max())
+    edges = np.linspace(span_start, max(span_stop, 1), count + 1)
+    data = storage[np.isin(storage[:, OP], [trace.code(op) for op in DATA_OPS])]
+    found = []
+    for index, (low, high) in enumerate(zip(edges[:-1], edges[1:])):
+        last = index == count - 1   # the span's end belongs to the last segment
+        overlap = np.clip(np.minimum(data[:, STOP], high) - np.maximum(data[:, START], low), 0, None)
+        duration = np.maximum(data[:, STOP] - data[:, START], 1)
+        moved = float(np.sum(data[:, NBYTES] * overlap / duration))
+        ended = (storage[:, STOP] >= low) & ((storage[:, STOP] < high) | last)
+        inside = _ranks_inside(storage, low, high)
+        found.append(Segment(int(low), int(high), moved, int(ended.sum()),
+                             int((ended & (storage[:, OK] == 0)).sum()), *inside))
+    return found
+
+
+def _ranks_inside(storage: np.ndarray, low: float, high: float) -> tuple[int, float]:
+    """(most, mean) ranks inside a storage op during [low, high): a sweep over the ops'
+    starts and stops, each rank counted once however many of its ops overlap (they do
+    not: a rank's ops run one after another)."""
+    live = storage[(storage[:, START] < high) & (storage[:, STOP] > low)]
+    if not len(live):
+        return 0, 0.0
+    starts = np.maximum(live[:, START], low)
+    stops = np.minimum(live[:, STOP], high)
+    events = sorted([(float(t), 1) for t in starts] + [(float(t), -1) for t in stops])
+    inside = most = 0
+    weighted = 0.0
+    last = low
+    for moment, change in events:
+        weighted += inside * (moment - last)
+        last = moment
+        inside += change
+        most = max(most, inside)
+    return most, weighted / (high - low) if high > low else 0.0
+
+
+@dataclass(frozen=True)
+class RankTimes:
+    rank: int
+    host: str
+    first_byte_ns: int     # -1: read nothing
+    last_byte_ns: int
+    done_ns: int
+
+
+def rank_times(trace: Trace, rows: np.ndarray) -> list[RankTimes]:
+    """Per rank of one iteration: first and last byte read (or written), and done."""
+    hosts = trace.meta.get("hosts_by_rank") or []
+    data = rows[np.isin(rows[:, OP], [trace.code(op) for op in DATA_OPS])]
+    done = rows[rows[:, OP] == trace.code(completion(trace, rows))]
+    found = []
+    for rank in sorted({int(value) for value in rows[:, RANK]}):
+        mine = data[data[:, RANK] == rank]
+        finished = done[done[:, RANK] == rank]
+        found.append(RankTimes(rank, hosts[rank] if rank < len(hosts) else "?",
+                               int(mine[:, STOP].min()) if len(mine) else -1,
+                               int(mine[:, STOP].max()) if len(mine) else -1,
+                               int(finished[:, STOP].max()) if len(finished) else -1))
+    return found
+
+
+def by_node(times: list[RankTimes]) -> list[tuple[str, float, int]]:
+    """(host, median done ns, ranks) per node, slowest first."""
+    hosts: dict[str, list[int]] = {}
+    for each in times:
+        hosts.setdefault(each.host, []).append(each.done_ns)
+    return sorted(((host, float(np.median(done)), len(done)) for host, done in hosts.items()),
+                  key=lambda item: -item[1])
+
+
+def op_counts(trace: Trace, rows: np.ndarray) -> dict[str, int]:
+    """Successful samples per op (all iterations but the warmups): what the archive's
+    count column holds."""
+    measured = rows[(rows[:, ITERATION] >= 0) & (rows[:, OK] == 1)]
+    codes, counts = np.unique(measured[:, OP], return_counts=True)
+    return {trace.ops[int(code)]: int(count) for code, count in zip(codes, counts)}
+
+
+def chrome_events(trace: Trace) -> dict[str, Any]:
+    """The trace as Chrome trace-event JSON: a process per node (its host), a thread per
+    rank, each op a complete slice (microseconds), iterations one after another on the
+    timeline (each iteration's axis shifted past the previous one's end)."""
+    hosts = trace.meta.get("hosts_by_rank") or []
+    nodes = list(dict.fromkeys(hosts)) or ["node"]
+    events: list[dict[str, Any]] = []
+    for index, host in enumerate(nodes):
+        events.append({"name": "process_name", "ph": "M", "pid": index, "args": {"name": host}})
+    for rank, host in enumerate(hosts):
+        events.append({"name": "thread_name", "ph": "M", "pid": nodes.index(host), "tid": rank,
+                       "args": {"name": f"rank {rank}"}})
+    offset_us = 0.0
+    for layout, rows in trace.layouts.items():
+        for iteration in sorted({int(value) for value in rows[:, ITERATION]}):
+            mine = rows[rows[:, ITERATION] == iteration]
+            for row in mine:
+                op = trace.ops[int(row[OP])]
+                rank = int(row[RANK])
+                events.append({
+                    "name": op, "cat": f"{layout}{' pseudo' if op in PSEUDO_OPS else ''}",
+                    "ph": "X", "ts": offset_us + row[START] / 1e3,
+                    "dur": max((row[STOP] - row[START]) / 1e3, 0.0),
+                    "pid": nodes.index(hosts[rank]) if rank < len(hosts) else 0, "tid": rank,
+                    "args": {"layout": layout, "iteration": iteration, "bytes": int(row[NBYTES]),
+                             "ok": bool(row[OK])}})
+            offset_us += float(mine[:, STOP].max()) / 1e3 + 1000.0 if len(mine) else 0.0
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"run_id": trace.meta.get("run_id", ""), "source": "stampede"}}

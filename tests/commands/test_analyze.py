@@ -1,0 +1,82 @@
+"""`--trace` and `stampede analyze`: real ranks keep every op, the trace's counts are the
+archive's, the storm is read back over time, exported as Chrome trace JSON; a trace that
+would pass its limit is refused before any I/O."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stampede.results import trace as traces
+from tests.helpers.jobs import read_archive, small_job
+
+
+@pytest.mark.mpi
+def test_a_traced_run_and_save_are_read_back_with_the_archives_counts(
+        stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, run={"iterations": 3, "warmup": 1, "verify": "none"},
+                    save={"keep": 1})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    ran = stampede("run", str(job), "--trace", np=2)
+    assert ran.returncode == 0, ran.stderr
+    saved = stampede("save", str(job), "--trace", np=2)
+    assert saved.returncode == 0, saved.stderr
+    archive = tmp_path / "results" / "job.csv"
+    found = sorted((tmp_path / "results" / "job.runs").glob("*.trace.npz"))
+    assert len(found) == 2 and "trace " in " ".join(ran.stdout.split())
+    rows = read_archive(archive)
+    for path in found:
+        trace = traces.read_trace(path)
+        run_id = trace.meta["run_id"]
+        assert path.name == f"{run_id}.trace.npz"
+        for key, layout_rows in trace.layouts.items():
+            phase, layout = key.split("/")
+            archived = {row["op"]: int(row["count"]) for row in rows
+                        if row["run_id"] == run_id and row["layout"] == layout
+                        and row["count"] and int(row["count"])}
+            counted = traces.op_counts(trace, layout_rows)
+            assert counted == {op: archived[op] for op in counted}, (key, counted, archived)
+            assert set(layout_rows[:, traces.RANK].tolist()) == {0, 1}
+            assert traces.iterations(layout_rows) == [0, 1, 2]
+        assert {key.split("/")[0] for key in trace.layouts} == {
+            "restore" if "restore/shared" in trace.layouts else "save"}
+    chrome = tmp_path / "run.json"
+    analyzed = stampede("analyze", str(found[0]), "--chrome", str(chrome))
+    assert analyzed.returncode == 0, analyzed.stderr
+    said = " ".join(analyzed.stdout.split())
+    assert "restore/shared: iteration" in said and "restore/sharded: iteration" in said
+    trace = traces.read_trace(found[0])
+    for key, layout_rows in trace.layouts.items():   # what it prints is the trace's reading
+        slowest = layout_rows[layout_rows[:, traces.ITERATION]
+                              == traces.slowest_iteration(trace, layout_rows)]
+        most = max(s.inside_max for s in traces.segments(trace, slowest))
+        assert 1 <= most <= 2
+        assert f"{key}: iteration {traces.slowest_iteration(trace, layout_rows)} " in said
+    assert "most ranks inside a storage op at once: " in said
+    document = json.loads(chrome.read_text())
+    slices = [event for event in document["traceEvents"] if event["ph"] == "X"]
+    assert len(slices) == sum(len(rows) for rows in trace.layouts.values())
+    latest = stampede("analyze", str(archive), "--layout", "save/sharded", "--iteration", "1")
+    assert latest.returncode == 0 and "save/sharded: iteration 1" in latest.stdout
+
+
+@pytest.mark.mpi
+def test_a_trace_past_its_limit_and_bad_choices_are_refused(stampede, tmp_path: Path) -> None:
+    job = small_job(tmp_path, run={"iterations": 2, "warmup": 0, "verify": "none"})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    planned = stampede("plan", str(job), "--np", "2", "--trace", "--trace-limit", "1KiB")
+    assert planned.returncode == 0 and "(past the limit: refused)" in planned.stdout
+    refused = stampede("run", str(job), "--trace", "--trace-limit", "1KiB", np=2)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "more than --trace-limit 1 KiB" in " ".join(refused.stderr.split())
+    assert not (tmp_path / "results" / "job.csv").exists()   # nothing ran, nothing archived
+    assert stampede("run", str(job), "--trace", np=2).returncode == 0
+    for args, said in ((["--layout", "restore/shraded"], 'did you mean "restore/sharded"'),
+                       (["--iteration", "7"], "the measured iterations are 0, 1"),
+                       (["--segments", "0"], "--segments 0: must be at least 1")):
+        bad = stampede("analyze", str(tmp_path / "results" / "job.csv"), *args)
+        assert bad.returncode == 2 and said in bad.stderr, (args, bad.stderr)
+    none = stampede("analyze", str(job))
+    assert none.returncode == 2 and "no trace" in none.stderr

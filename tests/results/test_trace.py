@@ -1,0 +1,98 @@
+"""A run's trace (stampede.results.trace): written and read back whole; its segments,
+concurrency, per-rank times and Chrome events computed from rows whose answers are known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stampede.results import trace as traces
+from stampede.results.samples import OP_CODE
+
+MS = 1_000_000
+
+
+def row(iteration: int, op: str, start_ms: float, stop_ms: float, nbytes: int, rank: int,
+        ok: int = 1) -> list[int]:
+    return [iteration, OP_CODE[op], int(start_ms * MS), int(stop_ms * MS), nbytes, ok, rank]
+
+
+def two_ranks() -> np.ndarray:
+    """Iteration 0: rank 0 reads 10 MB over 0-10 ms, rank 1 reads 10 MB over 5-15 ms after
+    a stat (0-5 ms); both done at their last read's end. Iteration 1: faster, rank 1's
+    read failed."""
+    return np.array([
+        row(0, "read", 0, 10, 10_000_000, 0),
+        row(0, "restore", 0, 10, 10_000_000, 0),
+        row(0, "stat", 0, 5, 0, 1), row(0, "read", 5, 15, 10_000_000, 1),
+        row(0, "restore", 0, 15, 10_000_000, 1),
+        row(1, "read", 0, 4, 10_000_000, 0), row(1, "restore", 0, 4, 10_000_000, 0),
+        row(1, "read", 0, 5, 10_000_000, 1, ok=0), row(1, "restore", 0, 5, 0, 1),
+        row(-1, "read", 0, 50, 10_000_000, 0),     # a warmup: never counted
+    ], dtype=np.int64)
+
+
+def trace_of(tmp_path: Path) -> traces.Trace:
+    path = traces.write_trace(tmp_path / "r.trace.npz", {"sharded": two_ranks()},
+                              {"run_id": "r", "phase": "restore", "hosts_by_rank": ["a", "b"]})
+    assert not list(tmp_path.glob(".*"))           # no temporary file left
+    return traces.read_trace(path)
+
+
+def test_a_trace_reads_back_whole_and_is_refused_when_it_is_not_one(tmp_path: Path) -> None:
+    trace = trace_of(tmp_path)
+    assert list(trace.layouts) == ["sharded"]
+    assert np.array_equal(trace.layouts["sharded"], two_ranks())
+    assert trace.meta["units"] == "ns" and trace.meta["hosts_by_rank"] == ["a", "b"]
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with pytest.raises(ValueError, match="not a stampede trace"):
+        traces.read_trace(tmp_path / "other.npz")
+
+
+def test_segments_spread_the_bytes_and_count_the_ranks_inside(tmp_path: Path) -> None:
+    trace = trace_of(tmp_path)
+    rows = trace.layouts["sharded"]
+    assert traces.slowest_iteration(trace, rows) == 0
+    first = rows[rows[:, traces.ITERATION] == 0]
+    found = traces.segments(trace, first, count=3)            # 0-5, 5-10, 10-15 ms
+    assert [s.stop_ns for s in found] == [5 * MS, 10 * MS, 15 * MS]
+    assert [s.nbytes for s in found] == pytest.approx([5e6, 10e6, 5e6])
+    assert sum(s.nbytes for s in found) == pytest.approx(20e6)  # every byte, once
+    assert [s.inside_max for s in found] == [2, 2, 1]          # both ranks busy until 10 ms
+    assert [s.inside_mean for s in found] == pytest.approx([2.0, 2.0, 1.0])
+    assert [s.ops for s in found] == [0, 1, 2]     # the stat ends at 5 ms; the reads at 10, 15
+    assert found[1].gbps == pytest.approx(10e6 / 5e-3 / 1e9)
+    second = rows[rows[:, traces.ITERATION] == 1]
+    assert sum(s.errors for s in traces.segments(trace, second, count=2)) == 1
+
+
+def test_ranks_nodes_and_counts(tmp_path: Path) -> None:
+    trace = trace_of(tmp_path)
+    rows = trace.layouts["sharded"]
+    first = rows[rows[:, traces.ITERATION] == 0]
+    times = traces.rank_times(trace, first)
+    assert [(t.rank, t.host, t.first_byte_ns, t.last_byte_ns, t.done_ns) for t in times] == [
+        (0, "a", 10 * MS, 10 * MS, 10 * MS), (1, "b", 15 * MS, 15 * MS, 15 * MS)]
+    assert traces.by_node(times) == [("b", 15 * MS, 1), ("a", 10 * MS, 1)]
+    # the archive's count column: successful samples of the measured iterations
+    assert traces.op_counts(trace, rows) == {"stat": 1, "read": 3, "restore": 4}
+
+
+def test_the_chrome_trace_has_a_slice_per_op_a_thread_per_rank(tmp_path: Path) -> None:
+    trace = trace_of(tmp_path)
+    document = json.loads(json.dumps(traces.chrome_events(trace)))
+    slices = [event for event in document["traceEvents"] if event["ph"] == "X"]
+    assert len(slices) == len(two_ranks())
+    names = {(event["name"], event["args"]["name"]) for event in document["traceEvents"]
+             if event["ph"] == "M"}
+    assert names == {("process_name", "a"), ("process_name", "b"),
+                     ("thread_name", "rank 0"), ("thread_name", "rank 1")}
+    read = next(event for event in slices if event["name"] == "read" and event["tid"] == 1
+                and event["args"]["iteration"] == 0)
+    warm = [event for event in slices if event["args"]["iteration"] == -1]
+    assert read["dur"] == pytest.approx(10_000.0) and read["pid"] == 1   # µs, node b
+    # iterations one after another: the warmup first, then 0, then 1
+    assert warm[0]["ts"] < read["ts"]
