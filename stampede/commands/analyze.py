@@ -1,4 +1,4 @@
-"""`stampede analyze`: a run's trace (run.trace, stampede.results.trace) read afterwards:
+"""`stampede analyze`: a run's trace (--trace, stampede.results.trace) read afterwards:
 how the stampede unfolded over time, rank by rank, node by node; and the trace as Chrome
 trace-event JSON for Perfetto or chrome://tracing."""
 
@@ -16,7 +16,7 @@ SHOWN_RANKS = 8
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "analyze", formatter_class=formatter,
-        help="Read a run's trace (run.trace = true): throughput, ops and ranks inside a "
+        help="Read a run's trace (run --trace): throughput, ops and ranks inside a "
              "storage op over time, time to first and last byte per rank, stragglers by "
              "node, errors over time; --chrome writes it for Perfetto.",
         description="A run's trace, over time.")
@@ -44,9 +44,8 @@ def find_trace(given: str) -> Path:
         return path
     traces = sorted(sidecar_dir(path).glob("*.trace.npz")) if path.is_file() else []
     if not traces:
-        raise UsageError(f"{given}: no trace (a run of a job with run.trace = true writes "
-                         f"ARCHIVE.runs/RUN_ID.trace.npz)",
-                         hint="stampede run JOB --set run.trace=true")
+        raise UsageError(f"{given}: no trace (`run --trace`, `save --trace` or `cycle --trace` "
+                         "writes ARCHIVE.runs/RUN_ID.trace.npz)", hint="stampede run JOB --trace")
     return traces[-1]
 
 

@@ -175,6 +175,6 @@ class LayoutRun:
     cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)
     kernel_nfs: dict[str, Any] = field(default_factory=dict)   # a kernel NFS mount's per-op
                                  # RPC deltas around the layout (stampede.run.kernel_nfs)
-    trace: Any = None            # run.trace: every op's row on rank 0 (stampede.results.trace)
+    trace: Any = None            # --trace: every op's row on rank 0 (stampede.results.trace)
 
 

@@ -1,4 +1,4 @@
-"""A run's trace (run.trace): every timed op of every rank, kept after the phase, and what
+"""A run's trace (`run --trace`, `save --trace`, `cycle --trace`): every timed op of every rank, kept after the phase, and what
 it says afterwards (`stampede analyze`).
 
 The file: ARCHIVE.runs/RUN_ID.trace.npz beside the sidecar (numpy's own format: `import
@@ -7,7 +7,8 @@ TRACE_COLUMNS, stamps in ns on each node's axis (since the node's first rank lef
 iteration's barrier: stampede.run.clock; the nodes' first exits taken as simultaneous),
 and `meta`: a JSON text with the op names (the op column is an index into them), the
 hosts by rank, the phase, the run id and the columns. A row costs ROW_BYTES; what a run
-would write is said before it runs (`stampede plan`) and refused above run.trace_limit.
+would write is said before it runs (`stampede plan --trace`) and refused above
+--trace-limit.
 
 What is read from it, per iteration (default: the slowest, whose restore ended last):
 - segments of the phase's span (automatic: SEGMENTS of them): bytes moved (each read or
