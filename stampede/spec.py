@@ -175,7 +175,7 @@ OPTIONS: tuple[Option, ...] = (
            "max_error_fraction"),
     Option("run.samples", "samples", values.choice(("auto", "exact", "histogram")), "auto",
            "exact = every sample to rank 0 (Gatherv); histogram = each rank reduces its samples "
-           "to log-bucket histograms and MPI sums them (p50..p99.9 within 12%, min/max exact), "
+           "to log-bucket histograms and MPI sums them (p50..p99.9 within 1%, min/max exact), "
            "for thousands of ranks; auto = histogram past 4 million samples", "samples_mode"),
     Option("run.deadline_s", "deadline_s", values.seconds, 600.0,
            "per-phase deadline: a rank still working then stops, the run is marked invalid",

@@ -5,11 +5,12 @@ to, and the constants it cites. Imported by the CLI on every start: the stdlib o
 # between order statistics, numpy's default, from exact int64 nanoseconds.
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 
-# Latency histograms (histogram mode, the sidecar's CDFs): 20 log-spaced buckets per
-# decade, so one bucket is 10^(1/20) - 1 = 12.2% wide: the error of a percentile taken
-# from them.
-BUCKETS_PER_DECADE = 20
-BUCKET_ERROR = 10 ** (1 / BUCKETS_PER_DECADE) - 1
+# Latency histograms (histogram mode, the sidecar's CDFs): logarithmic buckets whose
+# edges grow by GAMMA = (1 + a) / (1 - a), DDSketch's mapping with a relative accuracy
+# a = 1%: a value read at its bucket's relative midpoint, 2 lo hi / (lo + hi), is within
+# a of every value in the bucket. BUCKET_ERROR is that bound on a percentile.
+BUCKET_ERROR = 0.01
+GAMMA = (1 + BUCKET_ERROR) / (1 - BUCKET_ERROR)
 
 METRICS = f"""\
 what stampede measures (per layout, per op; all ranks start together after a barrier):

@@ -1,5 +1,5 @@
-"""A run's trace (`run --trace`, `save --trace`, `cycle --trace`): every timed op of every rank, kept after the phase, and what
-it says afterwards (`stampede analyze`).
+"""A run's trace (`run --trace`, `save --trace`, `cycle --trace`): every timed op of every
+rank, kept after the phase, and what it says afterwards (`stampede analyze`).
 
 The file: ARCHIVE.runs/RUN_ID.trace.npz beside the sidecar (numpy's own format: `import
 numpy; numpy.load(path)` opens it), one int64 array per layout, a row per op of

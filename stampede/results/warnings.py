@@ -98,7 +98,7 @@ def _restore_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) ->
         notes += (f"run.h2d = cuda-gds went through host memory ({context.device}): not "
                   "GPUDirect Storage numbers",)
     if stats.samples == "histogram":
-        notes += (f"p50-p99.9 interpolated in log buckets (run.samples = histogram): within "
+        notes += (f"p50-p99.9 from log buckets (run.samples = histogram): within "
                   f"{BUCKET_ERROR:.0%} of the exact values; min, max, counts, GB/s and restore "
                   "times are exact",)
     # Layouts that read into a reused block check and copy block by block, between reads;
@@ -129,6 +129,6 @@ def save_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tup
         notes += (f"saved to {context.fs_type}: fsync has nothing to flush; durable means in "
                   "this node's memory",)
     if stats.samples == "histogram":
-        notes += (f"p50-p99.9 interpolated in log buckets (run.samples = histogram): within "
+        notes += (f"p50-p99.9 from log buckets (run.samples = histogram): within "
                   f"{BUCKET_ERROR:.0%} of the exact values",)
     return notes

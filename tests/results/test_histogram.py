@@ -31,9 +31,9 @@ def test_a_histogram_run_is_marked_and_counts_exactly(stampede, tmp_path: Path) 
     assert stampede("prepare", str(job), np=2).returncode == 0
     result = stampede("run", str(job), np=2)
     assert result.returncode == 0, result.stderr
-    assert "from histograms, within 12%" in " ".join(result.stdout.split())
+    assert "from histograms, within 1%" in " ".join(result.stdout.split())
     rows = read_archive(tmp_path / "results" / "job.csv")
     assert {row["samples"] for row in rows} == {"histogram"}
     read = next(row for row in rows if row["layout"] == "sharded" and row["op"] == "read")
     assert int(read["count"]) == 2 * 2 * 8 and int(read["op_bytes"]) == 2 * 2 * 8 * 2**20
-    assert "interpolated in log buckets" in read["warnings"]
+    assert "from log buckets (run.samples = histogram): within 1%" in read["warnings"]
