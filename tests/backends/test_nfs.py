@@ -19,7 +19,13 @@ from stampede.backends.rpc_count import call_name
 from stampede.errors import UsageError
 from stampede.launcher import find_mpiexec
 from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
-from tests.helpers.nfsserver import NfsServer, running_server, unavailable
+from tests.helpers.nfsserver import (
+    NfsServer,
+    running_server,
+    start_server,
+    stop_server,
+    unavailable,
+)
 from tests.helpers.requires import unavailable as required
 
 
@@ -156,3 +162,68 @@ def test_a_server_killed_mid_restore_is_one_clear_error(tmp_path: Path) -> None:
     assert "Input/output error" in said and "sharded: INVALID" in said, said
     assert [row["valid"] for row in read_archive(tmp_path / "results" / "job.csv")
             if row["op"] == "restore"] == ["false"]
+
+
+@pytest.mark.mpi
+def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
+        tmp_path: Path) -> None:
+    """A save's server SIGKILLed mid-save: the save fails within the client's timeout,
+    named; the server started again on the same export, `run` restores the version the
+    pointer names (published before the kill) and `clean` removes every version, the one
+    cut short too."""
+    reason = unavailable()
+    if reason:
+        required(reason, "NFS")
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+
+    def stampede(*args: str, np: int | None = 2) -> subprocess.CompletedProcess[str]:
+        launch = [mpiexec, "-n", str(np)] if np else []
+        return subprocess.run([*launch, sys.executable, "-m", "stampede", *args],
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+
+    server = start_server(tmp_path / "server")
+    try:
+        job = small_job(tmp_path, target={"path": server.url("ck"),
+                                          "storage_options": {"timeout_ms": 2000}},
+                        checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                        run={"iterations": 1, "warmup": 0, "verify": "none"},
+                        save={"keep": 1, "validate": "none"})
+        first = stampede("save", str(job))
+        assert first.returncode == 0, first.stderr
+        saving = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save",
+                                   str(job), "--set", "run.iterations=500"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  cwd=tmp_path)
+        try:
+            assert saving.stderr is not None
+            while " took " not in (line := saving.stderr.readline()):   # saving now
+                assert line, saving.communicate(timeout=RUN_TIMEOUT_S)
+            stop_server(server, signal.SIGKILL)
+            out, err = saving.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if saving.poll() is None:
+                saving.kill()
+        said = " ".join((out + err).split())
+        assert saving.returncode not in (0, None), said
+        assert "Traceback" not in said and "error" in said, said
+        server = start_server(tmp_path / "server", server.port)   # the same export, again
+        restored = stampede("run", str(job))
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+        row = next(row for row in read_archive(tmp_path / "results" / "job.csv")
+                   if row["op"] == "restore")
+        # the pointer is the commit: the version it names was durable before it moved (the
+        # kill may fall between the pointer and the journal's own record of it)
+        pointer = (server.export / "ck" / "saves" / "sharded" / "latest").read_text().strip()
+        journal = json.loads((server.export / "ck" / "stampede-saves.json").read_text())
+        states = {entry["dir"]: entry["state"] for entry in
+                  journal["layouts"]["sharded"]["versions"]}
+        assert row["valid"] == "true" and row["restored_from"] == f"saves/sharded/{pointer}", \
+            (row, states)
+        assert states["saves/sharded/v000001"] in ("complete", "released")
+        assert pointer != "v000001"    # the killed save had published once before the kill
+        cleaned = stampede("clean", str(job), np=None)
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert sorted(os.listdir(server.export)) == []
+    finally:
+        stop_server(server)

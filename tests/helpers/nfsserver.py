@@ -97,19 +97,21 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def start_server(directory: Path) -> NfsServer:
-    """ganesha.nfsd serving directory/export; waits until it accepts connections and
-    answers a mount (RuntimeError with its log's tail where it does not)."""
+def start_server(directory: Path, port: int | None = None) -> NfsServer:
+    """ganesha.nfsd serving directory/export (on `port`: a server started again where one
+    was); waits until it accepts connections and answers a mount (RuntimeError with its
+    log's tail where it does not)."""
     from stampede.backends.libnfs import Client
 
     export = directory / "export"
     export.mkdir(parents=True, exist_ok=True)
     (directory / "recovery").mkdir(exist_ok=True)
     failure = ""
-    for _ in range(START_TRIES):
-        port = random.randrange(*PORT_RANGE)
-        if not _bindable(port):
-            continue
+    given = port
+    for _ in range(START_TRIES if given is None else 1):
+        port = given or random.randrange(*PORT_RANGE)
+        if given is None and not _bindable(port):
+            continue   # (a port given is the one a killed server held: its own to take again)
         conf = directory / "ganesha.conf"
         conf.write_text(config(directory, export, port))
         log = directory / "ganesha.log"
@@ -136,10 +138,12 @@ def start_server(directory: Path) -> NfsServer:
     raise RuntimeError(failure or "no free port for ganesha.nfsd")
 
 
-def stop_server(server: NfsServer) -> None:
-    """SIGTERM, then SIGKILL after STOP_WAIT_S; reaped."""
+def stop_server(server: NfsServer, how: int = signal.SIGTERM) -> None:
+    """SIGTERM (or `how`: SIGKILL, a crash), then SIGKILL after STOP_WAIT_S; reaped."""
+    if server.process.poll() is not None:
+        return
     try:
-        os.killpg(server.pid, signal.SIGTERM)
+        os.killpg(server.pid, how)
     except ProcessLookupError:
         return
     try:
