@@ -81,13 +81,30 @@ def write_report(archive: str, output: str, workload: Any, target_mttr_s: float,
             sidecars[run_id] = sidecar
     if not sidecars and rows[-1].get("warnings", "").startswith("imported from"):
         missing = []   # an import has no sidecar by design
-    page = render_html(archive, rows, sidecars, assessment, (*notes, *missing))
+    page = render_html(archive, rows, sidecars, assessment, (*notes, *missing),
+                       traces_of(archive, sidecars))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"-o {path}: cannot write it ({error.strerror})") from None
     return path, assessment
+
+
+def traces_of(archive: str, sidecars: dict[str, Any]) -> dict[str, Any]:
+    """The traces (--trace) of the runs shown, where they have one and it reads."""
+    from stampede.results.archive import sidecar_path
+    from stampede.results.trace import read_trace, trace_path
+
+    found = {}
+    for run_id in sidecars:
+        path = trace_path(sidecar_path(archive, run_id))
+        if path.is_file():
+            try:
+                found[run_id] = read_trace(path)
+            except (OSError, ValueError, KeyError):
+                continue   # a damaged trace leaves the report without its figures
+    return found
 
 
 def cmd_html(args: argparse.Namespace) -> int:

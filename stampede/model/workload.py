@@ -54,7 +54,7 @@ class Workload:
     def describe_projected(self, projections: list[Any]) -> str:
         """describe() with the ranks per node and bytes per rank the projections
         (stampede.model.projection.Projection) took (NaN bytes where they differ)."""
-        if not projections:
+        if not projections:   # nothing projected: what was asked, no more
             return self.describe(self.ranks_per_node or 0, self.bytes_per_rank or math.nan)
         first = projections[0].params
         sizes = {round(projection.params.bytes_per_rank) for projection in projections}
@@ -74,8 +74,8 @@ class Workload:
             bytes_per_rank * self.ranks if known else math.nan
         if math.isfinite(total):
             parts.append(format_bytes(total))
-        per_node = ranks_per_node or self.ranks
-        parts.append(f"{self.ranks} ranks on {self.nodes(per_node)} node(s) of {per_node}")
+        parts.append(f"{self.ranks} ranks on {self.nodes(ranks_per_node)} node(s) of "
+                     f"{ranks_per_node}" if ranks_per_node else f"{self.ranks} ranks")
         if known:
             largest = self.total_bytes is not None and bytes_per_rank * self.ranks > \
                 self.total_bytes * 1.001

@@ -17,6 +17,7 @@ from stampede.results import html_figures as figures
 from stampede.results.cells import number
 from stampede.results.definitions import METRICS, SAVE_METRICS
 from stampede.results.html_tags import table, tag
+from stampede.results.html_trace import trace_figures
 from stampede.results.html_verdict import verdict_section
 from stampede.results.report import (
     BUFFERED_NOTE,
@@ -105,10 +106,11 @@ def ops_table(rows: Sequence[Row]) -> str:
 
 
 def figures_section(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]],
-                    assessment: Any) -> str:
+                    assessment: Any, traces: dict[str, Any] | None = None) -> str:
     """Scaling per phase; then per phase, from the sidecar of the run its verdict ranks
     (`sidecars` by run id: a cycle's restore and save are runs of their own), the latency
-    CDFs and each layout's timeline of its slowest iteration."""
+    CDFs and each layout's timeline of its slowest iteration; then, of a run with a trace
+    (`traces` by run id), its throughput and ranks inside an op over time."""
     palette = figures.colours([row["layout"] for row in archive_rows])
     parts = []
     valid = [row for row in archive_rows if row.get("valid") != "false"]
@@ -132,6 +134,12 @@ def figures_section(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]]
     if not drew:
         parts.append(tag("p", "no sidecar with statistics for the runs ranked: no CDF or "
                               "timeline", class_="note"))
+    for run_id, trace in (traces or {}).items():
+        drawn_trace = trace_figures(trace, palette)
+        if drawn_trace:
+            parts += drawn_trace + [tag("p", f"from the trace of run {escape(run_id)} "
+                                             "(--trace; `stampede analyze` reads it)",
+                                        class_="note")]
     return tag("h2", "Figures", id="figures") + "".join(parts)
 
 
@@ -193,7 +201,8 @@ def definitions_section() -> str:
 
 
 def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any]],
-                assessment: Any, notes: Sequence[str] = ()) -> str:
+                assessment: Any, notes: Sequence[str] = (),
+                traces: dict[str, Any] | None = None) -> str:
     """The whole report, as one string; `sidecars` by run id (the latest run's and those
     of the runs the verdict ranks, where readable)."""
     run_id = rows[-1]["run_id"]
@@ -211,7 +220,8 @@ def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any
             + tag("p", f"{escape(archive)}: {len({r['run_id'] for r in rows})} run(s); "
                        f"target {assessment.target_ranks} ranks", class_="note")
             + verdict_section(assessment) + note + tables
-            + figures_section(rows, sidecars, assessment) + warnings_section(shown_rows)
+            + figures_section(rows, sidecars, assessment, traces)
+            + warnings_section(shown_rows)
             + context_section(run_rows[0], sidecar) + definitions_section())
     head = (f'<meta charset="utf-8"><meta name="viewport" content="width=device-width, '
             f'initial-scale=1"><meta http-equiv="Content-Security-Policy" content="{CSP}">'

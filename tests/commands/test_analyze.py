@@ -60,6 +60,10 @@ def test_a_traced_run_and_save_are_read_back_with_the_archives_counts(
     assert len(slices) == sum(len(rows) for rows in trace.layouts.values())
     latest = stampede("analyze", str(archive), "--layout", "save/sharded", "--iteration", "1")
     assert latest.returncode == 0 and "save/sharded: iteration 1" in latest.stdout
+    report = tmp_path / "report.html"          # the HTML report draws the shown run's trace
+    assert stampede("html", str(archive), "-o", str(report)).returncode == 0
+    page = report.read_text()
+    assert "save over time: throughput" in page and "save over time: ranks inside" in page
 
 
 @pytest.mark.mpi

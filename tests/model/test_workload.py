@@ -36,8 +36,9 @@ def test_the_workload_line_names_what_is_projected() -> None:
     assert "the largest rank's, 331.7 MiB on average" in zero1.describe(8, float(largest))
     total_given = workload_of(1000, None, total_bytes=4e12)
     assert total_given.bytes_per_rank == 4e9
-    assert Workload(4).describe(0, float("nan")).startswith(
-        "the job's checkpoint as archived, 4 ranks on 1 node(s) of 4")
+    assert Workload(4).describe(0, float("nan")) == (   # nothing projected: no more than asked
+        "the job's checkpoint as archived, 4 ranks, bytes per rank as each layout's runs had "
+        "them")
 
 
 def test_the_workload_flags_refuse_what_they_cannot_mean(stampede) -> None:

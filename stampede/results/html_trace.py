@@ -1,0 +1,48 @@
+"""The HTML report's figures of a run's trace (--trace, stampede.results.trace), when the
+run shown has one: per phase, the slowest iteration of each layout over time, in
+segments: the bytes moved (GB/s) and how many ranks were inside a storage op (the storm's
+shape). Inline SVG (results.html_figures' frame), the stdlib and numpy only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stampede.results import trace as traces
+from stampede.results.html_figures import Axes, frame, legend, polyline, svg
+from stampede.units import format_number, format_seconds
+
+SEGMENTS = 40
+
+
+def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
+    """Per phase: (title, svg) of GB/s over time, then of ranks inside a storage op."""
+    found = []
+    by_phase: dict[str, dict[str, list[Any]]] = {}
+    for key, rows in trace.layouts.items():
+        phase, _, layout = key.partition("/")
+        slowest = rows[rows[:, traces.ITERATION] == traces.slowest_iteration(trace, rows)]
+        by_phase.setdefault(phase, {})[layout] = traces.segments(trace, slowest, SEGMENTS)
+    for phase, layouts in by_phase.items():
+        span_s = max((s.stop_ns for segments in layouts.values() for s in segments),
+                     default=0) / 1e9
+        if span_s <= 0:
+            continue
+        for what, value, unit in (("throughput", lambda s: s.gbps, "GB/s"),
+                                  ("ranks inside a storage op", lambda s: s.inside_mean,
+                                   "ranks (mean per segment)")):
+            top = max((value(s) for segments in layouts.values() for s in segments), default=0)
+            if top <= 0:
+                continue
+            axes = Axes((0.0, span_s), (0.0, top * 1.05))
+            ticks_x = [(span_s * k / 4, format_seconds(span_s * k / 4)) for k in range(5)]
+            ticks_y = [(top * k / 4, format_number(top * k / 4)) for k in range(5)]
+            body = frame(axes, f"time since the {phase}'s start (slowest iteration)", unit,
+                         ticks_x, ticks_y)
+            for layout, segments in layouts.items():
+                points = [(axes.px((s.start_ns + s.stop_ns) / 2e9), axes.py(value(s)))
+                          for s in segments]
+                body.append(polyline(points, palette.get(layout, "#333")))
+            body += legend([(layout, palette.get(layout, "#333")) for layout in layouts])
+            title = f"{phase} over time: {what}"
+            found.append((title, svg(body, title)))
+    return [f"<h3>{title}</h3>{figure}" for title, figure in found]
