@@ -187,7 +187,7 @@ class ObjectStore(Backend, Protocol):
 
 def object_store(backend: Backend) -> ObjectStore | None:
     """The backend as an object store that saves (stampede.run.save_objects), else None."""
-    if getattr(backend, "saves", False) and not backend.has_directories:
+    if backend.saves and not backend.has_directories:
         return backend   # type: ignore[return-value]
     return None
 

@@ -188,7 +188,7 @@ def plan_saves(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> 
         backend = open_backend(target, spec.storage_options)
     except OSError as error:
         return Saving(left_out=f"cannot open {target} ({error.strerror or error})")
-    if not getattr(backend, "saves", False):
+    if not backend.saves:
         return Saving(left_out=f"the {backend.name} backend has no timed save yet")
     store = object_store(backend) is not None
     kept, refused = [], []

@@ -132,7 +132,7 @@ def retries(comm: Any, backend: Any, before: dict[str, int],
     """Requests the backend's client retried in this layout, per op of `ops` (the
     restore's storage ops by default), summed over ranks (object stores: throttling and
     timeouts show up here before they become errors)."""
-    now = getattr(backend, "retries", {})
+    now = backend.retries
     mine = np.array([now.get(op, 0) - before.get(op, 0) for op in ops])
     total = mpi.allreduce_sum(comm, mine)
     if total is None:

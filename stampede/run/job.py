@@ -88,8 +88,7 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
     run_id = mpi.bcast(comm, new_run_id() if comm.Get_rank() == 0 else "")
     storage: dict[str, Any] = {}
     if comm.Get_rank() == 0:
-        describe = getattr(backend, "describe", None)
-        storage = dict(describe()) if describe is not None else {}
+        storage = dict(backend.describe())
         probe = getattr(backend, "rpc_probe", None)   # NFS: what each op costs on the wire
         if probe is not None:
             storage["rpcs_per_op"] = _probed(probe, spec, comm.Get_size(), catalogue, save)

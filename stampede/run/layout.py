@@ -81,7 +81,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     (host of each rank) put the ranks' stamps on one time axis."""
     plan = plan_for(spec, catalogue, layout, comm.Get_size(), comm.Get_rank(),
                     entry.get("root", ""))
-    retries_before = dict(getattr(backend, "retries", {}))
+    retries_before = dict(backend.retries)
     gather.check_trace(comm, spec, plan)
     # Layouts that exchange hold the whole shard in memory; the others reuse one block.
     buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes

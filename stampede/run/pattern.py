@@ -241,7 +241,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     """
     plan, buffer = setup.plan, setup.buffer
     clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
-    ttfb = getattr(setup.backend, "ttfb", False)
+    ttfb = setup.backend.ttfb
     gds = getattr(setup.backend, "read_device", None)   # run.h2d = cuda-gds: file -> HBM
     to_device = setup.device is not None and not setup.holds and gds is None
     checking = setup.checks and not setup.holds
@@ -297,7 +297,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 break
             append((iteration, READ, start, stop, count, 1))
             if ttfb:
-                append((iteration, TTFB, start, getattr(setup.backend, "first_byte_ns", stop), 0, 1))
+                append((iteration, TTFB, start, setup.backend.first_byte_ns, 0, 1))
             nbytes += count
             if to_device:  # block by block on to HBM
                 last_stop = _h2d(setup, iteration, shift + offset, view, log)

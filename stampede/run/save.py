@@ -58,7 +58,7 @@ def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
     nranks = comm.Get_size()
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
-    if not getattr(backend, "saves", False):
+    if not backend.saves:
         raise UsageError(f"target.path = {spec.target_path!r}: the {backend.name} backend has "
                          "no timed save yet", hint="save to a POSIX path or s3://")
     if object_store(backend) is not None:   # pure: before any request
@@ -179,7 +179,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
                        AlignedBuffer(first_plan.hold.length, populate=True)
                        if spec.save_mode == "async" else None,
                        ContentSource(spec.block_bytes))
-    phases, retries_before = Phases(), dict(getattr(backend, "retries", {}))
+    phases, retries_before = Phases(), dict(backend.retries)
     gather.check_trace(comm, spec, first_plan)
     try:
         mpi.collective(comm, f"making the {layout} series' directories",
