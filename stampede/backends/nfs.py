@@ -160,12 +160,11 @@ class NfsBackend:
         from stampede.backends.rpc_count import CountingRelay
 
         parts = urlsplit(self.url)
-        relay = CountingRelay(parts.hostname or "127.0.0.1",
-                              int(dict(parse_qsl(parts.query)).get("nfsport", 2049)))
-        try:
+        query = dict(parse_qsl(parts.query))   # the NFS port through the relay; the rest
+        relay = CountingRelay(parts.hostname or "127.0.0.1", int(query.pop("nfsport", 2049)))
+        try:                                    # (NFSv3's MOUNT port) as it was
             probe = NfsBackend(f"nfs://127.0.0.1:{relay.port}{self.export}{self.root}"
-                               f"?version={self.version}", {**self.options,
-                                                           "export": self.export})
+                               f"?{urlencode(query)}", {**self.options, "export": self.export})
             try:
                 counted = _probe_ops(probe, relay, relpath, block_bytes, save)
             finally:

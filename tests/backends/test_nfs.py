@@ -227,3 +227,40 @@ def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
         assert sorted(os.listdir(server.export)) == []
     finally:
         stop_server(server)
+
+
+@pytest.mark.mpi
+def test_nfsv3_writes_whole_blocks_and_counts_its_procedures(tmp_path: Path) -> None:
+    """NFSv3 through the same client (rpcbind in a namespace of its own, the MOUNT port
+    named): a block is written in wsize WRITEs (NFSv4 through libnfs 4.0 needs 3,944-byte
+    ones), each op's procedures counted, the target cleaned away."""
+    reason = unavailable()
+    if reason:
+        required(reason, "NFS")
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_server(tmp_path / "server", v3=True) as server:
+        target, options = server.url_v3("ck")
+        job = small_job(tmp_path, target={"path": target, "storage_options": options},
+                        checkpoint={"size": "8MiB", "block_size": "2MiB"},
+                        run={"iterations": 1, "warmup": 0, "verify": "sha256"},
+                        save={"keep": 1})
+        for command in ("prepare", "run", "save", "clean"):
+            done = subprocess.run([*([mpiexec, "-n", "2"] if command != "clean" else []),
+                                   sys.executable, "-m", "stampede", command, str(job)],
+                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                                  cwd=tmp_path)
+            assert done.returncode == 0, (command, done.stdout + done.stderr)
+        restore, save = (json.loads(path.read_text()) for path in
+                         sorted((tmp_path / "results" / "job.runs").glob("*.json")))
+        assert restore["storage"]["protocol"] == "nfs3"
+        wsize = save["storage"]["wsize"]
+        assert wsize >= 2**20                            # FSINFO's, not libnfs 4.0's NFSv4 cap
+        assert rpcs(restore, "read") == [[2 * 2**20 // restore["storage"]["rsize"], "READ"]]
+        assert rpcs(restore, "stat")[-1] == [1, "GETATTR"]   # after the LOOKUPs of the path
+        assert rpcs(save, "write") == [[2 * 2**20 // wsize, "WRITE"]]
+        assert rpcs(save, "fsync") == [[1, "COMMIT"]]
+        assert sorted(os.listdir(server.export)) == []
+    assert not [name for name in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                text=True).stdout.split()
+                if name.startswith("stampede-rpcb")]

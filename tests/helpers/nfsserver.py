@@ -6,10 +6,15 @@ directory on 127.0.0.1, NFSv4 over TCP, in the foreground under a config of its 
 
 Its port is chosen free in 23000-24999 (a start that loses the race is retried); its log,
 pid file and NFSv4 recovery directory live in its directory; it is Graceless (no 90 s
-grace period at start). It logs that it finds no DBus system bus: harmless here. NFSv3 is
-left out: ganesha registers v3 with rpcbind or refuses to start, and rpcbind listens on
-every interface. Without ganesha.nfsd or libnfs the fixture skips, unless
-STAMPEDE_REQUIRE_NFS=1 (CI): then it fails.
+grace period at start). It logs that it finds no DBus system bus: harmless here.
+
+NFSv3 (`running_server(directory, v3=True)`): ganesha registers v3 with rpcbind or refuses to
+start, and rpcbind listens on every interface; so rpcbind runs in a network namespace of
+its own (stampede-rpcb-PID, loopback only), reached by ganesha through its local socket
+(/run/rpcbind.sock), and the client names the MOUNT port (`?mountport=`) so it never asks
+the portmapper. One such server at a time (one rpcbind registration of NFSv3).
+Without ganesha.nfsd or libnfs the fixture skips, unless STAMPEDE_REQUIRE_NFS=1 (CI):
+then it fails.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,13 +49,19 @@ INSTALL = "apt-get install nfs-ganesha nfs-ganesha-vfs libnfs13"
 @dataclass(frozen=True)
 class NfsServer:
     port: int
-    export: Path           # the directory served, as /export
+    export: Path           # the directory served, as /export (NFSv4) and as itself (NFSv3)
     directory: Path        # config, log, pid file, recovery directory
     pid: int
     process: Any = field(default=None, compare=False, repr=False)
+    mount_port: int = 0    # NFSv3's MOUNT protocol (0: NFSv4 only)
 
     def url(self, relpath: str) -> str:
         return f"nfs://127.0.0.1:{self.port}{PSEUDO}/{relpath}"
+
+    def url_v3(self, relpath: str) -> tuple[str, dict[str, object]]:
+        """(target.path, storage_options) of an NFSv3 target: the export is its real path."""
+        return (f"nfs://127.0.0.1:{self.port}{self.export}/{relpath}?version=3&"
+                f"mountport={self.mount_port}", {"export": str(self.export)})
 
 
 def unavailable() -> str:
@@ -70,14 +81,16 @@ def unavailable() -> str:
     return ""
 
 
-def config(directory: Path, export: Path, port: int) -> str:
+def config(directory: Path, export: Path, port: int, mount_port: int = 0) -> str:
+    protocols = "3, 4" if mount_port else "4"
+    v3 = f"MNT_Port = {mount_port}; Enable_UDP = false; " if mount_port else ""
     return f"""\
-NFS_CORE_PARAM {{ Protocols = 4; NFS_Port = {port}; Bind_addr = 127.0.0.1;
+NFS_CORE_PARAM {{ Protocols = {protocols}; NFS_Port = {port}; {v3}Bind_addr = 127.0.0.1;
   Enable_RQUOTA = false; Enable_NLM = false; }}
 NFS_KRB5 {{ Active_krb5 = false; }}
 NFSV4 {{ Graceless = true; RecoveryRoot = "{directory / 'recovery'}"; }}
 EXPORT {{ Export_Id = 1; Path = "{export}"; Pseudo = {PSEUDO}; Access_Type = RW;
-  Squash = No_Root_Squash; Protocols = 4; Transports = TCP; SecType = sys;
+  Squash = No_Root_Squash; Protocols = {protocols}; Transports = TCP; SecType = sys;
   FSAL {{ Name = VFS; }} }}
 """
 
@@ -97,9 +110,10 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def start_server(directory: Path, port: int | None = None) -> NfsServer:
+def start_server(directory: Path, port: int | None = None, mount_port: int = 0) -> NfsServer:
     """ganesha.nfsd serving directory/export (on `port`: a server started again where one
-    was); waits until it accepts connections and answers a mount (RuntimeError with its
+    was; with `mount_port`, NFSv3 too on that MOUNT port, -1 for the port after the NFS
+    one); waits until it accepts connections and answers a mount (RuntimeError with its
     log's tail where it does not)."""
     from stampede.backends.libnfs import Client
 
@@ -110,17 +124,18 @@ def start_server(directory: Path, port: int | None = None) -> NfsServer:
     given = port
     for _ in range(START_TRIES if given is None else 1):
         port = given or random.randrange(*PORT_RANGE)
-        if given is None and not _bindable(port):
+        if given is None and not (_bindable(port) and (not mount_port or _bindable(port + 1))):
             continue   # (a port given is the one a killed server held: its own to take again)
         conf = directory / "ganesha.conf"
-        conf.write_text(config(directory, export, port))
+        mount = port + 1 if mount_port == -1 else mount_port
+        conf.write_text(config(directory, export, port, mount))
         log = directory / "ganesha.log"
         process = subprocess.Popen(
             ["ganesha.nfsd", "-F", "-f", str(conf), "-L", str(log), "-p",
              str(directory / "ganesha.pid"), "-N", "NIV_EVENT"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=sigterm_when_parent_dies)
-        server = NfsServer(port, export, directory, process.pid, process)
+        server = NfsServer(port, export, directory, process.pid, process, mount)
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline and process.poll() is None:
             if _listening(port):
@@ -154,12 +169,47 @@ def stop_server(server: NfsServer, how: int = signal.SIGTERM) -> None:
 
 
 @contextmanager
-def running_server(directory: Path) -> Iterator[NfsServer]:
-    server = start_server(directory)
+def running_server(directory: Path, v3: bool = False) -> Iterator[NfsServer]:
+    with rpcbind() if v3 else nullcontext():
+        server = start_server(directory, mount_port=-1 if v3 else 0)
+        try:
+            yield server
+        finally:
+            stop_server(server)
+
+
+@contextmanager
+def rpcbind() -> Iterator[None]:
+    """An rpcbind for NFSv3's registration: the machine's where one runs, else one in a
+    network namespace of its own (loopback only), removed with it."""
+    if subprocess.run(["pgrep", "-x", "rpcbind"], capture_output=True).returncode == 0:
+        yield
+        return
+    if shutil.which("rpcbind", path="/usr/sbin:/sbin:/usr/bin") is None:
+        requires.unavailable("rpcbind is not installed (apt-get install rpcbind)", "NFS")
+    namespace = f"stampede-rpcb-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", namespace], check=True)
+    daemon = None
     try:
-        yield server
+        subprocess.run(["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"],
+                       check=True)
+        daemon = subprocess.Popen(["ip", "netns", "exec", namespace, "rpcbind", "-f", "-w"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True, preexec_fn=sigterm_when_parent_dies)
+        deadline = time.monotonic() + START_WAIT_S
+        while not Path("/run/rpcbind.sock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)   # its socket listening, not only made
+        yield
     finally:
-        stop_server(server)
+        if daemon is not None:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            try:
+                daemon.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+                daemon.wait()
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
 
 
 @pytest.fixture(scope="session")
