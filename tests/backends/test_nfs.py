@@ -264,3 +264,27 @@ def test_nfsv3_writes_whole_blocks_and_counts_its_procedures(tmp_path: Path) -> 
     assert not [name for name in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                 text=True).stdout.split()
                 if name.startswith("stampede-rpcb")]
+
+
+@pytest.mark.mpi
+def test_permission_denied_is_one_line_and_nothing_written(tmp_path: Path) -> None:
+    """A server that squashes root (the client's root is nobody there) refuses prepare's
+    first directory: EACCES named, exit 1 or 2, nothing written."""
+    reason = unavailable()
+    if reason:
+        required(reason, "NFS")
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+
+    def step(command: str, job: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "stampede", command,
+                               str(job)], capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+
+    with running_server(tmp_path / "squashed", squash="Root_Squash") as server:
+        job = small_job(tmp_path, target={"path": server.url("ck")},
+                        checkpoint={"size": "4MiB"}, run={"verify": "none"})
+        refused = step("prepare", job)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode in (1, 2) and "Permission denied" in said, said
+        assert "Traceback" not in said and os.listdir(server.export) == []

@@ -81,7 +81,8 @@ def unavailable() -> str:
     return ""
 
 
-def config(directory: Path, export: Path, port: int, mount_port: int = 0) -> str:
+def config(directory: Path, export: Path, port: int, mount_port: int = 0,
+           squash: str = "No_Root_Squash") -> str:
     protocols = "3, 4" if mount_port else "4"
     v3 = f"MNT_Port = {mount_port}; Enable_UDP = false; " if mount_port else ""
     return f"""\
@@ -90,7 +91,7 @@ NFS_CORE_PARAM {{ Protocols = {protocols}; NFS_Port = {port}; {v3}Bind_addr = 12
 NFS_KRB5 {{ Active_krb5 = false; }}
 NFSV4 {{ Graceless = true; RecoveryRoot = "{directory / 'recovery'}"; }}
 EXPORT {{ Export_Id = 1; Path = "{export}"; Pseudo = {PSEUDO}; Access_Type = RW;
-  Squash = No_Root_Squash; Protocols = {protocols}; Transports = TCP; SecType = sys;
+  Squash = {squash}; Protocols = {protocols}; Transports = TCP; SecType = sys;
   FSAL {{ Name = VFS; }} }}
 """
 
@@ -110,7 +111,8 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def start_server(directory: Path, port: int | None = None, mount_port: int = 0) -> NfsServer:
+def start_server(directory: Path, port: int | None = None, mount_port: int = 0,
+                 squash: str = "No_Root_Squash") -> NfsServer:
     """ganesha.nfsd serving directory/export (on `port`: a server started again where one
     was; with `mount_port`, NFSv3 too on that MOUNT port, -1 for the port after the NFS
     one); waits until it accepts connections and answers a mount (RuntimeError with its
@@ -128,7 +130,7 @@ def start_server(directory: Path, port: int | None = None, mount_port: int = 0) 
             continue   # (a port given is the one a killed server held: its own to take again)
         conf = directory / "ganesha.conf"
         mount = port + 1 if mount_port == -1 else mount_port
-        conf.write_text(config(directory, export, port, mount))
+        conf.write_text(config(directory, export, port, mount, squash))
         log = directory / "ganesha.log"
         process = subprocess.Popen(
             ["ganesha.nfsd", "-F", "-f", str(conf), "-L", str(log), "-p",
@@ -169,9 +171,11 @@ def stop_server(server: NfsServer, how: int = signal.SIGTERM) -> None:
 
 
 @contextmanager
-def running_server(directory: Path, v3: bool = False) -> Iterator[NfsServer]:
+def running_server(directory: Path, v3: bool = False,
+                   squash: str = "No_Root_Squash") -> Iterator[NfsServer]:
+    """A server for the block (`squash` = Root_Squash: the client's root is nobody there)."""
     with rpcbind() if v3 else nullcontext():
-        server = start_server(directory, mount_port=-1 if v3 else 0)
+        server = start_server(directory, mount_port=-1 if v3 else 0, squash=squash)
         try:
             yield server
         finally:
