@@ -198,11 +198,11 @@ def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: i
     meta_band = (f", band {format_seconds(meta_low)} - {format_seconds(meta_high)}"
                  if meta_high > meta_low else "")
     k = projection.params.ops_per_rank
-    drain = (f"more than the server keeps up with: drained at {projection.drain_ops_per_s:.4g} "
+    drain = (f"more than the server keeps up with: drained at {projection.drain_ops_per_s:,.0f} "
              "ops/s (c_eff / s)" if prediction.saturated else "within the server's capacity")
     console.print(f"    metadata stall {format_seconds(prediction.meta_s)}"
                   f"{' (upper bound)' if fit.stall_bound else ''}{meta_band}: k = {k:.3g} op(s) "
-                  f"per rank, a burst of {prediction.nranks * k:.4g} ops, {drain}")
+                  f"per rank, a burst of {prediction.nranks * k:,.0f} ops, {drain}")
     size = projection.params.bytes_per_rank
     exchange = (f", then {format_seconds(prediction.exchange_s)} exchanging between nodes "
                 "through B_node" if prediction.exchange_s > 0 else "")
