@@ -82,11 +82,11 @@ def unavailable() -> str:
 
 
 def config(directory: Path, export: Path, port: int, mount_port: int = 0,
-           squash: str = "No_Root_Squash") -> str:
+           squash: str = "No_Root_Squash", address: str = "127.0.0.1") -> str:
     protocols = "3, 4" if mount_port else "4"
     v3 = f"MNT_Port = {mount_port}; Enable_UDP = false; " if mount_port else ""
     return f"""\
-NFS_CORE_PARAM {{ Protocols = {protocols}; NFS_Port = {port}; {v3}Bind_addr = 127.0.0.1;
+NFS_CORE_PARAM {{ Protocols = {protocols}; NFS_Port = {port}; {v3}Bind_addr = {address};
   Enable_RQUOTA = false; Enable_NLM = false; }}
 NFS_KRB5 {{ Active_krb5 = false; }}
 NFSV4 {{ Graceless = true; RecoveryRoot = "{directory / 'recovery'}"; }}
