@@ -317,13 +317,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def trace_estimate(spec: Any, nranks: int) -> str:
     """--trace: what each layout's trace would hold at most (run refuses past the limit)."""
     from stampede.checkpoint.plan import plan_rank
-    from stampede.results.trace import ROW_BYTES
+    from stampede.results.trace import ROW_BYTES, estimated_rows
     from stampede.units import format_bytes
 
     parts = []
     for layout in spec.layouts:
-        ops = sum((sum(plan_rank(spec, layout, nranks, rank).op_counts().values()) + 8)
-                  * (spec.iterations + spec.warmup) for rank in range(nranks))
+        ops = sum(estimated_rows(sum(plan_rank(spec, layout, nranks, rank).op_counts().values()),
+                                 spec.iterations + spec.warmup) for rank in range(nranks))
         verdict = "" if ops * ROW_BYTES <= spec.trace_limit else " (past the limit: refused)"
         parts.append(f"{layout} about {ops:,} ops, {format_bytes(ops * ROW_BYTES)}{verdict}")
     return (f"trace (--trace, limit {format_bytes(spec.trace_limit)}, {ROW_BYTES} bytes an op): "

@@ -84,7 +84,7 @@ def at_target_table(assessment: Any) -> str:
 def sizing_table(assessment: Any) -> str:
     """What each restore layout needs for T_MTTR within the target (stampede.model.sizing),
     against what the runs fitted."""
-    rows = [item for item in assessment.restore_at_target]
+    rows = assessment.restore_at_target
     if not rows:
         return ""
     resources = list(dict.fromkeys(need.resource for item in rows for need in item.sizing.needs))

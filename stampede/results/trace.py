@@ -37,6 +37,13 @@ ROW_BYTES = 8 * len(TRACE_COLUMNS)
 ITERATION, OP, START, STOP, NBYTES, OK, RANK = range(len(TRACE_COLUMNS))
 SEGMENTS = 20
 DATA_OPS = ("read", "write")
+ROWS_BESIDE_OPS = 8   # per rank and iteration beyond its storage ops: pseudo-ops, waits, ...
+
+
+def estimated_rows(storage_ops: int, iterations: int) -> int:
+    """About how many rows one rank keeps: its storage ops per iteration and the rest, over
+    `iterations` (what `plan --trace` says and run checks against --trace-limit)."""
+    return (storage_ops + ROWS_BESIDE_OPS) * iterations
 
 
 def trace_path(sidecar: Path) -> Path:

@@ -26,9 +26,22 @@ def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
     """The layout's statistics, complete on rank 0 (None elsewhere), in the mode
     run.samples chose; `completion_op` is the pseudo-op whose time to last rank heads
     them (restore, or save)."""
+    return gathered_stats(comm, spec, plan, layout, rows, origins, hosts, failed_iteration,
+                          completion_op)[0]
+
+
+def gathered_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
+                   origins: dict[int, int], hosts: tuple[str, ...],
+                   failed_iteration: int | None, completion_op: str = "restore",
+                   trace: bool = False) -> tuple[LayoutStats | None, np.ndarray | None]:
+    """layout_stats, and with `trace` (--trace) every rank's rows on rank 0: in exact
+    mode the very rows the statistics were made of (one Gatherv for both), in histogram
+    mode gathered for the trace alone."""
     if histogram_mode(comm, spec, plan):
-        return _reduced_stats(comm, layout, rows, origins, failed_iteration, completion_op)
-    return exact_stats(comm, layout, rows, origins, hosts, completion_op)
+        stats = _reduced_stats(comm, layout, rows, origins, failed_iteration, completion_op)
+        return stats, all_rows(comm, rows, origins, hosts) if trace else None
+    ranked = all_rows(comm, rows, origins, hosts)
+    return _exact(layout, ranked, comm.Get_size(), completion_op), ranked if trace else None
 
 
 def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
@@ -45,11 +58,16 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
 def exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
                 hosts: tuple[str, ...], completion_op: str = "restore") -> LayoutStats | None:
     """Every sample to rank 0 (one Gatherv), put on one axis there."""
-    ranked = all_rows(comm, rows, origins, hosts)
+    return _exact(layout, all_rows(comm, rows, origins, hosts), comm.Get_size(), completion_op)
+
+
+def _exact(layout: str, ranked: np.ndarray | None, nranks: int,
+           completion_op: str) -> LayoutStats | None:
+    """The statistics of every rank's rows (rank 0; None elsewhere)."""
     if ranked is None:
         return None
     from stampede.results.stats import layout_stats  # rank 0 only: workers never import it
-    return layout_stats(layout, ranked, comm.Get_size(), completion_op)
+    return layout_stats(layout, ranked, nranks, completion_op)
 
 
 def all_rows(comm: Any, rows: np.ndarray, origins: dict[int, int],
@@ -69,11 +87,11 @@ def check_trace(comm: Any, spec: Any, plan: Any) -> None:
     """--trace: the rows this layout will keep, all ranks together, within its limit;
     collectively, before the first phase (UsageError on every rank, exit 2)."""
     from stampede.errors import UsageError
-    from stampede.results.trace import ROW_BYTES
+    from stampede.results.trace import ROW_BYTES, estimated_rows
 
     if not spec.trace_limit:
         return
-    mine = (sum(plan.op_counts().values()) + 8) * (spec.iterations + spec.warmup)
+    mine = estimated_rows(sum(plan.op_counts().values()), spec.iterations + spec.warmup)
     total = mpi.allreduce_sum(comm, np.array([mine]))
     rows = int(total[0]) if total is not None else 0
     if rows * ROW_BYTES > spec.trace_limit:

@@ -210,9 +210,9 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
     all_notes = mpi.gather(comm, phases.notes)
     shares = mpi.gather(comm, sum(extent.length for extent in plan.extents))
     drops = mpi.gather(comm, phases.cache_drops)
-    stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
-                                phases.failed_iteration)
-    trace = gather.all_rows(comm, rows, phases.origins, hosts) if spec.trace_limit else None
+    stats, trace = gather.gathered_stats(comm, spec, plan, plan.layout, rows, phases.origins,
+                                         hosts, phases.failed_iteration,
+                                         trace=bool(spec.trace_limit))
     messages = [text for part in all_messages for text in part] if all_messages is not None \
         else phases.messages
     # An existing checkpoint's ranks restore different amounts: the row's bytes per rank

@@ -481,9 +481,9 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ..
     rows = measured_rows(phases.log, phases.failed_iteration)
     all_messages = mpi.gather(comm, phases.messages)
     all_notes = mpi.gather(comm, phases.notes)
-    stats = gather.layout_stats(comm, spec, plan, plan.layout, rows, phases.origins, hosts,
-                                phases.failed_iteration, completion_op="save")
-    trace = gather.all_rows(comm, rows, phases.origins, hosts) if spec.trace_limit else None
+    stats, trace = gather.gathered_stats(comm, spec, plan, plan.layout, rows, phases.origins,
+                                         hosts, phases.failed_iteration, completion_op="save",
+                                         trace=bool(spec.trace_limit))
     messages = [text for part in all_messages or [] for text in part]
     nranks = comm.Get_size()
     per_rank = bytes_per_rank(spec, nranks)
