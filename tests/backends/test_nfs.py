@@ -21,12 +21,11 @@ from stampede.launcher import find_mpiexec
 from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
 from tests.helpers.nfsserver import (
     NfsServer,
+    require,
     running_server,
     start_server,
     stop_server,
-    unavailable,
 )
-from tests.helpers.requires import unavailable as required
 
 
 @pytest.mark.parametrize(("target", "options", "url", "export", "root", "version"), [
@@ -121,12 +120,10 @@ def test_prepare_run_save_restore_and_clean_through_nfs(stampede, nfs_server: Nf
 
 
 @pytest.mark.mpi
-def test_a_server_killed_mid_restore_is_one_clear_error(tmp_path: Path) -> None:
+def test_a_server_killed_mid_restore_is_one_clear_error(stampede, tmp_path: Path) -> None:
     """ganesha killed (SIGKILL) while two ranks restore: each rank's op fails within the
     client's timeout, the run ends with the errors named, no hang."""
-    reason = unavailable()
-    if reason:
-        required(reason, "NFS")
+    require()
     mpiexec = find_mpiexec()
     assert mpiexec is not None
     with running_server(tmp_path / "server") as server:
@@ -134,9 +131,7 @@ def test_a_server_killed_mid_restore_is_one_clear_error(tmp_path: Path) -> None:
                                           "storage_options": {"timeout_ms": 2000}},
                         checkpoint={"size": "8MiB", "layout": ["sharded"]},
                         run={"iterations": 2000, "warmup": 0, "verify": "none"})
-        prepared = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "stampede",
-                                   "prepare", str(job)], capture_output=True, text=True,
-                                  timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+        prepared = stampede("prepare", str(job), np=2)
         assert prepared.returncode == 0, prepared.stderr
         running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "run",
                                     str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -166,21 +161,14 @@ def test_a_server_killed_mid_restore_is_one_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.mpi
 def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
-        tmp_path: Path) -> None:
+        stampede, tmp_path: Path) -> None:
     """A save's server SIGKILLed mid-save: the save fails within the client's timeout,
     named; the server started again on the same export, `run` restores the version the
     pointer names (published before the kill) and `clean` removes every version, the one
     cut short too."""
-    reason = unavailable()
-    if reason:
-        required(reason, "NFS")
+    require()
     mpiexec = find_mpiexec()
     assert mpiexec is not None
-
-    def stampede(*args: str, np: int | None = 2) -> subprocess.CompletedProcess[str]:
-        launch = [mpiexec, "-n", str(np)] if np else []
-        return subprocess.run([*launch, sys.executable, "-m", "stampede", *args],
-                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
 
     server = start_server(tmp_path / "server")
     try:
@@ -189,7 +177,7 @@ def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
                         checkpoint={"size": "8MiB", "layout": ["sharded"]},
                         run={"iterations": 1, "warmup": 0, "verify": "none"},
                         save={"keep": 1, "validate": "none"})
-        first = stampede("save", str(job))
+        first = stampede("save", str(job), np=2)
         assert first.returncode == 0, first.stderr
         saving = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save",
                                    str(job), "--set", "run.iterations=500"],
@@ -208,7 +196,7 @@ def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
         assert saving.returncode not in (0, None), said
         assert "Traceback" not in said and "error" in said, said
         server = start_server(tmp_path / "server", server.port)   # the same export, again
-        restored = stampede("run", str(job))
+        restored = stampede("run", str(job), np=2)
         assert restored.returncode == 0, restored.stdout + restored.stderr
         row = next(row for row in read_archive(tmp_path / "results" / "job.csv")
                    if row["op"] == "restore")
@@ -222,7 +210,7 @@ def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
             (row, states)
         assert states["saves/sharded/v000001"] in ("complete", "released")
         assert pointer != "v000001"    # the killed save had published once before the kill
-        cleaned = stampede("clean", str(job), np=None)
+        cleaned = stampede("clean", str(job))
         assert cleaned.returncode == 0, cleaned.stderr
         assert sorted(os.listdir(server.export)) == []
     finally:
@@ -230,15 +218,11 @@ def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
 
 
 @pytest.mark.mpi
-def test_nfsv3_writes_whole_blocks_and_counts_its_procedures(tmp_path: Path) -> None:
+def test_nfsv3_writes_whole_blocks_and_counts_its_procedures(stampede, tmp_path: Path) -> None:
     """NFSv3 through the same client (rpcbind in a namespace of its own, the MOUNT port
     named): a block is written in wsize WRITEs (NFSv4 through libnfs 4.0 needs 3,944-byte
     ones), each op's procedures counted, the target cleaned away."""
-    reason = unavailable()
-    if reason:
-        required(reason, "NFS")
-    mpiexec = find_mpiexec()
-    assert mpiexec is not None
+    require()
     with running_server(tmp_path / "server", v3=True) as server:
         target, options = server.url_v3("ck")
         job = small_job(tmp_path, target={"path": target, "storage_options": options},
@@ -246,10 +230,7 @@ def test_nfsv3_writes_whole_blocks_and_counts_its_procedures(tmp_path: Path) -> 
                         run={"iterations": 1, "warmup": 0, "verify": "sha256"},
                         save={"keep": 1})
         for command in ("prepare", "run", "save", "clean"):
-            done = subprocess.run([*([mpiexec, "-n", "2"] if command != "clean" else []),
-                                   sys.executable, "-m", "stampede", command, str(job)],
-                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                                  cwd=tmp_path)
+            done = stampede(command, str(job), np=None if command == "clean" else 2)
             assert done.returncode == 0, (command, done.stdout + done.stderr)
         restore, save = (json.loads(path.read_text()) for path in
                          sorted((tmp_path / "results" / "job.runs").glob("*.json")))
@@ -267,24 +248,15 @@ def test_nfsv3_writes_whole_blocks_and_counts_its_procedures(tmp_path: Path) -> 
 
 
 @pytest.mark.mpi
-def test_permission_denied_is_one_line_and_nothing_written(tmp_path: Path) -> None:
+def test_permission_denied_is_one_line_and_nothing_written(stampede, tmp_path: Path) -> None:
     """A server that squashes root (the client's root is nobody there) refuses prepare's
     first directory: EACCES named, exit 1 or 2, nothing written."""
-    reason = unavailable()
-    if reason:
-        required(reason, "NFS")
-    mpiexec = find_mpiexec()
-    assert mpiexec is not None
-
-    def step(command: str, job: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "stampede", command,
-                               str(job)], capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+    require()
 
     with running_server(tmp_path / "squashed", squash="Root_Squash") as server:
         job = small_job(tmp_path, target={"path": server.url("ck")},
                         checkpoint={"size": "4MiB"}, run={"verify": "none"})
-        refused = step("prepare", job)
+        refused = stampede("prepare", str(job), np=2)
         said = " ".join(refused.stderr.split())
         assert refused.returncode in (1, 2) and "Permission denied" in said, said
         assert "Traceback" not in said and os.listdir(server.export) == []

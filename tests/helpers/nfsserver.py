@@ -37,6 +37,7 @@ import pytest
 
 from stampede.emulate.mds import sigterm_when_parent_dies
 from tests.helpers import requires
+from tests.helpers.s3server import bindable
 
 PSEUDO = "/export"
 PORT_RANGE = (23_000, 25_000)
@@ -102,15 +103,6 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def start_server(directory: Path, port: int | None = None, mount_port: int = 0,
                  squash: str = "No_Root_Squash") -> NfsServer:
     """ganesha.nfsd serving directory/export (on `port`: a server started again where one
@@ -126,7 +118,7 @@ def start_server(directory: Path, port: int | None = None, mount_port: int = 0,
     given = port
     for _ in range(START_TRIES if given is None else 1):
         port = given or random.randrange(*PORT_RANGE)
-        if given is None and not (_bindable(port) and (not mount_port or _bindable(port + 1))):
+        if given is None and not (bindable(port) and (not mount_port or bindable(port + 1))):
             continue   # (a port given is the one a killed server held: its own to take again)
         conf = directory / "ganesha.conf"
         mount = port + 1 if mount_port == -1 else mount_port
@@ -216,13 +208,18 @@ def rpcbind() -> Iterator[None]:
         subprocess.run(["ip", "netns", "del", namespace], check=False)
 
 
-@pytest.fixture(scope="session")
-def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
-    """One ganesha for the session (per xdist worker). Skipped where it cannot run, unless
-    STAMPEDE_REQUIRE_NFS=1, where that fails the tests."""
+def require() -> None:
+    """A test that starts servers of its own: skipped where none can run, unless
+    STAMPEDE_REQUIRE_NFS=1, where that fails it."""
     reason = unavailable()
     if reason:
         requires.unavailable(reason, "NFS")
+
+
+@pytest.fixture(scope="session")
+def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
+    """One ganesha for the session (per xdist worker), where one can run (require())."""
+    require()
     try:
         with running_server(tmp_path_factory.mktemp("nfs")) as server:
             yield server

@@ -92,7 +92,8 @@ CLEARED_ENV = ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_E
                "AWS_ENDPOINT_URL_S3")
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """A free port on 127.0.0.1 now (the NFS test server chooses its ports so too)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind(("127.0.0.1", port))
@@ -108,7 +109,7 @@ def choose_ports() -> dict[str, int]:
     while len(chosen) < len(COMPONENTS):
         port = random.randrange(*PORT_RANGE)
         pair = {port, port + GRPC_OFFSET}
-        if pair & taken or not all(_bindable(each) for each in pair):
+        if pair & taken or not all(bindable(each) for each in pair):
             continue
         chosen[COMPONENTS[len(chosen)]] = port
         taken |= pair
