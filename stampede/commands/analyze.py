@@ -29,6 +29,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.add_argument("--segments", type=int, default=20, help="segments of the span (default 20)")
     sub.add_argument("--chrome", default="", metavar="FILE.json",
                      help="also write the whole trace as Chrome trace-event JSON")
+    sub.add_argument("--dxt", default="", metavar="FILE.txt",
+                     help="also write its reads and writes as Darshan DXT-like text (a block "
+                          "per file and rank, a line per op: offset, length, start, end)")
     sub.set_defaults(func=cmd_analyze)
 
 
@@ -58,8 +61,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.segments < 1:
         raise UsageError(f"--segments {args.segments}: must be at least 1")
     path = find_trace(args.trace)
-    if args.chrome:
-        refuse_overwrite("--chrome", Path(args.chrome), {"trace": path})
+    for flag, given in (("--chrome", args.chrome), ("--dxt", args.dxt)):
+        if given:
+            refuse_overwrite(flag, Path(given), {"trace": path})
     try:
         trace = traces.read_trace(path)
     except (OSError, ValueError, KeyError) as error:
@@ -81,6 +85,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         Path(args.chrome).write_text(json.dumps(traces.chrome_events(trace)))
         print(f"wrote {args.chrome} (Chrome trace-event JSON: open it in Perfetto or "
               "chrome://tracing)", file=sys.stderr)
+    if args.dxt:
+        Path(args.dxt).write_text(traces.dxt_text(trace))
+        print(f"wrote {args.dxt} (Darshan DXT-like text)", file=sys.stderr)
     return 0
 
 
@@ -101,7 +108,7 @@ def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int
                   console: Any) -> None:
     from stampede.results import trace as traces
     from stampede.results.report import new_table
-    from stampede.units import format_number, format_seconds
+    from stampede.units import format_bytes, format_number, format_seconds
 
     mine = rows[rows[:, traces.ITERATION] == iteration]
     console.print(f"\n{layout}: iteration {iteration} (of {len(traces.iterations(rows))} "
@@ -125,6 +132,12 @@ def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int
                       f"{format_number(key(ranked[len(ranked) // 2]))}, fastest "
                       f"{format_number(key(ranked[-1]))}; most ranks inside a storage op at "
                       f"once: {max(s.inside_max for s in found)}", markup=False)
+    files = traces.files_read(trace, layout, mine)
+    if files:
+        console.print(f"files: {len(files)}; most bytes: " + ", ".join(
+            f"{name} ({format_bytes(nbytes)} in {ops} ops by {ranks} rank"
+            f"{'s' if ranks > 1 else ''})" for name, ranks, ops, nbytes in files[:3]),
+            markup=False)
     times = traces.rank_times(trace, mine)
     slowest = sorted(times, key=lambda each: -each.done_ns)[:SHOWN_RANKS]
     ranks = new_table(f"Ranks, slowest first ({len(slowest)} of {len(times)})",

@@ -1,14 +1,16 @@
 """The HTML report's figures of a run's trace (--trace, stampede.results.trace), when the
 run shown has one: per phase, the slowest iteration of each layout over time, in
 segments: the bytes moved (GB/s) and how many ranks were inside a storage op (the storm's
-shape). Inline SVG (results.html_figures' frame), the stdlib and numpy only."""
+shape); and per layout a heat map, rank by time, of the share of each segment each rank
+spent inside a storage op (where the stragglers were, and when). Inline SVG
+(results.html_figures' frame), the stdlib and numpy only."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from stampede.results import trace as traces
-from stampede.results.html_figures import Axes, frame, legend, polyline, svg
+from stampede.results.html_figures import BOTTOM, LEFT, RIGHT, TOP, WIDTH, Axes, frame, legend, polyline, svg
 from stampede.units import format_number, format_seconds
 
 SEGMENTS = 40
@@ -22,6 +24,11 @@ def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
         phase, _, layout = key.partition("/")
         slowest = rows[rows[:, traces.ITERATION] == traces.slowest_iteration(trace, rows)]
         by_phase.setdefault(phase, {})[layout] = traces.segments(trace, slowest, SEGMENTS)
+    for key, rows in trace.layouts.items():
+        slowest = rows[rows[:, traces.ITERATION] == traces.slowest_iteration(trace, rows)]
+        figure = heat_map(trace, key, slowest)
+        if figure:
+            found.append(figure)
     for phase, layouts in by_phase.items():
         span_s = max((s.stop_ns for segments in layouts.values() for s in segments),
                      default=0) / 1e9
@@ -46,3 +53,31 @@ def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
             title = f"{phase} over time: {what}"
             found.append((title, svg(body, title)))
     return [f"<h3>{title}</h3>{figure}" for title, figure in found]
+
+
+def heat_map(trace: Any, key: str, rows: Any) -> tuple[str, str] | None:
+    """(title, svg): a row per rank (or band of ranks), a column per segment, each cell
+    as dark as the share of the segment the rank spent inside a storage op."""
+    labels, busy = traces.rank_busy(trace, rows, SEGMENTS)
+    if not labels or not len(rows):
+        return None
+    span_s = float(rows[:, traces.STOP].max()) / 1e9
+    cell_h = max(3.0, min(18.0, 240.0 / len(labels)))
+    height = int(TOP + cell_h * len(labels) + BOTTOM)
+    axes = Axes((0.0, span_s), (0.0, float(len(labels))), height=height)
+    ticks_x = [(span_s * k / 4, format_seconds(span_s * k / 4)) for k in range(5)]
+    step = max(1, len(labels) // 8)
+    ticks_y = [(len(labels) - index - 0.5, labels[index].removeprefix("rank "))
+               for index in range(0, len(labels), step)]
+    body = frame(axes, "time since the phase's start (slowest iteration); darker: more of "
+                 "the segment inside a storage op", "rank", ticks_x, ticks_y)
+    width = (WIDTH - LEFT - RIGHT) / busy.shape[1]
+    for index, row in enumerate(busy):
+        y = TOP + index * cell_h
+        for column, value in enumerate(row):
+            if value > 0:
+                body.append(f'<rect x="{LEFT + column * width:.1f}" y="{y:.1f}" '
+                            f'width="{width:.1f}" height="{cell_h:.1f}" fill="#1f77b4" '
+                            f'fill-opacity="{min(float(value), 1.0):.2f}"/>')
+    title = f"{key}: ranks inside a storage op over time"
+    return title, svg(body, title, height)

@@ -7,7 +7,10 @@ the archive and the report read them; none of them does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NAN = float("nan")
 
@@ -154,6 +157,15 @@ class RunContext:
 
 
 @dataclass(frozen=True)
+class LayoutTrace:
+    """--trace: one layout's rows on rank 0 (stampede.results.trace's TRACE_COLUMNS) and
+    the names its file column indexes."""
+
+    rows: np.ndarray
+    files: list[str]
+
+
+@dataclass(frozen=True)
 class LayoutRun:
     """One layout's outcome on rank 0."""
 
@@ -175,6 +187,6 @@ class LayoutRun:
     cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)
     kernel_nfs: dict[str, Any] = field(default_factory=dict)   # a kernel NFS mount's per-op
                                  # RPC deltas around the layout (stampede.run.kernel_nfs)
-    trace: Any = None            # --trace: every op's row on rank 0 (stampede.results.trace)
+    trace: LayoutTrace | None = None   # --trace: every op's row on rank 0
 
 

@@ -5,8 +5,11 @@ The file: ARCHIVE.runs/RUN_ID.trace.npz beside the sidecar (numpy's own format: 
 numpy; numpy.load(path)` opens it), one int64 array per layout, a row per op of
 TRACE_COLUMNS, stamps in ns on each node's axis (since the node's first rank left the
 iteration's barrier: stampede.run.clock; the nodes' first exits taken as simultaneous),
-and `meta`: a JSON text with the op names (the op column is an index into them), the
-hosts by rank, the phase, the run id and the columns. A row costs ROW_BYTES; what a run
+the file (an index into the layout's names in meta's "files", paths relative to the
+target: stampede.run.where) and offset where the op had them (NOWHERE = -1 otherwise: an
+object store's save, an exchange, a stat's offset); and `meta`: a JSON text with the op
+names (the op column is an index into them), the hosts by rank, the phase, the run id,
+the columns and the files. A row costs ROW_BYTES; what a run
 would write is said before it runs (`stampede plan --trace`) and refused above
 --trace-limit.
 
@@ -30,11 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from stampede.results.model import LayoutTrace
 from stampede.results.samples import OPS, PSEUDO_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 
-TRACE_COLUMNS = ("iteration", "op", "start_ns", "stop_ns", "bytes", "ok", "rank")
+TRACE_COLUMNS = ("iteration", "op", "start_ns", "stop_ns", "bytes", "ok", "rank", "file",
+                 "offset")
+# The first traces (before file and offset): read back with both columns NOWHERE
+FIRST_COLUMNS = TRACE_COLUMNS[:7]
 ROW_BYTES = 8 * len(TRACE_COLUMNS)
-ITERATION, OP, START, STOP, NBYTES, OK, RANK = range(len(TRACE_COLUMNS))
+ITERATION, OP, START, STOP, NBYTES, OK, RANK, FILE, OFFSET = range(len(TRACE_COLUMNS))
+NOWHERE = -1   # no file (a barrier, an exchange) or no offset (a stat, an open)
 SEGMENTS = 20
 DATA_OPS = ("read", "write")
 ROWS_BESIDE_OPS = 8   # per rank and iteration beyond its storage ops: pseudo-ops, waits, ...
@@ -51,13 +59,14 @@ def trace_path(sidecar: Path) -> Path:
     return sidecar.with_name(sidecar.stem + ".trace.npz")
 
 
-def write_trace(path: Path, layouts: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+def write_trace(path: Path, layouts: dict[str, LayoutTrace], meta: dict[str, Any]) -> Path:
     """The layouts' rows and the meta, written whole (a temporary name renamed into place)."""
     temporary = path.with_name(f".{path.name}.tmp.npz")
     document = {**meta, "columns": list(TRACE_COLUMNS), "ops": list(OPS),
-                "layouts": list(layouts), "units": "ns"}
-    arrays: dict[str, Any] = {f"layout_{index}": rows.astype(np.int64)
-                              for index, rows in enumerate(layouts.values())}
+                "layouts": list(layouts), "units": "ns",
+                "files": {key: traced.files for key, traced in layouts.items()}}
+    arrays: dict[str, Any] = {f"layout_{index}": traced.rows.astype(np.int64)
+                              for index, traced in enumerate(layouts.values())}
     try:
         np.savez(temporary, meta=np.array(json.dumps(document)), **arrays)
         temporary.replace(path)
@@ -78,6 +87,10 @@ class Trace:
     def code(self, op: str) -> int:
         return self.ops.index(op) if op in self.ops else -1
 
+    def files(self, layout: str) -> list[str]:
+        """The names a layout's file column indexes (paths relative to the target)."""
+        return list(self.meta.get("files", {}).get(layout, []))
+
 
 def read_trace(path: Path) -> Trace:
     """A trace file back (ValueError naming what is wrong when it is not one)."""
@@ -85,12 +98,20 @@ def read_trace(path: Path) -> Trace:
         if "meta" not in archive.files:
             raise ValueError(f"{path}: not a stampede trace (no meta)")
         meta = json.loads(str(archive["meta"]))
-        if meta.get("columns") != list(TRACE_COLUMNS):
-            raise ValueError(f"{path}: columns {meta.get('columns')} are not "
-                             f"{list(TRACE_COLUMNS)}")
-        layouts = {name: archive[f"layout_{index}"]
+        columns = meta.get("columns")
+        if columns not in (list(TRACE_COLUMNS), list(FIRST_COLUMNS)):
+            raise ValueError(f"{path}: columns {columns} are not {list(TRACE_COLUMNS)}")
+        layouts = {name: _widened(archive[f"layout_{index}"])
                    for index, name in enumerate(meta["layouts"])}
     return Trace(meta, layouts)
+
+
+def _widened(rows: np.ndarray) -> np.ndarray:
+    """A first trace's rows with file and offset NOWHERE."""
+    missing = len(TRACE_COLUMNS) - rows.shape[1]
+    if missing <= 0:
+        return rows
+    return np.column_stack([rows, np.full((len(rows), missing), NOWHERE, dtype=np.int64)])
 
 
 @dataclass(frozen=True)
@@ -180,6 +201,29 @@ def _ranks_inside(storage: np.ndarray, low: float, high: float) -> tuple[int, fl
     return most, weighted / (high - low) if high > low else 0.0
 
 
+
+def rank_busy(trace: Trace, rows: np.ndarray, count: int = SEGMENTS,
+              bands: int = 64) -> tuple[list[str], np.ndarray]:
+    """The heat map's cells: per rank (or band of ranks, when there are more than `bands`:
+    their mean) and segment of one iteration's span, the fraction of the segment spent
+    inside a storage op; with the rows' labels ("rank 3", or "ranks 0-255")."""
+    storage = rows[np.isin(rows[:, OP], storage_codes(trace))]
+    ranks = sorted({int(value) for value in rows[:, RANK]})
+    span = max(int(rows[:, STOP].max()) if len(rows) else 0, 1)
+    edges = np.linspace(0, span, count + 1)
+    busy = np.zeros((len(ranks), count))
+    for index, rank in enumerate(ranks):
+        mine = storage[storage[:, RANK] == rank]
+        for start, stop in zip(mine[:, START], mine[:, STOP]):   # a rank's ops never overlap
+            busy[index] += np.clip(np.minimum(stop, edges[1:]) - np.maximum(start, edges[:-1]),
+                                   0, None)
+    busy /= np.diff(edges)
+    if len(ranks) <= bands:
+        return [f"rank {rank}" for rank in ranks], busy
+    groups = np.array_split(np.arange(len(ranks)), bands)
+    return ([f"ranks {ranks[g[0]]}-{ranks[g[-1]]}" for g in groups],
+            np.array([busy[g].mean(axis=0) for g in groups]))
+
 @dataclass(frozen=True)
 class RankTimes:
     rank: int
@@ -234,20 +278,84 @@ def chrome_events(trace: Trace) -> dict[str, Any]:
     for rank, host in enumerate(hosts):
         events.append({"name": "thread_name", "ph": "M", "pid": nodes.index(host), "tid": rank,
                        "args": {"name": f"rank {rank}"}})
-    offset_us = 0.0
+    for layout, iteration, mine, shift_ns in one_after_another(trace):
+        names = trace.files(layout)
+        for row in mine:
+            op = trace.ops[int(row[OP])]
+            rank = int(row[RANK])
+            events.append({
+                "name": op, "cat": f"{layout}{' pseudo' if op in PSEUDO_OPS else ''}",
+                "ph": "X", "ts": (shift_ns + row[START]) / 1e3,
+                "dur": max((row[STOP] - row[START]) / 1e3, 0.0),
+                "pid": nodes.index(hosts[rank]) if rank < len(hosts) else 0, "tid": rank,
+                "args": {"layout": layout, "iteration": iteration, "bytes": int(row[NBYTES]),
+                         "ok": bool(row[OK]), **_located(names, row)}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"run_id": trace.meta.get("run_id", ""), "source": "stampede"}}
+
+
+def _located(names: list[str], row: np.ndarray) -> dict[str, Any]:
+    """A slice's file and offset, where the op had them."""
+    found: dict[str, Any] = {}
+    if 0 <= row[FILE] < len(names):
+        found["file"] = names[int(row[FILE])]
+    if row[OFFSET] != NOWHERE:
+        found["offset"] = int(row[OFFSET])
+    return found
+
+
+GAP_NS = 1_000_000   # between iterations laid one after another
+
+
+def one_after_another(trace: Trace) -> list[tuple[str, int, np.ndarray, int]]:
+    """(layout, iteration, its rows, shift ns) with each iteration's axis shifted past the
+    previous one's end (GAP_NS between them): every iteration's stamps start at its own
+    barrier, so exports that show one timeline lay them end to end."""
+    found, shift_ns = [], 0
     for layout, rows in trace.layouts.items():
         for iteration in sorted({int(value) for value in rows[:, ITERATION]}):
             mine = rows[rows[:, ITERATION] == iteration]
-            for row in mine:
-                op = trace.ops[int(row[OP])]
-                rank = int(row[RANK])
-                events.append({
-                    "name": op, "cat": f"{layout}{' pseudo' if op in PSEUDO_OPS else ''}",
-                    "ph": "X", "ts": offset_us + row[START] / 1e3,
-                    "dur": max((row[STOP] - row[START]) / 1e3, 0.0),
-                    "pid": nodes.index(hosts[rank]) if rank < len(hosts) else 0, "tid": rank,
-                    "args": {"layout": layout, "iteration": iteration, "bytes": int(row[NBYTES]),
-                             "ok": bool(row[OK])}})
-            offset_us += float(mine[:, STOP].max()) / 1e3 + 1000.0 if len(mine) else 0.0
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"run_id": trace.meta.get("run_id", ""), "source": "stampede"}}
+            found.append((layout, iteration, mine, shift_ns))
+            shift_ns += int(mine[:, STOP].max()) + GAP_NS if len(mine) else 0
+    return found
+
+
+def dxt_text(trace: Trace) -> str:
+    """The reads and writes as Darshan DXT-like text (darshan-dxt-parser's shape: a block
+    per file and rank, then a line per op: module, rank, read or write, segment, offset,
+    length, start and end in seconds), iterations laid one after another."""
+    hosts = trace.meta.get("hosts_by_rank") or []
+    data_codes = {trace.code(op): "read" if op == "read" else "write" for op in DATA_OPS}
+    blocks: dict[tuple[str, int], list[str]] = {}
+    for layout, _iteration, mine, shift_ns in one_after_another(trace):
+        names = trace.files(layout)
+        for row in mine[np.isin(mine[:, OP], list(data_codes)) & (mine[:, FILE] >= 0)]:
+            key = (names[int(row[FILE])], int(row[RANK]))
+            lines = blocks.setdefault(key, [])
+            lines.append(f" X_STAMPEDE {int(row[RANK]):>5} {data_codes[int(row[OP])]:>5} "
+                         f"{len(lines):>8} {int(row[OFFSET]):>14} {int(row[NBYTES]):>12} "
+                         f"{(shift_ns + row[START]) / 1e9:>12.6f} "
+                         f"{(shift_ns + row[STOP]) / 1e9:>12.6f}")
+    out = [f"# stampede trace of run {trace.meta.get('run_id', '?')} as DXT-like text: "
+           "offsets and lengths in bytes, times in seconds"]
+    ids = {name: index for index, name in enumerate(dict.fromkeys(n for n, _ in blocks))}
+    for (name, rank), lines in blocks.items():
+        writes = sum(" write " in line for line in lines)
+        out += [f"# DXT, file_id: {ids[name]}, file_name: {name}",
+                f"# DXT, rank: {rank}, hostname: {hosts[rank] if rank < len(hosts) else '?'}",
+                f"# DXT, write_count: {writes}, read_count: {len(lines) - writes}",
+                "# Module    Rank  Wt/Rd  Segment          Offset       Length    Start(s)"
+                "      End(s)", *lines]
+    return "\n".join(out) + "\n"
+
+
+def files_read(trace: Trace, layout: str, rows: np.ndarray) -> list[tuple[str, int, int, int]]:
+    """(file, ranks, data ops, bytes) per file the rows read or wrote, most bytes first."""
+    names = trace.files(layout)
+    data = rows[np.isin(rows[:, OP], [trace.code(op) for op in DATA_OPS]) & (rows[:, FILE] >= 0)]
+    found = []
+    for file in np.unique(data[:, FILE]):
+        mine = data[data[:, FILE] == file]
+        found.append((names[int(file)], len(np.unique(mine[:, RANK])), len(mine),
+                      int(mine[:, NBYTES].sum())))
+    return sorted(found, key=lambda item: -item[3])

@@ -15,9 +15,10 @@ import numpy as np
 
 from stampede import mpi
 from stampede.results import histogram
-from stampede.results.model import LayoutStats
+from stampede.results.model import LayoutStats, LayoutTrace
 from stampede.results.samples import ITER, OP, START, STOP, STORAGE_OPS
 from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
+from stampede.run.where import gathered
 
 
 def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
@@ -33,15 +34,24 @@ def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
 def gathered_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
                    origins: dict[int, int], hosts: tuple[str, ...],
                    failed_iteration: int | None, completion_op: str = "restore",
-                   trace: bool = False) -> tuple[LayoutStats | None, np.ndarray | None]:
-    """layout_stats, and with `trace` (--trace) every rank's rows on rank 0: in exact
-    mode the very rows the statistics were made of (one Gatherv for both), in histogram
-    mode gathered for the trace alone."""
+                   where: tuple[np.ndarray, list[str]] | None = None,
+                   ) -> tuple[LayoutStats | None, LayoutTrace | None]:
+    """layout_stats, and with `where` (--trace: each sample's file and offset, and the
+    rank's file names) every rank's rows on rank 0: in exact mode the very rows the
+    statistics were made of (one Gatherv for both), in histogram mode gathered for the
+    trace alone."""
     if histogram_mode(comm, spec, plan):
         stats = _reduced_stats(comm, layout, rows, origins, failed_iteration, completion_op)
-        return stats, all_rows(comm, rows, origins, hosts) if trace else None
-    ranked = all_rows(comm, rows, origins, hosts)
-    return _exact(layout, ranked, comm.Get_size(), completion_op), ranked if trace else None
+        ranked = all_rows(comm, rows, origins, hosts) if where is not None else None
+    else:
+        ranked = all_rows(comm, rows, origins, hosts)
+        stats = _exact(layout, ranked, comm.Get_size(), completion_op)
+    if where is None:
+        return stats, None
+    located = gathered(comm, *where)
+    if ranked is None or located is None:
+        return stats, None
+    return stats, LayoutTrace(np.column_stack([ranked, located[0]]), located[1])
 
 
 def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:

@@ -27,6 +27,7 @@ from stampede.run.interrupt import Interrupts
 from stampede.run.pattern import Log, PhaseOutcome, received_bytes, run_pattern
 from stampede.run.setup import MAX_MESSAGES, RankSetup, build_setup
 from stampede.run.verdict import Totals, iteration_name, judge
+from stampede.run.where import Where
 from stampede.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
         if device is not None:
             device.unpin(buffer)
     run = _to_rank_zero(comm, spec, setup.plan, catalogue, hosts, phases,
-                        gather.retries(comm, backend, retries_before))
+                        gather.retries(comm, backend, retries_before), setup.where)
     return replace(run, restored_from=entry.get("root", ""))
 
 
@@ -202,7 +203,7 @@ def phase_totals(comm: Any, spec: JobSpec, layout: str, outcome: PhaseOutcome, c
 
 def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue | None,
                   hosts: tuple[str, ...], phases: Phases,
-                  retries: dict[str, int]) -> LayoutRun:
+                  retries: dict[str, int], where: Where | None = None) -> LayoutRun:
     """Gather the layout's samples, messages and notes to rank 0 (collective)."""
     rows = measured_rows(phases.log, phases.failed_iteration)
     all_messages = mpi.gather(comm, phases.messages)
@@ -212,7 +213,8 @@ def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue
     drops = mpi.gather(comm, phases.cache_drops)
     stats, trace = gather.gathered_stats(comm, spec, plan, plan.layout, rows, phases.origins,
                                          hosts, phases.failed_iteration,
-                                         trace=bool(spec.trace_limit))
+                                         where=located(where, phases.log,
+                                                       phases.failed_iteration))
     messages = [text for part in all_messages for text in part] if all_messages is not None \
         else phases.messages
     # An existing checkpoint's ranks restore different amounts: the row's bytes per rank
@@ -237,6 +239,21 @@ def measured_rows(log: Log, failed_iteration: int | None) -> np.ndarray:
     the invalid run is archived with.
     """
     rows = np.array(log, dtype=np.int64).reshape(-1, 6)
-    rows = rows[(rows[:, ITER] >= 0) | (rows[:, ITER] == failed_iteration)]
+    rows = rows[measured(rows, failed_iteration)]
     assert rows.shape[1] == RANK  # the rank column is appended on rank 0
     return rows
+
+
+def measured(rows: np.ndarray, failed_iteration: int | None) -> np.ndarray:
+    """Which of a log's rows measured_rows keeps (a mask)."""
+    return (rows[:, ITER] >= 0) | (rows[:, ITER] == failed_iteration)
+
+
+def located(where: Where | None, log: Log, failed_iteration: int | None,
+            ) -> tuple[np.ndarray, list[str]] | None:
+    """--trace: the file and offset of each of measured_rows' rows, and the file names
+    (None when not tracing)."""
+    if where is None:
+        return None
+    rows = np.array(log, dtype=np.int64).reshape(-1, 6)
+    return where.columns(len(rows), measured(rows, failed_iteration)), where.names

@@ -26,6 +26,7 @@ from stampede.checkpoint.formats import parse_header
 from stampede.results.samples import OP_CODE, STORAGE_OPS
 from stampede.run.checks import Check, reread, verify_held
 from stampede.run.setup import MAX_MESSAGES, RankSetup
+from stampede.run.where import NOWHERE
 
 (JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
  RESTORE, H2D, D2H) = (OP_CODE[name] for name in (
@@ -138,9 +139,11 @@ def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> 
             names = setup.backend.list(setup.paths[plan.list_dir])
         except OSError as error:
             log.append((iteration, LIST, start, clock(), 0, 0))
+            _where(setup, log, plan.list_dir, NOWHERE)
             outcome.fail(f"rank {plan.rank}: list {plan.list_dir}: {_describe(error, False)}")
         else:
             log.append((iteration, LIST, start, clock(), 0, 1))
+            _where(setup, log, plan.list_dir, NOWHERE)
     if plan.list_on_root:
         start = clock()
         mpi.barrier(setup.world)  # politely, for rank 0's listing
@@ -177,19 +180,23 @@ def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) ->
             parse(whole)   # json and pickle take the bytearray as it is: no copy
     except (OSError, ValueError) as error:
         log.append((iteration, INDEX, start, clock(), nbytes, 0))
+        _where(setup, log, plan.index_file, 0)
         text = _describe(error, False, setup.follow_links) if isinstance(error, OSError) \
             else str(error)
         outcome.fail(f"rank {plan.rank}: index {plan.index_file}: {text}")
         return
     log.append((iteration, INDEX, start, clock(), nbytes, 1))
+    _where(setup, log, plan.index_file, 0)
 
 
 def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
           outcome: PhaseOutcome) -> None:
     plan = setup.plan
     clock, stat, append = time.perf_counter_ns, setup.backend.stat, log.append
+    where = setup.where
     for relpath in plan.files:
         path = setup.paths[relpath]
+        file_id = where.file_id(relpath) if where is not None else NOWHERE
         for _ in range(plan.stat_count):
             start = clock()
             try:
@@ -197,10 +204,14 @@ def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
             except OSError as error:
                 stop = clock()
                 append((iteration, STAT, start, stop, 0, 0))
+                if where is not None:
+                    where.rows.append((len(log) - 1, file_id, NOWHERE))
                 outcome.fail(f"rank {plan.rank}: stat {relpath}: {_describe(error, False)}")
                 continue
             stop = clock()
             append((iteration, STAT, start, stop, 0, 1))
+            if where is not None:
+                where.rows.append((len(log) - 1, file_id, NOWHERE))
             if stop > deadline_ns:
                 raise DeadlineExceeded
 
@@ -210,8 +221,10 @@ def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     plan = setup.plan
     clock, append = time.perf_counter_ns, log.append
     open_ = setup.backend.opener(setup.direct, setup.follow_links)
+    where = setup.where
     for relpath in plan.files:
         path, fds = setup.paths[relpath], handles[relpath]
+        file_id = where.file_id(relpath) if where is not None else NOWHERE
         for _ in range(plan.open_count):
             start = clock()
             try:
@@ -219,12 +232,16 @@ def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
             except OSError as error:
                 stop = clock()
                 append((iteration, OPEN, start, stop, 0, 0))
+                if where is not None:
+                    where.rows.append((len(log) - 1, file_id, NOWHERE))
                 outcome.fail(f"rank {plan.rank}: open {relpath}: "
                              f"{_describe(error, setup.direct, setup.follow_links)}")
                 continue
             stop = clock()
             fds.append(handle)
             append((iteration, OPEN, start, stop, 0, 1))
+            if where is not None:
+                where.rows.append((len(log) - 1, file_id, NOWHERE))
             if stop > deadline_ns:
                 raise DeadlineExceeded
 
@@ -245,6 +262,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     gds = getattr(setup.backend, "read_device", None)   # run.h2d = cuda-gds: file -> HBM
     to_device = setup.device is not None and not setup.holds and gds is None
     checking = setup.checks and not setup.holds
+    where = setup.where
     headers: dict[str, dict[str, tuple[int, int]]] = {}
     last_stop, nbytes = 0, 0
     for index, extent in enumerate(plan.extents):
@@ -269,6 +287,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                              f"holds {size} bytes, the plan needs {extent.offset + extent.length}")
                 continue
         check = Check(setup, extent, base) if checking else None
+        file_id = where.file_id(extent.relpath) if where is not None else NOWHERE
         for offset, length in extent.blocks(plan.block_bytes):
             if setup.holds:
                 place = offset - plan.hold.offset
@@ -284,6 +303,8 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
             except OSError as error:
                 stop = clock()
                 append((iteration, READ, start, stop, 0, 0))
+                if where is not None:
+                    where.rows.append((len(log) - 1, file_id, base + offset))
                 outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {base + offset}: "
                              f"{_describe(error, False)}")
                 check = None
@@ -291,11 +312,15 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
             stop = last_stop = clock()
             if count != length:
                 append((iteration, READ, start, stop, count, 0))
+                if where is not None:
+                    where.rows.append((len(log) - 1, file_id, base + offset))
                 outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {base + offset}: "
                              f"short read, {count} of {length} bytes (truncated file?)")
                 check = None
                 break
             append((iteration, READ, start, stop, count, 1))
+            if where is not None:
+                where.rows.append((len(log) - 1, file_id, base + offset))
             if ttfb:
                 append((iteration, TTFB, start, setup.backend.first_byte_ns, 0, 1))
             nbytes += count
@@ -326,13 +351,21 @@ def _header(setup: RankSetup, relpath: str, handle: Any, iteration: int, deadlin
                              setup.buffer.view, wanted)
     except OSError as error:
         log.append((iteration, HEADER, start, clock(), 0, 0))
+        _where(setup, log, relpath, 0)
         outcome.fail(f"rank {plan.rank}: header {relpath}: {_describe(error, False)}")
         return {}
     stop = clock()
     log.append((iteration, HEADER, start, stop, 0, 1))
+    _where(setup, log, relpath, 0)
     if stop > deadline_ns:
         raise DeadlineExceeded
     return found
+
+
+def _where(setup: RankSetup, log: Log, relpath: str, offset: int) -> None:
+    """--trace: the last sample's file and offset (ops timed once per file)."""
+    if setup.where is not None:
+        setup.where.rows.append((len(log) - 1, setup.where.file_id(relpath), offset))
 
 
 def _h2d(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Log) -> int:
@@ -358,7 +391,9 @@ def _d2h(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Lo
 def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log: Log,
            outcome: PhaseOutcome) -> None:
     clock, close, append = time.perf_counter_ns, setup.backend.close, log.append
+    where = setup.where
     for relpath, fds in handles.items():
+        file_id = where.file_id(relpath) if where is not None else NOWHERE
         while fds:
             handle = fds.pop()
             start = clock()
@@ -367,10 +402,14 @@ def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log:
             except OSError as error:
                 stop = clock()
                 append((iteration, CLOSE, start, stop, 0, 0))
+                if where is not None:
+                    where.rows.append((len(log) - 1, file_id, NOWHERE))
                 outcome.fail(f"rank {setup.plan.rank}: close {relpath}: {_describe(error, False)}")
                 continue
             stop = clock()
             append((iteration, CLOSE, start, stop, 0, 1))
+            if where is not None:
+                where.rows.append((len(log) - 1, file_id, NOWHERE))
 
 
 def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,

@@ -39,12 +39,13 @@ from stampede.run import gather, kernel_nfs
 from stampede.run.checks import new_digest
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
-from stampede.run.layout import Phases, Tick, measured_rows, phase_totals, start_phase
+from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, start_phase
 from stampede.run.save_files import FileSave
 from stampede.run.save_objects import ObjectSave
 from stampede.run.save_pattern import Save, SaveSetup
 from stampede.run.setup import MAX_MESSAGES
 from stampede.run.verdict import iteration_name, judge
+from stampede.run.where import Where
 from stampede.spec import JobSpec
 from stampede.sysinfo import meminfo_bytes
 from stampede.units import format_bytes
@@ -181,11 +182,13 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
                        ContentSource(spec.block_bytes))
     phases, retries_before = Phases(), dict(backend.retries)
     gather.check_trace(comm, spec, first_plan)
+    where = Where() if spec.trace_limit else None   # --trace: kept over the versions
     try:
         mpi.collective(comm, f"making the {layout} series' directories",
                        partial(_series_directories, spec, backend, layout, rank))
         for iteration in range(-spec.warmup, spec.iterations):
             setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
+            setup.where = where
             try:
                 outcome, published = _phase(comm, spec, setup, iteration, phases)
             finally:
@@ -219,7 +222,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
         if group is not None:
             mpi.free(group, comm)
     return _to_rank_zero(comm, spec, first_plan, hosts, phases,
-                         gather.retries(comm, backend, retries_before, SAVE_RETRY_OPS))
+                         gather.retries(comm, backend, retries_before, SAVE_RETRY_OPS), where)
 
 
 def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
@@ -477,13 +480,13 @@ def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
 
 
 def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ...],
-                  phases: Phases, retries: dict[str, int]) -> LayoutRun:
+                  phases: Phases, retries: dict[str, int], where: Where | None) -> LayoutRun:
     rows = measured_rows(phases.log, phases.failed_iteration)
     all_messages = mpi.gather(comm, phases.messages)
     all_notes = mpi.gather(comm, phases.notes)
     stats, trace = gather.gathered_stats(comm, spec, plan, plan.layout, rows, phases.origins,
                                          hosts, phases.failed_iteration, completion_op="save",
-                                         trace=bool(spec.trace_limit))
+                                         where=located(where, phases.log, phases.failed_iteration))
     messages = [text for part in all_messages or [] for text in part]
     nranks = comm.Get_size()
     per_rank = bytes_per_rank(spec, nranks)

@@ -33,6 +33,7 @@ from stampede.run.save_pattern import (
     WRITE,
     Save,
 )
+from stampede.run.where import NOWHERE
 
 
 class FileSave(Save):
@@ -80,12 +81,15 @@ class FileSave(Save):
                 mkdir(setup.paths[directory])
             except FileExistsError:   # another rank made it first: what this one needs
                 append((iteration, MKDIR, start, clock(), 0, 1))
+                self.at(directory)
                 continue
             except OSError as error:
                 append((iteration, MKDIR, start, clock(), 0, 0))
+                self.at(directory)
                 self.fail("mkdir", directory, error)
                 break
             append((iteration, MKDIR, start, clock(), 0, 1))
+            self.at(directory)
         if not setup.mkdir_every:
             self.vote(setup.world)
 
@@ -107,10 +111,12 @@ class FileSave(Save):
                 handle = open_(path)
             except OSError as error:
                 append((self.iteration, code, start, clock(), 0, 0))
+                self.at(file.relpath)
                 self.fail("create" if creators else "open", file.partial, error)
                 return
             stop = clock()
             append((self.iteration, code, start, stop, 0, 1))
+            self.at(file.relpath)
             self.handles[file.relpath] = handle
             header = setup.headers.get(file.relpath)
             if creators and header is not None:
@@ -131,15 +137,16 @@ class FileSave(Save):
                 count += more
         except OSError as error:
             self.log.append((self.iteration, WRITE, start, time.perf_counter_ns(), 0, 0))
+            self.at(relpath, offset)
             self.fail("write", f"{relpath} at {offset}", error)
             return False
         stop = time.perf_counter_ns()
+        self.log.append((self.iteration, WRITE, start, stop, count, int(count == len(view))))
+        self.at(relpath, offset)
         if count != len(view):
-            self.log.append((self.iteration, WRITE, start, stop, count, 0))
             self.fail("write", f"{relpath} at {offset}",
                       f"short write, {count} of {len(view)} bytes (disk full?)")
             return False
-        self.log.append((self.iteration, WRITE, start, stop, count, 1))
         return not self.past_deadline(stop)
 
     def write_file(self, file: FileWrite, source: memoryview) -> None:
@@ -150,7 +157,8 @@ class FileSave(Save):
             return
         clock, write, append, iteration = time.perf_counter_ns, setup.backend.write_from, \
             self.log.append, self.iteration
-        block = setup.block_bytes
+        block, where = setup.block_bytes, setup.where
+        file_id = where.file_id(file.relpath) if where is not None else NOWHERE
         for extent in file.extents:
             base = setup.bases[file.relpath][extent.tensor]
             shift = extent.at(plan.hold) - extent.offset
@@ -167,15 +175,19 @@ class FileSave(Save):
                         count += more
                 except OSError as error:
                     append((iteration, WRITE, start, clock(), 0, 0))
+                    self.at(file.relpath, base + offset)
                     self.fail("write", f"{file.partial} at {base + offset}", error)
                     return
                 stop = clock()
                 if count != length:
                     append((iteration, WRITE, start, stop, count, 0))
+                    self.at(file.relpath, base + offset)
                     self.fail("write", f"{file.partial} at {base + offset}",
                               f"short write, {count} of {length} bytes (disk full?)")
                     return
                 append((iteration, WRITE, start, stop, count, 1))
+                if where is not None:
+                    where.rows.append((len(self.log) - 1, file_id, base + offset))
                 self.written += count
                 if stop > setup.deadline_ns and self.past_deadline(stop):
                     return
@@ -192,10 +204,12 @@ class FileSave(Save):
                     setup.backend.sync(handle)
                 except OSError as error:
                     append((self.iteration, FSYNC, start, clock(), 0, 0))
+                    self.at(relpath)
                     self.fail("fsync", relpath, error)
                 else:
                     stop = clock()
                     append((self.iteration, FSYNC, start, stop, 0, 1))
+                    self.at(relpath)
                     self._durable_at(stop)
             del self.handles[relpath]
             start = clock()
@@ -203,10 +217,12 @@ class FileSave(Save):
                 setup.backend.close(handle)
             except OSError as error:   # NFS reports a failed write back at close
                 append((self.iteration, CLOSE, start, clock(), 0, 0))
+                self.at(relpath)
                 self.fail("close", relpath, error)
                 continue
             stop = clock()
             append((self.iteration, CLOSE, start, stop, 0, 1))
+            self.at(relpath)
             if not setup.durable:
                 self._durable_at(stop)   # buffered: done when the bytes are handed over
 
@@ -222,10 +238,12 @@ class FileSave(Save):
                 setup.backend.rename(setup.paths[file.partial], setup.paths[file.relpath])
             except OSError as error:
                 append((self.iteration, RENAME, start, clock(), 0, 0))
+                self.at(file.relpath)
                 self.fail("rename", file.partial, error)
                 return
             stop = clock()
             append((self.iteration, RENAME, start, stop, 0, 1))
+            self.at(file.relpath)
             if not setup.durable:
                 self._durable_at(stop)
                 continue
@@ -258,8 +276,10 @@ class FileSave(Save):
             handle = setup.backend.creator(False)(setup.paths[file.partial])
         except OSError as error:
             self.log.append((self.iteration, CREATE, start, clock(), 0, 0))
+            self.at(file.relpath)
             self.fail("create", file.partial, error)
             return
         self.log.append((self.iteration, CREATE, start, clock(), 0, 1))
+        self.at(file.relpath)
         self.handles[file.relpath] = handle
 

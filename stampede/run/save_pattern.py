@@ -43,6 +43,7 @@ from stampede.checkpoint.plan import Extent
 from stampede.checkpoint.save_plan import SavePlan
 from stampede.results.samples import OP_CODE, SAVE_STORAGE_OPS
 from stampede.run.pattern import Log, PhaseOutcome, _describe
+from stampede.run.where import NOWHERE, Where
 
 (SNAPSHOT, MKDIR, CREATE, OPEN, WRITE, FSYNC, CLOSE, RENAME, FSYNC_DIR, WAIT, VALIDATE, PUBLISH,
  UNLINK, RMDIR, BLOCKED, SAVE, PUBLISHED) = (OP_CODE[name] for name in (
@@ -83,6 +84,7 @@ class SaveSetup:
     release_dirs: tuple[str, ...] = ()   # rank 0: their directories, deepest first
     deadline_ns: int = 0
     owned: list[Any] = field(default_factory=list)   # buffers of this version alone
+    where: Where | None = None      # --trace: each op's file and offset (kept over versions)
 
 
 class Save:
@@ -102,6 +104,12 @@ class Save:
         self.blocked_ns = 0
 
     # --- helpers (untimed) ------------------------------------------------------------
+
+    def at(self, name: str, offset: int = NOWHERE) -> None:
+        """--trace: the last sample's file (a path relative to the target) and offset."""
+        if self.setup.where is not None:
+            self.setup.where.rows.append((len(self.log) - 1, self.setup.where.file_id(name),
+                                          offset))
 
     def fail(self, op: str, what: str, error: OSError | str) -> None:
         self.ok = False

@@ -13,6 +13,7 @@ from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, stripes
 from stampede.run.checks import new_digest
+from stampede.run.where import Where
 from stampede.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class RankSetup:
     places: tuple[int, ...] = ()    # each extent's first byte in the device buffer
     torch: Any = None               # run.exchange = torch: the TorchExchange
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
+    where: Where | None = None      # --trace: each op's file and offset (else nothing kept)
 
     @property
     def checks(self) -> bool:
@@ -95,6 +97,7 @@ def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entr
                       + ("device memory, GPU to GPU)" if exchange.backend == "nccl"
                          else "host memory)"),)
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
+                     where=Where() if spec.trace_limit else None,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
                      stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
                      format=_format(spec, catalogue), verify=spec.verify, expected=expected,

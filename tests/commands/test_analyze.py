@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stampede.results import trace as traces
@@ -40,12 +41,15 @@ def test_a_traced_run_and_save_are_read_back_with_the_archives_counts(
             assert counted == {op: archived[op] for op in counted}, (key, counted, archived)
             assert set(layout_rows[:, traces.RANK].tolist()) == {0, 1}
             assert traces.iterations(layout_rows) == [0, 1, 2]
+            assert_located(trace, key, layout_rows)
         assert {key.split("/")[0] for key in trace.layouts} == {
             "restore" if "restore/shared" in trace.layouts else "save"}
-    chrome = tmp_path / "run.json"
-    analyzed = stampede("analyze", str(found[0]), "--chrome", str(chrome))
+    chrome, dxt = tmp_path / "run.json", tmp_path / "run.dxt"
+    analyzed = stampede("analyze", str(found[0]), "--chrome", str(chrome), "--dxt", str(dxt))
     assert analyzed.returncode == 0, analyzed.stderr
     said = " ".join(analyzed.stdout.split())
+    assert "files: 2; most bytes: " in said and "files: 1; most bytes: " in said  # sharded, shared
+    assert_dxt(traces.read_trace(found[0]), dxt.read_text())
     assert "restore/shared: iteration" in said and "restore/sharded: iteration" in said
     trace = traces.read_trace(found[0])
     for key, layout_rows in trace.layouts.items():   # what it prints is the trace's reading
@@ -64,6 +68,7 @@ def test_a_traced_run_and_save_are_read_back_with_the_archives_counts(
     assert stampede("html", str(archive), "-o", str(report)).returncode == 0
     page = report.read_text()
     assert "save over time: throughput" in page and "save over time: ranks inside" in page
+    assert "save/sharded: ranks inside a storage op over time" in page   # the heat map
 
 
 @pytest.mark.mpi
@@ -84,3 +89,42 @@ def test_a_trace_past_its_limit_and_bad_choices_are_refused(stampede, tmp_path: 
         assert bad.returncode == 2 and said in bad.stderr, (args, bad.stderr)
     none = stampede("analyze", str(job))
     assert none.returncode == 2 and "no trace" in none.stderr
+
+
+def assert_located(trace: traces.Trace, key: str, rows: np.ndarray) -> None:
+    """Each read or write names its file and offset: in each iteration the shared layout's
+    two ranks one file (a save: its version's), the sharded layout's one each, and a rank's
+    blocks tile its bytes; stat, open, fsync and close name a file and no offset; the
+    phase's pseudo-op neither."""
+    names = trace.files(key)
+    data = rows[np.isin(rows[:, traces.OP], [trace.code("read"), trace.code("write")])]
+    assert len(data) and (data[:, traces.FILE] >= 0).all() and (data[:, traces.OFFSET] >= 0).all()
+    for iteration in traces.iterations(rows):
+        files = {}
+        for rank in (0, 1):
+            mine = data[(data[:, traces.RANK] == rank) & (data[:, traces.ITERATION] == iteration)]
+            files[rank] = {names[i] for i in mine[:, traces.FILE]}
+            assert len(files[rank]) == 1, (key, iteration, files)
+            order = np.argsort(mine[:, traces.OFFSET])
+            offsets, sizes = mine[order, traces.OFFSET], mine[order, traces.NBYTES]
+            assert (offsets[1:] == offsets[:-1] + sizes[:-1]).all()   # contiguous blocks
+        assert (files[0] == files[1]) == key.endswith("/shared"), (key, files)
+    named = rows[np.isin(rows[:, traces.OP], [trace.code(op) for op in ("stat", "open", "fsync")])]
+    assert len(named) and (named[:, traces.FILE] >= 0).all()
+    assert (named[:, traces.OFFSET] == traces.NOWHERE).all()
+    done = rows[np.isin(rows[:, traces.OP], [trace.code("restore"), trace.code("save")])]
+    assert len(done) and (done[:, traces.FILE] == traces.NOWHERE).all()
+
+
+def assert_dxt(trace: traces.Trace, text: str) -> None:
+    """A DXT block per (file, rank) with its counts; a line per read, its offset and
+    length the trace's."""
+    lines = [line.split() for line in text.splitlines() if line.startswith(" X_STAMPEDE")]
+    reads = [rows[rows[:, traces.OP] == trace.code("read")] for rows in trace.layouts.values()]
+    assert len(lines) == sum(len(part) for part in reads)
+    assert {(int(line[4]), int(line[5])) for line in lines} == {
+        (int(row[traces.OFFSET]), int(row[traces.NBYTES])) for part in reads for row in part}
+    heads = [line for line in text.splitlines() if line.startswith("# DXT, read_count")
+             or line.startswith("# DXT, write_count")]
+    assert sum(int(head.rsplit(" ", 1)[1]) for head in heads) == len(lines)
+    assert all(float(line[6]) <= float(line[7]) for line in lines)

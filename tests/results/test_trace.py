@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from stampede.results import trace as traces
+from stampede.results.model import LayoutTrace
 from stampede.results.samples import OP_CODE
 
 MS = 1_000_000
@@ -17,7 +18,10 @@ MS = 1_000_000
 
 def row(iteration: int, op: str, start_ms: float, stop_ms: float, nbytes: int, rank: int,
         ok: int = 1) -> list[int]:
-    return [iteration, OP_CODE[op], int(start_ms * MS), int(stop_ms * MS), nbytes, ok, rank]
+    """A row; a read's file is its rank's shard (file `rank`), at offset 4096 x iteration."""
+    located = [rank, 4096 * max(iteration, 0)] if op == "read" else [traces.NOWHERE] * 2
+    return [iteration, OP_CODE[op], int(start_ms * MS), int(stop_ms * MS), nbytes, ok, rank,
+            *located]
 
 
 def two_ranks() -> np.ndarray:
@@ -36,7 +40,8 @@ def two_ranks() -> np.ndarray:
 
 
 def trace_of(tmp_path: Path) -> traces.Trace:
-    path = traces.write_trace(tmp_path / "r.trace.npz", {"sharded": two_ranks()},
+    layout = LayoutTrace(two_ranks(), ["shards/0", "shards/1"])
+    path = traces.write_trace(tmp_path / "r.trace.npz", {"sharded": layout},
                               {"run_id": "r", "phase": "restore", "hosts_by_rank": ["a", "b"]})
     assert not list(tmp_path.glob(".*"))           # no temporary file left
     return traces.read_trace(path)
@@ -50,6 +55,18 @@ def test_a_trace_reads_back_whole_and_is_refused_when_it_is_not_one(tmp_path: Pa
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(ValueError, match="not a stampede trace"):
         traces.read_trace(tmp_path / "other.npz")
+
+
+def test_a_first_trace_without_file_and_offset_still_reads(tmp_path: Path) -> None:
+    """Traces written before the file and offset columns read back with both NOWHERE."""
+    first = two_ranks()[:, :len(traces.FIRST_COLUMNS)]
+    meta = {"columns": list(traces.FIRST_COLUMNS), "ops": list(traces.OPS),
+            "layouts": ["sharded"], "units": "ns"}
+    np.savez(tmp_path / "old.trace.npz", meta=np.array(json.dumps(meta)), layout_0=first)
+    rows = traces.read_trace(tmp_path / "old.trace.npz").layouts["sharded"]
+    assert rows.shape == (len(first), len(traces.TRACE_COLUMNS))
+    assert np.array_equal(rows[:, :len(traces.FIRST_COLUMNS)], first)
+    assert set(rows[:, traces.FILE].tolist()) == set(rows[:, traces.OFFSET].tolist()) == {-1}
 
 
 def test_segments_spread_the_bytes_and_count_the_ranks_inside(tmp_path: Path) -> None:
@@ -94,5 +111,22 @@ def test_the_chrome_trace_has_a_slice_per_op_a_thread_per_rank(tmp_path: Path) -
                 and event["args"]["iteration"] == 0)
     warm = [event for event in slices if event["args"]["iteration"] == -1]
     assert read["dur"] == pytest.approx(10_000.0) and read["pid"] == 1   # µs, node b
+    assert (read["args"]["file"], read["args"]["offset"]) == ("shards/1", 0)
+    stat = next(event for event in slices if event["name"] == "stat")
+    assert "file" not in stat["args"] and "offset" not in stat["args"]
     # iterations one after another: the warmup first, then 0, then 1
     assert warm[0]["ts"] < read["ts"]
+
+
+def test_the_heat_map_cells_are_each_ranks_share_of_a_segment_inside_storage(
+        tmp_path: Path) -> None:
+    """Iteration 0 over 0-15 ms in 3 segments: rank 0 reads 0-10 ms (busy, busy, idle);
+    rank 1 stats 0-5 then reads 5-15 (busy throughout); banded, their mean."""
+    trace = trace_of(tmp_path)
+    rows = trace.layouts["sharded"]
+    first = rows[rows[:, traces.ITERATION] == 0]
+    labels, busy = traces.rank_busy(trace, first, count=3)
+    assert labels == ["rank 0", "rank 1"]
+    assert np.allclose(busy, [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    labels, banded = traces.rank_busy(trace, first, count=3, bands=1)
+    assert labels == ["ranks 0-1"] and np.allclose(banded, [[1.0, 1.0, 0.5]])
