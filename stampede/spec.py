@@ -44,6 +44,7 @@ RESTORE_FROM = ("auto", "prepared", "saved")
 # What `stampede save` writes; broadcast and the listing layouts are ways to read.
 SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first", "mlperf")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
+PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas go
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 MIN_PART_BYTES = 5 * 2**20   # S3's smallest part (all but the last)
 
@@ -211,6 +212,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("save.part_size", "part_bytes", values.optional_size, "",
            "object stores: a multipart upload per file in parts of this size (>= 5 MiB); "
            "empty = one PUT per file", "part_size"),
+    Option("tiers.local_dir", "tier_dir", values.nonempty_text, "/dev/shm/stampede-tiers",
+           "`stampede rejoin`: the node-local tier, a directory on each node (memory: "
+           "/dev/shm; or a local disk); each node writes under its host name", "tier_dir"),
+    Option("tiers.peers", "tier_peers", values.whole_number(1), 1,
+           "`stampede rejoin`: replicas of each shard kept on other nodes' local tiers",
+           "tier_peers"),
+    Option("tiers.placement", "tier_placement", values.choice(PLACEMENTS), "ring",
+           "`stampede rejoin`: where replicas go: ring = the next nodes; buddy = nodes in "
+           "pairs (one replica)", "tier_placement"),
+    Option("tiers.spare_nodes", "spare_nodes", values.whole_number(1), 1,
+           "`stampede rejoin`: the last nodes are hot spares (idle until a restore)",
+           "spare_nodes"),
+    Option("tiers.lost_nodes", "lost_nodes", values.whole_number(1), 1,
+           "`stampede rejoin`: the last working nodes are lost after the save (their local "
+           "tier deleted); spares take their ranks' places", "lost_nodes"),
     Option("run.restore", "restore_from", values.choice(RESTORE_FROM), "auto",
            "what run restores: auto = the layout's published save when the target holds one "
            "(`stampede save`), else the prepared checkpoint; prepared; saved", "restore_from"),
@@ -269,6 +285,11 @@ class JobSpec:
     keep: int
     mkdir_by: str
     part_bytes: int | None
+    tier_dir: str
+    tier_peers: int
+    tier_placement: str
+    spare_nodes: int
+    lost_nodes: int
     restore_from: str
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display

@@ -37,7 +37,7 @@ COMMANDS = {
     "emulate-cluster": "stampede.commands.emulate_cluster",
     "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
     "html": "stampede.commands.html", "assess": "stampede.commands.assess",
-    "analyze": "stampede.commands.analyze",
+    "analyze": "stampede.commands.analyze", "rejoin": "stampede.commands.rejoin",
 }
 
 
@@ -61,12 +61,13 @@ TRACE_LIMIT = "1GiB"
 def add_trace_arguments(sub: argparse.ArgumentParser) -> None:
     """--trace and --trace-limit, as run, save, cycle and plan spell them."""
     sub.add_argument("--trace", action="store_true",
-                     help="keep every timed op of every rank (op, bytes, start and stop on its "
-                          "node's axis, ok) in ARCHIVE.runs/RUN_ID.trace.npz beside the "
-                          "sidecar, for `stampede analyze`; the rows are the ones the "
-                          "statistics are made of, kept: nothing is added to a timed op")
+                     help="keep every timed op of every rank (op, file, offset, bytes, start "
+                          "and stop on its node's axis, ok) in ARCHIVE.runs/RUN_ID.trace.npz "
+                          "beside the sidecar, for `stampede analyze`; the rows are the ones "
+                          "the statistics are made of, kept, with each op's file and offset "
+                          "noted after its stop stamp: nothing is added inside a timed op")
     sub.add_argument("--trace-limit", default=TRACE_LIMIT, metavar="SIZE",
-                     help=f"the most the trace may hold, 56 bytes an op (default {TRACE_LIMIT}): "
+                     help=f"the most the trace may hold, 72 bytes an op (default {TRACE_LIMIT}): "
                           "a run that would write more is refused before its first phase")
 
 

@@ -52,16 +52,21 @@ OPS = ("jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "clo
        # allgather_first), apart from the restore's steady-state bcast / allgather; d2h
        # (inside the restore): device -> host copy of a shard that reached HBM (nccl,
        # cuda-gds) so that run.verify and run.check_finite can check host bytes
-       "pg_init", "bcast_first", "allgather_first", "d2h")
+       "pg_init", "bcast_first", "allgather_first", "d2h",
+       # a rejoin (`stampede rejoin`, stampede.run.rejoin): peer = a shard sent or received
+       # between two ranks (a replica to its holder, a lost shard to its spare; bytes: what
+       # reached this rank)
+       "peer")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
-# A save's ops in the order it runs them (and its report lists them)
+# A save's ops in the order it runs them (and its report lists them); peer: a rejoin's
+# replica sent to another node
 SAVE_ORDER = ("snapshot", "mkdir", "create", "open", "write", "fsync", "close", "rename",
-              "fsync_dir", "wait", "validate", "publish", "unlink", "rmdir", "blocked", "save",
+              "fsync_dir", "peer", "wait", "validate", "publish", "unlink", "rmdir", "blocked", "save",
               "published")
 STORAGE_OPS = ("list", "index", "stat", "open", "header", "read", "close")
 SAVE_STORAGE_OPS = ("mkdir", "create", "open", "write", "fsync", "close", "rename",
                     "fsync_dir", "publish", "unlink", "rmdir")
-NETWORK_OPS = ("bcast", "allgather")
+NETWORK_OPS = ("bcast", "allgather", "peer")
 # Timed before the phase's start barrier, so outside the restore (run.exchange = "torch")
 BEFORE_PHASE_OPS = ("pg_init", "bcast_first", "allgather_first")
 # ops for which ops/s means something

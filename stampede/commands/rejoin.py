@@ -1,0 +1,71 @@
+"""`stampede rejoin`: a save in tiers (node-local, a peer on another node, storage), nodes
+lost, hot spares in their place, and the rejoin from the tiers measured beside a full
+restart from storage, in one run and one report (stampede.run.rejoin)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from stampede.commands import add_job_arguments, overrides
+
+EPILOG = """\
+The ranks on the last tiers.spare_nodes nodes are hot spares: idle through the save, they
+take the places of the ranks of the tiers.lost_nodes lost nodes (the last working ones).
+Archived as five layouts of one run: save/tier-local, save/tier-peer, save/tier-storage
+(time to last rank = from the save's start until every shard is durable on its node, on a
+peer, on storage), restore/rejoin and restore/restart (time to last rank of the restored
+job: survivors from their local tier, spares from a peer or storage; or everyone from
+storage). The report's notes say the bytes from each tier and the tier of each rank.
+
+  mpiexec -hosts node0:2,node1:2,node2:2 -n 6 stampede rejoin jobs/rejoin.toml
+  stampede emulate-cluster --nodes 3 --ranks-per-node 1 --no-storage -- \\
+      sh -c '$STAMPEDE_CLUSTER_MPIEXEC -n 3 stampede rejoin jobs/rejoin.toml'
+
+Everything the run writes (every node's local tier, the storage tier under the target:
+tiers-JOB/) is removed when it ends."""
+
+
+def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    from stampede.commands.job import job_keys_help
+
+    sub = commands.add_parser(
+        "rejoin", formatter_class=formatter, epilog=EPILOG + "\n\n" + job_keys_help(),
+        help="Save in tiers (node-local, peer, storage), lose nodes, rejoin with hot spares "
+             "from the tiers, and restart from storage beside it: timed, archived, reported.",
+        description="A node lost and a hot spare in its place: the restore from node-local "
+                    "and peer tiers measured against the full restart from storage, with "
+                    "the same bytes in the same run. Launch with mpiexec/srun on several "
+                    "nodes (at least: one survivor, one lost, one spare).")
+    add_job_arguments(sub)
+    sub.add_argument("--damage", choices=("none", "missing", "corrupt"), default="none",
+                     help="after the loss, the surviving replicas of the lost shards are "
+                          "deleted (missing) or have a byte flipped (corrupt): the spares "
+                          "must fall back to storage and say so (default none)")
+    sub.set_defaults(func=cmd_rejoin)
+
+
+def cmd_rejoin(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    from stampede import mpi
+    from stampede.backends import backend_name_for
+    from stampede.commands.job import measure
+    from stampede.run.rejoin import RESTORE_LAYOUTS, rejoin_job
+    from stampede.run.tiers import SAVE_LAYOUTS
+    from stampede.spec import load_job
+
+    spec = load_job(args.job, overrides(args))   # validated before MPI and any I/O
+    backend_name_for(spec.target_path)
+    comm = mpi.world()
+    if comm.Get_rank() == 0 and args.damage != "none":
+        print(f"stampede rejoin: --damage {args.damage}: the lost shards' replicas are "
+              f"{'deleted' if args.damage == 'missing' else 'corrupted'} after the loss",
+              file=sys.stderr)
+    measure(comm, spec, "rejoin", (*SAVE_LAYOUTS, *RESTORE_LAYOUTS),
+            f"{spec.tier_peers} peer replica(s) ({spec.tier_placement}), "
+            f"{spec.spare_nodes} spare node(s), {spec.lost_nodes} lost, "
+            f"{spec.warmup} warmup + {spec.iterations} iterations of each restore, cache "
+            f"{spec.cache}", partial(rejoin_job, damage=args.damage))
+    return 0

@@ -1,0 +1,264 @@
+"""The save in tiers of `stampede rejoin` (stampede.run.rejoin, whose docstring tells the
+whole run): each working rank's shard durable on its node's local tier, then on peers on
+other nodes, then on the shared storage, timed as three layouts of one save; and what the
+restores share with it (a rank's state, a layout's statistics, polite waits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stampede import mpi
+from stampede.backends.base import object_store
+from stampede.backends.posix import PosixBackend
+from stampede.buffers import AlignedBuffer
+from stampede.checkpoint.content import ContentSource
+from stampede.results.model import LayoutRun
+from stampede.results.samples import OP_CODE
+from stampede.run.checks import new_digest
+from stampede.run.gather import exact_stats
+from stampede.run.roles import Roles
+from stampede.run.setup import MAX_MESSAGES
+from stampede.spec import JobSpec
+
+(CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED) = (
+    OP_CODE[name] for name in ("create", "write", "fsync", "close", "peer", "save", "published"))
+SAVE_LAYOUTS = ("tier-local", "tier-peer", "tier-storage")
+TAG_REPLICA, TAG_ACK = 71, 72
+Row = tuple[int, int, int, int, int, int]
+
+
+@dataclass
+class Rank:
+    """One rank's part: its roles, its paths, its buffers and what it has seen."""
+
+    comm: Any
+    spec: JobSpec
+    roles: Roles
+    backend: Any
+    shard: AlignedBuffer            # this rank's shard (before the loss: the one it saved)
+    incoming: list[AlignedBuffer]   # replicas received (one per position it holds)
+    shard_bytes: int
+    local: Path                     # this node's local tier, this job's directory
+    damage: str = "none"            # DAMAGES: what the loss does to the replicas it spares
+    digests: list[str] = field(default_factory=list)   # position -> run.verify hash
+    used: dict[str, int] = field(default_factory=dict)   # tier -> bytes this rank restored
+    tier: str = ""                  # where this rank's shard came from in the rejoin
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)    # what failed in the current layout
+    _local_backend: Any = None
+
+    def failed(self, text: str) -> str:
+        """Record what failed (when `text` says anything) under this rank; `text` back."""
+        if text and len(self.errors) < MAX_MESSAGES:
+            self.errors.append(f"rank {self.rank}: {text}")
+        return text
+
+    @property
+    def rank(self) -> int:
+        return int(self.comm.Get_rank())
+
+    @property
+    def local_backend(self) -> Any:
+        """The node-local tier as a POSIX backend rooted at this job's directory there."""
+        if self._local_backend is None:
+            self._local_backend = PosixBackend(str(self.local))
+        return self._local_backend
+
+    def local_file(self, position: int, replica: bool) -> Any:
+        """A shard's file on this node's local tier (the local backend's path)."""
+        return self.local_backend.path(f"replica-p{position:05d}" if replica else f"p{position:05d}")
+
+    def storage_file(self, position: int) -> Any:
+        return self.backend.path(f"{storage_dir(self.spec)}/p{position:05d}")
+
+
+
+def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
+    """The three tiers of one save (stampede.run.rejoin's docstring, 1.), as three layouts."""
+    comm, roles = state.comm, state.roles
+    position = roles.position_of(state.rank, after_loss=False)
+    working = mpi.split(comm, int(position < 0), key=state.rank)
+    rows: dict[str, list[Row]] = {layout: [] for layout in SAVE_LAYOUTS}
+    digest = ""
+    if position >= 0:
+        digest = _fill(state, position)
+    state.digests = list(mpi.bcast(comm, _gathered_digests(comm, roles, digest)))
+    mpi.barrier(comm)
+    origin = time.perf_counter_ns()
+    if position >= 0:
+        failed = state.failed(write_file(state.local_backend, state.local_file(position, False),
+                                         state.shard.view, state.spec.block_bytes,
+                                         rows["tier-local"]))
+        rows["tier-local"].append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes,
+                                   int(not failed)))
+    _replicate(state, position, rows["tier-peer"], origin)
+    if position >= 0:
+        failed = state.failed(_write_storage(state, position, rows["tier-storage"]))
+        rows["tier-storage"].append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes,
+                                     int(not failed)))
+    mpi.barrier(comm)   # every shard durable on storage: the manifest publishes the version
+    if state.rank == 0:
+        _publish(state, rows["tier-storage"], origin)
+    runs = []
+    working_hosts = tuple(hosts[r] for r in roles.working)
+    for layout in SAVE_LAYOUTS:   # a spare took no part: its runs are empty
+        runs.append(layout_run(working, state, layout, rows[layout], {0: origin},
+                                working_hosts, "save") if position >= 0
+                    else LayoutRun(layout, 0, None, (), "", phase="save"))
+    mpi.free(working, comm)
+    return runs
+
+
+def _gathered_digests(comm: Any, roles: Roles, digest: str) -> list[str]:
+    found = mpi.gather(comm, digest)
+    if found is None:
+        return []
+    return [found[rank] for rank in roles.working]
+
+
+def _fill(state: Rank, position: int) -> str:
+    """Untimed: this position's content (a pure function of the position, as prepare's
+    is of the file) and its run.verify hash."""
+    content, block = ContentSource(state.spec.block_bytes), state.spec.block_bytes
+    view = state.shard.view
+    for offset in range(0, state.shard_bytes, block):
+        content.fill(view[offset:offset + block], f"tiers/p{position:05d}", offset)
+    return digest_of(state.spec, view)
+
+
+def digest_of(spec: JobSpec, view: memoryview) -> str:
+    if spec.verify == "none":
+        return ""
+    digest = new_digest(spec.verify)
+    digest.update(view)
+    return str(digest.hexdigest())
+
+
+def _replicate(state: Rank, position: int, rows: list[Row], origin: int) -> None:
+    """The shard to its holders, the replicas this rank holds from their savers, each
+    written to the local tier and acknowledged; `save` once every holder acknowledged."""
+    roles, comm, clock = state.roles, state.comm, time.perf_counter_ns
+    held = [p for p, holders in enumerate(roles.holders) if state.rank in holders]
+    start = clock()
+    requests = [comm.Irecv(buffer.view, source=roles.working[p], tag=TAG_REPLICA)
+                for p, buffer in zip(held, state.incoming)]
+    if position >= 0:
+        requests += [comm.Isend(state.shard.view, dest=holder, tag=TAG_REPLICA)
+                     for holder in roles.holders[position]]
+    wait_all(requests)
+    rows.append((0, PEER, start, clock(), state.shard_bytes * len(held), 1))
+    acks = []   # 0: the replica is durable here; 1: it is not (the saver is told, no hang)
+    flags = np.zeros(len(held), dtype=np.int64)   # outlive their sends
+    for index, (p, buffer) in enumerate(zip(held, state.incoming)):
+        flags[index] = bool(state.failed(write_file(state.local_backend, state.local_file(p, True),
+                                                    buffer.view, state.spec.block_bytes, rows)))
+        acks.append(comm.Isend(flags[index:index + 1], dest=roles.working[p], tag=TAG_ACK))
+    if position >= 0:
+        received = [np.zeros(1, dtype=np.int64) for _ in roles.holders[position]]
+        wait_all([comm.Irecv(flag, source=holder, tag=TAG_ACK)
+                  for flag, holder in zip(received, roles.holders[position])])
+        protected = not any(int(flag[0]) for flag in received)
+        rows.append((0, SAVE, origin, clock(), state.shard_bytes, int(protected)))
+    wait_all(acks)
+
+
+def wait_all(requests: list[Any]) -> None:
+    """Every request done, waiting politely (MPICH's Waitall spins a core)."""
+    for request in requests:
+        while not request.Test():
+            time.sleep(0.0002)
+
+
+def _write_storage(state: Rank, position: int, rows: list[Row]) -> str:
+    """The shard on the job's target; on an object store one PUT of the whole shard
+    (write), durable when it is answered. What failed, or ""."""
+    store = object_store(state.backend)
+    if store is None:
+        return write_file(state.backend, state.storage_file(position), state.shard.view,
+                          state.spec.block_bytes, rows)
+    start = time.perf_counter_ns()
+    try:
+        store.put_object(state.storage_file(position), (state.shard.view,))
+    except OSError as error:
+        rows.append((0, WRITE, start, time.perf_counter_ns(), 0, 0))
+        return f"PUT {state.storage_file(position)}: {error.strerror or error}"
+    rows.append((0, WRITE, start, time.perf_counter_ns(), state.shard.nbytes, 1))
+    return ""
+
+
+def write_file(backend: Any, path: Any, view: memoryview, block: int, rows: list[Row]) -> str:
+    """create (O_EXCL), write (blocks), fsync, close of one file, timed op by op; what
+    failed ("" when nothing did: an error is a row with ok 0, never raised, so that no
+    rank leaves the others waiting in the exchanges that follow)."""
+    clock = time.perf_counter_ns
+    start = clock()
+    try:
+        handle = backend.creator(False)(path)
+    except OSError as error:
+        rows.append((0, CREATE, start, clock(), 0, 0))
+        return f"create {os.fsdecode(path)}: {error.strerror or error}"
+    rows.append((0, CREATE, start, clock(), 0, 1))
+    failed = ""
+    try:
+        for offset in range(0, len(view), block):
+            piece = view[offset:offset + block]
+            start = clock()
+            count = backend.write_from(handle, piece, offset)
+            rows.append((0, WRITE, start, clock(), count, int(count == len(piece))))
+            if count != len(piece):
+                return f"write {os.fsdecode(path)} at {offset}: {count} of {len(piece)} bytes"
+        start = clock()
+        backend.sync(handle)
+        rows.append((0, FSYNC, start, clock(), 0, 1))
+    except OSError as error:
+        rows.append((0, WRITE, start, clock(), 0, 0))
+        failed = f"write {os.fsdecode(path)}: {error.strerror or error}"
+    finally:
+        start = clock()
+        with contextlib.suppress(OSError):
+            backend.close(handle)
+        rows.append((0, CLOSE, start, clock(), 0, 1))
+    return failed
+
+
+def _publish(state: Rank, rows: list[Row], origin: int) -> None:
+    """Rank 0: the version's manifest on storage (what a restart reads to find its shards)."""
+    manifest = {"positions": len(state.roles.working), "shard_bytes": state.shard_bytes,
+                "verify": state.spec.verify, "digests": state.digests,
+                "holders": [list(h) for h in state.roles.holders]}
+    state.backend.put_bytes(f"{storage_dir(state.spec)}/manifest.json",
+                            json.dumps(manifest).encode())
+    rows.append((0, PUBLISHED, origin, time.perf_counter_ns(), 0, 1))
+
+
+def storage_dir(spec: JobSpec) -> str:
+    """The storage tier's directory under the target (its own: removed whole after)."""
+    return f"tiers-{spec.name}"
+
+
+def layout_run(comm: Any, state: Rank, layout: str, rows: list[Row], origins: dict[int, int],
+                hosts: tuple[str, ...], phase: str) -> LayoutRun:
+    """The layout's statistics over the ranks that took part (`comm`), on its rank 0."""
+    array = np.array(rows, dtype=np.int64).reshape(-1, 6)
+    measured = array[array[:, 0] >= 0]
+    completion = "save" if phase == "save" else "restore"
+    stats = exact_stats(comm, layout, measured, origins, hosts, completion)
+    said = mpi.gather(comm, list(state.errors))
+    state.errors = []
+    messages = tuple(text for part in said or [] for text in part)
+    done = measured[measured[:, 1] == OP_CODE[completion]]
+    total = mpi.allreduce_sum(comm, np.array([int((done[:, 5] == 0).sum())]))
+    short = int(total[0]) if total is not None else 0
+    invalid = f"{short} of the {completion}s did not complete: {messages[0]}" \
+        if short and messages else (f"{short} of the {completion}s did not complete" if short else "")
+    return LayoutRun(layout=layout, bytes_per_rank=state.shard_bytes, stats=stats,
+                     messages=messages, invalid_reason=invalid, phase=phase)

@@ -1,0 +1,111 @@
+"""`stampede rejoin` on three named nodes (hydra's ssh launcher through a launcher that
+runs each node's ranks in a UTS namespace of its own: MPI sees three hosts): a save in
+tiers, node B lost, the spare on node C in its place. What is checked: the five layouts
+archived with the ranks that took part, the spare's bytes from the peer (or from storage
+when the replica is missing or corrupt, said), every shard checked (run.verify), the
+peer op counts, and nothing left on any node's local tier or on the target."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stampede.launcher import find_mpiexec
+from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, write_job
+
+pytestmark = pytest.mark.mpi
+LAUNCHER = """#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host=$1; shift
+exec unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
+"""
+
+
+def rejoin(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """stampede rejoin on nodeA, nodeB, nodeC, one rank each."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("named nodes need root and unshare (a UTS namespace per node)")
+    launcher = tmp_path / "launcher"
+    launcher.write_text(LAUNCHER)
+    launcher.chmod(0o755)
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    environment = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return subprocess.run(
+        [mpiexec, "-launcher", "ssh", "-launcher-exec", str(launcher), "-hosts",
+         "nodeA:1,nodeB:1,nodeC:1", "-n", "3", sys.executable, "-m", "stampede", "rejoin",
+         *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
+        env=environment)
+
+
+def job(tmp_path: Path) -> Path:
+    (tmp_path / "target").mkdir()
+    return write_job(tmp_path, "tiers", target={"path": str(tmp_path / "target")},
+                     checkpoint={"size_per_rank": "4MiB", "block_size": "1MiB"},
+                     run={"iterations": 2, "warmup": 1, "verify": "xxh3"},
+                     tiers={"local_dir": str(tmp_path / "local")},
+                     archive={"path": str(tmp_path / "results" / "tiers.csv")})
+
+
+def said(result: subprocess.CompletedProcess[str]) -> str:
+    return " ".join((result.stdout + result.stderr).split())
+
+
+def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
+        tmp_path: Path) -> None:
+    result = rejoin(tmp_path, str(job(tmp_path)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = said(result)
+    assert "tier by rank: 0@nodeA local, 1@nodeC (spare, world rank 2) peer" in text
+    assert "bytes by tier (last iteration): local 4,194,304 B, peer 4,194,304 B" in text
+    assert "restart: tier by rank: 0@nodeA storage, 1@nodeC (spare, world rank 2) storage" \
+        in text.replace("restart: warning: ", "restart: ")
+    rows = read_archive(tmp_path / "results" / "tiers.csv")
+    done = {(row["phase"], row["layout"]): row for row in rows if row["op"] in ("save", "restore")}
+    assert set(done) == {("save", "tier-local"), ("save", "tier-peer"), ("save", "tier-storage"),
+                         ("restore", "rejoin"), ("restore", "restart")}
+    # the save by nodes A and B; the restores by A and the spare on C (B is lost)
+    assert {row["nranks"] for row in done.values()} == {"2"}
+    peer = {row["layout"]: int(row["count"]) for row in rows if row["op"] == "peer"}
+    assert peer == {"tier-peer": 2, "rejoin": 2 * 2}   # A<->B once; A serves C each iteration
+    verify = [row for row in rows if row["op"] == "verify" and row["layout"] == "rejoin"]
+    assert int(verify[0]["count"]) == 2 * 2 and verify[0]["errors"] in ("", "0")
+    assert not list((tmp_path / "local").rglob("*"))   # every node's local tier removed
+    assert not list((tmp_path / "target").iterdir())    # the storage tier too
+
+
+@pytest.mark.parametrize(("damage", "why"), [("missing", "missing on its peer"),
+                                             ("corrupt", "failed run.verify (xxh3)")])
+def test_a_missing_or_corrupt_replica_falls_back_to_storage(tmp_path: Path, damage: str,
+                                                            why: str) -> None:
+    result = rejoin(tmp_path, str(job(tmp_path)), "--damage", damage)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = said(result)
+    assert f"rank 2: position 1's replica {why} on rank 0: read from storage" in text
+    assert "1@nodeC (spare, world rank 2) storage" in text
+    assert not list((tmp_path / "local").rglob("*"))
+
+
+def test_a_placement_that_cannot_be_made_is_refused_before_any_io(tmp_path: Path) -> None:
+    path = job(tmp_path)
+    result = rejoin(tmp_path, str(path), "--set", "tiers.peers=2")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "tiers.peers = 2" in said(result)
+    assert not (tmp_path / "local").exists() and not list((tmp_path / "target").iterdir())
+
+
+def test_a_tier_left_by_an_unfinished_rejoin_is_refused_and_kept(tmp_path: Path) -> None:
+    path = job(tmp_path)
+    left = tmp_path / "local" / "nodeB" / "stampede-tiers" / "p00001"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"x")
+    result = rejoin(tmp_path, str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "left by a rejoin of this job that did not finish" in said(result)
+    assert left.read_bytes() == b"x"                      # never touched
+    assert not list((tmp_path / "target").iterdir())
