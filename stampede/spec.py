@@ -18,6 +18,7 @@ from typing import Any
 from stampede import values
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
+from stampede.ops import PATTERN_OPS
 
 LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
            "list-first", "list-bcast", "mlperf")
@@ -34,7 +35,6 @@ DTYPES = tuple(WRITTEN)
 CACHE_MODES = ("warm", "cold", "direct")
 SOURCES = ("synthetic", "existing")
 ASSIGN_POLICIES = ("files", "tensor-slices", "saved")   # stampede.existing.catalogue: who reads what
-PATTERN_OPS = ("stat", "open", "read", "close")
 VERIFY_MODES = ("none", "sha256", "xxh3")
 SAVE_MODES = ("sync", "async")
 DURABILITY = ("fsync", "none")

@@ -28,9 +28,9 @@ from contextlib import suppress
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from stampede.backends.base import RETRY_OPS
 from stampede.backends.libnfs import Client
 from stampede.errors import UsageError
+from stampede.ops import RETRY_OPS
 
 # libnfs 4.0 (Debian's libnfs13) over NFSv4 reports no rsize or wsize, sends a READ of
 # more than the server's maximum (ganesha's default 1 MiB) and fails, and encodes a

@@ -27,9 +27,9 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from stampede.ops import PSEUDO_OPS
 from stampede.results.archive import CONFIG_COLUMNS
 from stampede.results.cells import number, text
-from stampede.results.samples import PSEUDO_OPS
 
 NO_SPREAD_TOLERANCE = 0.05
 # Two rows measure the same thing when these are equal (archive.CONFIG_COLUMNS and what

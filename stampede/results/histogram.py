@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stampede.ops import OPS
 from stampede.results.definitions import GAMMA, PERCENTILES
 from stampede.results.model import EMPTY_LATENCY, Histogram, Latency
-from stampede.results.samples import ITER, NBYTES, OK, OP, OPS, START, STOP
+from stampede.results.samples import ITER, NBYTES, OK, OP, START, STOP
 
 # Edges GAMMA^k from 100 ns to 10^4 s (about 1,270 buckets, each 2% wide): the
 # resolution of a CDF drawn from the sidecar, whatever the number of samples.

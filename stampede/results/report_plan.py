@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from stampede.ops import OPS
 from stampede.results.report import new_table
-from stampede.results.samples import OPS
 from stampede.units import format_bytes
 
 # What a catalogue's items are called, by format (the others hold tensors).

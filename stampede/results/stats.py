@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from stampede.ops import NETWORK_OPS, OPS, SAVE_ORDER, SAVE_STORAGE_OPS, STORAGE_OPS, TIMELINE_PHASES
 from stampede.results.definitions import PERCENTILES
 from stampede.results.histogram import HISTOGRAM_EDGES_S, histogram, latency_from_histogram
 from stampede.results.model import (
     EMPTY_LATENCY,
     EMPTY_SPREAD,
     NAN,
-    TIMELINE_PHASES,
     Histogram,
     Latency,
     LayoutStats,
@@ -36,20 +36,7 @@ from stampede.results.model import (
     RestoreStats,
     Spread,
 )
-from stampede.results.samples import (
-    ITER,
-    NBYTES,
-    NETWORK_OPS,
-    OK,
-    OP,
-    OPS,
-    RANK,
-    SAVE_ORDER,
-    SAVE_STORAGE_OPS,
-    START,
-    STOP,
-    STORAGE_OPS,
-)
+from stampede.results.samples import ITER, NBYTES, OK, OP, RANK, START, STOP
 
 # completion op -> (its storage ops, the op whose bytes count as moved); startup has none
 PARTS = {"save": (SAVE_STORAGE_OPS, "write")}

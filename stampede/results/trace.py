@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from stampede.results.samples import OPS, PSEUDO_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
+from stampede.ops import OPS, PSEUDO_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 
 TRACE_COLUMNS = ("iteration", "op", "start_ns", "stop_ns", "bytes", "ok", "rank")
 ROW_BYTES = 8 * len(TRACE_COLUMNS)

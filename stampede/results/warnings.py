@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
+from stampede.ops import BEFORE_PHASE_OPS
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.mlperf import comparability_note
 from stampede.results.model import LayoutStats, RunContext
-from stampede.results.samples import BEFORE_PHASE_OPS
 from stampede.spec import EXCHANGE, JobSpec
 
 # in every label (stampede.run.devices) of a cuFile path that goes through host memory

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from stampede import mpi
+from stampede.ops import STORAGE_OPS
 from stampede.results import histogram
 from stampede.results.model import LayoutStats
-from stampede.results.samples import ITER, OP, START, STOP, STORAGE_OPS
+from stampede.results.samples import ITER, OP, START, STOP
 from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
 
 

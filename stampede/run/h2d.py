@@ -151,7 +151,7 @@ class _Buffers:
 def _trial(device: Any, mode: str, size: int, path: Path,
            buffers: _Buffers) -> list[tuple[int, int, int, int, int]]:
     """One trial on this rank: (op, start_ns, stop_ns, bytes, ok) rows, restore last."""
-    from stampede.results.samples import OP_CODE
+    from stampede.ops import OP_CODE
 
     samples = []
     begin = time.perf_counter_ns()
@@ -182,7 +182,7 @@ Sample = tuple[int, int, int, int, int]   # (op, start_ns, stop_ns, bytes, ok)
 
 
 def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * 2**20) -> list[Sample]:
-    from stampede.results.samples import OP_CODE
+    from stampede.ops import OP_CODE
 
     samples = []
     fd = os.open(path, os.O_RDONLY)
@@ -202,7 +202,7 @@ def _read_gds(gds: Any, path: Path, destination: Any, size: int,
               block_bytes: int = 16 * 2**20) -> list[Sample]:
     """file -> device memory through cuFile, in the blocks of the file mode (its open and
     registration inside the trial, as file's open is)."""
-    from stampede.results.samples import OP_CODE
+    from stampede.ops import OP_CODE
 
     samples = []
     handle = gds.open(path)

@@ -23,7 +23,7 @@ import numpy as np
 
 from stampede import mpi
 from stampede.checkpoint.formats import parse_header
-from stampede.results.samples import OP_CODE, STORAGE_OPS
+from stampede.ops import OP_CODE, STORAGE_OPS
 from stampede.run.checks import Check, reread, verify_held
 from stampede.run.setup import MAX_MESSAGES, RankSetup
 

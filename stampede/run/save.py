@@ -33,8 +33,8 @@ from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, f
 from stampede.checkpoint.prepare import save_space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, StampedeError, UsageError
+from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext, node_counts
-from stampede.results.samples import OP_CODE
 from stampede.run import gather, kernel_nfs
 from stampede.run.checks import new_digest
 from stampede.run.interrupt import Interrupts
