@@ -11,12 +11,11 @@ regenerated (`python -m stampede.ops`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):   # not a dataclass: dataclasses imports inspect, 10 modules the CLI skips
     name: str
     # The op's index in a sample's OP column and in a trace's op list: traces and sidecars
     # already written hold these numbers, so a code is never changed or reused.
@@ -46,8 +45,8 @@ OPS_TABLE = (
        "ops/s"),
     Op("open", 4, "storage", (*R, *S), "open a file (object stores: one HEAD); a save's shared "
        "file, by its other writers", "metadata", True, True, "ops/s"),
-    Op("header", 5, "storage", (*R, "loaders"), "read and parse a formatted file's header",
-       "metadata", unit="ops/s"),
+    Op("header", 5, "storage", (*R, "loaders"), "read and parse a formatted file's header "
+       "(safetensors, HDF5)", "metadata", unit="ops/s"),
     Op("read", 6, "storage", R, "read one block (os.preadv into a page-aligned buffer, or one "
        "ranged GET)", "read", True, True, "ops/s"),
     Op("ttfb", 7, "part", R, "object stores: a read's time to first byte (request sent to the "
@@ -61,8 +60,8 @@ OPS_TABLE = (
        "exchange", unit="ops/s"),
     Op("verify", 12, "check", R, "hash what was read and check it finite (run.verify, "
        "run.check_finite), timed apart from reads", "verify"),
-    Op("restore", 13, "pseudo", R, "from the phase's start (the node's first barrier exit) "
-       "until the rank holds all its bytes"),
+    Op("restore", 13, "pseudo", R, "from the phase's start (the first rank of the node leaving "
+       "the start barrier) until the rank holds all its bytes"),
     Op("interpreter", 14, "startup", ("startup",), "launch until the first line of stampede"),
     Op("import", 15, "startup", ("startup",), "the first line of stampede until its imports "
        "are done"),
@@ -81,19 +80,20 @@ OPS_TABLE = (
        "save.mkdir = every)", "metadata", unit="ops/s"),
     Op("create", 24, "storage", S, "create the temporary name (O_CREAT|O_EXCL; object stores: "
        "CreateMultipartUpload)", "metadata", True, unit="ops/s"),
-    Op("write", 25, "storage", S, "write one block (pwritev from the page-aligned shard; object "
-       "stores: UploadPart or one PUT)", "write", True, unit="ops/s"),
+    Op("write", 25, "storage", S, "write one block (pwritev from the page-aligned shard, O_DIRECT "
+       "with run.cache = direct; object stores: UploadPart or one PUT)", "write", True, unit="ops/s"),
     Op("fsync", 26, "storage", S, "fsync a file (object stores: CompleteMultipartUpload)",
        "write", True, unit="ops/s"),
     Op("rename", 27, "storage", S, "rename the temporary name to the final one", "metadata",
        unit="ops/s"),
     Op("fsync_dir", 28, "storage", S, "fsync a directory's entries", "metadata", unit="ops/s"),
-    Op("validate", 29, "check", S, "evict, re-read and check one extent before release",
+    Op("validate", 29, "check", S, "evict one extent, re-read it and hash it or check it finite, "
+       "before release",
        "verify", unit="ops/s"),
     Op("publish", 30, "storage", S, "replace the layout's pointer atomically", "metadata", True,
        unit="ops/s"),
-    Op("unlink", 31, "storage", S, "retention: delete a file of an old version (object stores: "
-       "a DELETE)", "metadata", True, unit="ops/s"),
+    Op("unlink", 31, "storage", S, "retention (the versions beyond save.keep, after the publish): "
+       "delete a file of an old version (object stores: a DELETE)", "metadata", True, unit="ops/s"),
     Op("rmdir", 32, "storage", S, "retention: remove a directory of an old version", "metadata",
        unit="ops/s"),
     Op("blocked", 33, "pseudo", S, "phase start until the rank could train again: after the "
