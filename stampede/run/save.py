@@ -219,7 +219,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
         if group is not None:
             mpi.free(group, comm)
     return _to_rank_zero(comm, spec, first_plan, hosts, phases,
-                         gather.retries(comm, backend, retries_before, SAVE_RETRY_OPS))
+                         gather.retries(comm, backend, retries_before))
 
 
 def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
@@ -238,8 +238,6 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
 
 
 PUBLISHED = OP_CODE["published"]
-# a save's retried requests, per op: its own, and validation's re-reads (HEAD and GETs)
-SAVE_RETRY_OPS = ("create", "write", "fsync", "publish", "unlink", "open", "read")
 
 
 def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
