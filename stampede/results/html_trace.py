@@ -9,7 +9,7 @@ from typing import Any
 
 from stampede.results import trace as traces
 from stampede.results.html_figures import Axes, frame, legend, polyline, svg
-from stampede.units import format_number, format_seconds
+from stampede.units import NS_PER_S, format_number, format_seconds
 
 SEGMENTS = 40
 
@@ -24,7 +24,7 @@ def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
         by_phase.setdefault(phase, {})[layout] = traces.segments(trace, slowest, SEGMENTS)
     for phase, layouts in by_phase.items():
         span_s = max((s.stop_ns for segments in layouts.values() for s in segments),
-                     default=0) / 1e9
+                     default=0) / NS_PER_S
         if span_s <= 0:
             continue
         for what, value, unit in (("throughput", lambda s: s.gbps, "GB/s"),

@@ -18,6 +18,7 @@ from stampede.results.model import LayoutRun, LayoutStats, RunContext, node_coun
 from stampede.results.warnings import layout_warnings, residency_warning
 from stampede.spec import JobSpec
 from stampede.sysinfo import node_facts, slurm_job_id, slurm_variables
+from stampede.units import BYTES_PER_GB
 
 MAX_HOSTS_IN_ROW = 8
 
@@ -115,7 +116,7 @@ def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
                 first_done_s=restore.first_done_s.median,
                 straggler_ratio=restore.straggler_ratio.median,
                 # BW_rank_io of the recovery model: the slowest rank's effective rate.
-                slowest_rank_gbps=bytes_per_rank / restore.time_to_last_rank_s.median / 1e9
+                slowest_rank_gbps=bytes_per_rank / restore.time_to_last_rank_s.median / BYTES_PER_GB
                 if restore.time_to_last_rank_s.median > 0 and bytes_per_rank else None,
                 storage_s=restore.storage_s.median, network_s=restore.network_s.median,
                 storage_ops_per_iteration=restore.storage_ops.median,

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from stampede.ops import OPS, PSEUDO_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
+from stampede.units import BYTES_PER_GB, NS_PER_S, NS_PER_US
 
 TRACE_COLUMNS = ("iteration", "op", "start_ns", "stop_ns", "bytes", "ok", "rank")
 ROW_BYTES = 8 * len(TRACE_COLUMNS)
@@ -105,12 +106,12 @@ class Segment:
 
     @property
     def gbps(self) -> float:
-        seconds = (self.stop_ns - self.start_ns) / 1e9
-        return self.nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        seconds = (self.stop_ns - self.start_ns) / NS_PER_S
+        return self.nbytes / seconds / BYTES_PER_GB if seconds > 0 else 0.0
 
     @property
     def ops_per_s(self) -> float:
-        seconds = (self.stop_ns - self.start_ns) / 1e9
+        seconds = (self.stop_ns - self.start_ns) / NS_PER_S
         return self.ops / seconds if seconds > 0 else 0.0
 
 
@@ -243,11 +244,11 @@ def chrome_events(trace: Trace) -> dict[str, Any]:
                 rank = int(row[RANK])
                 events.append({
                     "name": op, "cat": f"{layout}{' pseudo' if op in PSEUDO_OPS else ''}",
-                    "ph": "X", "ts": offset_us + row[START] / 1e3,
-                    "dur": max((row[STOP] - row[START]) / 1e3, 0.0),
+                    "ph": "X", "ts": offset_us + row[START] / NS_PER_US,
+                    "dur": max((row[STOP] - row[START]) / NS_PER_US, 0.0),
                     "pid": nodes.index(hosts[rank]) if rank < len(hosts) else 0, "tid": rank,
                     "args": {"layout": layout, "iteration": iteration, "bytes": int(row[NBYTES]),
                              "ok": bool(row[OK])}})
-            offset_us += float(mine[:, STOP].max()) / 1e3 + 1000.0 if len(mine) else 0.0
+            offset_us += float(mine[:, STOP].max()) / NS_PER_US + 1000.0 if len(mine) else 0.0
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"run_id": trace.meta.get("run_id", ""), "source": "stampede"}}
