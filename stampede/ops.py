@@ -11,7 +11,6 @@ regenerated (`python -m stampede.ops`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 
@@ -149,7 +148,6 @@ TIMELINE_COLOURS = {"metadata": "#9467bd", "read": "#1f77b4", "write": "#17becf"
 TIMELINE_PHASES = {phase: tuple(op.name for op in OPS_TABLE if op.timeline == phase)
                    for phase in TIMELINE_COLOURS}
 
-README = Path(__file__).resolve().parents[1] / "results" / "README.md"
 BEGIN, END = "<!-- ops: begin -->", "<!-- ops: end -->"   # python -m stampede.ops writes between
 
 
@@ -180,5 +178,7 @@ def readme_with_section(text: str) -> str:
     return head + readme_section() + tail
 
 
-if __name__ == "__main__":   # rewrite the README's op section
-    README.write_text(readme_with_section(README.read_text()))
+if __name__ == "__main__":   # rewrite the README's op section (results/README.md in a clone)
+    from stampede.bundled import RESULTS_README
+
+    RESULTS_README.write_text(readme_with_section(RESULTS_README.read_text()))

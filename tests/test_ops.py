@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from stampede import ops
+from stampede.bundled import RESULTS_README
 
 PACKAGE = Path(__file__).resolve().parents[1] / "stampede"
 # The codes as traces and sidecars written before the table hold them: a code is never
@@ -105,7 +106,7 @@ def test_the_scan_finds_an_op_missing_from_the_table() -> None:
 
 
 def test_the_readme_op_section_is_current() -> None:
-    text = ops.README.read_text()
+    text = RESULTS_README.read_text()
     assert ops.readme_with_section(text) == text, \
         "results/README.md's op section is stale: run `python -m stampede.ops`"
     for op in ops.OPS_TABLE:
