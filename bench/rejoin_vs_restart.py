@@ -42,7 +42,7 @@ from common import (
     write_job_toml,
 )
 
-from stampede.units import parse_size
+from stampede.units import BYTES_PER_GB, parse_size
 
 
 def main() -> int:
@@ -84,9 +84,9 @@ def main() -> int:
             return result.returncode
         measured = {row["layout"]: float(row["time_to_last_rank_s"])
                     for row in archive_rows(Path(archive)) if row["op"] == "restore"}
-    predicted = {"restart": max(positions * shard / (args.storage_gbps * 1e9),
-                                k * shard / (args.node_gbps * 1e9)),
-                 "rejoin": k * shard / (args.node_gbps * 1e9)}
+    storage_bps, node_bps = args.storage_gbps * BYTES_PER_GB, args.node_gbps * BYTES_PER_GB
+    predicted = {"restart": max(positions * shard / storage_bps, k * shard / node_bps),
+                 "rejoin": k * shard / node_bps}
     print(f"{'restore':<8} {'measured s':>11} {'model s':>9} {'error':>7}")
     for layout in ("rejoin", "restart"):
         error = measured[layout] / predicted[layout] - 1

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from common import docstring_parser, machine_text
 
+from stampede.ops import OP_CODE
 from stampede.results import histogram as histo
 from stampede.results.rows import op_rows
-from stampede.results.samples import OP_CODE
 from stampede.results.stats import layout_stats, layout_stats_reduced, timeline
 
 OPS = (("stat", 3_000, 0), ("open", 9_000, 0), ("close", 4_000, 0))

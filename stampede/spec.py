@@ -18,12 +18,14 @@ from typing import Any
 from stampede import values
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
+from stampede.ops import PATTERN_OPS
+from stampede.units import BYTES_PER_MIB
 
 LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
            "list-first", "list-bcast", "mlperf")
 # checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf),
 # each with the rank count of a closed submission (mlpstorage's LLM_ALLOWED_VALUES)
-JOB_LIMIT_BYTES = 1 << 20    # a job file is a page of TOML: a larger one is not a job
+JOB_LIMIT_BYTES = BYTES_PER_MIB    # a job file is a page of TOML: a larger one is not a job
 WORKLOAD_RANKS = {"llama3-8b": 8, "llama3-70b": 64, "llama3-405b": 512, "llama3-1t": 1024}
 WORKLOADS = ("none", *WORKLOAD_RANKS)
 REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
@@ -34,7 +36,6 @@ DTYPES = tuple(WRITTEN)
 CACHE_MODES = ("warm", "cold", "direct")
 SOURCES = ("synthetic", "existing")
 ASSIGN_POLICIES = ("files", "tensor-slices", "saved")   # stampede.existing.catalogue: who reads what
-PATTERN_OPS = ("stat", "open", "read", "close")
 VERIFY_MODES = ("none", "sha256", "xxh3")
 SAVE_MODES = ("sync", "async")
 DURABILITY = ("fsync", "none")
@@ -46,7 +47,7 @@ SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metada
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
 PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas go
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
-MIN_PART_BYTES = 5 * 2**20   # S3's smallest part (all but the last)
+MIN_PART_BYTES = 5 * BYTES_PER_MIB   # S3's smallest part (all but the last)
 
 @dataclass(frozen=True)
 class Option:

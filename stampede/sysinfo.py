@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from stampede.units import BYTES_PER_KIB
+
 
 @dataclass(frozen=True)
 class Mount:
@@ -24,7 +26,7 @@ def meminfo_bytes(key: str = "MemTotal", meminfo: str = "/proc/meminfo") -> int 
         with open(meminfo) as stream:
             for line in stream:
                 if line.startswith(f"{key}:"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * BYTES_PER_KIB
     except OSError:
         pass
     return None

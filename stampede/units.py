@@ -6,6 +6,18 @@ GB is 10^9 bytes and GiB is 2^30 bytes, everywhere; bandwidth is always GB/s (de
 import math
 import re
 
+# Unit conversions, named: 1e9 is both ns per s and bytes per GB, so neither is written
+# bare outside the tables of this module.
+NS_PER_S = 10**9
+NS_PER_MS = 10**6
+NS_PER_US = 10**3
+US_PER_S = 10**6
+MS_PER_S = 10**3
+BYTES_PER_GB = 10**9      # GB, GB/s: decimal, everywhere
+BYTES_PER_KIB = 2**10
+BYTES_PER_MIB = 2**20
+BYTES_PER_GIB = 2**30
+
 _SIZE_FACTORS = {
     "": 1,
     "b": 1,

@@ -13,8 +13,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "stampede"
 # Each folder (or top-level module) and what it may import from stampede, besides itself
-# and the bottom (spec, layouts, targets, values, units, errors, mpi, launcher, sysinfo, ...).
-BOTTOM = {"spec", "spec_rules", "values", "units", "errors", "mpi", "launcher", "sysinfo", "buffers",
+# and the bottom (spec, ops, values, units, errors, mpi, launcher, sysinfo, buffers, bundled).
+BOTTOM = {"spec", "spec_rules", "ops", "values", "units", "errors", "mpi", "launcher", "sysinfo", "buffers",
           "bundled", "dtypes", "__init__", "__version__", "FIRST_LINE_NS"}
 MAY_IMPORT = {
     "__main__": {"cli"},

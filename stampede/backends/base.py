@@ -20,10 +20,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-# the keys of Backend.retries: the restore's requests, and the save's on object stores
-RETRY_OPS = ("stat", "open", "read", "list", "close", "create", "write", "fsync", "publish",
-             "unlink")
-
 
 class Writer(Protocol):
     """Writes one file or object, handed out by `Backend.writer` as a context manager."""
@@ -39,7 +35,7 @@ class Backend(Protocol):
     # the response arrived): a request's time to first byte, apart from its transfer.
     ttfb: bool
     first_byte_ns: int
-    # Retries the backend's client made on its own, cumulative per op name (RETRY_OPS):
+    # Retries the backend's client made on its own, cumulative per op name (stampede.ops.RETRY_OPS):
     # an op that succeeded after 2 retries is one sample, but 3 requests reached the
     # storage. Zero where the client never retries.
     retries: dict[str, int]

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
-from stampede.backends.base import RETRY_OPS
 from stampede.errors import UsageError
+from stampede.ops import RETRY_OPS
 from stampede.values import credential_in
 
 # Storage options that may be shown in the sidecar; every other key (and any credential,

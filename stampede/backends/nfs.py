@@ -28,15 +28,16 @@ from contextlib import suppress
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from stampede.backends.base import RETRY_OPS
 from stampede.backends.libnfs import Client
 from stampede.errors import UsageError
+from stampede.ops import RETRY_OPS
+from stampede.units import BYTES_PER_MIB
 
 # libnfs 4.0 (Debian's libnfs13) over NFSv4 reports no rsize or wsize, sends a READ of
 # more than the server's maximum (ganesha's default 1 MiB) and fails, and encodes a
 # WRITE's data into its 4 KiB request buffer: 3,944 bytes is the most that fits (bisected
 # here against ganesha 4.3). Each call is one RPC of at most these.
-NFS4_READ_BYTES = 1 << 20
+NFS4_READ_BYTES = BYTES_PER_MIB
 LIBNFS4_NFS4_WRITE_BYTES = 3944
 FILE_MODE = 0o640
 DIR_MODE = 0o750

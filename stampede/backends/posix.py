@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from stampede.backends.base import RETRY_OPS
 from stampede.errors import UsageError
+from stampede.ops import RETRY_OPS
 from stampede.sysinfo import mount_of
 
 FILE_MODE = 0o640   # checkpoint files: no world access

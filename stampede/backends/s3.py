@@ -62,11 +62,12 @@ from stampede.backends.s3wire import (
 )
 from stampede.backends.sigv4 import Signer
 from stampede.errors import UsageError
+from stampede.units import BYTES_PER_MIB
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0       # per socket read: a slow transfer that keeps moving never trips it
 MAX_ATTEMPTS = 3            # botocore's "standard" default: 1 request + 2 retries
-WRITE_BLOCK_BYTES = 16 * 2**20   # multipart part size of a streaming upload (S3: >= 5 MiB)
+WRITE_BLOCK_BYTES = 16 * BYTES_PER_MIB   # multipart part size of a streaming upload (S3: >= 5 MiB)
 BACKOFF_S = {True: 1.0, False: 0.05}   # throttling or not: botocore standard's base scales
 MAX_BACKOFF_S = 20.0
 LIST_PAGE = "list-type", "2"

@@ -31,8 +31,9 @@ from urllib.parse import quote, urlsplit
 from xml.sax.saxutils import unescape
 
 from stampede.backends.sigv4 import EMPTY_SHA256, Signer, canonical_query
+from stampede.units import BYTES_PER_KIB
 
-ERROR_BODY_MAX_BYTES = 64 * 1024   # an error's XML is small; more is not read
+ERROR_BODY_MAX_BYTES = 64 * BYTES_PER_KIB   # an error's XML is small; more is not read
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 THROTTLING_CODES = frozenset({   # botocore's list: these back off from 1 s, others 50 ms
     "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",

@@ -45,7 +45,7 @@ from stampede.checkpoint.plan import (
 from stampede.errors import CheckpointError, UsageError
 from stampede.results.progress import progress_bar
 from stampede.spec import JobSpec
-from stampede.units import format_bytes
+from stampede.units import BYTES_PER_MIB, format_bytes
 
 
 def _check_target(spec: JobSpec, backend: Backend, nranks: int,
@@ -130,7 +130,7 @@ class Space:
         return text + ("; it fits" if self.fits else "; it does not fit")
 
 
-HEADER_MARGIN_BYTES = 1 << 20   # a formatted file's header and alignment, at the most
+HEADER_MARGIN_BYTES = BYTES_PER_MIB   # a formatted file's header and alignment, at the most
 
 
 def _file_sizes(spec: JobSpec, layout: str, nranks: int) -> list[tuple[str, int]]:

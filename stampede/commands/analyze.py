@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from stampede.units import NS_PER_S
+
 SHOWN_RANKS = 8
 
 
@@ -118,7 +120,7 @@ def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int
                       ("from", "to", "GB/s", "ops/s", "ops", "errors", "ranks in op (max)",
                        "(mean)"))
     for segment in found:
-        table.add_row(format_seconds(segment.start_ns / 1e9), format_seconds(segment.stop_ns / 1e9),
+        table.add_row(format_seconds(segment.start_ns / NS_PER_S), format_seconds(segment.stop_ns / NS_PER_S),
                       format_number(segment.gbps), format_number(segment.ops_per_s),
                       str(segment.ops), str(segment.errors), str(segment.inside_max),
                       f"{segment.inside_mean:.2f}")
@@ -149,10 +151,10 @@ def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int
     nodes = traces.by_node(times)
     if len(nodes) > 1:
         console.print("by node (median done, slowest first): " + ", ".join(
-            f"{host} {format_seconds(done / 1e9)} ({n} ranks)"
+            f"{host} {format_seconds(done / NS_PER_S)} ({n} ranks)"
             for host, done, n in nodes[:SHOWN_RANKS]), markup=False)
 
 
 def _at(ns: int) -> str:
     from stampede.units import format_seconds
-    return "-" if ns < 0 else format_seconds(ns / 1e9)
+    return "-" if ns < 0 else format_seconds(ns / NS_PER_S)

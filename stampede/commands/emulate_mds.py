@@ -11,8 +11,9 @@ from typing import Any
 from stampede.emulate import mds as model
 from stampede.emulate import writable
 from stampede.emulate.service import LOG_LIMIT
+from stampede.units import BYTES_PER_KIB
 
-MAX_WRITE_BYTES = 128 * 1024   # the most a FUSE write request carries with libfuse 2
+MAX_WRITE_BYTES = 128 * BYTES_PER_KIB   # the most a FUSE write request carries with libfuse 2
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:

@@ -12,6 +12,7 @@ from stampede.errors import UsageError
 from stampede.model import contention as model
 from stampede.model.contention import METADATA_OPS, PHASES, SAVE_METADATA_OPS, SAVE_OPS
 from stampede.model.fit import Known
+from stampede.units import BYTES_PER_GB
 
 # per phase: (the metadata ops fitted by default, those --op may name); what is projected
 OPS = {"restore": (METADATA_OPS, METADATA_OPS), "save": (SAVE_METADATA_OPS, SAVE_OPS)}
@@ -81,8 +82,8 @@ def _known(args: argparse.Namespace) -> Known:
     if args.replicas is not None and args.ranks % args.replicas:
         raise UsageError(f"--replicas {args.replicas} does not divide --ranks {args.ranks}")
     return Known(rtt_s=args.rtt_s, service_s=args.service_s, threads=args.threads,
-                 net_bps=args.net_gbps * 1e9 if args.net_gbps is not None else math.inf,
-                 node_bps=args.node_gbps * 1e9 if args.node_gbps is not None else None)
+                 net_bps=args.net_gbps * BYTES_PER_GB if args.net_gbps is not None else math.inf,
+                 node_bps=args.node_gbps * BYTES_PER_GB if args.node_gbps is not None else None)
 
 
 def chosen_ops(text: str, phase: str) -> tuple[str, ...]:

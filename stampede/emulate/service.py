@@ -28,12 +28,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from stampede.units import MS_PER_S, US_PER_S
+
 PR_SET_TIMERSLACK = 29
 TIMER_SLACK_NS = 1            # the least the kernel allows: wake at the time asked
 SPIN_S = 100e-6               # the end of the hold spent yielding, not sleeping
 MAX_SPIN_FRACTION = 0.25      # of a service time: what a busy slot may cost in CPU
 REALTIME_PRIORITY = 1         # SCHED_FIFO's lowest: above every ordinary process
-US_PER_S = 1_000_000
 
 
 def precise_timers() -> None:
@@ -157,9 +158,10 @@ def held_text(numbers: dict[str, float]) -> str:
     ... mean; at most 2 at once"""
     asked_s, held_s = numbers["asked_mean_s"], numbers["held_mean_s"]
     relative = f" ({held_s / asked_s - 1:+.1%})" if asked_s else ""
-    return (f"asked {asked_s * 1e3:.3f} ms, held {held_s * 1e3:.3f} ms mean{relative} / "
-            f"{numbers['held_p50_s'] * 1e3:.3f} ms p50, over asked {numbers['over_p99_s'] * 1e3:.3f} "
-            f"ms p99; queued {numbers['queued_mean_s'] * 1e3:.3f} ms mean; at most "
+    return (f"asked {asked_s * MS_PER_S:.3f} ms, held {held_s * MS_PER_S:.3f} ms mean{relative} / "
+            f"{numbers['held_p50_s'] * MS_PER_S:.3f} ms p50, over asked "
+            f"{numbers['over_p99_s'] * MS_PER_S:.3f} ms p99; queued "
+            f"{numbers['queued_mean_s'] * MS_PER_S:.3f} ms mean; at most "
             f"{int(numbers['peak_in_service'])} at once")
 
 

@@ -35,6 +35,7 @@ import shlex
 from dataclasses import dataclass
 
 from stampede.errors import UsageError
+from stampede.units import BYTES_PER_GB, BYTES_PER_KIB, BYTES_PER_MIB, MS_PER_S
 
 NETNS_PREFIX = "stampede-"          # every namespace: stampede-<id>-<host>
 BRIDGE = "br0"
@@ -171,12 +172,12 @@ def shaping(link: Link) -> list[list[str]]:
                          f"{link.latency_ms:g}ms", "limit", "100000"])
         parent = ["parent", "1:1"]
     if link.gbps is not None:
-        rate_bytes = link.gbps * 1e9
+        rate_bytes = link.gbps * BYTES_PER_GB
         # The bucket: 1 ms of the rate (at least 32 KiB, so a full-size frame always fits);
         # the queue: 100 ms of it (at least 1 MiB), so TCP keeps the link busy rather than
         # halving its window at every burst of eight ranks' requests.
-        burst = max(int(rate_bytes / 1000), 32 * 1024)
-        limit = max(int(rate_bytes / 10), 1024 * 1024)
+        burst = max(int(rate_bytes / MS_PER_S), 32 * BYTES_PER_KIB)
+        limit = max(int(rate_bytes / 10), BYTES_PER_MIB)
         commands.append(["qdisc", "add", "dev", "DEV", *parent, "handle", "10:", "tbf", "rate",
                          f"{int(rate_bytes * 8)}bit", "burst", str(burst), "limit", str(limit)])
     return commands

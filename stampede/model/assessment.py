@@ -23,7 +23,7 @@ from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
 from stampede.model.mttr import Breakdown, breakdown, measured_model
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
 from stampede.model.workload import Workload
-from stampede.units import format_bytes, format_duration, format_rate
+from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_rate
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
 
@@ -212,7 +212,8 @@ def mttr_at_target(model: Breakdown, projection: Any, workload: Workload) -> Bre
                "bw_rank_gbps": f"projected: {projection.fit.layout} at {workload.ranks} ranks, "
                                f"{format_bytes(size_bytes)} per rank (stampede project)"}
     return breakdown(terms["T_detect"].seconds, terms["T_cordon_swap"].seconds,
-                     terms["T_pod_init"].seconds, size_bytes / 1e9, size_bytes / total_s / 1e9,
+                     terms["T_pod_init"].seconds, size_bytes / BYTES_PER_GB,
+                     size_bytes / total_s / BYTES_PER_GB,
                      terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s)
 
 

@@ -27,9 +27,9 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from stampede.ops import PSEUDO_OPS
 from stampede.results.archive import CONFIG_COLUMNS
 from stampede.results.cells import number, text
-from stampede.results.samples import PSEUDO_OPS
 
 NO_SPREAD_TOLERANCE = 0.05
 # Two rows measure the same thing when these are equal (archive.CONFIG_COLUMNS and what
@@ -45,6 +45,13 @@ METRICS = (
 
 Key = tuple[tuple[str, str], ...]
 Row = dict[str, str]
+
+
+def within_spread(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
+    """The one "tie within spread" rule, of compare's verdicts and the report's ranking:
+    two measurements tie when their ranges [low, high] overlap (touching counts). A NaN
+    bound (no range kept) ties nothing."""
+    return low_a <= high_b and low_b <= high_a
 
 
 @dataclass(frozen=True)
@@ -106,9 +113,10 @@ class Comparison:
         """Whether the two sides' ranges overlap; None: no range to judge by."""
         a, b = self.base, self.other
         if self.judged_by == "runs":
-            return a.low <= b.high and b.low <= a.high
+            return within_spread(a.low, a.high, b.low, b.high)
         if self.judged_by == "iterations":
-            return a.iteration_low <= b.iteration_high and b.iteration_low <= a.iteration_high
+            return within_spread(a.iteration_low, a.iteration_high, b.iteration_low,
+                                 b.iteration_high)
         return None
 
     @property

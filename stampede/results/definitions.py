@@ -1,5 +1,10 @@
 """What stampede measures, written once: the text `--help` prints and the report points
-to, and the constants it cites. Imported by the CLI on every start: the stdlib only."""
+to, and the constants it cites. Imported by the CLI on every start: the stdlib only. Each op's own definition
+is stampede.ops's; the paragraphs here list them."""
+
+import textwrap
+
+from stampede.ops import BY_NAME, NETWORK_OPS, OPS_TABLE, PSEUDO_OPS, SAVE_ORDER, STORAGE_OPS
 
 # The latency percentiles every op reports (beside min and max): linear interpolation
 # between order statistics, numpy's default, from exact int64 nanoseconds.
@@ -12,15 +17,31 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 BUCKET_ERROR = 0.01
 GAMMA = (1 + BUCKET_ERROR) / (1 - BUCKET_ERROR)
 
+
+
+def _paragraph(label: str, text: str) -> str:
+    """One entry of a definitions list: the label, then its text wrapped beside it (below
+    it when the label is too long)."""
+    indent = " " * 16
+    if len(label) > 13:
+        return f"  {label}\n" + textwrap.fill(text, width=88, initial_indent=indent,
+                                              subsequent_indent=indent, break_on_hyphens=False)
+    return textwrap.fill(text, width=88, initial_indent=f"  {label:<14}",
+                         subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _ops(names: tuple[str, ...]) -> str:
+    """An entry per op: its definition (stampede.ops)."""
+    return "\n".join(_paragraph(name, BY_NAME[name].definition) for name in names)
+
+
+_RUN_OPS = tuple(op.name for op in OPS_TABLE if "restore" in op.phases)
+_SAVE_OPS = tuple(name for name in SAVE_ORDER if name not in PSEUDO_OPS)
+
 METRICS = f"""\
 what stampede measures (per layout, per op; all ranks start together after a barrier):
-  op            stat, open (object stores: one HEAD each), header (read and parse a
-                safetensors/HDF5 header), read (one block: os.preadv into a page-aligned
-                buffer, or one ranged GET; ttfb = its time to first byte), close, index
-                (a shared index read whole), verify (hashing and the finite check,
-                timed apart from reads), restore (pseudo-op: from the phase's start,
-                the first rank of the node leaving the start barrier, until the rank
-                holds all its bytes); all ranks of a node on one clock
+  ops           each timed alone; all ranks of a node on one clock:
+{_ops(_RUN_OPS)}
   latency       min/p50/p90/p99/p99.9/max over every rank's samples of every measured
                 iteration (exact, int64 ns, linear interpolation), with the count;
                 run.samples = histogram: p50-p99.9 from log buckets, within
@@ -32,8 +53,9 @@ what stampede measures (per layout, per op; all ranks start together after a bar
   slowest-rank GB/s
                 bytes per rank / time to last rank: BW_rank_io of the recovery model
   storage / network part
-                first start to last stop, all ranks, of the storage ops (list, index,
-                stat, open, header, read, close) / of the exchange ops (bcast, allgather)
+{_paragraph("", "first start to last stop, all ranks, of the storage ops ("
+                + ", ".join(STORAGE_OPS) + ") / of the exchange ops ("
+                + ", ".join(NETWORK_OPS) + ")")}
   iterations    warmup iterations are run and dropped; the report shows the median
                 over iterations and its min-max spread, and warns when it is wide
   cache         warm = page cache as it is (a warm read is not a restore);
@@ -46,19 +68,11 @@ archive: one CSV row per (run, layout, op), appended, schema-versioned, plus a J
 sidecar per run (hosts, MPI library, file system, Slurm variables).
 """
 
-SAVE_METRICS = """\
+SAVE_METRICS = f"""\
 what stampede save measures (per layout, per op; all ranks start together after a
 barrier, each holding its shard in memory; every save is a new version):
-  op            snapshot (save.mode = async: the shard copied to a staging buffer, what
-                stops training), mkdir (the version's directories: rank 0, or every rank
-                with save.mkdir = every), create (O_CREAT|O_EXCL of the temporary name),
-                open (a shared file, by its other writers), write (one block: pwritev
-                from the page-aligned shard; O_DIRECT with run.cache = direct), fsync,
-                close, rename (temporary -> final name), fsync_dir (the directory's
-                entries), wait (for other ranks: a step that needs them all), validate
-                (one extent evicted, re-read and hashed, or checked finite), publish (the
-                layout's pointer replaced atomically), unlink / rmdir (retention: the
-                versions beyond save.keep, deleted after the publish)
+  ops           each timed alone:
+{_ops(_SAVE_OPS)}
   save          pseudo-op: phase start -> the rank's last fsync (its bytes durable under
                 their final names); time to last rank = the save's duration, agg GB/s =
                 bytes saved / that; with save.durability = none it ends at the rank's

@@ -26,15 +26,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stampede.ops import OPS
 from stampede.results.definitions import GAMMA, PERCENTILES
 from stampede.results.model import EMPTY_LATENCY, Histogram, Latency
-from stampede.results.samples import ITER, NBYTES, OK, OP, OPS, START, STOP
+from stampede.results.samples import ITER, NBYTES, OK, OP, START, STOP
+from stampede.units import NS_PER_S
 
 # Edges GAMMA^k from 100 ns to 10^4 s (about 1,270 buckets, each 2% wide): the
 # resolution of a CDF drawn from the sidecar, whatever the number of samples.
 HISTOGRAM_EDGES_S = tuple(GAMMA ** exponent for exponent in range(
     math.floor(math.log(1e-7) / math.log(GAMMA)), math.ceil(math.log(1e4) / math.log(GAMMA)) + 1))
-EDGES_NS = np.array(HISTOGRAM_EDGES_S) * 1e9
+EDGES_NS = np.array(HISTOGRAM_EDGES_S) * NS_PER_S
 AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
 BIG = np.iinfo(np.int64).max
 
@@ -95,7 +97,7 @@ REDUCTIONS = {"histograms": "sum", "latency_min_ns": "min", "latency_max_ns": "m
 
 
 def histogram(durations_ns: np.ndarray) -> Histogram:
-    counts, _ = np.histogram(durations_ns.astype(np.float64) / 1e9, bins=HISTOGRAM_EDGES_S)
+    counts, _ = np.histogram(durations_ns.astype(np.float64) / NS_PER_S, bins=HISTOGRAM_EDGES_S)
     return Histogram(counts=tuple(int(count) for count in counts), edges_s=HISTOGRAM_EDGES_S)
 
 
@@ -109,7 +111,7 @@ def latency_from_histogram(counts: np.ndarray, min_ns: int, max_ns: int) -> Late
     if total == 0:
         return EMPTY_LATENCY
     cumulative = np.cumsum(counts)
-    low_s, high_s = min_ns / 1e9, max_ns / 1e9
+    low_s, high_s = min_ns / NS_PER_S, max_ns / NS_PER_S
 
     def order_statistic(index: int) -> float:
         bucket = int(np.searchsorted(cumulative, index, side="right"))

@@ -2,7 +2,7 @@
 (no plotting library, nothing fetched): the latency CDFs (plot.cdf_steps of the sidecar's
 histograms), the scaling curves (plot.scaling_series) with the contention model's fit
 and its projection, and the per-rank timeline of the slowest iteration, each rank's time
-in each phase (model.TIMELINE_PHASES) in its own colour. The stdlib only."""
+in each phase (ops.TIMELINE_PHASES) in its own colour. The stdlib only."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from stampede.results.model import TIMELINE_COLUMNS, TIMELINE_MOMENTS, TIMELINE_PHASES
+from stampede.ops import TIMELINE_COLOURS, TIMELINE_PHASES
+from stampede.results.model import TIMELINE_COLUMNS, TIMELINE_MOMENTS
 from stampede.results.plot import cdf_steps, scaling_series, timeline_rows
 from stampede.units import format_seconds
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
-PHASE_COLOURS = {"metadata": "#9467bd", "read": "#1f77b4", "write": "#17becf", "wait": "#bbbbbb",
-                 "exchange": "#ff7f0e", "verify": "#2ca02c", "device copy": "#d62728"}
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 300, 70, 20, 26, 44
 
 
@@ -198,7 +197,7 @@ def timeline_figure(stats: dict[str, Any], hosts: Sequence[str]) -> tuple[str, i
         for name, seconds in segments:
             if not seconds > 0:
                 continue
-            colour = PHASE_COLOURS.get(name, "#999")
+            colour = TIMELINE_COLOURS.get(name, "#999")
             body.append(f'<rect x="{axes.px(x):.1f}" y="{y}" height="{row_px - 5}" width="'
                         f'{max(axes.px(x + seconds) - axes.px(x), 0.5):.1f}" fill="{colour}">'
                         f'<title>rank {rank} on {escape(node)}: {name} '
@@ -209,5 +208,5 @@ def timeline_figure(stats: dict[str, Any], hosts: Sequence[str]) -> tuple[str, i
             body.append(f'<line x1="{px:.1f}" y1="{y - 1}" x2="{px:.1f}" y2="{y + row_px - 4}" '
                         'stroke="#000" stroke-width="1.5"/>')
     names = list(TIMELINE_PHASES) if phased else ["first op to done"]
-    body += legend([(name, PHASE_COLOURS.get(name, "#999")) for name in names])
+    body += legend([(name, TIMELINE_COLOURS.get(name, "#999")) for name in names])
     return svg(body, f"per-rank timeline of measured iteration {iteration}", height), iteration

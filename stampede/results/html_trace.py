@@ -11,7 +11,7 @@ from typing import Any
 
 from stampede.results import trace as traces
 from stampede.results.html_figures import BOTTOM, LEFT, RIGHT, TOP, WIDTH, Axes, frame, legend, polyline, svg
-from stampede.units import format_number, format_seconds
+from stampede.units import NS_PER_S, format_number, format_seconds
 
 SEGMENTS = 40
 
@@ -31,7 +31,7 @@ def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
             found.append(figure)
     for phase, layouts in by_phase.items():
         span_s = max((s.stop_ns for segments in layouts.values() for s in segments),
-                     default=0) / 1e9
+                     default=0) / NS_PER_S
         if span_s <= 0:
             continue
         for what, value, unit in (("throughput", lambda s: s.gbps, "GB/s"),
@@ -61,7 +61,7 @@ def heat_map(trace: Any, key: str, rows: Any) -> tuple[str, str] | None:
     labels, busy = traces.rank_busy(trace, rows, SEGMENTS)
     if not labels or not len(rows):
         return None
-    span_s = float(rows[:, traces.STOP].max()) / 1e9
+    span_s = float(rows[:, traces.STOP].max()) / NS_PER_S
     cell_h = max(3.0, min(18.0, 240.0 / len(labels)))
     height = int(TOP + cell_h * len(labels) + BOTTOM)
     axes = Axes((0.0, span_s), (0.0, float(len(labels))), height=height)

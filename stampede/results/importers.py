@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MIB = 2**20
+from stampede.units import BYTES_PER_GB, BYTES_PER_MIB
+
 NO_DETAIL = "no latency percentiles, no per-rank detail"
 MDTEST_LAUNCHED = re.compile(r"launched with (\d+) total task\(s\) on (\d+) node\(s\)")
 # Before each rank count's results: "2 tasks, 2000 files" (items per iteration, all tasks).
@@ -159,16 +160,16 @@ def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, Any]], origin: O
                    for number, result in enumerate(repetitions)]
         bw_mib = [_number(result, "bwMiB", name) for name, result in results]
         ops = [_number(result, "iops", name) for name, result in results]
-        rates = {"agg_gbps": [value * MIB / 1e9 for value in bw_mib], "ops_per_s": ops}
+        rates = {"agg_gbps": [value * BYTES_PER_MIB / BYTES_PER_GB for value in bw_mib], "ops_per_s": ops}
         elapsed_s = statistics.median(_number(result, "totalTime", name)
                                       for name, result in results)
         how = f"median of IOR's {len(repetitions)} repetitions"
         values = {f"{column}{tail}": pick(series) for column, series in rates.items()
                   for tail, pick in (("", statistics.median), ("_min", min), ("_max", max))}
     else:  # no (or not every) repetition's results: IOR's means stand in for medians
-        values = {"agg_gbps": _number(entry, "bwMeanMIB", where) * MIB / 1e9,
-                  "agg_gbps_min": _number(entry, "bwMinMIB", where) * MIB / 1e9,
-                  "agg_gbps_max": _number(entry, "bwMaxMIB", where) * MIB / 1e9,
+        values = {"agg_gbps": _number(entry, "bwMeanMIB", where) * BYTES_PER_MIB / BYTES_PER_GB,
+                  "agg_gbps_min": _number(entry, "bwMinMIB", where) * BYTES_PER_MIB / BYTES_PER_GB,
+                  "agg_gbps_max": _number(entry, "bwMaxMIB", where) * BYTES_PER_MIB / BYTES_PER_GB,
                   "ops_per_s": _number(entry, "OPsMean", where),
                   "ops_per_s_min": _number(entry, "OPsMin", where),
                   "ops_per_s_max": _number(entry, "OPsMax", where)}

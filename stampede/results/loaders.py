@@ -17,9 +17,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stampede.ops import LOADER_OPS
 from stampede.results.cells import Row, number, text, whole
-
-PHASE_OPS = ("index", "header", "plan", "load", "deserialise", "touch")
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ def _key(row: Row) -> tuple[str, str, str, str]:
 
 
 def _phases(rows: Sequence[Row], restore: Row) -> tuple[tuple[str, float], ...]:
-    same = [row for row in rows if row["op"] in PHASE_OPS and _key(row) == _key(restore)
+    same = [row for row in rows if row["op"] in LOADER_OPS and _key(row) == _key(restore)
             and text(row, "backend") == text(restore, "backend")
             and text(row, "device") == text(restore, "device")]
     return tuple((row["op"], number(row, "lat_p50_s")) for row in same)

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from stampede.spec import WORKLOAD_RANKS
+from stampede.units import BYTES_PER_GIB
 
 NOT_COMPARABLE = "not comparable with submissions"
 CACHE_FACTOR = 3           # the rules: clear the cache when a host wrote < 3x its RAM
 GAP_MAX_S = 30.0           # the rules: reads within 30 s of the writes
 RESIDENT_MAX = 0.01        # what stampede calls cleared: at most 1% of the bytes resident
-GB = 2**30                 # DLIO's "GB"
+GB = BYTES_PER_GIB         # DLIO's "GB"
 
 
 def comparability(workload: str, nranks: int, subset: bool, scale: Fraction) -> list[str]:

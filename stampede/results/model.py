@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+from stampede.ops import TIMELINE_PHASES
+
 NAN = float("nan")
 
 
@@ -101,20 +103,10 @@ class Histogram:
 # jitter delay included), the end of its first read (a whole block has arrived: "first
 # byte"), the end of its last read, and when it was done; seconds on the phase's axis
 # (stampede.run.clock), NaN where the layout has no such moment (a broadcast member reads none).
-# Then the seconds the rank spent in each of TIMELINE_PHASES (the sum of its samples'
-# durations, so a broadcast's storage and network parts are told apart); older sidecars
-# hold the six moments only.
+# Then the seconds the rank spent in each of stampede.ops.TIMELINE_PHASES (the sum of its
+# samples' durations, so a broadcast's storage and network parts are told apart); older
+# sidecars hold the six moments only.
 TIMELINE_MOMENTS = ("rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s")
-TIMELINE_PHASES = {
-    "metadata": ("list", "index", "stat", "open", "header", "close", "mkdir", "create",
-                 "rename", "fsync_dir", "publish", "unlink", "rmdir"),
-    "read": ("read",),
-    "write": ("snapshot", "write", "fsync"),
-    "wait": ("wait",),
-    "exchange": ("bcast", "allgather"),
-    "verify": ("verify", "validate"),
-    "device copy": ("pin", "h2d"),
-}
 TIMELINE_COLUMNS = TIMELINE_MOMENTS + tuple(
     f"{name.replace(' ', '_')}_s" for name in TIMELINE_PHASES)
 

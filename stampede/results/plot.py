@@ -189,7 +189,7 @@ def cdf_steps(counts: Sequence[int], edges_s: Sequence[float]) -> tuple[list[flo
 
 def cdf_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str]) -> Figure | None:
     """One panel per op, one step line per layout, x log-scaled in seconds."""
-    from stampede.results.samples import OPS
+    from stampede.ops import OPS
 
     stats = layout_stats(document, run_rows, notes)
     histograms = {layout: s.get("histograms") or {} for layout, s in stats.items()}

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from stampede.units import BYTES_PER_GB
+
 LINE_EVERY_S = 5.0        # batch logs: at most one line per this many seconds
 LIVE_EVERY_S = 0.2        # the live line: at most this often
 
@@ -94,7 +96,7 @@ def progress_bar(total: int, description: str, enabled: bool) -> Iterator[Callab
         nonlocal done
         done += nbytes
         seconds = time.monotonic() - progress.started
-        rate = f", {done / seconds / 1e9:.3g} GB/s" if seconds > 0 else ""
+        rate = f", {done / seconds / BYTES_PER_GB:.3g} GB/s" if seconds > 0 else ""
         progress.step(f"{description}: {format_bytes(done)} of {format_bytes(total)} "
                       f"({done / total:.0%}){rate}", done, total, final=done >= total)
     try:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from stampede.results.cells import Row, number, whole
+from stampede.results.compare import within_spread
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
 
@@ -198,10 +199,14 @@ def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = 
     console.print(f"[dim]{SAVE_POINTER if saves else POINTER}[/]")
 
 
+LOW, HIGH = "time_to_last_rank_min_s", "time_to_last_rank_max_s"   # a row's spread
+
+
 def ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
     """Rows of the completion op (restore, save), valid ones by time to last rank first,
     each with how it stands against the best: a tie when their per-iteration min-max
-    ranges overlap (the words of `stampede compare`), else how much slower."""
+    ranges overlap (compare.within_spread, the rule of `stampede compare`), else how much
+    slower."""
     restores = [row for row in rows if row["op"] == op]
     valid = sorted((row for row in restores if row["valid"] == "true"),
                    key=lambda row: number(row, "time_to_last_rank_s"))
@@ -210,7 +215,8 @@ def ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
         best = valid[0]
         if row is best:
             standing = "best" if len(valid) > 1 else "-"
-        elif number(row, "time_to_last_rank_min_s") <= number(best, "time_to_last_rank_max_s"):
+        elif within_spread(number(row, LOW), number(row, HIGH), number(best, LOW),
+                           number(best, HIGH)):
             standing = "tie (within spread)"
         else:
             ratio = number(row, "time_to_last_rank_s") / number(best, "time_to_last_rank_s")

@@ -10,6 +10,7 @@ from typing import Any
 
 from stampede.results.report import new_table
 from stampede.units import (
+    BYTES_PER_GB,
     format_bytes,
     format_duration,
     format_in,
@@ -80,8 +81,8 @@ def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
                       ("[green]" if term.measured else "[dim]") + term.source + "[/]")
     terms.add_row("[bold]T_MTTR[/]", f"[bold]{format_duration(model.total_s)}[/]", "100%", "")
     console.print(terms)
-    console.print(f"load term: {format_bytes(model.weights_gb * 1e9)} / "
-                  f"{format_rate(model.bw_rank_gbps * 1e9, 'B/s')} per rank; "
+    console.print(f"load term: {format_bytes(model.weights_gb * BYTES_PER_GB)} / "
+                  f"{format_rate(model.bw_rank_gbps * BYTES_PER_GB, 'B/s')} per rank; "
                   f"dominant term{'s (tied)' if len(dominant) > 1 else ''}: "
                   f"[bold]{', '.join(term.name for term in dominant)}[/]")
     if math.isfinite(model.metadata_stall_s):
@@ -131,7 +132,7 @@ def _render_checkpointing(saving: Any, gpus: float, console: Any) -> None:
 
 
 def _gbps(rate: float) -> str:
-    return "unlimited" if math.isinf(rate) else f"{rate / 1e9:.3g} GB/s"
+    return "unlimited" if math.isinf(rate) else f"{rate / BYTES_PER_GB:.3g} GB/s"
 
 
 def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], workload: Any,

@@ -7,9 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from stampede.ops import OPS
 from stampede.results.report import new_table
-from stampede.results.samples import OPS
-from stampede.units import format_bytes
+from stampede.units import BYTES_PER_GIB, format_bytes
 
 # What a catalogue's items are called, by format (the others hold tensors).
 ITEMS = {"dcp": "saved items", "torch": "storages", "tensorizer": "files (whole)"}
@@ -139,7 +139,7 @@ def _describe_checkpoint(catalogue: Any) -> list[str]:
         f"{ITEMS.get(catalogue.format, 'tensors')}: "
         f"{len(catalogue.tensors)} ("
         + ", ".join(f"{dtype} {count}" for dtype, count in dtypes.most_common()) + ")",
-        f"bytes to restore: {catalogue.total_bytes:,} ({catalogue.total_bytes / 2**30:.3f} GiB)",
+        f"bytes to restore: {catalogue.total_bytes:,} ({catalogue.total_bytes / BYTES_PER_GIB:.3f} GiB)",
         f"index file: {catalogue.index_file or 'none'}"
         + (" (read whole by every rank first)" if catalogue.format == "dcp" else ""),
     ]

@@ -11,13 +11,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stampede import __version__
+from stampede.ops import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.archive import ARCHIVE_SCHEMA
 from stampede.results.cells import cell
 from stampede.results.model import LayoutRun, LayoutStats, RunContext, node_counts
-from stampede.results.samples import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.warnings import layout_warnings, residency_warning
 from stampede.spec import JobSpec
 from stampede.sysinfo import node_facts, slurm_job_id, slurm_variables
+from stampede.units import BYTES_PER_GB
 
 MAX_HOSTS_IN_ROW = 8
 
@@ -99,7 +100,7 @@ def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
             "lat_p999_s": op.latency.p999_s, "lat_max_s": op.latency.max_s,
             "elapsed_s": op.elapsed_s.median,
         }
-        if op.op in RATE_OPS and op.op != "verify":  # restores or waits per second mean nothing
+        if op.op in RATE_OPS:  # restores or waits per second mean nothing (stampede.ops: unit)
             row.update(ops_per_s=op.ops_per_s.median, ops_per_s_min=op.ops_per_s.min,
                        ops_per_s_max=op.ops_per_s.max)
         # GB/s only for ops that move bytes between real stamps (verify's stop is its start
@@ -115,7 +116,7 @@ def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
                 first_done_s=restore.first_done_s.median,
                 straggler_ratio=restore.straggler_ratio.median,
                 # BW_rank_io of the recovery model: the slowest rank's effective rate.
-                slowest_rank_gbps=bytes_per_rank / restore.time_to_last_rank_s.median / 1e9
+                slowest_rank_gbps=bytes_per_rank / restore.time_to_last_rank_s.median / BYTES_PER_GB
                 if restore.time_to_last_rank_s.median > 0 and bytes_per_rank else None,
                 storage_s=restore.storage_s.median, network_s=restore.network_s.median,
                 storage_ops_per_iteration=restore.storage_ops.median,

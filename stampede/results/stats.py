@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from stampede.ops import NETWORK_OPS, OPS, SAVE_ORDER, SAVE_STORAGE_OPS, STORAGE_OPS, TIMELINE_PHASES
 from stampede.results.definitions import PERCENTILES
 from stampede.results.histogram import HISTOGRAM_EDGES_S, histogram, latency_from_histogram
 from stampede.results.model import (
     EMPTY_LATENCY,
     EMPTY_SPREAD,
     NAN,
-    TIMELINE_PHASES,
     Histogram,
     Latency,
     LayoutStats,
@@ -36,20 +36,8 @@ from stampede.results.model import (
     RestoreStats,
     Spread,
 )
-from stampede.results.samples import (
-    ITER,
-    NBYTES,
-    NETWORK_OPS,
-    OK,
-    OP,
-    OPS,
-    RANK,
-    SAVE_ORDER,
-    SAVE_STORAGE_OPS,
-    START,
-    STOP,
-    STORAGE_OPS,
-)
+from stampede.results.samples import ITER, NBYTES, OK, OP, RANK, START, STOP
+from stampede.units import BYTES_PER_GB, NS_PER_S
 
 # completion op -> (its storage ops, the op whose bytes count as moved); startup has none
 PARTS = {"save": (SAVE_STORAGE_OPS, "write")}
@@ -59,7 +47,7 @@ READ_PARTS = (STORAGE_OPS, "read")
 def latency(durations_ns: np.ndarray) -> Latency:
     if durations_ns.size == 0:
         return EMPTY_LATENCY
-    seconds = durations_ns.astype(np.float64) / 1e9
+    seconds = durations_ns.astype(np.float64) / NS_PER_S
     p50, p90, p99, p999 = np.percentile(seconds, PERCENTILES)
     return Latency(int(seconds.size), float(seconds.min()), float(p50), float(p90), float(p99),
                    float(p999), float(seconds.max()))
@@ -80,17 +68,17 @@ def op_stats(samples: np.ndarray, op: str, iterations: list[int]) -> OpStats:
         chosen = good[good[:, ITER] == iteration]
         if chosen.size == 0:
             continue
-        seconds = (chosen[:, STOP].max() - chosen[:, START].min()) / 1e9
+        seconds = (chosen[:, STOP].max() - chosen[:, START].min()) / NS_PER_S
         elapsed.append(seconds)
         rates.append(len(chosen) / seconds if seconds > 0 else NAN)
-        gbps.append(chosen[:, NBYTES].sum() / seconds / 1e9 if seconds > 0 else NAN)
+        gbps.append(chosen[:, NBYTES].sum() / seconds / BYTES_PER_GB if seconds > 0 else NAN)
     return OpStats(op=op, count=len(good), errors=len(rows) - len(good),
                    bytes=int(good[:, NBYTES].sum()), latency=latency(good[:, STOP] - good[:, START]),
                    elapsed_s=spread(elapsed), ops_per_s=spread(rates), agg_gbps=spread(gbps))
 
 
 def _span_s(rows: np.ndarray) -> float:
-    return float(rows[:, STOP].max() - rows[:, START].min()) / 1e9 if rows.size else NAN
+    return float(rows[:, STOP].max() - rows[:, START].min()) / NS_PER_S if rows.size else NAN
 
 
 def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int,
@@ -115,7 +103,7 @@ def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int,
         chosen = rows[rows[:, ITER] == iteration]
         if chosen.size == 0:
             continue
-        seconds = (chosen[:, STOP] - chosen[:, START]) / 1e9
+        seconds = (chosen[:, STOP] - chosen[:, START]) / NS_PER_S
         last.append(float(seconds.max()))
         first.append(float(seconds.min()))
         median = float(np.median(seconds))
@@ -170,7 +158,7 @@ def unprotected_s(samples: np.ndarray, iterations: list[int]) -> float:
         released = releases[releases[:, ITER] == iteration]
         if published.size and released.size:
             windows.append(max(0.0, float(published[:, STOP].max()
-                                          - released[:, START].min()) / 1e9))
+                                          - released[:, START].min()) / NS_PER_S))
         elif published.size:
             windows.append(0.0)
     return max(windows, default=NAN)
@@ -190,12 +178,12 @@ def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple
 
     def reduce(mask: np.ndarray, column: int, ufunc: np.ufunc, empty: float) -> np.ndarray:
         out = np.full(len(pairs), empty)
-        ufunc.at(out, key[mask], samples[mask, column].astype(np.float64) / 1e9)
+        ufunc.at(out, key[mask], samples[mask, column].astype(np.float64) / NS_PER_S)
         return np.where(np.isinf(out), NAN, out)
 
     columns = [reduce(timed, START, np.minimum, np.inf), reduce(reads, STOP, np.minimum, np.inf),
                reduce(reads, STOP, np.maximum, -np.inf), reduce(done, STOP, np.maximum, -np.inf)]
-    seconds = (samples[:, STOP] - samples[:, START]).astype(np.float64) / 1e9
+    seconds = (samples[:, STOP] - samples[:, START]).astype(np.float64) / NS_PER_S
     for ops in TIMELINE_PHASES.values():   # each phase's total per (rank, iteration)
         mask = np.isin(samples[:, OP], [OPS.index(op) for op in ops])
         columns.append(np.bincount(key[mask], weights=seconds[mask], minlength=len(pairs)))
@@ -221,10 +209,10 @@ def layout_stats_reduced(layout: str, reduced: Any, restore_rows: np.ndarray,
         for column in range(len(iterations)):
             if ok[column] == 0:
                 continue
-            seconds = (reduced.last_stop_ns[code, column] - reduced.first_start_ns[code, column]) / 1e9
+            seconds = (reduced.last_stop_ns[code, column] - reduced.first_start_ns[code, column]) / NS_PER_S
             elapsed.append(seconds)
             rates.append(ok[column] / seconds if seconds > 0 else NAN)
-            gbps.append(reduced.nbytes[code, column] / seconds / 1e9 if seconds > 0 else NAN)
+            gbps.append(reduced.nbytes[code, column] / seconds / BYTES_PER_GB if seconds > 0 else NAN)
         ops.append(OpStats(op=op, count=int(ok.sum()), errors=int(failed.sum()),
                            bytes=int(reduced.nbytes[code].sum()),
                            latency=latency_from_histogram(reduced.histograms[code],
@@ -252,7 +240,7 @@ def _unprotected_reduced(reduced: Any, nits: int) -> float:
         starts = [reduced.first_start_ns[code, column] for code in (unlink, rmdir)
                   if reduced.ok[code, column]]
         end = reduced.last_stop_ns[publish, column]
-        windows.append(max(0.0, float(end - min(starts)) / 1e9) if starts else 0.0)
+        windows.append(max(0.0, float(end - min(starts)) / NS_PER_S) if starts else 0.0)
     return max(windows, default=NAN)
 
 
@@ -268,7 +256,7 @@ def _parts_reduced(reduced: Any, nits: int, completion_op: str) -> dict[str, Spr
         if not used:
             return NAN
         return float(max(reduced.last_stop_ns[c, column] for c in used)
-                     - min(reduced.first_start_ns[c, column] for c in used)) / 1e9
+                     - min(reduced.first_start_ns[c, column] for c in used)) / NS_PER_S
 
     return {
         "storage_s": spread([span(storage, column) for column in range(nits)]),

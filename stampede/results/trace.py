@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from stampede.ops import OPS, PSEUDO_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.model import LayoutTrace
-from stampede.results.samples import OPS, PSEUDO_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
+from stampede.units import BYTES_PER_GB, NS_PER_S, NS_PER_US
 
 TRACE_COLUMNS = ("iteration", "op", "start_ns", "stop_ns", "bytes", "ok", "rank", "file",
                  "offset")
@@ -126,12 +127,12 @@ class Segment:
 
     @property
     def gbps(self) -> float:
-        seconds = (self.stop_ns - self.start_ns) / 1e9
-        return self.nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        seconds = (self.stop_ns - self.start_ns) / NS_PER_S
+        return self.nbytes / seconds / BYTES_PER_GB if seconds > 0 else 0.0
 
     @property
     def ops_per_s(self) -> float:
-        seconds = (self.stop_ns - self.start_ns) / 1e9
+        seconds = (self.stop_ns - self.start_ns) / NS_PER_S
         return self.ops / seconds if seconds > 0 else 0.0
 
 
@@ -285,8 +286,8 @@ def chrome_events(trace: Trace) -> dict[str, Any]:
             rank = int(row[RANK])
             events.append({
                 "name": op, "cat": f"{layout}{' pseudo' if op in PSEUDO_OPS else ''}",
-                "ph": "X", "ts": (shift_ns + row[START]) / 1e3,
-                "dur": max((row[STOP] - row[START]) / 1e3, 0.0),
+                "ph": "X", "ts": (shift_ns + row[START]) / NS_PER_US,
+                "dur": max((row[STOP] - row[START]) / NS_PER_US, 0.0),
                 "pid": nodes.index(hosts[rank]) if rank < len(hosts) else 0, "tid": rank,
                 "args": {"layout": layout, "iteration": iteration, "bytes": int(row[NBYTES]),
                          "ok": bool(row[OK]), **_located(names, row)}})
@@ -334,8 +335,8 @@ def dxt_text(trace: Trace) -> str:
             lines = blocks.setdefault(key, [])
             lines.append(f" X_STAMPEDE {int(row[RANK]):>5} {data_codes[int(row[OP])]:>5} "
                          f"{len(lines):>8} {int(row[OFFSET]):>14} {int(row[NBYTES]):>12} "
-                         f"{(shift_ns + row[START]) / 1e9:>12.6f} "
-                         f"{(shift_ns + row[STOP]) / 1e9:>12.6f}")
+                         f"{(shift_ns + row[START]) / NS_PER_S:>12.6f} "
+                         f"{(shift_ns + row[STOP]) / NS_PER_S:>12.6f}")
     out = [f"# stampede trace of run {trace.meta.get('run_id', '?')} as DXT-like text: "
            "offsets and lengths in bytes, times in seconds"]
     ids = {name: index for index, name in enumerate(dict.fromkeys(n for n, _ in blocks))}

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 
+from stampede.ops import BEFORE_PHASE_OPS
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.mlperf import comparability_note
 from stampede.results.model import LayoutStats, RunContext
-from stampede.results.samples import BEFORE_PHASE_OPS
 from stampede.spec import EXCHANGE, JobSpec
+from stampede.units import MS_PER_S
 
 # in every label (stampede.run.devices) of a cuFile path that goes through host memory
 NOT_GDS = "NOT GDS"
@@ -35,7 +36,7 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
         notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "
                      f"({ttlr.min:.4g}-{ttlr.max:.4g} s): run more iterations or on a quieter machine")
     if ttlr.median < SHORT_PHASE_S and stats.completion_op in ("restore", "save"):
-        notes.append(f"{stats.completion_op} phase is {ttlr.median * 1e3:.3g} ms: barrier skew "
+        notes.append(f"{stats.completion_op} phase is {ttlr.median * MS_PER_S:.3g} ms: barrier skew "
                      "and timer calls are a visible part of it; use a larger checkpoint")
     few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99
            and op.op not in ("jitter", stats.completion_op)]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from stampede.checkpoint.formats import read_fully
 from stampede.checkpoint.plan import Extent
-from stampede.results.samples import OP_CODE
+from stampede.ops import OP_CODE
 
 if TYPE_CHECKING:
     from stampede.run.pattern import Log, PhaseOutcome

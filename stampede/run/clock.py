@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stampede.results.samples import ITER, OP, OP_CODE, PSEUDO_OPS, START, STOP
+from stampede.ops import OP_CODE, PSEUDO_OPS
+from stampede.results.samples import ITER, OP, START, STOP
 
 PSEUDO_CODES = np.array([OP_CODE[name] for name in PSEUDO_OPS], dtype=np.int64)
 

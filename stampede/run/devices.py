@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from stampede.buffers import AlignedBuffer
 from stampede.errors import UsageError, install_hint
 from stampede.results.warnings import NOT_GDS
+from stampede.units import NS_PER_MS, NS_PER_S
 
 DEVICES = ("cuda", "host")
 HOST_LABEL = "host (memcpy, not a GPU)"
@@ -106,7 +107,7 @@ class CudaDevice:
         tensor = self._host_tensor(buffer.view)
         start = time.perf_counter_ns()
         status = self.torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), buffer.nbytes, 0)
-        seconds = (time.perf_counter_ns() - start) / 1e9
+        seconds = (time.perf_counter_ns() - start) / NS_PER_S
         if int(status) != 0:
             raise UsageError(f"cudaHostRegister of {buffer.nbytes} bytes failed ({status})")
         self._pinned[id(buffer)] = tensor.data_ptr()
@@ -127,7 +128,7 @@ class CudaDevice:
         destination[offset:offset + host.numel()].copy_(host, non_blocking=True)
         end.record()
         end.synchronize()
-        return start, start + int(begin.elapsed_time(end) * 1e6)
+        return start, start + int(begin.elapsed_time(end) * NS_PER_MS)
 
     def copy_back(self, destination: memoryview, source: Any, offset: int) -> tuple[int, int]:
         """Device source[offset:] -> host destination (for checking bytes that reached HBM

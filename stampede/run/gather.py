@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from stampede import mpi
+from stampede.ops import RETRY_OPS
 from stampede.results import histogram
 from stampede.results.model import LayoutStats, LayoutTrace
-from stampede.results.samples import ITER, OP, START, STOP, STORAGE_OPS
+from stampede.results.samples import ITER, OP, START, STOP
 from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
 from stampede.run.where import gathered
 
@@ -155,14 +156,13 @@ def reduce_summaries(comm: Any, summary: dict[str, np.ndarray],
     return histogram.Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
 
 
-def retries(comm: Any, backend: Any, before: dict[str, int],
-            ops: tuple[str, ...] = STORAGE_OPS) -> dict[str, int]:
-    """Requests the backend's client retried in this layout, per op of `ops` (the
-    restore's storage ops by default), summed over ranks (object stores: throttling and
-    timeouts show up here before they become errors)."""
+def retries(comm: Any, backend: Any, before: dict[str, int]) -> dict[str, int]:
+    """Requests the backend's client retried in this layout, per op retried (a save's
+    validation re-reads count under open and read), summed over ranks (object stores:
+    throttling and timeouts show up here before they become errors)."""
     now = backend.retries
-    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in ops])
+    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in RETRY_OPS])
     total = mpi.allreduce_sum(comm, mine)
     if total is None:
         return {}
-    return {op: int(count) for op, count in zip(ops, total, strict=True) if count}
+    return {op: int(count) for op, count in zip(RETRY_OPS, total, strict=True) if count}

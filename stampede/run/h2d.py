@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stampede.backends.posix import PosixBackend
+from stampede.units import BYTES_PER_MIB
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ MODES = ("pageable", "pinned", "pin+copy", "file", "safetensors", "gds")
 CUDA_ONLY = ("pinned", "pin+copy", "safetensors", "gds")
 FILE_MODES = ("file", "safetensors", "gds")   # read from a file, evicted before each trial
 DEFAULT_SIZES = "64MiB,256MiB,1GiB"
-TENSOR_BYTES = 64 * 2**20   # the safetensors file holds fp16 tensors of up to 64 MiB
+TENSOR_BYTES = 64 * BYTES_PER_MIB   # the safetensors file holds fp16 tensors of up to 64 MiB
 
 
 def write_safetensors(path: Path, nbytes: int) -> None:
@@ -151,7 +152,7 @@ class _Buffers:
 def _trial(device: Any, mode: str, size: int, path: Path,
            buffers: _Buffers) -> list[tuple[int, int, int, int, int]]:
     """One trial on this rank: (op, start_ns, stop_ns, bytes, ok) rows, restore last."""
-    from stampede.results.samples import OP_CODE
+    from stampede.ops import OP_CODE
 
     samples = []
     begin = time.perf_counter_ns()
@@ -181,8 +182,8 @@ def _trial(device: Any, mode: str, size: int, path: Path,
 Sample = tuple[int, int, int, int, int]   # (op, start_ns, stop_ns, bytes, ok)
 
 
-def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * 2**20) -> list[Sample]:
-    from stampede.results.samples import OP_CODE
+def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * BYTES_PER_MIB) -> list[Sample]:
+    from stampede.ops import OP_CODE
 
     samples = []
     fd = os.open(path, os.O_RDONLY)
@@ -199,10 +200,10 @@ def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * 2**20) -> list[S
 
 
 def _read_gds(gds: Any, path: Path, destination: Any, size: int,
-              block_bytes: int = 16 * 2**20) -> list[Sample]:
+              block_bytes: int = 16 * BYTES_PER_MIB) -> list[Sample]:
     """file -> device memory through cuFile, in the blocks of the file mode (its open and
     registration inside the trial, as file's open is)."""
-    from stampede.results.samples import OP_CODE
+    from stampede.ops import OP_CODE
 
     samples = []
     handle = gds.open(path)

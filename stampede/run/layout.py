@@ -29,6 +29,7 @@ from stampede.run.setup import MAX_MESSAGES, RankSetup, build_setup
 from stampede.run.verdict import Totals, iteration_name, judge
 from stampede.run.where import Where
 from stampede.spec import JobSpec
+from stampede.units import NS_PER_S
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
@@ -118,7 +119,7 @@ def run_phases(comm: Any, spec: JobSpec, setup: RankSetup, catalogue: Catalogue 
         totals = phase_totals(comm, spec, setup.plan.layout, outcome, cached, asked, signalled)
         if tick is not None:
             tick(setup.plan.layout, iteration,
-                 (time.perf_counter_ns() - phases.origins[iteration]) / 1e9)
+                 (time.perf_counter_ns() - phases.origins[iteration]) / NS_PER_S)
         if iteration >= 0 and totals.asked:
             phases.resident.append(totals.cached / totals.asked)
         verdict = judge(totals, iteration, spec.warmup, phases.invalid_reason,
@@ -180,7 +181,7 @@ def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
     if setup.torch is not None:
         setup.torch.renew(iteration, received_bytes(setup), setup.plan.exchange, phases.log)
     origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
-    outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * 1e9),
+    outcome = run_pattern(setup, iteration, origin, origin + int(spec.deadline_s * NS_PER_S),
                           delay_s, phases.log)
     phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])
     if iteration == 0:

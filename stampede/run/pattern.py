@@ -23,10 +23,11 @@ import numpy as np
 
 from stampede import mpi
 from stampede.checkpoint.formats import parse_header
-from stampede.results.samples import OP_CODE, STORAGE_OPS
+from stampede.ops import OP_CODE, STORAGE_OPS
 from stampede.run.checks import Check, reread, verify_held
 from stampede.run.setup import MAX_MESSAGES, RankSetup
 from stampede.run.where import NOWHERE
+from stampede.units import NS_PER_S
 
 (JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
  RESTORE, H2D, D2H) = (OP_CODE[name] for name in (
@@ -419,7 +420,7 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
     `allgather`). Returns (the stop stamp, whether the group's bytes are complete)."""
     plan, clock = setup.plan, time.perf_counter_ns
     start = clock()
-    timeout_s = max(deadline_ns - start, 0) / 1e9 + 10.0
+    timeout_s = max(deadline_ns - start, 0) / NS_PER_S + 10.0
     missing = mpi.allreduce_sum(setup.group, np.array([int(not complete)]), timeout_s=timeout_s)
     if missing is None or not mpi.barrier(setup.group, timeout_s=timeout_s):
         mpi.abort(setup.group, f"rank {plan.rank}: its {plan.exchange} group did not gather "

@@ -46,8 +46,8 @@ from stampede.backends import open_backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
+from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext
-from stampede.results.samples import OP_CODE
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
 from stampede.run.layout import Tick
@@ -62,6 +62,7 @@ from stampede.run.tiers import (
     wait_all,
 )
 from stampede.spec import JobSpec
+from stampede.units import NS_PER_S
 
 (OPEN, READ, CLOSE, VERIFY, PEER, RESTORE) = (
     OP_CODE[name] for name in ("open", "read", "close", "verify", "peer", "restore"))
@@ -183,7 +184,7 @@ def _restores(state: Rank, layout: str, hosts: tuple[str, ...], tick: Tick | Non
             rows.append((iteration, RESTORE, origin, time.perf_counter_ns(),
                          state.shard_bytes if held else 0, int(held)))
         if tick is not None:
-            tick(layout, iteration, (time.perf_counter_ns() - origin) / 1e9)
+            tick(layout, iteration, (time.perf_counter_ns() - origin) / NS_PER_S)
     run = None
     if position >= 0:
         active_hosts = tuple(hosts[r] for r in roles.active)

@@ -33,8 +33,8 @@ from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, f
 from stampede.checkpoint.prepare import save_space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, StampedeError, UsageError
+from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext, node_counts
-from stampede.results.samples import OP_CODE
 from stampede.run import gather, kernel_nfs
 from stampede.run.checks import new_digest
 from stampede.run.interrupt import Interrupts
@@ -222,7 +222,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
         if group is not None:
             mpi.free(group, comm)
     return _to_rank_zero(comm, spec, first_plan, hosts, phases,
-                         gather.retries(comm, backend, retries_before, SAVE_RETRY_OPS), where)
+                         gather.retries(comm, backend, retries_before), where)
 
 
 def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
@@ -241,8 +241,6 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
 
 
 PUBLISHED = OP_CODE["published"]
-# a save's retried requests, per op: its own, and validation's re-reads (HEAD and GETs)
-SAVE_RETRY_OPS = ("create", "write", "fsync", "publish", "unlink", "open", "read")
 
 
 def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,

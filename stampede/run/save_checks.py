@@ -12,7 +12,7 @@ import numpy as np
 
 from stampede.checkpoint.plan import Extent
 from stampede.checkpoint.save_plan import FileWrite
-from stampede.results.samples import OP_CODE
+from stampede.ops import OP_CODE
 from stampede.run.checks import new_digest
 from stampede.run.pattern import _describe
 

@@ -41,7 +41,7 @@ from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import Extent
 from stampede.checkpoint.save_plan import SavePlan
-from stampede.results.samples import OP_CODE, SAVE_STORAGE_OPS
+from stampede.ops import OP_CODE, SAVE_STORAGE_OPS
 from stampede.run.pattern import Log, PhaseOutcome, _describe
 from stampede.run.where import NOWHERE, Where
 

@@ -108,7 +108,7 @@ def samples(records: list[dict[str, Any]]) -> Any:
     """Sample rows (iteration 0) from every rank's stamps, relative to the earliest launch."""
     import numpy as np
 
-    from stampede.results.samples import OP_CODE
+    from stampede.ops import OP_CODE
 
     origin = min(record["stamps_ns"][0] for record in records)
     rows = []

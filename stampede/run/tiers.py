@@ -21,8 +21,8 @@ from stampede.backends.base import object_store
 from stampede.backends.posix import PosixBackend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.content import ContentSource
+from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun
-from stampede.results.samples import OP_CODE
 from stampede.run.checks import new_digest
 from stampede.run.gather import exact_stats
 from stampede.run.roles import Roles

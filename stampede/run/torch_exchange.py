@@ -34,7 +34,7 @@ from typing import Any
 
 from stampede import mpi
 from stampede.errors import RunFailed, UsageError, install_hint
-from stampede.results.samples import OP_CODE
+from stampede.ops import OP_CODE
 from stampede.run import rendezvous
 
 PG_INIT, FIRST = OP_CODE["pg_init"], {"bcast": OP_CODE["bcast_first"],

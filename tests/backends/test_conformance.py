@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from stampede.backends import open_backend
-from stampede.backends.base import RETRY_OPS
 from stampede.buffers import AlignedBuffer
+from stampede.ops import RETRY_OPS
 from tests.helpers.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, S3Server
 
 KINDS = ("posix", "file", "memory", "s3", "nfs")

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from stampede.backends import backend_name_for, open_backend
-from stampede.backends.base import RETRY_OPS
 from stampede.backends.fsspec import FsspecBackend, described_options
 from stampede.backends.s3 import S3Backend, parse_uploads_page
 from stampede.errors import UsageError, install_hint
+from stampede.ops import RETRY_OPS
 from tests.helpers.s3server import (
     FAKE_ACCESS_KEY_ID,
     FAKE_SECRET_ACCESS_KEY,

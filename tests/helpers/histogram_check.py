@@ -13,9 +13,9 @@ import sys
 import numpy as np
 
 from stampede import mpi
+from stampede.ops import OP_CODE
 from stampede.results import histogram as histo
 from stampede.results.definitions import BUCKET_ERROR
-from stampede.results.samples import OP_CODE
 from stampede.results.stats import layout_stats, layout_stats_reduced, timeline
 from stampede.run.gather import reduce_summaries
 

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from stampede import mpi
-from stampede.results.samples import OP_CODE
+from stampede.ops import OP_CODE
 from stampede.run.gather import layout_stats
 
 LEAVE_MS = (0, 40, 100, 140)

@@ -13,7 +13,8 @@ from stampede.backends import open_backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.manifest import read_manifest
 from stampede.checkpoint.prepare import prepare
-from stampede.results.samples import ITER, OP, OP_CODE, START, STOP
+from stampede.ops import OP_CODE
+from stampede.results.samples import ITER, OP, START, STOP
 from stampede.run.layout import plan_for, run_phases
 from stampede.run.setup import build_setup
 from stampede.spec import build_job

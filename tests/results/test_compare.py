@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stampede.results.archive import read_rows
-from stampede.results.compare import Comparison, Side, compare_rows
+from stampede.results.compare import Comparison, Side, compare_rows, within_spread
 from tests.helpers.jobs import read_archive, small_job
 
 DATA = Path(__file__).parents[1] / "data"
@@ -22,6 +22,16 @@ def row(run: str = "r1", **values: str) -> dict[str, str]:
             "time_to_last_rank_s": "0.5", "time_to_last_rank_min_s": "0.45",
             "time_to_last_rank_max_s": "0.55"}
     return {**base, **values}
+
+
+def test_within_spread_is_overlap_of_the_two_ranges() -> None:
+    """The rule compare's verdicts and the report's ranking share: ranges that overlap or
+    touch tie, in either order; disjoint ones do not; a missing bound (NaN) ties nothing."""
+    assert within_spread(1.0, 3.0, 2.0, 4.0) and within_spread(2.0, 4.0, 1.0, 3.0)
+    assert within_spread(1.0, 2.0, 2.0, 3.0)                # touching
+    assert within_spread(1.0, 4.0, 2.0, 3.0)                # one inside the other
+    assert not within_spread(1.0, 2.0, 2.5, 3.0) and not within_spread(2.5, 3.0, 1.0, 2.0)
+    assert not within_spread(math.nan, 3.0, 2.0, 4.0) and not within_spread(1.0, 3.0, 2.0, math.nan)
 
 
 def test_one_run_a_side_is_judged_on_its_iterations_and_says_n1() -> None:

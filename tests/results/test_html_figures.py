@@ -3,7 +3,8 @@ phases in their colours, and a sidecar from before the phase columns one bar per
 
 from __future__ import annotations
 
-from stampede.results.html_figures import PHASE_COLOURS, slowest_iteration, timeline_figure
+from stampede.ops import TIMELINE_COLOURS
+from stampede.results.html_figures import slowest_iteration, timeline_figure
 
 
 def test_the_timeline_draws_phases_and_old_sidecars_one_bar() -> None:
@@ -16,9 +17,9 @@ def test_the_timeline_draws_phases_and_old_sidecars_one_bar() -> None:
     assert drawn is not None
     page, iteration = drawn
     assert iteration == 1 == slowest_iteration([tuple(r[:6]) for r in new["timeline"]])
-    assert "rank 0 on node-a: verify 400 ms" in page and PHASE_COLOURS["verify"] in page
+    assert "rank 0 on node-a: verify 400 ms" in page and TIMELINE_COLOURS["verify"] in page
     old = {"timeline": [row[:6] for row in new["timeline"]]}
     drawn = timeline_figure(old, ["node-a", "node-b"])
     assert drawn is not None and "first op to done" in drawn[0]
-    assert PHASE_COLOURS["verify"] not in drawn[0]
+    assert TIMELINE_COLOURS["verify"] not in drawn[0]
     assert timeline_figure({"timeline": []}, []) is None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stampede.ops import OPS
 from stampede.results.model import Latency
-from stampede.results.samples import OPS
 from stampede.results.stats import layout_stats
 from stampede.results.warnings import warnings_for
 

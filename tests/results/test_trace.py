@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stampede.ops import OP_CODE
 from stampede.results import trace as traces
 from stampede.results.model import LayoutTrace
-from stampede.results.samples import OP_CODE
 
 MS = 1_000_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stampede.results.samples import OP_CODE
+from stampede.ops import OP_CODE
 from stampede.run.clock import on_one_axis, origins_array
 
 RESTORE, READ = OP_CODE["restore"], OP_CODE["read"]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stampede.results.samples import OP_CODE
+from stampede.ops import OP_CODE
 from stampede.run.loaders.work import RankWork, Wanted
 
 Log = list[tuple[int, int, int, int, int, int]]
