@@ -178,7 +178,33 @@ def cmd_mttr(args: argparse.Namespace) -> int:
         console.print(f"workload: {workload_line}", markup=False)
     render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
                              extras["mtbf_h"]), pools, context, console, saving)
+    if not layout and projected is None:
+        _rejoin_beside_restart(args.archives, inputs, sources, console)
     return 0
+
+
+def _rejoin_beside_restart(archives: list[str], inputs: dict[str, float],
+                           sources: dict[str, str], console: Any) -> None:
+    """An archive of `stampede rejoin` holds both restores: T_MTTR each way, the load term
+    measured by each (the rejoin's slowest rank is a spare fed by its peer's NIC)."""
+    from stampede.model.mttr import measured_model
+    from stampede.results.archive import read_rows
+    from stampede.results.report import new_table
+    from stampede.units import format_duration
+
+    held = {row["layout"] for archive in archives for row in read_rows(archive)
+            if row["op"] == "restore"}
+    if not {"rejoin", "restart"} <= held:
+        return
+    table = new_table("A node lost: rejoin from the tiers (stampede rejoin) beside a full "
+                      "restart from storage", ("restore", "S_weights / BW_rank_io", "T_MTTR",
+                                               "dominant term"), left=("restore", "dominant term"))
+    for layout in ("rejoin", "restart"):
+        model, _ = measured_model(archives, layout, inputs, sources)
+        load = next(term for term in model.terms if term.name.startswith("S_weights"))
+        table.add_row(layout, format_duration(load.seconds), format_duration(model.total_s),
+                      ", ".join(term.name for term in model.dominant))
+    console.print(table)
 
 
 def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Any, Any]]:
