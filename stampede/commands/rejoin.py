@@ -24,7 +24,8 @@ storage). The report's notes say the bytes from each tier and the tier of each r
       sh -c '$STAMPEDE_CLUSTER_MPIEXEC -n 3 stampede rejoin jobs/rejoin.toml'
 
 Everything the run writes (every node's local tier, the storage tier under the target:
-tiers-JOB/) is removed when it ends."""
+tiers-JOB/) is removed when it ends; what a run that did not finish left is refused, and
+--clean (launched on the same nodes) removes it."""
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -43,6 +44,10 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                      help="after the loss, the surviving replicas of the lost shards are "
                           "deleted (missing) or have a byte flipped (corrupt): the spares "
                           "must fall back to storage and say so (default none)")
+    sub.add_argument("--clean", action="store_true",
+                     help="measure nothing: remove what a rejoin of this job that did not "
+                          "finish left (its shards and replicas on every node's local tier, "
+                          "its storage tier); launch it as the rejoin was, on the same nodes")
     sub.set_defaults(func=cmd_rejoin)
 
 
@@ -59,6 +64,13 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
     spec = load_job(args.job, overrides(args))   # validated before MPI and any I/O
     backend_name_for(spec.target_path)
     comm = mpi.world()
+    if args.clean:
+        from stampede.run.rejoin import clean_job
+        removed = clean_job(comm, spec)
+        if comm.Get_rank() == 0:
+            print(f"stampede rejoin --clean {spec.name}: {removed} file(s) removed from the "
+                  f"local tiers under {spec.tier_dir} and from {spec.target_path}")
+        return 0
     if comm.Get_rank() == 0 and args.damage != "none":
         print(f"stampede rejoin: --damage {args.damage}: the lost shards' replicas are "
               f"{'deleted' if args.damage == 'missing' else 'corrupted'} after the loss",

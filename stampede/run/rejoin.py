@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import re
 import time
 from dataclasses import replace
 from functools import partial
@@ -69,6 +69,9 @@ from stampede.units import NS_PER_S
 RESTORE_LAYOUTS = ("rejoin", "restart")
 DAMAGES = ("none", "missing", "corrupt")   # what happens to the lost shards' replicas
 TAG_SHARD = 73   # a lost shard to its spare (tiers' tags: 71, 72)
+CLEAN_HINT = "stampede rejoin JOB --clean, launched on the same nodes, removes it"
+LOCAL_NAMES = re.compile(r"(replica-)?p\d{5}")       # what a rejoin writes on a local tier
+STORAGE_NAMES = re.compile(r"p\d{5}|manifest\.json")  # and on the storage tier
 
 
 def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
@@ -125,11 +128,12 @@ def _nothing_left(state: Rank) -> None:
     """Before anything is written: a rejoin of this job that did not finish left nothing
     on this node's local tier, nor (rank 0) on storage; else refused, and nothing of what
     it left is touched."""
-    left = "left by a rejoin of this job that did not finish: remove it, then run again"
+    left = "left by a rejoin of this job that did not finish"
     if state.local.is_dir() and any(state.local.iterdir()):
-        raise UsageError(f"{state.local}: {left}", hint=f"rm -r {state.local}")
+        raise UsageError(f"{state.local}: {left}", hint=CLEAN_HINT)
     if state.rank == 0 and state.backend.names(storage_dir(state.spec)):
-        raise UsageError(f"{state.spec.target_path}/{storage_dir(state.spec)}: {left}")
+        raise UsageError(f"{state.spec.target_path}/{storage_dir(state.spec)}: {left}",
+                         hint=CLEAN_HINT)
 
 
 def _directories(state: Rank) -> None:
@@ -147,7 +151,7 @@ def _lose(state: Rank) -> None:
     of the lost shards' replicas delete or corrupt them (what a rejoin must survive)."""
     roles = state.roles
     if state.rank in roles.lost:
-        shutil.rmtree(state.local, ignore_errors=True)
+        _remove_local(state.local)
         return
     for position in roles.served_by(state.rank):
         path = state.local_file(position, True)
@@ -342,21 +346,54 @@ def _tiers_said(active: Any, state: Rank) -> list[str]:
 
 
 def _clean(state: Rank) -> None:
-    """Everything this job wrote: every node's local tier (each rank its own files, the
-    directories after), the storage tier (rank 0). Collective."""
-    with contextlib.suppress(OSError):
-        shutil.rmtree(state.local)
-    mpi.barrier(state.comm)
-    with contextlib.suppress(OSError):
-        state.local.parent.rmdir()   # the host's directory, when nothing else is in it
-    if state.rank == 0:
-        root = state.backend.local_path(storage_dir(state.spec))
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            for name in state.backend.names(storage_dir(state.spec)):
-                with contextlib.suppress(OSError):
-                    state.backend.remove(name)   # relative to the target's root
-            if state.backend.has_directories:
-                with contextlib.suppress(OSError):
-                    state.backend.rmdir(state.backend.path(storage_dir(state.spec)))
+    """Everything this job wrote (remove_tiers). Collective."""
+    remove_tiers(state.comm, state.backend, state.spec, state.local)
+
+
+def remove_tiers(comm: Any, backend: Any, spec: JobSpec, local: Path) -> int:
+    """What a rejoin of this job writes, and only that: on every node's local tier the
+    shards and replicas (LOCAL_NAMES) and the directories it made once empty, on the
+    storage tier (rank 0) the shards and the manifest (STORAGE_NAMES). Collective; the
+    files this rank removed."""
+    removed = _remove_local(local)
+    mpi.barrier(comm)
+    with contextlib.suppress(OSError):   # the host's directory, if empty (tiers.local_dir,
+        local.parent.rmdir()             # perhaps the user's own, stays)
+    if comm.Get_rank() != 0:
+        return removed
+    for name in backend.names(storage_dir(spec)):
+        if STORAGE_NAMES.fullmatch(Path(name).name):
+            with contextlib.suppress(OSError):
+                backend.remove(name)   # relative to the target's root
+                removed += 1
+    if backend.has_directories:
+        with contextlib.suppress(OSError):
+            backend.rmdir(backend.path(storage_dir(spec)))
+    return removed
+
+
+def _remove_local(local: Path) -> int:
+    """This job's shards and replicas on this node's local tier, then its directory when
+    empty (several ranks of a node may remove at once: a file gone is not an error)."""
+    removed = 0
+    if local.is_dir():
+        for path in local.iterdir():
+            if LOCAL_NAMES.fullmatch(path.name):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed += 1
+        with contextlib.suppress(OSError):
+            local.rmdir()
+    return removed
+
+
+def clean_job(comm: Any, spec: JobSpec) -> int:
+    """`stampede rejoin --clean`: what an unfinished rejoin of this job left on every node
+    and on the target (remove_tiers); the files removed, all ranks together (rank 0)."""
+    host = mpi.processor_name(comm)
+    backend = mpi.collective(comm, "connecting to the target",
+                             partial(open_backend, spec.target_path, spec.storage_options))
+    local = Path(spec.tier_dir) / host / f"stampede-{spec.name}"
+    removed = remove_tiers(comm, backend, spec, local)
+    total = mpi.allreduce_sum(comm, np.array([removed]))
+    return int(total[0]) if total is not None else removed

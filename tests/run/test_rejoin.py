@@ -114,5 +114,14 @@ def test_a_tier_left_by_an_unfinished_rejoin_is_refused_and_kept(tmp_path: Path)
     result = rejoin(tmp_path, str(path))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "left by a rejoin of this job that did not finish" in said(result)
+    assert "--clean" in said(result)
     assert left.read_bytes() == b"x"                      # never touched
     assert not list((tmp_path / "target").iterdir())
+    mine = left.parent / "notes.txt"                       # not a name a rejoin writes
+    mine.write_text("mine")
+    cleaned = rejoin(tmp_path, str(path), "--clean")
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    assert "1 file(s) removed" in said(cleaned)
+    assert not left.exists() and mine.read_text() == "mine"
+    assert rejoin(tmp_path, str(path), "--set", "tiers.local_dir=" + str(tmp_path / "other")
+                  ).returncode == 0
