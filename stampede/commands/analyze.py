@@ -22,9 +22,13 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
              "storage op over time, time to first and last byte per rank, stragglers by "
              "node, errors over time; --chrome writes it for Perfetto.",
         description="A run's trace, over time.")
-    sub.add_argument("trace", metavar="TRACE",
+    sub.add_argument("trace", metavar="TRACE", nargs="+",
                      help="a trace (ARCHIVE.runs/RUN_ID.trace.npz), or an archive: its latest "
-                          "run that has one")
+                          "run that has one; or IOR's per-op files of one test "
+                          "(-O savePerOpDataCSV=FILE writes FILE-TEST-RANK.csv per rank)")
+    sub.add_argument("--ior-op", choices=("read", "write"), default="",
+                     help="IOR's per-op files: the phase they hold (IOR does not say: with "
+                          "-w -r, the last one, read)")
     sub.add_argument("--layout", default="", help="one layout (default: each)")
     sub.add_argument("--iteration", default="slowest", metavar="N|slowest",
                      help="which measured iteration (0-based; default the slowest)")
@@ -62,14 +66,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     if args.segments < 1:
         raise UsageError(f"--segments {args.segments}: must be at least 1")
-    path = find_trace(args.trace)
+    path, trace = _read(args)
     for flag, given in (("--chrome", args.chrome), ("--dxt", args.dxt)):
         if given:
             refuse_overwrite(flag, Path(given), {"trace": path})
-    try:
-        trace = traces.read_trace(path)
-    except (OSError, ValueError, KeyError) as error:
-        raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
     layouts = list(trace.layouts)
     if args.layout and args.layout not in layouts:
         raise UsageError(f"--layout {args.layout}: not in {path} (it holds "
@@ -91,6 +91,34 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         Path(args.dxt).write_text(traces.dxt_text(trace))
         print(f"wrote {args.dxt} (Darshan DXT-like text)", file=sys.stderr)
     return 0
+
+
+def _read(args: argparse.Namespace) -> tuple[Path, Any]:
+    """(the first path given, its trace): stampede's own, or IOR's per-op files."""
+    from stampede.errors import UsageError
+    from stampede.results import trace as traces
+    from stampede.results.ior_ops import ior_trace, is_ior_ops
+
+    given = [Path(name) for name in args.trace]
+    ior = [path for path in given if is_ior_ops(path)]
+    if ior:
+        if len(ior) != len(given):
+            raise UsageError(f"{', '.join(str(p) for p in given if p not in ior)}: not IOR "
+                             "per-op files (a stampede trace is analyzed alone)")
+        if not args.ior_op:
+            raise UsageError("IOR's per-op files do not say their phase: --ior-op read or "
+                             "--ior-op write")
+        try:
+            return given[0], ior_trace(ior, args.ior_op)
+        except (OSError, ValueError) as error:
+            raise UsageError(str(error)) from None
+    if len(given) > 1:
+        raise UsageError(f"{len(given)} paths: one trace at a time (or IOR's per-op files)")
+    path = find_trace(args.trace[0])
+    try:
+        return path, traces.read_trace(path)
+    except (OSError, ValueError, KeyError) as error:
+        raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
 
 
 def _iteration(text: str, trace: Any, rows: Any) -> int:

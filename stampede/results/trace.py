@@ -183,13 +183,18 @@ def segments(trace: Trace, rows: np.ndarray, count: int = SEGMENTS) -> list[Segm
 
 def _ranks_inside(storage: np.ndarray, low: float, high: float) -> tuple[int, float]:
     """(most, mean) ranks inside a storage op during [low, high): a sweep over the ops'
-    starts and stops, each rank counted once however many of its ops overlap (they do
-    not: a rank's ops run one after another)."""
+    starts and stops, each rank counted once: a rank's ops run one after another, but
+    stamps rounded elsewhere (IOR's per-op seconds) can overlap them by a nanosecond, so
+    each op starts no earlier than the rank's previous one stopped."""
     live = storage[(storage[:, START] < high) & (storage[:, STOP] > low)]
     if not len(live):
         return 0, 0.0
-    starts = np.maximum(live[:, START], low)
-    stops = np.minimum(live[:, STOP], high)
+    live = live[np.lexsort((live[:, START], live[:, RANK]))]
+    previous = np.concatenate([[np.iinfo(np.int64).min], live[:-1, STOP]])
+    same_rank = np.concatenate([[False], live[1:, RANK] == live[:-1, RANK]])
+    begins = np.where(same_rank, np.maximum(live[:, START], previous), live[:, START])
+    starts = np.maximum(begins, low)
+    stops = np.maximum(np.minimum(live[:, STOP], high), starts)
     events = sorted([(float(t), 1) for t in starts] + [(float(t), -1) for t in stops])
     inside = most = 0
     weighted = 0.0
