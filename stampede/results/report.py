@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from stampede.results.cells import Row, number, whole
+from stampede.results.cells import Row, flag, number, whole
 from stampede.results.columns import OWN_TOOL
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
@@ -212,7 +212,7 @@ def ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
     each with how it stands against the best: a tie when their per-iteration min-max
     ranges overlap (the words of `stampede compare`), else how much slower."""
     restores = [row for row in rows if row["op"] == op]
-    valid = sorted((row for row in restores if row["valid"] == "true"),
+    valid = sorted((row for row in restores if flag(row, "valid")),
                    key=lambda row: number(row, "time_to_last_rank_s"))
     ranked: list[tuple[Row, str]] = []
     for row in valid:
@@ -438,7 +438,7 @@ def render_history(rows: Sequence[Row], console: Any) -> None:
                       format_bytes(whole(row, "bytes_total")),
                       seconds(row, "time_to_last_rank_s"),
                       format_number(number(row, "agg_gbps")),
-                      "yes" if row["valid"] == "true" else "[red]NO[/]")
+                      "yes" if flag(row, "valid") else "[red]NO[/]")
     console.print(table)
 
 
