@@ -123,6 +123,19 @@ def no_mount_left(tmp_path: Path) -> Iterator[None]:
     assert not left, f"mounts left behind: {left}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sidecars_follow_their_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every run sidecar the session's tests wrote matches results/sidecar-N.schema.json
+    (checked once they all ran: a drift fails the session, naming file and field)."""
+    from tests.helpers.json_schema import sidecar_problems, written_sidecars
+
+    yield
+    broken = {path: found for path, document in written_sidecars(
+        tmp_path_factory.getbasetemp()).items() if (found := sidecar_problems(document))}
+    assert not broken, "sidecars off their schema:\n" + "\n".join(
+        f"{path}: {'; '.join(found[:3])}" for path, found in broken.items())
+
+
 # --- real checkpoints that stampede did not write (tests/helpers/checkpoints.py), made once ---
 
 @pytest.fixture(scope="session")

@@ -284,7 +284,7 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: Any, counts: 
     from stampede.errors import RunFailed
     from stampede.model.budget import PROBE_FACTOR, Probe, plan_sweep
     from stampede.results.archive import read_rows
-    from stampede.results.cells import number
+    from stampede.results.cells import flag, number
 
     sizes = valid_factors(args, saving, spec, counts)
     factor = min(sizes, key=lambda size: abs(size - PROBE_FACTOR))
@@ -301,7 +301,7 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: Any, counts: 
         finally:   # the sweep's first prepare starts from nothing, as the probe's did
             clean(args.job, saving, sets)
         work_s, save_work_s = (sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
-                                   if row["op"] == op and row["valid"] == "true")
+                                   if row["op"] == op and flag(row, "valid"))
                                   for op in ("restore", "save"))
     probe = Probe(counts[0], walls["prepare"], walls["run"], work_s, factor,
                   walls.get("save", 0.0), save_work_s)

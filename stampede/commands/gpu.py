@@ -109,6 +109,7 @@ def _archive_rows(swept: Any, args: argparse.Namespace) -> list[dict[str, str]]:
     """Rank 0: one layout (= mode) per group, its ops as rows, the device on every row."""
     import numpy as np
 
+    from stampede.results.columns import GPU_PHASE
     from stampede.results.rows import new_run_id, now_stamp, op_rows, shared_columns
     from stampede.results.stats import layout_stats
 
@@ -123,7 +124,8 @@ def _archive_rows(swept: Any, args: argparse.Namespace) -> list[dict[str, str]]:
         stats = layout_stats(mode, samples[samples[:, 7] == group][:, :7], nranks)
         device, warnings = _device_cells(swept, mode, host_device)
         shared = {
-            **shared_columns(run_id, stamp, "gpu", args.device, mode, swept.hosts),
+            **shared_columns(run_id, stamp, "gpu", "posix" if mode in h2d.FILE_MODES else "-",
+                             mode, swept.hosts, phase=GPU_PHASE),
             "format": "raw", "cache": args.cache if mode in h2d.FILE_MODES else "-",
             "bytes_per_rank": size, "bytes_total": size * nranks, "block_bytes": size,
             "iterations": stats.iterations, "device": device,

@@ -2,7 +2,7 @@
 own raw restore of the same existing checkpoint, per assign policy, in one invocation:
 the ceiling (stampede.run.job, as `stampede run --checkpoint` restores it) and then each
 loader on each device, the same ranks, assignment and cache state; archived as rows of
-one run (the loader's name in the backend column) and reported with each loader's
+one run (the loader's name in the tool column) and reported with each loader's
 efficiency (stampede.results.loaders).
 
 A command, not a `run.loader` key: a loader opens and reads the files itself, so none of
@@ -24,6 +24,7 @@ from stampede.errors import UsageError
 RAW_RESTORE = ('run.verify="none"', "run.check_finite=false")
 DEVICES = ("cpu", "cuda")
 HOST_MEMORY = "cpu"   # host memory; a GPU is labelled as `stampede gpu` labels it
+LOADER_BACKEND = "posix"   # the loaders read files (parse_request refuses URLs)
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -215,8 +216,8 @@ class _Session:
         if measured is None or assigned is None:
             return
         shared = {**spec.columns(),
-                  **shared_columns(self.run_id, self.stamp, spec.name, entry.name, policy,
-                                   self.hosts, valid=not measured.failed)}
+                  **shared_columns(self.run_id, self.stamp, spec.name, LOADER_BACKEND, policy,
+                                   self.hosts, valid=not measured.failed, tool=entry.name)}
         self.rows += _loader_rows(shared, self.catalogue.format, entry, target.label, measured,
                                   assigned, self.hosts)
         self.loaders[f"{entry.name} {target.label} {policy}"] = {
@@ -239,7 +240,7 @@ class _Session:
             "ceiling": sidecar(self.spec, self.context, self.ceilings),
             "loaders": self.loaders, "skipped": [list(pair) for pair in skipped]})
         notes = list(dict.fromkeys(
-            f"{row['backend']} {row['layout']}: {note}" for row in self.rows
+            f"{row['tool']} {row['layout']}: {note}" for row in self.rows
             if row["op"] == "restore" for note in filter(None, row["warnings"].split(" | "))))
         console = make_console()
         render_loaders(loader_lines(self.rows), skipped, notes,
@@ -255,7 +256,7 @@ class _Session:
 def _loader_rows(shared: dict[str, object], fmt: str, entry: Any, label: str, measured: Any,
                  assigned: list[int], hosts: tuple[str, ...]) -> list[dict[str, str]]:
     """Rank 0: one loader's rows (its phases and restore), as a layout's: the policy is
-    the layout, the loader the backend, its phases the pattern; bytes are assigned bytes."""
+    the layout, the loader the tool, its phases the pattern; bytes are assigned bytes."""
     from stampede.results.rows import op_rows
 
     stats = measured.stats

@@ -102,6 +102,7 @@ def _check_layouts(args: argparse.Namespace) -> None:
     """--layout and --save-layout name a layout the archives measured (a layout they do not
     hold once gave the worked example, every term "assumed", exit 0)."""
     from stampede.results.archive import read_rows
+    from stampede.results.cells import flag as boolean
     from stampede.values import did_you_mean
 
     asked = [(flag, value) for flag, value in (("--layout", args.layout),
@@ -112,7 +113,7 @@ def _check_layouts(args: argparse.Namespace) -> None:
         raise UsageError(f"{asked[0][0]} {asked[0][1]}: a layout of the archives' runs, and "
                          "no ARCHIVE is given", hint="stampede mttr ARCHIVE --layout LAYOUT")
     rows = [row for archive in args.archives for row in read_rows(archive)
-            if row.get("valid") == "true"]
+            if boolean(row, "valid")]
     held = {"--layout": {row["layout"] for row in rows if row["op"] == "restore"},
             "--save-layout": {row["layout"] for row in rows if row["op"] == "blocked"}}
     for flag, value in asked:

@@ -23,6 +23,7 @@ from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
 from stampede.model.mttr import Breakdown, breakdown, measured_model
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
 from stampede.model.workload import Workload
+from stampede.results.cells import flag
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_rate
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
@@ -160,7 +161,7 @@ def ranked(rows: Sequence[dict[str, str]], op: str) -> tuple[tuple[Mapping[str, 
     from stampede.results.report import ranked as report_ranked
 
     return tuple((row, standing) for row, standing in report_ranked(rows, op)
-                 if row.get("valid") == "true")
+                 if flag(row, "valid"))
 
 
 def phase_verdict(rows: Sequence[dict[str, str]], phase: str, workload: Workload

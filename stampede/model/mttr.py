@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stampede.errors import UsageError
+from stampede.results.cells import flag, number, text
 
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
@@ -222,8 +223,8 @@ def no_spare_probability(nodes: int, node_failures_per_day: float, spares: int,
 # --- measurements from archives ---
 
 def _latest(rows: list[dict[str, str]], op: str, layout: str = "") -> dict[str, str] | None:
-    chosen = [row for row in rows if row["op"] == op and row.get("valid") == "true"
-              and row.get("time_to_last_rank_s") and (not layout or row["layout"] == layout)]
+    chosen = [row for row in rows if row["op"] == op and flag(row, "valid")
+              and text(row, "time_to_last_rank_s") and (not layout or row["layout"] == layout)]
     return chosen[-1] if chosen else None
 
 
@@ -236,17 +237,17 @@ def measured_checkpoint_cost(archives: list[str], layout: str) -> tuple[float, s
     found: tuple[float, str] = (0.0, "")
     for archive in archives:
         rows = read_rows(archive)
-        blocked = [row for row in rows if row["op"] == "blocked" and row.get("valid") == "true"
-                   and row.get("elapsed_s") and (not layout or row["layout"] == layout)]
+        blocked = [row for row in rows if row["op"] == "blocked" and flag(row, "valid")
+                   and text(row, "elapsed_s") and (not layout or row["layout"] == layout)]
         if not blocked:
             continue
         run_id = blocked[-1]["run_id"]
         best = min((row for row in blocked if row["run_id"] == run_id),
-                   key=lambda row: float(row["elapsed_s"]))
-        buffered = " (BUFFERED: durability none)" if best.get("durability") == "none" else ""
-        found = (float(best["elapsed_s"]),
+                   key=lambda row: number(row, "elapsed_s"))
+        buffered = " (BUFFERED: durability none)" if text(best, "durability") == "none" else ""
+        found = (number(best, "elapsed_s"),
                  f"measured: {Path(archive).name} run {run_id} {best['layout']}, last of "
-                 f"{best['nranks']} ranks blocked, save {best.get('save_mode', '?')}{buffered}")
+                 f"{best['nranks']} ranks blocked, save {text(best, 'save_mode') or '?'}{buffered}")
     return found
 
 
@@ -273,26 +274,29 @@ def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], 
         name = Path(archive).name
         startup = _latest(rows, "startup")
         if startup is not None:
-            values["init_s"] = float(startup["time_to_last_rank_s"])
+            values["init_s"] = number(startup, "time_to_last_rank_s")
             sources["init_s"] = f"measured: {name} run {startup['run_id']}, last rank up"
             barrier = next((row for row in reversed(rows) if row["op"] == "barrier"
                             and row["run_id"] == startup["run_id"]), None)
-            if barrier is not None and barrier.get("lat_p50_s"):
-                values["barrier_s"] = float(barrier["lat_p50_s"])
+            if barrier is not None and text(barrier, "lat_p50_s"):
+                values["barrier_s"] = number(barrier, "lat_p50_s")
                 sources["barrier_s"] = (f"{name} run {startup['run_id']}, MPI barrier p50 over "
                                         f"{barrier['nranks']} ranks")
-        restores = [row for row in rows if row["op"] == "restore" and row.get("valid") == "true"
-                    and row.get("slowest_rank_gbps") and (not layout or row["layout"] == layout)]
-        storage = [row for row in restores if row.get("cache") != "warm"] or restores
+        # a checkpoint's restores (not `stampede gpu`'s copies: phase h2d)
+        restores = [row for row in rows if row["op"] == "restore" and flag(row, "valid")
+                    and text(row, "phase") == "restore" and text(row, "slowest_rank_gbps")
+                    and (not layout or row["layout"] == layout)]
+        storage = [row for row in restores if text(row, "cache") != "warm"] or restores
         if storage:
             run_id = storage[-1]["run_id"]
             best = min((row for row in storage if row["run_id"] == run_id),
-                       key=lambda row: float(row["time_to_last_rank_s"]))
-            warm = " (WARM: page cache, not storage)" if best.get("cache") == "warm" else ""
-            values["bw_rank_gbps"] = float(best["slowest_rank_gbps"])
+                       key=lambda row: number(row, "time_to_last_rank_s"))
+            warm = " (WARM: page cache, not storage)" if text(best, "cache") == "warm" else ""
+            values["bw_rank_gbps"] = number(best, "slowest_rank_gbps")
             sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
                                        f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
-            values["straggler_s"] = float(best["time_to_last_rank_s"]) - float(best["first_done_s"])
+            values["straggler_s"] = (number(best, "time_to_last_rank_s")
+                                     - number(best, "first_done_s"))
             sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
             stall = _time_to_first_byte(sidecar_path(archive, run_id), best["layout"])
             _process_group(rows, best, name, values, sources)
@@ -303,11 +307,11 @@ def _process_group(rows: list[dict[str, str]], restore: dict[str, str], name: st
                    values: dict[str, float], sources: dict[str, str]) -> None:
     """The restore's own pg_init (run.exchange = torch), when its layout has one."""
     values.pop("pg_init_s", None)   # a later archive's restore replaces an earlier one's
-    found = next((row for row in rows if row["op"] == "pg_init" and row.get("elapsed_s")
+    found = next((row for row in rows if row["op"] == "pg_init" and text(row, "elapsed_s")
                   and row["run_id"] == restore["run_id"]
                   and row["layout"] == restore["layout"]), None)
     if found is not None:
-        values["pg_init_s"] = float(found["elapsed_s"])
+        values["pg_init_s"] = number(found, "elapsed_s")
         sources["pg_init_s"] = (f"{name} run {found['run_id']} {found['layout']} pg_init "
                                 f"(torch.distributed process group, {found['nranks']} ranks)")
 

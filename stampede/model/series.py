@@ -15,8 +15,8 @@ from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, lock_count
 from stampede.model.fit import Known, Point
 from stampede.model.projection import Projection
-from stampede.results.archive import CONFIG_COLUMNS
-from stampede.results.cells import number
+from stampede.results.cells import flag, number, text, whole
+from stampede.results.columns import CONFIG_COLUMNS
 from stampede.units import format_bytes
 
 # What the model takes per point rather than requiring it equal: the replica count
@@ -62,7 +62,7 @@ class Series:
 
 def row_phase(row: dict[str, str]) -> str:
     """A row's phase; rows from before the phase column (schema 1 and 2) are restores."""
-    return row.get("phase") or "restore"
+    return text(row, "phase") or "restore"
 
 
 def _whole(row: dict[str, str], column: str, default: int) -> int:
@@ -72,7 +72,7 @@ def _whole(row: dict[str, str], column: str, default: int) -> int:
 
 def _point(row: dict[str, str], op_rows: dict[tuple[str, str, str, str], dict[str, str]],
            ops: Sequence[str]) -> Point:
-    nranks = int(row["nranks"])
+    nranks = whole(row, "nranks")
     iterations = number(row, "iterations")
     iterations = iterations if math.isfinite(iterations) and iterations >= 1 else 1.0
     counts, stall = [], 0.0
@@ -95,7 +95,7 @@ def _point(row: dict[str, str], op_rows: dict[tuple[str, str, str, str], dict[st
                  last_max_s=number(row, "time_to_last_rank_max_s"), op_counts=tuple(counts),
                  ranks_per_node=_whole(row, "ranks_per_node", nranks) if nnodes > 1 else 0,
                  replicas=_whole(row, "replicas", 1),
-                 broadcast_group=row.get("broadcast_group") or "replica")
+                 broadcast_group=text(row, "broadcast_group") or "replica")
 
 
 def _differs(row: dict[str, str], config: dict[str, str]) -> str:
@@ -164,7 +164,7 @@ def series_from_rows(rows: Sequence[dict[str, str]], layouts: Sequence[str] = ()
     own: the model places the shards from it)."""
     rows = sorted(rows, key=lambda row: row.get("timestamp", ""))   # stable: archive order
     completions = [row for row in rows if row.get("op") == phase and row_phase(row) == phase
-                   and row.get("valid") == "true" and number(row, "time_to_last_rank_s") > 0
+                   and flag(row, "valid") and number(row, "time_to_last_rank_s") > 0
                    and number(row, "nranks") >= 1]
     present = list(dict.fromkeys(row["layout"] for row in completions))
     missing = [layout for layout in layouts if layout not in present]
@@ -172,15 +172,15 @@ def series_from_rows(rows: Sequence[dict[str, str]], layouts: Sequence[str] = ()
         raise UsageError(f"--layout {','.join(missing)}: no valid {phase} run of it in the archives "
                          f"(they hold: {', '.join(present) or 'none'})")
     op_rows = {(row["run_id"], row_phase(row), row["layout"], row["op"]): row for row in rows
-               if row.get("op") in ops and row.get("valid") == "true"}
+               if row.get("op") in ops and flag(row, "valid")}
     result = []
     for layout in layouts or present:
         mine = [row for row in completions if row["layout"] == layout]
         invalid = sum(1 for row in rows if row.get("op") == phase and row_phase(row) == phase
-                      and row["layout"] == layout and row.get("valid") != "true")
+                      and row["layout"] == layout and not flag(row, "valid"))
         config = {column: mine[-1].get(column, "") for column in MODEL_CONFIG}
         same = [row for row in mine if all(row.get(c, "") == v for c, v in config.items())]
-        latest = {(int(row["nranks"]), _whole(row, "nnodes", 1)): row for row in same}
+        latest = {(whole(row, "nranks"), _whole(row, "nnodes", 1)): row for row in same}
         chosen = [latest[key] for key in sorted(latest)]
         points = tuple(_point(row, op_rows, ops) for row in chosen)
         scaling, scaled = scaling_of(chosen, points)

@@ -22,6 +22,14 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      and exchange (run.exchange: mpi | torch; rows of schema 1 to 3 read as mpi:
      they all exchanged over MPI). New op values, no column: pg_init, bcast_first,
      allgather_first, d2h (stampede.results.samples); the run.h2d value cuda-gds.
+- 5: tool (whose code did the timed I/O: stampede, a loader, an imported tool), so that
+     backend says the storage and phase what was measured: loader rows once carried the
+     loader in backend (now tool; backend posix), `stampede gpu` rows their --device in
+     backend and phase restore (now backend posix for file modes, - for memory ones,
+     phase h2d). Rows of schemas 1-4 read in these terms (read_rows derives them).
+
+The columns themselves (type, unit, meaning, since, identity) are
+stampede.results.columns'.
 
 Seconds are written with full float precision (repr): a 2 µs stat must survive.
 Not-applicable cells (a stat has no GB/s) are empty.
@@ -43,39 +51,20 @@ from typing import Any
 
 from stampede.errors import RunFailed, UsageError
 from stampede.results.cells import LINE, SOURCE, cell
-from stampede.spec import OPTIONS
+from stampede.results.columns import (
+    ARCHIVE_SCHEMA,
+    BEFORE,
+    COLUMNS,
+    GPU_PHASE,
+    OWN_TOOL,
+    REQUIRED_COLUMNS,
+)
 from stampede.values import file_kind, read_text
 
-ARCHIVE_SCHEMA = 4
-
-REQUIRED_COLUMNS = (
-    "schema", "run_id", "timestamp", "job", "backend", "layout", "format", "cache", "nranks",
-    "nnodes", "ranks_per_node", "bytes_total", "block_bytes", "iterations", "op", "count",
-    "errors", "lat_min_s", "lat_p50_s", "lat_p90_s", "lat_p99_s", "lat_p999_s", "lat_max_s",
-    "ops_per_s", "agg_gbps", "time_to_last_rank_s", "first_done_s", "straggler_ratio", "valid",
-    "stampede_version", "hosts", "slurm_job_id",
-)
-EXTRA_COLUMNS = (
-    "bytes_per_rank", "op_bytes", "elapsed_s", "ops_per_s_min", "ops_per_s_max",
-    "agg_gbps_min", "agg_gbps_max", "time_to_last_rank_min_s", "time_to_last_rank_max_s",
-    "slowest_rank_gbps", "slowest_ranks", "storage_s", "network_s", "storage_ops_per_iteration",
-    "storage_bytes_per_iteration", "device", "link_peak_gbps", "samples", "fs_type",
-    "invalid_reason", "warnings", "retries", "cache_resident_pct", "phase", "unprotected_s",
-    "restored_from",
-)
-# What must be equal for two rows to measure the same thing, beyond which layout and op
-# they are of and at which rank count: `compare` matches on these and those; `project`
-# fits one layout's runs of one such configuration across rank counts.
-CONFIG_COLUMNS = ("phase", "backend", "fs_type", "cache", "format", "block_bytes", "pattern",
-                  "replicas", "broadcast_group", "index_bytes", "stat_count", "open_count",
-                  "verify", "jitter", "h2d", "save_mode", "durability", "validate", "mkdir_by",
-                  "fanout", "workload", "scale", "subset", "exchange")
-# What a row of schema 1 to 3 measured in the columns schema 4 added (compared on): every
-# exchange went over MPI, and no run was MLPerf's workload.
-BEFORE_SCHEMA_4 = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false"}
-COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + tuple(
-    option.column for option in OPTIONS
-    if option.column not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
+# Rows of schemas 1-4 overloaded columns where no column said what was measured: a
+# loaders run (its run id tagged so) put each loader in `backend`, an import its tool, a
+# `stampede gpu` sweep (job gpu, backend = its --device) archived as phase restore.
+GPU_DEVICES = ("host", "cuda")
 
 
 def _encode(rows: Iterable[Mapping[str, object]]) -> str:
@@ -193,13 +182,27 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
             continue  # a torn line: fewer or more cells than the header
         whole = {**{column: row.get(column, "") for column in set(COLUMNS) | set(row)},
                  SOURCE: str(path), LINE: str(reader.line_num)}
-        if not whole["phase"]:   # schema 1 and 2 measured restores only
-            whole["phase"] = "restore"
-        for column, before in BEFORE_SCHEMA_4.items():
+        for column, before in BEFORE.items():
             if not whole[column]:
                 whole[column] = before
+        if not whole["tool"]:
+            _what_was_measured(whole)
         rows.append(whole)
     return rows
+
+
+def _what_was_measured(row: dict[str, str]) -> None:
+    """A row of schema 1 to 4 in schema 5's terms: the tool from the overloaded backend,
+    the backend the storage it read, gpu rows in their own phase."""
+    tag = row["run_id"].split("-")[1:-1]
+    if row["job"] == "gpu" and row["backend"] in GPU_DEVICES and row["phase"] == "restore":
+        row.update(tool=OWN_TOOL, phase=GPU_PHASE, backend="-" if row["cache"] == "-" else "posix")
+    elif tag == ["loaders"] and row["backend"] != "posix":
+        row.update(tool=row["backend"], backend="posix")
+    elif tag and tag[0] == row["backend"] and row["warnings"].startswith("imported from"):
+        row["tool"] = row["backend"]
+    else:
+        row["tool"] = OWN_TOOL
 
 
 def _finite(value: Any) -> Any:

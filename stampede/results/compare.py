@@ -28,13 +28,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stampede.ops import PSEUDO_OPS
-from stampede.results.archive import CONFIG_COLUMNS
 from stampede.results.cells import number, text
+from stampede.results.columns import IDENTITY_COLUMNS
 
 NO_SPREAD_TOLERANCE = 0.05
-# Two rows measure the same thing when these are equal (archive.CONFIG_COLUMNS and what
-# they are of: layout, op, rank count, bytes per rank).
-MATCH_COLUMNS = ("layout", "op", "nranks", "bytes_per_rank", *CONFIG_COLUMNS)
+# Two rows measure the same thing when these are equal (the registry's identity columns:
+# what they are of, layout, op, rank count, bytes per rank, and their configuration).
+MATCH_COLUMNS = IDENTITY_COLUMNS
 # metric column, its per-iteration spread columns (or None), and whether higher is better
 METRICS = (
     ("agg_gbps", ("agg_gbps_min", "agg_gbps_max"), True),

@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 from stampede.results import html_figures as figures
-from stampede.results.cells import number
+from stampede.results.cells import flag, number
 from stampede.results.definitions import METRICS, SAVE_METRICS
 from stampede.results.html_tags import table, tag
 from stampede.results.html_trace import trace_figures
@@ -113,7 +113,7 @@ def figures_section(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]]
     (`traces` by run id), its throughput and ranks inside an op over time."""
     palette = figures.colours([row["layout"] for row in archive_rows])
     parts = []
-    valid = [row for row in archive_rows if row.get("valid") != "false"]
+    valid = [row for row in archive_rows if flag(row, "valid")]
     for phase in ("restore", "save"):
         verdict = assessment.phases.get(phase)
         fits = [(series, projection) for series, projection, _ in verdict.projections] \

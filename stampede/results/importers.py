@@ -73,7 +73,7 @@ class Origin:
         from stampede.results.rows import now_stamp, shared_columns
 
         return {**shared_columns(self.run_id, now_stamp(), self.job, self.tool, "",
-                                 nranks=nranks, nnodes=nnodes),
+                                 nranks=nranks, nnodes=nnodes, tool=self.tool),
                 "cache": self.cache, "target": self.source,
                 "warnings": " | ".join((f"imported from {self.tool}", *notes, NO_DETAIL))}
 

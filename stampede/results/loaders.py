@@ -4,7 +4,7 @@ stampede's own raw restore of the same bytes, in the same run and cache state.
 - time to last rank, GB/s: the loader's restore rows (barrier exit -> the rank's last
   tensor in memory; bytes = the rank's assigned bytes, as the ceiling's).
 - efficiency = loader restore GB/s / ceiling restore GB/s, the ceiling being stampede's
-  restore (backend posix) of the same policy, cache state and rank count in the run.
+  restore (tool stampede) of the same policy, cache state and rank count in the run.
 - what dominates: the loader's phase whose median span per rank (lat_p50_s) is the
   largest share of its median restore; "other" when no phase it exposes is as large as
   the time outside all of them (imports already done: Python between calls, the
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from stampede.ops import LOADER_OPS
 from stampede.results.cells import Row, number, text, whole
+from stampede.results.columns import OWN_TOOL
 
 
 @dataclass(frozen=True)
@@ -39,19 +40,19 @@ class LoaderLine:
     valid: bool
 
 
-def loader_lines(rows: Sequence[Row], ceiling_backend: str = "posix") -> list[LoaderLine]:
+def loader_lines(rows: Sequence[Row]) -> list[LoaderLine]:
     """The ceiling first, then every loader, per (policy, cache, rank count), in row order."""
     ceilings = {_key(row): number(row, "agg_gbps") for row in rows
-                if row["op"] == "restore" and text(row, "backend") == ceiling_backend}
+                if row["op"] == "restore" and text(row, "tool") == OWN_TOOL}
     lines = []
     for row in rows:
         if row["op"] != "restore":
             continue
-        ceiling = text(row, "backend") == ceiling_backend
+        ceiling = text(row, "tool") == OWN_TOOL
         phases = () if ceiling else _phases(rows, row)
         gbps = number(row, "agg_gbps")
         lines.append(LoaderLine(
-            loader=f"stampede ({ceiling_backend})" if ceiling else text(row, "backend"),
+            loader=f"{OWN_TOOL} ({text(row, 'backend')})" if ceiling else text(row, "tool"),
             policy=text(row, "layout"), cache=text(row, "cache"), device=text(row, "device"),
             nranks=whole(row, "nranks"), bytes_total=whole(row, "bytes_total"),
             time_to_last_rank_s=number(row, "time_to_last_rank_s"), gbps=gbps,
@@ -69,7 +70,7 @@ def _key(row: Row) -> tuple[str, str, str, str]:
 
 def _phases(rows: Sequence[Row], restore: Row) -> tuple[tuple[str, float], ...]:
     same = [row for row in rows if row["op"] in LOADER_OPS and _key(row) == _key(restore)
-            and text(row, "backend") == text(restore, "backend")
+            and text(row, "tool") == text(restore, "tool")
             and text(row, "device") == text(restore, "device")]
     return tuple((row["op"], number(row, "lat_p50_s")) for row in same)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stampede.errors import install_hint
-from stampede.results.cells import number
+from stampede.results.cells import flag, number, whole
 from stampede.results.model import TIMELINE_COLUMNS
 
 if TYPE_CHECKING:
@@ -289,7 +289,7 @@ def scaling_series(rows: list[Row], ops: Sequence[str], column: str, low: str, h
     groups: dict[str, dict[int, list[Row]]] = {}
     for row in rows:
         if row["op"] in ops and number(row, column) == number(row, column):
-            groups.setdefault(series_label(row, mixed), {}).setdefault(int(row["nranks"]), []).append(row)
+            groups.setdefault(series_label(row, mixed), {}).setdefault(whole(row, "nranks"), []).append(row)
     return {label: {nranks: summarise(group, column, low, high)
                     for nranks, group in sorted(by_ranks.items())}
             for label, by_ranks in groups.items()}
@@ -326,7 +326,7 @@ def rank_axis(ax: Axes, ranks: Sequence[int]) -> None:
 
 def valid_rows(rows: list[Row], notes: list[str]) -> list[Row]:
     """Rows of valid runs; the runs left out get a note."""
-    invalid = sorted({row["run_id"] for row in rows if row.get("valid") == "false"})
+    invalid = sorted({row["run_id"] for row in rows if not flag(row, "valid")})
     if invalid:
         notes.append(f"scaling leaves out {len(invalid)} invalid run(s): {', '.join(invalid[:5])}")
     return [row for row in rows if row["run_id"] not in invalid]

@@ -12,7 +12,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from stampede.results.cells import Row, number, whole
+from stampede.results.cells import Row, flag, number, whole
+from stampede.results.columns import OWN_TOOL
 from stampede.results.compare import within_spread
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
@@ -106,7 +107,15 @@ def render_archive(rows: Sequence[Row], console: Any, run_ids: Sequence[str] = (
 
 def render_run(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
     """A whole run, as `stampede report` shows it: what ran, the layouts ranked, each
-    layout's ops, the warnings (each once), the errors."""
+    layout's ops, the warnings (each once), the errors; a loaders run's loaders beside."""
+    own = [row for row in rows if row.get("tool", OWN_TOOL) == OWN_TOOL]
+    if own and len(own) < len(rows):   # `stampede loaders`: stampede's ceiling, then them
+        from stampede.results.loaders import loader_lines
+        from stampede.results.report_loaders import render_loaders
+
+        render_run(own, console, messages)
+        render_loaders(loader_lines(rows), (), (), (), console)
+        return
     first = rows[0]
     if first["job"] == "gpu" and first.get("device"):
         render_gpu(rows, console)   # `stampede gpu` runs: one line per mode and size
@@ -208,7 +217,7 @@ def ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
     ranges overlap (compare.within_spread, the rule of `stampede compare`), else how much
     slower."""
     restores = [row for row in rows if row["op"] == op]
-    valid = sorted((row for row in restores if row["valid"] == "true"),
+    valid = sorted((row for row in restores if flag(row, "valid")),
                    key=lambda row: number(row, "time_to_last_rank_s"))
     ranked: list[tuple[Row, str]] = []
     for row in valid:
@@ -428,12 +437,14 @@ def render_history(rows: Sequence[Row], console: Any) -> None:
     for row in rows:
         if not row.get("time_to_last_rank_s"):
             continue
-        table.add_row(row["run_id"], row["job"], row["layout"], row["op"], row["nranks"],
-                      row["cache"],
+        tool = row.get("tool", OWN_TOOL)   # a loader's rows beside stampede's: named
+        table.add_row(row["run_id"], row["job"],
+                      row["layout"] + (f" ({tool})" if tool != OWN_TOOL else ""), row["op"],
+                      row["nranks"], row["cache"],
                       format_bytes(whole(row, "bytes_total")),
                       seconds(row, "time_to_last_rank_s"),
                       format_number(number(row, "agg_gbps")),
-                      "yes" if row["valid"] == "true" else "[red]NO[/]")
+                      "yes" if flag(row, "valid") else "[red]NO[/]")
     console.print(table)
 
 

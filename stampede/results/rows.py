@@ -14,6 +14,7 @@ from stampede import __version__
 from stampede.ops import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.archive import ARCHIVE_SCHEMA
 from stampede.results.cells import cell
+from stampede.results.columns import OWN_TOOL
 from stampede.results.model import LayoutRun, LayoutStats, RunContext, node_counts
 from stampede.results.warnings import layout_warnings, residency_warning
 from stampede.spec import JobSpec
@@ -42,16 +43,19 @@ def hosts_cell(hosts: Sequence[str]) -> str:
 
 def shared_columns(run_id: str, timestamp: str, job: str, backend: str, layout: str,
                    hosts: Sequence[str] = (), nranks: int = 0, nnodes: int = 0,
-                   valid: bool = True, phase: str = "restore") -> dict[str, object]:
-    """The columns every archive row carries: which run, of what, where, by whom. The rank
-    and node counts come from the host of each rank, or are given (imported results)."""
+                   valid: bool = True, phase: str = "restore",
+                   tool: str = OWN_TOOL) -> dict[str, object]:
+    """The columns every archive row carries: which run, of what, by which tool, where, by
+    whom. The rank and node counts come from the host of each rank, or are given
+    (imported results)."""
     if hosts:
         nnodes, per_node = node_counts(list(hosts))
         nranks = len(hosts)
     else:
         per_node = -(-nranks // max(nnodes, 1))
     return {"schema": ARCHIVE_SCHEMA, "run_id": run_id, "timestamp": timestamp, "job": job,
-            "backend": backend, "phase": phase, "layout": layout, "nranks": nranks, "nnodes": nnodes,
+            "backend": backend, "phase": phase, "tool": tool, "layout": layout,
+            "nranks": nranks, "nnodes": nnodes,
             "ranks_per_node": per_node, "valid": valid, "stampede_version": __version__,
             "hosts": hosts_cell(hosts), "slurm_job_id": slurm_job_id()}
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
-from stampede.results.archive import BEFORE_SCHEMA_4, COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
+from stampede.results.archive import COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
+from stampede.results.columns import OPTION_BEFORE
 from stampede.results.report import make_console, render_archive
 from stampede.spec import load_job
 from tests.helpers.jobs import write_job
@@ -147,7 +148,7 @@ def test_rows_of_schema_3_read_as_what_they_measured(tmp_path: Path) -> None:
     # matches on: an older row (no such columns) exchanged over MPI and ran no workload,
     # and must still match a new row of a default job
     archive = tmp_path / "r.csv"
-    old_columns = [column for column in COLUMNS if column not in BEFORE_SCHEMA_4]
+    old_columns = [column for column in COLUMNS if column not in OPTION_BEFORE]
     values = {**row("old", schema=3, phase="save"), "valid": "true"}
     archive.write_text(",".join(old_columns) + "\n"
                        + ",".join(str(values.get(column, "")) for column in old_columns) + "\n")
@@ -158,5 +159,5 @@ def test_rows_of_schema_3_read_as_what_they_measured(tmp_path: Path) -> None:
     assert (new["exchange"], new["phase"]) == ("torch", "restore")
     job = write_job(tmp_path, target={"path": str(tmp_path / "ck")}, checkpoint={"size": "1MiB"})
     written = load_job(job).columns()
-    assert {column: old[column] for column in BEFORE_SCHEMA_4} == \
-        {column: cell(written[column]) for column in BEFORE_SCHEMA_4}
+    assert {column: old[column] for column in OPTION_BEFORE} == \
+        {column: cell(written[column]) for column in OPTION_BEFORE}

@@ -195,7 +195,7 @@ def test_a_garbage_cell_is_one_line_naming_it(stampede, tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     first, *rest = result.stderr.splitlines()
     assert first == (f"stampede compare: error: {garbled}, line 3: column ops_per_s = 'fast': "
-                     "not a number")
+                     "not a number; allowed: a number (in ops/s), or empty")
     assert [line for line in rest if not line.startswith("  hint:")] == []  # no traceback
 
 

@@ -15,10 +15,11 @@ from stampede.results.report import make_console
 from stampede.results.report_loaders import render_loaders
 
 
-def _row(backend: str, op: str, p50_s: float, gbps: float = math.nan, layout: str = "files",
+def _row(tool: str, op: str, p50_s: float, gbps: float = math.nan, layout: str = "files",
          cache: str = "cold", run_id: str = "r1", device: str = "") -> dict[str, object]:
     return {"run_id": run_id, "job": "existing", "layout": layout, "op": op, "valid": "true",
-            "nranks": 2, "nnodes": 1, "ranks_per_node": 2, "backend": backend, "cache": cache,
+            "nranks": 2, "nnodes": 1, "ranks_per_node": 2, "backend": "posix", "tool": tool,
+            "cache": cache,
             "iterations": 3, "timestamp": "2026-12-01T00:00:00+00:00", "device": device,
             "lat_p50_s": p50_s, "agg_gbps": gbps, "bytes_total": 10**9,
             "time_to_last_rank_s": p50_s * 1.1 if op == "restore" else None, "warnings": ""}
@@ -27,13 +28,13 @@ def _row(backend: str, op: str, p50_s: float, gbps: float = math.nan, layout: st
 def _archive(tmp_path: Path) -> list[dict[str, str]]:
     path = tmp_path / "loaders.csv"
     append_rows(path, [
-        _row("posix", "read", 0.01, 8.0), _row("posix", "restore", 0.20, 5.0),
+        _row("stampede", "read", 0.01, 8.0), _row("stampede", "restore", 0.20, 5.0),
         _row("safetensors", "header", 0.01), _row("safetensors", "load", 0.70, 1.5, device="cpu"),
         _row("safetensors", "restore", 0.80, 1.25, device="cpu"),
         _row("dcp", "index", 0.30, device="cpu"), _row("dcp", "plan", 0.10, device="cpu"),
         _row("dcp", "load", 0.20, device="cpu"), _row("dcp", "restore", 1.00, 1.0, device="cpu"),
         # another cache state, and another run: never each other's ceiling
-        _row("posix", "restore", 0.10, 10.0, cache="warm"),
+        _row("stampede", "restore", 0.10, 10.0, cache="warm"),
         _row("runai", "restore", 0.40, 2.5, cache="warm", device="cpu"),
         _row("runai", "restore", 0.40, 2.5, run_id="r2", device="cpu"),
     ])

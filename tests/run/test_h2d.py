@@ -42,6 +42,9 @@ def test_gpu_sweep_on_the_host_device_is_labelled_everywhere(stampede, tmp_path:
         assert float(row["agg_gbps"]) > 0
     reads = [row for row in rows if row["op"] == "read"]
     assert {row["layout"] for row in reads} == {"file"} and {row["cache"] for row in reads} == {"cold"}
+    # what was measured: stampede's copies, in their own phase, from files or from memory
+    assert {(row["layout"], row["tool"], row["phase"], row["backend"]) for row in rows} == {
+        ("file", "stampede", "h2d", "posix"), ("pageable", "stampede", "h2d", "-")}
     again = stampede("report", str(archive))   # re-rendered from the archive alone
     assert again.returncode == 0 and "Host -> device" in again.stdout and HOST_LABEL in again.stdout
 

@@ -60,11 +60,12 @@ def _held(tmp_path: Path, loader: str, policy: str) -> list[dict[str, list[Any]]
 def _beside_the_ceiling(rows: list[dict[str, str]], loader: str, policy: str,
                         total_bytes: int) -> None:
     """The loader's restore row and the ceiling's: one run, the same bytes, an efficiency."""
-    restores = {row["backend"]: row for row in rows
+    restores = {row["tool"]: row for row in rows
                 if row["op"] == "restore" and row["layout"] == policy}
-    assert set(restores) >= {"posix", loader}
-    assert {restores[name]["run_id"] for name in ("posix", loader)} == {rows[0]["run_id"]}
-    assert int(restores[loader]["bytes_total"]) == int(restores["posix"]["bytes_total"]) \
+    assert set(restores) >= {"stampede", loader}
+    assert {restores[name]["backend"] for name in ("stampede", loader)} == {"posix"}
+    assert {restores[name]["run_id"] for name in ("stampede", loader)} == {rows[0]["run_id"]}
+    assert int(restores[loader]["bytes_total"]) == int(restores["stampede"]["bytes_total"]) \
         == total_bytes
     assert restores[loader]["valid"] == "true" and restores[loader]["device"] == "cpu"
     line = next(line for line in loader_lines(rows)
@@ -81,7 +82,7 @@ def test_safetensors_loaders_hold_their_assignment(stampede, tmp_path: Path, pub
     for policy in ("files", "tensor-slices"):
         _beside_the_ceiling(rows, loader, policy, scan(str(published)).total_bytes)
         assert _held(tmp_path, loader, policy) == expected_safetensors(published, policy, nranks)
-    phases = {row["op"] for row in rows if row["backend"] == loader}
+    phases = {row["op"] for row in rows if row["tool"] == loader}
     assert phases >= {"header", "load", "restore"}
 
 
@@ -122,7 +123,7 @@ def test_dcp_load_of_a_checkpoint_2_ranks_saved(stampede, tmp_path: Path, dcp_di
         assert set().union(*held) == set(expected)   # every tensor, by some rank
         for part in held:
             assert part == {name: expected[name] for name in part}
-    phases = {row["op"] for row in rows if row["backend"] == "dcp"}
+    phases = {row["op"] for row in rows if row["tool"] == "dcp"}
     assert phases == {"index", "plan", "load", "restore"}
 
 
@@ -148,8 +149,9 @@ def test_a_loader_of_another_format_and_a_missing_gpu_are_skipped_with_why(
     assert "skipped: torch.load: reads torch checkpoints; this one is safetensors" in result.stdout
     if not cuda_available():
         assert "skipped: cuda: --device cuda: PyTorch sees no CUDA device" in result.stdout
-    backends = {row["backend"] for row in read_archive(tmp_path / "results" / "loaders.csv")}
-    assert backends == {"posix", "safetensors"}
+    rows = read_archive(tmp_path / "results" / "loaders.csv")
+    assert {(row["tool"], row["backend"]) for row in rows} == \
+        {("stampede", "posix"), ("safetensors", "posix")}
 
 
 @pytest.mark.skipif(cuda_available(), reason="a CUDA device is visible here")
@@ -167,7 +169,7 @@ def test_only_cuda_without_a_gpu_runs_nothing(stampede, tmp_path: Path, publishe
 def test_the_device_path_on_a_gpu(stampede, tmp_path: Path, published: Path) -> None:
     loader_package("safetensors")
     rows = _run(stampede, tmp_path, published, "safetensors", 1, ["files"], devices="cpu,cuda")
-    devices = {row["device"] for row in rows if row["backend"] == "safetensors"}
+    devices = {row["device"] for row in rows if row["tool"] == "safetensors"}
     assert "cpu" in devices and any(device.startswith("cuda:0 ") for device in devices)
 
 
@@ -190,5 +192,5 @@ def test_a_loader_that_raises_on_one_rank_is_archived_invalid(stampede, tmp_path
     assert "loaders finished with errors, archived as invalid" in result.stderr
     assert "rank 0: torch.load: UnpicklingError" in result.stdout
     rows = read_archive(tmp_path / "results" / "loaders.csv")
-    assert {row["valid"] for row in rows if row["backend"] == "torch.load"} == {"false"}
-    assert {row["valid"] for row in rows if row["backend"] == "posix"} == {"true"}
+    assert {row["valid"] for row in rows if row["tool"] == "torch.load"} == {"false"}
+    assert {row["valid"] for row in rows if row["tool"] == "stampede"} == {"true"}
