@@ -57,7 +57,7 @@ def said(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
-        tmp_path: Path) -> None:
+        stampede, tmp_path: Path) -> None:
     result = rejoin(tmp_path, str(job(tmp_path)))
     assert result.returncode == 0, result.stdout + result.stderr
     text = said(result)
@@ -77,13 +77,11 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     assert int(verify[0]["count"]) == 2 * 2 and verify[0]["errors"] in ("", "0")
     assert not list((tmp_path / "local").rglob("*"))   # every node's local tier removed
     assert not list((tmp_path / "target").iterdir())    # the storage tier too
-    modelled = subprocess.run([sys.executable, "-m", "stampede", "mttr",
-                               str(tmp_path / "results" / "tiers.csv")],
-                              capture_output=True, text=True, cwd=tmp_path)
+    modelled = stampede("mttr", str(tmp_path / "results" / "tiers.csv"))
     assert modelled.returncode == 0, modelled.stderr
     lines = [line.split() for line in modelled.stdout.splitlines()]
     assert [line[0] for line in lines if line[:1] in (["rejoin"], ["restart"])] == \
-        ["rejoin", "restart"]   # T_MTTR both ways, from the same run
+        ["rejoin", "restart"], modelled.stdout   # T_MTTR both ways, from the same run
 
 
 @pytest.mark.parametrize(("damage", "why"), [("missing", "missing on its peer"),
