@@ -69,6 +69,23 @@ def test_a_traced_run_and_save_are_read_back_with_the_archives_counts(
     page = report.read_text()
     assert "save over time: throughput" in page and "save over time: ranks inside" in page
     assert "save/sharded: ranks inside a storage op over time" in page   # the heat map
+    rendered_in_a_browser(report)
+
+
+def rendered_in_a_browser(report: Path) -> None:
+    """Chromium, headless, parses the traced report's figures (the trace's, the heat maps'
+    cells among them) and draws the page, offline, with nothing on its console."""
+    from tests.helpers import browser
+
+    browser.chromium()
+    dom = browser.headless(report, "--dump-dom")
+    figures = report.read_text().count('<svg class="figure"')
+    assert dom.stdout.count('<svg class="figure"') == figures
+    assert dom.stdout.count("over time: ranks inside") >= 2 and 'fill-opacity="' in dom.stdout
+    shot = report.with_suffix(".png")
+    drawn = browser.headless(report, f"--screenshot={shot}", "--window-size=1280,4000")
+    assert shot.stat().st_size > 20_000, drawn.stderr
+    assert browser.console_lines(dom.stderr + drawn.stderr) == []
 
 
 @pytest.mark.mpi
