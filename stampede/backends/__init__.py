@@ -8,7 +8,6 @@ command that installs it.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +23,11 @@ class BackendEntry:
     cls: str
     install_hint: str
     requires: tuple[str, ...] = ()   # packages imported up front, so a missing one is named
-    # packages used only by some calls (S3: s3fs, for uploads): checked present up front,
-    # imported where used (at 16,384 ranks every import is a metadata storm)
-    installed: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, BackendEntry] = {
     "posix": BackendEntry("stampede.backends.posix", "PosixBackend", ""),
-    "s3": BackendEntry("stampede.backends.s3", "S3Backend", S3_HINT, ("botocore",),
-                       ("fsspec", "s3fs")),
+    "s3": BackendEntry("stampede.backends.s3", "S3Backend", S3_HINT, ("botocore",)),
     "gs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
                        ("fsspec", "gcsfs")),
     "gcs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
@@ -66,9 +61,6 @@ def open_backend(target_path: str, storage_options: dict[str, Any] | None = None
     try:
         for package in entry.requires:
             importlib.import_module(package)
-        for package in entry.installed:
-            if importlib.util.find_spec(package) is None:
-                raise ImportError(name=package)
         module = importlib.import_module(entry.module)
     except ImportError as error:
         raise UsageError(f"backend {name!r} needs a package that is not installed ({error.name})",
