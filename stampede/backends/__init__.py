@@ -15,6 +15,7 @@ from stampede.backends.base import Backend
 from stampede.errors import UsageError, install_hint
 
 S3_HINT = install_hint("s3")
+FSSPEC_HINT = install_hint("fsspec")
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,11 @@ REGISTRY: dict[str, BackendEntry] = {
                        ("fsspec", "gcsfs")),
     "gcs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
                         ("fsspec", "gcsfs")),
-    "memory": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
+    "memory": BackendEntry("stampede.backends.fsspec", "FsspecBackend", FSSPEC_HINT,
                            ("fsspec",)),
     "nfs": BackendEntry("stampede.backends.nfs", "NfsBackend",
                         "apt-get install libnfs13 (Debian/Ubuntu; dnf install libnfs on RHEL)"),
-    "file": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
+    "file": BackendEntry("stampede.backends.fsspec", "FsspecBackend", FSSPEC_HINT,
                          ("fsspec",)),
 }
 
