@@ -12,7 +12,7 @@ Two parts, one run.
    Printed: the median and p90 of the overshoot, in µs, per S and strategy. The
    emulator's own hold is hold_until with SPIN_S and precise_timers.
 
-2. Through FUSE (root, /dev/fuse, fusepy, libfuse 2): a sharded checkpoint is prepared at
+2. Through FUSE (root, /dev/fuse, mfusepy, libfuse 3): a sharded checkpoint is prepared at
    BACKING/ck, the emulator mounts BACKING with `--threads 1`, caches off, and one rank's
    `stampede run` stat storm (pattern stat, --stat-count stats per iteration) goes through
    MOUNT/ck/sharded/<file>: 4 requests a stat (LOOKUP ck, LOOKUP sharded, LOOKUP the

@@ -54,7 +54,7 @@ thereby in the data term.
 Output: a table N x layout with measured, model (its metadata and data parts), error =
 (measured - model) / measured, and PASS when |error| <= --tolerance (15%). The verdict is
 printed, never turned into an exit status: the script exits non-zero only if a command
-failed. Needs root, /dev/fuse, fusepy and libfuse 2 (as emulate-mds does). Every mount
+failed. Needs root, /dev/fuse, mfusepy and libfuse 3 (as emulate-mds does). Every mount
 is unmounted at the end, however the script ends.
 """
 

@@ -21,7 +21,7 @@ warmup; cache warm). All runs go to one archive.
 
 Output: per N the measured time, the projection with its band, the error and PASS when
 the truth lies inside the band and the central value within --tolerance; the fitted s/c
-against the emulator's (S r / C per op). Needs root, /dev/fuse, fusepy and libfuse 2.
+against the emulator's (S r / C per op). Needs root, /dev/fuse, mfusepy and libfuse 3.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ does. Then:
               relative); how far it is, either side, is printed (a fit that drains slower
               than the emulator sizes a faster server than needed: it over-delivers)
 
-A wall-clock agreement, so a bench and not a test. Needs root, /dev/fuse, fusepy and
-libfuse 2.
+A wall-clock agreement, so a bench and not a test. Needs root, /dev/fuse, mfusepy and
+libfuse 3.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ def world() -> Any:
     except ImportError:
         if expected and expected > 1:
             raise UsageError(f"launched as {expected} ranks, but mpi4py is not installed",
-                             hint=f"{install_hint('mpi')}, or mpi4py built against your MPI") from None
+                             hint=f"{install_hint('mpi')} built against your MPI (--no-binary mpi4py), "
+                                  f"or {install_hint('mpich')} and its mpiexec") from None
         return SingleRank()
     comm = MPI.COMM_WORLD
     if expected and expected > 1 and comm.Get_size() == 1:

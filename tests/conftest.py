@@ -91,7 +91,7 @@ def stampede(tmp_path: Path, request: pytest.FixtureRequest
                 pytest.fail(f"{request.node.nodeid} launches mpiexec without the mpi marker")
             mpiexec = find_mpiexec()
             if mpiexec is None:
-                pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
+                pytest.fail("mpiexec not found: pip install -r requirements/test.txt")
             command = [mpiexec, "-n", str(np), *command]
         # Output to a pipe, as in a batch log: pytest's own COLUMNS (80) is not the
         # user's; the tests of reports at 80 columns set it themselves.

@@ -29,7 +29,7 @@ MAY_IMPORT = {
     "commands": {"*"},
     "cli": {"commands", "results"},
 }
-HEAVY = ("numpy", "rich", "mpi4py", "fsspec", "s3fs", "h5py", "torch", "matplotlib")
+HEAVY = ("numpy", "rich", "mpi4py", "fsspec", "botocore", "h5py", "torch", "matplotlib")
 
 
 def stampede_imports(path: Path) -> set[str]:

@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).parent / "helpers" / "mpi_primitives_check.py"
 @pytest.mark.parametrize("nranks", [1, 3])
 def test_collectives_on_a_real_communicator(nranks: int) -> None:
     mpiexec = find_mpiexec()
-    assert mpiexec, "mpiexec missing: pip install -e '.[mpi,test]'"
+    assert mpiexec, "mpiexec missing: pip install -r requirements/test.txt"
     result = subprocess.run([mpiexec, "-n", str(nranks), sys.executable, str(SCRIPT)],
                             capture_output=True, text=True, timeout=120,
                             cwd=SCRIPT.parents[2])

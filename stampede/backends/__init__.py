@@ -8,7 +8,6 @@ command that installs it.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +15,7 @@ from stampede.backends.base import Backend
 from stampede.errors import UsageError, install_hint
 
 S3_HINT = install_hint("s3")
+FSSPEC_HINT = install_hint("fsspec")
 
 
 @dataclass(frozen=True)
@@ -24,24 +24,20 @@ class BackendEntry:
     cls: str
     install_hint: str
     requires: tuple[str, ...] = ()   # packages imported up front, so a missing one is named
-    # packages used only by some calls (S3: s3fs, for uploads): checked present up front,
-    # imported where used (at 16,384 ranks every import is a metadata storm)
-    installed: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, BackendEntry] = {
     "posix": BackendEntry("stampede.backends.posix", "PosixBackend", ""),
-    "s3": BackendEntry("stampede.backends.s3", "S3Backend", S3_HINT, ("botocore",),
-                       ("fsspec", "s3fs")),
+    "s3": BackendEntry("stampede.backends.s3", "S3Backend", S3_HINT, ("botocore",)),
     "gs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
                        ("fsspec", "gcsfs")),
     "gcs": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install gcsfs",
                         ("fsspec", "gcsfs")),
-    "memory": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
+    "memory": BackendEntry("stampede.backends.fsspec", "FsspecBackend", FSSPEC_HINT,
                            ("fsspec",)),
     "nfs": BackendEntry("stampede.backends.nfs", "NfsBackend",
                         "apt-get install libnfs13 (Debian/Ubuntu; dnf install libnfs on RHEL)"),
-    "file": BackendEntry("stampede.backends.fsspec", "FsspecBackend", "pip install fsspec",
+    "file": BackendEntry("stampede.backends.fsspec", "FsspecBackend", FSSPEC_HINT,
                          ("fsspec",)),
 }
 
@@ -66,9 +62,6 @@ def open_backend(target_path: str, storage_options: dict[str, Any] | None = None
     try:
         for package in entry.requires:
             importlib.import_module(package)
-        for package in entry.installed:
-            if importlib.util.find_spec(package) is None:
-                raise ImportError(name=package)
         module = importlib.import_module(entry.module)
     except ImportError as error:
         raise UsageError(f"backend {name!r} needs a package that is not installed ({error.name})",

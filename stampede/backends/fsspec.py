@@ -228,6 +228,10 @@ class ObjectWriter:
             with errors(self.protocol, "complete upload"):
                 self.stream.close()
             return
+        abort = getattr(self.stream, "abort", None)
+        if abort is not None:   # stampede's own S3 upload (stampede.backends.s3.Streamed)
+            abort()
+            return
         discard = getattr(self.stream, "discard", None)
         if discard is not None and hasattr(self.stream, "forced"):   # an fsspec buffered file
             try:

@@ -8,8 +8,8 @@ stampede.run.save_objects): CreateMultipartUpload, UploadPart, CompleteMultipart
 PUT, a DELETE; an upload's body goes from the caller's buffers to the socket (sendall of
 each view, no copy), its payload unsigned (x-amz-content-sha256: UNSIGNED-PAYLOAD, as
 botocore sends over HTTPS: hashing every byte would cost a core ~2 GB/s; save.validate
-re-reads and hashes what was written instead). s3fs (aiobotocore) is only the writer's:
-prepare's multipart uploads, untimed, created on first use.
+re-reads and hashes what was written instead). prepare's uploads (untimed, their retries
+counted nowhere) are the same requests (stampede.backends.s3upload).
 
 Why not botocore on the timed path: its request machinery costs about a millisecond of
 CPU per request and its body arrives in pieces to be copied; at 0.5 s of client CPU per
@@ -47,10 +47,10 @@ from stampede.backends.fsspec import (
     ObjectWriter,
     checked_options,
     described_options,
-    errors,
     versions,
     without_userinfo,
 )
+from stampede.backends.s3upload import Streamed
 from stampede.backends.s3wire import (
     Endpoint,
     S3StatusError,
@@ -94,8 +94,6 @@ class S3Backend(FsspecBackend):
         self.read_timeout_s = _number(kwargs, "read_timeout", READ_TIMEOUT_S, float)
         self.max_attempts = int(_number(kwargs, "max_attempts", MAX_ATTEMPTS, int))
         self.write_block_bytes = int(_number(kwargs, "block_size", WRITE_BLOCK_BYTES, int))
-        self._s3fs_options = kwargs   # what is left is the writer's (s3fs's) to use
-        self._s3fs: Any = None
         self._setup("s3", target_path.partition("://")[2].strip("/"), options)
         self.bucket, _, self.prefix = self.root.partition("/")
         if not self.bucket:
@@ -188,10 +186,9 @@ class S3Backend(FsspecBackend):
     # --- timed: the save on an object store (stampede.backends.base.ObjectStore) --------
     saves = True
 
-    def start_upload(self, path: str) -> Upload:
+    def start_upload(self, path: str, op: str = "create") -> Upload:
         bucket, _, key = path.partition("/")
-        return Upload(bucket, key, self._call("create", "POST uploads", self._initiate, bucket,
-                                              key))
+        return Upload(bucket, key, self._call(op, "POST uploads", self._initiate, bucket, key))
 
     def _initiate(self, bucket: str, key: str) -> str:
         body = self._wire.read(self._wire.request("POST", bucket, key, query=(("uploads", ""),)))
@@ -206,8 +203,9 @@ class S3Backend(FsspecBackend):
         bucket, _, key = path.partition("/")
         return Upload(bucket, key, upload_id)
 
-    def upload_part(self, upload: Upload, number: int, views: tuple[memoryview, ...]) -> str:
-        return str(self._call("write", "PUT part", self._send, upload.bucket, upload.key, views,
+    def upload_part(self, upload: Upload, number: int, views: tuple[memoryview, ...],
+                    op: str = "write") -> str:
+        return str(self._call(op, "PUT part", self._send, upload.bucket, upload.key, views,
                               (("partNumber", str(number)), ("uploadId", upload.upload_id))))
 
     def put_object(self, path: str, views: tuple[memoryview, ...], op: str = "write") -> None:
@@ -227,11 +225,12 @@ class S3Backend(FsspecBackend):
             raise S3TransportError("an UploadPart answer without an ETag", retryable=False)
         return etag
 
-    def complete_upload(self, upload: Upload, parts: builtins.list[tuple[int, str]]) -> None:
+    def complete_upload(self, upload: Upload, parts: builtins.list[tuple[int, str]],
+                        op: str = "fsync") -> None:
         body = ("<CompleteMultipartUpload>" + "".join(
             f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag)}</ETag></Part>"
             for number, etag in parts) + "</CompleteMultipartUpload>").encode()
-        self._call("fsync", "POST complete", self._complete, upload, body)
+        self._call(op, "POST complete", self._complete, upload, body)
 
     def _complete(self, upload: Upload, body: bytes) -> None:
         answer = self._wire.read(self._wire.request(
@@ -279,8 +278,8 @@ class S3Backend(FsspecBackend):
             "protocol": "s3",
             "client": "stampede's own (http.client, one kept-alive connection per rank, "
                       "SigV4 signed, bodies read from the socket into the buffer, the save's "
-                      "sent from the shard's buffer, payload unsigned); s3fs for prepare's "
-                      "multipart uploads",
+                      "sent from the shard's buffer, payload unsigned; prepare's uploads "
+                      "the same requests)",
             "endpoint_url": without_userinfo(self.endpoint.url),
             "region": self.endpoint.region,
             "addressing": "virtual-hosted" if self.endpoint.virtual else "path",
@@ -295,7 +294,7 @@ class S3Backend(FsspecBackend):
                       "hidden_retries": "none (every retried attempt is counted)"},
             "timeouts_s": {"connect": self.connect_timeout_s, "read": self.read_timeout_s},
             "write_block_bytes": self.write_block_bytes,
-            "versions": versions("fsspec", "s3fs", "aiobotocore", "botocore"),
+            "versions": versions("botocore"),
             "storage_options": described_options(self.options),
         }
 
@@ -353,46 +352,15 @@ class S3Backend(FsspecBackend):
 
     def writer(self, relpath: str) -> ObjectWriter:
         path = self.path(relpath)
-        with errors("s3", "open for writing"):
-            stream = self.fs.open(path, "wb", block_size=self.write_block_bytes)
-        return ObjectWriter(stream, path, "s3")
-
-    @property
-    def fs(self) -> Any:
-        """s3fs, for streaming (multipart) uploads only; created on first use, with the
-        same endpoint, timeouts and attempts, its own retry loop off."""
-        if self._s3fs is None:
-            self._s3fs = _s3fs(self._s3fs_options, self.endpoint, self.connect_timeout_s,
-                               self.read_timeout_s, self.max_attempts, self.write_block_bytes)
-        return self._s3fs
+        return ObjectWriter(Streamed(self, path), path, "s3")
 
     def local_path(self, relpath: str) -> str | None:
         return None
 
 
-def _s3fs(options: dict[str, Any], endpoint: Endpoint, connect_timeout_s: float,
-          read_timeout_s: float, max_attempts: int, block_bytes: int) -> Any:
-    import s3fs
-
-    config = {**options.pop("config_kwargs", {}),
-              "connect_timeout": connect_timeout_s, "read_timeout": read_timeout_s,
-              "retries": {"total_max_attempts": max_attempts, "mode": "standard"},
-              # no client-side CRCs: the bytes are checked by hashes, not by the upload
-              "request_checksum_calculation": "when_required",
-              "response_checksum_validation": "when_required"}
-    client_kwargs = {**options.pop("client_kwargs", {}), "region_name": endpoint.region}
-    options.pop("region_name", None)
-    options.setdefault("endpoint_url", endpoint.url)
-    fs = s3fs.S3FileSystem(**{**options, "skip_instance_cache": True, "use_listings_cache": False,
-                              "default_cache_type": "none", "default_block_size": block_bytes,
-                              "config_kwargs": config, "client_kwargs": client_kwargs})
-    fs.retries = 1   # s3fs's own retry loop off: botocore retries the parts
-    return fs
-
-
 def _endpoint(options: dict[str, Any], bucket: str, session: Any) -> Endpoint:
-    """Where the requests go: the options (top level or client_kwargs, as s3fs takes
-    them), then the environment and botocore's configuration (region)."""
+    """Where the requests go: the options (top level or client_kwargs, as fsspec's s3fs
+    takes them), then the environment and botocore's configuration (region)."""
     client = options.get("client_kwargs") or {}
     s3_config = (options.get("config_kwargs") or {}).get("s3") or {}
     url = options.get("endpoint_url") or client.get("endpoint_url") or \

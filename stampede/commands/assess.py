@@ -101,7 +101,7 @@ def outputs(args: argparse.Namespace, job_name: str) -> tuple[Path, Path]:
 
 
 def cmd_assess(args: argparse.Namespace) -> int:
-    from stampede.errors import UsageError
+    from stampede.errors import UsageError, install_hint
     from stampede.launcher import find_mpiexec, signals_stop_children
     from stampede.sbatch import parse_steps
     from stampede.spec import load_job
@@ -131,7 +131,7 @@ def cmd_assess(args: argparse.Namespace) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None and max(counts) > 1:
         raise UsageError("assess needs mpiexec for more than one rank, and none was found",
-                         hint="pip install -e '.[mpi]'")
+                         hint=install_hint("mpich"))
     probe, plan = probe_and_plan(args, saving, spec, counts, budget_s, started, mpiexec)
     return sweep_and_report(args, saving, spec, plan, (note, *probe), report, archive, mpiexec,
                             started)

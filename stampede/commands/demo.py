@@ -35,7 +35,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None and args.np > 1:
         raise UsageError(f"demo --np {args.np} needs mpiexec, and none was found",
-                         hint=f"{install_hint('mpi')} (mpi4py and MPICH), or demo --np 1")
+                         hint=f"{install_hint('mpich')} (mpi4py and MPICH), or demo --np 1")
     signals_stop_children()   # SIGTERM as Ctrl-C: the steps stopped, the scratch removed
     workdir = Path(tempfile.mkdtemp(prefix="stampede-demo-"))
     job = workdir / "demo.toml"

@@ -107,7 +107,8 @@ def _check_machine(latency: bool, storage: bool, job: bool) -> str:
                          hint="drop --no-storage, or run the job with -- COMMAND")
     mpiexec = find_mpiexec()
     if mpiexec is None:
-        raise UsageError("emulate-cluster needs MPICH's mpiexec (hydra)", hint=install_hint("mpi"))
+        raise UsageError("emulate-cluster needs MPICH's mpiexec (hydra)",
+                         hint=install_hint("mpich"))
     return mpiexec
 
 

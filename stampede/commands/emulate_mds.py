@@ -11,9 +11,15 @@ from typing import Any
 from stampede.emulate import mds as model
 from stampede.emulate import writable
 from stampede.emulate.service import LOG_LIMIT
-from stampede.units import BYTES_PER_KIB
 
-MAX_WRITE_BYTES = 128 * BYTES_PER_KIB   # the most a FUSE write request carries with libfuse 2
+# libfuse 3 caps its worker threads (10 by default); libfuse 2's pool grew with the
+# requests in flight, and so must this one: a request waits in the emulator's queues (its
+# slots, its FIFO locks, where it is logged), not unseen in the kernel's
+MAX_WORKER_THREADS = 4096
+MAX_IDLE_THREADS = 10     # libfuse 2's, fixed there (libfuse 3.14 warns when it is not given)
+# fuse_main's status in libfuse 3 once its loop ended on SIGTERM, SIGINT or SIGHUP (libfuse
+# 2 said 0): after a mount, the stop asked for, not a failure
+STOPPED_BY_SIGNAL = 8
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -76,6 +82,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def cmd_emulate_mds(args: argparse.Namespace) -> int:
     import os
+    import threading
 
     from stampede.emulate.mds import check_arguments, die_with_parent, load_fuse
     from stampede.emulate.service import ServiceLog, precise_timers, realtime_priority
@@ -89,7 +96,10 @@ def cmd_emulate_mds(args: argparse.Namespace) -> int:
     precise_timers()              # before FUSE(): its worker threads inherit the timer slack
     priority = realtime_priority() if args.priority == "realtime" else "normal priority"
 
+    mounted = threading.Event()
+
     def on_mount() -> None:
+        mounted.set()
         print(mounted_text(args, backing, mountpoint, priority), file=sys.stderr, flush=True)
 
     def caller() -> tuple[int, int, int]:
@@ -100,13 +110,13 @@ def cmd_emulate_mds(args: argparse.Namespace) -> int:
     server.log = ServiceLog(args.log_limit) if args.log else None
     timeout = f"{args.attr_cache_s:g}"
     try:
-        # big_writes: writes reach the server in 128 KiB requests, not 4 KiB pages
         fuse.FUSE(server, mountpoint, foreground=True, nothreads=False, ro=not args.writable,
                   allow_other=True, attr_timeout=timeout, entry_timeout=timeout,
-                  negative_timeout=timeout, big_writes=True, max_write=str(MAX_WRITE_BYTES),
-                  fsname="stampede-emulate-mds")
+                  negative_timeout=timeout, max_threads=str(MAX_WORKER_THREADS),
+                  max_idle_threads=str(MAX_IDLE_THREADS), fsname="stampede-emulate-mds")
     except RuntimeError as error:   # libfuse printed why (fuse: ...) just above
-        raise RunFailed(f"mounting {mountpoint} failed (libfuse status {error})") from None
+        if not (mounted.is_set() and error.args == (STOPPED_BY_SIGNAL,)):
+            raise RunFailed(f"mounting {mountpoint} failed (libfuse status {error})") from None
     print(f"emulate-mds: unmounted {mountpoint}; {server.summary()}", file=sys.stderr, flush=True)
     if server.log is not None:
         server.log.write(args.log)

@@ -48,7 +48,7 @@ def cmd_startup(args: argparse.Namespace) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise UsageError("startup --np needs mpiexec, and none was found",
-                         hint=install_hint("mpi"))
+                         hint=install_hint("mpich"))
     signals_stop_children()
     command = [mpiexec, "-n", str(args.np), sys.executable, "-P", "-m", "stampede", "startup",
                "--archive", args.archive, *(["--import", ",".join(imports)] if imports else [])]

@@ -70,7 +70,7 @@ def prepare_overrides(args: argparse.Namespace) -> list[str]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from stampede.checkpoint.plan import bytes_per_rank
-    from stampede.errors import UsageError
+    from stampede.errors import UsageError, install_hint
     from stampede.launcher import find_mpiexec, signals_stop_children
     from stampede.spec import load_job
 
@@ -83,7 +83,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None and max(counts) > 1:
         raise UsageError("sweep needs mpiexec for more than one rank, and none was found",
-                         hint="pip install -e '.[mpi]'")
+                         hint=install_hint("mpich"))
     sets = {step: set_words(pairs) for step, pairs in (("prepare", prepared), ("run", args.set))}
     signals_stop_children()
     status = run_steps(args.job, counts, sets, mpiexec, spec.archive_path)

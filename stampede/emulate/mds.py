@@ -45,12 +45,11 @@ them off, stat(2) of MOUNTPOINT/dir/file costs one LOOKUP per path component bel
 mount (the kernel revalidates each name) and one GETATTR of the file, i.e. three service
 times for a checkpoint file (`sharded/shard-….raw`, `shared/checkpoint.raw`). Reads may
 add GETATTRs of their own (the kernel checks the file size), as NFS clients do. The file
-system is multithreaded (libfuse's worker pool grows with the requests in flight), so C
-slots really serve C requests at once; a single-threaded FUSE daemon would serialize all.
-One limit of libfuse 2 remains: it cannot ask the kernel for parallel directory operations,
-so the first lookup of each name, and listings, are serialized per directory by the kernel
-itself; later stats only revalidate known names, which runs in parallel (after a restore's
-warmup iteration every stat is such a revalidation).
+system is multithreaded (libfuse's worker pool grows with the requests in flight; its
+cap is raised to thousands), so C slots really serve C requests at once; a single-threaded
+FUSE daemon would serialize all. libfuse 3 asks the kernel for parallel directory operations:
+lookups and listings in one directory reach the emulator together, as first lookups of
+names do on a real server (libfuse 2 could not: the kernel serialized them per directory).
 
 Lifecycle: runs in the foreground until unmounted (`fusermount -u MOUNTPOINT`, exit 0),
 Ctrl-C (SIGINT), SIGTERM or SIGHUP; each ends with the file system unmounted by libfuse
@@ -71,7 +70,7 @@ group, others; supplementary groups are not known to it). Writes are refused (re
 prepare the checkpoint in DIR directly, then point target.path at MOUNTPOINT; or mount
 it --writable (stampede.emulate.writable, below) and save through it.
 
-Needs fusepy and libfuse 2 (`pip install 'stampede[emulate]'`, `apt-get install libfuse2`),
+Needs mfusepy and libfuse 3 (`pip install 'stampede[emulate]'`, `apt-get install fuse3`),
 imported only when the command runs.
 """
 
@@ -98,7 +97,7 @@ from stampede.emulate.service import (
     spin_for,
 )
 
-FUSE_HINT = "pip install 'stampede[emulate]' and apt-get install libfuse2"
+FUSE_HINT = "pip install 'stampede[emulate]' and apt-get install fuse3"
 STAT_FIELDS = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
                "st_ctime_ns", "st_blocks", "st_blksize", "st_rdev")
 PR_SET_PDEATHSIG = 1
@@ -147,14 +146,16 @@ def permitted(status: os.stat_result, uid: int, gid: int, want: int) -> bool:
 
 
 class MetadataServer:
-    """fusepy operations: metadata through C slots of service_s seconds, data straight through.
+    """mfusepy operations: metadata through C slots of service_s seconds, data straight
+    through.
 
-    fusepy calls `self(op, *args)`; an OSError becomes the errno returned to the kernel.
-    Operations not defined here (write, create, ...) are not registered: ENOSYS, and the
-    mount is read-only anyway (stampede.emulate.writable has the writable server).
+    mfusepy calls the method of each request's name; an OSError becomes the errno returned
+    to the kernel. Operations not defined here (write, create, ...) are not registered:
+    ENOSYS, and the mount is read-only anyway (stampede.emulate.writable has the writable
+    server).
     """
 
-    use_ns = True   # fusepy: times in nanoseconds (st_*time_ns)
+    use_ns = True   # mfusepy: times in nanoseconds (st_*time_ns)
     OPS: tuple[str, ...] = METADATA_OPS   # the ops served (and tallied)
 
     def __init__(self, backing: str, service_s: float, threads: int, serialize: bool = False,
@@ -172,9 +173,6 @@ class MetadataServer:
         self._guard = threading.Lock()
         self._path_locks: dict[str, FifoLock] = {}
         self.tally = ServiceTally(self.OPS)
-
-    def __call__(self, op: str, *args: Any) -> Any:
-        return getattr(self, op)(*args)
 
     def _real(self, path: str) -> str:
         return os.path.join(self.backing, path.lstrip("/"))
@@ -300,19 +298,18 @@ class MetadataServer:
 
 
 def load_fuse() -> Any:
-    """fusepy, imported now (it loads libfuse.so.2), or a UsageError (one line, the hint in it)."""
+    """mfusepy, imported now (it loads libfuse), or a UsageError (one line, the hint in it).
+    libfuse 3 unless FUSE_LIBRARY_NAME or _PATH say otherwise: left to itself mfusepy
+    takes libfuse 2 where both are installed."""
     import importlib
+    os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
     try:
-        fuse = importlib.import_module("fuse")
+        return importlib.import_module("mfusepy")
     except ImportError as error:
-        raise _usage(f"emulate-mds needs fusepy, which is not installed ({error}): "
+        raise _usage(f"emulate-mds needs mfusepy, which is not installed ({error}): "
                      f"{FUSE_HINT}") from None
-    except OSError as error:     # fusepy found, libfuse.so.2 not: "Unable to find libfuse"
-        raise _usage(f"emulate-mds needs the libfuse 2 library ({error}): {FUSE_HINT}") from None
-    if not hasattr(fuse, "FUSE") or not hasattr(fuse, "fuse_get_context"):
-        raise _usage(f"the module `fuse` ({getattr(fuse, '__file__', '?')}) is not fusepy: "
-                     f"{FUSE_HINT}")
-    return fuse
+    except OSError as error:     # mfusepy found, libfuse 3 not: "Unable to find libfuse"
+        raise _usage(f"emulate-mds needs the libfuse 3 library ({error}): {FUSE_HINT}") from None
 
 
 def _usage(message: str, hint: str = "") -> Exception:

@@ -7,7 +7,6 @@ One copy of this for bench/model_vs_emulator.py and the tests that mount the emu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -21,19 +20,20 @@ from typing import Any
 
 from stampede.emulate.service import Served, read_log
 
-MOUNT_WAIT_S = 60.0     # a loaded machine can take seconds to import fusepy and mount
+MOUNT_WAIT_S = 60.0     # a loaded machine can take seconds to import mfusepy and mount
 
 
 def fuse_unavailable() -> str:
-    """Why FUSE cannot be used here, or "" when it can (root, /dev/fuse, fusepy, libfuse2)."""
+    """Why FUSE cannot be used here, or "" when it can (root, /dev/fuse, mfusepy, libfuse 3)."""
+    from stampede.emulate.mds import load_fuse
+    from stampede.errors import UsageError
+
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
-    if importlib.util.find_spec("fuse") is None:
-        return "fusepy is not installed (pip install -e '.[emulate]')"
     try:
-        import fuse  # type: ignore[import-untyped]  # noqa: F401 - loads libfuse.so.2
-    except OSError as error:
-        return f"libfuse 2 is missing ({error}; apt-get install -y libfuse2)"
+        load_fuse()
+    except UsageError as error:
+        return str(error)
     if os.geteuid() != 0:
         return "mounting FUSE file systems needs root here"
     return ""

@@ -56,6 +56,7 @@ from typing import Any
 
 from stampede.emulate.mds import METADATA_OPS, READ, SEARCH, WRITE, FifoLock, MetadataServer
 from stampede.emulate.service import ServiceLog
+from stampede.units import BYTES_PER_KIB
 
 ENTRY_OPS = ("create", "mkdir", "rename", "unlink", "rmdir")   # change a directory's entries
 WRITE_OPS = (*ENTRY_OPS, "fsync", "fsyncdir", "setattr")
@@ -63,6 +64,9 @@ TIMED_FLAGS = {"create": "create", "mkdir": "mkdir", "rename": "rename", "unlink
                "rmdir": "rmdir", "fsync": "fsync", "fsyncdir": "fsync"}   # op -> its --OP-s flag
 WRITE_FLAGS = tuple(dict.fromkeys(TIMED_FLAGS.values()))
 MODE_BITS = 0o7777
+# The most a FUSE write request carries: libfuse 2's, kept (libfuse 3 would take 1 MiB) so
+# that a save through the emulator makes the requests it always made
+MAX_WRITE_BYTES = 128 * BYTES_PER_KIB
 
 
 def write_times(args: argparse.Namespace) -> dict[str, float]:
@@ -102,6 +106,12 @@ class WritableServer(MetadataServer):
         self.op_s = {op: (op_s or {}).get(op, service_s) for op in WRITE_OPS}
         self.serialize_dir = serialize_dir
         self._dir_locks: dict[str, FifoLock] = {}
+
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        """At mount (mfusepy calls it instead of init): writes capped at MAX_WRITE_BYTES a
+        request, then the mount announced."""
+        conn.max_write = MAX_WRITE_BYTES
+        self.init("/")
 
     # --- how a request is served ---------------------------------------------------------
 
@@ -203,8 +213,10 @@ class WritableServer(MetadataServer):
         want = WRITE | (READ if access == os.O_RDWR else 0)
 
         def open_file() -> int:
-            # O_TRUNC never comes here (the kernel truncates by setattr), nor O_CREAT
-            descriptor = os.open(self._real(path), access | os.O_CLOEXEC | os.O_NOFOLLOW)
+            # O_CREAT never comes here (create does); O_TRUNC does: libfuse 3 asks for
+            # atomic truncation on open (libfuse 2's kernel sent a setattr after it)
+            descriptor = os.open(self._real(path),
+                                 access | (flags & os.O_TRUNC) | os.O_CLOEXEC | os.O_NOFOLLOW)
             try:
                 self._check(os.fstat(descriptor), want)
             except OSError:

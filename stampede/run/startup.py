@@ -31,7 +31,7 @@ from stampede.errors import UsageError
 LAUNCH_VARIABLE = "STAMPEDE_LAUNCH_NS"
 # What a worker rank must never import for stampede's own sake (they are slow to import,
 # and at scale every import is a metadata storm on the shared file system).
-HEAVY_MODULES = ("rich", "fsspec", "s3fs", "h5py", "torch")
+HEAVY_MODULES = ("rich", "fsspec", "botocore", "h5py", "torch")
 # What a worker rank imports to run a restore: the start-up cost of stampede itself.
 RUN_MODULES = ("stampede.cli", "stampede.commands.job", "stampede.run.job", "stampede.results.rows",
                "stampede.checkpoint.prepare")

@@ -217,9 +217,8 @@ def test_slots_serve_requests_in_parallel(fuse_ready: None, tmp_path: Path, thre
     files = [mountpoint / f"file{index}" for index in range(4)]
     with running(backing, mountpoint, "--service-s", str(service_s), "--threads", str(threads)):
         for path in files:
-            # The first lookup of a name is serialized by the kernel on its directory (libfuse
-            # 2 cannot ask for parallel directory operations); later stats only revalidate
-            # the name, in parallel. Stats after a restore's warmup are all revalidations.
+            # The kernel learns each name first; later stats revalidate it, as every stat
+            # after a restore's warmup does
             os.stat(path)
         # 4 stats at once, each a LOOKUP and a GETATTR (files in the mount's root): 8 requests,
         # 2 rounds of service with 4 slots, 8 rounds with one.
@@ -241,7 +240,7 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().err
 
 
-HINT = "pip install 'stampede[emulate]' and apt-get install libfuse2"
+HINT = "pip install 'stampede[emulate]' and apt-get install fuse3"
 
 
 def test_refusals_before_anything_is_is_mounted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -267,16 +266,16 @@ def test_refusals_before_anything_is_is_mounted(tmp_path: Path, monkeypatch: pyt
     (backing / "inner").mkdir()
     assert "inside --backing" in refusal(["emulate-mds", str(backing / "inner"), "--backing",
                                           str(backing)], capsys)
-    monkeypatch.setitem(sys.modules, "fuse", None)       # fusepy not installed
+    monkeypatch.setitem(sys.modules, "mfusepy", None)    # mfusepy not installed
     message = refusal(base, capsys)
     assert message.count("\n") == 1, message             # one line
-    assert "needs fusepy" in message and HINT in message
-    if importlib.util.find_spec("fuse") is not None:     # fusepy there, libfuse.so.2 not
-        monkeypatch.delitem(sys.modules, "fuse")
-        monkeypatch.setenv("FUSE_LIBRARY_PATH", str(tmp_path / "nowhere" / "libfuse.so.2"))
+    assert "needs mfusepy" in message and HINT in message
+    if importlib.util.find_spec("mfusepy") is not None:  # mfusepy there, libfuse 3 not
+        monkeypatch.delitem(sys.modules, "mfusepy")
+        monkeypatch.setenv("FUSE_LIBRARY_PATH", str(tmp_path / "nowhere" / "libfuse3.so.3"))
         message = refusal(base, capsys)
         assert message.count("\n") == 1, message
-        assert "needs the libfuse 2 library" in message and HINT in message
+        assert "needs the libfuse 3 library" in message and HINT in message
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert "root only" in refusal(base, capsys)
     assert not is_mounted(mountpoint)

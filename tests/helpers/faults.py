@@ -23,8 +23,8 @@ def mounted(backing: Path, mountpoint: Path, *options: str) -> Iterator[Path]:
     """BACKING shown at MOUNTPOINT with the faults `options` ask for; always unmounted."""
     requires.fuse()
     mountpoint.mkdir()
-    # its stderr to a file: a pipe nobody reads fills up with fusepy's log of the requests
-    # it does not serve (flock's), and the daemon, blocked writing, stops serving
+    # its stderr to a file: a pipe nobody reads fills up with mfusepy's log (every injected
+    # fault is one), and the daemon, blocked writing, stops serving
     log = mountpoint.with_suffix(".faultfs.log")
     with open(log, "wb") as stream:
         daemon = subprocess.Popen([sys.executable, str(FAULTFS), str(backing), str(mountpoint),

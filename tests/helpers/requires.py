@@ -26,7 +26,7 @@ def unavailable(reason: str, requirement: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def module(name: str, requirement: str, install: str = "pip install -e '.[test]'") -> ModuleType:
+def module(name: str, requirement: str, install: str = "pip install -r requirements/test.txt") -> ModuleType:
     """The module, imported; unavailable() when it is not installed."""
     try:
         return importlib.import_module(name)
@@ -35,7 +35,7 @@ def module(name: str, requirement: str, install: str = "pip install -e '.[test]'
 
 
 def fuse() -> None:
-    """A test that mounts stampede's FUSE file systems (libfuse 2 and fusepy, as root)."""
+    """A test that mounts stampede's FUSE file systems (libfuse 3 and mfusepy, as root)."""
     from stampede.emulate.mount import fuse_unavailable
 
     reason = fuse_unavailable()

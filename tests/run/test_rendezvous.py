@@ -21,7 +21,7 @@ def at_once(commands: list[list[str]], cwd: Path) -> list[subprocess.CompletedPr
     """Start every command, then wait for each: they run side by side."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
-        pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'")
+        pytest.fail("mpiexec not found: pip install -r requirements/test.txt")
     started = [subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", *command],
                                 cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for command in commands]
