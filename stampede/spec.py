@@ -18,16 +18,13 @@ from typing import Any
 from stampede import values
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
+from stampede.layouts import NAMES as LAYOUTS
 
-LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
-           "list-first", "list-bcast", "mlperf")
 # checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf),
 # each with the rank count of a closed submission (mlpstorage's LLM_ALLOWED_VALUES)
 JOB_LIMIT_BYTES = 1 << 20    # a job file is a page of TOML: a larger one is not a job
 WORKLOAD_RANKS = {"llama3-8b": 8, "llama3-70b": 64, "llama3-405b": 512, "llama3-1t": 1024}
 WORKLOADS = ("none", *WORKLOAD_RANKS)
-REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
-EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}   # layout -> its exchange op
 BROADCAST_GROUPS = ("replica", "node")
 FORMATS = ("raw", "safetensors", "hdf5")
 DTYPES = tuple(WRITTEN)
@@ -41,8 +38,6 @@ DURABILITY = ("fsync", "none")
 VALIDATE_MODES = ("none", "sha256", "xxh3", "finite")
 MKDIR_BY = ("root", "every")
 RESTORE_FROM = ("auto", "prepared", "saved")
-# What `stampede save` writes; broadcast and the listing layouts are ways to read.
-SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first", "mlperf")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 MIN_PART_BYTES = 5 * 2**20   # S3's smallest part (all but the last)

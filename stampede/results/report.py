@@ -14,6 +14,7 @@ from typing import Any
 
 from stampede.results.cells import Row, number, whole
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
+from stampede.targets import local_files
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
 
 
@@ -137,7 +138,7 @@ def render_header(first: Row, console: Any) -> None:
             + (f"parts of {format_bytes(whole(first, 'part_size'))}, " if first.get("part_size")
                else "")
             + (f"mkdir by {first.get('mkdir_by', '')}, cache {first['cache']}, "
-               if "://" not in first.get("target", "") else "")
+               if local_files(first.get("target", "")) else "")
             + f"{format_bytes(whole(first, 'bytes_per_rank'))} per shard, block "
             f"{format_bytes(whole(first, 'block_bytes'))}, "
             f"{first['iterations']} saves + {first.get('warmup', '?')} warmup, "

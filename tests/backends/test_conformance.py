@@ -117,7 +117,7 @@ def test_a_failed_write_commits_nothing_new_where_the_store_can_abort(backend: A
     with pytest.raises(RuntimeError), backend.writer("aborted.raw") as writer:
         writer.write_at(0, memoryview(b"x" * BLOCK))
         raise RuntimeError("the writer failed mid-file")
-    if backend.has_directories:   # posix, nfs
+    if backend.capabilities.has_directories:   # posix, nfs
         # a file written in place keeps what reached it: the manifest, recorded first,
         # is how stampede knows to remove it (prepare and clean)
         assert backend.names() == ["aborted.raw"]
@@ -128,7 +128,7 @@ def test_a_failed_write_commits_nothing_new_where_the_store_can_abort(backend: A
 def test_only_file_systems_take_writes_at_any_offset(backend: Any) -> None:
     """POSIX and NFS write in place (every rank its slice of the shared file); fsspec's
     file systems, object stores among them, write a file as one stream from its start."""
-    if backend.has_directories:
+    if backend.capabilities.has_directories:
         with backend.writer("holes.raw") as writer:
             writer.write_at(BLOCK, memoryview(b"b" * 4))
             writer.write_at(0, memoryview(b"a" * 4))
