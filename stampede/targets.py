@@ -21,8 +21,9 @@ from stampede.errors import UsageError, install_hint
 class Capabilities:
     """What a backend can do; the callers trust it (fio's ioengine flags)."""
 
-    # Its paths are files on this machine's mounts: the target's lock file, statvfs,
-    # os.access, page-cache eviction and mincore, prepare's writes at offsets, cuFile.
+    # A POSIX path, read and written through the OS's own calls: the target's lock file,
+    # statvfs, os.access, page-cache eviction and mincore, prepare's writes at offsets,
+    # cuFile (file:// reaches local files through fsspec's calls, as whole objects).
     local_files: bool = False
     # Reads may come from a page cache (the client's, or a file server's): run.cache =
     # warm then means "maybe from memory", and the report says so.

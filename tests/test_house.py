@@ -13,7 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "stampede"
 # Each folder (or top-level module) and what it may import from stampede, besides itself
-# and the bottom (spec, values, units, errors, mpi, launcher, sysinfo, buffers, bundled).
+# and the bottom (BOTTOM: spec, layouts, targets, values, units, errors, mpi, launcher, ...).
 BOTTOM = {"spec", "spec_rules", "layouts", "targets", "values", "units", "errors", "mpi", "launcher",
           "sysinfo", "buffers", "bundled", "dtypes", "__init__", "__version__", "FIRST_LINE_NS"}
 MAY_IMPORT = {
