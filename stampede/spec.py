@@ -18,18 +18,15 @@ from typing import Any
 from stampede import values
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
+from stampede.layouts import NAMES as LAYOUTS
 from stampede.ops import PATTERN_OPS
 from stampede.units import BYTES_PER_MIB
 
-LAYOUTS = ("shared", "sharded", "replicated", "broadcast", "striped", "metadata-first", "fan-out",
-           "list-first", "list-bcast", "mlperf")
 # checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf),
 # each with the rank count of a closed submission (mlpstorage's LLM_ALLOWED_VALUES)
 JOB_LIMIT_BYTES = BYTES_PER_MIB    # a job file is a page of TOML: a larger one is not a job
 WORKLOAD_RANKS = {"llama3-8b": 8, "llama3-70b": 64, "llama3-405b": 512, "llama3-1t": 1024}
 WORKLOADS = ("none", *WORKLOAD_RANKS)
-REPLICA_LAYOUTS = ("replicated", "broadcast", "striped")   # meaningless with one replica
-EXCHANGE = {"broadcast": "bcast", "striped": "allgather"}   # layout -> its exchange op
 BROADCAST_GROUPS = ("replica", "node")
 FORMATS = ("raw", "safetensors", "hdf5")
 DTYPES = tuple(WRITTEN)
@@ -42,8 +39,6 @@ DURABILITY = ("fsync", "none")
 VALIDATE_MODES = ("none", "sha256", "xxh3", "finite")
 MKDIR_BY = ("root", "every")
 RESTORE_FROM = ("auto", "prepared", "saved")
-# What `stampede save` writes; broadcast and the listing layouts are ways to read.
-SAVE_LAYOUTS = ("shared", "sharded", "replicated", "striped", "fan-out", "metadata-first", "mlperf")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
 PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas go
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard

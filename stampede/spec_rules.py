@@ -6,7 +6,9 @@ command's, see checkpoint.formats). Each names the file, the keys and what would
 from __future__ import annotations
 
 from stampede.errors import UsageError
-from stampede.spec import EXCHANGE, MIN_PART_BYTES, REPLICA_LAYOUTS, WORKLOADS, JobSpec
+from stampede.layouts import layout_of
+from stampede.spec import MIN_PART_BYTES, WORKLOADS, JobSpec
+from stampede.targets import capabilities_for
 from stampede.units import ALIGN_BYTES
 
 
@@ -19,7 +21,8 @@ def check_combination(spec: JobSpec) -> None:
 
 def _size_rules(spec: JobSpec) -> None:
     sized = spec.size_total_bytes is not None or spec.size_per_rank_bytes is not None
-    if spec.workload != "none" and "mlperf" not in spec.layouts or \
+    workload = any(layout_of(layout).workload_files for layout in spec.layouts)
+    if spec.workload != "none" and not workload or \
             (spec.scale != 1 or spec.subset) and spec.workload == "none":
         raise UsageError(f"{spec.source}: checkpoint.workload, scale and subset belong to "
                          "checkpoint.layout \"mlperf\"", hint='layout = ["mlperf"]')
@@ -32,7 +35,7 @@ def _size_rules(spec: JobSpec) -> None:
             raise UsageError(f"{spec.source}: checkpoint.from copies an existing checkpoint "
                              "into a synthetic one; with checkpoint.source = \"existing\" the "
                              "checkpoint is read in place")
-    elif "mlperf" in spec.layouts:
+    elif workload:
         _workload_rules(spec, sized)
     elif (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
         raise UsageError(f"{spec.source}: give exactly one of checkpoint.size and "
@@ -45,7 +48,7 @@ def _workload_rules(spec: JobSpec, sized: bool) -> None:
     if spec.workload == "none":
         raise UsageError(f"{spec.source}: checkpoint.layout \"mlperf\" needs "
                          f"checkpoint.workload, one of {', '.join(WORKLOADS[1:])}")
-    if spec.layouts != ("mlperf",):
+    if len(spec.layouts) > 1:
         raise UsageError(f"{spec.source}: checkpoint.layout = {list(spec.layouts)}: mlperf "
                          "runs alone (its files are the workload's)", hint='layout = ["mlperf"]')
     if sized:
@@ -70,15 +73,16 @@ def _pattern_rules(spec: JobSpec) -> None:
 def _layout_rules(spec: JobSpec) -> None:
     if spec.checkpoint_source == "existing":   # its layouts are ignored
         return
-    single = [layout for layout in spec.layouts if layout in REPLICA_LAYOUTS]
+    single = [layout for layout in spec.layouts if layout_of(layout).replica_aware]
     if single and spec.replicas < 2:
         raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(single)} needs "
                          f"checkpoint.replicas >= 2 (with one replica it is sharded)",
                          hint="e.g. --set checkpoint.replicas=2")
-    if "read" not in spec.ops and any(layout in ("broadcast", "striped")
-                                      for layout in spec.layouts):
-        raise UsageError(f"{spec.source}: pattern.ops = {list(spec.ops)}: broadcast and striped "
-                         "need a read op (they move the bytes they read)")
+    exchanging = [layout for layout in spec.layouts if layout_of(layout).exchange]
+    if "read" not in spec.ops and exchanging:
+        raise UsageError(f"{spec.source}: pattern.ops = {list(spec.ops)}: "
+                         f"{' and '.join(exchanging)} need a read op (they move the bytes "
+                         "they read)")
 
 
 def _cache_rules(spec: JobSpec) -> None:
@@ -110,7 +114,7 @@ def _format_rules(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: tensors "
                          "(a format other than raw, or run.check_finite) need a multiple of 4 "
                          "bytes, so blocks start on element boundaries")
-    if spec.format == "hdf5" and "://" in spec.target_path:
+    if spec.format == "hdf5" and not capabilities_for(spec.target_path).local_files:
         raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\" on {spec.target_path!r}: "
                          "HDF5 files are read through a POSIX path (h5py); object stores take "
                          "raw or safetensors")
@@ -128,7 +132,7 @@ def _save_rules(spec: JobSpec) -> None:
 
 def _device_rules(spec: JobSpec) -> None:
     """run.exchange and run.h2d = cuda-gds: what they can move, and where from."""
-    exchanging = [layout for layout in spec.layouts if layout in EXCHANGE]
+    exchanging = [layout for layout in spec.layouts if layout_of(layout).exchange]
     if spec.exchange == "torch" and (spec.checkpoint_source == "existing" or not exchanging):
         what = "an existing checkpoint's assign policies" if spec.checkpoint_source == \
             "existing" else f"checkpoint.layout = {list(spec.layouts)}"
@@ -138,7 +142,7 @@ def _device_rules(spec: JobSpec) -> None:
                               "run.exchange = \"mpi\"")
     if spec.h2d != "cuda-gds":
         return
-    if "://" in spec.target_path:
+    if not capabilities_for(spec.target_path).local_files:
         raise UsageError(f"{spec.source}: run.h2d = \"cuda-gds\" on {spec.target_path!r}: "
                          "cuFile reads POSIX files", hint="use cuda-pinned for object stores")
     if exchanging and spec.exchange == "mpi":

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from stampede.targets import capabilities_for
 from stampede.units import BYTES_PER_KIB
 
 
@@ -91,7 +92,7 @@ def node_facts(target: str) -> dict[str, object]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
     }
-    if "://" not in target:   # object stores have no mount
+    if capabilities_for(target).local_files:   # object stores have no mount
         mount = mount_of(target)
         facts["target_mount"] = asdict(mount)
         if mount.fs_type.startswith("nfs"):

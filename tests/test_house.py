@@ -13,9 +13,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "stampede"
 # Each folder (or top-level module) and what it may import from stampede, besides itself
-# and the bottom (spec, ops, values, units, errors, mpi, launcher, sysinfo, buffers, bundled).
-BOTTOM = {"spec", "spec_rules", "ops", "values", "units", "errors", "mpi", "launcher", "sysinfo", "buffers",
-          "bundled", "dtypes", "__init__", "__version__", "FIRST_LINE_NS"}
+# and the bottom (BOTTOM: spec, ops, layouts, targets, values, units, errors, mpi, ...).
+BOTTOM = {"spec", "spec_rules", "ops", "layouts", "targets", "values", "units", "errors", "mpi",
+          "launcher", "sysinfo", "buffers", "bundled", "dtypes", "__init__", "__version__",
+          "FIRST_LINE_NS"}
 MAY_IMPORT = {
     "__main__": {"cli"},
     "results": set(),
@@ -88,3 +89,78 @@ def test_the_cli_and_every_command_module_import_light() -> None:
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)
 def test_no_module_grows_past_500_lines(path: Path) -> None:
     assert len(path.read_text().splitlines()) <= 500
+
+
+# --- layouts and backends as data (stampede.layouts, stampede.targets) ----------------------
+
+DESCRIPTOR_TABLES = {PACKAGE / "layouts.py", PACKAGE / "targets.py"}
+
+
+def _strings(node: ast.AST) -> set[str]:
+    """The string constants a node is, or holds as a literal tuple, list or set."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {item.value for item in items
+            if isinstance(item, ast.Constant) and isinstance(item.value, str)}
+
+
+def _named_tests(tree: ast.AST, names: set[str], subject: tuple[str, ...]) -> list[ast.AST]:
+    """Comparisons (==, !=, in, not in) of an expression whose source mentions one of
+    `subject` against a literal of `names`, and dict literals keyed by two or more of them."""
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and \
+                len({key.value for key in node.keys if isinstance(key, ast.Constant)} & names) > 1:
+            found.append(node)
+        if not isinstance(node, ast.Compare) or not all(
+                isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+            continue
+        sides = [node.left, *node.comparators]
+        if any(_strings(side) & names for side in sides) and \
+                any(word in ast.unparse(side) for side in sides for word in subject
+                    if not _strings(side)):
+            found.append(node)
+    return found
+
+
+def _sources() -> list[tuple[Path, ast.AST]]:
+    return [(path, ast.parse(path.read_text())) for path in sorted(PACKAGE.rglob("*.py"))
+            if path not in DESCRIPTOR_TABLES]
+
+
+def test_no_layout_name_is_compared_outside_its_descriptor() -> None:
+    """Callers ask a layout's descriptor (stampede.layouts), never its name: a new layout
+    is an entry of the table, not a branch in every module that handles one."""
+    from stampede.layouts import NAMES
+
+    wrong = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}"
+             for path, tree in _sources()
+             for node in _named_tests(tree, set(NAMES), ("layout",))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_backend_name_or_scheme_is_tested_outside_the_registry() -> None:
+    """Callers ask a backend's capabilities (stampede.targets), never its name or a URL's
+    scheme, and trust the contract (no getattr with a default on a backend)."""
+    from stampede.targets import REGISTRY
+
+    schemes = set(REGISTRY)
+    wrong = []
+    for path, tree in _sources():
+        if path.parent.name == "backends":   # the backends themselves: their own names
+            continue
+        where = path.relative_to(PACKAGE)
+        wrong += [f"{where}:{node.lineno}: {ast.unparse(node)}"
+                  for node in _named_tests(tree, schemes, ("name", "backend", "scheme", "fs_type"))]
+        for node in ast.walk(tree):
+            text = ast.unparse(node) if isinstance(node, (ast.Call, ast.Compare)) else ""
+            scheme_list = isinstance(node, (ast.Tuple, ast.List, ast.Set)) and \
+                len(_strings(node) & schemes) > 1
+            prefix = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "startswith" and any(
+                    value.endswith("://") for arg in node.args for value in _strings(arg))
+            probe = text.startswith("getattr(backend")
+            url_test = isinstance(node, ast.Compare) and "://" in _strings(node.left) and \
+                "target" in text
+            if scheme_list or prefix or probe or url_test:
+                wrong.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    assert not wrong, "\n".join(wrong)

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from stampede.targets import Capabilities
+
 
 class Writer(Protocol):
     """Writes one file or object, handed out by `Backend.writer` as a context manager."""
@@ -31,9 +33,10 @@ class Writer(Protocol):
 
 class Backend(Protocol):
     name: str
-    # True when read_into sets `first_byte_ns` (perf_counter_ns when the first byte of
-    # the response arrived): a request's time to first byte, apart from its transfer.
-    ttfb: bool
+    # What it can do (its registry entry's, stampede.targets): callers ask these, never
+    # its name. With `ttfb`, read_into sets `first_byte_ns` (perf_counter_ns when the first
+    # byte of the response arrived).
+    capabilities: Capabilities
     first_byte_ns: int
     # Retries the backend's client made on its own, cumulative per op name (stampede.ops.RETRY_OPS):
     # an op that succeeded after 2 retries is one sample, but 3 requests reached the
@@ -73,13 +76,11 @@ class Backend(Protocol):
 
     # --- timed: the save (stampede.run.save_pattern) -----------------------------------
     # Bound once before the timed loop like the reads; each raises OSError only. A backend
-    # without `saves` = True has none of them (save refuses it before any I/O).
-    saves: bool
-    # False for object stores: no directories to make, sync or remove, and no rename (an
-    # object appears whole when its upload completes, under its final name). One that
-    # saves has `unlink` (one DELETE) of the methods below and writes through the
-    # ObjectStore methods at the end of this module instead of the others.
-    has_directories: bool
+    # without `capabilities.saves` has none of them (save refuses it before any I/O).
+    # Without `capabilities.has_directories` (object stores: no directories to make, sync
+    # or remove, and no rename: an object appears whole when its upload completes, under
+    # its final name) one that saves has `unlink` (one DELETE) of the methods below and
+    # writes through the ObjectStore methods at the end of this module instead of the others.
 
     def creator(self, direct: bool) -> Callable[[Any], Any]:
         """A function path -> handle that creates a new file for writing, failing if it
@@ -149,7 +150,7 @@ class Backend(Protocol):
 
 
 class ObjectStore(Backend, Protocol):
-    """The timed save on an object store (`saves` and not `has_directories`;
+    """The timed save on an object store (`capabilities.object_store`;
     stampede.run.save_objects). An object is written under its final name and appears
     whole when its upload completes: no temporary name, rename or directory. Each timed
     method is one request (retried, each retry counted under its op in `retries`) and
@@ -183,9 +184,22 @@ class ObjectStore(Backend, Protocol):
 
 def object_store(backend: Backend) -> ObjectStore | None:
     """The backend as an object store that saves (stampede.run.save_objects), else None."""
-    if backend.saves and not backend.has_directories:
+    if backend.capabilities.object_store:
         return backend   # type: ignore[return-value]
     return None
+
+
+class RpcProber(Backend, Protocol):
+    """A backend that counts what each op costs on the wire (`capabilities.rpc_probe`)."""
+
+    def rpc_probe(self, relpath: str | None, block_bytes: int, save: bool) -> dict[str, Any]:
+        """Untimed, on one rank: the RPCs one of each op costs, on `relpath` (None: none to
+        read), or the save's in a scratch directory."""
+
+
+def rpc_prober(backend: Backend) -> RpcProber | None:
+    """The backend as one that counts RPCs per op, else None."""
+    return backend if backend.capabilities.rpc_probe else None   # type: ignore[return-value]
 
 
 def missing_root(backend: Backend) -> bool:
@@ -194,7 +208,7 @@ def missing_root(backend: Backend) -> bool:
     local = backend.local_path("")
     if local is not None:
         return not os.path.exists(local)
-    if not backend.has_directories:
+    if not backend.capabilities.has_directories:
         return False
     try:
         backend.list(backend.path(""))

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
+from stampede.targets import REGISTRY
 from stampede.values import credential_in
 
 # Storage options that may be shown in the sidecar; every other key (and any credential,
@@ -45,9 +46,6 @@ class ObjectHandle(NamedTuple):
 class FsspecBackend:
     """Any fsspec file system (memory://, file://, gs://, ...); S3 has its own class."""
 
-    ttfb = False        # fsspec's generic calls return whole ranges: no first-byte stamp
-    saves = False       # the timed save is POSIX's and S3's (stampede.backends.base)
-    has_directories = False
 
     def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
         import fsspec
@@ -62,6 +60,9 @@ class FsspecBackend:
 
     def _setup(self, scheme: str, root: str, options: dict[str, Any]) -> None:
         self.name = scheme
+        # fsspec's generic calls return whole ranges (no first-byte stamp) and write whole
+        # objects (no timed save): S3's own client adds both
+        self.capabilities = REGISTRY[scheme].capabilities
         self.protocol = FS_TYPES.get(scheme, scheme)
         self.root = root.rstrip("/") if root != "/" else root
         self.options = options

@@ -31,6 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from stampede.backends.libnfs import Client
 from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
+from stampede.targets import REGISTRY
 from stampede.units import BYTES_PER_MIB
 
 # libnfs 4.0 (Debian's libnfs13) over NFSv4 reports no rsize or wsize, sends a READ of
@@ -53,10 +54,8 @@ def address_of(view: memoryview) -> int:
 
 class NfsBackend:
     name = "nfs"
-    ttfb = False
+    capabilities = REGISTRY[name].capabilities
     first_byte_ns = 0
-    saves = True
-    has_directories = True
 
     def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
         options = dict(storage_options or {})

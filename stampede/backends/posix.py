@@ -16,14 +16,15 @@ from typing import Any
 from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
 from stampede.sysinfo import mount_of
+from stampede.targets import POSIX, REGISTRY
 
 FILE_MODE = 0o640   # checkpoint files: no world access
 DIR_MODE = 0o750
 
 
 class PosixBackend:
-    name = "posix"
-    ttfb = False          # a pread's first byte is its last: no separate time to first byte
+    name = POSIX
+    capabilities = REGISTRY[POSIX].capabilities   # a pread's first byte is its last: no ttfb
     first_byte_ns = 0
 
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
@@ -64,8 +65,6 @@ class PosixBackend:
         return mount_of(self.root).fs_type
 
     # --- timed: the save ---------------------------------------------------------------
-    saves = True
-    has_directories = True
     sync = staticmethod(os.fsync)
     rename = staticmethod(os.rename)
     unlink = staticmethod(os.unlink)

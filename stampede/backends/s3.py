@@ -85,8 +85,6 @@ class Upload(NamedTuple):
 class S3Backend(FsspecBackend):
     """S3 (and S3-compatible stores) through stampede's own client, request by request."""
 
-    ttfb = True
-
     def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
         options = checked_options(storage_options)
         kwargs = dict(options)
@@ -184,7 +182,6 @@ class S3Backend(FsspecBackend):
         return parse_list_page(self._wire.read(response), prefix)
 
     # --- timed: the save on an object store (stampede.backends.base.ObjectStore) --------
-    saves = True
 
     def start_upload(self, path: str, op: str = "create") -> Upload:
         bucket, _, key = path.partition("/")

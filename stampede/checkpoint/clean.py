@@ -23,7 +23,7 @@ def clean(spec: JobSpec) -> list[str]:
     target = spec.target_path
     backend = open_backend(target, spec.storage_options)
     lock = TargetLock(target, "stampede clean")
-    if backend.name == "posix" and Path(target).is_dir() and not Path(target).is_symlink():
+    if backend.capabilities.local_files and Path(target).is_dir() and not Path(target).is_symlink():
         lock.take()        # no save or prepare writes while it is cleaned
     try:
         return _clean(spec, backend, lock)
@@ -61,9 +61,9 @@ def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
     removed = []
     # what is there (objects: one LIST, not a request per name), so that a version's
     # temporary names once renamed, and released files, are neither removed nor listed
-    present = None if backend.has_directories else set(backend.names())
+    present = None if backend.capabilities.has_directories else set(backend.names())
     for relpath in dict.fromkeys(relpaths):
-        if backend.name == "posix" and not os.path.lexists(backend.local_path(relpath) or ""):
+        if backend.capabilities.local_files and not os.path.lexists(backend.local_path(relpath) or ""):
             continue
         if present is not None and relpath not in present:
             continue
@@ -79,7 +79,7 @@ def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
             continue
         backend.remove(name)
         removed.append(f"{target.rstrip('/')}/{name}")
-    if backend.name == "posix":
+    if backend.capabilities.local_files:
         root = Path(target)
         # the writers' lock, stampede's, let go first: a file open while unlinked stays
         # (FUSE renames it .fuse_hidden…) and the directory would not be empty
@@ -91,7 +91,7 @@ def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
         if created and root.is_dir() and not any(root.iterdir()):
             root.rmdir()   # prepare or save made it, and nothing else has been put in it
             removed.append(f"{target.rstrip('/')}/")
-    elif backend.has_directories:   # a server's directories (NFS)
+    elif backend.capabilities.has_directories:   # a server's directories (NFS)
         created = any(document is not None and document.get("created_root") is True
                       for document in (manifest, journal))
         removed += [f"{target.rstrip('/')}/{directory}/".replace("//", "/")

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from stampede.checkpoint.mlperf import MODELS, rank_files
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
-from stampede.spec import EXCHANGE, JobSpec
+from stampede.layouts import layout_of
+from stampede.spec import JobSpec
 from stampede.units import ALIGN_BYTES
 
 EXTENSIONS = {"raw": "raw", "safetensors": "safetensors", "hdf5": "h5"}   # by checkpoint.format
@@ -49,7 +50,6 @@ SHARED_FILE = "shared/checkpoint.raw"
 SHARD_DIR = "sharded"
 FANOUT_DIR = "fanout"
 INDEX_FILE = f"{SHARD_DIR}/.metadata"   # where PyTorch DCP keeps its index
-LISTING = {"list-first": False, "list-bcast": True}   # layout -> does rank 0 list alone?
 
 
 @dataclass(frozen=True)
@@ -185,10 +185,11 @@ def shard_extent(spec: JobSpec, layout: str, shard: int, shards: int, per_rank: 
                   root: str = "") -> Extent:
     """Where shard `shard` lives, in the layout's files."""
     fmt, tensor = spec.format, tensor_name(shard, spec.format)
-    if layout == "shared":
+    described = layout_of(layout)
+    if described.one_file:
         return Extent(under(root, shared_path(fmt)), 0 if tensor else shard * per_rank,
                       per_rank, tensor)
-    fanout = spec.fanout if layout == "fan-out" else 0
+    fanout = spec.fanout if described.fanout_dirs else 0
     return Extent(under(root, shard_path(shard, shards, fmt, fanout)), 0, per_rank, tensor)
 
 
@@ -203,15 +204,16 @@ def checkpoint_files(spec: JobSpec, layout: str, nranks: int,
 def file_tensors(spec: JobSpec, layout: str, nranks: int,
                  root: str = "") -> dict[str, tuple[tuple[str, int], ...]]:
     """relpath -> the (tensor, bytes) it holds, in file order (raw: one unnamed tensor)."""
-    if layout == "mlperf":
+    described = layout_of(layout)
+    if described.workload_files:
         return {extent.relpath: (("", extent.length),) for rank in range(nranks)
                 for extent in mlperf_extents(spec, nranks, rank, root)}
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     fmt = spec.format
     files: dict[str, tuple[tuple[str, int], ...]] = {}
-    if layout == "metadata-first":
+    if described.index_file:
         files[under(root, INDEX_FILE)] = (("", spec.index_bytes),)
-    if layout == "shared":
+    if described.one_file:
         files[under(root, shared_path(fmt))] = tuple((tensor_name(shard, fmt), per_rank)
                                                      for shard in range(shards)) \
             if fmt != "raw" else (("", per_rank * shards),)
@@ -227,13 +229,14 @@ def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
     """What `prepare` writes on this rank: the first S ranks write one shard (or slice)
     each, rank 0 also the index. whole_files (object stores, written sequentially): the
     shared file is written whole by rank 0."""
-    if layout == "mlperf":
+    described = layout_of(layout)
+    if described.workload_files:
         return mlperf_extents(spec, nranks, rank)
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     writes = []
-    if layout == "metadata-first" and rank == 0:
+    if described.index_file and rank == 0:
         writes.append(Extent(INDEX_FILE, 0, spec.index_bytes))
-    if layout == "shared" and whole_files:
+    if described.one_file and whole_files:
         if rank == 0:
             writes.extend(shard_extent(spec, layout, shard, shards, per_rank)
                           for shard in range(shards))
@@ -274,7 +277,8 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
     if not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
     place = (rank + spec.rank_shift) % nranks   # the rank whose shard this one restores
-    if layout == "mlperf":
+    described = layout_of(layout)
+    if described.workload_files:
         files = mlperf_extents(spec, nranks, place, root)
         return RankPlan(rank=rank, nranks=nranks, layout=layout, ops=spec.ops,
                         extents=files, block_bytes=spec.block_bytes,
@@ -284,17 +288,17 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
     shard, replica = place % shards, place // shards
     hold = shard_extent(spec, layout, shard, shards, per_rank, root)
     extents: tuple[Extent, ...] = (hold,)
-    if layout == "striped":
+    if described.stripes:
         stripe = stripe_extent(hold, replica, spec.replicas)
         extents = (stripe,) if stripe else ()
     return RankPlan(
         rank=rank, nranks=nranks, layout=layout, ops=spec.ops, extents=extents,
         block_bytes=spec.block_bytes, stat_count=spec.stat_count, open_count=spec.open_count,
-        hold=hold, group=shard, member=replica, exchange=EXCHANGE.get(layout, ""),
-        leader_reads=layout == "broadcast",
-        index_file=under(root, INDEX_FILE) if layout == "metadata-first" else "",
-        list_dir=under(root, SHARD_DIR) if layout in LISTING else "",
-        list_on_root=LISTING.get(layout, False), formatted=spec.format != "raw")
+        hold=hold, group=shard, member=replica, exchange=described.exchange,
+        leader_reads=described.leader_reads,
+        index_file=under(root, INDEX_FILE) if described.index_file else "",
+        list_dir=under(root, SHARD_DIR) if described.listing else "",
+        list_on_root=described.list_on_root, formatted=spec.format != "raw")
 
 
 def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:

@@ -45,6 +45,7 @@ from stampede.checkpoint.plan import (
 from stampede.errors import CheckpointError, UsageError
 from stampede.results.progress import progress_bar
 from stampede.spec import JobSpec
+from stampede.targets import capabilities_for
 from stampede.units import BYTES_PER_MIB, format_bytes
 
 
@@ -61,7 +62,7 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int,
 
 def _checked_target(spec: JobSpec, backend: Backend, nranks: int,
                     created_root: bool) -> dict[str, Any]:
-    if backend.name == "posix":
+    if backend.capabilities.local_files:
         root = Path(spec.target_path)
         if root.is_symlink():
             raise CheckpointError(f"target.path = {spec.target_path!r} is a symbolic link",
@@ -78,7 +79,7 @@ def _checked_target(spec: JobSpec, backend: Backend, nranks: int,
     except OSError as error:
         raise CheckpointError(f"target.path = {spec.target_path!r}: cannot create it "
                               f"({error.strerror or error})") from None
-    if backend.name == "posix" and not os.access(spec.target_path, os.W_OK | os.X_OK):
+    if backend.capabilities.local_files and not os.access(spec.target_path, os.W_OK | os.X_OK):
         raise CheckpointError(f"target.path = {spec.target_path!r} is not writable")
     manifest = read_manifest(backend, spec.target_path)
     names = [name for name in backend.names() if name != LOCK_NAME] if manifest is None else []
@@ -144,7 +145,7 @@ def _limits(target: str) -> tuple[int | None, int | None, str]:
     statvfs of the target or its nearest existing parent; nothing known of an object store."""
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     limit = None if soft == resource.RLIM_INFINITY else soft
-    if "://" in target:
+    if not capabilities_for(target).local_files:
         return None, limit, "an object store"
     root = Path(target).absolute()
     existing = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
@@ -221,7 +222,8 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
     manifest["layouts"][layout] = layout_entry(spec, layout, nranks, bytes_per_rank(spec, nranks),
                                                list(files), [], complete=False)
     write_manifest(backend, manifest)
-    if backend.name != "posix":   # objects are written whole, in sequence, by one rank each
+    if not backend.capabilities.local_files:   # objects are written whole, in sequence, by one
+        # rank each
         return {}, []
     root = Path(spec.target_path)
     offsets: Offsets = {}
@@ -287,7 +289,7 @@ class _Writer:
         an old one. Object stores: the header goes first in the upload."""
         if relpath in shared_offsets:
             return b"", shared_offsets[relpath]
-        if self.backend.name == "posix":
+        if self.backend.capabilities.local_files:
             return b"", create_file(fmt, Path(self.spec.target_path) / relpath, tensors,
                                     self.spec.dtype, FILE_MODE)
         if fmt == "safetensors":
@@ -328,8 +330,8 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True,
     mpi.on_root(comm, "checking the job", partial(bytes_per_rank, spec, nranks))
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
-    whole_files = backend.name != "posix"
-    with held(comm, spec.target_path, "stampede prepare", backend.name == "posix") as lock:
+    whole_files = not backend.capabilities.local_files
+    with held(comm, spec.target_path, "stampede prepare", not whole_files) as lock:
         manifest = mpi.on_root(comm, "checking the target",
                                partial(_check_target, spec, backend, nranks, lock))
         writer = _Writer(spec, rank, backend)

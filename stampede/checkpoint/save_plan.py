@@ -49,7 +49,9 @@ from stampede.checkpoint.plan import (
     under,
 )
 from stampede.errors import UsageError
-from stampede.spec import MIN_PART_BYTES, SAVE_LAYOUTS, JobSpec
+from stampede.layouts import SAVE_LAYOUTS, layout_of
+from stampede.spec import MIN_PART_BYTES, JobSpec
+from stampede.targets import capabilities_for
 from stampede.units import format_bytes
 
 MAX_PARTS = 10_000               # S3: the most parts of one multipart upload
@@ -119,7 +121,7 @@ def check_save(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: stampede save writes synthetic checkpoints of the "
                          "job's size; it never writes an existing checkpoint or a copy of one",
                          hint="drop checkpoint.source / checkpoint.from for the save")
-    others = [layout for layout in spec.layouts if layout not in SAVE_LAYOUTS]
+    others = [layout for layout in spec.layouts if not layout_of(layout).saves]
     if others:
         raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(others)}: a way to read, "
                          f"not to write; save writes {', '.join(SAVE_LAYOUTS)}",
@@ -128,8 +130,8 @@ def check_save(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\": h5py writes through "
                          "its own calls, which save cannot time op by op",
                          hint="save raw or safetensors")
-    if spec.target_path.startswith("s3://"):
-        _check_s3_options(spec)
+    if capabilities_for(spec.target_path).object_store:
+        _check_object_options(spec)
 
 
 def save_refusal(spec: JobSpec, counts: Sequence[int], object_store: bool) -> str:
@@ -145,7 +147,7 @@ def save_refusal(spec: JobSpec, counts: Sequence[int], object_store: bool) -> st
     return ""
 
 
-def _check_s3_options(spec: JobSpec) -> None:
+def _check_object_options(spec: JobSpec) -> None:
     # An object store has no buffered write to skip: a PUT or a completed upload is
     # durable when it is answered, so "none" would label durable bytes as buffered.
     if spec.durability == "none":
@@ -170,7 +172,7 @@ def check_object_save(spec: JobSpec, nranks: int) -> None:
     for layout in spec.layouts:
         starts = writer_starts(spec, layout, nranks)
         if starts and (part is None or any(start % part for start in starts)):
-            what = "slices" if layout == "shared" else "stripes"
+            what = "slices" if layout_of(layout).one_file else "stripes"
             why = "a multipart upload (save.part_size)" if part is None else \
                 f"{what} that start on parts of save.part_size = {part} bytes"
             step = starts[0]   # one part per writer: a part size every start is a multiple of
@@ -195,9 +197,10 @@ def writer_starts(spec: JobSpec, layout: str, nranks: int) -> list[int]:
     """Where each writer of an object but the first starts in the object's data (none
     where every object has one writer)."""
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
-    if layout == "shared":
+    described = layout_of(layout)
+    if described.one_file:
         return [shard * per_rank for shard in range(1, shards)]
-    if layout == "striped":
+    if described.stripes:
         hold = Extent("shard", 0, per_rank)
         return [stripe.offset for index in range(1, spec.replicas)
                 if (stripe := stripe_extent(hold, index, spec.replicas)) is not None]
@@ -206,7 +209,8 @@ def writer_starts(spec: JobSpec, layout: str, nranks: int) -> list[int]:
 
 def save_plan(spec: JobSpec, layout: str, nranks: int, rank: int, root: str) -> SavePlan:
     """The plan of one rank in one save (see the module's table), its files under `root`."""
-    if layout == "mlperf":
+    described = layout_of(layout)
+    if described.workload_files:
         extents = mlperf_extents(spec, nranks, rank, root)
         return SavePlan(rank=rank, nranks=nranks, layout=layout, root=root,
                         hold=mlperf_hold(extents),
@@ -218,15 +222,15 @@ def save_plan(spec: JobSpec, layout: str, nranks: int, rank: int, root: str) -> 
     shard, replica = rank % shards, rank // shards
     hold = shard_extent(spec, layout, shard, shards, per_rank, root)
     files: tuple[FileWrite, ...] = ()
-    if layout == "striped":
+    if described.stripes:
         stripe = stripe_extent(hold, replica, spec.replicas)
         files = (FileWrite(hold.relpath, replica == 0, (stripe,) if stripe else (), "group"),)
     elif replica == 0:
-        shared = layout == "shared"
+        shared = described.one_file
         files = (FileWrite(hold.relpath, rank == 0 or not shared, (hold,),
                            "world" if shared else ""),)
     index = None
-    if layout == "metadata-first" and rank == 0:
+    if described.index_file and rank == 0:
         index = FileWrite(under(root, INDEX_FILE), True,
                           (Extent(under(root, INDEX_FILE), 0, spec.index_bytes),))
     return SavePlan(rank=rank, nranks=nranks, layout=layout, root=root, hold=hold,
@@ -248,4 +252,4 @@ def version_directories(spec: JobSpec, layout: str, nranks: int, root: str) -> t
 
 def writing_ranks(spec: JobSpec, layout: str, nranks: int) -> int:
     """How many ranks write in a save of this layout."""
-    return nranks if layout == "striped" else shard_count(spec, nranks)
+    return nranks if layout_of(layout).stripes else shard_count(spec, nranks)

@@ -174,9 +174,9 @@ def plan_saves(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> 
     from stampede.backends import open_backend
     from stampede.backends.base import object_store
     from stampede.checkpoint.save_plan import save_refusal
-    from stampede.spec import SAVE_LAYOUTS
+    from stampede.layouts import layout_of
 
-    writable = tuple(layout for layout in spec.layouts if layout in SAVE_LAYOUTS)
+    writable = tuple(layout for layout in spec.layouts if layout_of(layout).saves)
     target = saves_target(spec.target_path)
     if args.no_save or not writable or not target:
         return Saving(left_out="--no-save" if args.no_save else
@@ -188,7 +188,7 @@ def plan_saves(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> 
         backend = open_backend(target, spec.storage_options)
     except OSError as error:
         return Saving(left_out=f"cannot open {target} ({error.strerror or error})")
-    if not backend.saves:
+    if not backend.capabilities.saves:
         return Saving(left_out=f"the {backend.name} backend has no timed save yet")
     store = object_store(backend) is not None
     kept, refused = [], []

@@ -56,12 +56,13 @@ def parse_request(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple
     """The job (its restore made raw), the loaders and devices asked: before MPI and I/O."""
     from stampede.run.loaders import LOADERS
     from stampede.spec import load_job
+    from stampede.targets import capabilities_for
 
     spec = load_job(args.job, [*overrides(args), *RAW_RESTORE])
     if spec.checkpoint_source != "existing":
         raise UsageError(f"{spec.source}: stampede loaders loads an existing checkpoint",
                          hint="give --checkpoint PATH (or checkpoint.source = \"existing\")")
-    if "://" in spec.target_path:
+    if not capabilities_for(spec.target_path).local_files:
         raise UsageError(f"target.path = {spec.target_path!r}: the loaders read POSIX paths",
                          hint="point at the checkpoint on a file system")
     names = tuple(dict.fromkeys(word.strip() for word in args.loaders.split(",") if word.strip()))

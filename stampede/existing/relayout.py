@@ -21,6 +21,7 @@ from stampede.errors import UsageError
 from stampede.existing.catalogue import Catalogue
 from stampede.existing.scan import scan
 from stampede.spec import JobSpec
+from stampede.targets import capabilities_for
 from stampede.units import ALIGN_BYTES
 
 _SHARD = re.compile(r"shard-(\d+)")
@@ -28,7 +29,7 @@ _SHARD = re.compile(r"shard-(\d+)")
 
 def source_catalogue(spec: JobSpec) -> Catalogue:
     """Rank 0: the source's headers; the copy must go elsewhere."""
-    if "://" in spec.from_path:
+    if not capabilities_for(spec.from_path).local_files:
         raise UsageError(f"checkpoint.from = {spec.from_path!r}: prepare --from reads a POSIX "
                          "checkpoint (copy an object store's checkpoint to a file system, "
                          "or run it in place with --checkpoint)")

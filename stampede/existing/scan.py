@@ -26,6 +26,7 @@ from stampede.existing.torchfiles import (
     scan_tensorizer,
     scan_torch,
 )
+from stampede.targets import capabilities_for
 
 SUPPORTED = ("safetensors (*.safetensors, sharded with *.safetensors.index.json), "
              "PyTorch DCP (.metadata + __R_K.distcp), HDF5 (*.h5, *.hdf5; contiguous datasets), "
@@ -45,7 +46,7 @@ def scan(path: str, storage_options: dict[str, Any] | None = None) -> Catalogue:
     file an index names is missing, or when the path is a stampede-prepared target;
     UsageError for HDF5 on an object store (h5py reads through a POSIX path).
     """
-    if "://" in path and path.rstrip("/").lower().endswith(HDF5_SUFFIXES):
+    if not capabilities_for(path).local_files and path.rstrip("/").lower().endswith(HDF5_SUFFIXES):
         raise hdf5_on_objects(path.rstrip("/"))
     location, only = _locate(path, storage_options)
     _refuse_prepared(location, storage_options)

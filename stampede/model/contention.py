@@ -107,13 +107,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stampede.model.traffic import Geometry, data_seconds, traffic
+from stampede.layouts import EACH_READS, TABLE
+from stampede.model.traffic import MODELS, Geometry, data_seconds, traffic
 
 METADATA_OPS = ("list", "index", "stat", "open")
 SAVE_METADATA_OPS = ("mkdir", "create", "open", "rename", "fsync_dir")
 SAVE_OPS = ("mkdir", "create", "open", "fsync", "close", "rename", "fsync_dir")   # --op may name
 PHASES = ("restore", "save")       # each phase's completion op is its own name
-SHARED_INODE_LAYOUTS = frozenset({"shared"})
 
 
 @dataclass(frozen=True)
@@ -166,9 +166,11 @@ def lock_count(layout: str, phase: str = "restore", fanout: int = 0) -> float:
     """How many locks a layout's metadata ops spread over, each taken one op at a time
     (inf: none binds). Restore: the shared file's inode (1), else none. Save: the
     directories its files' entries change in: fan-out's `fanout`, every other layout's 1."""
+    described = TABLE.get(layout)   # None: an existing checkpoint's assign policy
     if phase == "save":
-        return float(fanout) if layout == "fan-out" and fanout > 0 else 1.0
-    return 1.0 if layout in SHARED_INODE_LAYOUTS else math.inf
+        return float(fanout) if described is not None and described.fanout_dirs and fanout > 0 \
+            else 1.0
+    return 1.0 if described is not None and described.shared_inode else math.inf
 
 
 def effective_threads(layout: str, threads: float, locks: float | None = None) -> float:
@@ -199,7 +201,7 @@ def data_time(nranks: float, bytes_per_rank: float, agg_bps: float, client_bps: 
               net_bps: float = math.inf) -> float:
     """T_data of N ranks on one node each reading its shard: b / min(B_agg / N, B_client,
     B_net)."""
-    read, _, _ = data_seconds(traffic("sharded", Geometry(int(nranks))), bytes_per_rank,
+    read, _, _ = data_seconds(MODELS[EACH_READS](Geometry(int(nranks))), bytes_per_rank,
                               agg_bps, math.inf, min(client_bps, net_bps))
     return read
 

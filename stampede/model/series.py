@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stampede.errors import UsageError
+from stampede.layouts import TABLE
 from stampede.model.contention import METADATA_OPS, lock_count
 from stampede.model.fit import Known, Point
 from stampede.model.projection import Projection
@@ -216,10 +217,12 @@ def _context(ref: dict[str, str], phase: str) -> str:
     """The configuration a projection stands for, as the report prints it."""
     where = (f"job {ref.get('job') or '?'}, {ref.get('backend') or '?'} on "
              f"{ref.get('fs_type') or '?'}")
+    described = TABLE.get(ref.get("layout", ""))   # None: no layout (an assign policy)
+    fans_out = described is not None and described.fanout_dirs
     if phase == "save":
         return (f"{where}, save.mode {ref.get('save_mode') or '?'}, durability "
                 f"{ref.get('durability') or '?'}, mkdir by {ref.get('mkdir_by') or '?'}"
-                + (f", fanout {ref.get('fanout')}" if ref.get("layout") == "fan-out" else ""))
+                + (f", fanout {ref.get('fanout')}" if fans_out else ""))
     return (f"{where}, cache {ref.get('cache') or '?'}, {ref.get('pattern') or '?'}, stat_count "
             f"{ref.get('stat_count') or '?'}, open_count {ref.get('open_count') or '?'}")
 

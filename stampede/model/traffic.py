@@ -45,9 +45,11 @@ the point closest to it (the most pessimistic value the points allow), and marke
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from stampede.layouts import EACH_READS, LEADER_BCAST, STRIPE_ALLGATHER, TABLE
 
 EXCHANGE_FREE_NODES = 1
 BINOMIAL_BELOW = 8          # MPICH: MPIR_CVAR_BCAST_MIN_PROCS
@@ -134,19 +136,30 @@ def _striped(geometry: Geometry) -> Traffic:
                    exchange=max(into))
 
 
-def traffic(layout: str, geometry: Geometry) -> Traffic:
-    """The bytes of one phase of `layout` at `geometry` (the module's table)."""
-    sizes = _node_sizes(geometry)
-    if layout == "striped":
-        return _striped(geometry)
-    if layout == "broadcast" and geometry.broadcast_group == "node":
-        readers = [min(size, geometry.shards) for size in sizes]
+def _broadcast(geometry: Geometry) -> Traffic:
+    if geometry.broadcast_group == "node":
+        readers = [min(size, geometry.shards) for size in _node_sizes(geometry)]
         return Traffic(storage=float(sum(readers)), node=float(max(readers)), rank=1.0,
                        exchange=0.0)
-    if layout == "broadcast":
-        return _broadcast_by_replica(geometry)
-    return Traffic(storage=float(geometry.nranks), node=float(max(sizes)), rank=1.0,
-                   exchange=0.0)
+    return _broadcast_by_replica(geometry)
+
+
+def _each_reads(geometry: Geometry) -> Traffic:
+    return Traffic(storage=float(geometry.nranks), node=float(max(_node_sizes(geometry))),
+                   rank=1.0, exchange=0.0)
+
+
+# stampede.layouts names each layout's model (Layout.traffic)
+MODELS: dict[str, Callable[[Geometry], Traffic]] = {
+    EACH_READS: _each_reads, LEADER_BCAST: _broadcast, STRIPE_ALLGATHER: _striped}
+
+
+def traffic(layout: str, geometry: Geometry) -> Traffic:
+    """The bytes of one phase of `layout` at `geometry` (the module's table); a name that
+    is no layout (an existing checkpoint's assign policy: every rank reads its own bytes)
+    as EACH_READS."""
+    described = TABLE.get(layout)
+    return MODELS[described.traffic if described else EACH_READS](geometry)
 
 
 def data_seconds(flow: Traffic, bytes_per_rank: float, agg_bps: float, node_bps: float,

@@ -59,6 +59,7 @@ from stampede.results.columns import (
     OWN_TOOL,
     REQUIRED_COLUMNS,
 )
+from stampede.targets import POSIX
 from stampede.values import file_kind, read_text
 
 # Rows of schemas 1-4 overloaded columns where no column said what was measured: a
@@ -196,9 +197,9 @@ def _what_was_measured(row: dict[str, str]) -> None:
     the backend the storage it read, gpu rows in their own phase."""
     tag = row["run_id"].split("-")[1:-1]
     if row["job"] == "gpu" and row["backend"] in GPU_DEVICES and row["phase"] == "restore":
-        row.update(tool=OWN_TOOL, phase=GPU_PHASE, backend="-" if row["cache"] == "-" else "posix")
-    elif tag == ["loaders"] and row["backend"] != "posix":
-        row.update(tool=row["backend"], backend="posix")
+        row.update(tool=OWN_TOOL, phase=GPU_PHASE, backend="-" if row["cache"] == "-" else POSIX)
+    elif tag == ["loaders"] and row["backend"] != POSIX:   # the loader, in its backend cell
+        row.update(tool=row["backend"], backend=POSIX)
     elif tag and tag[0] == row["backend"] and row["warnings"].startswith("imported from"):
         row["tool"] = row["backend"]
     else:

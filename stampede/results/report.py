@@ -16,6 +16,7 @@ from stampede.results.cells import Row, flag, number, whole
 from stampede.results.columns import OWN_TOOL
 from stampede.results.compare import within_spread
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
+from stampede.targets import local_files
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
 
 
@@ -147,7 +148,7 @@ def render_header(first: Row, console: Any) -> None:
             + (f"parts of {format_bytes(whole(first, 'part_size'))}, " if first.get("part_size")
                else "")
             + (f"mkdir by {first.get('mkdir_by', '')}, cache {first['cache']}, "
-               if "://" not in first.get("target", "") else "")
+               if local_files(first.get("target", "")) else "")
             + f"{format_bytes(whole(first, 'bytes_per_rank'))} per shard, block "
             f"{format_bytes(whole(first, 'block_bytes'))}, "
             f"{first['iterations']} saves + {first.get('warmup', '?')} warmup, "

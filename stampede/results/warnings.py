@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 
+from stampede.layouts import exchanges
 from stampede.ops import BEFORE_PHASE_OPS
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.mlperf import comparability_note
 from stampede.results.model import LayoutStats, RunContext
-from stampede.spec import EXCHANGE, JobSpec
+from stampede.spec import JobSpec
+from stampede.targets import capabilities_for
 from stampede.units import MS_PER_S
 
 # in every label (stampede.run.devices) of a cuFile path that goes through host memory
@@ -21,13 +23,11 @@ FEW_SAMPLES_P99 = 100       # p99 needs at least 100 samples to be a p99
 COLD_RESIDENT_MAX = 0.05    # a cold phase that starts with more cached than this is warned
 
 
-# Targets with no page cache on the client (fsspec protocols): the cache mode means nothing.
-NO_CLIENT_CACHE = ("s3", "gcs", "gs", "memory", "http", "https")
-
-
 def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_node: int,
-                 fs_type: str, checks: str = "") -> tuple[str, ...]:
-    """Why a number should not be trusted as it stands; archived with the run."""
+                 fs_type: str, page_cache: bool, checks: str = "") -> tuple[str, ...]:
+    """Why a number should not be trusted as it stands; archived with the run. page_cache:
+    the target's reads may come from a page cache (stampede.targets.Capabilities); without
+    one the cache mode means nothing."""
     notes = []
     ttlr = stats.restore.time_to_last_rank_s
     if stats.iterations < 3:
@@ -51,7 +51,7 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     if checks:
         notes.append(f"{checks}: restore times include checking the bytes (every layout "
                      "checks each rank's bytes once, before its restore ends)")
-    if cache == "warm" and fs_type not in NO_CLIENT_CACHE:
+    if cache == "warm" and page_cache:
         notes.append("cache=warm: reads may come from the page cache, not the storage")
     if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
         notes.append(f"cache=cold on {fs_type}: pages cannot be evicted, the run is warm")
@@ -88,7 +88,7 @@ def _restore_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) ->
     checks = " and ".join(filter(None, (f"run.verify = {spec.verify}" if spec.verify != "none"
                                         else "", "run.check_finite" if spec.check_finite else "")))
     notes = warnings_for(stats, spec.cache, context.ranks_per_node, os.cpu_count() or 1,
-                         context.fs_type, checks)
+                         context.fs_type, capabilities_for(spec.target_path).page_cache, checks)
     if spec.h2d == "host":
         notes += (f"h2d went to {context.device}: a stand-in for tests",)
     before = [op.op for op in stats.ops if op.op in BEFORE_PHASE_OPS]
@@ -109,7 +109,7 @@ def _restore_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) ->
     between = [what for what, on in (("checking", bool(checks)),
                                       (copies, spec.h2d not in ("none", "cuda-gds")
                                        or (spec.h2d == "cuda-gds" and bool(checks))))
-               if on and stats.layout not in EXCHANGE]
+               if on and not exchanges(stats.layout)]
     if between:
         notes += (f"{' and '.join(between)} run between reads here: the read op's aggregate "
                   "GB/s spans them (its latencies do not)",)
@@ -119,7 +119,7 @@ def _restore_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) ->
 def save_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:
     """A save's: what its time is not (buffered, in memory), beside the common ones."""
     notes = warnings_for(stats, "", context.ranks_per_node, os.cpu_count() or 1,
-                         context.fs_type)
+                         context.fs_type, capabilities_for(spec.target_path).page_cache)
     if spec.durability == "none":
         notes += ("save.durability = none: no fsync; save times and GB/s are buffered (handed "
                   "to the page cache), not the storage's",)

@@ -25,7 +25,7 @@ def _ranges(setup: RankSetup) -> list[tuple[str, int, int]]:
 def residency(setup: RankSetup, notes: list[str]) -> tuple[int, int]:
     """Untimed, after a cold eviction: (bytes in the page cache, bytes this rank will
     read) as mincore sees them; (0, 0) where there is no page cache to ask (object stores)."""
-    if setup.backend.name != "posix":
+    if not setup.backend.capabilities.local_files:
         return 0, 0
     from stampede.run.residency import resident_bytes
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from stampede import mpi
 from stampede.backends import backend_name_for, open_backend
-from stampede.backends.base import Backend
+from stampede.backends.base import Backend, rpc_prober
 from stampede.checkpoint.manifest import prepared_layout, read_manifest
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
@@ -24,6 +24,7 @@ from stampede.run import kernel_nfs
 from stampede.run.interrupt import Interrupts
 from stampede.run.layout import Tick, plan_for, run_layout
 from stampede.spec import JobSpec
+from stampede.targets import capabilities_for
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
@@ -89,9 +90,9 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
     storage: dict[str, Any] = {}
     if comm.Get_rank() == 0:
         storage = dict(backend.describe())
-        probe = getattr(backend, "rpc_probe", None)   # NFS: what each op costs on the wire
-        if probe is not None:
-            storage["rpcs_per_op"] = _probed(probe, spec, comm.Get_size(), catalogue, save)
+        prober = rpc_prober(backend)   # NFS: what each op costs on the wire
+        if prober is not None:
+            storage["rpcs_per_op"] = _probed(prober.rpc_probe, spec, comm.Get_size(), catalogue, save)
         if backend.fs_type() == "lustre":
             from stampede.checkpoint.lustre import stripe_layout
             from stampede.checkpoint.plan import checkpoint_files
@@ -134,7 +135,7 @@ def scan_existing(spec: JobSpec) -> Catalogue:
 
     catalogue = scan(spec.target_path, spec.storage_options)
     root = catalogue.root.removeprefix("file://")
-    if "://" in root:   # the archive is a local path: never inside an object store
+    if not capabilities_for(root).local_files:   # the archive is a local path: never in a store
         return catalogue
     archive = Path(spec.archive_path).resolve()
     if Path(root).resolve() in archive.parents:

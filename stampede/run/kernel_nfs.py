@@ -10,13 +10,14 @@ from typing import Any
 
 from stampede.results.model import LayoutRun
 from stampede.sysinfo import mount_of, mountstats_delta, read_mountstats
+from stampede.targets import capabilities_for
 
 SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
 
 
 def mountpoint(comm: Any, target: str) -> str:
     """Rank 0: the kernel NFS mount a POSIX target lies on ("" elsewhere, or not NFS)."""
-    if comm.Get_rank() != 0 or "://" in target:
+    if comm.Get_rank() != 0 or not capabilities_for(target).local_files:
         return ""
     mount = mount_of(target)
     return mount.mountpoint if mount.fs_type.startswith("nfs") else ""

@@ -259,7 +259,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     """
     plan, buffer = setup.plan, setup.buffer
     clock, read_into, append = time.perf_counter_ns, setup.backend.read_into, log.append
-    ttfb = setup.backend.ttfb
+    ttfb = setup.backend.capabilities.ttfb
     gds = getattr(setup.backend, "read_device", None)   # run.h2d = cuda-gds: file -> HBM
     to_device = setup.device is not None and not setup.holds and gds is None
     checking = setup.checks and not setup.holds

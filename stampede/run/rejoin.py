@@ -43,6 +43,7 @@ import numpy as np
 
 from stampede import mpi
 from stampede.backends import open_backend
+from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
@@ -139,7 +140,7 @@ def _nothing_left(state: Rank) -> None:
 def _directories(state: Rank) -> None:
     """Untimed: each node's local tier directory, the storage tier's (rank 0)."""
     state.local.mkdir(parents=True, exist_ok=True)
-    if state.rank == 0 and state.backend.has_directories:
+    if state.rank == 0 and state.backend.capabilities.has_directories:
         with contextlib.suppress(FileExistsError):   # empty: made by a rejoin, kept by none
             state.backend.mkdir(state.backend.path(storage_dir(state.spec)))
 
@@ -291,7 +292,7 @@ def _from_storage(state: Rank, position: int, iteration: int, rows: list[Row]) -
         state.failed(f"position {position} from storage failed run.verify ({state.spec.verify})")
 
 
-def read_file(backend: Any, path: Any, view: memoryview, block: int, iteration: int,
+def read_file(backend: Backend, path: Any, view: memoryview, block: int, iteration: int,
               rows: list[Row]) -> str:
     """open, read (blocks), close of one file, timed op by op; what failed, or "" (a row
     with ok 0, never raised: the caller falls back to the next tier)."""
@@ -350,7 +351,7 @@ def _clean(state: Rank) -> None:
     remove_tiers(state.comm, state.backend, state.spec, state.local)
 
 
-def remove_tiers(comm: Any, backend: Any, spec: JobSpec, local: Path) -> int:
+def remove_tiers(comm: Any, backend: Backend, spec: JobSpec, local: Path) -> int:
     """What a rejoin of this job writes, and only that: on every node's local tier the
     shards and replicas (LOCAL_NAMES) and the directories it made once empty, on the
     storage tier (rank 0) the shards and the manifest (STORAGE_NAMES). Collective; the
@@ -366,7 +367,7 @@ def remove_tiers(comm: Any, backend: Any, spec: JobSpec, local: Path) -> int:
             with contextlib.suppress(OSError):
                 backend.remove(name)   # relative to the target's root
                 removed += 1
-    if backend.has_directories:
+    if backend.capabilities.has_directories:
         with contextlib.suppress(OSError):
             backend.rmdir(backend.path(storage_dir(spec)))
     return removed

@@ -33,6 +33,7 @@ from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, f
 from stampede.checkpoint.prepare import save_space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, StampedeError, UsageError
+from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext, node_counts
 from stampede.run import gather, kernel_nfs
@@ -59,14 +60,14 @@ def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
     nranks = comm.Get_size()
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
-    if not backend.saves:
+    if not backend.capabilities.saves:
         raise UsageError(f"target.path = {spec.target_path!r}: the {backend.name} backend has "
                          "no timed save yet", hint="save to a POSIX path or s3://")
     if object_store(backend) is not None:   # pure: before any request
         mpi.on_root(comm, "checking the save", partial(check_object_save, spec, nranks))
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     runs: list[LayoutRun] = []
-    with held(comm, spec.target_path, "stampede save", backend.name == "posix") as lock:
+    with held(comm, spec.target_path, "stampede save", backend.capabilities.local_files) as lock:
         mpi.on_root(comm, "checking the target",
                     partial(open_target, spec, backend, nranks, hosts, lock))
         context = context or new_context(comm, spec, backend, save=True)
@@ -100,7 +101,7 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int, hosts: list[str]
                   created_root: bool) -> None:
     target = spec.target_path
     root = Path(target)
-    files = backend.has_directories
+    files = backend.capabilities.has_directories
     local = backend.local_path("") is not None   # a directory here (else a server's: NFS)
     if local and root.is_symlink():
         raise CheckpointError(f"target.path = {target!r} is a symbolic link",
@@ -174,7 +175,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
     rank, nranks = comm.Get_rank(), comm.Get_size()
     first_plan = save_plan(spec, layout, nranks, rank, versions.version_dir(layout, 0))
     group = mpi.split(comm, first_plan.group, key=first_plan.member) \
-        if layout == "striped" else None
+        if layout_of(layout).stripes else None
     buffers = _Buffers(AlignedBuffer(first_plan.hold.length, populate=True),
                        AlignedBuffer(spec.block_bytes, populate=True),
                        AlignedBuffer(first_plan.hold.length, populate=True)
@@ -227,7 +228,7 @@ def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: 
 
 def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
     """Rank 0, untimed: saves/ and saves/LAYOUT, recorded in the journal when made here."""
-    if rank != 0 or not backend.has_directories:
+    if rank != 0 or not backend.capabilities.has_directories:
         return
     journal = versions.journal_of_save(backend, spec.target_path)
     made = journal.setdefault("directories", [])
@@ -245,7 +246,7 @@ PUBLISHED = OP_CODE["published"]
 
 def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
            phases: Phases) -> tuple[Any, bool]:
-    steps: type[Save] = FileSave if setup.backend.has_directories else ObjectSave
+    steps: type[Save] = FileSave if setup.backend.capabilities.has_directories else ObjectSave
     origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
     first = len(phases.log)
@@ -284,7 +285,7 @@ def _version_setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, buff
              *plan.directories, *mine, *(release_dirs if rank == 0 else ()),
              *(name for f in filter(None, (plan.index,)) for name in (f.relpath, f.partial)),
              versions.layout_dir(layout), versions.pointer_path(layout)}
-    files = backend.has_directories   # else an object store: no directories to sync
+    files = backend.capabilities.has_directories   # else an object store: no directories to sync
     setup = SaveSetup(
         plan=plan, backend=backend, paths={relpath: backend.path(relpath) for relpath in named},
         model=buffers.model, check=buffers.check, block_bytes=spec.block_bytes, world=comm,
@@ -306,15 +307,15 @@ def _fill(spec: JobSpec, plan: SavePlan,
     it (a pure function of path and offset); the shard's hashes for the journal (replica 0
     of each shard: what a restore checks) and the validate hash of each extent written."""
     hold, model = plan.hold, buffers.model
-    pieces = [extent for file in plan.files for extent in file.extents] \
-        if plan.layout == "mlperf" else [hold]
+    per_file = layout_of(plan.layout).workload_files
+    pieces = [extent for file in plan.files for extent in file.extents] if per_file else [hold]
     for piece in pieces:
         label, start = content_label(piece.relpath, piece.tensor), piece.at(hold)
         for offset, length in piece.blocks(spec.block_bytes):
             place = start + offset - piece.offset
             buffers.content.fill(model.view[place:place + length], label, offset)
     records: list[dict[str, Any]] = []
-    if plan.layout == "mlperf":   # one slice per file: a restore checks each
+    if per_file:   # one slice per file: a restore checks each
         return _file_records(spec, plan, model.view, pieces)
     if plan.member == 0:
         record = {"rank": plan.rank, "path": hold.relpath, "tensor": hold.tensor,
@@ -433,7 +434,7 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
     sizes = [(relpath, sum(nbytes for _, nbytes in tensors)) for relpath, tensors in files]
     entry = layout_entry(spec, layout, nranks, bytes_per_rank(spec, nranks), sizes, slices,
                          complete=False)
-    named = backend.has_directories   # else objects, under their final names only
+    named = backend.capabilities.has_directories   # else objects, under their final names only
     entry.update(version=version, dir=root, state="writing", reason="",
                  partials=[FileWrite(relpath, True, ()).partial for relpath, _ in sizes
                            if named],

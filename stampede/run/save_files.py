@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from stampede.checkpoint.save_plan import FileWrite
+from stampede.layouts import layout_of
 from stampede.run.save_pattern import (
     CLOSE,
     CREATE,
@@ -49,7 +50,7 @@ class FileSave(Save):
         wait for every rank's bytes (and metadata-first's index)."""
         setup, plan = self.setup, self.plan
         self.make_directories()
-        shared = setup.world if plan.layout == "shared" else setup.group
+        shared = setup.world if layout_of(plan.layout).one_file else setup.group
         self.create(creators=True)
         if shared is not None and self.vote(shared):   # the others open what was created
             self.create(creators=False)
@@ -61,7 +62,7 @@ class FileSave(Save):
                 self.rename([file for file in plan.files if file.creates])
         elif self.active:
             self.rename(list(plan.files))
-        if plan.layout == "metadata-first" and self.vote(setup.world) and \
+        if layout_of(plan.layout).index_file and self.vote(setup.world) and \
                 plan.index is not None and setup.index is not None:
             self.create_index(plan.index, setup.index)
         self.vote(setup.world)   # every rank's bytes durable under their final names
@@ -69,7 +70,7 @@ class FileSave(Save):
     def make_directories(self) -> None:
         setup, plan, clock, append = self.setup, self.plan, time.perf_counter_ns, self.log.append
         mkdir, iteration = setup.backend.mkdir, self.iteration
-        if not setup.backend.has_directories:
+        if not setup.backend.capabilities.has_directories:
             return
         if setup.mkdir_every:
             wanted = plan.own_directories() if plan.writes or plan.index else ()
@@ -229,7 +230,7 @@ class FileSave(Save):
     def rename(self, files: list[FileWrite]) -> None:
         """Temporary -> final name, then the directory's entry made durable."""
         setup, clock, append = self.setup, time.perf_counter_ns, self.log.append
-        if not setup.backend.has_directories or self.expired:
+        if not setup.backend.capabilities.has_directories or self.expired:
             return
         synced: set[str] = set()
         for file in files:

@@ -42,6 +42,7 @@ from typing import Any, TypeVar, cast
 from stampede import mpi
 from stampede.backends.base import ObjectStore
 from stampede.checkpoint.save_plan import FileWrite
+from stampede.layouts import layout_of
 from stampede.run.pattern import Log
 from stampede.run.save_pattern import CREATE, FSYNC, WRITE, Save, SaveSetup
 
@@ -65,7 +66,7 @@ class ObjectSave(Save):
             for file in plan.files:
                 self.put_file(file)
         else:
-            shared = setup.world if plan.layout == "shared" else setup.group
+            shared = setup.world if layout_of(plan.layout).one_file else setup.group
             self.start_uploads()
             if shared is not None:
                 self.share_uploads(shared)
@@ -75,7 +76,7 @@ class ObjectSave(Save):
                 self.complete(self.parts)
             else:
                 self.complete_shared(shared)
-        if plan.layout == "metadata-first" and self.vote(setup.world) and \
+        if layout_of(plan.layout).index_file and self.vote(setup.world) and \
                 plan.index is not None and setup.index is not None:
             self.put_index(plan.index, setup.index)
         self.vote(setup.world)   # every rank's bytes durable under their final names

@@ -71,12 +71,11 @@ class RankSetup:
 def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
            buffer: AlignedBuffer, device: Any, catalogue: Catalogue | None) -> RankSetup:
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
-    layout = plan.layout
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
     paths = {relpath: backend.path(relpath) for relpath in named}
     group, leads = None, True
     if plan.exchange:  # collective: every rank of the layout splits
-        by_node = layout == "broadcast" and spec.broadcast_group == "node"
+        by_node = plan.leader_reads and spec.broadcast_group == "node"
         # ordered by replica: member i of a striped group reads stripe i (with rank_shift
         # the replica order is not the world order)
         group = mpi.split(comm, plan.group, by_node=by_node, key=plan.member)
@@ -151,7 +150,7 @@ def _gds(comm: Any, backend: Backend, device: Any) -> tuple[Backend, tuple[str, 
 
     if getattr(device, "gds", None) is None:
         device.gds = mpi.collective(comm, "opening cuFile (kvikio)", Gds)
-    if backend.name != "posix":
+    if not backend.capabilities.local_files:
         raise AssertionError("run.h2d = cuda-gds on a target that is not POSIX (spec refuses it)")
     note = f"run.h2d = cuda-gds: {device.gds.label}"
     return cast(Backend, GdsFiles(backend, device.gds)), (note,)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from stampede import mpi
-from stampede.backends.base import object_store
+from stampede.backends.base import Backend, object_store
 from stampede.backends.posix import PosixBackend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.content import ContentSource
@@ -43,7 +43,7 @@ class Rank:
     comm: Any
     spec: JobSpec
     roles: Roles
-    backend: Any
+    backend: Backend
     shard: AlignedBuffer            # this rank's shard (before the loss: the one it saved)
     incoming: list[AlignedBuffer]   # replicas received (one per position it holds)
     shard_bytes: int
@@ -54,7 +54,7 @@ class Rank:
     tier: str = ""                  # where this rank's shard came from in the rejoin
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)    # what failed in the current layout
-    _local_backend: Any = None
+    _local_backend: Backend | None = None
 
     def failed(self, text: str) -> str:
         """Record what failed (when `text` says anything) under this rank; `text` back."""
@@ -67,7 +67,7 @@ class Rank:
         return int(self.comm.Get_rank())
 
     @property
-    def local_backend(self) -> Any:
+    def local_backend(self) -> Backend:
         """The node-local tier as a POSIX backend rooted at this job's directory there."""
         if self._local_backend is None:
             self._local_backend = PosixBackend(str(self.local))
@@ -195,7 +195,7 @@ def _write_storage(state: Rank, position: int, rows: list[Row]) -> str:
     return ""
 
 
-def write_file(backend: Any, path: Any, view: memoryview, block: int, rows: list[Row]) -> str:
+def write_file(backend: Backend, path: Any, view: memoryview, block: int, rows: list[Row]) -> str:
     """create (O_EXCL), write (blocks), fsync, close of one file, timed op by op; what
     failed ("" when nothing did: an error is a row with ok 0, never raised, so that no
     rank leaves the others waiting in the exchanges that follow)."""

@@ -4,6 +4,7 @@ abstract tests are the model: what the contract promises, checked the same way e
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from stampede.backends import open_backend
 from stampede.buffers import AlignedBuffer
 from stampede.ops import RETRY_OPS
+from stampede.targets import REGISTRY
 from tests.helpers.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, S3Server
 
 KINDS = ("posix", "file", "memory", "s3", "nfs")
@@ -63,6 +65,26 @@ def test_a_written_file_is_listed_sized_and_read_back_whole(backend: Any) -> Non
         assert local is not None and Path(local).read_bytes() == CONTENT
     else:
         assert local is None
+
+
+def test_its_capabilities_are_its_registry_entrys_and_hold(backend: Any) -> None:
+    """Callers trust the capabilities (stampede.targets): each is what the backend does."""
+    caps = backend.capabilities
+    assert caps is REGISTRY[backend.name].capabilities
+    write(backend, "file.raw")
+    local = backend.local_path("file.raw")
+    assert not caps.local_files or (local is not None and Path(local).is_file())
+    assert caps.saves == any(callable(getattr(backend, method, None))
+                             for method in ("creator", "start_upload"))
+    assert caps.has_directories == callable(getattr(backend, "mkdir", None))
+    handle = backend.opener(False)(backend.path("file.raw"))
+    try:
+        with AlignedBuffer(BLOCK) as buffer:
+            before = time.perf_counter_ns()
+            backend.read_into(handle, buffer.view, 0)
+        assert (backend.first_byte_ns > before) == caps.ttfb
+    finally:
+        backend.close(handle)
 
 
 def test_reads_land_in_the_buffer_and_end_at_the_end(backend: Any) -> None:
@@ -117,7 +139,7 @@ def test_a_failed_write_commits_nothing_new_where_the_store_can_abort(backend: A
     with pytest.raises(RuntimeError), backend.writer("aborted.raw") as writer:
         writer.write_at(0, memoryview(b"x" * BLOCK))
         raise RuntimeError("the writer failed mid-file")
-    if backend.has_directories:   # posix, nfs
+    if backend.capabilities.has_directories:   # posix, nfs
         # a file written in place keeps what reached it: the manifest, recorded first,
         # is how stampede knows to remove it (prepare and clean)
         assert backend.names() == ["aborted.raw"]
@@ -128,7 +150,7 @@ def test_a_failed_write_commits_nothing_new_where_the_store_can_abort(backend: A
 def test_only_file_systems_take_writes_at_any_offset(backend: Any) -> None:
     """POSIX and NFS write in place (every rank its slice of the shared file); fsspec's
     file systems, object stores among them, write a file as one stream from its start."""
-    if backend.has_directories:
+    if backend.capabilities.has_directories:
         with backend.writer("holes.raw") as writer:
             writer.write_at(BLOCK, memoryview(b"b" * 4))
             writer.write_at(0, memoryview(b"a" * 4))

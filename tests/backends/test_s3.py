@@ -207,7 +207,7 @@ def test_stat_open_read_close_request_by_request(s3_env: S3Server, proxy: FaultP
     stop = time.perf_counter_ns()
     assert count == MiB and bytes(view) == data[MiB + 50:2 * MiB + 50]
     assert proxy.requests == [("GET", key_path, f"bytes={MiB + 50}-{2 * MiB + 49}")]
-    assert backend.ttfb and start < backend.first_byte_ns < stop
+    assert backend.capabilities.ttfb and start < backend.first_byte_ns < stop
 
     proxy.clear()
     assert backend.read_into(handle, view, 2 * MiB) == 100   # the end: a short read
@@ -469,7 +469,8 @@ def test_generic_fsspec_backends_follow_the_timed_contract(protocol: str, tmp_pa
                                                            mapped: memoryview) -> None:
     root = f"stampede-{uuid.uuid4().hex[:12]}" if protocol == "memory" else str(tmp_path / "root")
     backend = open_backend(f"{protocol}://{root}")
-    assert isinstance(backend, FsspecBackend) and backend.fs_type() == protocol and not backend.ttfb
+    assert isinstance(backend, FsspecBackend) and backend.fs_type() == protocol
+    assert not backend.capabilities.ttfb
     data = os.urandom(MiB + 10)
     backend.put_bytes("sharded/shard-0000.bin", data)
     path = backend.path("sharded/shard-0000.bin")

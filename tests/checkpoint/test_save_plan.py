@@ -8,7 +8,8 @@ import pytest
 from stampede.checkpoint.plan import checkpoint_files, plan_rank
 from stampede.checkpoint.save_plan import check_save, save_plan, version_directories
 from stampede.errors import UsageError
-from stampede.spec import SAVE_LAYOUTS, build_job
+from stampede.layouts import SAVE_LAYOUTS
+from stampede.spec import build_job
 
 ROOT = "saves/x/v000007"
 
