@@ -74,5 +74,5 @@ def test_two_dcp_loads_on_one_node_at_once(tmp_path: Path, dcp_dir: Path) -> Non
     for archive, result in zip(archives, at_once(commands, tmp_path)):
         assert result.returncode == 0, result.stdout + result.stderr
         restores = [row for row in read_archive(archive)
-                    if row["op"] == "restore" and row["backend"] == "dcp"]
+                    if row["op"] == "restore" and row["tool"] == "dcp"]
         assert [row["valid"] for row in restores] == ["true"]
