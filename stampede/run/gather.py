@@ -97,11 +97,11 @@ def all_rows(comm: Any, rows: np.ndarray, origins: dict[int, int],
 def check_trace(comm: Any, spec: Any, plan: Any) -> None:
     """--trace: the rows this layout will keep, all ranks together, within its limit;
     collectively, before the first phase (UsageError on every rank, exit 2)."""
+    if not spec.trace_limit:
+        return
     from stampede.errors import UsageError
     from stampede.results.trace import ROW_BYTES, estimated_rows
 
-    if not spec.trace_limit:
-        return
     mine = estimated_rows(sum(plan.op_counts().values()), spec.iterations + spec.warmup)
     total = mpi.allreduce_sum(comm, np.array([mine]))
     rows = int(total[0]) if total is not None else 0
