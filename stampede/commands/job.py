@@ -91,14 +91,15 @@ def _toml(value: object) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.checkpoint.formats import require_packages
-    from stampede.existing.relayout import resolve
     from stampede.run.job import run_job
     from stampede.spec import load_job
 
     spec = traced(args, load_job(args.job, overrides(args)))  # validated before MPI and any I/O
     require_packages(spec)
     comm = mpi.world()
-    spec, _ = resolve(comm, spec)
+    if spec.from_path:   # prepare --from's copy, sized from its source (imported only then)
+        from stampede.existing.relayout import resolve
+        spec, _ = resolve(comm, spec)
     existing = spec.checkpoint_source == "existing"
     strategies = spec.assign if existing else spec.layouts
     measure(comm, spec, "run", strategies, f"{'assign' if existing else 'layouts'} "
