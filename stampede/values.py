@@ -206,7 +206,7 @@ def scale(value: object) -> Fraction:
             raise ValueError
         factor = Fraction(value.strip() if isinstance(value, str) else value).limit_denominator(
             2**40)
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):  # inf: no fraction
         raise ValueError('must be a factor above 0 and at most 1, e.g. "1/1024" or 0.01') from None
     if not 0 < factor <= 1:
         raise ValueError('must be a factor above 0 and at most 1, e.g. "1/1024" or 0.01')
