@@ -94,12 +94,13 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
     labels = mpi.gather(comm, device.label if device is not None else "")
     run_id, timestamp = mpi.bcast(comm, _run_stamps() if comm.Get_rank() == 0 else ("", ""))
     storage: dict[str, Any] = {}
+    fs_type = ""   # rank 0's, as the hosts: the run's facts are complete there only
     if comm.Get_rank() == 0:
-        storage = dict(backend.describe())
+        fs_type, storage = backend.fs_type(), dict(backend.describe())
         prober = rpc_prober(backend)   # NFS: what each op costs on the wire
         if prober is not None:
             storage["rpcs_per_op"] = _probed(prober.rpc_probe, spec, comm.Get_size(), catalogue, save)
-        if backend.fs_type() == "lustre":
+        if fs_type == "lustre":
             from stampede.checkpoint.lustre import stripe_layout
             from stampede.checkpoint.plan import checkpoint_files
             root = catalogue.root if catalogue else spec.target_path
@@ -110,7 +111,7 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
                 [Path(root) / relpath for relpath in dict.fromkeys(files)][:4])
     return RunContext(run_id=run_id, timestamp=timestamp,
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
-                      backend=backend_name_for(spec.target_path), fs_type=backend.fs_type(),
+                      backend=backend_name_for(spec.target_path), fs_type=fs_type,
                       mpi_library=mpi.library_version(comm),
                       device=" ".join(sorted(set(labels or ()))), storage=storage,
                       checkpoint_format=catalogue.format if catalogue else "")

@@ -15,15 +15,15 @@ from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
 
 pytestmark = pytest.mark.mpi
 
-# What a worker rank of run never imports: rank 0's archive and report, what only some
-# jobs need (--from, an existing checkpoint, mlperf's workloads, --trace, histogram mode,
-# prepare), and the stdlib modules only they pull in. (argparse imports shutil and numpy
-# textwrap: not listed.)
+# What a worker rank of run never imports: rank 0's archive, report and facts (the file
+# system, the NFS counters), what only some jobs need (--from, an existing checkpoint,
+# mlperf's workloads, --trace, histogram mode, prepare), and the stdlib modules only they
+# pull in. (argparse imports shutil and numpy textwrap: not listed.)
 NOT_ON_THE_WORKER_PATH = (
     "stampede.results.rows", "stampede.results.archive", "stampede.results.report",
     "stampede.results.trace", "stampede.results.histogram", "stampede.existing.relayout",
     "stampede.existing.scan", "stampede.checkpoint.mlperf", "stampede.checkpoint.prepare",
-    "rich", "csv", "uuid", "statistics", "difflib", "traceback")
+    "stampede.sysinfo", "rich", "csv", "uuid", "statistics", "difflib", "traceback")
 
 
 def test_startup_phases_per_rank_archived(stampede, tmp_path: Path) -> None:
