@@ -22,6 +22,12 @@ Every command runs in the scratch directory: `stampede startup` starts its ranks
 `python -m stampede`, which puts the working directory first on sys.path, so a checkout's
 stampede/ there would be imported instead of the installed one.
 
+Files: once per bytecode mode, one launch of each side at 2 ranks with rank 1 (a worker:
+it prints nothing) under `strace -f`, counting the file-name calls of its whole life
+(for a worker, its start-up): files opened (open/openat that succeeded) and path lookups
+(every open, stat, access and readlink call, failed ones included: the metadata load a
+shared file system takes, per rank). Without strace (or ptrace) the counts are skipped.
+
 Bytecode is part of start-up: with PYTHONDONTWRITEBYTECODE set and no __pycache__ next to
 the sources, every rank compiles stampede's modules from source at every launch.
 --bytecode as-is keeps the environment; cached gives every side a fresh
@@ -36,7 +42,10 @@ import argparse
 import ast
 import importlib.util
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from contextlib import chdir
@@ -73,6 +82,9 @@ if MPI.COMM_WORLD.Get_rank() == 0:
     print(gaps)
 """
 Launch = dict[str, tuple[float, float]]   # op -> (p50 over ranks, max over ranks), seconds
+FILE_CALLS = "open,openat,stat,lstat,newfstatat,statx,access,faccessat,readlink"
+# one strace line: "PID name(" or "PID <... name resumed>", the result after " = "
+STRACE_CALL = re.compile(r"^\d+\s+(?:<\.\.\. (\w+) resumed>|(\w+)\()")
 
 
 def parse_args() -> argparse.Namespace:
@@ -145,6 +157,65 @@ def launch(side: str, nranks: int, env: dict[str, str], archive: Path) -> Launch
     return launch_reference(side, nranks, env)
 
 
+def rank_program(side: str, archive: Path) -> list[str]:
+    """What one rank of a side runs (stampede: what `stampede startup --np` starts)."""
+    if side == "stampede":
+        return [str(VENV_BIN / "python"), "-P", "-m", "stampede", "startup", "--archive",
+                str(archive)]
+    imports = "import numpy\n" if side == "numpy+mpi4py" else ""
+    return [str(VENV_BIN / "python"), "-c", REFERENCE_CODE.format(imports=imports)]
+
+
+def files_of_a_worker(side: str, env: dict[str, str], scratch: Path) -> tuple[int, int] | None:
+    """(files opened, path lookups) of rank 1 of a 2-rank launch, under strace; None when
+    strace cannot trace here."""
+    trace = scratch / f"strace-{side}.txt"
+    program = rank_program(side, scratch / "strace-startup.csv")
+    command = [*mpiexec_command(1, *program), ":", "-n", "1", "strace", "-f", "-qq", "-o",
+               str(trace), "-e", f"trace={FILE_CALLS}", *program]
+    env = {**env, LAUNCH_VARIABLE: str(time.time_ns())}
+    if subprocess.run(command, capture_output=True, env=env).returncode or not trace.exists():
+        return None
+    opened = lookups = 0
+    for line in trace.read_text().splitlines():
+        call = STRACE_CALL.match(line)
+        if call is None or line.endswith("<unfinished ...>"):
+            continue   # counted where it resumes
+        lookups += 1
+        result = line.rpartition(" = ")[2].split(" ")[0]
+        opened += (call[1] or call[2]) in ("open", "openat") and result.isdigit()
+    return opened, lookups
+
+
+def count_files(scratch: Path, modes: tuple[str, ...]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Mode -> side -> (files opened, path lookups) of one worker rank; {} without strace."""
+    if shutil.which("strace") is None:
+        print("strace not found: the files a rank opens are not counted", flush=True)
+        return {}
+    counts: dict[str, dict[str, tuple[int, int]]] = {}
+    for mode in modes:
+        for side in SIDES:
+            counted = files_of_a_worker(side, environment(scratch, mode, 2), scratch)
+            if counted is None:
+                print("strace could not trace a rank (ptrace refused?): files not counted",
+                      flush=True)
+                return {}
+            counts.setdefault(mode, {})[side] = counted
+    return counts
+
+
+def print_files(counts: dict[str, dict[str, tuple[int, int]]]) -> None:
+    """Per mode: the files one worker rank opens and its path lookups, per side."""
+    for mode, by_side in counts.items():
+        bare = by_side["mpi4py"]
+        print(f"\nfiles, bytecode {mode}: one worker rank (rank 1 of 2) under strace, its whole "
+              "life\n" + f"{'side':<13} {'opened':>7} {'lookups':>8} {'+opened vs mpi4py':>18} "
+              f"{'+lookups':>9}")
+        for side, (opened, lookups) in by_side.items():
+            print(f"{side:<13} {opened:>7} {lookups:>8} {opened - bare[0]:>18} "
+                  f"{lookups - bare[1]:>9}")
+
+
 def measure(scratch: Path, nranks: int, modes: tuple[str, ...],
             rounds: int) -> dict[str, dict[str, list[Launch]]]:
     """Mode -> side -> one Launch per round, after one untimed launch of each. Every round
@@ -196,16 +267,25 @@ def print_table(nranks: int, mode: str, measured: dict[str, list[Launch]]) -> No
               + f" {ratio:>8.2f} {extra:>13.1f} {paired(startup, with_numpy)[1]:>12.1f}")
 
 
-def print_verdicts(results: dict[int, dict[str, dict[str, list[Launch]]]]) -> None:
-    """Per rank count and mode: where a stampede rank's start-up goes, in ms per rank."""
+def print_verdicts(results: dict[int, dict[str, dict[str, list[Launch]]]],
+                   files: dict[str, dict[str, tuple[int, int]]]) -> None:
+    """Per rank count and mode: where a stampede rank's start-up goes, in ms per rank (and
+    the files a worker rank opens beyond numpy+mpi4py's, where counted)."""
     for nranks, by_mode in results.items():
         for mode, measured in by_mode.items():
             ours, bare, with_numpy = (ms(measured[side], "startup") for side in SIDES)
             ratio, extra = paired(ours, bare)
+            own_files = ""
+            if mode in files:
+                (opened, lookups), (numpy_opened, numpy_lookups) = (
+                    files[mode][side] for side in ("stampede", "numpy+mpi4py"))
+                own_files = (f"; it opens {opened} files ({opened - numpy_opened} more than "
+                             f"numpy+mpi4py), {lookups} path lookups ({lookups - numpy_lookups} "
+                             "more)")
             print(f"verdict, {nranks} ranks, bytecode {mode}: a stampede rank is MPI-ready after "
                   f"{statistics.median(ours):.0f} ms, {ratio:.2f}x a bare mpi4py rank: numpy adds "
                   f"{paired(with_numpy, bare)[1]:.0f} ms, stampede's own modules and work "
-                  f"{paired(ours, with_numpy)[1]:.0f} ms (of {extra:.0f} ms extra)")
+                  f"{paired(ours, with_numpy)[1]:.0f} ms (of {extra:.0f} ms extra){own_files}")
         if len(by_mode) == 2:
             change = paired(ms(by_mode["cached"]["stampede"], "import"),
                             ms(by_mode["as-is"]["stampede"], "import"))[1]
@@ -224,15 +304,17 @@ def main() -> int:
                   f"{args.rounds} rounds of {', '.join(SIDES)} (+1 untimed launch each)", flush=True)
             results = {nranks: measure(scratch, nranks, args.modes, args.rounds)
                        for nranks in args.rank_counts}
+            files = count_files(scratch, args.modes)   # after measure: bytecode cached
             for nranks, by_mode in results.items():
                 for mode, measured in by_mode.items():
                     print_table(nranks, mode, measured)
+            print_files(files)
             print("\nstartup = launch -> MPI ready; interpreter = launch -> first line (stampede: its "
                   "package's first line); import = stampede's run\nmodules (references: numpy or "
                   "nothing); mpi_init = `from mpi4py import MPI`. x mpi4py and +ms are paired: the "
                   "median over\nrounds of the same round's startup p50 ratio / difference (stampede "
                   "- reference); +ms vs numpy is what stampede's own\nmodules and work cost each rank")
-            print_verdicts(results)
+            print_verdicts(results, files)
     return 0
 
 

@@ -12,19 +12,29 @@ import argparse
 import importlib
 import signal
 import sys
-import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stampede import __version__
-from stampede.commands import COMMANDS
+from stampede.commands import COMMANDS, metrics_text
 from stampede.errors import StampedeError
 from stampede.launcher import launcher_rank
-from stampede.results.definitions import METRICS
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that prints usage errors on rank 0 only (every rank exits 2)."""
+    """argparse that prints usage errors on rank 0 only (every rank exits 2), and whose
+    epilog may be given as epilog_text, a function called only when help is printed:
+    every rank parses its command line, none of them prints the help."""
+
+    def __init__(self, *args: Any, epilog_text: Callable[[], str] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.epilog_text = epilog_text
+
+    def format_help(self) -> str:
+        if self.epilog_text is not None:
+            self.epilog, self.epilog_text = self.epilog_text(), None
+        return super().format_help()
 
     def error(self, message: str) -> Any:
         if launcher_rank() == 0:
@@ -48,7 +58,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="stampede", formatter_class=formatter,
                      description="Benchmark the storage stampede of a checkpoint's life: N MPI "
                                  "ranks open, stat and read a checkpoint at the same moment.",
-                     epilog=METRICS)
+                     epilog_text=metrics_text)
     parser.add_argument("--version", action="version", version=f"stampede {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=_Parser)
@@ -76,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:   # 128 + the signal, as the shell reports it
         return 128 + int(getattr(interrupt, "signal", signal.SIGINT))
     except Exception:  # a bug: stop the whole job rather than hang the other ranks
+        import traceback
+
         traceback.print_exc()
         comm = _initialised_comm()
         if comm is not None and comm.Get_size() > 1:

@@ -15,7 +15,6 @@ once exited 143 at once, its mpiexec writing on as an orphan and its checkpoint 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -68,6 +67,8 @@ def find_mpiexec() -> str | None:
     The venv's own comes first: an mpiexec from another MPI cannot start ranks that
     load this venv's MPI library.
     """
+    import shutil  # here, not at the top (as subprocess below): every rank imports this module
+
     beside = Path(sys.executable).parent / "mpiexec"
     if beside.exists():
         return str(beside)
@@ -99,7 +100,7 @@ def call(argv: list[str], **options: Any) -> int:
     """subprocess.call, but a signal that interrupts the wait is passed on to the child
     (SIGTERM; a terminal's Ctrl-C reached it already), the child waited for (killed after
     INTERRUPT_GRACE_S), and the interrupt raised again."""
-    import subprocess  # here, not at the top: every rank imports this module
+    import subprocess
 
     process = subprocess.Popen(argv, **options)
     try:

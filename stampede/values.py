@@ -9,7 +9,6 @@ into archives and sidecars, so credentials come from the environment only.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import math
 import os
 import re
@@ -119,6 +118,8 @@ def what_article(what: str) -> str:
 
 
 def did_you_mean(value: object, candidates: Iterable[str]) -> str:
+    import difflib  # only a mistyped value needs it; every rank imports this module
+
     close = difflib.get_close_matches(str(value), list(candidates), n=1)
     return f' (did you mean "{close[0]}"?)' if close else ""
 
@@ -205,7 +206,7 @@ def scale(value: object) -> Fraction:
             raise ValueError
         factor = Fraction(value.strip() if isinstance(value, str) else value).limit_denominator(
             2**40)
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):  # inf: no fraction
         raise ValueError('must be a factor above 0 and at most 1, e.g. "1/1024" or 0.01') from None
     if not 0 < factor <= 1:
         raise ValueError('must be a factor above 0 and at most 1, e.g. "1/1024" or 0.01')

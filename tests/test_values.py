@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
-from stampede.values import read_text, refuse_overwrite
+from stampede.values import read_text, refuse_overwrite, scale
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,3 +99,9 @@ def test_the_report_never_replaces_its_archive_or_the_job(tmp_path: Path) -> Non
         assert "would replace it" in result.stderr or "lies inside" in result.stderr, result.stderr
     assert archive.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["a0.csv"]
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 0, 1.5, "2/1"])
+def test_a_scale_outside_0_to_1_is_a_clear_error(value: object) -> None:
+    with pytest.raises(ValueError, match="must be a factor above 0 and at most 1"):
+        scale(value)

@@ -15,7 +15,6 @@ from typing import Any
 
 from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
-from stampede.sysinfo import mount_of
 from stampede.targets import POSIX, REGISTRY
 
 FILE_MODE = 0o640   # checkpoint files: no world access
@@ -62,6 +61,8 @@ class PosixBackend:
             os.close(fd)
 
     def fs_type(self) -> str:
+        from stampede.sysinfo import mount_of  # rank 0 asks; every rank imports this module
+
         return mount_of(self.root).fs_type
 
     # --- timed: the save ---------------------------------------------------------------

@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from stampede.checkpoint.mlperf import MODELS, rank_files
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
 from stampede.layouts import layout_of
@@ -247,6 +246,9 @@ def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
 
 def mlperf_extents(spec: JobSpec, nranks: int, rank: int, root: str = "") -> tuple[Extent, ...]:
     """Layout mlperf: the workload's files of one rank, whole, end to end in its memory."""
+    # Only layout mlperf needs the workloads (and their statistics): not every rank, every run
+    from stampede.checkpoint.mlperf import MODELS, rank_files
+
     files = rank_files(MODELS[spec.workload], rank, nranks, spec.subset, spec.scale)
     starts = [sum(nbytes for _, nbytes in files[:index]) for index in range(len(files))]
     return tuple(Extent(under(root, name), 0, nbytes, place=start)

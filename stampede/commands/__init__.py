@@ -41,6 +41,14 @@ COMMANDS = {
 }
 
 
+def metrics_text() -> str:
+    """What stampede measures: `stampede --help`'s epilog and `run --help`'s, made only
+    when help is printed (stampede.cli's epilog_text)."""
+    from stampede.results.definitions import METRICS
+
+    return METRICS
+
+
 def set_words(pairs: Iterable[str]) -> list[str]:
     """KEY=VALUE pairs as a command line's words: --set KEY=VALUE each."""
     return [word for pair in pairs for word in ("--set", pair)]

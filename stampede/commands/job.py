@@ -5,26 +5,33 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from stampede.commands import add_job_arguments, add_trace_arguments, overrides, traced
+from stampede.commands import (
+    add_job_arguments,
+    add_trace_arguments,
+    metrics_text,
+    overrides,
+    traced,
+)
 from stampede.errors import UsageError
 from stampede.launcher import launcher_rank, launcher_size
-from stampede.results.definitions import METRICS
 from stampede.spec import OPTIONS, REQUIRED
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    def job_command(name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+    def job_command(name: str, help_text: str,
+                    epilog: Callable[[], str] | None = None) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text,
-                                  formatter_class=formatter, epilog=epilog)
+                                  formatter_class=formatter, epilog_text=epilog)
         add_job_arguments(sub)
         return sub
 
     run = job_command("run", "Restore the prepared checkpoint on every rank, timed; archive "
                              "and report. Launch with mpiexec/srun; alone it is one rank.",
-                      METRICS + "\n" + job_keys_help())
+                      lambda: metrics_text() + "\n" + job_keys_help())
     run.add_argument("--checkpoint", metavar="PATH", default=None,
                      help="restore an existing checkpoint (safetensors file or directory with "
                           "an index, PyTorch DCP directory, HDF5), read-only: sets "
@@ -36,14 +43,14 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     run.set_defaults(func=cmd_run)
     prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
                                      "fsync it, and record sizes, SHA-256 and XXH3 in a "
-                                     "manifest. Use the same rank count as run.", job_keys_help())
+                                     "manifest. Use the same rank count as run.", job_keys_help)
     prepare.add_argument("--from", dest="from_path", metavar="PATH", default=None,
                          help="fill the layouts with the tensors of this existing checkpoint "
                               "(a copy at target.path; the source is only read): sets "
                               "checkpoint.from = PATH and checkpoint.source = synthetic")
     prepare.set_defaults(func=cmd_prepare)
     plan = job_command("plan", "Dry run: validate the job and print who reads what. No I/O.",
-                       job_keys_help())
+                       job_keys_help)
     plan.add_argument("--np", type=int, default=None,
                       help="rank count to plan for (default: the launcher's, else 1)")
     plan.add_argument("--checkpoint", metavar="PATH", default=None,
@@ -84,14 +91,15 @@ def _toml(value: object) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.checkpoint.formats import require_packages
-    from stampede.existing.relayout import resolve
     from stampede.run.job import run_job
     from stampede.spec import load_job
 
     spec = traced(args, load_job(args.job, overrides(args)))  # validated before MPI and any I/O
     require_packages(spec)
     comm = mpi.world()
-    spec, _ = resolve(comm, spec)
+    if spec.from_path:   # prepare --from's copy, sized from its source (imported only then)
+        from stampede.existing.relayout import resolve
+        spec, _ = resolve(comm, spec)
     existing = spec.checkpoint_source == "existing"
     strategies = spec.assign if existing else spec.layouts
     measure(comm, spec, "run", strategies, f"{'assign' if existing else 'layouts'} "
@@ -110,10 +118,9 @@ def measure(comm: Any, spec: Any, step: str, strategies: tuple[str, ...], what: 
     half goes on with the save half's)."""
     from stampede import mpi
     from stampede.errors import RunFailed
-    from stampede.results.archive import check_appendable
     from stampede.run.interrupt import Interrupts
 
-    mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
+    mpi.on_root(comm, "checking the archive", partial(_check_archive, spec.archive_path))
     if comm.Get_rank() == 0:
         print(f"stampede {step} {spec.name}: {comm.Get_size()} rank(s), {what}, target "
               f"{spec.target_path}", file=sys.stderr, flush=True)
@@ -139,6 +146,13 @@ def measure(comm: Any, spec: Any, step: str, strategies: tuple[str, ...], what: 
         error.collective = True  # every rank took the same decisions, so every rank is here
         raise error
     return context, archiver
+
+
+def _check_archive(path: str) -> None:
+    """Rank 0: the archive can take this run's rows (the archive's modules, rank 0's alone)."""
+    from stampede.results.archive import check_appendable
+
+    check_appendable(path)
 
 
 class Archiver:

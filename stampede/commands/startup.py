@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -49,6 +48,8 @@ def cmd_startup(args: argparse.Namespace) -> int:
     if mpiexec is None:
         raise UsageError("startup --np needs mpiexec, and none was found",
                          hint=install_hint("mpich"))
+    import subprocess  # with --np only: the ranks this command measures import this module
+
     signals_stop_children()
     command = [mpiexec, "-n", str(args.np), sys.executable, "-P", "-m", "stampede", "startup",
                "--archive", args.archive, *(["--import", ",".join(imports)] if imports else [])]

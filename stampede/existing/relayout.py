@@ -14,21 +14,25 @@ import dataclasses
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stampede.checkpoint.content import ContentSource
 from stampede.checkpoint.plan import INDEX_FILE, shard_count
 from stampede.errors import UsageError
-from stampede.existing.catalogue import Catalogue
-from stampede.existing.scan import scan
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
 from stampede.units import ALIGN_BYTES
+
+if TYPE_CHECKING:   # every rank of every run imports this module (resolve); only --from reads
+    from stampede.existing.catalogue import Catalogue
 
 _SHARD = re.compile(r"shard-(\d+)")
 
 
 def source_catalogue(spec: JobSpec) -> Catalogue:
     """Rank 0: the source's headers; the copy must go elsewhere."""
+    from stampede.existing.scan import scan
+
     if not capabilities_for(spec.from_path).local_files:
         raise UsageError(f"checkpoint.from = {spec.from_path!r}: prepare --from reads a POSIX "
                          "checkpoint (copy an object store's checkpoint to a file system, "

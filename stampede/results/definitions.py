@@ -1,8 +1,6 @@
 """What stampede measures, written once: the text `--help` prints and the report points
-to, and the constants it cites. Imported by the CLI on every start: the stdlib only. Each op's own definition
-is stampede.ops's; the paragraphs here list them."""
-
-import textwrap
+to, and the constants it cites. Imported on every rank: the stdlib only, the text made on
+first use. Each op's own definition is stampede.ops's; the paragraphs here list them."""
 
 from stampede.ops import BY_NAME, NETWORK_OPS, OPS_TABLE, PSEUDO_OPS, SAVE_ORDER, STORAGE_OPS
 
@@ -22,6 +20,8 @@ GAMMA = (1 + BUCKET_ERROR) / (1 - BUCKET_ERROR)
 def _paragraph(label: str, text: str) -> str:
     """One entry of a definitions list: the label, then its text wrapped beside it (below
     it when the label is too long)."""
+    import textwrap  # with the text (see __getattr__), not on every rank
+
     indent = " " * 16
     if len(label) > 13:
         return f"  {label}\n" + textwrap.fill(text, width=88, initial_indent=indent,
@@ -38,7 +38,8 @@ def _ops(names: tuple[str, ...]) -> str:
 _RUN_OPS = tuple(op.name for op in OPS_TABLE if "restore" in op.phases)
 _SAVE_OPS = tuple(name for name in SAVE_ORDER if name not in PSEUDO_OPS)
 
-METRICS = f"""\
+def _metrics() -> str:
+    return f"""\
 what stampede measures (per layout, per op; all ranks start together after a barrier):
   ops           each timed alone; all ranks of a node on one clock:
 {_ops(_RUN_OPS)}
@@ -68,7 +69,8 @@ archive: one CSV row per (run, layout, op), appended, schema-versioned, plus a J
 sidecar per run (hosts, MPI library, file system, Slurm variables).
 """
 
-SAVE_METRICS = f"""\
+def _save_metrics() -> str:
+    return f"""\
 what stampede save measures (per layout, per op; all ranks start together after a
 barrier, each holding its shard in memory; every save is a new version):
   ops           each timed alone:
@@ -86,6 +88,16 @@ barrier, each holding its shard in memory; every save is a new version):
                 when retention waits for the publish, as it must
 latency, agg GB/s, spreads and the archive are defined as for run (stampede run --help).
 """
+
+
+def __getattr__(name: str) -> str:
+    """METRICS and SAVE_METRICS, made on first use: every rank imports the constants above
+    (stampede.results.histogram), only help and reports print the text."""
+    texts = {"METRICS": _metrics, "SAVE_METRICS": _save_metrics}
+    if name not in texts:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    text = globals()[name] = texts[name]()
+    return text
 
 # The report's last line: where the definitions are, instead of repeating them per run.
 POINTER = "definitions of every column: `stampede run --help` (what stampede measures)"

@@ -2,9 +2,9 @@
 
 In exact mode every sample reaches rank 0 (Gatherv of int64 nanoseconds). At 16,384 ranks
 x 10 iterations x hundreds of reads each that is gigabytes on one rank, so in histogram
-mode (run.samples = "histogram", or "auto" past AUTO_SAMPLES) each rank turns its samples
-into fixed-size arrays that MPI then reduces, with a cost on rank 0 that does not grow
-with the number of ops:
+mode (run.samples = "histogram", or "auto" past stampede.run.gather.AUTO_SAMPLES) each
+rank turns its samples into fixed-size arrays that MPI then reduces, with a cost on rank
+0 that does not grow with the number of ops:
   - per op, a latency histogram over HISTOGRAM_EDGES_S (SUM), and the exact
     minimum and maximum latency (MIN, MAX);
   - per op and iteration, the count of successful and failed ops and their bytes (SUM),
@@ -37,7 +37,6 @@ from stampede.units import NS_PER_S
 HISTOGRAM_EDGES_S = tuple(GAMMA ** exponent for exponent in range(
     math.floor(math.log(1e-7) / math.log(GAMMA)), math.ceil(math.log(1e4) / math.log(GAMMA)) + 1))
 EDGES_NS = np.array(HISTOGRAM_EDGES_S) * NS_PER_S
-AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
 BIG = np.iinfo(np.int64).max
 
 

@@ -9,17 +9,21 @@ rank 0 whole. These are the collectives; the arithmetic is stampede.results'.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from stampede import mpi
 from stampede.ops import RETRY_OPS
-from stampede.results import histogram
 from stampede.results.model import LayoutStats, LayoutTrace
 from stampede.results.samples import ITER, OP, START, STOP
 from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
 from stampede.run.where import gathered
+
+if TYPE_CHECKING:   # imported where used: histogram mode alone needs it, not every rank's start
+    from stampede.results import histogram
+
+AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
 
 
 def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
@@ -63,7 +67,7 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
         return spec.samples == "histogram"
     mine = (sum(plan.op_counts().values()) + 4) * spec.iterations  # + restore, verify, ...
     total = mpi.allreduce_sum(comm, np.array([mine]))
-    return total is not None and int(total[0]) > histogram.AUTO_SAMPLES
+    return total is not None and int(total[0]) > AUTO_SAMPLES
 
 
 def exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
@@ -97,11 +101,11 @@ def all_rows(comm: Any, rows: np.ndarray, origins: dict[int, int],
 def check_trace(comm: Any, spec: Any, plan: Any) -> None:
     """--trace: the rows this layout will keep, all ranks together, within its limit;
     collectively, before the first phase (UsageError on every rank, exit 2)."""
+    if not spec.trace_limit:
+        return
     from stampede.errors import UsageError
     from stampede.results.trace import ROW_BYTES, estimated_rows
 
-    if not spec.trace_limit:
-        return
     mine = estimated_rows(sum(plan.op_counts().values()), spec.iterations + spec.warmup)
     total = mpi.allreduce_sum(comm, np.array([mine]))
     rows = int(total[0]) if total is not None else 0
@@ -117,6 +121,7 @@ def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, 
                    failed_iteration: int | None, completion_op: str) -> LayoutStats | None:
     """Histogram mode (stampede.results.histogram): fixed-size reductions; the pseudo-op
     samples (restores, saves) and the timelines whole."""
+    from stampede.results import histogram
     from stampede.results.stats import layout_stats_reduced, timeline
 
     on_axis = _to_node_axis(comm, rows, origins)
@@ -149,6 +154,8 @@ def _to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int]) -> np.nd
 def reduce_summaries(comm: Any, summary: dict[str, np.ndarray],
             iterations: tuple[int, ...]) -> histogram.Reduced | None:
     """MPI-reduce every rank's arrays to rank 0 (None elsewhere)."""
+    from stampede.results import histogram
+
     reduced = {name: mpi.reduce_to_root(comm, summary[name], how)
                for name, how in histogram.REDUCTIONS.items()}
     if comm.Get_rank() != 0:

@@ -19,7 +19,6 @@ from stampede.checkpoint.manifest import prepared_layout, read_manifest
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
-from stampede.results.rows import new_run_id, now_stamp
 from stampede.run import kernel_nfs
 from stampede.run.interrupt import Interrupts
 from stampede.run.layout import Tick, plan_for, run_layout
@@ -82,18 +81,26 @@ def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
     return context, runs
 
 
+def _run_stamps() -> tuple[str, str]:
+    """Rank 0: the run's id and timestamp (the archive's rows, rank 0's alone to import)."""
+    from stampede.results.rows import new_run_id, now_stamp
+
+    return new_run_id(), now_stamp()
+
+
 def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
                 catalogue: Catalogue | None = None, save: bool = False) -> RunContext:
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")
-    run_id = mpi.bcast(comm, new_run_id() if comm.Get_rank() == 0 else "")
+    run_id, timestamp = mpi.bcast(comm, _run_stamps() if comm.Get_rank() == 0 else ("", ""))
     storage: dict[str, Any] = {}
+    fs_type = ""   # rank 0's, as the hosts: the run's facts are complete there only
     if comm.Get_rank() == 0:
-        storage = dict(backend.describe())
+        fs_type, storage = backend.fs_type(), dict(backend.describe())
         prober = rpc_prober(backend)   # NFS: what each op costs on the wire
         if prober is not None:
             storage["rpcs_per_op"] = _probed(prober.rpc_probe, spec, comm.Get_size(), catalogue, save)
-        if backend.fs_type() == "lustre":
+        if fs_type == "lustre":
             from stampede.checkpoint.lustre import stripe_layout
             from stampede.checkpoint.plan import checkpoint_files
             root = catalogue.root if catalogue else spec.target_path
@@ -102,9 +109,9 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
                 for relpath, _ in checkpoint_files(spec, layout, comm.Get_size())]
             storage["lfs_getstripe"] = stripe_layout(
                 [Path(root) / relpath for relpath in dict.fromkeys(files)][:4])
-    return RunContext(run_id=run_id, timestamp=now_stamp(),
+    return RunContext(run_id=run_id, timestamp=timestamp,
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
-                      backend=backend_name_for(spec.target_path), fs_type=backend.fs_type(),
+                      backend=backend_name_for(spec.target_path), fs_type=fs_type,
                       mpi_library=mpi.library_version(comm),
                       device=" ".join(sorted(set(labels or ()))), storage=storage,
                       checkpoint_format=catalogue.format if catalogue else "")

@@ -9,9 +9,10 @@ from dataclasses import replace
 from typing import Any
 
 from stampede.results.model import LayoutRun
-from stampede.sysinfo import mount_of, mountstats_delta, read_mountstats
 from stampede.targets import capabilities_for
 
+# stampede.sysinfo is imported past each function's early return: every rank imports this
+# module, rank 0 of a kernel NFS mount alone reads the counters.
 SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
 
 
@@ -19,18 +20,28 @@ def mountpoint(comm: Any, target: str) -> str:
     """Rank 0: the kernel NFS mount a POSIX target lies on ("" elsewhere, or not NFS)."""
     if comm.Get_rank() != 0 or not capabilities_for(target).local_files:
         return ""
+    from stampede.sysinfo import mount_of
+
     mount = mount_of(target)
     return mount.mountpoint if mount.fs_type.startswith("nfs") else ""
 
 
 def before(where: str) -> Any:
-    return read_mountstats(where) if where else None
+    if not where:
+        return None
+    from stampede.sysinfo import read_mountstats
+
+    return read_mountstats(where)
 
 
 def counted(run: LayoutRun, where: str, start: Any) -> LayoutRun:
     """The run with the mount's per-op deltas since `start` (unchanged where none)."""
-    end = read_mountstats(where) if where else None
-    if start is None or end is None:
+    if not where or start is None:
+        return run
+    from stampede.sysinfo import mountstats_delta, read_mountstats
+
+    end = read_mountstats(where)
+    if end is None:
         return run
     return replace(run, kernel_nfs={"mount": where, "scope": SCOPE,
                                     "ops": mountstats_delta(start, end)})

@@ -32,9 +32,13 @@ LAUNCH_VARIABLE = "STAMPEDE_LAUNCH_NS"
 # What a worker rank must never import for stampede's own sake (they are slow to import,
 # and at scale every import is a metadata storm on the shared file system).
 HEAVY_MODULES = ("rich", "fsspec", "botocore", "h5py", "torch")
-# What a worker rank imports to run a restore: the start-up cost of stampede itself.
-RUN_MODULES = ("stampede.cli", "stampede.commands.job", "stampede.run.job", "stampede.results.rows",
-               "stampede.checkpoint.prepare")
+# What a worker rank of `stampede run` imports (the CLI, what cmd_run, load_job and measure
+# import, a POSIX target's backend): the start-up cost of stampede itself. Rank 0 alone
+# imports the archive's and the report's modules (tests/run/test_startup.py checks both).
+RUN_MODULES = ("stampede.cli", "stampede.commands.job", "stampede.mpi",
+               "stampede.checkpoint.formats", "stampede.run.job", "stampede.spec",
+               "stampede.spec_rules", "stampede.run.interrupt", "stampede.results.progress",
+               "stampede.backends.posix")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 COLLECTIVE_REPEATS = 10
 

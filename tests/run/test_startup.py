@@ -9,10 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from stampede.launcher import find_mpiexec
 from stampede.run.startup import HEAVY_MODULES, RUN_MODULES, process_start_ns
-from tests.helpers.jobs import read_archive
+from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
 
 pytestmark = pytest.mark.mpi
+
+# What a worker rank of run never imports: rank 0's archive, report and facts (the file
+# system, the NFS counters), what only some jobs need (--from, an existing checkpoint,
+# mlperf's workloads, --trace, histogram mode, prepare), and the stdlib modules only they
+# pull in. (argparse imports shutil and numpy textwrap: not listed.)
+NOT_ON_THE_WORKER_PATH = (
+    "stampede.results.rows", "stampede.results.archive", "stampede.results.report",
+    "stampede.results.trace", "stampede.results.histogram", "stampede.existing.relayout",
+    "stampede.existing.scan", "stampede.checkpoint.mlperf", "stampede.checkpoint.prepare",
+    "stampede.sysinfo", "rich", "csv", "uuid", "statistics", "difflib", "traceback")
 
 
 def test_startup_phases_per_rank_archived(stampede, tmp_path: Path) -> None:
@@ -62,7 +73,7 @@ def test_a_missing_import_is_a_usage_error(stampede, tmp_path: Path) -> None:
 
 def test_run_modules_import_nothing_heavy() -> None:
     code = (f"import sys; import {', '.join(RUN_MODULES)}; "
-            f"print([m for m in {HEAVY_MODULES!r} if m in sys.modules])")
+            f"print([m for m in {HEAVY_MODULES + NOT_ON_THE_WORKER_PATH!r} if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
@@ -86,3 +97,36 @@ def test_a_run_imports_no_other_command_module() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["[]", "True"]
+
+
+
+def test_a_worker_rank_of_run_imports_only_its_path(tmp_path: Path) -> None:
+    job = small_job(tmp_path, checkpoint={"layout": ["sharded"]},
+                    run={"iterations": 1, "warmup": 0})
+    # every rank writes the modules it loaded, at its exit, to modules.<rank>
+    code = ("import atexit, runpy, sys\n"
+            "def written():\n"
+            "    from stampede.launcher import launcher_rank\n"
+            "    with open(f'modules.{launcher_rank()}', 'w') as out:\n"
+            "        out.write('\\n'.join(sys.modules))\n"
+            "atexit.register(written)\n"
+            "runpy.run_module('stampede', run_name='__main__', alter_sys=True)\n")
+    for command in ("prepare", "run"):
+        ran = subprocess.run([find_mpiexec() or "mpiexec", "-n", "2", sys.executable, "-c", code,
+                              command, str(job)], capture_output=True, text=True,
+                             timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+    root, worker = ((tmp_path / f"modules.{rank}").read_text().split() for rank in (0, 1))
+    assert "stampede.run.layout" in worker and "stampede.results.rows" in root
+    assert [name for name in NOT_ON_THE_WORKER_PATH if name in worker] == []
+    # the modules `stampede startup` times are those a worker of run loads
+    assert {name for name in worker if name.startswith("stampede")} == loaded_by(RUN_MODULES)
+
+
+def loaded_by(modules: tuple[str, ...]) -> set[str]:
+    """stampede's modules a fresh interpreter holds after importing `modules`."""
+    code = (f"import sys; import {', '.join(modules)}; "
+            "print(' '.join(name for name in sys.modules if name.startswith('stampede')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True)
+    return set(result.stdout.split())
