@@ -56,6 +56,8 @@ def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
         relpaths.append(versions.pointer_path(layout))
         relpaths += _leftover_pointers(backend, layout)
     saved_directories += (journal or {}).get("directories", [])
+    # a journal or manifest write killed mid-way (a server gone between write and rename)
+    relpaths += _leftover_temporaries(backend, "", MANIFEST_NAME, versions.JOURNAL_NAME)
     for relpath in [*relpaths, *saved_directories]:
         _check_inside(target, relpath, backend.local_path(relpath))
     removed = []
@@ -120,15 +122,20 @@ def _remove_remote_directories(backend: Any, relpaths: list[str], listed: Sequen
 
 
 def _leftover_pointers(backend: Any, layout: str) -> list[str]:
-    """Temporary pointers a publish killed mid-way left (put_bytes' `.latest.tmp-PID`):
-    names only stampede gives, in a directory only stampede makes."""
+    """Temporary pointers a publish killed mid-way left (put_bytes' `.latest.tmp-PID`)."""
     from stampede.checkpoint import versions
 
-    prefix = f".{versions.POINTER_NAME}.tmp-"
-    directory = versions.layout_dir(layout)
+    return _leftover_temporaries(backend, versions.layout_dir(layout), versions.POINTER_NAME)
+
+
+def _leftover_temporaries(backend: Any, directory: str, *names: str) -> list[str]:
+    """What a put_bytes of one of `names` killed mid-way left in `directory` (the root:
+    ""): its temporary, `.NAME.tmp-PID` (`NAME.tmp-PID` through fsspec), names only
+    stampede gives, next to a file only stampede writes."""
+    prefixes = tuple(f"{dot}{name}.tmp-" for name in names for dot in (".", ""))
+    depth = directory.count("/") + 1 if directory else 0
     return [name for name in backend.names(directory)
-            if name.rsplit("/", 1)[-1].startswith(prefix)
-            and name.count("/") == directory.count("/") + 1]
+            if name.rsplit("/", 1)[-1].startswith(prefixes) and name.count("/") == depth]
 
 
 def _check_inside(target: str, relpath: str, local: str | None) -> None:

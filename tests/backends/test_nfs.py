@@ -212,7 +212,8 @@ def test_a_server_killed_mid_save_leaves_the_published_version_restorable(
         assert pointer != "v000001"    # the killed save had published once before the kill
         cleaned = stampede("clean", str(job))
         assert cleaned.returncode == 0, cleaned.stderr
-        assert sorted(os.listdir(server.export)) == []
+        left = sorted(str(path.relative_to(server.export)) for path in server.export.rglob("*"))
+        assert left == [], (left, cleaned.stdout, states)
     finally:
         stop_server(server)
 

@@ -88,3 +88,30 @@ def test_kept_bytes_counts_complete_versions_oldest_first() -> None:
     assert versions.kept_bytes(journal, "sharded") == [1, 7]                # v2 then v4
     assert versions.kept_bytes(None, "sharded") == []
     assert versions.kept_bytes(journal, "shared") == []
+
+
+def test_clean_removes_the_temporaries_a_killed_write_left_and_nothing_else(
+        tmp_path: Path) -> None:
+    """A journal, manifest or pointer write killed between its temporary and the rename
+    (a server gone mid-save, as tests/backends/test_nfs.py's kill found) leaves
+    `.NAME.tmp-PID`; clean removes those, and a file of someone else's stays."""
+    from stampede.checkpoint.clean import clean
+    from stampede.spec import load_job
+    from tests.helpers.jobs import write_job
+
+    target = tmp_path / "ck"
+    target.mkdir()
+    backend = PosixBackend(str(target))
+    journal = journal_of(entry(1, "writing"))
+    versions.write_journal(backend, journal)
+    (target / "saves" / "sharded").mkdir(parents=True)
+    left = [f".{versions.JOURNAL_NAME}.tmp-4242", ".stampede-manifest.json.tmp-17",
+            f"saves/sharded/.{versions.POINTER_NAME}.tmp-99"]
+    for relpath in left:
+        (target / relpath).write_text("{")
+    theirs = target / f"{versions.JOURNAL_NAME}.bak"
+    theirs.write_text("mine")
+    job = write_job(tmp_path, target={"path": str(target)}, checkpoint={"size": "1MiB"})
+    removed = clean(load_job(job))
+    assert all(any(line.endswith(relpath) for line in removed) for relpath in left), removed
+    assert sorted(path.name for path in target.rglob("*") if path.is_file()) == [theirs.name]
