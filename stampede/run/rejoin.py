@@ -58,6 +58,7 @@ from stampede.run.tiers import (
     Row,
     digest_of,
     layout_run,
+    local_tier,
     save_in_tiers,
     storage_dir,
     wait_all,
@@ -91,8 +92,8 @@ def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None
     context = context or new_context(comm, spec, backend)
     shard_bytes = bytes_per_rank(spec, len(roles.working))
     me = comm.Get_rank()
-    held = [p for p, holders in enumerate(roles.holders) if me in holders]
-    local = Path(spec.tier_dir) / hosts[me] / f"stampede-{spec.name}"
+    held = roles.held_by(me)
+    local = local_tier(spec, hosts[me])
     runs: list[LayoutRun] = []
     with AlignedBuffer(shard_bytes, populate=True) as shard, \
             contextlib.ExitStack() as buffers:
@@ -233,7 +234,7 @@ def _rejoin(state: Rank, position: int, iteration: int, rows: list[Row]) -> None
 def _serve(state: Rank, position: int, iteration: int, rows: list[Row]) -> None:
     """A lost shard's replica from this rank's local tier to the spare standing in for it
     (a length first: -1 when the replica is missing)."""
-    index = [p for p, holders in enumerate(state.roles.holders) if state.rank in holders].index(position)
+    index = state.roles.held_by(state.rank).index(position)
     buffer = state.incoming[index]
     spare = state.roles.restorer[position]
     failed = read_file(state.local_backend, state.local_file(position, True), buffer.view,
@@ -394,7 +395,7 @@ def clean_job(comm: Any, spec: JobSpec) -> int:
     host = mpi.processor_name(comm)
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
-    local = Path(spec.tier_dir) / host / f"stampede-{spec.name}"
+    local = local_tier(spec, host)
     removed = remove_tiers(comm, backend, spec, local)
     total = mpi.allreduce_sum(comm, np.array([removed]))
     return int(total[0]) if total is not None else removed

@@ -53,6 +53,10 @@ class Roles:
         that survived; -1 when none did (the spare then reads storage)."""
         return next((rank for rank in self.holders[position] if rank not in self.lost), -1)
 
+    def held_by(self, rank: int) -> list[int]:
+        """The positions whose replicas this rank holds (in the order of its buffers)."""
+        return [p for p, holders in enumerate(self.holders) if rank in holders]
+
     def served_by(self, rank: int) -> list[int]:
         """The lost positions this surviving rank sends to their spares."""
         return [p for p, holder in enumerate(self.working)

@@ -147,7 +147,7 @@ def _replicate(state: Rank, position: int, rows: list[Row], origin: int) -> None
     """The shard to its holders, the replicas this rank holds from their savers, each
     written to the local tier and acknowledged; `save` once every holder acknowledged."""
     roles, comm, clock = state.roles, state.comm, time.perf_counter_ns
-    held = [p for p, holders in enumerate(roles.holders) if state.rank in holders]
+    held = roles.held_by(state.rank)
     start = clock()
     requests = [comm.Irecv(buffer.view, source=roles.working[p], tag=TAG_REPLICA)
                 for p, buffer in zip(held, state.incoming)]
@@ -238,6 +238,11 @@ def _publish(state: Rank, rows: list[Row], origin: int) -> None:
     state.backend.put_bytes(f"{storage_dir(state.spec)}/manifest.json",
                             json.dumps(manifest).encode())
     rows.append((0, PUBLISHED, origin, time.perf_counter_ns(), 0, 1))
+
+
+def local_tier(spec: JobSpec, host: str) -> Path:
+    """This job's directory on a node's local tier (its host's, under tiers.local_dir)."""
+    return Path(spec.tier_dir) / host / f"stampede-{spec.name}"
 
 
 def storage_dir(spec: JobSpec) -> str:

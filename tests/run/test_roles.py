@@ -23,6 +23,7 @@ def test_ring_places_replicas_on_the_next_nodes_and_spares_take_the_lost_places(
     assert roles.active == (0, 1, 2, 3, 6, 7)
     assert [roles.server(p) for p in (4, 5)] == [0, 1]             # their replicas on node a
     assert roles.served_by(0) == [4] and roles.served_by(2) == []
+    assert roles.held_by(0) == [4] and roles.held_by(2) == [0]      # replicas it keeps
     assert roles.position_of(6, after_loss=True) == 4 and roles.position_of(6, after_loss=False) == -1
     for position, holders in enumerate(roles.holders):             # never on its own node
         saver = roles.working[position]
