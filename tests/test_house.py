@@ -27,8 +27,9 @@ MAY_IMPORT = {
     "model": {"results"},
     "emulate": {"results"},
     "sbatch": set(),
+    "present": {"results", "model", "checkpoint", "run"},
     "commands": {"*"},
-    "cli": {"commands", "results"},
+    "cli": {"commands", "results", "present"},
 }
 HEAVY = ("numpy", "rich", "mpi4py", "fsspec", "botocore", "h5py", "torch", "matplotlib")
 
@@ -163,4 +164,18 @@ def test_no_backend_name_or_scheme_is_tested_outside_the_registry() -> None:
                 "target" in text
             if scheme_list or prefix or probe or url_test:
                 wrong.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_renderers_live_in_the_top_layer() -> None:
+    """rich and matplotlib (terminal tables, figures) are imported in stampede.present
+    only: the layers below compute values, the top one draws them."""
+    drawers = ("rich", "matplotlib")
+    wrong = [f"{path.relative_to(PACKAGE)}:{node.lineno}"
+             for path in PACKAGE.rglob("*.py") if path.parent.name != "present"
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                 name.split(".")[0] in drawers for name in
+                 ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                  else [alias.name for alias in node.names]))]
     assert not wrong, "\n".join(wrong)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from stampede.results.report import render_kernel_nfs
+from stampede.present.report import render_kernel_nfs
 from stampede.sysinfo import OpCounters, mount_of, mountstats_delta, nfs_mountstats, nfs_options
 
 NFS_OPTIONS = ("rw,relatime,vers=4.2,rsize=1048576,wsize=1048576,namlen=255,hard,proto=tcp,"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -43,10 +44,17 @@ from stampede.checkpoint.plan import (
     writes_of_rank,
 )
 from stampede.errors import CheckpointError, UsageError
-from stampede.results.progress import progress_bar
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
 from stampede.units import BYTES_PER_MIB, format_bytes
+
+# A progress line: (total bytes, description, enabled) -> a context yielding advance(nbytes)
+ProgressBar = Callable[[int, str, bool], AbstractContextManager[Callable[[int], None]]]
+
+
+@contextmanager
+def _silent(total: int, description: str, enabled: bool) -> Iterator[Callable[[int], None]]:
+    yield lambda nbytes: None
 
 
 def _check_target(spec: JobSpec, backend: Backend, nranks: int,
@@ -316,11 +324,12 @@ class _Writer:
                 "sha256": sha256.hexdigest(), "xxh3": xxh3.hexdigest()}
 
 
-def prepare(comm: Any, spec: JobSpec, show_progress: bool = True,
+def prepare(comm: Any, spec: JobSpec, progress: ProgressBar | None = None,
             copied: CopiedContent | None = None) -> dict[str, Any]:
     """Write every layout of the job, of synthetic bytes or of `copied` ones (another
     checkpoint's, with checkpoint.from: the job arrives sized from it); returns the
-    manifest (on every rank)."""
+    manifest (on every rank). `progress(total_bytes, description, enabled)` is the
+    command's progress line (the presentation layer's), none by default."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
     if spec.checkpoint_source == "existing":
         raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": prepare never "
@@ -353,7 +362,7 @@ def prepare(comm: Any, spec: JobSpec, show_progress: bool = True,
             total = mpi.bcast(comm, sum(
                 extent.length for writer_rank in range(nranks) for extent in
                 writes_of_rank(spec, layout, nranks, writer_rank, whole_files)) if rank == 0 else 0)
-            with progress_bar(total, f"prepare {layout}", show_progress and rank == 0) as bar:
+            with (progress or _silent)(total, f"prepare {layout}", rank == 0) as bar:
                 advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
                 slices = mpi.collective(comm, f"writing the {layout} checkpoint",
                                         partial(writer.write, extents, offsets, tensors, advance))

@@ -60,8 +60,8 @@ def find_trace(given: str) -> Path:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
+    from stampede.present.report import make_console
     from stampede.results import trace as traces
-    from stampede.results.report import make_console
     from stampede.values import did_you_mean, refuse_overwrite
 
     if args.segments < 1:
@@ -136,8 +136,8 @@ def _iteration(text: str, trace: Any, rows: Any) -> int:
 
 def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int,
                   console: Any) -> None:
+    from stampede.present.report import new_table
     from stampede.results import trace as traces
-    from stampede.results.report import new_table
     from stampede.units import format_bytes, format_number, format_seconds
 
     mine = rows[rows[:, traces.ITERATION] == iteration]

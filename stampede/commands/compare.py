@@ -32,10 +32,10 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
+    from stampede.present.report import make_console
+    from stampede.present.report_models import render_comparison
     from stampede.results.archive import COLUMNS, read_rows
     from stampede.results.cells import text
-    from stampede.results.report import make_console
-    from stampede.results.report_models import render_comparison
 
     match = tuple(column.strip() for column in args.match.split(",") if column.strip())
     unknown = [column for column in match if column not in COLUMNS]

@@ -97,8 +97,8 @@ def cmd_gpu(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     if swept is not None:
         rows = _archive_rows(swept, args)
+        from stampede.present.report import make_console, render_gpu
         from stampede.results.archive import append_rows
-        from stampede.results.report import make_console, render_gpu
         append_rows(args.archive, rows)
         render_gpu(rows, make_console())
         print(f"archived: {args.archive}")

@@ -1,6 +1,6 @@
 """`stampede html`: the archive's verdict (stampede.model.assessment: the layouts ranked,
 `stampede project`'s projection to --target-ranks, `stampede mttr`'s T_MTTR) and its runs
-as one self-contained HTML file (stampede.results.html): no network, readable on a phone,
+as one self-contained HTML file (stampede.present.html): no network, readable on a phone,
 printable."""
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def write_report(archive: str, output: str, workload: Any, target_mttr_s: float,
     assessment."""
     from stampede.errors import UsageError
     from stampede.model.assessment import assess
+    from stampede.present.html import render_html
+    from stampede.present.plot import load_sidecar
     from stampede.results.archive import read_rows, sidecar_dir
-    from stampede.results.html import render_html
-    from stampede.results.plot import load_sidecar
     from stampede.values import refuse_overwrite
 
     path = Path(output or Path(archive).with_suffix(".html"))

@@ -163,7 +163,7 @@ class Archiver:
     share one (one run, one report); `layouts` counts the layouts of both."""
 
     def __init__(self, spec: Any, layouts: int, root: bool) -> None:
-        from stampede.results.progress import Progress
+        from stampede.present.progress import Progress
 
         self.spec, self.layouts, self.root = spec, layouts, root
         self.rows: list[dict[str, str]] = []
@@ -189,14 +189,14 @@ class Archiver:
 
     def layout_done(self, context: Any, run: Any) -> None:
         """Rank 0, collectively: report the layout, then archive it (whole or not at all)."""
-        from stampede.results.archive import append_rows, write_sidecar
-        from stampede.results.report import (
+        from stampede.present.report import (
             make_console,
             render_header,
             render_kernel_nfs,
             render_layout,
             render_rpcs,
         )
+        from stampede.results.archive import append_rows, write_sidecar
         from stampede.results.rows import archive_rows, sidecar
 
         self.steps = (len(self.runs) + 1) * (self.spec.warmup + self.spec.iterations)
@@ -236,7 +236,7 @@ class Archiver:
     def finish(self) -> None:
         if not self.root or self.console is None:
             return
-        from stampede.results.report import render_summary
+        from stampede.present.report import render_summary
         from stampede.results.trace import trace_path
 
         render_summary(self.rows, self.console, self.messages)
@@ -263,6 +263,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from stampede.checkpoint.plan import bytes_per_rank
     from stampede.checkpoint.prepare import prepare
     from stampede.existing.relayout import SourceContent, resolve
+    from stampede.present.progress import progress_bar
     from stampede.spec import load_job
     from stampede.units import format_bytes
 
@@ -273,7 +274,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     spec, source = resolve(comm, spec)   # checkpoint.from: sized from the source
     copied = None if source is None else \
         SourceContent(source, bytes_per_rank(spec, comm.Get_size()), spec.block_bytes)
-    manifest = prepare(comm, spec, copied=copied)
+    manifest = prepare(comm, spec, progress_bar, copied=copied)
     if comm.Get_rank() == 0:
         for layout in spec.layouts:
             entry = manifest["layouts"][layout]
@@ -287,8 +288,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from stampede.backends import backend_name_for
     from stampede.checkpoint.plan import checkpoint_files, plan_rank, reads_storage, shown_ranks
     from stampede.checkpoint.prepare import space_needed
-    from stampede.results.report import make_console
-    from stampede.results.report_plan import render_plan
+    from stampede.present.report import make_console
+    from stampede.present.report_plan import render_plan
     from stampede.spec import load_job
 
     spec = load_job(args.job, overrides(args))
@@ -301,7 +302,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if spec.checkpoint_source == "existing":
         from stampede.existing.assign import plan_existing
         from stampede.existing.scan import scan
-        from stampede.results.report_plan import render_existing_plan
+        from stampede.present.report_plan import render_existing_plan
 
         catalogue = scan(spec.target_path, spec.storage_options)
         policies = [(policy, [plan_existing(catalogue, spec, policy, nranks, rank)
@@ -350,8 +351,8 @@ def _plan_save(spec: Any, nranks: int, shown: list[int]) -> None:
     from stampede.checkpoint.prepare import save_space_needed
     from stampede.checkpoint.save_plan import check_save, save_plan, version_directories
     from stampede.checkpoint.versions import version_dir
-    from stampede.results.report import make_console
-    from stampede.results.report_plan import render_save_plan
+    from stampede.present.report import make_console
+    from stampede.present.report_plan import render_save_plan
 
     check_save(spec)
     layouts = []

@@ -229,10 +229,10 @@ class _Session:
         """Rank 0: archive every row at once, the sidecar, then the report."""
         if self.comm.Get_rank() != 0:
             return
+        from stampede.present.report import make_console
+        from stampede.present.report_loaders import render_loaders
         from stampede.results.archive import ARCHIVE_SCHEMA, append_rows, write_sidecar
         from stampede.results.loaders import loader_lines
-        from stampede.results.report import make_console
-        from stampede.results.report_loaders import render_loaders
         from stampede.results.rows import sidecar
 
         append_rows(self.spec.archive_path, self.rows)
@@ -245,12 +245,9 @@ class _Session:
             if row["op"] == "restore" for note in filter(None, row["warnings"].split(" | "))))
         console = make_console()
         render_loaders(loader_lines(self.rows), skipped, notes,
-                       [(entry.name, entry.how) for entry in entries], console)
-        from rich.markup import escape
-
-        for messages in (part["messages"] for part in self.loaders.values()):
-            for message in messages:
-                console.print(f"[red]error:[/] {escape(message)}", highlight=False)
+                       [(entry.name, entry.how) for entry in entries], console,
+                       [message for part in self.loaders.values()
+                        for message in part["messages"]])
         console.print(f"archived: {self.spec.archive_path} (+ {path})", markup=False)
 
 

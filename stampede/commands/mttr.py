@@ -133,8 +133,8 @@ def cmd_mttr(args: argparse.Namespace) -> int:
         measured_model,
         spare_pools,
     )
-    from stampede.results.report import make_console
-    from stampede.results.report_models import render_mttr
+    from stampede.present.report import make_console
+    from stampede.present.report_models import render_mttr
 
     _check_flags(args)
     _check_layouts(args)
@@ -189,8 +189,8 @@ def _rejoin_beside_restart(archives: list[str], inputs: dict[str, float],
     """An archive of `stampede rejoin` holds both restores: T_MTTR each way, the load term
     measured by each (the rejoin's slowest rank is a spare fed by its peer's NIC)."""
     from stampede.model.mttr import measured_model
+    from stampede.present.report import new_table
     from stampede.results.archive import read_rows
-    from stampede.results.report import new_table
     from stampede.units import format_duration
 
     held = {row["layout"] for archive in archives for row in read_rows(archive)

@@ -1,5 +1,5 @@
 """`stampede plot`: an archive and its sidecars drawn as PNGs (the figures are
-stampede.results.plot's). The top level imports the stdlib only: --help imports it."""
+stampede.present.plot's). The top level imports the stdlib only: --help imports it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stampede.results.plot import INSTALL_HINT, KINDS
+from stampede.present.plot import INSTALL_HINT, KINDS
 
 PLOT_HELP = """\
 output: with --kind all (the default) -o is a stem: -o out.png (or -o out) writes
@@ -48,7 +48,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Write the chosen figures; print each file written and each panel skipped."""
-    from stampede.results.plot import build_figures, output_paths, require_matplotlib, save
+    from stampede.present.plot import build_figures, output_paths, require_matplotlib, save
 
     require_matplotlib()
     from stampede.results.archive import read_rows, sidecar_dir

@@ -112,9 +112,9 @@ def chosen_ops(text: str, phase: str) -> tuple[str, ...]:
 def cmd_project(args: argparse.Namespace) -> int:
     from stampede.model.projection import project, scale_for
     from stampede.model.series import projection_notes, series_from_rows
+    from stampede.present.report import make_console
+    from stampede.present.report_models import render_projection
     from stampede.results.archive import read_rows
-    from stampede.results.report import make_console
-    from stampede.results.report_models import render_projection
 
     if args.ranks < 1:
         raise UsageError(f"--ranks {args.ranks}: must be at least 1")

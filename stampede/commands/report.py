@@ -23,8 +23,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
+    from stampede.present.report import make_console, render_archive
     from stampede.results.archive import read_rows
-    from stampede.results.report import make_console, render_archive
 
     if args.last < 1:   # 0 once showed 1 without a word
         raise UsageError(f"--last {args.last}: must be at least 1")

@@ -58,8 +58,8 @@ def cmd_startup(args: argparse.Namespace) -> int:
         status = call(command, env=environment, stdout=subprocess.DEVNULL)
         if status:
             return status
+    from stampede.present.report import make_console, render_archive
     from stampede.results.archive import read_rows
-    from stampede.results.report import make_console, render_archive
     render_archive(read_rows(args.archive), make_console(), last=args.repeat)
     return 0
 
@@ -72,7 +72,7 @@ def _measure_here(imports: tuple[str, ...], archive: str) -> int:
     records = mpi.gather(comm, record)
     if records is not None:
         rows = archive_startup(records, imports, archive, mpi.library_version(comm))
-        from stampede.results.report import make_console, render_run
+        from stampede.present.report import make_console, render_run
         render_run(rows, make_console())
     return 0
 

@@ -23,6 +23,7 @@ from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
 from stampede.model.mttr import Breakdown, breakdown, measured_model
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
 from stampede.model.workload import Workload
+from stampede.results import compare
 from stampede.results.cells import flag
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_rate
 
@@ -157,10 +158,8 @@ def dominant_part(projection: Any) -> str:
 
 def ranked(rows: Sequence[dict[str, str]], op: str) -> tuple[tuple[Mapping[str, str], str], ...]:
     """The valid completion rows of one run, best first, with their standing against the
-    best (results.report's ranking)."""
-    from stampede.results.report import ranked as report_ranked
-
-    return tuple((row, standing) for row, standing in report_ranked(rows, op)
+    best (the report's ranking)."""
+    return tuple((row, standing) for row, standing in compare.ranked(rows, op)
                  if flag(row, "valid"))
 
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from stampede.ops import PSEUDO_OPS
-from stampede.results.cells import number, text
+from stampede.results.cells import Row as CellRow
+from stampede.results.cells import flag, number, text
 from stampede.results.columns import IDENTITY_COLUMNS
 
 NO_SPREAD_TOLERANCE = 0.05
@@ -200,3 +201,31 @@ def compare_rows(base_rows: list[Row], other_rows: list[Row], skip: str = "",
             found.pop("ops_per_s", None)
         result += found.values()
     return sorted(result, key=lambda c: ([value for _, value in c.key], c.metric))
+
+
+INVALID = "INVALID"   # the standing of a layout whose run was not valid
+LOW, HIGH = "time_to_last_rank_min_s", "time_to_last_rank_max_s"   # a row's spread
+
+
+def ranked(rows: Sequence[CellRow], op: str = "restore") -> list[tuple[CellRow, str]]:
+    """Rows of the completion op (restore, save), valid ones by time to last rank first,
+    each with how it stands against the best: a tie when their per-iteration min-max
+    ranges overlap (within_spread, the rule of `stampede compare` too), else how much
+    slower."""
+    restores = [row for row in rows if row["op"] == op]
+    valid = sorted((row for row in restores if flag(row, "valid")),
+                   key=lambda row: number(row, "time_to_last_rank_s"))
+    ranked: list[tuple[CellRow, str]] = []
+    for row in valid:
+        best = valid[0]
+        if row is best:
+            standing = "best" if len(valid) > 1 else "-"
+        elif within_spread(number(row, LOW), number(row, HIGH), number(best, LOW),
+                           number(best, HIGH)):
+            standing = "tie (within spread)"
+        else:
+            ratio = number(row, "time_to_last_rank_s") / number(best, "time_to_last_rank_s")
+            standing = f"+{ratio - 1:.0%}"
+        ranked.append((row, standing))
+    ranked += [(row, INVALID) for row in restores if row["valid"] != "true"]
+    return ranked

@@ -37,7 +37,7 @@ HEAVY_MODULES = ("rich", "fsspec", "botocore", "h5py", "torch")
 # imports the archive's and the report's modules (tests/run/test_startup.py checks both).
 RUN_MODULES = ("stampede.cli", "stampede.commands.job", "stampede.mpi",
                "stampede.checkpoint.formats", "stampede.run.job", "stampede.spec",
-               "stampede.spec_rules", "stampede.run.interrupt", "stampede.results.progress",
+               "stampede.spec_rules", "stampede.run.interrupt", "stampede.present.progress",
                "stampede.backends.posix")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 COLLECTIVE_REPEATS = 10

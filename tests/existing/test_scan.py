@@ -253,8 +253,8 @@ def _described(path: Path) -> str:
     """What `stampede plan --checkpoint PATH` prints about the checkpoint itself."""
     import io
 
-    from stampede.results.report import make_console
-    from stampede.results.report_plan import render_existing_plan
+    from stampede.present.report import make_console
+    from stampede.present.report_plan import render_existing_plan
 
     stream = io.StringIO()
     render_existing_plan(scan(str(path)), 2, [], make_console(stream, width=200))

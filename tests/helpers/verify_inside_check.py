@@ -32,7 +32,7 @@ def main() -> int:
                        "block_size": "1MiB"},
         "run": {"iterations": 3, "warmup": 1, "verify": "xxh3"},
         "archive": {"path": f"{root}/a.csv"}})
-    prepare(comm, spec, show_progress=False)
+    prepare(comm, spec)
     backend = open_backend(spec.target_path)
     manifest = mpi.bcast(comm, read_manifest(backend, spec.target_path))
     verdicts = []

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
+from stampede.present.report import make_console, render_archive
 from stampede.results.archive import COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
 from stampede.results.columns import OPTION_BEFORE
-from stampede.results.report import make_console, render_archive
 from stampede.spec import load_job
 from tests.helpers.jobs import write_job
 

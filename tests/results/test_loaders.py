@@ -9,10 +9,10 @@ import io
 import math
 from pathlib import Path
 
+from stampede.present.report import make_console
+from stampede.present.report_loaders import render_loaders
 from stampede.results.archive import append_rows, read_rows
 from stampede.results.loaders import loader_lines
-from stampede.results.report import make_console
-from stampede.results.report_loaders import render_loaders
 
 
 def _row(tool: str, op: str, p50_s: float, gbps: float = math.nan, layout: str = "files",

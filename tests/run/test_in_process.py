@@ -33,7 +33,7 @@ def job(tmp_path: Path, **run: object) -> object:
 def test_every_layout_restores_its_bytes_at_one_rank(tmp_path: Path) -> None:
     spec = job(tmp_path, cache="cold")
     comm = SingleRank()
-    prepare(comm, spec, show_progress=False)
+    prepare(comm, spec)
     context, runs = run_job(comm, spec)
     assert context.nranks == 1 and [run.layout for run in runs] == list(spec.layouts)
     for run in runs:
@@ -53,7 +53,7 @@ def test_every_layout_restores_its_bytes_at_one_rank(tmp_path: Path) -> None:
 def test_a_corrupt_byte_is_found_in_process(tmp_path: Path) -> None:
     spec = job(tmp_path)
     comm = SingleRank()
-    prepare(comm, spec, show_progress=False)
+    prepare(comm, spec)
     shard = tmp_path / "ckpt" / "sharded" / "shard-00000-of-00001.raw"
     with open(shard, "r+b") as stream:
         stream.seek(12345)
@@ -119,7 +119,7 @@ def test_a_signal_mid_layout_archives_what_it_measured_as_incomplete(tmp_path: P
     spec = job(tmp_path, iterations=30, warmup=0, verify="none")
     comm = SingleRank()
     if phase == "restore":
-        prepare(comm, spec, show_progress=False)
+        prepare(comm, spec)
     else:
         spec = replace(spec, target_path=str(tmp_path / "saves"))
     archiver = Archiver(spec, len(spec.layouts), True)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.mpi
 # mlperf's workloads, --trace, histogram mode, prepare), and the stdlib modules only they
 # pull in. (argparse imports shutil and numpy textwrap: not listed.)
 NOT_ON_THE_WORKER_PATH = (
-    "stampede.results.rows", "stampede.results.archive", "stampede.results.report",
+    "stampede.results.rows", "stampede.results.archive", "stampede.present.report",
     "stampede.results.trace", "stampede.results.histogram", "stampede.existing.relayout",
     "stampede.existing.scan", "stampede.checkpoint.mlperf", "stampede.checkpoint.prepare",
     "stampede.sysinfo", "rich", "csv", "uuid", "statistics", "difflib", "traceback")

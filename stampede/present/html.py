@@ -1,6 +1,6 @@
 """`stampede html`: one self-contained HTML file from an archive and its sidecars: the
 verdict first (model.assessment's, computed by the command and handed in), then the
-restore and save tables, the figures (results.html_figures: inline SVG), the warnings, the
+restore and save tables, the figures (present.html_figures: inline SVG), the warnings, the
 machine, storage and MPI context of the sidecar, and the definitions (results.definitions)
 one click away. Nothing is fetched: a Content-Security-Policy of default-src 'none' lets
 only the inline style and inline images in. Rendering only: every number is a cell of
@@ -13,20 +13,20 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from stampede.results import html_figures as figures
-from stampede.results.cells import flag, number
-from stampede.results.definitions import METRICS, SAVE_METRICS
-from stampede.results.html_tags import table, tag
-from stampede.results.html_trace import trace_figures
-from stampede.results.html_verdict import verdict_section
-from stampede.results.report import (
+from stampede.present import html_figures as figures
+from stampede.present.html_tags import table, tag
+from stampede.present.html_trace import trace_figures
+from stampede.present.html_verdict import verdict_section
+from stampede.present.report import (
     BUFFERED_NOTE,
     SAVE_HEADERS,
     SAVE_NOTE,
     grouped_warnings,
-    ranked,
     save_cells,
 )
+from stampede.results.cells import flag, number
+from stampede.results.compare import ranked
+from stampede.results.definitions import METRICS, SAVE_METRICS
 from stampede.units import format_bytes, format_number, format_seconds
 
 MAX_OP_ROWS = 200
@@ -58,7 +58,7 @@ def restore_table(rows: Sequence[Row]) -> str:
     ranking = [(row, standing) for row, standing in ranked(rows, "restore")]
     if not ranking:
         return ""
-    body = [[row["layout"], last_rank(row), standing.replace("[red]", "").replace("[/]", ""),
+    body = [[row["layout"], last_rank(row), standing,
              f"{number(row, 'straggler_ratio'):.2f}", format_number(number(row, "agg_gbps")),
              format_number(number(row, "slowest_rank_gbps")),
              format_number(number(row, "storage_ops_per_iteration")),

@@ -12,8 +12,8 @@ from html import escape
 from typing import Any
 
 from stampede.ops import TIMELINE_COLOURS, TIMELINE_PHASES
+from stampede.present.plot import cdf_steps, scaling_series, timeline_rows
 from stampede.results.model import TIMELINE_COLUMNS, TIMELINE_MOMENTS
-from stampede.results.plot import cdf_steps, scaling_series, timeline_rows
 from stampede.units import format_seconds
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

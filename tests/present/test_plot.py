@@ -81,7 +81,7 @@ def last_sidecar(archive: Path) -> dict[str, Any]:
 
 
 def build(archive: Path, kind: str, **options: Any) -> tuple[Any, list[str]]:
-    from stampede.results import plot
+    from stampede.present import plot
 
     figures, notes = plot.build_figures(archive, read_rows(archive), (kind,), **options)
     return figures.get(kind), notes
@@ -226,7 +226,7 @@ def test_without_matplotlib_plot_says_how_to_install_it_and_exits_2(
 
 
 def test_output_is_a_file_for_one_kind_and_a_stem_for_all() -> None:
-    from stampede.results.plot import output_paths
+    from stampede.present.plot import output_paths
 
     assert output_paths("out.png", ("cdf",)) == {"cdf": Path("out.png")}
     assert output_paths("d/out.png", ("cdf", "timeline")) == {

@@ -7,14 +7,16 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from stampede.present.report import new_table
 from stampede.results.loaders import LoaderLine
-from stampede.results.report import new_table
 from stampede.units import format_bytes, format_number, format_seconds
 
 
 def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str]],
-                   notes: Sequence[str], how: Sequence[tuple[str, str]], console: Any) -> None:
-    """The table, then what was skipped and why, what to know, and how each was called."""
+                   notes: Sequence[str], how: Sequence[tuple[str, str]], console: Any,
+                   errors: Sequence[str] = ()) -> None:
+    """The table, then what was skipped and why, what to know, how each was called, and
+    the errors the loaders met."""
     if lines:
         first = lines[0]
         console.print()
@@ -45,3 +47,5 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
                   "per rank, as a share of the median restore.[/]")
     for loader, calls in how:
         console.print(f"[dim]{escape(loader)}: {escape(calls)}[/]", highlight=False)
+    for message in errors:
+        console.print(f"[red]error:[/] {escape(message)}", highlight=False)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stampede.ops import OPS
-from stampede.results.report import new_table
+from stampede.present.report import new_table
 from stampede.units import BYTES_PER_GIB, format_bytes
 
 # What a catalogue's items are called, by format (the others hold tensors).

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from stampede.present.report import make_console, render_archive
 from stampede.results.archive import append_rows, read_rows
-from stampede.results.report import make_console, render_archive
 from tests.helpers.jobs import small_job
 
 

@@ -3,14 +3,14 @@ run shown has one: per phase, the slowest iteration of each layout over time, in
 segments: the bytes moved (GB/s) and how many ranks were inside a storage op (the storm's
 shape); and per layout a heat map, rank by time, of the share of each segment each rank
 spent inside a storage op (where the stragglers were, and when). Inline SVG
-(results.html_figures' frame), the stdlib and numpy only."""
+(present.html_figures' frame), the stdlib and numpy only."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from stampede.present.html_figures import BOTTOM, LEFT, RIGHT, TOP, WIDTH, Axes, frame, legend, polyline, svg
 from stampede.results import trace as traces
-from stampede.results.html_figures import BOTTOM, LEFT, RIGHT, TOP, WIDTH, Axes, frame, legend, polyline, svg
 from stampede.units import NS_PER_S, format_number, format_seconds
 
 SEGMENTS = 40

@@ -4,7 +4,7 @@ phases in their colours, and a sidecar from before the phase columns one bar per
 from __future__ import annotations
 
 from stampede.ops import TIMELINE_COLOURS
-from stampede.results.html_figures import slowest_iteration, timeline_figure
+from stampede.present.html_figures import slowest_iteration, timeline_figure
 
 
 def test_the_timeline_draws_phases_and_old_sidecars_one_bar() -> None:

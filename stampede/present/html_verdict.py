@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from stampede.results.html_tags import table, tag
+from stampede.present.html_tags import table, tag
 from stampede.units import format_duration, format_rate
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from stampede.results.cells import Row, flag, number, whole
 from stampede.results.columns import OWN_TOOL
-from stampede.results.compare import within_spread
+from stampede.results.compare import INVALID, ranked
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
 from stampede.targets import local_files
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
@@ -111,8 +111,8 @@ def render_run(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) 
     layout's ops, the warnings (each once), the errors; a loaders run's loaders beside."""
     own = [row for row in rows if row.get("tool", OWN_TOOL) == OWN_TOOL]
     if own and len(own) < len(rows):   # `stampede loaders`: stampede's ceiling, then them
+        from stampede.present.report_loaders import render_loaders
         from stampede.results.loaders import loader_lines
-        from stampede.results.report_loaders import render_loaders
 
         render_run(own, console, messages)
         render_loaders(loader_lines(rows), (), (), (), console)
@@ -209,31 +209,9 @@ def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = 
     console.print(f"[dim]{SAVE_POINTER if saves else POINTER}[/]")
 
 
-LOW, HIGH = "time_to_last_rank_min_s", "time_to_last_rank_max_s"   # a row's spread
-
-
-def ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
-    """Rows of the completion op (restore, save), valid ones by time to last rank first,
-    each with how it stands against the best: a tie when their per-iteration min-max
-    ranges overlap (compare.within_spread, the rule of `stampede compare`), else how much
-    slower."""
-    restores = [row for row in rows if row["op"] == op]
-    valid = sorted((row for row in restores if flag(row, "valid")),
-                   key=lambda row: number(row, "time_to_last_rank_s"))
-    ranked: list[tuple[Row, str]] = []
-    for row in valid:
-        best = valid[0]
-        if row is best:
-            standing = "best" if len(valid) > 1 else "-"
-        elif within_spread(number(row, LOW), number(row, HIGH), number(best, LOW),
-                           number(best, HIGH)):
-            standing = "tie (within spread)"
-        else:
-            ratio = number(row, "time_to_last_rank_s") / number(best, "time_to_last_rank_s")
-            standing = f"+{ratio - 1:.0%}"
-        ranked.append((row, standing))
-    ranked += [(row, "[red]INVALID[/]") for row in restores if row["valid"] != "true"]
-    return ranked
+def marked(standing: str) -> str:
+    """A standing as the terminal shows it: an invalid layout in red."""
+    return f"[red]{standing}[/]" if standing == INVALID else standing
 
 
 def _last_rank(row: Row) -> str:
@@ -255,7 +233,8 @@ def _render_restores(rows: Sequence[Row], console: Any) -> None:
     table = new_table("Restore: time until every rank holds its bytes", headers,
                       left=("layout", "vs best"))
     for row, standing in ranking:
-        cells = [row["layout"], _last_rank(row), standing, f"{number(row, 'straggler_ratio'):.2f}",
+        cells = [row["layout"], _last_rank(row), marked(standing),
+                 f"{number(row, 'straggler_ratio'):.2f}",
                  format_number(number(row, "agg_gbps")),
                  format_number(number(row, "slowest_rank_gbps"))]
         if wide:
@@ -307,7 +286,7 @@ def save_cells(rows: Sequence[Row]) -> tuple[list[tuple[Row, list[str]]], bool]:
         gbps = format_number(number(row, "agg_gbps"))
         if row.get("durability") == "none":
             gbps, buffered = gbps + " buf", True
-        cells.append((row, [row["layout"], _last_rank(row), standing,
+        cells.append((row, [row["layout"], _last_rank(row), marked(standing),
                             seconds(published, "elapsed_s") if published else "-",
                             seconds(blocked, "elapsed_s") if blocked else "-", gbps,
                             format_number(number(row, "slowest_rank_gbps")),
