@@ -30,6 +30,7 @@ MAY_IMPORT = {
     "present": {"results", "model", "checkpoint", "run"},
     "commands": {"*"},
     "cli": {"commands", "results", "present"},
+    "docs": {"cli", "results"},   # the reference pages' generator, on no command's path
 }
 HEAVY = ("numpy", "rich", "mpi4py", "fsspec", "botocore", "h5py", "torch", "matplotlib")
 

@@ -60,7 +60,7 @@ OWN: tuple[Column, ...] = (
             "target's URL scheme (`posix`, `nfs`, `s3`, `memory`, `gs`, `file`); `-` where no "
             "storage is involved (`stampede startup`, `stampede gpu`'s memory modes); "
             "imported rows: the tool (`ior`, `mdtest`)", identity=True),
-    _column("layout", "text", "", 1, "the layout the row measured (see the README's table); "
+    _column("layout", "text", "", 1, "the layout the row measured (docs/concepts/layouts.md has the table); "
             "an existing checkpoint's rows: the assign policy (`files`, `tensor-slices`, "
             "`saved`); `startup` for `stampede startup`; `stampede gpu`: the mode (`pageable`, "
             "`pinned`, `file`, ...)", identity=True),

@@ -1,6 +1,6 @@
 """Statistics over gathered samples: pure functions, no I/O, no MPI.
 
-Definitions (also in the README and `stampede run --help`):
+Definitions (also in docs/concepts/measured.md and `stampede run --help`):
 - elapsed of an op in an iteration = max(stop) - min(start) over all ranks' samples of
   that op (IOR). agg_gbps = sum(bytes) / elapsed / 1e9. Per-rank rates are never summed.
 - latency percentiles of an op pool every successful sample of every measured iteration

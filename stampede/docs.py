@@ -1,0 +1,195 @@
+"""The docs site's reference pages (docs/reference/*.md), generated from the code that
+defines what they describe: the CLI from its argparse parsers, the job keys from
+spec.OPTIONS, the archive's columns and ops from their tables (the generators that also
+write results/README.md's sections), the sidecar from its JSON Schema. Nothing is
+written by hand there, so nothing drifts: tests/test_docs.py regenerates every page in
+memory and fails when a file differs.
+
+    python -m stampede.docs            # rewrite docs/reference/ in a clone
+    python -m stampede.docs --check    # list the stale pages, exit 1 if any
+
+Not on the CLI's import path (it imports every command's parser): tests/test_house.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from stampede import ops, spec
+from stampede.cli import build_parser
+from stampede.results import columns
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "docs" / "reference"
+# argparse wraps help to the terminal (COLUMNS): fixed here so a page is the same on
+# every machine
+HELP_COLUMNS = "100"
+
+
+def _header(title: str, source: str) -> list[str]:
+    return [f"# {title}", "",
+            f"<!-- generated from {source} by `python -m stampede.docs`; do not edit -->", ""]
+
+
+def cli_page() -> str:
+    """`stampede --help` and every command's --help, as the parsers print them."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    try:
+        parser = build_parser(["--help"])   # --help: every command's module registered
+        subparsers = next(action for action in parser._actions
+                          if isinstance(action, argparse._SubParsersAction))
+        helps = [("stampede", parser.format_help())]
+        helps += [(f"stampede {name}", sub.format_help()) for name, sub in subparsers.choices.items()]
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+    # an install hint names this clone's path (pip install -e 'CLONE[plot]'): "." on the page
+    helps = [(name, text.replace(str(REPO), ".")) for name, text in helps]
+    lines = _header("Command line", "the argparse parsers of stampede/commands/")
+    lines += ["Every command's `--help`, as it prints. Commands: " +
+              ", ".join(f"[`{name.removeprefix('stampede ')}`](#{_anchor(name)})"
+                        for name, _ in helps[1:]) + ".", ""]
+    for name, text in helps:
+        lines += [f"## {name}", "", "```text", text.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _anchor(heading: str) -> str:
+    """The id mkdocs' toc gives a heading of plain words (lower case, spaces as -)."""
+    return "-".join("".join(c for c in heading.lower() if c.isalnum() or c in " -_").split())
+
+
+def _default(option: spec.Option) -> str:
+    if option.default is spec.REQUIRED:
+        return "required"
+    if option.default in ("", {}, (), []):
+        return "(unset)"
+    return f"`{json.dumps(option.default) if not isinstance(option.default, str) else option.default}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def job_keys_page() -> str:
+    """Every job key (TOML key, `--set` name) of spec.OPTIONS, by section."""
+    lines = _header("Job keys", "spec.OPTIONS (stampede/spec.py)")
+    lines += ["A job file is TOML: `[section]` tables of `key = value`. Every key can be given "
+              "on the command line too, `--set section.key=value` (after the job file's), and "
+              "is repeated in every archive row, in the column named. `stampede run --help` "
+              "prints the same list.", ""]
+    sections: dict[str, list[spec.Option]] = {}
+    for option in spec.OPTIONS:
+        sections.setdefault(option.key.split(".")[0], []).append(option)
+    for section, options in sections.items():
+        lines += [f"## [{section}]", "", "| key | default | column | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{option.key}` | {_cell(_default(option))} | `{option.column}` | "
+                  f"{_cell(option.help)} |" for option in options]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def columns_page() -> str:
+    """The archive's columns: results/README.md's generated section, as a page."""
+    lines = _header("Archive columns", "stampede/results/columns.py")
+    lines += ["One CSV row per (run, phase, layout, op); the [archive](archive.md) says how "
+              "rows are written and [ops](ops.md) what each `op` value times.", ""]
+    return "\n".join(lines) + columns.render().replace("## Columns\n\n", "", 1)
+
+
+def ops_page() -> str:
+    """The values of the `op` column: results/README.md's generated op section."""
+    section = ops.readme_section().splitlines()[1:-1]   # without its BEGIN/END markers
+    if section and section[0] == "## Ops":
+        section = section[1:]
+    return "\n".join([*_header("Ops", "OPS_TABLE (stampede/ops.py)"), *section[1:]]) + "\n"
+
+
+SIDECAR_SCHEMA = REPO / "results" / f"sidecar-{columns.ARCHIVE_SCHEMA}.schema.json"
+
+
+def _type(node: Mapping[str, Any]) -> str:
+    """A schema node's type in a few words, references as links to their sections."""
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        return f"[{name}](#{name})"
+    if "const" in node:
+        return f"`{json.dumps(node['const'])}`"
+    if "enum" in node:
+        return " \\| ".join(f"`{json.dumps(value)}`" for value in node["enum"])
+    kind = node.get("type", "any")
+    kinds = " or ".join(kind) if isinstance(kind, list) else kind
+    if kinds == "array" and "items" in node:
+        return f"array of {_type(node['items'])}"
+    if kinds == "object" and isinstance(node.get("additionalProperties"), dict):
+        return f"object of {_type(node['additionalProperties'])}"
+    return kinds
+
+
+def _fields(node: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str, bool, str]]:
+    """(dotted name, type, required, description) of an object's fields, nested objects
+    flattened."""
+    required = set(node.get("required", ()))
+    for name, field in node.get("properties", {}).items():
+        yield (f"{prefix}{name}", _type(field), name in required, field.get("description", ""))
+        if field.get("type") == "object" and "properties" in field:
+            yield from _fields(field, f"{prefix}{name}.")
+
+
+def sidecar_page() -> str:
+    """The sidecar's shape, from results/sidecar-N.schema.json."""
+    schema = json.loads(SIDECAR_SCHEMA.read_text())
+    lines = _header("The sidecar", f"results/{SIDECAR_SCHEMA.name}")
+    lines += [f"{schema['description']}", "",
+              f"Its JSON Schema is `results/{SIDECAR_SCHEMA.name}` (the tests check every "
+              "sidecar they write against it). A sidecar is one of " +
+              ", ".join(_type(shape) for shape in schema["anyOf"]) + ".", ""]
+    for name, node in schema["$defs"].items():
+        lines += [f"## {name}", ""]
+        if "description" in node:
+            lines += [node["description"], ""]
+        if "properties" not in node:
+            lines += [f"{_type(node)}.", ""]
+            continue
+        lines += ["| field | type | required | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{field}` | {kind} | {'yes' if needed else ''} | {_cell(meaning)} |"
+                  for field, kind, needed, meaning in _fields(node)]
+        lines.append("")
+    return "\n".join(lines)
+
+
+PAGES: dict[str, Callable[[], str]] = {
+    "cli.md": cli_page, "job-keys.md": job_keys_page, "columns.md": columns_page,
+    "ops.md": ops_page, "sidecar.md": sidecar_page,
+}
+
+
+def stale(directory: Path = REFERENCE) -> list[str]:
+    """The generated pages whose file differs from what the code generates now."""
+    return [name for name, page in PAGES.items()
+            if not (directory / name).is_file() or (directory / name).read_text() != page()]
+
+
+def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["--check"]:
+        names = stale()
+        for name in names:
+            print(f"docs/reference/{name} is stale: run `python -m stampede.docs`", file=sys.stderr)
+        return 1 if names else 0
+    REFERENCE.mkdir(parents=True, exist_ok=True)
+    for name, page in PAGES.items():
+        (REFERENCE / name).write_text(page())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
