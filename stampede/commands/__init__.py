@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from stampede.model.workload import Workload
@@ -52,6 +53,33 @@ def metrics_text() -> str:
 def set_words(pairs: Iterable[str]) -> list[str]:
     """KEY=VALUE pairs as a command line's words: --set KEY=VALUE each."""
     return [word for pair in pairs for word in ("--set", pair)]
+
+
+class _Renamed(argparse.Action):
+    """A flag that had another name: stored under the new one; given by its old name, it
+    warns on stderr (rank 0) that the old name goes in the next release."""
+
+    def __init__(self, *args: Any, command: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command = command
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        new = self.option_strings[0]
+        if option_string is not None and option_string != new:
+            from stampede.launcher import launcher_rank
+
+            if launcher_rank() == 0:
+                print(f"stampede: {option_string} is now {new} for {self.command}; the old name "
+                      "goes in the next release", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_renamed(sub: argparse.ArgumentParser, new: str, *old: str, **kwargs: Any) -> None:
+    """Add the flag `new`, still read under its `old` names for one release (with a warning):
+    help, usage and completion show the new name only."""
+    action = sub.add_argument(new, *old, action=_Renamed, command=sub.prog.split()[-1], **kwargs)
+    action.option_strings = [new]   # the parser still maps the old names to this action
 
 
 def add_job_arguments(sub: argparse.ArgumentParser, set_help: str = "") -> None:
@@ -109,27 +137,32 @@ def overrides(args: argparse.Namespace) -> list[str]:
     return found
 
 
-def add_workload_arguments(sub: argparse.ArgumentParser, prefix: str = "target-") -> None:
-    """The workload at the target (stampede.model.workload), as assess, html, mttr
-    (--target-…) and project (its --ranks is the target: no prefix) spell it; the rank
-    count itself each command adds."""
+def add_workload_arguments(sub: argparse.ArgumentParser, old_names: bool = False) -> None:
+    """The workload at the target (stampede.model.workload), as assess, html, mttr and
+    project spell it (--target-…); the rank count itself each command adds. With old_names
+    project's own spellings before --target- (--model, --size...) are still read, warned."""
     from stampede.spec import WORKLOAD_RANKS
 
-    sub.add_argument(f"--{prefix}ranks-per-node", type=int, default=None, metavar="K",
-                     help="ranks per node at the target (default: as the largest run)")
-    sub.add_argument(f"--{prefix}model", default=None, choices=tuple(WORKLOAD_RANKS),
-                     help="the target's checkpoint: an MLPerf Storage Llama 3 model, its files "
-                          "and bytes per rank at the target's rank count (TP x PP x DP, ZeRO)")
-    sub.add_argument(f"--{prefix}size", default=None, metavar="SIZE",
-                     help="the target's checkpoint: its total size (e.g. 900GiB), split over "
-                          "the ranks")
-    sub.add_argument(f"--{prefix}bytes-per-rank", default=None, metavar="SIZE",
-                     help="the target's checkpoint: the bytes each rank restores (default for "
-                          "all three: the job's checkpoint as archived, a per-rank size kept, a "
-                          "total split over the ranks)")
+    def add(name: str, **kwargs: Any) -> None:
+        if old_names:
+            add_renamed(sub, f"--target-{name}", f"--{name}", **kwargs)
+        else:
+            sub.add_argument(f"--target-{name}", **kwargs)
+
+    add("ranks-per-node", type=int, default=None, metavar="K",
+        help="ranks per node at the target (default: as the largest run)")
+    add("model", default=None, choices=tuple(WORKLOAD_RANKS),
+        help="the target's checkpoint: an MLPerf Storage Llama 3 model, its files and bytes per "
+             "rank at the target's rank count (TP x PP x DP, ZeRO)")
+    add("size", default=None, metavar="SIZE",
+        help="the target's checkpoint: its total size (e.g. 900GiB), split over the ranks")
+    add("bytes-per-rank", default=None, metavar="SIZE",
+        help="the target's checkpoint: the bytes each rank restores (default for all three: "
+             "the job's checkpoint as archived, a per-rank size kept, a total split over the "
+             "ranks)")
 
 
-def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-") -> Workload:
+def workload_from(args: argparse.Namespace, ranks: int) -> Workload:
     """The stampede.model.workload.Workload that add_workload_arguments' flags name (exit 2
     on a size that does not parse, a model the rank count does not fit)."""
     from stampede.errors import UsageError
@@ -137,7 +170,7 @@ def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-")
     from stampede.units import parse_size
 
     def flag(name: str) -> object:
-        return getattr(args, f"{prefix}{name}".replace("-", "_"))
+        return getattr(args, f"target_{name}".replace("-", "_"))
 
     sizes = {}
     for name in ("size", "bytes-per-rank"):
@@ -146,7 +179,7 @@ def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-")
             try:
                 sizes[name] = float(parse_size(text))
             except ValueError as error:
-                raise UsageError(f"--{prefix}{name} {text!r}: {error}") from None
+                raise UsageError(f"--target-{name} {text!r}: {error}") from None
     preset = None
     if flag("model") is not None:
         from stampede.checkpoint.mlperf import MODELS, at_scale, display_name
@@ -155,7 +188,7 @@ def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-")
         try:
             largest, total, files = at_scale(model, ranks)
         except ValueError as error:
-            raise UsageError(f"--{prefix}model {model.name}: {error}") from None
+            raise UsageError(f"--target-model {model.name}: {error}") from None
         dp = ranks // model.model_parallel
         preset = (display_name(model), f"TP {model.tp} x PP {model.pp} x DP {dp}, ZeRO "
                   f"{model.zero}", float(largest), float(total), files)

@@ -80,8 +80,8 @@ def test_a_named_workload_is_what_project_and_mttr_say_by_hand(assessed: Path,
             "of 8, 57.42 MiB per rank, 2 file(s) per rank")
     assert f"<b>Workload at the target:</b> {line}" in page
     assert f"workload: {line}" in printed
-    projected = cli("project", str(archive), "--ranks", "16384", "--model", "llama3-70b",
-                    "--ranks-per-node", "8", cwd=tmp_path).stdout
+    projected = cli("project", str(archive), "--target-ranks", "16384", *workload,
+                    cwd=tmp_path).stdout
     assert f"workload: {line}" in projected
     by_hand = dict(re.findall(rf"layout ([\w-]+) .*?at 16384 ranks \(2048 nodes of 8\): time to "
                               rf"last rank ({DURATION})", projected, re.S))
