@@ -82,6 +82,12 @@ def add_renamed(sub: argparse.ArgumentParser, new: str, *old: str, **kwargs: Any
     action.option_strings = [new]   # the parser still maps the old names to this action
 
 
+def alias_note(old: str, new: str) -> None:
+    """What a command kept as an alias says when used: which command it is now."""
+    print(f"stampede {old}: note: this is `stampede {new}` now; `{old}` stays as its alias",
+          file=sys.stderr)
+
+
 def add_job_arguments(sub: argparse.ArgumentParser, set_help: str = "") -> None:
     """The job file and its --set overrides, as every command that takes a job spells them."""
     sub.add_argument("job", help="job file (TOML), e.g. jobs/quickstart.toml")

@@ -1,7 +1,7 @@
 """`stampede assess`: one command, one answer. A short probe (one iteration at the
 smallest rank count) plans the sweep to --budget (stampede.model.budget: iterations and
 checkpoint size), the sweep runs through the local mpiexec (stampede sweep's steps) into
-an archive of its own beside the report, and `stampede html` writes the verdict: the
+an archive of its own beside the report, and `report --html` writes the verdict: the
 layout, time to last rank and T_MTTR projected to --target-ranks, the dominant term, the
 band, with the plan said in the report. Each count also saves (`stampede save`, the job's
 [save] keys) the layouts of the job that save writes, so that the verdict names a save
@@ -374,6 +374,7 @@ def render_sbatch(args: argparse.Namespace, spec: Any, saving: Saving, steps: st
                     f"stampede assess {args.job} --ranks {args.ranks} --sbatch {args.sbatch}",
                     save=saving.pairs())
     Path(args.sbatch).write_text(script)
-    print(f"wrote {args.sbatch}; after it ran: stampede html {spec.archive_path} "
-          f"{by_hand(args)} --target-mttr {args.target_mttr}", file=sys.stderr)
+    print(f"wrote {args.sbatch}; after it ran: stampede report {spec.archive_path} --html "
+          f"{Path(spec.archive_path).with_suffix('.html')} {by_hand(args)} --target-mttr "
+          f"{args.target_mttr}", file=sys.stderr)
     return 0

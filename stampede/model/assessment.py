@@ -1,4 +1,4 @@
-"""What an archive says, in one verdict (`stampede html`, `stampede assess`), for one
+"""What an archive says, in one verdict (`stampede report --html`, `stampede assess`), for one
 workload at the target (stampede.model.workload): per phase the layouts of the latest run
 ranked by time to last rank (the report's ranking), the contention model fitted and
 projected to the workload where the archive holds three or more rank counts (`stampede
