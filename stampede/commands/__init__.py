@@ -24,22 +24,69 @@ if TYPE_CHECKING:
 
 Spec = TypeVar("Spec", bound="JobSpec")
 
-# command -> module, in the order `stampede --help` lists them
-COMMANDS = {
-    "run": "stampede.commands.job", "prepare": "stampede.commands.job",
-    "plan": "stampede.commands.job", "clean": "stampede.commands.job",
-    "save": "stampede.commands.save", "cycle": "stampede.commands.save",
-    "report": "stampede.commands.report", "startup": "stampede.commands.startup",
-    "demo": "stampede.commands.demo", "jobs": "stampede.commands.jobs",
-    "sweep": "stampede.commands.sweep", "compare": "stampede.commands.compare",
-    "import": "stampede.commands.import_results", "slurm": "stampede.commands.slurm",
-    "plot": "stampede.commands.plot", "gpu": "stampede.commands.gpu",
-    "mttr": "stampede.commands.mttr", "emulate-mds": "stampede.commands.emulate_mds",
-    "emulate-cluster": "stampede.commands.emulate_cluster",
-    "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
-    "html": "stampede.commands.html", "assess": "stampede.commands.assess",
-    "analyze": "stampede.commands.analyze", "rejoin": "stampede.commands.rejoin",
+# The commands by what they are for, as `stampede --help` lists them (git's and gh's grouped
+# help): group -> (what the group is for, {command: (its module, one line about it)}).
+GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "measure": ("time a checkpoint's life on every rank at once", {
+        "run": ("stampede.commands.job", "restore the prepared checkpoint on every rank, timed"),
+        "save": ("stampede.commands.save", "save a new checkpoint version on every rank, timed"),
+        "cycle": ("stampede.commands.save", "K saves, then K restores of what they wrote"),
+        "startup": ("stampede.commands.startup",
+                    "the start-up stampede per rank: interpreter, imports, MPI init"),
+        "loaders": ("stampede.commands.loaders",
+                    "real loaders (safetensors, torch.load, DCP...) beside the raw restore"),
+        "gpu": ("stampede.commands.gpu", "host -> device copies per rank over a size sweep"),
+        "rejoin": ("stampede.commands.rejoin",
+                   "save in tiers, lose nodes, rejoin with hot spares from the tiers"),
+    }),
+    "lifecycle": ("the job files and the checkpoints they write", {
+        "jobs": ("stampede.commands.jobs", "list the bundled job files, or copy them"),
+        "plan": ("stampede.commands.job", "dry run: validate the job, print who reads what"),
+        "prepare": ("stampede.commands.job", "write the job's checkpoint, with its manifest"),
+        "clean": ("stampede.commands.job", "remove what prepare and save wrote"),
+    }),
+    "analyse": ("read an archive", {
+        "report": ("stampede.commands.report",
+                   "the archive in the terminal, and as HTML (--html) or PNGs (--png)"),
+        "compare": ("stampede.commands.compare", "two archives (or one's layouts), run by run"),
+        "analyze": ("stampede.commands.analyze", "a run's trace (run --trace) over time"),
+        "import": ("stampede.commands.import_results", "append IOR or mdtest results to an archive"),
+        "html": ("stampede.commands.html", "alias of report --html"),
+        "plot": ("stampede.commands.plot", "alias of report --png"),
+    }),
+    "model": ("project what cannot be run", {
+        "project": ("stampede.commands.project",
+                    "fit the contention model, project to --target-ranks"),
+        "mttr": ("stampede.commands.mttr", "the recovery time T_MTTR, measured terms and assumed"),
+    }),
+    "orchestrate": ("launch many runs", {
+        "demo": ("stampede.commands.demo", "prepare, restore, save and clean the default job"),
+        "sweep": ("stampede.commands.sweep", "one job at several rank counts (local mpiexec)"),
+        "assess": ("stampede.commands.assess",
+                   "probe, sweep to a time budget, fit, and write one HTML verdict"),
+        "slurm": ("stampede.commands.slurm", "render (or submit) an sbatch script for a job"),
+    }),
+    "emulate": ("a cluster's storage on one machine (root)", {
+        "emulate-mds": ("stampede.commands.emulate_mds",
+                        "a FUSE metadata server of C slots of S seconds each"),
+        "emulate-cluster": ("stampede.commands.emulate_cluster",
+                            "N nodes of k ranks: namespaces, shaped NICs, an S3 host"),
+    }),
 }
+# command -> module
+COMMANDS = {command: module for _, commands in GROUPS.values()
+            for command, (module, _) in commands.items()}
+
+
+def commands_text() -> str:
+    """The commands by group, one line each: `stampede --help`'s listing."""
+    width = max(map(len, COMMANDS)) + 2
+    blocks = []
+    for group, (purpose, commands) in GROUPS.items():
+        lines = [f"{group}: {purpose}"]
+        lines += [f"  {command:<{width}}{line}" for command, (_, line) in commands.items()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def metrics_text() -> str:
