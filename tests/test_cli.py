@@ -35,7 +35,8 @@ def test_help_lists_each_command_once_under_its_group() -> None:
             command = re.fullmatch(r"  ([\w-]+) {2,}\S.*", line)
             assert command, line
             found[group.group(1)].append(command.group(1))
-    assert list(found) == ["measure", "lifecycle", "analyse", "model", "orchestrate", "emulate"]
+    assert list(found) == ["measure", "lifecycle", "analyse", "model", "orchestrate", "emulate",
+                           "shell"]
     assert {group: list(commands) for group, (_, commands) in GROUPS.items()} == found
     assert found["model"] == ["project", "mttr"]
     assert "\n  emulate-cluster  N nodes of k ranks" in listing

@@ -72,6 +72,9 @@ GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "emulate-cluster": ("stampede.commands.emulate_cluster",
                             "N nodes of k ranks: namespaces, shaped NICs, an S3 host"),
     }),
+    "shell": ("stampede in your shell", {
+        "completion": ("stampede.commands.completion", "a bash or zsh completion script"),
+    }),
 }
 # command -> module
 COMMANDS = {command: module for _, commands in GROUPS.values()
