@@ -17,7 +17,7 @@ shard, stampede.model.traffic), plus the metadata term. So broadcast is ahead of
 when the storage is the bottleneck (B_s << n B_n) and behind when the NICs are.
 
 Predicted, from the archive of each system's runs with stampede's own fit (`stampede
-project ARCHIVE --ranks N --ranks-per-node k`, per layout, B_agg, B_node and B_client
+project ARCHIVE --target-ranks N --target-ranks-per-node k`, per layout, B_agg, B_node and B_client
 fitted, the shaping NOT given):
   fit     the model at each measured point, fitted on all of the system's node counts
   out     fitted on the node counts below the largest, projected to the largest (out of
@@ -201,8 +201,8 @@ def report(system: System, archive: Path, args: argparse.Namespace) -> None:
               f"{_disagreement(times, real[0], model[0], nodes)};  broadcast vs sharded: "
               f"measured {_gap(times[('broadcast', nodes)][0], times[('sharded', nodes)][0])}, "
               f"model {_gap(predicted[('broadcast', nodes)], predicted[('sharded', nodes)])}")
-    print(f"  the projection, whole: stampede project tradeoff-{system.name}.csv --ranks "
-          f"{k * largest} --ranks-per-node {k}")
+    print(f"  the projection, whole: stampede project tradeoff-{system.name}.csv --target-ranks "
+          f"{k * largest} --target-ranks-per-node {k}")
 
 
 def main() -> int:

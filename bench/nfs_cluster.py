@@ -9,7 +9,7 @@ address; one job (--size-per-rank per rank, stat_count --stats, warm) is prepare
 cleaned through the cluster's mpiexec. Printed per point and layout: the time to last
 rank (median over --iterations), the stat and open p50, the run's RPCs per op (the
 sidecar's storage.rpcs_per_op: counted on a relay by a client of its own, untimed). One
-archive for all points: `stampede project ARCHIVE --ranks N --ranks-per-node K` fits it.
+archive for all points: `stampede project ARCHIVE --target-ranks N --target-ranks-per-node K` fits it.
 Root only (namespaces, tc), nfs-ganesha, libnfs, MPICH.
 """
 
@@ -121,7 +121,7 @@ def main() -> int:
             print("  RPCs per op: " + "; ".join(
                 f"{op} {sum(count for count, _ in calls)}" for op, calls in ops.items()))
         projected = subprocess.run([str(VENV_BIN / "stampede"), "project", str(archive),
-                                    "--ranks", "2048", "--ranks-per-node", "8"],
+                                    "--target-ranks", "2048", "--target-ranks-per-node", "8"],
                                    capture_output=True, text=True)
         print("\n".join(line for line in projected.stdout.splitlines()
                         if "ranked at" in line or "residuals" in line or "bound by" in line))

@@ -11,7 +11,7 @@ warmup; cache warm). All runs go to one archive.
 
   fitted on   the rank counts up to --fit-up-to (default 4): project's own fit, nothing
               given (no --service-s, no --threads)
-  predicted   each larger measured N: `project --ranks N` (central and band) against the
+  predicted   each larger measured N: `project --target-ranks N` (central and band) against the
               measured time to last rank (the median over iterations)
   known       16,384 ranks: what the emulator's S and C give with nothing fitted but the
               round trip: RTT + S ceil(N k r / C) (k = 2 ops per rank, r = the emulator's

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stampede import __version__
-from stampede.commands import COMMANDS, metrics_text
+from stampede.commands import COMMANDS, commands_text, metrics_text
 from stampede.errors import StampedeError
 from stampede.launcher import launcher_rank
 
@@ -56,12 +56,15 @@ def _modules_for(argv: Sequence[str] | None) -> list[str]:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = _Parser(prog="stampede", formatter_class=formatter,
+                     usage="%(prog)s [-h] [--version] COMMAND ...",
                      description="Benchmark the storage stampede of a checkpoint's life: N MPI "
-                                 "ranks open, stat and read a checkpoint at the same moment.",
+                                 "ranks open, stat and read a checkpoint at the same moment.\n\n"
+                                 + commands_text(),
                      epilog_text=metrics_text)
     parser.add_argument("--version", action="version", version=f"stampede {__version__}")
+    # listed by group in the description, not as argparse's one block
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
+                                     parser_class=_Parser, help=argparse.SUPPRESS)
     for module in _modules_for(argv):
         importlib.import_module(module).register(commands, formatter)
     return parser

@@ -118,7 +118,7 @@ def allocation_for(nodes: int | None, ntasks_per_node: int | None, ranks: str | 
             raise UsageError(f"{where}: fewer ranks than nodes")
         if count > used * per_node:
             raise UsageError(f"{where}: {count} ranks do not fit on {used} node(s) at "
-                             f"--ntasks-per-node {per_node}")
+                             f"--ranks-per-node {per_node}")
         steps.append(Step(count, used))
     return Allocation(node_count, per_node, tuple(steps))
 

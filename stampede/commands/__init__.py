@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from stampede.model.workload import Workload
@@ -23,22 +24,72 @@ if TYPE_CHECKING:
 
 Spec = TypeVar("Spec", bound="JobSpec")
 
-# command -> module, in the order `stampede --help` lists them
-COMMANDS = {
-    "run": "stampede.commands.job", "prepare": "stampede.commands.job",
-    "plan": "stampede.commands.job", "clean": "stampede.commands.job",
-    "save": "stampede.commands.save", "cycle": "stampede.commands.save",
-    "report": "stampede.commands.report", "startup": "stampede.commands.startup",
-    "demo": "stampede.commands.demo", "jobs": "stampede.commands.jobs",
-    "sweep": "stampede.commands.sweep", "compare": "stampede.commands.compare",
-    "import": "stampede.commands.import_results", "slurm": "stampede.commands.slurm",
-    "plot": "stampede.commands.plot", "gpu": "stampede.commands.gpu",
-    "mttr": "stampede.commands.mttr", "emulate-mds": "stampede.commands.emulate_mds",
-    "emulate-cluster": "stampede.commands.emulate_cluster",
-    "project": "stampede.commands.project", "loaders": "stampede.commands.loaders",
-    "html": "stampede.commands.html", "assess": "stampede.commands.assess",
-    "analyze": "stampede.commands.analyze", "rejoin": "stampede.commands.rejoin",
+# The commands by what they are for, as `stampede --help` lists them (git's and gh's grouped
+# help): group -> (what the group is for, {command: (its module, one line about it)}).
+GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "measure": ("time a checkpoint's life on every rank at once", {
+        "run": ("stampede.commands.job", "restore the prepared checkpoint on every rank, timed"),
+        "save": ("stampede.commands.save", "save a new checkpoint version on every rank, timed"),
+        "cycle": ("stampede.commands.save", "K saves, then K restores of what they wrote"),
+        "startup": ("stampede.commands.startup",
+                    "the start-up stampede per rank: interpreter, imports, MPI init"),
+        "loaders": ("stampede.commands.loaders",
+                    "real loaders (safetensors, torch.load, DCP...) beside the raw restore"),
+        "gpu": ("stampede.commands.gpu", "host -> device copies per rank over a size sweep"),
+        "rejoin": ("stampede.commands.rejoin",
+                   "save in tiers, lose nodes, rejoin with hot spares from the tiers"),
+    }),
+    "lifecycle": ("the job files and the checkpoints they write", {
+        "jobs": ("stampede.commands.jobs", "list the bundled job files, or copy them"),
+        "plan": ("stampede.commands.job", "dry run: validate the job, print who reads what"),
+        "prepare": ("stampede.commands.job", "write the job's checkpoint, with its manifest"),
+        "clean": ("stampede.commands.job", "remove what prepare and save wrote"),
+    }),
+    "analyse": ("read an archive", {
+        "report": ("stampede.commands.report",
+                   "the archive in the terminal, and as HTML (--html) or PNGs (--png)"),
+        "compare": ("stampede.commands.compare", "two archives (or one's layouts), run by run"),
+        "analyze": ("stampede.commands.analyze", "a run's trace (run --trace) over time"),
+        "import": ("stampede.commands.import_results", "append IOR or mdtest results to an archive"),
+        "html": ("stampede.commands.html", "alias of report --html"),
+        "plot": ("stampede.commands.plot", "alias of report --png"),
+    }),
+    "model": ("project what cannot be run", {
+        "project": ("stampede.commands.project",
+                    "fit the contention model, project to --target-ranks"),
+        "mttr": ("stampede.commands.mttr", "the recovery time T_MTTR, measured terms and assumed"),
+    }),
+    "orchestrate": ("launch many runs", {
+        "demo": ("stampede.commands.demo", "prepare, restore, save and clean the default job"),
+        "sweep": ("stampede.commands.sweep", "one job at several rank counts (local mpiexec)"),
+        "assess": ("stampede.commands.assess",
+                   "probe, sweep to a time budget, fit, and write one HTML verdict"),
+        "slurm": ("stampede.commands.slurm", "render (or submit) an sbatch script for a job"),
+    }),
+    "emulate": ("a cluster's storage on one machine (root)", {
+        "emulate-mds": ("stampede.commands.emulate_mds",
+                        "a FUSE metadata server of C slots of S seconds each"),
+        "emulate-cluster": ("stampede.commands.emulate_cluster",
+                            "N nodes of k ranks: namespaces, shaped NICs, an S3 host"),
+    }),
+    "shell": ("stampede in your shell", {
+        "completion": ("stampede.commands.completion", "a bash or zsh completion script"),
+    }),
 }
+# command -> module
+COMMANDS = {command: module for _, commands in GROUPS.values()
+            for command, (module, _) in commands.items()}
+
+
+def commands_text() -> str:
+    """The commands by group, one line each: `stampede --help`'s listing."""
+    width = max(map(len, COMMANDS)) + 2
+    blocks = []
+    for group, (purpose, commands) in GROUPS.items():
+        lines = [f"{group}: {purpose}"]
+        lines += [f"  {command:<{width}}{line}" for command, (_, line) in commands.items()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def metrics_text() -> str:
@@ -52,6 +103,39 @@ def metrics_text() -> str:
 def set_words(pairs: Iterable[str]) -> list[str]:
     """KEY=VALUE pairs as a command line's words: --set KEY=VALUE each."""
     return [word for pair in pairs for word in ("--set", pair)]
+
+
+class _Renamed(argparse.Action):
+    """A flag that had another name: stored under the new one; given by its old name, it
+    warns on stderr (rank 0) that the old name goes in the next release."""
+
+    def __init__(self, *args: Any, command: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command = command
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        new = self.option_strings[0]
+        if option_string is not None and option_string != new:
+            from stampede.launcher import launcher_rank
+
+            if launcher_rank() == 0:
+                print(f"stampede: {option_string} is now {new} for {self.command}; the old name "
+                      "goes in the next release", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_renamed(sub: argparse.ArgumentParser, new: str, *old: str, **kwargs: Any) -> None:
+    """Add the flag `new`, still read under its `old` names for one release (with a warning):
+    help, usage and completion show the new name only."""
+    action = sub.add_argument(new, *old, action=_Renamed, command=sub.prog.split()[-1], **kwargs)
+    action.option_strings = [new]   # the parser still maps the old names to this action
+
+
+def alias_note(old: str, new: str) -> None:
+    """What a command kept as an alias says when used: which command it is now."""
+    print(f"stampede {old}: note: this is `stampede {new}` now; `{old}` stays as its alias",
+          file=sys.stderr)
 
 
 def add_job_arguments(sub: argparse.ArgumentParser, set_help: str = "") -> None:
@@ -109,27 +193,32 @@ def overrides(args: argparse.Namespace) -> list[str]:
     return found
 
 
-def add_workload_arguments(sub: argparse.ArgumentParser, prefix: str = "target-") -> None:
-    """The workload at the target (stampede.model.workload), as assess, html, mttr
-    (--target-…) and project (its --ranks is the target: no prefix) spell it; the rank
-    count itself each command adds."""
+def add_workload_arguments(sub: argparse.ArgumentParser, old_names: bool = False) -> None:
+    """The workload at the target (stampede.model.workload), as assess, html, mttr and
+    project spell it (--target-…); the rank count itself each command adds. With old_names
+    project's own spellings before --target- (--model, --size...) are still read, warned."""
     from stampede.spec import WORKLOAD_RANKS
 
-    sub.add_argument(f"--{prefix}ranks-per-node", type=int, default=None, metavar="K",
-                     help="ranks per node at the target (default: as the largest run)")
-    sub.add_argument(f"--{prefix}model", default=None, choices=tuple(WORKLOAD_RANKS),
-                     help="the target's checkpoint: an MLPerf Storage Llama 3 model, its files "
-                          "and bytes per rank at the target's rank count (TP x PP x DP, ZeRO)")
-    sub.add_argument(f"--{prefix}size", default=None, metavar="SIZE",
-                     help="the target's checkpoint: its total size (e.g. 900GiB), split over "
-                          "the ranks")
-    sub.add_argument(f"--{prefix}bytes-per-rank", default=None, metavar="SIZE",
-                     help="the target's checkpoint: the bytes each rank restores (default for "
-                          "all three: the job's checkpoint as archived, a per-rank size kept, a "
-                          "total split over the ranks)")
+    def add(name: str, **kwargs: Any) -> None:
+        if old_names:
+            add_renamed(sub, f"--target-{name}", f"--{name}", **kwargs)
+        else:
+            sub.add_argument(f"--target-{name}", **kwargs)
+
+    add("ranks-per-node", type=int, default=None, metavar="K",
+        help="ranks per node at the target (default: as the largest run)")
+    add("model", default=None, choices=tuple(WORKLOAD_RANKS),
+        help="the target's checkpoint: an MLPerf Storage Llama 3 model, its files and bytes per "
+             "rank at the target's rank count (TP x PP x DP, ZeRO)")
+    add("size", default=None, metavar="SIZE",
+        help="the target's checkpoint: its total size (e.g. 900GiB), split over the ranks")
+    add("bytes-per-rank", default=None, metavar="SIZE",
+        help="the target's checkpoint: the bytes each rank restores (default for all three: "
+             "the job's checkpoint as archived, a per-rank size kept, a total split over the "
+             "ranks)")
 
 
-def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-") -> Workload:
+def workload_from(args: argparse.Namespace, ranks: int) -> Workload:
     """The stampede.model.workload.Workload that add_workload_arguments' flags name (exit 2
     on a size that does not parse, a model the rank count does not fit)."""
     from stampede.errors import UsageError
@@ -137,7 +226,7 @@ def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-")
     from stampede.units import parse_size
 
     def flag(name: str) -> object:
-        return getattr(args, f"{prefix}{name}".replace("-", "_"))
+        return getattr(args, f"target_{name}".replace("-", "_"))
 
     sizes = {}
     for name in ("size", "bytes-per-rank"):
@@ -146,7 +235,7 @@ def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-")
             try:
                 sizes[name] = float(parse_size(text))
             except ValueError as error:
-                raise UsageError(f"--{prefix}{name} {text!r}: {error}") from None
+                raise UsageError(f"--target-{name} {text!r}: {error}") from None
     preset = None
     if flag("model") is not None:
         from stampede.checkpoint.mlperf import MODELS, at_scale, display_name
@@ -155,7 +244,7 @@ def workload_from(args: argparse.Namespace, ranks: int, prefix: str = "target-")
         try:
             largest, total, files = at_scale(model, ranks)
         except ValueError as error:
-            raise UsageError(f"--{prefix}model {model.name}: {error}") from None
+            raise UsageError(f"--target-model {model.name}: {error}") from None
         dp = ranks // model.model_parallel
         preset = (display_name(model), f"TP {model.tp} x PP {model.pp} x DP {dp}, ZeRO "
                   f"{model.zero}", float(largest), float(total), files)

@@ -1,7 +1,7 @@
 """`stampede assess`: one command, one answer. A short probe (one iteration at the
 smallest rank count) plans the sweep to --budget (stampede.model.budget: iterations and
 checkpoint size), the sweep runs through the local mpiexec (stampede sweep's steps) into
-an archive of its own beside the report, and `stampede html` writes the verdict: the
+an archive of its own beside the report, and `report --html` writes the verdict: the
 layout, time to last rank and T_MTTR projected to --target-ranks, the dominant term, the
 band, with the plan said in the report. Each count also saves (`stampede save`, the job's
 [save] keys) the layouts of the job that save writes, so that the verdict names a save
@@ -339,8 +339,8 @@ def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: Any, plan: 
              f"{args.budget}); "
              + (f"the checkpoint and the saves (in {saving.target}) were" if saving.layouts
                 else "the checkpoint was") + " cleaned after the sweep",
-             f"by hand: stampede project {archive} {by_hand(args, '')}; stampede mttr "
-             f"{archive} --layout LAYOUT {by_hand(args, 'target-')}")
+             f"by hand: stampede project {archive} {by_hand(args)}; stampede mttr "
+             f"{archive} --layout LAYOUT {by_hand(args)}")
     path, assessment = write_report(str(archive), str(report), *target_of(args), lines)
     print(f"stampede assess: wrote {path} (archive {archive}) in "
           f"{time.monotonic() - started:.0f} s", file=sys.stderr)
@@ -349,13 +349,13 @@ def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: Any, plan: 
     return 0
 
 
-def by_hand(args: argparse.Namespace, prefix: str) -> str:
-    """The workload's flags as `project` (no prefix; its --ranks) or `mttr` take them."""
-    words = [f"--{prefix}ranks {args.target_ranks}"]
+def by_hand(args: argparse.Namespace) -> str:
+    """The workload's flags as `project`, `mttr` and `report --html` take them."""
+    words = [f"--target-ranks {args.target_ranks}"]
     for name in ("ranks-per-node", "model", "size", "bytes-per-rank"):
         value = getattr(args, f"target_{name}".replace("-", "_"))
         if value is not None:
-            words.append(f"--{prefix}{name} {value}")
+            words.append(f"--target-{name} {value}")
     return " ".join(words)
 
 
@@ -374,6 +374,7 @@ def render_sbatch(args: argparse.Namespace, spec: Any, saving: Saving, steps: st
                     f"stampede assess {args.job} --ranks {args.ranks} --sbatch {args.sbatch}",
                     save=saving.pairs())
     Path(args.sbatch).write_text(script)
-    print(f"wrote {args.sbatch}; after it ran: stampede html {spec.archive_path} "
-          f"{by_hand(args, 'target-')} --target-mttr {args.target_mttr}", file=sys.stderr)
+    print(f"wrote {args.sbatch}; after it ran: stampede report {spec.archive_path} --html "
+          f"{Path(spec.archive_path).with_suffix('.html')} {by_hand(args)} --target-mttr "
+          f"{args.target_mttr}", file=sys.stderr)
     return 0

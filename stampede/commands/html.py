@@ -1,7 +1,7 @@
-"""`stampede html`: the archive's verdict (stampede.model.assessment: the layouts ranked,
-`stampede project`'s projection to --target-ranks, `stampede mttr`'s T_MTTR) and its runs
-as one self-contained HTML file (stampede.present.html): no network, readable on a phone,
-printable."""
+"""`stampede report --html` (and its old name, `stampede html`): the archive's verdict
+(stampede.model.assessment: the layouts ranked, `stampede project`'s projection to
+--target-ranks, `stampede mttr`'s T_MTTR) and its runs as one self-contained HTML file
+(stampede.present.html): no network, readable on a phone, printable."""
 
 from __future__ import annotations
 
@@ -108,8 +108,17 @@ def traces_of(archive: str, sidecars: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_html(args: argparse.Namespace) -> int:
-    path, assessment = write_report(args.archive, args.output, *target_of(args))
+    from stampede.commands import alias_note
+
+    alias_note("html", "report ARCHIVE --html FILE")
+    write_verdict(args.archive, args.output, target_of(args))
+    return 0
+
+
+def write_verdict(archive: str, output: str, target: tuple[Any, float]) -> None:
+    """write_report for add_target_arguments' target; what was written and the verdict's
+    summary printed."""
+    path, assessment = write_report(archive, output, *target)
     print(f"wrote {path}")
     for line in assessment.summary():
         print(f"  {line}")
-    return 0

@@ -1,5 +1,6 @@
-"""`stampede plot`: an archive and its sidecars drawn as PNGs (the figures are
-stampede.present.plot's). The top level imports the stdlib only: --help imports it."""
+"""`stampede report --png` (and its old name, `stampede plot`): an archive and its sidecars
+drawn as PNGs (the figures are stampede.present.plot's). The top level imports the stdlib
+only: --help imports it."""
 
 from __future__ import annotations
 
@@ -47,26 +48,46 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """Write the chosen figures; print each file written and each panel skipped."""
-    from stampede.present.plot import build_figures, output_paths, require_matplotlib, save
+    from stampede.commands import alias_note
 
-    require_matplotlib()
-    from stampede.results.archive import read_rows, sidecar_dir
+    alias_note("plot", "report ARCHIVE --png DIR")
+    kinds = KINDS if args.kind == "all" else (args.kind,)
+    targets = figure_paths(args.archive, args.output or Path(args.archive).with_suffix(".png"),
+                           kinds, "-o")
+    write_figures(args.archive, targets, args.run, args.iteration)
+    return 0
+
+
+def figure_paths(archive: str, output: str | Path, kinds: tuple[str, ...], flag: str
+                 ) -> dict[str, Path]:
+    """Before any I/O: the file of each kind (output: that file for one kind, a stem for
+    several), none of them the archive or inside its sidecars, and matplotlib there."""
+    from stampede.present.plot import output_paths, require_matplotlib
+    from stampede.results.archive import sidecar_dir
     from stampede.values import refuse_overwrite
 
-    kinds = KINDS if args.kind == "all" else (args.kind,)
-    targets = output_paths(args.output or Path(args.archive).with_suffix(".png"), kinds)
+    require_matplotlib()
+    targets = output_paths(output, kinds)
     for target in targets.values():
-        refuse_overwrite("-o", Path(target), {"archive": Path(args.archive),
-                                              "archive's sidecars": sidecar_dir(args.archive)})
-    figures, notes = build_figures(args.archive, read_rows(args.archive), kinds, args.run,
-                                   args.iteration)
+        refuse_overwrite(flag, Path(target), {"archive": Path(archive),
+                                              "archive's sidecars": sidecar_dir(archive)})
+    return targets
+
+
+def write_figures(archive: str, targets: dict[str, Path], run: str | None,
+                  iteration: int | None) -> None:
+    """Draw and write the figures figure_paths named; print each file written and each
+    panel skipped."""
+    from stampede.present.plot import build_figures, save
+    from stampede.results.archive import read_rows
+
+    kinds = tuple(targets)
+    figures, notes = build_figures(archive, read_rows(archive), kinds, run, iteration)
     for note in notes:
-        print(f"stampede plot: note: {note}", file=sys.stderr)
+        print(f"stampede: note: {note}", file=sys.stderr)
     if not figures:
         from stampede.errors import UsageError
-        raise UsageError(f"{args.archive}: nothing to draw for --kind {args.kind} (see the notes above)")
+        raise UsageError(f"{archive}: nothing to draw for {', '.join(kinds)} (see the notes above)")
     for kind, figure in figures.items():
         save(figure, targets[kind])
         print(f"wrote {targets[kind]}")
-    return 0

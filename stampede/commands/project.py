@@ -7,7 +7,7 @@ import argparse
 import math
 from typing import Any
 
-from stampede.commands import add_workload_arguments, workload_from
+from stampede.commands import add_renamed, add_workload_arguments, workload_from
 from stampede.errors import UsageError
 from stampede.model import contention as model
 from stampede.model.contention import METADATA_OPS, PHASES, SAVE_METADATA_OPS, SAVE_OPS
@@ -27,7 +27,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
              "and per-client bandwidth) to restore (or, with --phase save, save) runs at several "
              "rank counts, and project time to last rank and the metadata stall to a rank "
              "count you cannot run.",
-        description="Project the restore (or the save) to --ranks from archived runs at >= 3 "
+        description="Project the restore (or the save) to --target-ranks from archived runs at >= 3 "
                     "rank counts.",
         epilog=model.__doc__)
     sub.add_argument("archives", nargs="+", metavar="ARCHIVE",
@@ -37,7 +37,8 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                      help="which runs to fit and project: restore (default; time to last rank) "
                           "or save (stampede save's rows: time until the last rank's bytes are "
                           "durable; the metadata ops serialised by the directories' locks)")
-    sub.add_argument("--ranks", required=True, type=int, help="rank count to project to, e.g. 16384")
+    add_renamed(sub, "--target-ranks", "--ranks", required=True, type=int, metavar="N",
+                help="rank count to project to, e.g. 16384")
     sub.add_argument("--layout", default="", metavar="LAYOUTS",
                      help="comma-separated layouts to project (default: every layout archived)")
     sub.add_argument("--op", default="", metavar="OPS",
@@ -62,9 +63,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                      help="one node's NIC, each direction, GB/s (B_node): held fixed instead of "
                           "fitted (runs on one node cannot tell it from B_agg)")
     sub.add_argument("--replicas", type=int, default=None, metavar="R",
-                     help="checkpoint replicas at --ranks (default: as the runs grew: one per "
+                     help="checkpoint replicas at --target-ranks (default: as the runs grew: one per "
                           "node if every run had one per node, else the largest run's)")
-    add_workload_arguments(sub, prefix="")
+    add_workload_arguments(sub, old_names=True)
     sub.set_defaults(func=cmd_project)
 
 
@@ -77,10 +78,12 @@ def _known(args: argparse.Namespace) -> Known:
                                   or (flag in rates and value == 0)):
             raise UsageError(f"{flag} {value}: must be a finite number "
                              f"{'> 0' if flag in rates else f'>= {low:g}'}")
-    if args.replicas is not None and not 1 <= args.replicas <= args.ranks:
-        raise UsageError(f"--replicas {args.replicas}: must be from 1 to --ranks ({args.ranks})")
-    if args.replicas is not None and args.ranks % args.replicas:
-        raise UsageError(f"--replicas {args.replicas} does not divide --ranks {args.ranks}")
+    if args.replicas is not None and not 1 <= args.replicas <= args.target_ranks:
+        raise UsageError(f"--replicas {args.replicas}: must be from 1 to --target-ranks "
+                         f"({args.target_ranks})")
+    if args.replicas is not None and args.target_ranks % args.replicas:
+        raise UsageError(f"--replicas {args.replicas} does not divide --target-ranks "
+                         f"{args.target_ranks}")
     return Known(rtt_s=args.rtt_s, service_s=args.service_s, threads=args.threads,
                  net_bps=args.net_gbps * BYTES_PER_GB if args.net_gbps is not None else math.inf,
                  node_bps=args.node_gbps * BYTES_PER_GB if args.node_gbps is not None else None)
@@ -116,9 +119,9 @@ def cmd_project(args: argparse.Namespace) -> int:
     from stampede.present.report_models import render_projection
     from stampede.results.archive import read_rows
 
-    if args.ranks < 1:
-        raise UsageError(f"--ranks {args.ranks}: must be at least 1")
-    workload = workload_from(args, args.ranks, prefix="")
+    if args.target_ranks < 1:
+        raise UsageError(f"--target-ranks {args.target_ranks}: must be at least 1")
+    workload = workload_from(args, args.target_ranks)
     known = _known(args)
     ops = chosen_ops(args.op, args.phase)
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
@@ -129,11 +132,11 @@ def cmd_project(args: argparse.Namespace) -> int:
                          + _other_phase(rows, args.phase))
     projections = []
     for item in series:
-        scale = scale_for(item, args.ranks, workload.ranks_per_node, args.replicas,
+        scale = scale_for(item, args.target_ranks, workload.ranks_per_node, args.replicas,
                           workload.bytes_per_rank)
         projection = project(item.points, item.layout, scale, known,
                              item.per_rank_size, locks=item.locks, phase=args.phase)
-        projections.append((item, projection, projection_notes(item, projection, args.ranks,
+        projections.append((item, projection, projection_notes(item, projection, args.target_ranks,
                                                                known)))
     given = [name for name, value in (("RTT", known.rtt_s), ("s", known.service_s),
                                       ("c", known.threads), ("B_node", known.node_bps))

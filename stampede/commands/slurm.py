@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stampede.commands import add_job_arguments, set_words
+from stampede.commands import add_job_arguments, add_renamed, set_words
 from stampede.sbatch import DEFAULT_TIME
 
 
@@ -25,9 +25,9 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
         description="Render an sbatch script that prepares and runs a job under srun "
                     "--mpi=pmi2, from slurm/restore.sbatch (or slurm/sweep.sbatch with --ranks).",
         epilog="examples:\n"
-               "  stampede slurm jobs/quickstart.toml --nodes 4 --ntasks-per-node 8 "
+               "  stampede slurm jobs/quickstart.toml --nodes 4 --ranks-per-node 8 "
                "--set target.path=/lustre/me/ckpt\n"
-               "  stampede slurm jobs/quickstart.toml --nodes 4 --ntasks-per-node 8 "
+               "  stampede slurm jobs/quickstart.toml --nodes 4 --ranks-per-node 8 "
                "--ranks 1,8,16,32 --submit\n"
                "  stampede slurm jobs/quickstart.toml --ranks 8:1,8:2,8:4 --nodes 4 "
                "--output sweep.sbatch\n"
@@ -37,11 +37,12 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     add_job_arguments(sub, "override a job key (passed to every step)")
     sub.add_argument("--nodes", default=None, metavar="N",
                      help="nodes to allocate (default 1; with --ranks, enough for the largest step)")
-    sub.add_argument("--ntasks-per-node", default=None, metavar="K",
-                     help="ranks per node (default 1; with --ranks, enough for the largest step)")
+    add_renamed(sub, "--ranks-per-node", "--ntasks-per-node", default=None, metavar="K",
+                help="ranks per node, sbatch's --ntasks-per-node (default 1; with --ranks, "
+                     "enough for the largest step)")
     sub.add_argument("--ranks", default=None, metavar="R[:N],...",
                      help="sweep: rank counts, each optionally on N nodes, e.g. 1,2,4,8 or 8:1,8:2 "
-                          "(default node count: the fewest that hold R at --ntasks-per-node)")
+                          "(default node count: the fewest that hold R at --ranks-per-node)")
     sub.add_argument("--time", default=DEFAULT_TIME, metavar="HH:MM:SS",
                      help=f"wall-clock limit, HH:MM:SS or D-HH:MM:SS (default {DEFAULT_TIME})")
     sub.add_argument("--partition", default="", metavar="P",
@@ -61,7 +62,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     from stampede.spec import load_job
 
     allocation = allocation_for(parse_count("--nodes", args.nodes),
-                                parse_count("--ntasks-per-node", args.ntasks_per_node), args.ranks)
+                                parse_count("--ranks-per-node", args.ranks_per_node), args.ranks)
     time_limit = check_time(args.time)
     partition = check_partition(args.partition)
     spec = load_job(args.job, args.set)    # the job and overrides, validated before any queue
@@ -86,7 +87,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
 def command_line(args: argparse.Namespace) -> str:
     """The `stampede slurm` command that renders this script, recorded in it."""
     words = ["stampede", "slurm", args.job, *set_words(args.set)]
-    for flag, value in (("--nodes", args.nodes), ("--ntasks-per-node", args.ntasks_per_node),
+    for flag, value in (("--nodes", args.nodes), ("--ranks-per-node", args.ranks_per_node),
                         ("--ranks", args.ranks), ("--time", args.time),
                         ("--partition", args.partition or None)):
         words += [flag, str(value)] if value is not None else []

@@ -43,7 +43,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
              "run to the job's archive (prepare, then run, at each count).",
         description="Run one job at several rank counts through the local mpiexec.",
         epilog="Each rank count is a separate `stampede run`, appended to archive.path; "
-               "`stampede plot ARCHIVE` then draws GB/s and time to last rank against ranks.")
+               "`stampede report ARCHIVE --png DIR` then draws GB/s and time to last rank against ranks.")
     add_job_arguments(sub, "override a job key (passed to every step)")
     sub.add_argument("--ranks", required=True, type=str, help="rank counts, e.g. 1,2,4,8")
     sub.add_argument("--clean", action="store_true", help="remove the checkpoint at the end")

@@ -1,4 +1,4 @@
-"""What an archive says, in one verdict (`stampede html`, `stampede assess`), for one
+"""What an archive says, in one verdict (`stampede report --html`, `stampede assess`), for one
 workload at the target (stampede.model.workload): per phase the layouts of the latest run
 ranked by time to last rank (the report's ranking), the contention model fitted and
 projected to the workload where the archive holds three or more rank counts (`stampede
@@ -166,8 +166,8 @@ def ranked(rows: Sequence[dict[str, str]], op: str) -> tuple[tuple[Mapping[str, 
 def phase_verdict(rows: Sequence[dict[str, str]], phase: str, workload: Workload
                   ) -> PhaseVerdict | None:
     """The latest run's ranking and the projections of one phase at the workload (as
-    `stampede project --ranks N --ranks-per-node K --bytes-per-rank B`); None without such
-    runs."""
+    `stampede project --target-ranks N --target-ranks-per-node K --target-bytes-per-rank B`);
+    None without such runs."""
     from stampede.model.fit import Known
     from stampede.model.projection import project, scale_for
     from stampede.model.series import projection_notes, row_phase, series_from_rows

@@ -114,8 +114,8 @@ class Scale:
 
 def scale_for(series: Any, nranks: int, ranks_per_node: int | None = None,
               replicas: int | None = None, bytes_per_rank: float | None = None) -> Scale:
-    """Where `stampede project --ranks N` projects a layout's series: the ranks per node
-    and the replicas given, else as its runs grew (replicas per node kept per node)."""
+    """Where `stampede project --target-ranks N` projects a layout's series: the ranks per
+    node and the replicas given, else as its runs grew (replicas per node kept per node)."""
     scaling = series.scaling
     per_node = ranks_per_node if ranks_per_node is not None else scaling.ranks_per_node
     if replicas is None and scaling.replicas_per_node and per_node:
@@ -124,7 +124,7 @@ def scale_for(series: Any, nranks: int, ranks_per_node: int | None = None,
         replicas = scaling.replicas
     if nranks % replicas:
         raise UsageError(f"layout {series.layout}: {replicas} replicas (as the runs had) do not "
-                         f"divide --ranks {nranks}", hint="give --replicas R")
+                         f"divide --target-ranks {nranks}", hint="give --replicas R")
     return Scale(nranks, per_node, replicas, bytes_per_rank)
 
 

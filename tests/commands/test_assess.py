@@ -74,14 +74,14 @@ def test_a_named_workload_is_what_project_and_mttr_say_by_hand(assessed: Path,
     archive = assessed.with_suffix(".csv")
     report = tmp_path / "llama.html"
     workload = ["--target-model", "llama3-70b", "--target-ranks-per-node", "8"]
-    printed = cli("html", str(archive), "-o", str(report), *workload, cwd=tmp_path).stdout
+    printed = cli("report", str(archive), "--html", str(report), *workload, cwd=tmp_path).stdout
     page = report.read_text()
     line = ("Llama 3 70B (TP 8 x PP 1 x DP 2048, ZeRO 3), 918.7 GiB, 16384 ranks on 2048 node(s) "
             "of 8, 57.42 MiB per rank, 2 file(s) per rank")
     assert f"<b>Workload at the target:</b> {line}" in page
     assert f"workload: {line}" in printed
-    projected = cli("project", str(archive), "--ranks", "16384", "--model", "llama3-70b",
-                    "--ranks-per-node", "8", cwd=tmp_path).stdout
+    projected = cli("project", str(archive), "--target-ranks", "16384", *workload,
+                    cwd=tmp_path).stdout
     assert f"workload: {line}" in projected
     by_hand = dict(re.findall(rf"layout ([\w-]+) .*?at 16384 ranks \(2048 nodes of 8\): time to "
                               rf"last rank ({DURATION})", projected, re.S))

@@ -68,7 +68,7 @@ def sidecar_of(archive: Path, run_id: str) -> dict[str, object]:
 @pytest.mark.mpi   # srun starts MPI ranks
 def test_restore_job_runs_under_sbatch_and_srun(slurm: SlurmCluster, tmp_path: Path) -> None:
     job = small_job(tmp_path)
-    rendered = slurm_command(slurm, tmp_path, str(job), "--ntasks-per-node", "2",
+    rendered = slurm_command(slurm, tmp_path, str(job), "--ranks-per-node", "2",
                              "--time", "00:05:00", "--output", "restore.sbatch")
     assert rendered.returncode == 0 and rendered.stdout == "", rendered.stderr
     # The job file and overrides can also be given to the script itself.
@@ -141,7 +141,7 @@ def test_failing_step_ends_the_job_with_one_message(slurm: SlurmCluster, tmp_pat
     # and the job fail promptly, with stampede's message in its output, not hang.
     (tmp_path / "a-file").write_text("")
     job = small_job(tmp_path, target={"path": str(tmp_path / "a-file" / "ckpt")})
-    submitted = slurm_command(slurm, tmp_path, str(job), "--ntasks-per-node", "2", "--submit")
+    submitted = slurm_command(slurm, tmp_path, str(job), "--ranks-per-node", "2", "--submit")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
     slurm.wait_for_job(job_id, JOB_TIMEOUT_S)
@@ -155,7 +155,7 @@ def test_failing_step_ends_the_job_with_one_message(slurm: SlurmCluster, tmp_pat
 def test_render_prints_the_script_and_submits_nothing(slurm: SlurmCluster, tmp_path: Path) -> None:
     job = small_job(tmp_path)
     known = slurm.job_ids()
-    rendered = slurm_command(slurm, tmp_path, str(job), "--nodes", "1", "--ntasks-per-node", "2",
+    rendered = slurm_command(slurm, tmp_path, str(job), "--nodes", "1", "--ranks-per-node", "2",
                              "--set", "run.iterations=3", "--partition", "debug")
     assert rendered.returncode == 0, rendered.stderr
     script = rendered.stdout
@@ -214,11 +214,11 @@ def test_rendered_script_is_valid_bash(tmp_path: Path, extra: list[str],
 
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "0"], "--nodes '0': must be a whole number >= 1"),
-    (["--ntasks-per-node", "two"], "--ntasks-per-node 'two': must be a whole number >= 1"),
+    (["--ranks-per-node", "two"], "--ranks-per-node 'two': must be a whole number >= 1"),
     (["--ranks", "1,0"], "'0' is not a rank count >= 1"),
     (["--ranks", "1,1"], "a step is repeated"),
     (["--ranks", "8:3", "--nodes", "2"], "needs 3 nodes"),
-    (["--ranks", "8", "--ntasks-per-node", "2"], "needs 4 nodes"),
+    (["--ranks", "8", "--ranks-per-node", "2"], "needs 4 nodes"),
     (["--time", "soon"], "--time 'soon': not a Slurm time limit"),
     (["--partition", "a b"], "not a partition name"),
     (["--set", "run.cache=lukewarm"], "run.cache"),
@@ -238,3 +238,15 @@ def test_submit_without_sbatch_is_a_usage_error(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("PATH", str(tmp_path))   # no sbatch on it
     assert main(["slurm", str(small_job(tmp_path)), "--submit"]) == 2
     assert "--submit needs sbatch" in capsys.readouterr().err
+
+
+def test_the_old_ntasks_per_node_still_works_and_warns(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    job = small_job(tmp_path)
+    assert main(["slurm", str(job), "--ntasks-per-node", "2", "--nodes", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "#SBATCH --ntasks-per-node=2\n" in captured.out and "#SBATCH --nodes=2\n" in captured.out
+    assert "slurm JOB --nodes 2 --ranks-per-node 2 " in re.sub(r"slurm \S+", "slurm JOB",
+                                                               captured.out)   # as recorded
+    assert captured.err == ("stampede: --ntasks-per-node is now --ranks-per-node for slurm; the "
+                            "old name goes in the next release\n")

@@ -53,8 +53,8 @@ def saved_with(page: str) -> str:
 
 
 def hand_best(archive: Path, target_ranks: int = 16384, phase: str = "restore") -> str:
-    """`stampede project ARCHIVE --ranks N --phase P`: its ranking's first."""
-    projected = cli("project", str(archive), "--ranks", str(target_ranks), "--phase", phase,
+    """`stampede project ARCHIVE --target-ranks N --phase P`: its ranking's first."""
+    projected = cli("project", str(archive), "--target-ranks", str(target_ranks), "--phase", phase,
                     cwd=archive.parent).stdout
     ranked = re.search(rf"ranked at {target_ranks} ranks: ([\w-]+) ", projected)
     assert ranked, projected
@@ -62,7 +62,7 @@ def hand_best(archive: Path, target_ranks: int = 16384, phase: str = "restore") 
 
 
 def hand_verdict(archive: Path, target_ranks: int = 16384) -> tuple[str, str]:
-    """`stampede project ARCHIVE --ranks N` (its ranking's first) and `stampede mttr ARCHIVE
+    """`stampede project ARCHIVE --target-ranks N` (its ranking's first) and `stampede mttr ARCHIVE
     --layout L` (its T_MTTR as printed)."""
     layout = hand_best(archive, target_ranks)
     return layout, mttr_total(str(archive), "--layout", layout, cwd=archive.parent)

@@ -169,13 +169,13 @@ def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
         projected = project(item.points, layout, 16384, per_rank_size=item.per_rank_size)
         truth = predict(replace(TRUE, ops_per_rank=2), 16384, layout)
         assert projected.prediction.total_s == pytest.approx(truth.total_s, rel=1e-3)
-    result = stampede("project", str(archive), "--ranks", "16384")
+    result = stampede("project", str(archive), "--target-ranks", "16384")
     assert result.returncode == 0, result.stderr
     assert "layout shared" in result.stdout and "layout sharded" in result.stdout
     assert "at 16384 ranks: time to last rank" in result.stdout
     assert "c 1 (c_eff: one shared inode)" in result.stdout
     assert "ranked at 16384 ranks: sharded" in result.stdout
-    only = stampede("project", str(archive), "--ranks", "8", "--layout", "sharded",
+    only = stampede("project", str(archive), "--target-ranks", "8", "--layout", "sharded",
                     "--service-s", "200e-6", "--threads", "8", "--net-gbps", "1")
     assert only.returncode == 0, only.stderr
     assert "layout shared" not in only.stdout and "given: s, c" in only.stdout
@@ -185,7 +185,7 @@ def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
 def test_two_rank_counts_are_refused(stampede, tmp_path: Path) -> None:
     archive = tmp_path / "two.csv"
     synthetic_archive(archive, TRUE, (2, 4))
-    result = stampede("project", str(archive), "--ranks", "16384")
+    result = stampede("project", str(archive), "--target-ranks", "16384")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -197,7 +197,7 @@ def test_two_rank_counts_are_refused(stampede, tmp_path: Path) -> None:
                           (("--op", "read"), "--op 'read': 'read' is not one of the restore's "
                                              "metadata ops"),
                           (("--threads", "0"), "--threads 0.0: must be")]:
-        bad = stampede("project", str(archive), "--ranks", "64", *args)
+        bad = stampede("project", str(archive), "--target-ranks", "64", *args)
         assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)
 
 
@@ -210,7 +210,7 @@ def test_project_a_real_sweep(stampede, tmp_path: Path) -> None:
     sweep = stampede("sweep", str(job), "--ranks", "1,2,4", "--clean")
     assert sweep.returncode == 0, sweep.stderr
     archive = tmp_path / "results" / "job.csv"
-    result = stampede("project", str(archive), "--ranks", "64")
+    result = stampede("project", str(archive), "--target-ranks", "64")
     assert result.returncode == 0, result.stderr
     for layout in ("shared", "sharded"):
         block = result.stdout.split(f"layout {layout} ")[1].split("\n\n")[0]
@@ -258,13 +258,13 @@ def test_a_save_sweep_is_fitted_and_projected_apart_from_the_restore(stampede, t
     assert projected.prediction.total_s == pytest.approx(truth.total_s, rel=1e-3)
     fitted_restore = project(restored.points, layout, 16384, per_rank_size=True)
     assert fitted_restore.fit.params.service_s == pytest.approx(restore.service_s, rel=1e-3)
-    result = stampede("project", str(archive), "--ranks", "16384", "--phase", "save")
+    result = stampede("project", str(archive), "--target-ranks", "16384", "--phase", "save")
     assert result.returncode == 0, result.stderr
     assert "the save: time until the last rank's bytes are durable" in result.stdout
     serialised = "c 1 (c_eff: one directory's lock)" if layout == "sharded" else \
         "(c_eff = min(c, 4 directories' locks))"
     assert serialised in result.stdout
-    default = stampede("project", str(archive), "--ranks", "16384")
+    default = stampede("project", str(archive), "--target-ranks", "16384")
     assert default.returncode == 0 and "the restore: time to last rank" in default.stdout
 
 
@@ -278,7 +278,7 @@ def test_the_save_is_projected_only_when_asked(stampede, tmp_path: Path) -> None
                           (("--phase", "save", "--op", "+fsinc"), 'did you mean "fsync"?'),
                           (("--phase", "save", "--op", "fsync,+close"), "not both"),
                           (("--phase", "restore", "--op", "create"), "the restore's metadata ops")]:
-        refused = stampede("project", str(archive), "--ranks", "64", *args)
+        refused = stampede("project", str(archive), "--target-ranks", "64", *args)
         assert refused.returncode == 2 and message in refused.stderr, (args, refused.stderr)
         assert refused.stderr.count("\n") == 1 and refused.stdout == ""
 
@@ -303,7 +303,7 @@ def test_project_real_saves_to_a_local_directory(stampede, tmp_path: Path) -> No
     job = small_job(tmp_path, checkpoint={"size": "8MiB", "layout": ["sharded"]},
                     run={"iterations": 2, "warmup": 1, "verify": "none"})
     archive = save_sweep(stampede, job, (1, 2, 4))
-    result = stampede("project", str(archive), "--ranks", "16384", "--phase", "save")
+    result = stampede("project", str(archive), "--target-ranks", "16384", "--phase", "save")
     assert result.returncode == 0, result.stderr
     numbers, block = projected_line(result.stdout, "sharded", "at 16384 ranks: time to last rank")
     assert len(numbers) == 3 and all(math.isfinite(x) and x > 0 for x in numbers), block
@@ -357,7 +357,7 @@ def test_runs_are_matched_on_bytes_per_rank_and_the_rows_left_out_are_named(
     assert "1 earlier run(s) at a rank and node count run again later" in notes
     assert "1 invalid restore run(s)" in notes
     assert "every run restored 2 MiB per rank" in notes
-    result = stampede("project", str(archive), "--ranks", "8")
+    result = stampede("project", str(archive), "--target-ranks", "8")
     assert result.returncode == 0, result.stderr
     assert "data" in result.stdout and "2 MiB per rank read" in result.stdout
 
@@ -384,7 +384,7 @@ def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
     (series,) = series_from_rows(read_rows(archive))
     assert [p.nnodes for p in series.points] == [1, 2, 3, 4]
     assert series.scaling.replicas_per_node and series.scaling.ranks_per_node == 2
-    result = stampede("project", str(archive), "--ranks", "16")
+    result = stampede("project", str(archive), "--target-ranks", "16")
     assert result.returncode == 0, result.stderr
     assert "B_node 0.05 GB/s" in result.stdout and "B_agg 0.02 GB/s" in result.stdout
     assert "at 16 ranks (8 nodes of 2)" in result.stdout
@@ -395,8 +395,8 @@ def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
     projection = project(series.points, "broadcast", Scale(16, 2, 8), per_rank_size=True)
     expected = 2e-3 + 2 * per_rank / agg + 2 * (2 * 7 / 8) * per_rank / node
     assert projection.prediction.total_s == pytest.approx(expected, rel=0.02)
-    bad = stampede("project", str(archive), "--ranks", "16", "--replicas", "3")
-    assert bad.returncode == 2 and "--replicas 3 does not divide --ranks 16" in bad.stderr
+    bad = stampede("project", str(archive), "--target-ranks", "16", "--replicas", "3")
+    assert bad.returncode == 2 and "--replicas 3 does not divide --target-ranks 16" in bad.stderr
 
 
 def test_a_drain_resting_on_one_saturated_run_widens_the_band() -> None:
@@ -416,11 +416,11 @@ def test_a_projection_to_several_nodes_from_runs_on_one_says_the_nic_is_missing(
         stampede, tmp_path: Path) -> None:
     archive = tmp_path / "one-node.csv"
     synthetic_archive(archive, TRUE, (1, 2, 4, 8), layouts=("sharded",))
-    result = stampede("project", str(archive), "--ranks", "64", "--ranks-per-node", "8")
+    result = stampede("project", str(archive), "--target-ranks", "64", "--target-ranks-per-node", "8")
     assert result.returncode == 0, result.stderr
     text = result.stdout.replace("\n", " ")
     assert "(8 nodes of 8)" in text and "every run was on one node" in text
-    given = stampede("project", str(archive), "--ranks", "64", "--ranks-per-node", "8",
+    given = stampede("project", str(archive), "--target-ranks", "64", "--target-ranks-per-node", "8",
                      "--node-gbps", "1")
     assert given.returncode == 0 and "B_node 1 GB/s" in given.stdout
     assert "given: B_node" in given.stdout.replace("\n", " ")
@@ -437,3 +437,21 @@ def test_op_names_the_ops_instead_of_the_defaults_or_adds_to_them() -> None:
     assert chosen_ops("create,rename", "save") == ("create", "rename")
     assert chosen_ops("stat", "restore") == ("stat",)
 
+
+
+@pytest.mark.parametrize("old, new, value", [
+    ("--ranks", "--target-ranks", "64"), ("--ranks-per-node", "--target-ranks-per-node", "8"),
+    ("--model", "--target-model", "llama3-8b"), ("--size", "--target-size", "64GiB"),
+    ("--bytes-per-rank", "--target-bytes-per-rank", "2GiB")])
+def test_the_old_names_of_the_target_still_work_and_warn(stampede, tmp_path: Path, old: str,
+                                                          new: str, value: str) -> None:
+    archive = tmp_path / "sweep.csv"
+    synthetic_archive(archive, TRUE, (1, 2, 4, 8), layouts=("sharded",))
+    target = [] if old == "--ranks" else ["--target-ranks", "64"]
+    given_new = stampede("project", str(archive), *target, new, value)
+    given_old = stampede("project", str(archive), *target, old, value)
+    assert given_new.returncode == given_old.returncode == 0, given_old.stderr
+    assert given_old.stdout == given_new.stdout and "at 64 ranks" in given_old.stdout
+    assert given_new.stderr == ""
+    assert given_old.stderr == (f"stampede: {old} is now {new} for project; the old name goes in "
+                                "the next release\n")

@@ -46,11 +46,13 @@ def test_the_workload_flags_refuse_what_they_cannot_mean(stampede) -> None:
         workload_of(64, bytes_per_rank=1.0, total_bytes=2.0)
     with pytest.raises(UsageError, match="ranks per node 9: must be from 1"):
         Workload(8, ranks_per_node=9)
-    for flags, said in ((["--model", "llama3-70b", "--ranks", "100"],
-                         "--model llama3-70b: 100 ranks: llama3-70b needs a multiple of TP x PP"),
-                        (["--model", "llama3-70b", "--size", "1TB", "--ranks", "64"],
-                         "given twice (checkpoint size and model)"),
-                        (["--size", "lots", "--ranks", "64"], "--size 'lots'")):
+    for flags, said in ((["--target-model", "llama3-70b", "--target-ranks", "100"],
+                         "--target-model llama3-70b: 100 ranks: llama3-70b needs a multiple of "
+                         "TP x PP"),
+                        (["--target-model", "llama3-70b", "--target-size", "1TB",
+                          "--target-ranks", "64"], "given twice (checkpoint size and model)"),
+                        (["--target-size", "lots", "--target-ranks", "64"],
+                         "--target-size 'lots'")):
         result = stampede("project", "nothing.csv", *flags)
         assert result.returncode == 2, result.stderr
         assert said in " ".join(result.stderr.split()), result.stderr
