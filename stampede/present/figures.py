@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stampede.ops import BY_NAME, OPS, TIMELINE_PHASES
+from stampede.ops import BY_NAME, OPS, SAVE_ORDER, TIMELINE_PHASES
 from stampede.results.cells import number, whole
 from stampede.results.model import TIMELINE_COLUMNS, TIMELINE_MOMENTS
 from stampede.units import format_seconds
@@ -99,11 +99,12 @@ class CdfPanel:
         return min(xs), max(xs)
 
 
-def cdf_panels(histograms: dict[str, dict[str, Any]]) -> list[CdfPanel]:
-    """A panel per op with samples (in stampede.ops' order), from {layout: {op: the
-    sidecar's histogram}}; a layout without samples of an op has no line in its panel."""
+def cdf_panels(histograms: dict[str, dict[str, Any]], phase: str = "restore") -> list[CdfPanel]:
+    """A panel per op with samples (a save's in the order its steps run, others in
+    stampede.ops' order), from {layout: {op: the sidecar's histogram}}; a layout without
+    samples of an op has no line in its panel."""
     panels = []
-    for op in OPS:
+    for op in dict.fromkeys((*SAVE_ORDER, *OPS) if phase == "save" else OPS):
         steps = {layout: cdf_steps(h[op]["counts"], h[op]["edges_s"])
                  for layout, h in histograms.items() if op in h}
         steps = {layout: xy for layout, xy in steps.items() if any(x > 0 for x in xy[0])}

@@ -48,6 +48,7 @@ td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right;white-space:
 th{white-space:normal;vertical-align:bottom;min-width:4em}
 td:first-child,th:first-child{text-align:left}
 svg.figure{width:100%;height:auto;max-width:760px;display:block;margin:6px 0 14px}
+.facts td{text-align:left;white-space:normal;overflow-wrap:anywhere}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(250px,1fr));gap:4px 14px}
 .grid svg.figure{margin:0}
 .legend span{margin-right:14px;white-space:nowrap}
@@ -139,7 +140,7 @@ def figures_sections(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]
         sidecar = sidecars.get(verdict.run_id) or {}
         stats = phase_stats(phase, sidecar)
         grid = html_figures.cdf_grid(phase, figures.cdf_panels(
-            {layout: s.get("histograms") or {} for layout, s in stats.items()}), palette)
+            {layout: s.get("histograms") or {} for layout, s in stats.items()}, phase), palette)
         if grid:
             cdfs.append(tag("h3", f"The {phase}'s ops") + grid)
         for layout, layout_stats in stats.items():
@@ -194,7 +195,7 @@ def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
     for phase, verdict in assessment.phases.items():
         stats = phase_stats(phase, sidecars.get(verdict.run_id) or {})
         panels = figures.cdf_panels({layout: s.get("histograms") or {}
-                                     for layout, s in stats.items()})
+                                     for layout, s in stats.items()}, phase)
         for row, standing in ranked(run_rows_of(rows, verdict.run_id), phase):
             dominant = figures.dominant_op(panels, row["layout"])
             body.append([phase, row["layout"], last_rank(row), standing,
@@ -216,15 +217,26 @@ def warnings_section(run_rows: Sequence[Row]) -> str:
 
 
 def context_section(first: Row, sidecar: dict[str, Any] | None) -> str:
-    """Machine, storage and MPI: the sidecar's facts (the CSV's where there is none)."""
+    """Machine, storage and MPI: the sidecar's facts (the CSV's where there is none), a
+    row per fact (node: cpu_count, not the node's whole record on one line)."""
     facts = {key: first.get(key, "") for key in ("job", "backend", "fs_type", "target", "cache",
                                                   "nranks", "nnodes", "stampede_version", "schema")}
     if sidecar:   # each fact once (the sidecar's where both have it); the statistics are figures
-        facts |= {key: str(value) for key, value in sidecar.items()
-                  if key not in ("layouts", "saves", "job", "hosts_by_rank")}
+        for key, value in sidecar.items():
+            if key not in ("layouts", "saves", "job", "hosts_by_rank"):
+                facts |= flat_facts(key, value)
         facts["hosts"] = ", ".join(dict.fromkeys(sidecar.get("hosts_by_rank") or []))
-    rows = [(key, value) for key, value in facts.items() if value not in ("", "{}", "None")]
-    return part("context", "Machine, storage and MPI", table(("fact", "value"), rows))
+    rows = [(key, value) for key, value in facts.items() if value not in ("", "{}", "[]", "None")]
+    return part("context", "Machine, storage and MPI",
+                tag("div", table(("fact", "value"), rows), class_="facts"))
+
+
+def flat_facts(key: str, value: Any) -> dict[str, str]:
+    """A sidecar value as facts: a record's fields each its own, named key: field."""
+    if isinstance(value, dict):
+        return {name: text for field, inner in value.items()
+                for name, text in flat_facts(f"{key}: {field}", inner).items()}
+    return {key: str(value)}
 
 
 def definitions_section() -> str:

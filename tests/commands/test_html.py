@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from stampede.ops import SAVE_ORDER
 from tests.helpers import browser
 from tests.helpers.verdicts import URL, cli, hand_verdict, verdict_of
 
@@ -169,11 +170,16 @@ def test_the_demo_report_is_one_screen_then_parts_opened_on_demand(demo_report: 
         ticks = {tuple(re.findall(r'text-anchor="middle" font-size="10">([^<]+)<', panel))
                  for panel in panels}
         assert len(ticks) == 1 and len(next(iter(ticks))) >= 3, ticks   # one shared axis
+    saved = re.findall(r"<title>Latency CDF: save (\w+)</title>", grids[1])
+    assert saved == [op for op in SAVE_ORDER if op in saved] and "write" in saved   # as run
     # the timelines' legends: only the phases drawn (the restore moves no write, no exchange)
     timelines = page[page.index('id="timelines"'):page.index('id="context"')]
     restore = timelines[timelines.index("Timeline: restore"):timelines.index("Timeline: save")]
     legend = re.findall(r'<text [^>]*text-anchor="start" font-size="10">([^<]+)<', restore)
     assert "read" in legend and not {"write", "exchange", "device copy"} & set(legend), legend
+    # the context: a row per fact, never a record dumped on one line
+    context = page[page.index('id="context"'):page.index('id="definitions"')]
+    assert "<td>node: cpu_count</td>" in context and "{'" not in context
 
 
 @pytest.mark.mpi
