@@ -57,7 +57,7 @@ svg.figure{width:100%;height:auto;max-width:760px;display:block;margin:6px 0 14p
 details{margin:4px 0}summary{cursor:pointer}
 details.part{border-top:1px solid #ccc;margin-top:.6em}details.part>summary{padding:6px 0}
 details.part>summary h2{display:inline;border:0;font-size:1.1em}
-@media (max-width:600px){body{font-size:14px}td,th{padding:2px 4px}}
+@media (max-width:600px){body{font-size:14px}td,th{padding:2px 4px}.fit td{white-space:normal}}
 @media print{details::details-content{content-visibility:visible;display:block}
  details>*{display:block}.scroll{overflow:visible}
  h2,h3{break-after:avoid}svg.figure{break-inside:avoid}body{max-width:none}}
@@ -198,13 +198,15 @@ def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
                                      for layout, s in stats.items()}, phase)
         for row, standing in ranked(run_rows_of(rows, verdict.run_id), phase):
             dominant = figures.dominant_op(panels, row["layout"])
-            body.append([phase, row["layout"], last_rank(row), standing,
+            # a narrow screen wraps the cell before its spread, never inside a number
+            spread = last_rank(row).replace(" ", "\u00a0").replace("\u00a0(", " (").replace("–", "–\u2060")
+            body.append([phase, row["layout"], spread, standing,
                          f"{dominant[0]} ({dominant[1]:.0%})" if dominant else "-"])
     if not body:
         return ""
     return (tag("h2", "Summary", id="summary")
-            + table(("phase", "layout", "last rank (min–max)", "vs best",
-                     "most rank time in (share)"), body))
+            + tag("div", table(("phase", "layout", "last rank (min–max)", "vs best",
+                                "most rank time in (share)"), body), class_="fit"))
 
 
 def warnings_section(run_rows: Sequence[Row]) -> str:
