@@ -232,3 +232,11 @@ def phases_present(rows: Sequence[Sequence[float]]) -> list[str]:
     these and no others (a restore without a write has no write in its legend)."""
     found = {name for row in rows for name, _, _ in rank_segments(row)}
     return [name for name in (*TIMELINE_PHASES, WHOLE_BAR) if name in found]
+
+
+def timeline_span_s(rows: Sequence[Sequence[float]]) -> float:
+    """Where a timeline's time axis ends: the last rank done, or the end of a phase after
+    it (a save's rank may go on past its durable moment), so that no bar runs out."""
+    return max([row[DONE_S] for row in rows if row[DONE_S] == row[DONE_S]]
+               + [start + seconds for row in rows for _, start, seconds in rank_segments(row)]
+               + [1e-9])

@@ -31,6 +31,7 @@ from stampede.present.figures import (
     shared_span_s,
     slowest_iteration,
     timeline_rows,
+    timeline_span_s,
 )
 from stampede.units import format_seconds
 
@@ -210,11 +211,7 @@ def timeline_figure(stats: dict[str, Any], hosts: Sequence[str]) -> tuple[str, i
                    key=lambda row: row[RANK])
     row_px = 18
     box = Box(height=WIDE.top + WIDE.bottom + row_px * len(shown) + 6)
-    # a save's rank may spend time after it was done (its phases go on past the durable
-    # moment): the axis holds both, so no bar runs out of the box
-    longest = max([row[DONE_S] for row in shown if row[DONE_S] == row[DONE_S]]
-                  + [start + seconds for row in shown for _, start, seconds in rank_segments(row)]
-                  + [1e-9])
+    longest = timeline_span_s(shown)
     axes = Axes((0.0, longest * 1.05), (0.0, 1.0), box=box)
     body = frame(axes, "seconds since the rank left the start barrier", "",
                  linear_ticks(longest), [])

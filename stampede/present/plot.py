@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stampede.errors import install_hint
+from stampede.ops import TIMELINE_COLOURS
 from stampede.present.figures import (
     DONE_S,
     FIRST_BYTE_S,
@@ -42,11 +43,14 @@ from stampede.present.figures import (
     colour_map,
     log_seconds_ticks,
     median_iteration,
+    phases_present,
+    rank_segments,
     rank_ticks,
     scaling_series,
     series_label,
     shared_span_s,
     timeline_rows,
+    timeline_span_s,
 )
 from stampede.results.cells import flag
 
@@ -224,6 +228,7 @@ def draw_cdf_panel(ax: Axes, panel: CdfPanel, colours: dict[str, str],
     ax.set_xticks([value for value, _ in ticks], labels=[label for _, label in ticks])
     ax.minorticks_off()
     ax.set_xlim(*span_s)
+    ax.tick_params(axis="x", labelbottom=True)   # every panel labelled, as a shared x hides them
     counts = list(panel.samples.values())
     samples = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
     op = panel.op
@@ -363,7 +368,8 @@ def pick_iteration(timeline: Sequence[Sequence[float]], iteration: int | None) -
 
 def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str],
                     iteration: int | None = None) -> Figure | None:
-    """One panel per layout: each rank's bar from start to done, first byte and last read."""
+    """One panel per layout: each rank's bar from start to done, its time in each phase
+    (figures.rank_segments, as the HTML report's timeline), first byte and last read."""
     from stampede.units import seconds_unit
 
     stats = layout_stats(document, run_rows, notes)
@@ -374,8 +380,7 @@ def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[s
     chosen = {layout: pick_iteration(rows, iteration) for layout, rows in timelines.items()}
     shown = {layout: [row for row in rows if int(row[ITERATION]) == chosen[layout]]
              for layout, rows in timelines.items()}
-    longest_s = max((row[DONE_S] for rows in shown.values() for row in rows if row[DONE_S] == row[DONE_S]),
-                    default=1.0)
+    longest_s = max(timeline_span_s(rows) for rows in shown.values())
     unit = seconds_unit(longest_s)
     nranks = int(run_rows[0]["nranks"])
     panel_in = min(max(1.2 + 0.2 * nranks, 2.0), 9.0)
@@ -396,15 +401,22 @@ def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[s
 
 def draw_timeline_panel(ax: Axes, rows: Sequence[Sequence[float]], unit: tuple[str, float],
                         bar_pt: float, style: tuple[str, str]) -> None:
-    """Bars (start to done) per rank, marks at first byte and last read, a line at the last
-    rank done; times in `unit` (name, seconds per unit); style = (colour, completion op)."""
+    """Bars (start to done) per rank, its phases over them, marks at first byte and last
+    read, a line at the last rank done; times in `unit` (name, seconds per unit); style =
+    (colour, completion op)."""
     name, factor = unit
     colour, completion = style
     ranks = [row[RANK] for row in rows]
     start, first, last, done = ([row[column] / factor for row in rows]
                                 for column in (START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S))
-    ax.hlines(ranks, start, done, colors=colour, linewidth=bar_pt, alpha=0.55,
+    ax.hlines(ranks, start, done, colors=colour, linewidth=bar_pt, alpha=0.3,
               label=f"first op start to done ({completion} end)")
+    for phase in phases_present(rows):   # a bar per phase, over the rank's start-to-done one
+        spans = [(row[RANK], begin / factor, seconds / factor) for row in rows
+                 for named, begin, seconds in rank_segments(row) if named == phase]
+        ax.barh([rank for rank, _, _ in spans], [width for _, _, width in spans],
+                left=[left for _, left, _ in spans], height=0.35,
+                color=TIMELINE_COLOURS.get(phase, "0.6"), label=phase, zorder=2)
     for values, marker_colour, label in ((first, "green", "first byte (first read done)"),
                                          (last, "red", "last read done")):
         if any(value == value for value in values):
