@@ -1,10 +1,14 @@
-"""`stampede html`: one self-contained HTML file from an archive and its sidecars: the
-verdict first (model.assessment's, computed by the command and handed in), then the
-restore and save tables, the figures (present.html_figures: inline SVG), the warnings, the
-machine, storage and MPI context of the sidecar, and the definitions (results.definitions)
-one click away. Nothing is fetched: a Content-Security-Policy of default-src 'none' lets
-only the inline style and inline images in. Rendering only: every number is a cell of
-the CSV, a sidecar value or a model's result. The stdlib only.
+"""`stampede html`: one self-contained HTML file from an archive and its sidecars, for
+reading: the verdict first (model.assessment's, computed by the command and handed in),
+then one screen of summary (each layout's time to last rank with its spread, the op its
+ranks spent most time in, the warnings) and the restore and save tables; then the parts a
+reader opens (<details>, no script; print opens them): the latency CDFs as small
+multiples, the scaling curves, the timelines, a traced run's figures (present.html_figures
+and html_trace: inline SVG of present.figures' data), the machine, storage and MPI context
+of the sidecar, and the definitions (results.definitions). Nothing is fetched: a
+Content-Security-Policy of default-src 'none' lets only the inline style and inline images
+in. Rendering only: every number is a cell of the CSV, a sidecar value or a model's result.
+The stdlib only.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from stampede.present import html_figures as figures
+from stampede.present import figures, html_figures
 from stampede.present.html_tags import table, tag
 from stampede.present.html_trace import trace_figures
 from stampede.present.html_verdict import verdict_section
@@ -32,19 +36,31 @@ from stampede.units import format_bytes, format_number, format_seconds
 MAX_OP_ROWS = 200
 Row = dict[str, str]
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+# One screen first (the verdict, a summary, the tables), the rest in <details> a reader
+# opens: no script, and print opens every one (::details-content, and display:block where
+# a browser has no such pseudo-element).
 STYLE = """
-body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:980px;padding:0 12px;color:#222}
-h1{font-size:1.4em}h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.6em}
+body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 12px;color:#222}
+h1{font-size:1.4em}h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.2em}
 .verdict{background:#eef6ee;border:1px solid #7a7;padding:8px 14px;border-radius:6px}
-.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:.9em}
+.scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;font-size:.9em}
 td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
+th{white-space:normal;vertical-align:bottom;min-width:4em}
 td:first-child,th:first-child{text-align:left}
 svg.figure{width:100%;height:auto;max-width:760px;display:block;margin:6px 0 14px}
+.facts td{text-align:left;white-space:normal;overflow-wrap:anywhere}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(250px,1fr));gap:4px 14px}
+.grid svg.figure{margin:0}
+.legend span{margin-right:14px;white-space:nowrap}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:5px}
 .note{color:#555;font-size:.9em}pre{white-space:pre-wrap;font-size:.85em}
 details{margin:4px 0}summary{cursor:pointer}
-@media (max-width:600px){body{font-size:14px}td,th{padding:2px 4px}}
-@media print{details{display:block}details>*{display:block}.scroll{overflow:visible}
- h2{break-after:avoid}svg.figure{break-inside:avoid}body{max-width:none}}
+details.part{border-top:1px solid #ccc;margin-top:.6em}details.part>summary{padding:6px 0}
+details.part>summary h2{display:inline;border:0;font-size:1.1em}
+@media (max-width:600px){body{font-size:14px}td,th{padding:2px 4px}.fit td{white-space:normal}}
+@media print{details::details-content{content-visibility:visible;display:block}
+ details>*{display:block}.scroll{overflow:visible}
+ h2,h3{break-after:avoid}svg.figure{break-inside:avoid}body{max-width:none}}
 """
 
 
@@ -105,42 +121,92 @@ def ops_table(rows: Sequence[Row]) -> str:
                     body))
 
 
-def figures_section(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]],
-                    assessment: Any, traces: dict[str, Any] | None = None) -> str:
-    """Scaling per phase; then per phase, from the sidecar of the run its verdict ranks
-    (`sidecars` by run id: a cycle's restore and save are runs of their own), the latency
-    CDFs and each layout's timeline of its slowest iteration; then, of a run with a trace
-    (`traces` by run id), its throughput and ranks inside an op over time."""
-    palette = figures.colours([row["layout"] for row in archive_rows])
-    parts = []
+def part(anchor: str, title: str, content: str) -> str:
+    """A part of the report a reader opens on demand (print opens it)."""
+    return tag("details", tag("summary", tag("h2", escape(title))) + content, class_="part",
+               id=anchor)
+
+
+def figures_sections(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]],
+                     assessment: Any, traces: dict[str, Any] | None = None) -> str:
+    """Each a part to open: per phase, from the sidecar of the run its verdict ranks
+    (`sidecars` by run id: a cycle's restore and save are runs of their own), its ops'
+    latency CDFs as small multiples; the scaling curves; each layout's timeline of its
+    slowest iteration; then, of a run with a trace (`traces` by run id), its throughput
+    and ranks inside an op over time."""
+    palette = figures.colour_map([row["layout"] for row in archive_rows])
+    cdfs, timelines = [], []
+    for phase, verdict in assessment.phases.items():
+        sidecar = sidecars.get(verdict.run_id) or {}
+        stats = phase_stats(phase, sidecar)
+        grid = html_figures.cdf_grid(phase, figures.cdf_panels(
+            {layout: s.get("histograms") or {} for layout, s in stats.items()}, phase), palette)
+        if grid:
+            cdfs.append(tag("h3", f"The {phase}'s ops") + grid)
+        for layout, layout_stats in stats.items():
+            drawn = html_figures.timeline_figure(layout_stats, sidecar.get("hosts_by_rank") or [])
+            if drawn:
+                timelines.append(tag("h3", f"Timeline: {phase} {layout}, slowest iteration "
+                                           f"({drawn[1]}, 0-based)") + drawn[0])
+    none = tag("p", "no sidecar with statistics for the runs ranked: no CDF or timeline",
+               class_="note")
+    parts = [part("figures", "Latency CDFs, an op per panel", (
+        tag("p", "fraction of an op's samples (all ranks, measured iterations) below each "
+                 "latency; one time axis for a phase's panels", class_="note")
+        + "".join(cdfs)) if cdfs else none)]
+    scaling = []
     valid = [row for row in archive_rows if flag(row, "valid")]
     for phase in ("restore", "save"):
         verdict = assessment.phases.get(phase)
         fits = [(series, projection) for series, projection, _ in verdict.projections] \
             if verdict else []
-        drawn = figures.scaling_figure(valid, phase, fits, assessment.target_ranks, palette)
-        if drawn:
-            parts.append(tag("h3", f"Scaling of the {phase}") + drawn + tag(
-                "p", "dots: measured median, bar: min–max over iterations; line: the fitted "
-                     "model; dashed to the square: its projection, the thick bar its band",
-                class_="note"))
-    drew = False
-    for phase, verdict in assessment.phases.items():
-        sidecar = sidecars.get(verdict.run_id) or {}
-        entries = sidecar.get("saves" if phase == "save" else "layouts") or {}
-        stats = {name: entry["stats"] for name, entry in entries.items() if entry.get("stats")}
-        parts += _phase_figures(phase, stats, sidecar.get("hosts_by_rank") or [], palette)
-        drew = drew or bool(stats)
-    if not drew:
-        parts.append(tag("p", "no sidecar with statistics for the runs ranked: no CDF or "
-                              "timeline", class_="note"))
+        drawn_scaling = html_figures.scaling_figure(valid, phase, fits, assessment.target_ranks, palette)
+        if drawn_scaling:
+            scaling.append(tag("h3", f"Scaling of the {phase}") + drawn_scaling)
+    parts.append(part("scaling", "Scaling curves", "".join(scaling) + tag(
+        "p", "dots: measured median, bar: min–max over iterations; line: the fitted model; "
+             "dashed to the square: its projection, the thick bar its band", class_="note")
+        if scaling else tag("p", "runs at one rank count only: no scaling curve (stampede "
+                                 "sweep runs several)", class_="note")))
+    parts.append(part("timelines", "Timelines: each rank's slowest iteration",
+                      tag("p", "each rank's time in each phase, end to end from its first "
+                               "op; the black tick: done", class_="note") + "".join(timelines)
+                      if timelines else none))
     for run_id, trace in (traces or {}).items():
         drawn_trace = trace_figures(trace, palette)
         if drawn_trace:
-            parts += drawn_trace + [tag("p", f"from the trace of run {escape(run_id)} "
-                                             "(--trace; `stampede analyze` reads it)",
-                                        class_="note")]
-    return tag("h2", "Figures", id="figures") + "".join(parts)
+            parts.append(part(f"trace-{escape(run_id)}", f"Trace of run {run_id}", "".join(
+                drawn_trace) + tag("p", "from the run's --trace; `stampede analyze` reads it",
+                                   class_="note")))
+    return "".join(parts)
+
+
+def phase_stats(phase: str, sidecar: dict[str, Any]) -> dict[str, Any]:
+    """{layout: its statistics} of one phase's sidecar (a save's layouts under "saves")."""
+    entries = sidecar.get("saves" if phase == "save" else "layouts") or {}
+    return {name: entry["stats"] for name, entry in entries.items() if entry.get("stats")}
+
+
+def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
+                    assessment: Any) -> str:
+    """One screen: per phase and layout of the runs ranked, the time to last rank with its
+    spread over iterations, its standing, and the op its ranks spent most time in."""
+    body = []
+    for phase, verdict in assessment.phases.items():
+        stats = phase_stats(phase, sidecars.get(verdict.run_id) or {})
+        panels = figures.cdf_panels({layout: s.get("histograms") or {}
+                                     for layout, s in stats.items()}, phase)
+        for row, standing in ranked(run_rows_of(rows, verdict.run_id), phase):
+            dominant = figures.dominant_op(panels, row["layout"])
+            # a narrow screen wraps the cell before its spread, never inside a number
+            spread = last_rank(row).replace(" ", "\u00a0").replace("\u00a0(", " (").replace("–", "–\u2060")
+            body.append([phase, row["layout"], spread, standing,
+                         f"{dominant[0]} ({dominant[1]:.0%})" if dominant else "-"])
+    if not body:
+        return ""
+    return (tag("h2", "Summary", id="summary")
+            + tag("div", table(("phase", "layout", "last rank (min–max)", "vs best",
+                                "most rank time in (share)"), body), class_="fit"))
 
 
 def warnings_section(run_rows: Sequence[Row]) -> str:
@@ -152,37 +218,27 @@ def warnings_section(run_rows: Sequence[Row]) -> str:
                                                     tag("p", "none", class_="note"))
 
 
-def _phase_figures(phase: str, stats: dict[str, Any], hosts: list[str], palette: Any) -> list[str]:
-    """One phase's latency CDFs (an op per figure, its layouts in their colours) and each
-    layout's timeline of its slowest iteration."""
-    parts = []
-    ops = list(dict.fromkeys(op for s in stats.values() for op in (s.get("histograms") or {})))
-    for op in ops:
-        drawn = figures.cdf_figure(op, {layout: s["histograms"][op] for layout, s in stats.items()
-                                        if op in (s.get("histograms") or {})}, palette)
-        if drawn:
-            parts.append(tag("h3", f"Latency CDF: {phase} {op}") + drawn)
-    for layout, layout_stats in stats.items():
-        drawn_timeline = figures.timeline_figure(layout_stats, hosts)
-        if drawn_timeline:
-            svg_text, iteration = drawn_timeline
-            parts.append(tag("h3", f"Timeline: {phase} {layout}, slowest iteration "
-                                   f"({iteration}, 0-based)") + svg_text)
-    return parts
-
-
 def context_section(first: Row, sidecar: dict[str, Any] | None) -> str:
-    """Machine, storage and MPI: the sidecar's facts (the CSV's where there is none)."""
-    facts: list[tuple[str, str]] = [(key, first.get(key, "")) for key in
-                                    ("job", "backend", "fs_type", "target", "cache", "nranks",
-                                     "nnodes", "stampede_version", "schema")]
-    if sidecar:
-        facts += [(key, str(value)) for key, value in sidecar.items()
-                  if key not in ("layouts", "job", "hosts_by_rank")]
-        hosts = sidecar.get("hosts_by_rank") or []
-        facts.append(("hosts", ", ".join(dict.fromkeys(hosts))))
-    rows = [(key, value) for key, value in facts if value not in ("", "{}", "None")]
-    return tag("h2", "Machine, storage and MPI", id="context") + table(("fact", "value"), rows)
+    """Machine, storage and MPI: the sidecar's facts (the CSV's where there is none), a
+    row per fact (node: cpu_count, not the node's whole record on one line)."""
+    facts = {key: first.get(key, "") for key in ("job", "backend", "fs_type", "target", "cache",
+                                                  "nranks", "nnodes", "stampede_version", "schema")}
+    if sidecar:   # each fact once (the sidecar's where both have it); the statistics are figures
+        for key, value in sidecar.items():
+            if key not in ("layouts", "saves", "job", "hosts_by_rank"):
+                facts |= flat_facts(key, value)
+        facts["hosts"] = ", ".join(dict.fromkeys(sidecar.get("hosts_by_rank") or []))
+    rows = [(key, value) for key, value in facts.items() if value not in ("", "{}", "[]", "None")]
+    return part("context", "Machine, storage and MPI",
+                tag("div", table(("fact", "value"), rows), class_="facts"))
+
+
+def flat_facts(key: str, value: Any) -> dict[str, str]:
+    """A sidecar value as facts: a record's fields each its own, named key: field."""
+    if isinstance(value, dict):
+        return {name: text for field, inner in value.items()
+                for name, text in flat_facts(f"{key}: {field}", inner).items()}
+    return {key: str(value)}
 
 
 def definitions_section() -> str:
@@ -195,9 +251,9 @@ def definitions_section() -> str:
                 entries.append((prefix + term, [rest.strip()]))
             elif entries and line.startswith("   "):
                 entries[-1][1].append(line.strip())
-    return tag("h2", "Definitions", id="definitions") + "".join(
+    return part("definitions", "Definitions", "".join(
         tag("details", tag("summary", escape(term)) + tag("p", escape(" ".join(text))))
-        for term, text in entries)
+        for term, text in entries))
 
 
 def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any]],
@@ -219,9 +275,9 @@ def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any
     body = (tag("h1", f"stampede report: {escape(rows[-1].get('job') or archive)}")
             + tag("p", f"{escape(archive)}: {len({r['run_id'] for r in rows})} run(s); "
                        f"target {assessment.target_ranks} ranks", class_="note")
-            + verdict_section(assessment) + note + tables
-            + figures_section(rows, sidecars, assessment, traces)
-            + warnings_section(shown_rows)
+            + verdict_section(assessment) + note
+            + summary_section(rows, sidecars, assessment) + warnings_section(shown_rows)
+            + tables + figures_sections(rows, sidecars, assessment, traces)
             + context_section(run_rows[0], sidecar) + definitions_section())
     head = (f'<meta charset="utf-8"><meta name="viewport" content="width=device-width, '
             f'initial-scale=1"><meta http-equiv="Content-Security-Policy" content="{CSP}">'

@@ -1,36 +1,63 @@
-"""The HTML report's figures as inline SVG, drawn here from the archive and its sidecar
-(no plotting library, nothing fetched): the latency CDFs (plot.cdf_steps of the sidecar's
-histograms), the scaling curves (plot.scaling_series) with the contention model's fit
-and its projection, and the per-rank timeline of the slowest iteration, each rank's time
-in each phase (ops.TIMELINE_PHASES) in its own colour. The stdlib only."""
+"""The HTML report's figures as inline SVG (no plotting library, nothing fetched), drawn
+from present.figures' data, the same the PNGs of present.plot are drawn from: a phase's
+latency CDFs as small multiples (a compact panel per op, one shared time axis), the
+scaling curves with the contention model's fit and its projection, and the per-rank
+timeline of the slowest iteration, each phase a rank spent time in in its own colour
+(ops.TIMELINE_COLOURS; the legend names only those). The stdlib only."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from stampede.ops import TIMELINE_COLOURS, TIMELINE_PHASES
-from stampede.present.plot import cdf_steps, scaling_series, timeline_rows
-from stampede.results.model import TIMELINE_COLUMNS, TIMELINE_MOMENTS
+from stampede.ops import TIMELINE_COLOURS
+from stampede.present.figures import (
+    DONE_S,
+    FRACTION_TICKS,
+    ITERATION,
+    LAST_RANK_SPREAD,
+    RANK,
+    CdfPanel,
+    Tick,
+    linear_ticks,
+    log_seconds_ticks,
+    phases_present,
+    rank_segments,
+    rank_ticks,
+    scaling_series,
+    shared_span_s,
+    slowest_iteration,
+    timeline_rows,
+    timeline_span_s,
+)
 from stampede.units import format_seconds
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
-WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 300, 70, 20, 26, 44
+
+@dataclass(frozen=True)
+class Box:
+    """A figure's size and the margins around its plot area, in SVG pixels."""
+    width: int = 640
+    height: int = 300
+    left: int = 70
+    right: int = 20
+    top: int = 26
+    bottom: int = 44
+    font: int = 11
 
 
-def colours(names: Sequence[str]) -> dict[str, str]:
-    return {name: PALETTE[index % len(PALETTE)] for index, name in enumerate(dict.fromkeys(names))}
+WIDE = Box()
+SMALL = Box(width=300, height=180, left=34, right=10, top=22, bottom=30, font=10)
 
 
 class Axes:
     """A plot area: data -> pixels, log or linear on each axis."""
 
     def __init__(self, x: tuple[float, float], y: tuple[float, float], log_x: bool = False,
-                 log_y: bool = False, height: int = HEIGHT) -> None:
-        self.x, self.y, self.log_x, self.log_y, self.height = x, y, log_x, log_y, height
+                 log_y: bool = False, box: Box = WIDE) -> None:
+        self.x, self.y, self.log_x, self.log_y, self.box = x, y, log_x, log_y, box
 
     def _frac(self, value: float, span: tuple[float, float], log: bool) -> float:
         low, high = (math.log10(v) for v in span) if log else span
@@ -38,15 +65,18 @@ class Axes:
         return (value - low) / (high - low) if high > low else 0.5
 
     def px(self, value: float) -> float:
-        return LEFT + self._frac(value, self.x, self.log_x) * (WIDTH - LEFT - RIGHT)
+        box = self.box
+        return box.left + self._frac(value, self.x, self.log_x) * (box.width - box.left - box.right)
 
     def py(self, value: float) -> float:
-        return self.height - BOTTOM - self._frac(value, self.y, self.log_y) * (self.height - TOP - BOTTOM)
+        box = self.box
+        return (box.height - box.bottom
+                - self._frac(value, self.y, self.log_y) * (box.height - box.top - box.bottom))
 
 
-def svg(body: Sequence[str], title: str, height: int = HEIGHT) -> str:
-    """One figure: a role=img SVG that scales to the page's width."""
-    return (f'<svg class="figure" role="img" viewBox="0 0 {WIDTH} {height}" '
+def svg(body: Sequence[str], title: str, box: Box = WIDE) -> str:
+    """One figure: a role=img SVG that scales to the width of what holds it."""
+    return (f'<svg class="figure" role="img" viewBox="0 0 {box.width} {box.height}" '
             f'aria-label="{escape(title)}">'
             f'<title>{escape(title)}</title>{"".join(body)}</svg>')
 
@@ -56,29 +86,32 @@ def text(x: float, y: float, words: str, anchor: str = "middle", size: int = 11)
             f'{escape(words)}</text>')
 
 
-def frame(axes: Axes, x_label: str, y_label: str, x_ticks: Sequence[tuple[float, str]],
-          y_ticks: Sequence[tuple[float, str]]) -> list[str]:
+def frame(axes: Axes, x_label: str, y_label: str, x_ticks: Sequence[Tick],
+          y_ticks: Sequence[Tick]) -> list[str]:
     """The box, the ticks and the axis labels."""
-    bottom = axes.height - BOTTOM
-    body = [f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" height="{bottom - TOP}" '
-            'fill="none" stroke="#888"/>']
+    box = axes.box
+    bottom, right = box.height - box.bottom, box.width - box.right
+    body = [f'<rect x="{box.left}" y="{box.top}" width="{right - box.left}" '
+            f'height="{bottom - box.top}" fill="none" stroke="#888"/>']
     for value, label in x_ticks:
         x = axes.px(value)
-        body += [f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{bottom}" stroke="#eee"/>',
-                 text(x, bottom + 14, label)]
+        body += [f'<line x1="{x:.1f}" y1="{box.top}" x2="{x:.1f}" y2="{bottom}" stroke="#eee"/>',
+                 text(x, bottom + box.font + 3, label, size=box.font)]
     for value, label in y_ticks:
         y = axes.py(value)
-        body += [f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>',
-                 text(LEFT - 4, y + 4, label, "end")]
-    body += [text((LEFT + WIDTH - RIGHT) / 2, axes.height - 8, x_label),
-             f'<text transform="translate(14 {(TOP + bottom) / 2:.0f}) rotate(-90)" '
-             f'text-anchor="middle" font-size="11">{escape(y_label)}</text>']
+        body += [f'<line x1="{box.left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#eee"/>',
+                 text(box.left - 4, y + 4, label, "end", box.font)]
+    if x_label:
+        body.append(text((box.left + right) / 2, box.height - 6, x_label, size=box.font))
+    if y_label:
+        body.append(f'<text transform="translate(14 {(box.top + bottom) / 2:.0f}) rotate(-90)" '
+                    f'text-anchor="middle" font-size="{box.font}">{escape(y_label)}</text>')
     return body
 
 
-def legend(items: Sequence[tuple[str, str]], y: float = 14) -> list[str]:
+def legend(items: Sequence[tuple[str, str]], y: float = 14, box: Box = WIDE) -> list[str]:
     """A row of coloured swatches along the top."""
-    body, x = [], LEFT
+    body, x = [], box.left
     for name, colour in items:
         body += [f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}"/>',
                  text(x + 14, y, name, "start", 10)]
@@ -86,10 +119,11 @@ def legend(items: Sequence[tuple[str, str]], y: float = 14) -> list[str]:
     return body
 
 
-def decade_ticks(low: float, high: float) -> list[tuple[float, str]]:
-    return [(10.0 ** e, format_seconds(10.0 ** e))
-            for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
-            if low <= 10.0 ** e <= high]
+def html_legend(items: Sequence[tuple[str, str]]) -> str:
+    """Swatches as HTML, above a grid of panels that share them."""
+    return '<p class="legend">' + "".join(
+        f'<span><i style="background:{colour}"></i>{escape(name)}</span>'
+        for name, colour in items) + "</p>"
 
 
 def polyline(points: Sequence[tuple[float, float]], colour: str, dashed: bool = False) -> str:
@@ -98,25 +132,31 @@ def polyline(points: Sequence[tuple[float, float]], colour: str, dashed: bool = 
     return f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.8"{dash}/>'
 
 
-def cdf_figure(op: str, by_layout: dict[str, dict[str, Any]], palette: dict[str, str]) -> str | None:
-    """One op's latency CDF, a step line per layout, from the sidecar's histograms."""
-    steps = {layout: cdf_steps(h["counts"], h["edges_s"]) for layout, h in by_layout.items()}
-    steps = {layout: xy for layout, xy in steps.items() if xy[0]}
-    if not steps:
-        return None
-    xs = [x for xy in steps.values() for x in xy[0] if x > 0]
-    axes = Axes((min(xs), max(xs)), (0.0, 1.0), log_x=True)
-    body = frame(axes, f"{op} latency (log scale)", "fraction of samples below",
-                 decade_ticks(min(xs), max(xs)), [(v, f"{v:.2g}") for v in (0, 0.5, 0.9, 1.0)])
-    for layout, (x_values, y_values) in steps.items():
-        points = []
-        for index, (x, y) in enumerate(zip(x_values, y_values)):
-            if index:
-                points.append((axes.px(x), axes.py(y_values[index - 1])))
-            points.append((axes.px(x), axes.py(y)))
-        body.append(polyline(points, palette[layout]))
-    body += legend([(layout, palette[layout]) for layout in steps])
-    return svg(body, f"latency CDF of {op}")
+def cdf_grid(phase: str, panels: Sequence[CdfPanel], palette: dict[str, str]) -> str:
+    """A phase's ops as small multiples: one compact CDF per op, every panel on the same
+    time axis (so the op that takes longest sits furthest right), the layouts' legend once."""
+    if not panels:
+        return ""
+    span_s = shared_span_s(panels)
+    ticks = log_seconds_ticks(*span_s, most=5)
+    cells = []
+    for panel in panels:
+        axes = Axes(span_s, (0.0, 1.0), log_x=True, box=SMALL)
+        samples = sorted(set(panel.samples.values()))
+        body = frame(axes, "", "", ticks, FRACTION_TICKS)
+        body.append(text(SMALL.left, 14, f"{panel.op} (n = {'-'.join(map(str, samples))})",
+                         "start", 12))
+        for layout, (x_values, y_values) in panel.steps.items():
+            points = []
+            for index, (x, y) in enumerate(zip(x_values, y_values)):
+                if index:
+                    points.append((axes.px(x), axes.py(y_values[index - 1])))
+                points.append((axes.px(x), axes.py(y)))
+            body.append(polyline(points, palette.get(layout, "#333")))
+        cells.append(svg(body, f"Latency CDF: {phase} {panel.op}", SMALL))
+    drawn = {layout for panel in panels for layout in panel.steps}
+    return (html_legend([(layout, colour) for layout, colour in palette.items() if layout in drawn])
+            + '<div class="grid">' + "".join(cells) + "</div>")
 
 
 def scaling_figure(rows: list[dict[str, str]], op: str, fits: Sequence[tuple[Any, Any]],
@@ -124,8 +164,7 @@ def scaling_figure(rows: list[dict[str, str]], op: str, fits: Sequence[tuple[Any
     """Time to last rank against ranks (log-log), measured medians with their min-max, and
     per fitted layout the model at the measured counts and its projection (with the band)
     to the target."""
-    spread = ("time_to_last_rank_s", "time_to_last_rank_min_s", "time_to_last_rank_max_s")
-    measured = scaling_series(rows, (op,), *spread, ())
+    measured = scaling_series(rows, (op,), *LAST_RANK_SPREAD, ())
     if not measured or len({n for points in measured.values() for n in points}) < 2:
         return None
     ranks = sorted({n for points in measured.values() for n in points} | (
@@ -136,7 +175,7 @@ def scaling_figure(rows: list[dict[str, str]], op: str, fits: Sequence[tuple[Any
     axes = Axes((ranks[0] / 1.3, ranks[-1] * 1.3), (min(values) / 1.5, max(values) * 1.5),
                 log_x=True, log_y=True)
     body = frame(axes, "MPI ranks (log scale)", f"time to last rank of the {op}",
-                 [(n, str(n)) for n in ranks], decade_ticks(min(values) / 1.5, max(values) * 1.5))
+                 rank_ticks(ranks), log_seconds_ticks(min(values) / 1.5, max(values) * 1.5))
     for layout, points in measured.items():
         colour = palette.get(layout, "#333")
         for n, (median, low, high) in points.items():
@@ -159,54 +198,37 @@ def scaling_figure(rows: list[dict[str, str]], op: str, fits: Sequence[tuple[Any
     return svg(body, f"scaling of the {op}: time to last rank against ranks")
 
 
-def slowest_iteration(timeline: Sequence[Sequence[float]]) -> int:
-    """The measured iteration whose last rank was done latest."""
-    done = TIMELINE_COLUMNS.index("done_s")
-    last: dict[int, float] = {}
-    for row in timeline:
-        if row[done] == row[done]:
-            last[int(row[1])] = max(last.get(int(row[1]), 0.0), row[done])
-    return max(last, key=lambda it: (last[it], -it)) if last else 0
-
-
 def timeline_figure(stats: dict[str, Any], hosts: Sequence[str]) -> tuple[str, int] | None:
     """The slowest iteration, a row per rank (and its node): each phase's seconds in its
-    colour, end to end from the rank's first op, and a tick where it was done. A sidecar
-    from before the phase columns gets one bar from first op to done."""
+    colour, end to end from the rank's first op, and a tick where it was done; the legend
+    names the phases drawn. A sidecar from before the phase columns gets one bar from
+    first op to done."""
     rows = timeline_rows(stats)
     if not rows:
         return None
     iteration = slowest_iteration(rows)
-    shown = sorted((row for row in rows if int(row[1]) == iteration), key=lambda row: row[0])
-    start, done = TIMELINE_MOMENTS.index("start_s"), TIMELINE_MOMENTS.index("done_s")
-    phased = all(len(row) >= len(TIMELINE_COLUMNS) for row in shown)
+    shown = sorted((row for row in rows if int(row[ITERATION]) == iteration),
+                   key=lambda row: row[RANK])
     row_px = 18
-    height = TOP + BOTTOM + row_px * len(shown) + 6
-    longest = max((row[done] for row in shown if row[done] == row[done]), default=1e-9)
-    axes = Axes((0.0, longest * 1.05), (0.0, 1.0), height=height)
-    ticks = [(longest * f, format_seconds(longest * f)) for f in (0, 0.25, 0.5, 0.75, 1.0)]
-    body = frame(axes, "seconds since the rank left the start barrier", "", ticks, [])
+    box = Box(height=WIDE.top + WIDE.bottom + row_px * len(shown) + 6)
+    longest = timeline_span_s(shown)
+    axes = Axes((0.0, longest * 1.05), (0.0, 1.0), box=box)
+    body = frame(axes, "seconds since the rank left the start barrier", "",
+                 linear_ticks(longest), [])
     for index, row in enumerate(shown):
-        y = TOP + 4 + index * row_px
-        rank = int(row[0])
+        y = box.top + 4 + index * row_px
+        rank = int(row[RANK])
         node = hosts[rank] if rank < len(hosts) else "?"
-        body.append(text(LEFT - 4, y + 11, f"{rank} {node}"[:11], "end", 9))
-        x = row[start] if row[start] == row[start] else 0.0
-        segments = ([(name, row[len(TIMELINE_MOMENTS) + i]) for i, name in enumerate(TIMELINE_PHASES)]
-                    if phased else [("first op to done", row[done] - x)])
-        for name, seconds in segments:
-            if not seconds > 0:
-                continue
+        body.append(text(box.left - 4, y + 11, f"{rank} {node}"[:11], "end", 9))
+        for name, start, seconds in rank_segments(row):
             colour = TIMELINE_COLOURS.get(name, "#999")
-            body.append(f'<rect x="{axes.px(x):.1f}" y="{y}" height="{row_px - 5}" width="'
-                        f'{max(axes.px(x + seconds) - axes.px(x), 0.5):.1f}" fill="{colour}">'
-                        f'<title>rank {rank} on {escape(node)}: {name} '
+            body.append(f'<rect x="{axes.px(start):.1f}" y="{y}" height="{row_px - 5}" width="'
+                        f'{max(axes.px(start + seconds) - axes.px(start), 0.5):.1f}" '
+                        f'fill="{colour}"><title>rank {rank} on {escape(node)}: {name} '
                         f'{format_seconds(seconds)}</title></rect>')
-            x += seconds
-        if row[done] == row[done]:
-            px = axes.px(row[done])
+        if row[DONE_S] == row[DONE_S]:
+            px = axes.px(row[DONE_S])
             body.append(f'<line x1="{px:.1f}" y1="{y - 1}" x2="{px:.1f}" y2="{y + row_px - 4}" '
                         'stroke="#000" stroke-width="1.5"/>')
-    names = list(TIMELINE_PHASES) if phased else ["first op to done"]
-    body += legend([(name, TIMELINE_COLOURS.get(name, "#999")) for name in names])
-    return svg(body, f"per-rank timeline of measured iteration {iteration}", height), iteration
+    body += legend([(name, TIMELINE_COLOURS.get(name, "#999")) for name in phases_present(shown)])
+    return svg(body, f"per-rank timeline of measured iteration {iteration}", box), iteration

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from stampede.present.html_figures import BOTTOM, LEFT, RIGHT, TOP, WIDTH, Axes, frame, legend, polyline, svg
+from stampede.present.figures import linear_ticks
+from stampede.present.html_figures import WIDE, Axes, Box, frame, legend, polyline, svg
 from stampede.results import trace as traces
-from stampede.units import NS_PER_S, format_number, format_seconds
+from stampede.units import NS_PER_S, format_number
 
 SEGMENTS = 40
 
@@ -41,15 +42,14 @@ def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
             if top <= 0:
                 continue
             axes = Axes((0.0, span_s), (0.0, top * 1.05))
-            ticks_x = [(span_s * k / 4, format_seconds(span_s * k / 4)) for k in range(5)]
-            ticks_y = [(top * k / 4, format_number(top * k / 4)) for k in range(5)]
             body = frame(axes, f"time since the {phase}'s start (slowest iteration)", unit,
-                         ticks_x, ticks_y)
+                         linear_ticks(span_s), linear_ticks(top, format_number))
             for layout, segments in layouts.items():
                 points = [(axes.px((s.start_ns + s.stop_ns) / 2e9), axes.py(value(s)))
                           for s in segments]
                 body.append(polyline(points, palette.get(layout, "#333")))
-            body += legend([(layout, palette.get(layout, "#333")) for layout in layouts])
+            body += legend([(layout, palette.get(layout, "#333")) for layout, segments in layouts.items()
+                            if any(value(s) > 0 for s in segments)])
             title = f"{phase} over time: {what}"
             found.append((title, svg(body, title)))
     return [f"<h3>{title}</h3>{figure}" for title, figure in found]
@@ -63,21 +63,20 @@ def heat_map(trace: Any, key: str, rows: Any) -> tuple[str, str] | None:
         return None
     span_s = float(rows[:, traces.STOP].max()) / NS_PER_S
     cell_h = max(3.0, min(18.0, 240.0 / len(labels)))
-    height = int(TOP + cell_h * len(labels) + BOTTOM)
-    axes = Axes((0.0, span_s), (0.0, float(len(labels))), height=height)
-    ticks_x = [(span_s * k / 4, format_seconds(span_s * k / 4)) for k in range(5)]
+    box = Box(height=int(WIDE.top + cell_h * len(labels) + WIDE.bottom))
+    axes = Axes((0.0, span_s), (0.0, float(len(labels))), box=box)
     step = max(1, len(labels) // 8)
     ticks_y = [(len(labels) - index - 0.5, labels[index].removeprefix("rank "))
                for index in range(0, len(labels), step)]
     body = frame(axes, "time since the phase's start (slowest iteration); darker: more of "
-                 "the segment inside a storage op", "rank", ticks_x, ticks_y)
-    width = (WIDTH - LEFT - RIGHT) / busy.shape[1]
+                 "the segment inside a storage op", "rank", linear_ticks(span_s), ticks_y)
+    width = (box.width - box.left - box.right) / busy.shape[1]
     for index, row in enumerate(busy):
-        y = TOP + index * cell_h
+        y = box.top + index * cell_h
         for column, value in enumerate(row):
             if value > 0:
-                body.append(f'<rect x="{LEFT + column * width:.1f}" y="{y:.1f}" '
+                body.append(f'<rect x="{box.left + column * width:.1f}" y="{y:.1f}" '
                             f'width="{width:.1f}" height="{cell_h:.1f}" fill="#1f77b4" '
                             f'fill-opacity="{min(float(value), 1.0):.2f}"/>')
     title = f"{key}: ranks inside a storage op over time"
-    return title, svg(body, title, height)
+    return title, svg(body, title, box)

@@ -13,21 +13,46 @@ Three figures, one PNG each (matplotlib, Agg backend, never a display):
   end), marks where its first read and last read ended, one panel per layout, for one
   iteration (default: the one whose time to last rank is nearest the median).
 
-The module's top level imports only the stdlib: the CLI imports it on every start.
+The data of each figure (series, ranges, ticks, colours) is present.figures', which the
+HTML report's SVG draws too. The module's top level imports only the stdlib and that: the
+CLI imports it on every start.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stampede.errors import install_hint
-from stampede.results.cells import flag, number, whole
-from stampede.results.model import TIMELINE_COLUMNS
+from stampede.ops import TIMELINE_COLOURS
+from stampede.present.figures import (
+    DONE_S,
+    FIRST_BYTE_S,
+    FRACTION_TICKS,
+    GBPS_SPREAD,
+    ITERATION,
+    LAST_RANK_SPREAD,
+    LAST_READ_S,
+    RANK,
+    START_S,
+    CdfPanel,
+    Series,
+    cdf_panels,
+    colour_map,
+    log_seconds_ticks,
+    median_iteration,
+    phases_present,
+    rank_segments,
+    rank_ticks,
+    scaling_series,
+    series_label,
+    shared_span_s,
+    timeline_rows,
+    timeline_span_s,
+)
+from stampede.results.cells import flag
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -138,9 +163,8 @@ def new_figure(nrows: int, ncols: int, width_in: float, height_in: float,
 
 def layout_colours(rows: list[Row]) -> dict[str, str]:
     """A colour per layout, in the archive's order (the job's order): the same layout has the
-    same colour in every figure."""
-    layouts = dict.fromkeys(row["layout"] for row in rows)
-    return {layout: f"C{index % 10}" for index, layout in enumerate(layouts)}
+    same colour in every figure, the HTML report's included."""
+    return colour_map([row["layout"] for row in rows])
 
 
 def describe_run(run_rows: list[Row]) -> str:
@@ -170,41 +194,23 @@ def layout_stats(document: dict[str, Any], run_rows: list[Row], notes: list[str]
 
 # ---- cdf ------------------------------------------------------------------------------
 
-def cdf_steps(counts: Sequence[int], edges_s: Sequence[float]) -> tuple[list[float], list[float]]:
-    """Step points (edge, fraction of samples below it), trimmed to one empty bucket either
-    side of the samples. Exact at each edge; flat between (drawn with where='post')."""
-    total = sum(counts)
-    used = [index for index, count in enumerate(counts) if count]
-    if not total or not used:
-        return [], []
-    low, high = max(used[0] - 1, 0), min(used[-1] + 2, len(counts))
-    below = sum(counts[:low])
-    xs, ys = [edges_s[low]], [below / total]
-    for index in range(low, high):
-        below += counts[index]
-        xs.append(edges_s[index + 1])
-        ys.append(below / total)
-    return xs, ys
-
-
 def cdf_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str]) -> Figure | None:
-    """One panel per op, one step line per layout, x log-scaled in seconds."""
-    from stampede.ops import OPS
-
+    """One panel per op, one step line per layout, x log-scaled in seconds and shared by
+    the panels (figures.cdf_panels: the SVG's small multiples are the same data)."""
     stats = layout_stats(document, run_rows, notes)
-    histograms = {layout: s.get("histograms") or {} for layout, s in stats.items()}
-    ops = [op for op in OPS if any(sum(h.get(op, {}).get("counts", ())) for h in histograms.values())]
-    if not ops:
+    panels = cdf_panels({layout: s.get("histograms") or {} for layout, s in stats.items()})
+    if not panels:
         notes.append(f"run {run_rows[0]['run_id']}: the sidecar holds no latency histograms: "
                      "no cdf figure")
         return None
-    ncols = min(3, len(ops))
-    nrows = -(-len(ops) // ncols)
-    figure, axes = new_figure(nrows, ncols, 5.0 * ncols + 1.8, 3.6 * nrows + 0.6)
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    figure, axes = new_figure(nrows, ncols, 5.0 * ncols + 1.8, 3.6 * nrows + 0.6, sharex=True)
     colours = layout_colours(run_rows)
-    for ax, op in zip(axes.flat, ops):
-        draw_cdf_panel(ax, op, {layout: h[op] for layout, h in histograms.items() if op in h}, colours)
-    for ax in list(axes.flat)[len(ops):]:
+    span_s = shared_span_s(panels)
+    for ax, panel in zip(axes.flat, panels):
+        draw_cdf_panel(ax, panel, colours, span_s)
+    for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     figure_legend(figure, f"layout (cache {run_rows[0]['cache'] or 'n/a'})", list(colours))
     figure.suptitle(f"Latency CDF per op: {describe_run(run_rows)}\n(steps at the edges of "
@@ -212,39 +218,27 @@ def cdf_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str]) 
     return figure
 
 
-def draw_cdf_panel(ax: Axes, op: str, by_layout: dict[str, dict[str, Any]],
-                   colours: dict[str, str]) -> None:
+def draw_cdf_panel(ax: Axes, panel: CdfPanel, colours: dict[str, str],
+                   span_s: tuple[float, float]) -> None:
     """One op's panel: a step CDF per layout that has samples of it; n in the title."""
-    low_s, high_s, counts = float("inf"), 0.0, []
-    for layout, histogram in by_layout.items():
-        xs, ys = cdf_steps(histogram["counts"], histogram["edges_s"])
-        if xs:
-            ax.step(xs, ys, where="post", color=colours.get(layout), label=layout)
-            low_s, high_s = min(low_s, xs[0]), max(high_s, xs[-1])
-            counts.append(sum(histogram["counts"]))
-    log_seconds_axis(ax, low_s, high_s)
+    for layout, (xs, ys) in panel.steps.items():
+        ax.step(xs, ys, where="post", color=colours.get(layout), label=layout)
+    ax.set_xscale("log")
+    ticks = log_seconds_ticks(*span_s)
+    ax.set_xticks([value for value, _ in ticks], labels=[label for _, label in ticks])
+    ax.minorticks_off()
+    ax.set_xlim(*span_s)
+    ax.tick_params(axis="x", labelbottom=True)   # every panel labelled, as a shared x hides them
+    counts = list(panel.samples.values())
     samples = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+    op = panel.op
     ax.set_title(f"{op if op != 'restore' else 'restore (barrier exit to all bytes held)'}: "
                  f"n = {samples} per layout", fontsize="medium")
     ax.set_xlabel("latency (log scale; unit on each tick)")
     ax.set_ylabel("fraction of ops (CDF, 0-1)")
+    ax.set_yticks([value for value, _ in FRACTION_TICKS], labels=[label for _, label in FRACTION_TICKS])
     ax.set_ylim(0, 1.02)
     ax.grid(True, which="both", alpha=0.3)
-
-
-def log_seconds_axis(ax: Axes, low_s: float, high_s: float) -> None:
-    """x log-scaled, ticks labelled with their unit (20 µs, 1.5 ms): denser ticks when the
-    data spans few decades, decades only when it spans many."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    from stampede.units import format_seconds
-
-    decades = math.log10(high_s / low_s) if 0 < low_s < high_s else 1.0
-    subs = (1.0,) if decades > 1.5 else (1.0, 2.0, 5.0) if decades > 0.5 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _position: format_seconds(value)))
-    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def figure_legend(figure: Figure, title: str, order: Sequence[str] = ()) -> None:
@@ -262,38 +256,6 @@ def figure_legend(figure: Figure, title: str, order: Sequence[str] = ()) -> None
 
 
 # ---- scaling --------------------------------------------------------------------------
-
-Series = dict[str, dict[int, tuple[float, float, float]]]   # label -> nranks -> (median, low, high)
-
-
-def summarise(rows: list[Row], column: str, low: str, high: str) -> tuple[float, float, float]:
-    """(median of `column`, lowest `low`, highest `high`) over the runs at one rank count;
-    an empty spread cell falls back to the value itself."""
-    values = [number(row, column) for row in rows]
-    lows = [number(row, low) for row in rows]
-    highs = [number(row, high) for row in rows]
-    return (statistics.median(values),
-            min(lo if lo == lo else value for lo, value in zip(lows, values)),
-            max(hi if hi == hi else value for hi, value in zip(highs, values)))
-
-
-def series_label(row: Row, mixed: Sequence[str]) -> str:
-    """The layout, with the cache state and job added when the archive mixes them."""
-    return row["layout"] + "".join(f", {key} {row[key]}" for key in mixed)
-
-
-def scaling_series(rows: list[Row], ops: Sequence[str], column: str, low: str, high: str,
-                   mixed: Sequence[str]) -> Series:
-    """{series label: {nranks: (median, low, high)}} of one metric over rows of `ops` that
-    have it, in the archive's order."""
-    groups: dict[str, dict[int, list[Row]]] = {}
-    for row in rows:
-        if row["op"] in ops and number(row, column) == number(row, column):
-            groups.setdefault(series_label(row, mixed), {}).setdefault(whole(row, "nranks"), []).append(row)
-    return {label: {nranks: summarise(group, column, low, high)
-                    for nranks, group in sorted(by_ranks.items())}
-            for label, by_ranks in groups.items()}
-
 
 DODGE_OCTAVES = 0.025   # series sit this far apart around a rank count, so error bars do not hide
 
@@ -316,7 +278,8 @@ def draw_series(ax: Axes, series: Series, colours: dict[str, str], factor: float
 def rank_axis(ax: Axes, ranks: Sequence[int]) -> None:
     """x = rank count, log2-spaced, ticks at the counts measured."""
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(ranks), labels=[str(n) for n in sorted(ranks)])
+    ticks = rank_ticks(ranks)
+    ax.set_xticks([value for value, _ in ticks], labels=[label for _, label in ticks])
     ax.minorticks_off()
     ax.set_xlim(min(ranks) / 1.4, max(ranks) * 1.4)
     ax.set_xlabel("MPI ranks (nranks)")
@@ -337,12 +300,11 @@ def scaling_figure(rows: list[Row], notes: list[str]) -> Figure | None:
     rows = valid_rows(rows, notes)
     mixed = [key for key in ("cache", "job") if len({row[key] for row in rows}) > 1]
     colours = layout_colours([{"layout": series_label(row, mixed)} for row in rows])
-    spread = ("time_to_last_rank_s", "time_to_last_rank_min_s", "time_to_last_rank_max_s")
-    done = scaling_series(rows, sorted({row["op"] for row in rows}), *spread, mixed)
+    done = scaling_series(rows, sorted({row["op"] for row in rows}), *LAST_RANK_SPREAD, mixed)
     if not done:
         notes.append("no valid run with a time to last rank in the archive: no scaling figure")
         return None
-    gbps = [scaling_series(rows, (op,), "agg_gbps", "agg_gbps_min", "agg_gbps_max", mixed)
+    gbps = [scaling_series(rows, (op,), *GBPS_SPREAD, mixed)
             for op in ("restore", "read")]
     ranks = sorted({n for series in (done, *gbps) for points in series.values() for n in points})
     figure, axes = new_figure(1, 2 if any(gbps) else 1, 12 if any(gbps) else 8, 4.8)
@@ -391,28 +353,6 @@ def describe_archive(rows: list[Row]) -> str:
 
 # ---- timeline -------------------------------------------------------------------------
 
-RANK, ITERATION, START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S = (TIMELINE_COLUMNS.index(name) for name in (
-    "rank", "iteration", "start_s", "first_byte_s", "last_read_s", "done_s"))
-
-
-def timeline_rows(stats: dict[str, Any]) -> list[tuple[float, ...]]:
-    """The sidecar's timeline rows as floats: the sidecar writes NaN (no such moment, e.g. no
-    read on a rank that receives by broadcast) as null."""
-    return [tuple(float("nan") if value is None else float(value) for value in row)
-            for row in stats.get("timeline") or ()]
-
-
-def median_iteration(timeline: Sequence[Sequence[float]]) -> int:
-    """The iteration whose time to last rank (max done_s) is nearest the median (lower on
-    ties): a typical iteration, neither the luckiest nor the worst."""
-    last_done: dict[int, float] = {}
-    for row in timeline:
-        if row[DONE_S] == row[DONE_S]:
-            last_done[int(row[ITERATION])] = max(last_done.get(int(row[ITERATION]), 0.0), row[DONE_S])
-    middle = statistics.median_low(last_done.values())
-    return min(last_done, key=lambda it: (abs(last_done[it] - middle), it))
-
-
 def pick_iteration(timeline: Sequence[Sequence[float]], iteration: int | None) -> int:
     """`iteration` if the timeline has it (else a UsageError), or the median one."""
     from stampede.errors import UsageError
@@ -428,7 +368,8 @@ def pick_iteration(timeline: Sequence[Sequence[float]], iteration: int | None) -
 
 def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str],
                     iteration: int | None = None) -> Figure | None:
-    """One panel per layout: each rank's bar from start to done, first byte and last read."""
+    """One panel per layout: each rank's bar from start to done, its time in each phase
+    (figures.rank_segments, as the HTML report's timeline), first byte and last read."""
     from stampede.units import seconds_unit
 
     stats = layout_stats(document, run_rows, notes)
@@ -439,8 +380,7 @@ def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[s
     chosen = {layout: pick_iteration(rows, iteration) for layout, rows in timelines.items()}
     shown = {layout: [row for row in rows if int(row[ITERATION]) == chosen[layout]]
              for layout, rows in timelines.items()}
-    longest_s = max((row[DONE_S] for rows in shown.values() for row in rows if row[DONE_S] == row[DONE_S]),
-                    default=1.0)
+    longest_s = max(timeline_span_s(rows) for rows in shown.values())
     unit = seconds_unit(longest_s)
     nranks = int(run_rows[0]["nranks"])
     panel_in = min(max(1.2 + 0.2 * nranks, 2.0), 9.0)
@@ -461,15 +401,22 @@ def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[s
 
 def draw_timeline_panel(ax: Axes, rows: Sequence[Sequence[float]], unit: tuple[str, float],
                         bar_pt: float, style: tuple[str, str]) -> None:
-    """Bars (start to done) per rank, marks at first byte and last read, a line at the last
-    rank done; times in `unit` (name, seconds per unit); style = (colour, completion op)."""
+    """Bars (start to done) per rank, its phases over them, marks at first byte and last
+    read, a line at the last rank done; times in `unit` (name, seconds per unit); style =
+    (colour, completion op)."""
     name, factor = unit
     colour, completion = style
     ranks = [row[RANK] for row in rows]
     start, first, last, done = ([row[column] / factor for row in rows]
                                 for column in (START_S, FIRST_BYTE_S, LAST_READ_S, DONE_S))
-    ax.hlines(ranks, start, done, colors=colour, linewidth=bar_pt, alpha=0.55,
+    ax.hlines(ranks, start, done, colors=colour, linewidth=bar_pt, alpha=0.3,
               label=f"first op start to done ({completion} end)")
+    for phase in phases_present(rows):   # a bar per phase, over the rank's start-to-done one
+        spans = [(row[RANK], begin / factor, seconds / factor) for row in rows
+                 for named, begin, seconds in rank_segments(row) if named == phase]
+        ax.barh([rank for rank, _, _ in spans], [width for _, _, width in spans],
+                left=[left for _, left, _ in spans], height=0.35,
+                color=TIMELINE_COLOURS.get(phase, "0.6"), label=phase, zorder=2)
     for values, marker_colour, label in ((first, "green", "first byte (first read done)"),
                                          (last, "red", "last read done")):
         if any(value == value for value in values):

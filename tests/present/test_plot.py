@@ -173,12 +173,32 @@ def test_timeline_shows_every_rank_of_the_median_or_chosen_iteration(sweep: Path
         assert len(bars.get_segments()) == 2                       # one bar per rank
         last_rank = ax.get_lines()[-1].get_xdata()[0] * factor     # the dashed line
         assert last_rank == pytest.approx(min(per_iteration_s), rel=1e-6)   # median_low of 2
+        assert_phase_bars(ax, document["layouts"][layout]["stats"]["timeline"], factor)
     chosen, _ = build(sweep, "timeline", iteration=1)
     factor = SECONDS_PER[chosen.axes[-1].get_xlabel().rsplit("(", 1)[1].rstrip(")")]
     for ax, layout in zip(chosen.axes, LAYOUTS):
         per_iteration_s = document["layouts"][layout]["stats"]["restore"]["per_iteration_s"]
         assert "iteration 1 " in ax.get_title()
         assert ax.get_lines()[-1].get_xdata()[0] * factor == pytest.approx(per_iteration_s[1], rel=1e-6)
+
+
+def assert_phase_bars(ax: Any, timeline: list[list[float | None]], factor: float) -> None:
+    """Over each rank's bar, a bar per phase it spent time in (the HTML report's phases,
+    present.figures.rank_segments), labelled by phase, as long as the sidecar's column."""
+    from stampede.ops import TIMELINE_PHASES
+    from stampede.results.model import TIMELINE_MOMENTS
+
+    iteration = int(ax.get_title().split("measured iteration ")[1].split(" ")[0])
+    rows = [row for row in timeline if row[1] == iteration]
+    present = [phase for index, phase in enumerate(TIMELINE_PHASES)
+               if any((row[len(TIMELINE_MOMENTS) + index] or 0) > 0 for row in rows)]
+    assert [container.get_label() for container in ax.containers] == present and "read" in present
+    for container in ax.containers:
+        column = len(TIMELINE_MOMENTS) + list(TIMELINE_PHASES).index(container.get_label())
+        widths = {round(bar.get_y() + bar.get_height() / 2): bar.get_width() * factor
+                  for bar in container}
+        assert widths == pytest.approx({int(row[0]): row[column] for row in rows
+                                        if (row[column] or 0) > 0}, rel=1e-6)
 
 
 @needs_matplotlib
