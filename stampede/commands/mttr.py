@@ -186,26 +186,33 @@ def cmd_mttr(args: argparse.Namespace) -> int:
 
 def _rejoin_beside_restart(archives: list[str], inputs: dict[str, float],
                            sources: dict[str, str], console: Any) -> None:
-    """An archive of `stampede rejoin` holds both restores: T_MTTR each way, the load term
-    measured by each (the rejoin's slowest rank is a spare fed by its peer's NIC)."""
-    from stampede.model.mttr import measured_model
+    """An archive of `stampede rejoin` holds both restores: T_MTTR each way as measured
+    and at 16,384 ranks (stampede.model.rejoin: the rejoin's load the peer transfer into
+    a spare node's NIC, the restart's the storage's aggregate), and what dominates."""
+    from stampede.model.rejoin import rejoin_verdict
+    from stampede.model.workload import Workload
     from stampede.present.report import new_table
     from stampede.results.archive import read_rows
     from stampede.units import format_duration
 
-    held = {row["layout"] for archive in archives for row in read_rows(archive)
-            if row["op"] == "restore"}
-    if not {"rejoin", "restart"} <= held:
+    rows = [row for archive in archives for row in read_rows(archive)]
+    verdict = rejoin_verdict(archives, rows, Workload(int(EXTRA_DEFAULTS["gpus"])),
+                             inputs=inputs, sources=sources)
+    if verdict is None:
         return
+    ranks = verdict.workload.ranks
     table = new_table("A node lost: rejoin from the tiers (stampede rejoin) beside a full "
-                      "restart from storage", ("restore", "S_weights / BW_rank_io", "T_MTTR",
-                                               "dominant term"), left=("restore", "dominant term"))
-    for layout in ("rejoin", "restart"):
-        model, _ = measured_model(archives, layout, inputs, sources)
-        load = next(term for term in model.terms if term.name.startswith("S_weights"))
-        table.add_row(layout, format_duration(load.seconds), format_duration(model.total_s),
-                      ", ".join(term.name for term in model.dominant))
+                      "restart from storage", ("restore", "T_MTTR as measured",
+                                               f"T_MTTR at {ranks} ranks", "load term there",
+                                               "dominant there"),
+                      left=("restore", "load term there", "dominant there"))
+    for measured, target in zip(verdict.measured, verdict.at_target):
+        table.add_row(target.layout, format_duration(measured.model.total_s)
+                      if measured.model else "-",
+                      format_duration(target.model.total_s) if target.model else "not possible",
+                      target.load, target.dominant or target.why_not)
     console.print(table)
+    console.print(verdict.describe(), markup=False)
 
 
 def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Any, Any]]:

@@ -57,8 +57,8 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
     from stampede import mpi
     from stampede.backends import backend_name_for
     from stampede.commands.job import measure
-    from stampede.run.rejoin import RESTORE_LAYOUTS, rejoin_job
-    from stampede.run.tiers import SAVE_LAYOUTS
+    from stampede.results.tiers import TIER_RESTORES, TIER_SAVES
+    from stampede.run.rejoin import rejoin_job
     from stampede.spec import load_job
 
     spec = load_job(args.job, overrides(args))   # validated before MPI and any I/O
@@ -75,7 +75,7 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
         print(f"stampede rejoin: --damage {args.damage}: the lost shards' replicas are "
               f"{'deleted' if args.damage == 'missing' else 'corrupted'} after the loss",
               file=sys.stderr)
-    measure(comm, spec, "rejoin", (*SAVE_LAYOUTS, *RESTORE_LAYOUTS),
+    measure(comm, spec, "rejoin", (*TIER_SAVES, *TIER_RESTORES),
             f"{spec.tier_peers} peer replica(s) ({spec.tier_placement}), "
             f"{spec.spare_nodes} spare node(s), {spec.lost_nodes} lost, "
             f"{spec.warmup} warmup + {spec.iterations} iterations of each restore, cache "

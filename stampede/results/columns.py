@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stampede.results.tiers import TIERS, tier_column
 from stampede.spec import OPTIONS, Option
 
 ARCHIVE_SCHEMA = 5
@@ -158,6 +159,12 @@ OWN: tuple[Column, ...] = (
             "loaders` (`safetensors`, `torch.load`, `dcp`, `runai`, `fastsafetensors`, "
             "`tensorizer`), or the tool of imported results (`ior`, `mdtest`); rows of "
             "schemas 1-4 read as what their `backend` said", identity=True),
+    _column("notes", "text", "", 5, "what a run says of itself beside its numbers, not a "
+            "warning (`stampede rejoin`: the tier each rank restored from, a fall-back to the "
+            "next tier and why), `|`-separated"),
+    *(_column(tier_column(tier), "whole", _B, 5, _RESTORE_ROW + "`stampede rejoin`'s "
+              f"restores: bytes all ranks restored from the {tier} tier (last iteration)")
+      for tier in TIERS),
 )
 # The options whose columns are part of a row's identity: they change what an op costs.
 IDENTITY_OPTIONS = ("pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",

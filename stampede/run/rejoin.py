@@ -49,6 +49,7 @@ from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext
+from stampede.results.tiers import REJOIN, TIER_RESTORES, TIERS
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
 from stampede.run.layout import Tick
@@ -68,7 +69,6 @@ from stampede.units import NS_PER_S
 
 (OPEN, READ, CLOSE, VERIFY, PEER, RESTORE) = (
     OP_CODE[name] for name in ("open", "read", "close", "verify", "peer", "restore"))
-RESTORE_LAYOUTS = ("rejoin", "restart")
 DAMAGES = ("none", "missing", "corrupt")   # what happens to the lost shards' replicas
 TAG_SHARD = 73   # a lost shard to its spare (tiers' tags: 71, 72)
 CLEAN_HINT = "stampede rejoin JOB --clean, launched on the same nodes, removes it"
@@ -106,7 +106,7 @@ def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.working, hosts)
             mpi.collective(comm, "losing the nodes", partial(_lose, state))
-            for layout in RESTORE_LAYOUTS:
+            for layout in TIER_RESTORES:
                 run = _restores(state, layout, hosts, tick)
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.active, hosts)
@@ -182,7 +182,7 @@ def _restores(state: Rank, layout: str, hosts: tuple[str, ...], tick: Tick | Non
         origins[iteration] = origin = time.perf_counter_ns()
         if position >= 0:
             state.used, state.tier = {}, ""
-            if layout == "rejoin":
+            if layout == REJOIN:
                 _rejoin(state, position, iteration, rows)
             else:
                 _from_storage(state, position, iteration, rows)
@@ -195,7 +195,8 @@ def _restores(state: Rank, layout: str, hosts: tuple[str, ...], tick: Tick | Non
     if position >= 0:
         active_hosts = tuple(hosts[r] for r in roles.active)
         run = layout_run(active, state, layout, rows, origins, active_hosts, "restore")
-        run = replace(run, notes=run.notes + tuple(_tiers_said(active, state)))
+        said, tier_bytes = _tiers_said(active, state)
+        run = replace(run, said=tuple(said), tier_bytes=tier_bytes)
     mpi.free(active, comm)
     return run if run is not None else LayoutRun(layout, 0, None, (), "")
 
@@ -326,25 +327,26 @@ def read_file(backend: Backend, path: Any, view: memoryview, block: int, iterati
     return failed
 
 
-def _tiers_said(active: Any, state: Rank) -> list[str]:
-    """What the report says of a restore: the bytes from each tier, which tier each rank
-    used (the last iteration's; the same in every one), the spares apart. Ranks as the
-    restored job numbers them (the archive's), with their world rank."""
+def _tiers_said(active: Any, state: Rank) -> tuple[list[str], dict[str, int]]:
+    """What the report notes of a restore (the bytes from each tier, which tier each rank
+    used: the last iteration's, the same in every one; the spares apart; each fall-back to
+    the next tier and why), and the bytes from each tier (TIERS). Ranks as the restored
+    job numbers them (the archive's), with their world rank."""
     said = mpi.gather(active, (state.rank, state.tier, dict(state.used), list(state.notes)))
     if said is None:
-        return []
-    totals: dict[str, int] = {}
+        return [], {}
+    totals = dict.fromkeys(TIERS, 0)
     for _, _, used, _ in said:
         for tier, nbytes in used.items():
-            totals[tier] = totals.get(tier, 0) + nbytes
+            totals[tier] += nbytes
     roles = state.roles
     lines = ["bytes by tier (last iteration): " + ", ".join(
-        f"{tier} {nbytes:,} B" for tier, nbytes in sorted(totals.items())),
+        f"{tier} {nbytes:,} B" for tier, nbytes in sorted(totals.items()) if nbytes),
         "tier by rank: " + ", ".join(
             f"{index}@{roles.nodes[roles.node_of[world]]}"
             f"{' (spare, world rank ' + str(world) + ')' if world in roles.spares else ''} "
             f"{tier or 'none'}" for index, (world, tier, _, _) in enumerate(said))]
-    return lines + sorted({note for *_, notes in said for note in notes})
+    return lines + sorted({note for *_, notes in said for note in notes}), totals
 
 
 def _clean(state: Rank) -> None:

@@ -23,6 +23,7 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.content import ContentSource
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun
+from stampede.results.tiers import TIER_SAVES
 from stampede.run.checks import new_digest
 from stampede.run.gather import exact_stats
 from stampede.run.roles import Roles
@@ -31,7 +32,6 @@ from stampede.spec import JobSpec
 
 (CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED) = (
     OP_CODE[name] for name in ("create", "write", "fsync", "close", "peer", "save", "published"))
-SAVE_LAYOUTS = ("tier-local", "tier-peer", "tier-storage")
 TAG_REPLICA, TAG_ACK = 71, 72
 Row = tuple[int, int, int, int, int, int]
 
@@ -87,7 +87,7 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
     comm, roles = state.comm, state.roles
     position = roles.position_of(state.rank, after_loss=False)
     working = mpi.split(comm, int(position < 0), key=state.rank)
-    rows: dict[str, list[Row]] = {layout: [] for layout in SAVE_LAYOUTS}
+    rows: dict[str, list[Row]] = {layout: [] for layout in TIER_SAVES}
     digest = ""
     if position >= 0:
         digest = _fill(state, position)
@@ -110,7 +110,7 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
         _publish(state, rows["tier-storage"], origin)
     runs = []
     working_hosts = tuple(hosts[r] for r in roles.working)
-    for layout in SAVE_LAYOUTS:   # a spare took no part: its runs are empty
+    for layout in TIER_SAVES:   # a spare took no part: its runs are empty
         runs.append(layout_run(working, state, layout, rows[layout], {0: origin},
                                 working_hosts, "save") if position >= 0
                     else LayoutRun(layout, 0, None, (), "", phase="save"))

@@ -7,10 +7,13 @@ peer op counts, and nothing left on any node's local tier or on the target."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,17 @@ def said(result: subprocess.CompletedProcess[str]) -> str:
     return " ".join((result.stdout + result.stderr).split())
 
 
+def html_verdict(stampede: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> str:
+    """The HTML report's verdict section of the run's archive, as text."""
+    page = tmp_path / "report.html"
+    made = stampede("html", str(tmp_path / "results" / "tiers.csv"), "-o", str(page))
+    assert made.returncode == 0, made.stderr
+    text = page.read_text()
+    section = text[text.index('id="verdict"'):]
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", section[:section.index("</section>")])
+                                  ).split())
+
+
 def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
         stampede, tmp_path: Path) -> None:
     result = rejoin(tmp_path, str(job(tmp_path)))
@@ -63,8 +77,9 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     text = said(result)
     assert "tier by rank: 0@nodeA local, 1@nodeC (spare, world rank 2) peer" in text
     assert "bytes by tier (last iteration): local 4,194,304 B, peer 4,194,304 B" in text
-    assert "restart: tier by rank: 0@nodeA storage, 1@nodeC (spare, world rank 2) storage" \
-        in text.replace("restart: warning: ", "restart: ")
+    assert "restart: note: tier by rank: 0@nodeA storage, 1@nodeC (spare, world rank 2) " \
+        "storage" in text                      # notes, not warnings
+    assert "warning: tier by rank" not in text and "warning: bytes by tier" not in text
     rows = read_archive(tmp_path / "results" / "tiers.csv")
     done = {(row["phase"], row["layout"]): row for row in rows if row["op"] in ("save", "restore")}
     assert set(done) == {("save", "tier-local"), ("save", "tier-peer"), ("save", "tier-storage"),
@@ -83,18 +98,28 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     lines = [line.split() for line in table.splitlines()]
     assert [line[0] for line in lines if line[:1] in (["rejoin"], ["restart"])] == \
         ["rejoin", "restart"], modelled.stdout   # T_MTTR both ways, from the same run
+    assert "T_MTTR at 16384 ranks" in " ".join(modelled.stdout.split())
+    verdict = html_verdict(stampede, tmp_path)
+    assert "use tier-" not in verdict           # the tiers of one save are not ranked
+    assert "restore T_MTTR as measured (2 ranks) T_MTTR at 16384 ranks" in verdict
+    assert "local peer storage rejoin 4 MiB 4 MiB - restart - - 8 MiB" in verdict   # by tier
+    assert "no fall-back to storage" in verdict
 
 
 @pytest.mark.parametrize(("damage", "why"), [("missing", "missing on its peer"),
                                              ("corrupt", "failed run.verify (xxh3)")])
-def test_a_missing_or_corrupt_replica_falls_back_to_storage(tmp_path: Path, damage: str,
-                                                            why: str) -> None:
+def test_a_missing_or_corrupt_replica_falls_back_to_storage(stampede, tmp_path: Path,
+                                                            damage: str, why: str) -> None:
     result = rejoin(tmp_path, str(job(tmp_path)), "--damage", damage)
     assert result.returncode == 0, result.stdout + result.stderr
     text = said(result)
     assert f"rank 2: position 1's replica {why} on rank 0: read from storage" in text
     assert "1@nodeC (spare, world rank 2) storage" in text
     assert not list((tmp_path / "local").rglob("*"))
+    verdict = html_verdict(stampede, tmp_path)
+    assert f"Fell back to storage: rank 2: position 1's replica {why} on rank 0: read from " \
+        "storage" in verdict
+    assert "storage rejoin 4 MiB - 4 MiB restart" in verdict   # the spare from storage
 
 
 def test_a_placement_that_cannot_be_made_is_refused_before_any_io(tmp_path: Path) -> None:
