@@ -41,6 +41,8 @@ MKDIR_BY = ("root", "every")
 RESTORE_FROM = ("auto", "prepared", "saved")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
 PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas go
+PUBLISH_LEVELS = ("local", "peer", "storage")   # stampede.run.tiers: when a version counts
+DRAINS = ("background", "inline")               # stampede.run.tiers: the storage copy
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 MIN_PART_BYTES = 5 * BYTES_PER_MIB   # S3's smallest part (all but the last)
 
@@ -223,6 +225,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("tiers.lost_nodes", "lost_nodes", values.whole_number(1), 1,
            "`stampede rejoin`: the last working nodes are lost after the save (their local "
            "tier deleted); spares take their ranks' places", "lost_nodes"),
+    Option("tiers.publish", "tier_publish", values.choice(PUBLISH_LEVELS), "storage",
+           "`stampede rejoin`: the protection at which the version counts as published (its "
+           "manifest written): local = durable on every node; peer = every shard also on a "
+           "peer; storage = every shard on the shared storage", "tier_publish"),
+    Option("tiers.drain", "tier_drain", values.choice(DRAINS), "background",
+           "`stampede rejoin`: the storage copy written by a thread of each rank while the "
+           "rank goes on (background: training blocked only for the local and peer copies), "
+           "or by the rank itself after them (inline)", "tier_drain"),
     Option("run.restore", "restore_from", values.choice(RESTORE_FROM), "auto",
            "what run restores: auto = the layout's published save when the target holds one "
            "(`stampede save`), else the prepared checkpoint; prepared; saved", "restore_from"),
@@ -286,6 +296,8 @@ class JobSpec:
     tier_placement: str
     spare_nodes: int
     lost_nodes: int
+    tier_publish: str
+    tier_drain: str
     restore_from: str
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display

@@ -18,6 +18,11 @@ Archived as five layouts of one run: save/tier-local, save/tier-peer, save/tier-
 peer, on storage), restore/rejoin and restore/restart (time to last rank of the restored
 job: survivors from their local tier, spares from a peer or storage; or everyone from
 storage). The report's notes say the bytes from each tier and the tier of each rank.
+The storage copy drains in a thread of each rank while it goes on (tiers.drain): blocked
+= until the rank's local and peer copies are done; published (tiers.publish) = once every
+shard is on that tier; each tier's unprotected = how long the published version was not
+yet on it. `stampede html` and `stampede mttr` on the archive: T_MTTR of the rejoin and
+of the full restart side by side, as measured and at 16,384 ranks.
 
   mpiexec -hosts node0:2,node1:2,node2:2 -n 6 stampede rejoin jobs/rejoin.toml
   stampede emulate-cluster --nodes 3 --ranks-per-node 1 --no-storage -- \\

@@ -12,8 +12,14 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
      and acknowledging; `save` = the rank has every acknowledgement (its shard survives
      the loss of its node).
    - tier-storage: the shard drained to the job's target (the shared storage): create,
-     write, fsync, close; `save` = durable on storage; `published` (rank 0) = the manifest
-     written once every rank's shard is.
+     write, fsync, close (or one PUT); `save` = durable on storage. With tiers.drain =
+     background a thread of the rank writes it from the moment the local copy is durable,
+     while the rank replicates to its peers; inline, the rank writes it after them.
+   `blocked` (in each of the three) = the rank could train again: its local and peer
+   copies done (inline: its storage copy too); `published` (rank 0, in the layout of the
+   tier tiers.publish names) = the manifest written once every rank's shard is on that
+   tier; each tier's unprotected_s = how long the published version was not yet on that
+   tier on every node (0 for the tiers the publish waited for).
 2. The loss: every rank of a lost node deletes its node's local tier (its memory goes
    with the process's next phase: it takes no part in the restores).
 3. Two layouts of phase restore, run.warmup + run.iterations times each, by the restored
@@ -99,6 +105,10 @@ def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None
             contextlib.ExitStack() as buffers:
         incoming = [buffers.enter_context(AlignedBuffer(shard_bytes, populate=True)) for _ in held]
         state = Rank(comm, spec, roles, backend, shard, incoming, shard_bytes, local, damage)
+        if spec.tier_drain == "background":
+            state.drain_connection = mpi.collective(comm, "connecting the drain to the target",
+                                                    partial(open_backend, spec.target_path,
+                                                            spec.storage_options))
         mpi.collective(comm, "checking the tiers", partial(_nothing_left, state))
         try:
             mpi.collective(comm, "making the tiers' directories", partial(_directories, state))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,16 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.content import ContentSource
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun
-from stampede.results.tiers import TIER_SAVES
+from stampede.results.tiers import TIER_SAVES, TIERS
 from stampede.run.checks import new_digest
 from stampede.run.gather import exact_stats
 from stampede.run.roles import Roles
 from stampede.run.setup import MAX_MESSAGES
 from stampede.spec import JobSpec
 
-(CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED) = (
-    OP_CODE[name] for name in ("create", "write", "fsync", "close", "peer", "save", "published"))
+(CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED, BLOCKED) = (
+    OP_CODE[name] for name in ("create", "write", "fsync", "close", "peer", "save", "published",
+                               "blocked"))
 TAG_REPLICA, TAG_ACK = 71, 72
 Row = tuple[int, int, int, int, int, int]
 
@@ -54,6 +56,7 @@ class Rank:
     tier: str = ""                  # where this rank's shard came from in the rejoin
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)    # what failed in the current layout
+    drain_connection: Backend | None = None   # tiers.drain = background: the drain's own
     _local_backend: Backend | None = None
 
     def failed(self, text: str) -> str:
@@ -72,6 +75,12 @@ class Rank:
         if self._local_backend is None:
             self._local_backend = PosixBackend(str(self.local))
         return self._local_backend
+
+    @property
+    def drain_backend(self) -> Backend:
+        """Where the storage copy goes: the target, over the drain's own connection when
+        it has one (a thread must not share the rank's: one kept-alive HTTP connection)."""
+        return self.drain_connection or self.backend
 
     def local_file(self, position: int, replica: bool) -> Any:
         """A shard's file on this node's local tier (the local backend's path)."""
@@ -94,20 +103,30 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
     state.digests = list(mpi.bcast(comm, _gathered_digests(comm, roles, digest)))
     mpi.barrier(comm)
     origin = time.perf_counter_ns()
+    drain = None
     if position >= 0:
         failed = state.failed(write_file(state.local_backend, state.local_file(position, False),
                                          state.shard.view, state.spec.block_bytes,
                                          rows["tier-local"]))
         rows["tier-local"].append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes,
                                    int(not failed)))
+        if state.spec.tier_drain == "background":
+            drain = threading.Thread(target=_drain, args=(state, position, rows["tier-storage"],
+                                                          origin), name="stampede-drain")
+            drain.start()
+    _publish_at(state, "local", rows, origin)
     _replicate(state, position, rows["tier-peer"], origin)
+    _publish_at(state, "peer", rows, origin)
     if position >= 0:
-        failed = state.failed(_write_storage(state, position, rows["tier-storage"]))
-        rows["tier-storage"].append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes,
-                                     int(not failed)))
-    mpi.barrier(comm)   # every shard durable on storage: the manifest publishes the version
-    if state.rank == 0:
-        _publish(state, rows["tier-storage"], origin)
+        if drain is None:
+            _drain(state, position, rows["tier-storage"], origin)
+        blocked = time.perf_counter_ns()   # the rank could train again: what is left drains
+        for layout in TIER_SAVES:
+            rows[layout].append((0, BLOCKED, origin, blocked, 0, 1))
+    if drain is not None:
+        drain.join()
+    _publish_at(state, "storage", rows, origin)
+    mpi.barrier(comm)   # every tier of every shard written: the save's layouts are complete
     runs = []
     working_hosts = tuple(hosts[r] for r in roles.working)
     for layout in TIER_SAVES:   # a spare took no part: its runs are empty
@@ -115,7 +134,39 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
                                 working_hosts, "save") if position >= 0
                     else LayoutRun(layout, 0, None, (), "", phase="save"))
     mpi.free(working, comm)
-    return runs
+    return unprotected_by_tier(runs, TIER_SAVES[TIERS.index(state.spec.tier_publish)])
+
+
+def _drain(state: Rank, position: int, rows: list[Row], origin: int) -> None:
+    """The storage copy, timed (a thread of its own with tiers.drain = background: its own
+    connection to the target, so the rank's goes on untouched)."""
+    failed = state.failed(_write_storage(state, position, rows))
+    rows.append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes, int(not failed)))
+
+
+def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int) -> None:
+    """At the protection level tiers.publish names: once every rank's shard is there (a
+    barrier), rank 0 publishes the version (its manifest); `published` a row of that
+    tier's layout."""
+    if tier != state.spec.tier_publish:
+        return
+    mpi.barrier(state.comm)
+    if state.rank == 0:
+        _publish(state, rows[TIER_SAVES[TIERS.index(tier)]], origin)
+
+
+def unprotected_by_tier(runs: list[LayoutRun], publishing: str) -> list[LayoutRun]:
+    """Each tier's unprotected window (rank 0, where the statistics are): how long the
+    published version was not yet on that tier on every node, from its publish to the
+    tier's last rank (0 for the tiers the publish waited for)."""
+    found = {run.layout: run for run in runs}
+    stats = found[publishing].stats
+    published = next((op for op in stats.ops if op.op == "published"), None) if stats else None
+    if published is None:
+        return runs
+    return [replace(run, stats=replace(run.stats, unprotected_s=max(
+        0.0, run.stats.restore.time_to_last_rank_s.median - published.latency.max_s)))
+        if run.stats is not None else run for run in runs]
 
 
 def _gathered_digests(comm: Any, roles: Roles, digest: str) -> list[str]:
@@ -181,9 +232,9 @@ def wait_all(requests: list[Any]) -> None:
 def _write_storage(state: Rank, position: int, rows: list[Row]) -> str:
     """The shard on the job's target; on an object store one PUT of the whole shard
     (write), durable when it is answered. What failed, or ""."""
-    store = object_store(state.backend)
+    store = object_store(state.drain_backend)
     if store is None:
-        return write_file(state.backend, state.storage_file(position), state.shard.view,
+        return write_file(state.drain_backend, state.storage_file(position), state.shard.view,
                           state.spec.block_bytes, rows)
     start = time.perf_counter_ns()
     try:

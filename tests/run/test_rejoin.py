@@ -106,6 +106,29 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     assert "no fall-back to storage" in verdict
 
 
+@pytest.mark.parametrize(("publish", "drain"), [("storage", "background"), ("local", "inline")])
+def test_the_version_is_published_at_the_level_asked_and_each_tier_says_its_window(
+        tmp_path: Path, publish: str, drain: str) -> None:
+    """`published` in the layout of the tier tiers.publish names; each tier's unprotected
+    window 0 up to that tier and above 0 past it; the rank blocked until its peer copy is
+    acknowledged, and its storage copy too only when the drain is inline."""
+    result = rejoin(tmp_path, str(job(tmp_path)), "--set", f"tiers.publish={publish}",
+                    "--set", f"tiers.drain={drain}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_archive(tmp_path / "results" / "tiers.csv")
+    saves = {row["layout"]: row for row in rows if row["op"] == "save"}
+    published = {row["layout"] for row in rows if row["op"] == "published"}
+    assert published == {f"tier-{publish}"}
+    windows = {layout: float(row["unprotected_s"]) for layout, row in saves.items()}
+    past = ("tier-peer", "tier-storage") if publish == "local" else ()
+    assert {layout for layout, seconds in windows.items() if seconds > 0} == set(past), windows
+    blocked = {row["layout"]: float(row["lat_max_s"]) for row in rows if row["op"] == "blocked"}
+    assert set(blocked) == set(saves) and len(set(blocked.values())) == 1   # one save's
+    waited_for = ("tier-local", "tier-peer") + (("tier-storage",) if drain == "inline" else ())
+    assert all(blocked[layout] >= float(saves[layout]["lat_max_s"]) for layout in waited_for)
+    assert not list((tmp_path / "local").rglob("*"))
+
+
 @pytest.mark.parametrize(("damage", "why"), [("missing", "missing on its peer"),
                                              ("corrupt", "failed run.verify (xxh3)")])
 def test_a_missing_or_corrupt_replica_falls_back_to_storage(stampede, tmp_path: Path,
