@@ -130,6 +130,14 @@ class Side:
     def dominant(self) -> str:
         return ", ".join(term.name for term in self.model.dominant) if self.model else ""
 
+    def term(self, name: str) -> str:
+        """A term's time and whether it was measured ("-" when not possible)."""
+        found = next((term for term in self.model.terms if term.name == name),
+                     None) if self.model else None
+        if found is None:
+            return "-"
+        return f"{format_duration(found.seconds)} ({'measured' if found.measured else 'assumed'})"
+
     @property
     def load(self) -> str:
         """The load term, named, with its time ("-" when not possible)."""
@@ -148,6 +156,7 @@ class RejoinVerdict:
     size: float                    # S at the target
     lost_nodes: int                # L at the target
     spares: int                    # the pool at the target
+    spare_fraction: float          # of the nodes there
     measured: tuple[Side, Side]    # rejoin, restart, at the run's scale
     at_target: tuple[Side, Side]
 
@@ -169,7 +178,7 @@ class RejoinVerdict:
         nodes = self.workload.nodes(self.per_node)
         return (f"{self.workload.ranks} ranks on {nodes} node(s) of {self.per_node}, "
                 f"{format_bytes(self.size)} per rank; {self.lost_nodes} node(s) lost, a pool of "
-                f"{self.spares} spare node(s) ({SPARE_POOL_FRACTION:.0%}); B_node "
+                f"{self.spares} spare node(s) ({self.spare_fraction * 100:g}% of the nodes); B_node "
                 f"{_rate(self.run.rates.node_bps)}, B_storage {_rate(self.run.rates.storage_bps)}, "
                 f"B_local {_rate(self.run.rates.local_bps)} per rank, as run {self.run.run_id} "
                 "measured them")
@@ -225,6 +234,6 @@ def rejoin_verdict(archives: Sequence[str], rows: Sequence[dict[str, str]], work
     restart = _side(archives, RESTART, restart_load_s(workload.ranks, k, size, run.rates),
                     f"projected: {workload.ranks} x {format_bytes(size)} at B_storage as "
                     "measured", size, inputs, sources)
-    return RejoinVerdict(run, workload, k, size, lost, spares,
+    return RejoinVerdict(run, workload, k, size, lost, spares, spare_fraction,
                          (measured[0], measured[1]), (rejoin, restart))
 

@@ -66,6 +66,7 @@ def rejoin_section(verdict: Any) -> str:
     body = []
     for measured, target in zip(verdict.measured, verdict.at_target):
         body.append([target.layout, _total(measured), _total(target), target.load,
+                     target.term("T_pod_init"), target.term("T_barrier_sync"),
                      target.dominant or target.why_not])
     terms = [tag("li", mttr_line(f"{side.layout} at {ranks} ranks", side.model, side.layout))
              for side in verdict.at_target if side.model]
@@ -78,7 +79,8 @@ def rejoin_section(verdict: Any) -> str:
     return (tag("h3", "A node lost: rejoin from the tiers beside a full restart from storage")
             + tag("p", escape(verdict.describe()), class_="note")
             + table(("restore", f"T_MTTR as measured ({run.nranks} ranks)",
-                     f"T_MTTR at {ranks} ranks", "load term there", "dominant there"), body)
+                     f"T_MTTR at {ranks} ranks", "load term there", "T_pod_init (the spare's)",
+                     "T_barrier_sync", "dominant there"), body)
             + tag("ul", "".join(terms))
             + tag("h3", "Bytes restored from each tier (last iteration)")
             + table(("restore", *tiers), by_tier)

@@ -4,10 +4,20 @@ rejoin run's rows, the load terms at the target, the spare pool, a fall-back sai
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from stampede.model.rejoin import Rates, rejoin_load_s, rejoin_run, restart_load_s, spare_pool
+from stampede.model.rejoin import (
+    Rates,
+    rejoin_load_s,
+    rejoin_run,
+    rejoin_verdict,
+    restart_load_s,
+    spare_pool,
+)
+from stampede.model.workload import Workload
+from stampede.results.archive import append_rows, read_rows
 
 MIB = 2**20
 
@@ -73,3 +83,39 @@ def test_the_spare_pool_is_a_share_of_the_nodes_and_never_empty() -> None:
     assert spare_pool(2048) == 41              # 2% of 2,048 nodes
     assert spare_pool(2048, 0.05) == 102
     assert spare_pool(10) == 1
+
+
+def archive(tmp_path: Path, startup_s: float | None) -> str:
+    """The rows above as a real archive (the writer's own append), with a `stampede
+    startup` run beside them when given."""
+    path = tmp_path / "rejoin.csv"
+    written = [{**row, "schema": 5, "phase": "restore", "tool": "stampede", "job": "tiers",
+                "cache": "cold"} for row in rows()]
+    if startup_s is not None:
+        written.append({"schema": 5, "run_id": "s1", "phase": "startup", "tool": "stampede",
+                        "job": "startup", "layout": "-", "op": "startup", "valid": "true",
+                        "nranks": "4", "time_to_last_rank_s": str(startup_s)})
+    append_rows(path, written)
+    return str(path)
+
+
+@pytest.mark.parametrize("startup_s", [None, 2.5])
+def test_t_mttr_both_ways_at_the_target_with_the_spares_start_up_measured_or_assumed(
+        tmp_path: Path, startup_s: float | None) -> None:
+    path = archive(tmp_path, startup_s)
+    workload = Workload(16384, ranks_per_node=8, bytes_per_rank=1e9)
+    verdict = rejoin_verdict([path], read_rows(path), workload)
+    assert verdict is not None and verdict.spares == 41 and verdict.lost_nodes == 1
+    rejoin, restart = verdict.at_target
+    assert rejoin.model is not None and restart.model is not None
+    node_bps, storage_bps = 2 * 8 * MIB / 0.1, 4 * 8 * MIB / 0.5
+    terms = {term.name: term for term in rejoin.model.terms}
+    assert terms["peer transfer k S / B_node"].seconds == pytest.approx(8 * 1e9 / node_bps)
+    load = {term.name: term for term in restart.model.terms}["S_weights / BW_rank_io"]
+    assert load.seconds == pytest.approx(16384 * 1e9 / storage_bps)
+    assert terms["T_pod_init"].seconds == (startup_s if startup_s is not None else 5.0)
+    assert terms["T_pod_init"].measured == (startup_s is not None)
+    assert restart.dominant == "S_weights / BW_rank_io"   # 16 TB through 0.5 GB/s
+    alone = rejoin_verdict([path], read_rows(path), workload, lost_nodes=42)   # > the pool
+    assert alone is not None and alone.at_target[0].model is None
+    assert "42 lost node(s) and 41 spare(s)" in alone.at_target[0].why_not

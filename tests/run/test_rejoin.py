@@ -99,6 +99,19 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     assert [line[0] for line in lines if line[:1] in (["rejoin"], ["restart"])] == \
         ["rejoin", "restart"], modelled.stdout   # T_MTTR both ways, from the same run
     assert "T_MTTR at 16384 ranks" in " ".join(modelled.stdout.split())
+    archive = str(tmp_path / "results" / "tiers.csv")
+    projected = stampede("project", archive, "--ranks", "16384", "--ranks-per-node", "8",
+                         "--lost-nodes", "2", "--spare-pool-pct", "0.01")
+    assert projected.returncode == 0, projected.stderr
+    text = " ".join(projected.stdout.split())   # 2,048 nodes: a pool of 1, 2 lost
+    assert "2 node(s) lost, a pool of 1 spare node(s) (0.01% of the nodes)" in text, text
+    ways: dict[str, str] = {}   # each way's first line (a wrapped cell may start one)
+    for line in projected.stdout.splitlines():
+        if line.split()[:1] in (["rejoin"], ["restart"]):
+            ways.setdefault(line.split()[0], line)
+    assert "not possible" in ways["rejoin"] and "not possible" not in ways["restart"], ways
+    refused = stampede("project", archive, "--ranks", "16384", "--lost-nodes", "0")
+    assert refused.returncode == 2 and "--lost-nodes 0: must be at least 1" in refused.stderr
     verdict = html_verdict(stampede, tmp_path)
     assert "use tier-" not in verdict           # the tiers of one save are not ranked
     assert "restore T_MTTR as measured (2 ranks) T_MTTR at 16384 ranks" in verdict
