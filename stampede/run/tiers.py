@@ -103,7 +103,8 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
     state.digests = list(mpi.bcast(comm, _gathered_digests(comm, roles, digest)))
     mpi.barrier(comm)
     origin = time.perf_counter_ns()
-    drain = None
+    drain: threading.Thread | None = None
+    failure: list[BaseException] = []   # what the drain raised: re-raised after its join
     if position >= 0:
         failed = state.failed(write_file(state.local_backend, state.local_file(position, False),
                                          state.shard.view, state.spec.block_bytes,
@@ -112,19 +113,21 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
                                    int(not failed)))
         if state.spec.tier_drain == "background":
             drain = threading.Thread(target=_drain, args=(state, position, rows["tier-storage"],
-                                                          origin), name="stampede-drain")
+                                                          origin, failure), name="stampede-drain")
             drain.start()
     _publish_at(state, "local", rows, origin)
     _replicate(state, position, rows["tier-peer"], origin)
     _publish_at(state, "peer", rows, origin)
     if position >= 0:
         if drain is None:
-            _drain(state, position, rows["tier-storage"], origin)
+            _drain(state, position, rows["tier-storage"], origin, failure)
         blocked = time.perf_counter_ns()   # the rank could train again: what is left drains
         for layout in TIER_SAVES:
             rows[layout].append((0, BLOCKED, origin, blocked, 0, 1))
     if drain is not None:
         drain.join()
+    if failure:
+        raise failure[0]
     _publish_at(state, "storage", rows, origin)
     mpi.barrier(comm)   # every tier of every shard written: the save's layouts are complete
     runs = []
@@ -137,11 +140,16 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
     return unprotected_by_tier(runs, TIER_SAVES[TIERS.index(state.spec.tier_publish)])
 
 
-def _drain(state: Rank, position: int, rows: list[Row], origin: int) -> None:
+def _drain(state: Rank, position: int, rows: list[Row], origin: int,
+           failure: list[BaseException]) -> None:
     """The storage copy, timed (a thread of its own with tiers.drain = background: its own
-    connection to the target, so the rank's goes on untouched)."""
-    failed = state.failed(_write_storage(state, position, rows))
-    rows.append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes, int(not failed)))
+    connection to the target, so the rank's goes on untouched); what it raised (an
+    OSError is a row, never raised) in `failure`."""
+    try:
+        failed = state.failed(_write_storage(state, position, rows))
+        rows.append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes, int(not failed)))
+    except BaseException as error:   # re-raised by the rank after join
+        failure.append(error)
 
 
 def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int) -> None:
