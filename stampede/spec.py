@@ -233,6 +233,14 @@ OPTIONS: tuple[Option, ...] = (
            "`stampede rejoin`: the storage copy written by a thread of each rank while the "
            "rank goes on (background: training blocked only for the local and peer copies), "
            "or by the rank itself after them (inline)", "tier_drain"),
+    Option("tiers.versions", "tier_versions", values.whole_number(1), 1,
+           "`stampede rejoin`: versions saved in tiers, one after the other (the last is "
+           "restored); each an iteration of the save's layouts", "tier_versions"),
+    *(Option(f"tiers.keep_{tier}", f"keep_{tier}", values.whole_number(1), 1,
+             f"`stampede rejoin`: versions the {where} keeps; an older one is removed (op "
+             "unlink) once a newer is published", f"keep_{tier}")
+      for tier, where in (("local", "node-local tier"), ("peer", "peers' replicas"),
+                          ("storage", "storage tier"))),
     Option("run.restore", "restore_from", values.choice(RESTORE_FROM), "auto",
            "what run restores: auto = the layout's published save when the target holds one "
            "(`stampede save`), else the prepared checkpoint; prepared; saved", "restore_from"),
@@ -298,6 +306,10 @@ class JobSpec:
     lost_nodes: int
     tier_publish: str
     tier_drain: str
+    tier_versions: int
+    keep_local: int
+    keep_peer: int
+    keep_storage: int
     restore_from: str
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display

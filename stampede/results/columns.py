@@ -183,7 +183,8 @@ OPTION_SINCE = {
     # `stampede rejoin`'s tiers: not identity (their layouts, tier-* and rejoin, already
     # tell its rows apart, and other rows run none of them)
     **dict.fromkeys(("tier_dir", "tier_peers", "tier_placement", "spare_nodes", "lost_nodes",
-                     "tier_publish", "tier_drain"), 5),
+                     "tier_publish", "tier_drain", "tier_versions", "keep_local", "keep_peer",
+                     "keep_storage"), 5),
 }
 # Rows of schemas 1-3 exchanged over MPI and ran no MLPerf workload (compared on).
 OPTION_BEFORE = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false"}

@@ -4,7 +4,8 @@ restore from the tiers measured beside a full restart from storage, in one MPI j
 Who does what is stampede.run.roles'. The steps, each rank's stamps on its own clock from
 the barrier that starts the phase (stampede.run.clock puts them on one axis):
 
-1. The save, once (one version), by the working ranks, three layouts of phase save:
+1. The save of tiers.versions versions, one after the other, by the working ranks, three
+   layouts of phase save (an iteration per version; each version's files named vNNNN-):
    - tier-local: the rank's shard to its node's local tier (tiers.local_dir/HOST/...):
      create, write (blocks), fsync, close; `save` = durable on the node.
    - tier-peer: the shard sent to its tiers.peers holders on other nodes (`peer`), each
@@ -18,12 +19,15 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
    `blocked` (in each of the three) = the rank could train again: its local and peer
    copies done (inline: its storage copy too); `published` (rank 0, in the layout of the
    tier tiers.publish names) = the manifest written once every rank's shard is on that
-   tier; each tier's unprotected_s = how long the published version was not yet on that
-   tier on every node (0 for the tiers the publish waited for).
+   tier; each tier's unprotected_s = how long a published version was not yet on that
+   tier on every node (0 for the tiers the publish waited for). Then retention: each
+   tier removes (`unlink`) the version it no longer keeps (tiers.keep_local, keep_peer,
+   keep_storage), only once a newer one is published (so it opens no window).
 2. The loss: every rank of a lost node deletes its node's local tier (its memory goes
    with the process's next phase: it takes no part in the restores).
-3. Two layouts of phase restore, run.warmup + run.iterations times each, by the restored
-   job (survivors and the spares standing in), the same bytes, page caches as run.cache:
+3. Two layouts of phase restore of the last version, run.warmup + run.iterations times
+   each, by the restored job (survivors and the spares standing in), the same bytes, page
+   caches as run.cache:
    - rejoin: a survivor serves first the lost shards it holds a replica of (read from its
      local tier, `peer` to the spare), then reads its own shard from its local tier; a
      spare receives its shard from that peer, or, with no peer (every holder lost) or a
@@ -78,8 +82,8 @@ from stampede.units import NS_PER_S
 DAMAGES = ("none", "missing", "corrupt")   # what happens to the lost shards' replicas
 TAG_SHARD = 73   # a lost shard to its spare (tiers' tags: 71, 72)
 CLEAN_HINT = "stampede rejoin JOB --clean, launched on the same nodes, removes it"
-LOCAL_NAMES = re.compile(r"(replica-)?p\d{5}")       # what a rejoin writes on a local tier
-STORAGE_NAMES = re.compile(r"p\d{5}|manifest\.json")  # and on the storage tier
+LOCAL_NAMES = re.compile(r"(replica-)?(v\d+-)?p\d{5}")       # what a rejoin writes on a local
+STORAGE_NAMES = re.compile(r"(v\d+-)?p\d{5}|manifest\.json")  # tier, and on the storage tier
 
 
 def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,

@@ -30,10 +30,11 @@ from stampede.run.gather import exact_stats
 from stampede.run.roles import Roles
 from stampede.run.setup import MAX_MESSAGES
 from stampede.spec import JobSpec
+from stampede.units import NS_PER_S
 
-(CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED, BLOCKED) = (
+(CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED, BLOCKED, UNLINK) = (
     OP_CODE[name] for name in ("create", "write", "fsync", "close", "peer", "save", "published",
-                               "blocked"))
+                               "blocked", "unlink"))
 TAG_REPLICA, TAG_ACK = 71, 72
 Row = tuple[int, int, int, int, int, int]
 
@@ -57,6 +58,7 @@ class Rank:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)    # what failed in the current layout
     drain_connection: Backend | None = None   # tiers.drain = background: the drain's own
+    version: int = 1                # the version saved (after the save: the last, restored)
     _local_backend: Backend | None = None
 
     def failed(self, text: str) -> str:
@@ -82,21 +84,55 @@ class Rank:
         it has one (a thread must not share the rank's: one kept-alive HTTP connection)."""
         return self.drain_connection or self.backend
 
-    def local_file(self, position: int, replica: bool) -> Any:
-        """A shard's file on this node's local tier (the local backend's path)."""
-        return self.local_backend.path(f"replica-p{position:05d}" if replica else f"p{position:05d}")
+    def local_file(self, position: int, replica: bool, version: int = 0) -> Any:
+        """A shard's file (of `version`, else the current one) on this node's local tier
+        (the local backend's path)."""
+        name = shard_name(version or self.version, position)
+        return self.local_backend.path(f"replica-{name}" if replica else name)
 
-    def storage_file(self, position: int) -> Any:
-        return self.backend.path(f"{storage_dir(self.spec)}/p{position:05d}")
+    def storage_file(self, position: int, version: int = 0) -> Any:
+        name = shard_name(version or self.version, position)
+        return self.backend.path(f"{storage_dir(self.spec)}/{name}")
+
+
+def shard_name(version: int, position: int) -> str:
+    """A shard's file name on every tier (a replica's: with replica- before it)."""
+    return f"v{version:04d}-p{position:05d}"
 
 
 
 def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
-    """The three tiers of one save (stampede.run.rejoin's docstring, 1.), as three layouts."""
+    """The tiers of tiers.versions saves (stampede.run.rejoin's docstring, 1.), as three
+    layouts of an iteration per version; after each, what each tier no longer keeps
+    released (op unlink)."""
     comm, roles = state.comm, state.roles
     position = roles.position_of(state.rank, after_loss=False)
     working = mpi.split(comm, int(position < 0), key=state.rank)
     rows: dict[str, list[Row]] = {layout: [] for layout in TIER_SAVES}
+    origins: dict[int, int] = {}
+    reached = []   # per version: each tier's save, then the publish, from its origin (ns)
+    for iteration in range(state.spec.tier_versions):
+        state.version = iteration + 1
+        saved: dict[str, list[Row]] = {layout: [] for layout in TIER_SAVES}
+        origins[iteration] = origin = _save_version(state, position, saved)
+        reached.append(_reached(saved, origin))
+        _release(state, position, saved)
+        for layout in TIER_SAVES:
+            rows[layout] += [(iteration, *row[1:]) for row in saved[layout]]
+    runs = []
+    working_hosts = tuple(hosts[r] for r in roles.working)
+    for layout in TIER_SAVES:   # a spare took no part: its runs are empty
+        runs.append(layout_run(working, state, layout, rows[layout], origins,
+                                working_hosts, "save") if position >= 0
+                    else LayoutRun(layout, 0, None, (), "", phase="save"))
+    mpi.free(working, comm)
+    return unprotected_by_tier(runs, mpi.gather(comm, reached))
+
+
+def _save_version(state: Rank, position: int, rows: dict[str, list[Row]]) -> int:
+    """One version through the tiers, from the barrier that starts it (its origin, back)
+    to the barrier once every tier of every shard is written."""
+    comm, roles = state.comm, state.roles
     digest = ""
     if position >= 0:
         digest = _fill(state, position)
@@ -129,15 +165,42 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
     if failure:
         raise failure[0]
     _publish_at(state, "storage", rows, origin)
-    mpi.barrier(comm)   # every tier of every shard written: the save's layouts are complete
-    runs = []
-    working_hosts = tuple(hosts[r] for r in roles.working)
-    for layout in TIER_SAVES:   # a spare took no part: its runs are empty
-        runs.append(layout_run(working, state, layout, rows[layout], {0: origin},
-                                working_hosts, "save") if position >= 0
-                    else LayoutRun(layout, 0, None, (), "", phase="save"))
-    mpi.free(working, comm)
-    return unprotected_by_tier(runs, TIER_SAVES[TIERS.index(state.spec.tier_publish)])
+    mpi.barrier(comm)   # every tier of every shard written: the version's layouts complete
+    return origin
+
+
+def _reached(rows: dict[str, list[Row]], origin: int) -> tuple[int, ...]:
+    """When this rank's shard was on each tier, and (rank 0) the version published, from
+    the version's origin in ns (-1: not here)."""
+    stops = [max((row[3] - origin for row in rows[layout] if row[1] == SAVE), default=-1)
+             for layout in TIER_SAVES]
+    return (*stops, max((row[3] - origin for layout in TIER_SAVES for row in rows[layout]
+                         if row[1] == PUBLISHED), default=-1))
+
+
+def _release(state: Rank, position: int, rows: dict[str, list[Row]]) -> None:
+    """Retention, once the version is on every tier and published: the version each tier
+    no longer keeps (tiers.keep_local, keep_peer, keep_storage) removed, timed (unlink)
+    in that tier's layout; what fails is a row with ok 0, and said."""
+    spec, version = state.spec, state.version
+    peer = version - spec.keep_peer
+    released = [("tier-peer", state.local_backend, state.local_file(p, True, peer))
+                for p in state.roles.held_by(state.rank) if peer >= 1]
+    if position >= 0:
+        local, storage = version - spec.keep_local, version - spec.keep_storage
+        released += [(layout, backend, path) for layout, backend, path, old in (
+            ("tier-local", state.local_backend, state.local_file(position, False, local), local),
+            ("tier-storage", state.backend, state.storage_file(position, storage), storage))
+            if old >= 1]
+    for layout, backend, path in released:
+        start = time.perf_counter_ns()
+        try:
+            backend.unlink(path)
+        except OSError as error:
+            rows[layout].append((0, UNLINK, start, time.perf_counter_ns(), 0, 0))
+            state.failed(f"release {os.fsdecode(path)}: {error.strerror or error}")
+            continue
+        rows[layout].append((0, UNLINK, start, time.perf_counter_ns(), 0, 1))
 
 
 def _drain(state: Rank, position: int, rows: list[Row], origin: int,
@@ -163,18 +226,26 @@ def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int)
         _publish(state, rows[TIER_SAVES[TIERS.index(tier)]], origin)
 
 
-def unprotected_by_tier(runs: list[LayoutRun], publishing: str) -> list[LayoutRun]:
-    """Each tier's unprotected window (rank 0, where the statistics are): how long the
-    published version was not yet on that tier on every node, from its publish to the
-    tier's last rank (0 for the tiers the publish waited for)."""
-    found = {run.layout: run for run in runs}
-    stats = found[publishing].stats
-    published = next((op for op in stats.ops if op.op == "published"), None) if stats else None
-    if published is None:
+def unprotected_by_tier(runs: list[LayoutRun], reached: list[Any] | None) -> list[LayoutRun]:
+    """Each tier's unprotected window (rank 0, where the statistics are; `reached`: every
+    rank's _reached per version): how long a published version was not yet on that tier
+    on every node, from its publish to the tier's last rank, the longest over the
+    versions (0 for the tiers the publish waited for; retention releases a version only
+    once a newer one is published, so it opens none)."""
+    if reached is None:
         return runs
-    return [replace(run, stats=replace(run.stats, unprotected_s=max(
-        0.0, run.stats.restore.time_to_last_rank_s.median - published.latency.max_s)))
-        if run.stats is not None else run for run in runs]
+    windows = {}
+    for index, layout in enumerate(TIER_SAVES):
+        gaps = []
+        for version in range(len(reached[0])):
+            published = max(rank[version][-1] for rank in reached)
+            if published >= 0:
+                done = max(rank[version][index] for rank in reached)
+                gaps.append(max(0, done - published) / NS_PER_S)
+        if gaps:
+            windows[layout] = max(gaps)
+    return [replace(run, stats=replace(run.stats, unprotected_s=windows[run.layout]))
+            if run.stats is not None and run.layout in windows else run for run in runs]
 
 
 def _gathered_digests(comm: Any, roles: Roles, digest: str) -> list[str]:
@@ -190,7 +261,8 @@ def _fill(state: Rank, position: int) -> str:
     content, block = ContentSource(state.spec.block_bytes), state.spec.block_bytes
     view = state.shard.view
     for offset in range(0, state.shard_bytes, block):
-        content.fill(view[offset:offset + block], f"tiers/p{position:05d}", offset)
+        content.fill(view[offset:offset + block], f"tiers/{shard_name(state.version, position)}",
+                     offset)
     return digest_of(state.spec, view)
 
 
@@ -291,7 +363,8 @@ def write_file(backend: Backend, path: Any, view: memoryview, block: int, rows: 
 
 def _publish(state: Rank, rows: list[Row], origin: int) -> None:
     """Rank 0: the version's manifest on storage (what a restart reads to find its shards)."""
-    manifest = {"positions": len(state.roles.working), "shard_bytes": state.shard_bytes,
+    manifest = {"version": state.version, "positions": len(state.roles.working),
+                "shard_bytes": state.shard_bytes,
                 "verify": state.spec.verify, "digests": state.digests,
                 "holders": [list(h) for h in state.roles.holders]}
     state.backend.put_bytes(f"{storage_dir(state.spec)}/manifest.json",

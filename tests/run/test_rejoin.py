@@ -142,6 +142,25 @@ def test_the_version_is_published_at_the_level_asked_and_each_tier_says_its_wind
     assert not list((tmp_path / "local").rglob("*"))
 
 
+def test_each_tier_keeps_its_own_versions_and_the_last_is_restored(tmp_path: Path) -> None:
+    """Three versions; the local tier keeps 2, the peers 1, the storage 3: each older one
+    removed (unlink, in its tier's layout) once a newer is published; the rejoin restores
+    the last (its run.verify hash), the spare's from its peer."""
+    result = rejoin(tmp_path, str(job(tmp_path)), "--set", "tiers.versions=3",
+                    "--set", "tiers.keep_local=2", "--set", "tiers.keep_storage=3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tier by rank: 0@nodeA local, 1@nodeC (spare, world rank 2) peer" in said(result)
+    rows = read_archive(tmp_path / "results" / "tiers.csv")
+    saves = [row for row in rows if row["op"] == "save"]
+    assert {(row["iterations"], row["count"]) for row in saves} == {("3", "6")}  # 2 ranks
+    assert [row["count"] for row in rows if row["op"] == "published"] == ["3"]
+    released = {row["layout"]: int(row["count"]) for row in rows if row["op"] == "unlink"}
+    assert released == {"tier-local": 2 * 1, "tier-peer": 2 * 2}   # v1; v1 and v2
+    assert all(float(row["unprotected_s"]) == 0 for row in saves)   # published on storage
+    assert not list((tmp_path / "local").rglob("*"))
+    assert not list((tmp_path / "target").iterdir())
+
+
 @pytest.mark.parametrize(("damage", "why"), [("missing", "missing on its peer"),
                                              ("corrupt", "failed run.verify (xxh3)")])
 def test_a_missing_or_corrupt_replica_falls_back_to_storage(stampede, tmp_path: Path,
