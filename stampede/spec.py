@@ -41,6 +41,8 @@ MKDIR_BY = ("root", "every")
 RESTORE_FROM = ("auto", "prepared", "saved")
 H2D_MODES = ("none", "host", "cuda-pageable", "cuda-pinned", "cuda-gds")
 PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas go
+PUBLISH_LEVELS = ("local", "peer", "storage")   # stampede.run.tiers: when a version counts
+DRAINS = ("background", "inline")               # stampede.run.tiers: the storage copy
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 MIN_PART_BYTES = 5 * BYTES_PER_MIB   # S3's smallest part (all but the last)
 
@@ -223,6 +225,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("tiers.lost_nodes", "lost_nodes", values.whole_number(1), 1,
            "`stampede rejoin`: the last working nodes are lost after the save (their local "
            "tier deleted); spares take their ranks' places", "lost_nodes"),
+    Option("tiers.publish", "tier_publish", values.choice(PUBLISH_LEVELS), "storage",
+           "`stampede rejoin`: the protection at which the version counts as published (its "
+           "manifest written): local = durable on every node; peer = every shard also on a "
+           "peer; storage = every shard on the shared storage", "tier_publish"),
+    Option("tiers.drain", "tier_drain", values.choice(DRAINS), "background",
+           "`stampede rejoin`: the storage copy written by a thread of each rank while the "
+           "rank goes on (background: training blocked only for the local and peer copies), "
+           "or by the rank itself after them (inline)", "tier_drain"),
+    Option("tiers.versions", "tier_versions", values.whole_number(1), 1,
+           "`stampede rejoin`: versions saved in tiers, one after the other (the last is "
+           "restored); each an iteration of the save's layouts", "tier_versions"),
+    *(Option(f"tiers.keep_{tier}", f"keep_{tier}", values.whole_number(1), 1,
+             f"`stampede rejoin`: versions the {where} keeps; an older one is removed (op "
+             "unlink) once a newer is published", f"keep_{tier}")
+      for tier, where in (("local", "node-local tier"), ("peer", "peers' replicas"),
+                          ("storage", "storage tier"))),
     Option("run.restore", "restore_from", values.choice(RESTORE_FROM), "auto",
            "what run restores: auto = the layout's published save when the target holds one "
            "(`stampede save`), else the prepared checkpoint; prepared; saved", "restore_from"),
@@ -286,6 +304,12 @@ class JobSpec:
     tier_placement: str
     spare_nodes: int
     lost_nodes: int
+    tier_publish: str
+    tier_drain: str
+    tier_versions: int
+    keep_local: int
+    keep_peer: int
+    keep_storage: int
     restore_from: str
     archive_path: str
     values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display

@@ -218,6 +218,31 @@ def add_workload_arguments(sub: argparse.ArgumentParser, old_names: bool = False
              "ranks)")
 
 
+def add_rejoin_arguments(sub: argparse.ArgumentParser) -> None:
+    """A `stampede rejoin` archive at the target (stampede.model.rejoin): nodes lost there
+    and the spare pool (mttr, project)."""
+    sub.add_argument("--lost-nodes", type=int, default=None, metavar="L",
+                     help="a rejoin archive: nodes lost at the target (default: as the run)")
+    sub.add_argument("--spare-pool-pct", type=float, default=None, metavar="P",
+                     help="a rejoin archive: hot spare nodes at the target, %% of its nodes "
+                          "(default 2: a rejoin needs one per lost node)")
+
+
+def rejoin_options(args: argparse.Namespace) -> tuple[int | None, float]:
+    """--lost-nodes and --spare-pool-pct checked (exit 2): (L or None, the pool's fraction)."""
+    import math
+
+    from stampede.errors import UsageError
+    from stampede.model.rejoin import SPARE_POOL_FRACTION
+
+    if args.lost_nodes is not None and args.lost_nodes < 1:
+        raise UsageError(f"--lost-nodes {args.lost_nodes}: must be at least 1")
+    percent = args.spare_pool_pct
+    if percent is not None and not (math.isfinite(percent) and 0 < percent <= 100):
+        raise UsageError(f"--spare-pool-pct {percent:g}: must be above 0 and at most 100")
+    return args.lost_nodes, SPARE_POOL_FRACTION if percent is None else percent / 100
+
+
 def workload_from(args: argparse.Namespace, ranks: int) -> Workload:
     """The stampede.model.workload.Workload that add_workload_arguments' flags name (exit 2
     on a size that does not parse, a model the rank count does not fit)."""

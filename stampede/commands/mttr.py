@@ -8,7 +8,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from stampede.commands import add_workload_arguments, workload_from
+from stampede.commands import (
+    add_rejoin_arguments,
+    add_workload_arguments,
+    rejoin_options,
+    workload_from,
+)
 from stampede.errors import UsageError
 from stampede.model import mttr as model
 from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
@@ -76,6 +81,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                           "rank projected there (as stampede project and the HTML verdict), "
                           "S_weights the workload's bytes per rank")
     add_workload_arguments(sub)
+    add_rejoin_arguments(sub)
     sub.add_argument("--gpus", type=float, default=None,
                      help="GPUs of the job (default --target-ranks, else 16384)")
     sub.add_argument("--save-layout", default="", help="save layout to take the checkpoint's "
@@ -138,6 +144,7 @@ def cmd_mttr(args: argparse.Namespace) -> int:
 
     _check_flags(args)
     _check_layouts(args)
+    at_target_rejoin = rejoin_options(args)
     inputs = dict(EXAMPLE)
     sources = {key: "assumed (worked example)" for key in EXAMPLE}
     section = _section(args.job) if args.job else {}
@@ -147,7 +154,8 @@ def cmd_mttr(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
     workload_line, nodes, layout, projected = "", 0, args.layout, None
-    if args.target_ranks is not None:
+    rejoin = not args.layout and bool(args.archives) and _holds_rejoin(args.archives)
+    if args.target_ranks is not None and not rejoin:
         layout, projected = target_projection(args)
     model, measured = measured_model(args.archives, layout, inputs, sources)
     if projected is not None:
@@ -179,33 +187,34 @@ def cmd_mttr(args: argparse.Namespace) -> int:
         console.print(f"workload: {workload_line}", markup=False)
     render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
                              extras["mtbf_h"]), pools, context, console, saving)
-    if not layout and projected is None:
-        _rejoin_beside_restart(args.archives, inputs, sources, console)
+    if rejoin:
+        _rejoin_beside_restart(args, at_target_rejoin, inputs, sources, console)
     return 0
 
 
-def _rejoin_beside_restart(archives: list[str], inputs: dict[str, float],
-                           sources: dict[str, str], console: Any) -> None:
-    """An archive of `stampede rejoin` holds both restores: T_MTTR each way, the load term
-    measured by each (the rejoin's slowest rank is a spare fed by its peer's NIC)."""
-    from stampede.model.mttr import measured_model
-    from stampede.present.report import new_table
+def _rejoin_beside_restart(args: argparse.Namespace, at_target: tuple[int | None, float],
+                           inputs: dict[str, float], sources: dict[str, str],
+                           console: Any) -> None:
+    """An archive of `stampede rejoin` holds both restores: T_MTTR each way as measured
+    and at the workload (--target-ranks, else 16,384; stampede.model.rejoin: the rejoin's
+    load the peer transfer into a spare node's NIC, the restart's the storage's
+    aggregate), the terms that differ and what dominates."""
+    from stampede.model.rejoin import rejoin_verdict
+    from stampede.present.report_models import render_rejoin
     from stampede.results.archive import read_rows
-    from stampede.units import format_duration
 
-    held = {row["layout"] for archive in archives for row in read_rows(archive)
-            if row["op"] == "restore"}
-    if not {"rejoin", "restart"} <= held:
-        return
-    table = new_table("A node lost: rejoin from the tiers (stampede rejoin) beside a full "
-                      "restart from storage", ("restore", "S_weights / BW_rank_io", "T_MTTR",
-                                               "dominant term"), left=("restore", "dominant term"))
-    for layout in ("rejoin", "restart"):
-        model, _ = measured_model(archives, layout, inputs, sources)
-        load = next(term for term in model.terms if term.name.startswith("S_weights"))
-        table.add_row(layout, format_duration(load.seconds), format_duration(model.total_s),
-                      ", ".join(term.name for term in model.dominant))
-    console.print(table)
+    rows = [row for archive in args.archives for row in read_rows(archive)]
+    workload = workload_from(args, args.target_ranks or int(EXTRA_DEFAULTS["gpus"]))
+    verdict = rejoin_verdict(args.archives, rows, workload, *at_target, inputs, sources)
+    if verdict is not None:
+        render_rejoin(verdict, console)
+
+
+def _holds_rejoin(archives: list[str]) -> bool:
+    from stampede.results.archive import read_rows
+    from stampede.results.tiers import rejoin_run_ids
+
+    return bool(rejoin_run_ids([row for archive in archives for row in read_rows(archive)]))
 
 
 def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Any, Any]]:

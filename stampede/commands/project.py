@@ -7,7 +7,13 @@ import argparse
 import math
 from typing import Any
 
-from stampede.commands import add_renamed, add_workload_arguments, workload_from
+from stampede.commands import (
+    add_rejoin_arguments,
+    add_renamed,
+    add_workload_arguments,
+    rejoin_options,
+    workload_from,
+)
 from stampede.errors import UsageError
 from stampede.model import contention as model
 from stampede.model.contention import METADATA_OPS, PHASES, SAVE_METADATA_OPS, SAVE_OPS
@@ -66,6 +72,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
                      help="checkpoint replicas at --target-ranks (default: as the runs grew: one per "
                           "node if every run had one per node, else the largest run's)")
     add_workload_arguments(sub, old_names=True)
+    add_rejoin_arguments(sub)
     sub.set_defaults(func=cmd_project)
 
 
@@ -114,22 +121,34 @@ def chosen_ops(text: str, phase: str) -> tuple[str, ...]:
 
 def cmd_project(args: argparse.Namespace) -> int:
     from stampede.model.projection import project, scale_for
+    from stampede.model.rejoin import rejoin_verdict
     from stampede.model.series import projection_notes, series_from_rows
     from stampede.present.report import make_console
-    from stampede.present.report_models import render_projection
+    from stampede.present.report_models import render_projection, render_rejoin
     from stampede.results.archive import read_rows
+    from stampede.results.tiers import rejoin_run_ids
 
     if args.target_ranks < 1:
         raise UsageError(f"--target-ranks {args.target_ranks}: must be at least 1")
     workload = workload_from(args, args.target_ranks)
     known = _known(args)
     ops = chosen_ops(args.op, args.phase)
+    at_target_rejoin = rejoin_options(args)
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
     rows = [row for archive in args.archives for row in read_rows(archive)]
-    series = series_from_rows(rows, layouts, ops, args.phase)
-    if not series:
+    # a rejoin run (one rank count, two ways back from a lost node) has a model of its own
+    rejoin_ids = set(rejoin_run_ids(rows))
+    series = series_from_rows([row for row in rows if row["run_id"] not in rejoin_ids],
+                              layouts, ops, args.phase)
+    rejoin = rejoin_verdict(args.archives, rows, workload, *at_target_rejoin) \
+        if args.phase == "restore" and not layouts else None
+    if rejoin is not None:
+        render_rejoin(rejoin, make_console())
+    if not series and rejoin is None:
         raise UsageError(f"{', '.join(args.archives)}: no valid {args.phase} run to fit"
                          + _other_phase(rows, args.phase))
+    if not series:
+        return 0
     projections = []
     for item in series:
         scale = scale_for(item, args.target_ranks, workload.ranks_per_node, args.replicas,

@@ -21,10 +21,12 @@ from typing import Any
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
 from stampede.model.mttr import Breakdown, breakdown, measured_model
+from stampede.model.rejoin import RejoinVerdict, rejoin_verdict
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
 from stampede.model.workload import Workload
 from stampede.results import compare
 from stampede.results.cells import flag
+from stampede.results.tiers import rejoin_run_ids
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_rate
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
@@ -79,6 +81,7 @@ class Assessment:
     mttr_layout: str = ""
     restore_at_target: tuple[AtTarget, ...] = ()  # ranked by T_MTTR at the workload
     target_mttr_s: float = DEFAULT_TARGET_MTTR_S
+    rejoin: RejoinVerdict | None = None          # a `stampede rejoin` run: both ways back
 
     @property
     def target_ranks(self) -> int:
@@ -128,7 +131,7 @@ class Assessment:
                 needs = ["nothing can: the other terms alone exceed it"]
             lines.append(f"for T_MTTR <= {format_duration(self.target_mttr_s)}, each alone: "
                          + ("; ".join(needs) or "no single resource suffices"))
-        return lines
+        return lines + (self.rejoin.summary() if self.rejoin else [])
 
     def why_not_measured_best(self, phase: str) -> str:
         """One sentence when the layout to use is not the one measured fastest."""
@@ -244,10 +247,15 @@ def assess(archives: Sequence[str], workload: Workload | int,
     if not (target_mttr_s > 0 and math.isfinite(target_mttr_s)):
         raise UsageError(f"--target-mttr {target_mttr_s:g}: must be a duration above 0")
     rows = [row for archive in archives for row in read_rows(archive)]
+    # a rejoin run's save layouts are the tiers of one save, its restores two ways back
+    # from a lost node: its own verdict, not layouts to rank among the others
+    rejoin_ids = set(rejoin_run_ids(rows))
+    alternatives = [row for row in rows if row["run_id"] not in rejoin_ids]
     phases = {phase: verdict for phase in PHASE_OPS
-              if (verdict := phase_verdict(rows, phase, workload)) is not None}
+              if (verdict := phase_verdict(alternatives, phase, workload)) is not None}
     restore = phases.get("restore")
     layout = restore.best if restore else ""
     model = measured_breakdown(archives, layout) if layout else None
     targets = at_target(archives, restore, workload, target_mttr_s) if restore else ()
-    return Assessment(workload, phases, model, layout, targets, target_mttr_s)
+    return Assessment(workload, phases, model, layout, targets, target_mttr_s,
+                      rejoin_verdict(archives, rows, workload))

@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 from stampede.present.html_tags import table, tag
-from stampede.units import format_duration, format_rate
+from stampede.units import format_bytes, format_duration, format_rate
 
 
 def verdict_section(assessment: Any) -> str:
@@ -46,13 +46,52 @@ def verdict_section(assessment: Any) -> str:
         items.append(tag("li", mttr_line(f"T_MTTR at {assessment.target_ranks} ranks (load term "
                                          f"projected{bound})", assessment.mttr_at_target,
                                          assessment.mttr_layout)))
-    if not items:
+    if not items and assessment.rejoin is None:
         items.append(tag("li", "no restore or save run in the archive: nothing to rank "
                                "(imported rows are shown below)"))
     workload = tag("p", f"<b>Workload at the target:</b> {escape(assessment.describe_workload())}")
-    return tag("section", tag("h2", "Verdict") + workload + tag("ul", "".join(items))
+    return tag("section", tag("h2", "Verdict") + workload
+               + (tag("ul", "".join(items)) if items else "") + rejoin_section(assessment.rejoin)
                + at_target_table(assessment) + sizing_table(assessment), class_="verdict",
                id="verdict")
+
+
+def rejoin_section(verdict: Any) -> str:
+    """A `stampede rejoin` run (stampede.model.rejoin): T_MTTR of the rejoin and of the
+    full restart side by side, as measured and at the workload, what dominates, the
+    bytes from each tier, the falls back to storage, what the run noted."""
+    if verdict is None:
+        return ""
+    run, ranks = verdict.run, verdict.workload.ranks
+    body = []
+    for measured, target in zip(verdict.measured, verdict.at_target):
+        body.append([target.layout, _total(measured), _total(target), target.load,
+                     target.term("T_pod_init"), target.term("T_barrier_sync"),
+                     target.dominant or target.why_not])
+    terms = [tag("li", mttr_line(f"{side.layout} at {ranks} ranks", side.model, side.layout))
+             for side in verdict.at_target if side.model]
+    tiers = list(dict.fromkeys(tier for used in run.tier_bytes.values() for tier in used))
+    by_tier = [[layout, *(format_bytes(used.get(tier, 0)) if used.get(tier) else "-"
+                          for tier in tiers)] for layout, used in run.tier_bytes.items()]
+    fallback = [tag("li", escape(note)) for note in verdict.run.fallback]
+    noted = [tag("li", f"<b>{escape(layout)}</b>: {escape(note)}")
+             for layout, notes in run.notes.items() for note in notes]
+    return (tag("h3", "A node lost: rejoin from the tiers beside a full restart from storage")
+            + tag("p", escape(verdict.describe()), class_="note")
+            + table(("restore", f"T_MTTR as measured ({run.nranks} ranks)",
+                     f"T_MTTR at {ranks} ranks", "load term there", "T_pod_init (the spare's)",
+                     "T_barrier_sync", "dominant there"), body)
+            + tag("ul", "".join(terms))
+            + tag("h3", "Bytes restored from each tier (last iteration)")
+            + table(("restore", *tiers), by_tier)
+            + (tag("p", "<b>Fell back to storage:</b>") + tag("ul", "".join(fallback)) if fallback
+               else tag("p", "no fall-back to storage: every spare's shard came from a peer",
+                        class_="note"))
+            + tag("details", tag("summary", "what the run noted") + tag("ul", "".join(noted))))
+
+
+def _total(side: Any) -> str:
+    return format_duration(side.model.total_s) if side.model else "not possible"
 
 
 def mttr_line(title: str, model: Any, layout: str) -> str:

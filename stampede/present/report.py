@@ -333,13 +333,15 @@ def _render_cycle(rows: Sequence[Row], console: Any) -> None:
     console.print(table)
 
 
-def grouped_warnings(rows: Sequence[Row]) -> tuple[list[str], dict[str, list[str]]]:
-    """Each warning once: (those every layout has, in order; per layout what differs)."""
+def grouped_warnings(rows: Sequence[Row], column: str = "warnings"
+                     ) -> tuple[list[str], dict[str, list[str]]]:
+    """Each warning (or note) once: (those every layout has, in order; per layout what
+    differs)."""
     by_layout: dict[str, list[str]] = {}
     for row in rows:
         name = row["layout"] + (" save" if row.get("phase") == "save" else "")
         if name not in by_layout:
-            by_layout[name] = [text for text in row.get("warnings", "").split(" | ")
+            by_layout[name] = [text for text in row.get(column, "").split(" | ")
                                         if text]
     if not by_layout:
         return [], {}
@@ -352,14 +354,15 @@ def grouped_warnings(rows: Sequence[Row]) -> tuple[list[str], dict[str, list[str
 
 
 def render_warnings(rows: Sequence[Row], console: Any) -> None:
-    """Each warning once: those every layout has for the run, then per layout only what
-    differs."""
-    common, by_layout = grouped_warnings(rows)
-    for text in common:
-        console.print(f"[yellow]warning:[/] {_escaped(text)}")
-    for layout, texts in by_layout.items():
-        for text in texts:
-            console.print(f"[yellow]{layout}: warning:[/] {_escaped(text)}")
+    """Each note, then each warning, once: those every layout has for the run, then per
+    layout only what differs."""
+    for column, word, colour in (("notes", "note", "cyan"), ("warnings", "warning", "yellow")):
+        common, by_layout = grouped_warnings(rows, column)
+        for text in common:
+            console.print(f"[{colour}]{word}:[/] {_escaped(text)}")
+        for layout, texts in by_layout.items():
+            for text in texts:
+                console.print(f"[{colour}]{layout}: {word}:[/] {_escaped(text)}")
 
 
 def _escaped(text: str) -> str:

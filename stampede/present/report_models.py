@@ -108,6 +108,28 @@ def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
     console.print(spares)
 
 
+def render_rejoin(verdict: Any, console: Any) -> None:
+    """`stampede mttr` and `project` on a `stampede rejoin` archive (stampede.model.rejoin):
+    T_MTTR of the rejoin and of the full restart, as measured and at the workload, with
+    the terms that differ and what dominates there."""
+    ranks = verdict.workload.ranks
+    table = new_table("A node lost: rejoin from the tiers (stampede rejoin) beside a full "
+                      "restart from storage", ("restore", "T_MTTR as measured",
+                                               f"T_MTTR at {ranks} ranks", "load term there",
+                                               "T_pod_init", "T_barrier_sync", "dominant there"),
+                      left=("restore", "load term there", "dominant there"))
+    for measured, target in zip(verdict.measured, verdict.at_target):
+        table.add_row(target.layout, format_duration(measured.model.total_s)
+                      if measured.model else "-",
+                      format_duration(target.model.total_s) if target.model else "not possible",
+                      target.load, target.term("T_pod_init"), target.term("T_barrier_sync"),
+                      target.dominant or target.why_not)
+    console.print(table)
+    console.print(verdict.describe(), markup=False)
+    for note in verdict.run.fallback:
+        console.print(f"fell back to storage: {note}", markup=False)
+
+
 def _render_checkpointing(saving: Any, gpus: float, console: Any) -> None:
     """C, the Young/Daly interval, and GPU-hours per day saving and lost at each interval."""
     console.print(f"checkpoint: C = {format_seconds(saving.cost_s)} blocking per save "

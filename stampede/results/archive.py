@@ -27,6 +27,8 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      loader in backend (now tool; backend posix), `stampede gpu` rows their --device in
      backend and phase restore (now backend posix for file modes, - for memory ones,
      phase h2d). Rows of schemas 1-4 read in these terms (read_rows derives them).
+     With it (the schema unreleased yet): `stampede rejoin`'s notes (what a run says
+     beside its numbers, apart from its warnings) and tier_{local,peer,storage}_bytes.
 
 The columns themselves (type, unit, meaning, since, identity) are
 stampede.results.columns'.

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stampede.results.tiers import TIERS, tier_column
 from stampede.spec import OPTIONS, Option
 
 ARCHIVE_SCHEMA = 5
@@ -150,7 +151,9 @@ OWN: tuple[Column, ...] = (
             "`startup` or `h2d` (`stampede gpu`'s host -> device sweep; its rows of schemas "
             "1-4 said `restore`)", identity=True, before="restore"),
     _column("unprotected_s", "number", _S, 3, "save rows: the longest window of an iteration "
-            "without a valid published version (0 when retention waited for the publish)"),
+            "without a valid published version (0 when retention waited for the publish); "
+            "`stampede rejoin`'s tier layouts: how long the published version was not yet on "
+            "that tier on every node (0 for the tiers `tiers.publish` waited for)"),
     _column("restored_from", "text", "", 3, "restore rows of a saved checkpoint: the version "
             "restored (`saves/LAYOUT/vNNNNNN`); empty for a prepared one"),
     _column("tool", "text", "", 5, "whose code did the timed I/O: `stampede` (its own "
@@ -158,6 +161,12 @@ OWN: tuple[Column, ...] = (
             "loaders` (`safetensors`, `torch.load`, `dcp`, `runai`, `fastsafetensors`, "
             "`tensorizer`), or the tool of imported results (`ior`, `mdtest`); rows of "
             "schemas 1-4 read as what their `backend` said", identity=True),
+    _column("notes", "text", "", 5, "what a run says of itself beside its numbers, not a "
+            "warning (`stampede rejoin`: the tier each rank restored from, a fall-back to the "
+            "next tier and why), `|`-separated"),
+    *(_column(tier_column(tier), "whole", _B, 5, _RESTORE_ROW + "`stampede rejoin`'s "
+              f"restores: bytes all ranks restored from the {tier} tier (last iteration)")
+      for tier in TIERS),
 )
 # The options whose columns are part of a row's identity: they change what an op costs.
 IDENTITY_OPTIONS = ("pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",
@@ -173,7 +182,9 @@ OPTION_SINCE = {
     **dict.fromkeys(("workload", "scale", "subset", "exchange"), 4),
     # `stampede rejoin`'s tiers: not identity (their layouts, tier-* and rejoin, already
     # tell its rows apart, and other rows run none of them)
-    **dict.fromkeys(("tier_dir", "tier_peers", "tier_placement", "spare_nodes", "lost_nodes"), 5),
+    **dict.fromkeys(("tier_dir", "tier_peers", "tier_placement", "spare_nodes", "lost_nodes",
+                     "tier_publish", "tier_drain", "tier_versions", "keep_local", "keep_peer",
+                     "keep_storage"), 5),
 }
 # Rows of schemas 1-3 exchanged over MPI and ran no MLPerf workload (compared on).
 OPTION_BEFORE = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false"}

@@ -180,5 +180,8 @@ class LayoutRun:
     kernel_nfs: dict[str, Any] = field(default_factory=dict)   # a kernel NFS mount's per-op
                                  # RPC deltas around the layout (stampede.run.kernel_nfs)
     trace: LayoutTrace | None = None   # --trace: every op's row on rank 0
+    said: tuple[str, ...] = ()   # what the run says beside its numbers, not a warning
+    tier_bytes: dict[str, int] = field(default_factory=dict)   # a rejoin's restores: tier ->
+                                 # bytes all ranks restored from it (stampede.results.tiers)
 
 

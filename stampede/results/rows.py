@@ -16,6 +16,7 @@ from stampede.results.archive import ARCHIVE_SCHEMA
 from stampede.results.cells import cell
 from stampede.results.columns import OWN_TOOL
 from stampede.results.model import LayoutRun, LayoutStats, RunContext, node_counts
+from stampede.results.tiers import tier_column
 from stampede.results.warnings import layout_warnings, residency_warning
 from stampede.spec import JobSpec
 from stampede.sysinfo import node_facts, slurm_job_id, slurm_variables
@@ -77,6 +78,7 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         "bytes_total": layout_run.bytes_total or layout_run.bytes_per_rank * context.nranks,
         "iterations": stats.iterations, "invalid_reason": layout_run.invalid_reason,
         "fs_type": context.fs_type, "warnings": " | ".join(warnings), "device": context.device,
+        "notes": " | ".join(layout_run.said),
         "cache_resident_pct": 100 * resident if resident is not None else None,
         "restored_from": layout_run.restored_from,
     }
@@ -84,6 +86,9 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         shared["format"] = context.checkpoint_format
     rows = op_rows(shared, stats, layout_run.bytes_per_rank, context.hosts)
     for row in rows:
+        if row["op"] == stats.completion_op:
+            row.update({tier_column(tier): cell(nbytes)
+                        for tier, nbytes in layout_run.tier_bytes.items()})
         row["retries"] = cell(layout_run.retries.get(row["op"], 0)) \
             if row["op"] in STORAGE_OPS or row["op"] in SAVE_STORAGE_OPS else ""
     return rows

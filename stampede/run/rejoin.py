@@ -4,7 +4,8 @@ restore from the tiers measured beside a full restart from storage, in one MPI j
 Who does what is stampede.run.roles'. The steps, each rank's stamps on its own clock from
 the barrier that starts the phase (stampede.run.clock puts them on one axis):
 
-1. The save, once (one version), by the working ranks, three layouts of phase save:
+1. The save of tiers.versions versions, one after the other, by the working ranks, three
+   layouts of phase save (an iteration per version; each version's files named vNNNN-):
    - tier-local: the rank's shard to its node's local tier (tiers.local_dir/HOST/...):
      create, write (blocks), fsync, close; `save` = durable on the node.
    - tier-peer: the shard sent to its tiers.peers holders on other nodes (`peer`), each
@@ -12,12 +13,21 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
      and acknowledging; `save` = the rank has every acknowledgement (its shard survives
      the loss of its node).
    - tier-storage: the shard drained to the job's target (the shared storage): create,
-     write, fsync, close; `save` = durable on storage; `published` (rank 0) = the manifest
-     written once every rank's shard is.
+     write, fsync, close (or one PUT); `save` = durable on storage. With tiers.drain =
+     background a thread of the rank writes it from the moment the local copy is durable,
+     while the rank replicates to its peers; inline, the rank writes it after them.
+   `blocked` (in each of the three) = the rank could train again: its local and peer
+   copies done (inline: its storage copy too); `published` (rank 0, in the layout of the
+   tier tiers.publish names) = the manifest written once every rank's shard is on that
+   tier; each tier's unprotected_s = how long a published version was not yet on that
+   tier on every node (0 for the tiers the publish waited for). Then retention: each
+   tier removes (`unlink`) the version it no longer keeps (tiers.keep_local, keep_peer,
+   keep_storage), only once a newer one is published (so it opens no window).
 2. The loss: every rank of a lost node deletes its node's local tier (its memory goes
    with the process's next phase: it takes no part in the restores).
-3. Two layouts of phase restore, run.warmup + run.iterations times each, by the restored
-   job (survivors and the spares standing in), the same bytes, page caches as run.cache:
+3. Two layouts of phase restore of the last version, run.warmup + run.iterations times
+   each, by the restored job (survivors and the spares standing in), the same bytes, page
+   caches as run.cache:
    - rejoin: a survivor serves first the lost shards it holds a replica of (read from its
      local tier, `peer` to the spare), then reads its own shard from its local tier; a
      spare receives its shard from that peer, or, with no peer (every holder lost) or a
@@ -49,6 +59,7 @@ from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext
+from stampede.results.tiers import REJOIN, TIER_RESTORES, TIERS
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
 from stampede.run.layout import Tick
@@ -68,12 +79,11 @@ from stampede.units import NS_PER_S
 
 (OPEN, READ, CLOSE, VERIFY, PEER, RESTORE) = (
     OP_CODE[name] for name in ("open", "read", "close", "verify", "peer", "restore"))
-RESTORE_LAYOUTS = ("rejoin", "restart")
 DAMAGES = ("none", "missing", "corrupt")   # what happens to the lost shards' replicas
 TAG_SHARD = 73   # a lost shard to its spare (tiers' tags: 71, 72)
 CLEAN_HINT = "stampede rejoin JOB --clean, launched on the same nodes, removes it"
-LOCAL_NAMES = re.compile(r"(replica-)?p\d{5}")       # what a rejoin writes on a local tier
-STORAGE_NAMES = re.compile(r"p\d{5}|manifest\.json")  # and on the storage tier
+LOCAL_NAMES = re.compile(r"(replica-)?(v\d+-)?p\d{5}")       # what a rejoin writes on a local
+STORAGE_NAMES = re.compile(r"(v\d+-)?p\d{5}|manifest\.json")  # tier, and on the storage tier
 
 
 def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
@@ -99,6 +109,10 @@ def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None
             contextlib.ExitStack() as buffers:
         incoming = [buffers.enter_context(AlignedBuffer(shard_bytes, populate=True)) for _ in held]
         state = Rank(comm, spec, roles, backend, shard, incoming, shard_bytes, local, damage)
+        if spec.tier_drain == "background":
+            state.drain_connection = mpi.collective(comm, "connecting the drain to the target",
+                                                    partial(open_backend, spec.target_path,
+                                                            spec.storage_options))
         mpi.collective(comm, "checking the tiers", partial(_nothing_left, state))
         try:
             mpi.collective(comm, "making the tiers' directories", partial(_directories, state))
@@ -106,7 +120,7 @@ def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.working, hosts)
             mpi.collective(comm, "losing the nodes", partial(_lose, state))
-            for layout in RESTORE_LAYOUTS:
+            for layout in TIER_RESTORES:
                 run = _restores(state, layout, hosts, tick)
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.active, hosts)
@@ -182,7 +196,7 @@ def _restores(state: Rank, layout: str, hosts: tuple[str, ...], tick: Tick | Non
         origins[iteration] = origin = time.perf_counter_ns()
         if position >= 0:
             state.used, state.tier = {}, ""
-            if layout == "rejoin":
+            if layout == REJOIN:
                 _rejoin(state, position, iteration, rows)
             else:
                 _from_storage(state, position, iteration, rows)
@@ -195,7 +209,8 @@ def _restores(state: Rank, layout: str, hosts: tuple[str, ...], tick: Tick | Non
     if position >= 0:
         active_hosts = tuple(hosts[r] for r in roles.active)
         run = layout_run(active, state, layout, rows, origins, active_hosts, "restore")
-        run = replace(run, notes=run.notes + tuple(_tiers_said(active, state)))
+        said, tier_bytes = _tiers_said(active, state)
+        run = replace(run, said=tuple(said), tier_bytes=tier_bytes)
     mpi.free(active, comm)
     return run if run is not None else LayoutRun(layout, 0, None, (), "")
 
@@ -326,25 +341,26 @@ def read_file(backend: Backend, path: Any, view: memoryview, block: int, iterati
     return failed
 
 
-def _tiers_said(active: Any, state: Rank) -> list[str]:
-    """What the report says of a restore: the bytes from each tier, which tier each rank
-    used (the last iteration's; the same in every one), the spares apart. Ranks as the
-    restored job numbers them (the archive's), with their world rank."""
+def _tiers_said(active: Any, state: Rank) -> tuple[list[str], dict[str, int]]:
+    """What the report notes of a restore (the bytes from each tier, which tier each rank
+    used: the last iteration's, the same in every one; the spares apart; each fall-back to
+    the next tier and why), and the bytes from each tier (TIERS). Ranks as the restored
+    job numbers them (the archive's), with their world rank."""
     said = mpi.gather(active, (state.rank, state.tier, dict(state.used), list(state.notes)))
     if said is None:
-        return []
-    totals: dict[str, int] = {}
+        return [], {}
+    totals = dict.fromkeys(TIERS, 0)
     for _, _, used, _ in said:
         for tier, nbytes in used.items():
-            totals[tier] = totals.get(tier, 0) + nbytes
+            totals[tier] += nbytes
     roles = state.roles
     lines = ["bytes by tier (last iteration): " + ", ".join(
-        f"{tier} {nbytes:,} B" for tier, nbytes in sorted(totals.items())),
+        f"{tier} {nbytes:,} B" for tier, nbytes in sorted(totals.items()) if nbytes),
         "tier by rank: " + ", ".join(
             f"{index}@{roles.nodes[roles.node_of[world]]}"
             f"{' (spare, world rank ' + str(world) + ')' if world in roles.spares else ''} "
             f"{tier or 'none'}" for index, (world, tier, _, _) in enumerate(said))]
-    return lines + sorted({note for *_, notes in said for note in notes})
+    return lines + sorted({note for *_, notes in said for note in notes}), totals
 
 
 def _clean(state: Rank) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,17 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.content import ContentSource
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun
+from stampede.results.tiers import TIER_SAVES, TIERS
 from stampede.run.checks import new_digest
 from stampede.run.gather import exact_stats
 from stampede.run.roles import Roles
 from stampede.run.setup import MAX_MESSAGES
 from stampede.spec import JobSpec
+from stampede.units import NS_PER_S
 
-(CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED) = (
-    OP_CODE[name] for name in ("create", "write", "fsync", "close", "peer", "save", "published"))
-SAVE_LAYOUTS = ("tier-local", "tier-peer", "tier-storage")
+(CREATE, WRITE, FSYNC, CLOSE, PEER, SAVE, PUBLISHED, BLOCKED, UNLINK) = (
+    OP_CODE[name] for name in ("create", "write", "fsync", "close", "peer", "save", "published",
+                               "blocked", "unlink"))
 TAG_REPLICA, TAG_ACK = 71, 72
 Row = tuple[int, int, int, int, int, int]
 
@@ -54,6 +57,8 @@ class Rank:
     tier: str = ""                  # where this rank's shard came from in the rejoin
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)    # what failed in the current layout
+    drain_connection: Backend | None = None   # tiers.drain = background: the drain's own
+    version: int = 1                # the version saved (after the save: the last, restored)
     _local_backend: Backend | None = None
 
     def failed(self, text: str) -> str:
@@ -73,49 +78,174 @@ class Rank:
             self._local_backend = PosixBackend(str(self.local))
         return self._local_backend
 
-    def local_file(self, position: int, replica: bool) -> Any:
-        """A shard's file on this node's local tier (the local backend's path)."""
-        return self.local_backend.path(f"replica-p{position:05d}" if replica else f"p{position:05d}")
+    @property
+    def drain_backend(self) -> Backend:
+        """Where the storage copy goes: the target, over the drain's own connection when
+        it has one (a thread must not share the rank's: one kept-alive HTTP connection)."""
+        return self.drain_connection or self.backend
 
-    def storage_file(self, position: int) -> Any:
-        return self.backend.path(f"{storage_dir(self.spec)}/p{position:05d}")
+    def local_file(self, position: int, replica: bool, version: int = 0) -> Any:
+        """A shard's file (of `version`, else the current one) on this node's local tier
+        (the local backend's path)."""
+        name = shard_name(version or self.version, position)
+        return self.local_backend.path(f"replica-{name}" if replica else name)
+
+    def storage_file(self, position: int, version: int = 0) -> Any:
+        name = shard_name(version or self.version, position)
+        return self.backend.path(f"{storage_dir(self.spec)}/{name}")
+
+
+def shard_name(version: int, position: int) -> str:
+    """A shard's file name on every tier (a replica's: with replica- before it)."""
+    return f"v{version:04d}-p{position:05d}"
 
 
 
 def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
-    """The three tiers of one save (stampede.run.rejoin's docstring, 1.), as three layouts."""
+    """The tiers of tiers.versions saves (stampede.run.rejoin's docstring, 1.), as three
+    layouts of an iteration per version; after each, what each tier no longer keeps
+    released (op unlink)."""
     comm, roles = state.comm, state.roles
     position = roles.position_of(state.rank, after_loss=False)
     working = mpi.split(comm, int(position < 0), key=state.rank)
-    rows: dict[str, list[Row]] = {layout: [] for layout in SAVE_LAYOUTS}
+    rows: dict[str, list[Row]] = {layout: [] for layout in TIER_SAVES}
+    origins: dict[int, int] = {}
+    reached = []   # per version: each tier's save, then the publish, from its origin (ns)
+    for iteration in range(state.spec.tier_versions):
+        state.version = iteration + 1
+        saved: dict[str, list[Row]] = {layout: [] for layout in TIER_SAVES}
+        origins[iteration] = origin = _save_version(state, position, saved)
+        reached.append(_reached(saved, origin))
+        _release(state, position, saved)
+        for layout in TIER_SAVES:
+            rows[layout] += [(iteration, *row[1:]) for row in saved[layout]]
+    runs = []
+    working_hosts = tuple(hosts[r] for r in roles.working)
+    for layout in TIER_SAVES:   # a spare took no part: its runs are empty
+        runs.append(layout_run(working, state, layout, rows[layout], origins,
+                                working_hosts, "save") if position >= 0
+                    else LayoutRun(layout, 0, None, (), "", phase="save"))
+    mpi.free(working, comm)
+    return unprotected_by_tier(runs, mpi.gather(comm, reached))
+
+
+def _save_version(state: Rank, position: int, rows: dict[str, list[Row]]) -> int:
+    """One version through the tiers, from the barrier that starts it (its origin, back)
+    to the barrier once every tier of every shard is written."""
+    comm, roles = state.comm, state.roles
     digest = ""
     if position >= 0:
         digest = _fill(state, position)
     state.digests = list(mpi.bcast(comm, _gathered_digests(comm, roles, digest)))
     mpi.barrier(comm)
     origin = time.perf_counter_ns()
+    drain: threading.Thread | None = None
+    failure: list[BaseException] = []   # what the drain raised: re-raised after its join
     if position >= 0:
         failed = state.failed(write_file(state.local_backend, state.local_file(position, False),
                                          state.shard.view, state.spec.block_bytes,
                                          rows["tier-local"]))
         rows["tier-local"].append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes,
                                    int(not failed)))
+        if state.spec.tier_drain == "background":
+            drain = threading.Thread(target=_drain, args=(state, position, rows["tier-storage"],
+                                                          origin, failure), name="stampede-drain")
+            drain.start()
+    _publish_at(state, "local", rows, origin)
     _replicate(state, position, rows["tier-peer"], origin)
+    _publish_at(state, "peer", rows, origin)
     if position >= 0:
-        failed = state.failed(_write_storage(state, position, rows["tier-storage"]))
-        rows["tier-storage"].append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes,
-                                     int(not failed)))
-    mpi.barrier(comm)   # every shard durable on storage: the manifest publishes the version
+        if drain is None:
+            _drain(state, position, rows["tier-storage"], origin, failure)
+        blocked = time.perf_counter_ns()   # the rank could train again: what is left drains
+        for layout in TIER_SAVES:
+            rows[layout].append((0, BLOCKED, origin, blocked, 0, 1))
+    if drain is not None:
+        drain.join()
+    if failure:
+        raise failure[0]
+    _publish_at(state, "storage", rows, origin)
+    mpi.barrier(comm)   # every tier of every shard written: the version's layouts complete
+    return origin
+
+
+def _reached(rows: dict[str, list[Row]], origin: int) -> tuple[int, ...]:
+    """When this rank's shard was on each tier, and (rank 0) the version published, from
+    the version's origin in ns (-1: not here)."""
+    stops = [max((row[3] - origin for row in rows[layout] if row[1] == SAVE), default=-1)
+             for layout in TIER_SAVES]
+    return (*stops, max((row[3] - origin for layout in TIER_SAVES for row in rows[layout]
+                         if row[1] == PUBLISHED), default=-1))
+
+
+def _release(state: Rank, position: int, rows: dict[str, list[Row]]) -> None:
+    """Retention, once the version is on every tier and published: the version each tier
+    no longer keeps (tiers.keep_local, keep_peer, keep_storage) removed, timed (unlink)
+    in that tier's layout; what fails is a row with ok 0, and said."""
+    spec, version = state.spec, state.version
+    peer = version - spec.keep_peer
+    released = [("tier-peer", state.local_backend, state.local_file(p, True, peer))
+                for p in state.roles.held_by(state.rank) if peer >= 1]
+    if position >= 0:
+        local, storage = version - spec.keep_local, version - spec.keep_storage
+        released += [(layout, backend, path) for layout, backend, path, old in (
+            ("tier-local", state.local_backend, state.local_file(position, False, local), local),
+            ("tier-storage", state.backend, state.storage_file(position, storage), storage))
+            if old >= 1]
+    for layout, backend, path in released:
+        start = time.perf_counter_ns()
+        try:
+            backend.unlink(path)
+        except OSError as error:
+            rows[layout].append((0, UNLINK, start, time.perf_counter_ns(), 0, 0))
+            state.failed(f"release {os.fsdecode(path)}: {error.strerror or error}")
+            continue
+        rows[layout].append((0, UNLINK, start, time.perf_counter_ns(), 0, 1))
+
+
+def _drain(state: Rank, position: int, rows: list[Row], origin: int,
+           failure: list[BaseException]) -> None:
+    """The storage copy, timed (a thread of its own with tiers.drain = background: its own
+    connection to the target, so the rank's goes on untouched); what it raised (an
+    OSError is a row, never raised) in `failure`."""
+    try:
+        failed = state.failed(_write_storage(state, position, rows))
+        rows.append((0, SAVE, origin, time.perf_counter_ns(), state.shard_bytes, int(not failed)))
+    except BaseException as error:   # re-raised by the rank after join
+        failure.append(error)
+
+
+def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int) -> None:
+    """At the protection level tiers.publish names: once every rank's shard is there (a
+    barrier), rank 0 publishes the version (its manifest); `published` a row of that
+    tier's layout."""
+    if tier != state.spec.tier_publish:
+        return
+    mpi.barrier(state.comm)
     if state.rank == 0:
-        _publish(state, rows["tier-storage"], origin)
-    runs = []
-    working_hosts = tuple(hosts[r] for r in roles.working)
-    for layout in SAVE_LAYOUTS:   # a spare took no part: its runs are empty
-        runs.append(layout_run(working, state, layout, rows[layout], {0: origin},
-                                working_hosts, "save") if position >= 0
-                    else LayoutRun(layout, 0, None, (), "", phase="save"))
-    mpi.free(working, comm)
-    return runs
+        _publish(state, rows[TIER_SAVES[TIERS.index(tier)]], origin)
+
+
+def unprotected_by_tier(runs: list[LayoutRun], reached: list[Any] | None) -> list[LayoutRun]:
+    """Each tier's unprotected window (rank 0, where the statistics are; `reached`: every
+    rank's _reached per version): how long a published version was not yet on that tier
+    on every node, from its publish to the tier's last rank, the longest over the
+    versions (0 for the tiers the publish waited for; retention releases a version only
+    once a newer one is published, so it opens none)."""
+    if reached is None:
+        return runs
+    windows = {}
+    for index, layout in enumerate(TIER_SAVES):
+        gaps = []
+        for version in range(len(reached[0])):
+            published = max(rank[version][-1] for rank in reached)
+            if published >= 0:
+                done = max(rank[version][index] for rank in reached)
+                gaps.append(max(0, done - published) / NS_PER_S)
+        if gaps:
+            windows[layout] = max(gaps)
+    return [replace(run, stats=replace(run.stats, unprotected_s=windows[run.layout]))
+            if run.stats is not None and run.layout in windows else run for run in runs]
 
 
 def _gathered_digests(comm: Any, roles: Roles, digest: str) -> list[str]:
@@ -131,7 +261,8 @@ def _fill(state: Rank, position: int) -> str:
     content, block = ContentSource(state.spec.block_bytes), state.spec.block_bytes
     view = state.shard.view
     for offset in range(0, state.shard_bytes, block):
-        content.fill(view[offset:offset + block], f"tiers/p{position:05d}", offset)
+        content.fill(view[offset:offset + block], f"tiers/{shard_name(state.version, position)}",
+                     offset)
     return digest_of(state.spec, view)
 
 
@@ -181,9 +312,9 @@ def wait_all(requests: list[Any]) -> None:
 def _write_storage(state: Rank, position: int, rows: list[Row]) -> str:
     """The shard on the job's target; on an object store one PUT of the whole shard
     (write), durable when it is answered. What failed, or ""."""
-    store = object_store(state.backend)
+    store = object_store(state.drain_backend)
     if store is None:
-        return write_file(state.backend, state.storage_file(position), state.shard.view,
+        return write_file(state.drain_backend, state.storage_file(position), state.shard.view,
                           state.spec.block_bytes, rows)
     start = time.perf_counter_ns()
     try:
@@ -232,7 +363,8 @@ def write_file(backend: Backend, path: Any, view: memoryview, block: int, rows: 
 
 def _publish(state: Rank, rows: list[Row], origin: int) -> None:
     """Rank 0: the version's manifest on storage (what a restart reads to find its shards)."""
-    manifest = {"positions": len(state.roles.working), "shard_bytes": state.shard_bytes,
+    manifest = {"version": state.version, "positions": len(state.roles.working),
+                "shard_bytes": state.shard_bytes,
                 "verify": state.spec.verify, "digests": state.digests,
                 "holders": [list(h) for h in state.roles.holders]}
     state.backend.put_bytes(f"{storage_dir(state.spec)}/manifest.json",

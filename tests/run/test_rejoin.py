@@ -7,10 +7,13 @@ peer op counts, and nothing left on any node's local tier or on the target."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,17 @@ def said(result: subprocess.CompletedProcess[str]) -> str:
     return " ".join((result.stdout + result.stderr).split())
 
 
+def html_verdict(stampede: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> str:
+    """The HTML report's verdict section of the run's archive, as text."""
+    page = tmp_path / "report.html"
+    made = stampede("html", str(tmp_path / "results" / "tiers.csv"), "-o", str(page))
+    assert made.returncode == 0, made.stderr
+    text = page.read_text()
+    section = text[text.index('id="verdict"'):]
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", section[:section.index("</section>")])
+                                  ).split())
+
+
 def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
         stampede, tmp_path: Path) -> None:
     result = rejoin(tmp_path, str(job(tmp_path)))
@@ -63,8 +77,9 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     text = said(result)
     assert "tier by rank: 0@nodeA local, 1@nodeC (spare, world rank 2) peer" in text
     assert "bytes by tier (last iteration): local 4,194,304 B, peer 4,194,304 B" in text
-    assert "restart: tier by rank: 0@nodeA storage, 1@nodeC (spare, world rank 2) storage" \
-        in text.replace("restart: warning: ", "restart: ")
+    assert "restart: note: tier by rank: 0@nodeA storage, 1@nodeC (spare, world rank 2) " \
+        "storage" in text                      # notes, not warnings
+    assert "warning: tier by rank" not in text and "warning: bytes by tier" not in text
     rows = read_archive(tmp_path / "results" / "tiers.csv")
     done = {(row["phase"], row["layout"]): row for row in rows if row["op"] in ("save", "restore")}
     assert set(done) == {("save", "tier-local"), ("save", "tier-peer"), ("save", "tier-storage"),
@@ -83,18 +98,84 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     lines = [line.split() for line in table.splitlines()]
     assert [line[0] for line in lines if line[:1] in (["rejoin"], ["restart"])] == \
         ["rejoin", "restart"], modelled.stdout   # T_MTTR both ways, from the same run
+    assert "T_MTTR at 16384 ranks" in " ".join(modelled.stdout.split())
+    archive = str(tmp_path / "results" / "tiers.csv")
+    projected = stampede("project", archive, "--target-ranks", "16384",
+                         "--target-ranks-per-node", "8",
+                         "--lost-nodes", "2", "--spare-pool-pct", "0.01")
+    assert projected.returncode == 0, projected.stderr
+    text = " ".join(projected.stdout.split())   # 2,048 nodes: a pool of 1, 2 lost
+    assert "2 node(s) lost, a pool of 1 spare node(s) (0.01% of the nodes)" in text, text
+    ways: dict[str, str] = {}   # each way's first line (a wrapped cell may start one)
+    for line in projected.stdout.splitlines():
+        if line.split()[:1] in (["rejoin"], ["restart"]):
+            ways.setdefault(line.split()[0], line)
+    assert "not possible" in ways["rejoin"] and "not possible" not in ways["restart"], ways
+    refused = stampede("project", archive, "--target-ranks", "16384", "--lost-nodes", "0")
+    assert refused.returncode == 2 and "--lost-nodes 0: must be at least 1" in refused.stderr
+    verdict = html_verdict(stampede, tmp_path)
+    assert "use tier-" not in verdict           # the tiers of one save are not ranked
+    assert "restore T_MTTR as measured (2 ranks) T_MTTR at 16384 ranks" in verdict
+    assert "local peer storage rejoin 4 MiB 4 MiB - restart - - 8 MiB" in verdict   # by tier
+    assert "no fall-back to storage" in verdict
+
+
+@pytest.mark.parametrize(("publish", "drain"), [("storage", "background"), ("local", "inline")])
+def test_the_version_is_published_at_the_level_asked_and_each_tier_says_its_window(
+        tmp_path: Path, publish: str, drain: str) -> None:
+    """`published` in the layout of the tier tiers.publish names; each tier's unprotected
+    window 0 up to that tier and above 0 past it; the rank blocked until its peer copy is
+    acknowledged, and its storage copy too only when the drain is inline."""
+    result = rejoin(tmp_path, str(job(tmp_path)), "--set", f"tiers.publish={publish}",
+                    "--set", f"tiers.drain={drain}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_archive(tmp_path / "results" / "tiers.csv")
+    saves = {row["layout"]: row for row in rows if row["op"] == "save"}
+    published = {row["layout"] for row in rows if row["op"] == "published"}
+    assert published == {f"tier-{publish}"}
+    windows = {layout: float(row["unprotected_s"]) for layout, row in saves.items()}
+    past = ("tier-peer", "tier-storage") if publish == "local" else ()
+    assert {layout for layout, seconds in windows.items() if seconds > 0} == set(past), windows
+    blocked = {row["layout"]: float(row["lat_max_s"]) for row in rows if row["op"] == "blocked"}
+    assert set(blocked) == set(saves) and len(set(blocked.values())) == 1   # one save's
+    waited_for = ("tier-local", "tier-peer") + (("tier-storage",) if drain == "inline" else ())
+    assert all(blocked[layout] >= float(saves[layout]["lat_max_s"]) for layout in waited_for)
+    assert not list((tmp_path / "local").rglob("*"))
+
+
+def test_each_tier_keeps_its_own_versions_and_the_last_is_restored(tmp_path: Path) -> None:
+    """Three versions; the local tier keeps 2, the peers 1, the storage 3: each older one
+    removed (unlink, in its tier's layout) once a newer is published; the rejoin restores
+    the last (its run.verify hash), the spare's from its peer."""
+    result = rejoin(tmp_path, str(job(tmp_path)), "--set", "tiers.versions=3",
+                    "--set", "tiers.keep_local=2", "--set", "tiers.keep_storage=3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tier by rank: 0@nodeA local, 1@nodeC (spare, world rank 2) peer" in said(result)
+    rows = read_archive(tmp_path / "results" / "tiers.csv")
+    saves = [row for row in rows if row["op"] == "save"]
+    assert {(row["iterations"], row["count"]) for row in saves} == {("3", "6")}  # 2 ranks
+    assert [row["count"] for row in rows if row["op"] == "published"] == ["3"]
+    released = {row["layout"]: int(row["count"]) for row in rows if row["op"] == "unlink"}
+    assert released == {"tier-local": 2 * 1, "tier-peer": 2 * 2}   # v1; v1 and v2
+    assert all(float(row["unprotected_s"]) == 0 for row in saves)   # published on storage
+    assert not list((tmp_path / "local").rglob("*"))
+    assert not list((tmp_path / "target").iterdir())
 
 
 @pytest.mark.parametrize(("damage", "why"), [("missing", "missing on its peer"),
                                              ("corrupt", "failed run.verify (xxh3)")])
-def test_a_missing_or_corrupt_replica_falls_back_to_storage(tmp_path: Path, damage: str,
-                                                            why: str) -> None:
+def test_a_missing_or_corrupt_replica_falls_back_to_storage(stampede, tmp_path: Path,
+                                                            damage: str, why: str) -> None:
     result = rejoin(tmp_path, str(job(tmp_path)), "--damage", damage)
     assert result.returncode == 0, result.stdout + result.stderr
     text = said(result)
     assert f"rank 2: position 1's replica {why} on rank 0: read from storage" in text
     assert "1@nodeC (spare, world rank 2) storage" in text
     assert not list((tmp_path / "local").rglob("*"))
+    verdict = html_verdict(stampede, tmp_path)
+    assert f"Fell back to storage: rank 2: position 1's replica {why} on rank 0: read from " \
+        "storage" in verdict
+    assert "storage rejoin 4 MiB - 4 MiB restart" in verdict   # the spare from storage
 
 
 def test_a_placement_that_cannot_be_made_is_refused_before_any_io(tmp_path: Path) -> None:

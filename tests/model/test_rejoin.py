@@ -1,0 +1,121 @@
+"""The rejoin-or-restart model (stampede.model.rejoin) on numbers: the rates read from a
+rejoin run's rows, the load terms at the target, the spare pool, a fall-back said."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from stampede.model.rejoin import (
+    Rates,
+    rejoin_load_s,
+    rejoin_run,
+    rejoin_verdict,
+    restart_load_s,
+    spare_pool,
+)
+from stampede.model.workload import Workload
+from stampede.results.archive import append_rows, read_rows
+
+MIB = 2**20
+
+
+def rows(run_id: str = "r1", storage: int = 0, lost: int = 1) -> list[dict[str, str]]:
+    """A rejoin run as archived: 4 ranks restored (2 per node), 8 MiB each, 2 iterations;
+    the spares received 2 x 8 MiB per iteration from peers in 0.1 s."""
+    common = {"run_id": run_id, "valid": "true", "bytes_per_rank": str(8 * MIB), "nranks": "4",
+              "ranks_per_node": "2", "lost_nodes": str(lost), "iterations": "2"}
+    fell = "rank 5: position 3's replica missing on its peer on rank 1: read from storage" \
+        if storage else ""
+    return [
+        {**common, "op": "peer", "layout": "rejoin", "op_bytes": str(2 * 2 * 8 * MIB),
+         "elapsed_s": "0.1"},
+        {**common, "op": "restore", "layout": "rejoin", "time_to_last_rank_s": "0.2",
+         "first_done_s": "0.008", "tier_local_bytes": str(2 * 8 * MIB),
+         "tier_peer_bytes": str(2 * 8 * MIB - storage), "tier_storage_bytes": str(storage),
+         "notes": " | ".join(filter(None, ["tier by rank: 0@a local", fell]))},
+        {**common, "op": "restore", "layout": "restart", "time_to_last_rank_s": "0.5",
+         "first_done_s": "0.4", "tier_storage_bytes": str(4 * 8 * MIB)},
+    ]
+
+
+def test_the_rates_come_from_the_peer_transfer_the_restart_and_the_first_survivor() -> None:
+    run = rejoin_run(rows())
+    assert run is not None and run.run_id == "r1"
+    assert run.rates.node_bps == pytest.approx(2 * 8 * MIB / 0.1)      # one spare node
+    assert run.rates.storage_bps == pytest.approx(4 * 8 * MIB / 0.5)
+    assert run.rates.local_bps == pytest.approx(8 * MIB / 0.008)
+    assert run.tier_bytes["rejoin"] == {"local": 16 * MIB, "peer": 16 * MIB, "storage": 0}
+    assert run.fallback == ()
+    two_lost = rejoin_run(rows(lost=2))   # two spare nodes share the bytes received
+    assert two_lost is not None and two_lost.rates.node_bps == pytest.approx(8 * MIB / 0.1)
+
+
+def test_a_fall_back_to_storage_is_said_and_the_latest_valid_run_is_taken() -> None:
+    archive = rows("r1") + rows("r2", storage=8 * MIB)
+    run = rejoin_run(archive)
+    assert run is not None and run.run_id == "r2"
+    assert run.fallback == ("rank 5: position 3's replica missing on its peer on rank 1: "
+                            "read from storage",)
+    archive[-1]["valid"] = "false"        # r2's restart failed: r1 is the latest whole run
+    latest = rejoin_run(archive)
+    assert latest is not None and latest.run_id == "r1"
+    assert rejoin_run([row for row in rows() if row["layout"] != "restart"]) is None
+
+
+def test_the_load_terms_at_the_target() -> None:
+    rates = Rates(node_bps=1e9, storage_bps=100e9, local_bps=10e9)
+    size = 1e9
+    # restart: 16,384 x 1 GB through 100 GB/s = 163.84 s (a node's 8 GB through its NIC: 8 s)
+    assert restart_load_s(16384, 8, size, rates) == pytest.approx(163.84)
+    # ... unless the NIC is slower than the storage's share: 8 GB at 0.01 GB/s
+    assert restart_load_s(8, 8, size, Rates(1e7, 100e9, 10e9)) == pytest.approx(800)
+    # rejoin: a spare node's 8 shards through its NIC (8 s), the survivors' 0.1 s beside it
+    assert rejoin_load_s(8, size, rates) == pytest.approx(8)
+    assert rejoin_load_s(1, size, Rates(1e12, 1e9, 1e9)) == pytest.approx(1)   # local-bound
+    assert math.isnan(rejoin_load_s(8, size, Rates(math.nan, 1e9, 1e9)))
+    assert restart_load_s(4, 2, size, Rates(math.nan, 1e9, 1e9)) == pytest.approx(4)
+
+
+def test_the_spare_pool_is_a_share_of_the_nodes_and_never_empty() -> None:
+    assert spare_pool(2048) == 41              # 2% of 2,048 nodes
+    assert spare_pool(2048, 0.05) == 102
+    assert spare_pool(10) == 1
+
+
+def archive(tmp_path: Path, startup_s: float | None) -> str:
+    """The rows above as a real archive (the writer's own append), with a `stampede
+    startup` run beside them when given."""
+    path = tmp_path / "rejoin.csv"
+    written = [{**row, "schema": 5, "phase": "restore", "tool": "stampede", "job": "tiers",
+                "cache": "cold"} for row in rows()]
+    if startup_s is not None:
+        written.append({"schema": 5, "run_id": "s1", "phase": "startup", "tool": "stampede",
+                        "job": "startup", "layout": "-", "op": "startup", "valid": "true",
+                        "nranks": "4", "time_to_last_rank_s": str(startup_s)})
+    append_rows(path, written)
+    return str(path)
+
+
+@pytest.mark.parametrize("startup_s", [None, 2.5])
+def test_t_mttr_both_ways_at_the_target_with_the_spares_start_up_measured_or_assumed(
+        tmp_path: Path, startup_s: float | None) -> None:
+    path = archive(tmp_path, startup_s)
+    workload = Workload(16384, ranks_per_node=8, bytes_per_rank=1e9)
+    verdict = rejoin_verdict([path], read_rows(path), workload)
+    assert verdict is not None and verdict.spares == 41 and verdict.lost_nodes == 1
+    rejoin, restart = verdict.at_target
+    assert rejoin.model is not None and restart.model is not None
+    node_bps, storage_bps = 2 * 8 * MIB / 0.1, 4 * 8 * MIB / 0.5
+    terms = {term.name: term for term in rejoin.model.terms}
+    assert terms["peer transfer k S / B_node"].seconds == pytest.approx(8 * 1e9 / node_bps)
+    load = {term.name: term for term in restart.model.terms}["S_weights / BW_rank_io"]
+    assert load.seconds == pytest.approx(16384 * 1e9 / storage_bps)
+    assert terms["T_pod_init"].seconds == (startup_s if startup_s is not None else 5.0)
+    assert terms["T_pod_init"].measured == (startup_s is not None)
+    assert restart.dominant == "S_weights / BW_rank_io"   # 16 TB through 0.5 GB/s
+    alone = rejoin_verdict([path], read_rows(path), workload, lost_nodes=42)   # > the pool
+    assert alone is not None and alone.at_target[0].model is None
+    assert "42 lost node(s) and 41 spare(s)" in alone.at_target[0].why_not
