@@ -226,29 +226,31 @@ class _Session:
             "digests": list(measured.digests)}
 
     def finish(self, skipped: list[tuple[str, str]], entries: list[Any]) -> None:
-        """Rank 0: archive every row at once, the sidecar, then the report."""
+        """Rank 0: the run recorded at once (reported, every row archived, the sidecar)."""
         if self.comm.Get_rank() != 0:
             return
         from stampede.present.report import make_console
         from stampede.present.report_loaders import render_loaders
-        from stampede.results.archive import ARCHIVE_SCHEMA, append_rows, write_sidecar
         from stampede.results.loaders import loader_lines
+        from stampede.results.recorder import Recorder
         from stampede.results.rows import sidecar
 
-        append_rows(self.spec.archive_path, self.rows)
-        path = write_sidecar(self.spec.archive_path, self.run_id, {
-            "schema": ARCHIVE_SCHEMA, "run_id": self.run_id, "command": "loaders",
-            "ceiling": sidecar(self.spec, self.context, self.ceilings),
-            "loaders": self.loaders, "skipped": [list(pair) for pair in skipped]})
-        notes = list(dict.fromkeys(
-            f"{row['tool']} {row['layout']}: {note}" for row in self.rows
-            if row["op"] == "restore" for note in filter(None, row["warnings"].split(" | "))))
         console = make_console()
-        render_loaders(loader_lines(self.rows), skipped, notes,
-                       [(entry.name, entry.how) for entry in entries], console,
-                       [message for part in self.loaders.values()
-                        for message in part["messages"]])
-        console.print(f"archived: {self.spec.archive_path} (+ {path})", markup=False)
+
+        def show(rows: Any, _: Any) -> None:
+            notes = list(dict.fromkeys(
+                f"{row['tool']} {row['layout']}: {note}" for row in rows
+                if row["op"] == "restore" for note in filter(None, row["warnings"].split(" | "))))
+            render_loaders(loader_lines(rows), skipped, notes,
+                           [(entry.name, entry.how) for entry in entries], console,
+                           [message for part in self.loaders.values()
+                            for message in part["messages"]])
+
+        recorder = Recorder(self.spec.archive_path, self.run_id, "loaders", show)
+        recorder.record(self.rows, {"ceiling": sidecar(self.spec, self.context, self.ceilings),
+                                    "loaders": self.loaders,
+                                    "skipped": [list(pair) for pair in skipped]})
+        console.print(recorder.archived(), markup=False)
 
 
 def _loader_rows(shared: dict[str, object], fmt: str, entry: Any, label: str, measured: Any,

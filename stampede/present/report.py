@@ -9,7 +9,7 @@ computed. rich is imported here, lazily, and only rank 0 ever calls these module
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from stampede.results.cells import Row, flag, number, whole
@@ -130,6 +130,33 @@ def render_run(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) 
         render_layout([row for row in rows if row["layout"] == layout
                        and row.get("phase", "") == phase], console)
     render_summary(rows, console, messages)
+
+
+class RunReport:
+    """A run's report as it is recorded (run, save, cycle, rejoin: a results.recorder
+    Recorder's `show`): the header once, each layout as it completes, from its rows and
+    the sidecar beside them; the layouts ranked at the end."""
+
+    def __init__(self) -> None:
+        self.console: Any = None
+
+    def show(self, rows: Sequence[Row], sidecar: Mapping[str, Any]) -> None:
+        first = rows[0]
+        if self.console is None:
+            self.console = make_console()
+            render_header(first, self.console)
+            render_rpcs((sidecar.get("storage") or {}).get("rpcs_per_op"), self.console)
+        render_layout(rows, self.console)
+        part = "layouts" if first.get("phase") == "restore" else "saves"
+        counted = (sidecar.get(part) or {}).get(first["layout"], {}).get("kernel_nfs_rpcs")
+        render_kernel_nfs(first["layout"], counted if isinstance(counted, dict) else None,
+                          self.console)
+
+    def finish(self, rows: Sequence[Row], messages: Sequence[str], archived: str) -> None:
+        if self.console is None:
+            return
+        render_summary(rows, self.console, messages)
+        self.console.print(archived, markup=False)
 
 
 def render_header(first: Row, console: Any) -> None:
