@@ -162,7 +162,7 @@ class Archiver:
     rank keeps its progress line object (enabled on rank 0 only). A cycle's two halves
     share one (one run, one report); `layouts` counts the layouts of both."""
 
-    def __init__(self, spec: Any, layouts: int, root: bool, command: str = "run") -> None:
+    def __init__(self, spec: Any, layouts: int, root: bool, command: str) -> None:
         from stampede.present.progress import Progress
 
         self.spec, self.layouts, self.root, self.command = spec, layouts, root, command
