@@ -96,27 +96,43 @@ def cmd_gpu(args: argparse.Namespace) -> int:
             import shutil
             shutil.rmtree(workdir, ignore_errors=True)
     if swept is not None:
-        rows = _archive_rows(swept, args)
         from stampede.present.report import make_console, render_gpu
-        from stampede.results.archive import append_rows
-        append_rows(args.archive, rows)
-        render_gpu(rows, make_console())
-        print(f"archived: {args.archive}")
+        from stampede.results.recorder import Recorder
+        from stampede.results.rows import new_run_id
+
+        console = make_console()
+        recorder = Recorder(args.archive, new_run_id(), "gpu",
+                            lambda rows, _: render_gpu(rows, console))
+        recorder.record(_archive_rows(swept, args, recorder.run_id),
+                        _sidecar(swept, args, mpi.library_version(comm)))
+        console.print(recorder.archived(), markup=False)
     return 0
 
 
-def _archive_rows(swept: Any, args: argparse.Namespace) -> list[dict[str, str]]:
+def _sidecar(swept: Any, args: argparse.Namespace, mpi_library: str) -> dict[str, Any]:
+    """What the rows cannot hold: each rank's host and device (and cuFile's state), the
+    sweep as asked (the link's peak is on every row)."""
+    from stampede.sysinfo import slurm_variables
+
+    return {"mpi_library": mpi_library, "hosts_by_rank": list(swept.hosts),
+            "devices_by_rank": list(swept.labels), "gds_by_rank": list(swept.gds_labels),
+            "groups": [[mode, size] for mode, size in swept.groups], "trials": args.trials,
+            "warmup": args.warmup, "cache": args.cache, "link": args.link,
+            "slurm": slurm_variables()}
+
+
+def _archive_rows(swept: Any, args: argparse.Namespace, run_id: str) -> list[dict[str, str]]:
     """Rank 0: one layout (= mode) per group, its ops as rows, the device on every row."""
     import numpy as np
 
     from stampede.results.columns import GPU_PHASE
-    from stampede.results.rows import new_run_id, now_stamp, op_rows, shared_columns
+    from stampede.results.rows import now_stamp, op_rows, shared_columns
     from stampede.results.stats import layout_stats
 
     nranks = len(swept.samples_by_rank)
     samples = np.concatenate([np.column_stack([part[:, :6], np.full(len(part), rank), part[:, 6]])
                               for rank, part in enumerate(swept.samples_by_rank)])
-    run_id, stamp = new_run_id(), now_stamp()
+    stamp = now_stamp()
     host_device = args.device == "host"
     peak = LINK_PEAKS_GBPS["host" if host_device else args.link]
     rows: list[dict[str, str]] = []

@@ -125,7 +125,7 @@ def measure(comm: Any, spec: Any, step: str, strategies: tuple[str, ...], what: 
         print(f"stampede {step} {spec.name}: {comm.Get_size()} rank(s), {what}, target "
               f"{spec.target_path}", file=sys.stderr, flush=True)
     if archiver is None:
-        archiver = Archiver(spec, len(strategies), comm.Get_rank() == 0)
+        archiver = Archiver(spec, len(strategies), comm.Get_rank() == 0, step)
     archiver.spec = spec
     interrupts = Interrupts().install()
     try:
@@ -162,15 +162,14 @@ class Archiver:
     rank keeps its progress line object (enabled on rank 0 only). A cycle's two halves
     share one (one run, one report); `layouts` counts the layouts of both."""
 
-    def __init__(self, spec: Any, layouts: int, root: bool) -> None:
+    def __init__(self, spec: Any, layouts: int, root: bool, command: str) -> None:
         from stampede.present.progress import Progress
 
-        self.spec, self.layouts, self.root = spec, layouts, root
-        self.rows: list[dict[str, str]] = []
+        self.spec, self.layouts, self.root, self.command = spec, layouts, root, command
         self.runs: list[Any] = []
         self.messages: list[str] = []
-        self.console: Any = None
-        self.sidecar_file: Any = None
+        self.recorder: Any = None   # results.recorder.Recorder, once the run has its id
+        self.report: Any = None     # present.report.RunReport, rank 0's
         self.traces: dict[str, Any] = {}   # --trace: "phase/layout" -> its rows
         self.progress = Progress(root)
         self.steps = 0
@@ -188,15 +187,10 @@ class Archiver:
                            final=iteration == self.spec.iterations - 1)
 
     def layout_done(self, context: Any, run: Any) -> None:
-        """Rank 0, collectively: report the layout, then archive it (whole or not at all)."""
-        from stampede.present.report import (
-            make_console,
-            render_header,
-            render_kernel_nfs,
-            render_layout,
-            render_rpcs,
-        )
-        from stampede.results.archive import append_rows, write_sidecar
+        """Rank 0, collectively: the layout recorded (reported, then archived whole or not
+        at all, the sidecar rewritten with every layout so far)."""
+        from stampede.present.report import RunReport
+        from stampede.results.recorder import Recorder
         from stampede.results.rows import archive_rows, sidecar
 
         self.steps = (len(self.runs) + 1) * (self.spec.warmup + self.spec.iterations)
@@ -204,18 +198,13 @@ class Archiver:
             return   # stopped in a warmup: nothing measured, nothing archived
         rows = archive_rows(self.spec, context, run)
         self.progress.close()
-        if self.console is None:
-            self.console = make_console()
-            render_header(rows[0], self.console)
-            render_rpcs(context.storage.get("rpcs_per_op"), self.console)
-        render_layout(rows, self.console)
-        render_kernel_nfs(run.layout, run.kernel_nfs, self.console)
-        append_rows(self.spec.archive_path, rows)
-        self.rows += rows
+        if self.recorder is None:
+            self.report = RunReport()
+            self.recorder = Recorder(self.spec.archive_path, context.run_id, self.command,
+                                     self.report.show)
+        self.recorder.record(rows, sidecar(self.spec, context, [*self.runs, run]))
         self.runs.append(run)
         self.messages += run.messages
-        self.sidecar_file = write_sidecar(self.spec.archive_path, context.run_id,
-                                          sidecar(self.spec, context, self.runs))
         if run.trace is not None:
             self.traces[f"{run.phase}/{run.layout}"] = run.trace
             self.write_trace(context)
@@ -225,7 +214,7 @@ class Archiver:
         from stampede.errors import RunFailed
         from stampede.results.trace import trace_path, write_trace
 
-        path = trace_path(self.sidecar_file)
+        path = trace_path(self.recorder.sidecar_file)
         try:
             write_trace(path, self.traces, {"run_id": context.run_id,
                                             "hosts_by_rank": list(context.hosts)})
@@ -234,15 +223,12 @@ class Archiver:
                             "the archive and the sidecar are written") from None
 
     def finish(self) -> None:
-        if not self.root or self.console is None:
+        if not self.root or self.recorder is None:
             return
-        from stampede.present.report import render_summary
         from stampede.results.trace import trace_path
 
-        render_summary(self.rows, self.console, self.messages)
-        traced = f", trace {trace_path(self.sidecar_file)}" if self.traces else ""
-        self.console.print(f"archived: {self.spec.archive_path} (+ {self.sidecar_file}{traced})",
-                           markup=False)
+        traced = f", trace {trace_path(self.recorder.sidecar_file)}" if self.traces else ""
+        self.report.finish(self.recorder.rows, self.messages, self.recorder.archived(traced))
 
     def unmeasured(self, strategies: tuple[str, ...]) -> str:
         """What a signal left: the layouts archived whole, the one archived as incomplete

@@ -97,13 +97,13 @@ def cmd_loaders(args: argparse.Namespace) -> int:
               f"checkpoint {catalogue.root}, assign {', '.join(spec.assign)}, cache {spec.cache}"
               f", loaders {', '.join(e.name for e in entries)} on "
               f"{', '.join(t.label for t in targets)}", file=sys.stderr, flush=True)
-    session = _Session(comm, spec, catalogue)
+    session = _Session(comm, spec, catalogue, skipped + skipped_devices)
     for policy in spec.assign:
         session.ceiling(policy)
         for entry in entries:
             for target in targets:
                 session.loader(entry, target, policy)
-    session.finish(skipped + skipped_devices, entries)
+    session.finish(entries)
     if session.failed:
         error = RunFailed("loaders finished with errors, archived as invalid: "
                           + "; ".join(session.failed))
@@ -166,19 +166,23 @@ def _targets(comm: Any, devices: tuple[str, ...]) -> tuple[list[Any], list[tuple
 
 
 class _Session:
-    """One invocation's run: its id, the ranks' hosts, the rows and sidecar parts so far
-    (complete on rank 0), and what failed."""
+    """One invocation's run: its id, the ranks' hosts, its recorder (rank 0: each ceiling
+    and each loader archived as it completes, so a run stopped later keeps them; reported
+    together at the end), the sidecar's parts so far, and what failed."""
 
-    def __init__(self, comm: Any, spec: Any, catalogue: Any) -> None:
+    def __init__(self, comm: Any, spec: Any, catalogue: Any,
+                 skipped: list[tuple[str, str]]) -> None:
         from stampede import mpi
+        from stampede.results.recorder import Recorder
         from stampede.results.rows import new_run_id, now_stamp
 
-        self.comm, self.spec, self.catalogue = comm, spec, catalogue
+        self.comm, self.spec, self.catalogue, self.skipped = comm, spec, catalogue, skipped
         self.run_id = mpi.bcast(comm, new_run_id("loaders") if comm.Get_rank() == 0 else "")
         self.stamp = now_stamp()
         hosts = mpi.gather(comm, mpi.processor_name(comm))
         self.hosts: tuple[str, ...] = tuple(mpi.bcast(comm, hosts or []))
-        self.rows: list[dict[str, str]] = []
+        self.recorder: Any = None if comm.Get_rank() else Recorder(
+            spec.archive_path, self.run_id, "loaders", lambda rows, sidecar: None)  # finish reports
         self.ceilings: list[Any] = []
         self.context: Any = None
         self.loaders: dict[str, Any] = {}
@@ -193,8 +197,8 @@ class _Session:
 
         def collect(context: Any, run: Any) -> None:
             self.context = replace(context, run_id=self.run_id)
-            self.rows += archive_rows(spec, self.context, run)
             self.ceilings.append(run)
+            self._record(archive_rows(spec, self.context, run))
 
         _, runs = run_job(self.comm, spec, collect)
         self.failed += [f"stampede {run.layout}: {run.invalid_reason}"
@@ -214,41 +218,45 @@ class _Session:
         failed = mpi.bcast(comm, bool(measured and measured.failed))
         if failed:
             self.failed.append(f"{entry.name} on {target.label}, {policy}: see the messages")
-        if measured is None or assigned is None:
-            return
-        shared = {**spec.columns(),
-                  **shared_columns(self.run_id, self.stamp, spec.name, LOADER_BACKEND, policy,
-                                   self.hosts, valid=not measured.failed, tool=entry.name)}
-        self.rows += _loader_rows(shared, self.catalogue.format, entry, target.label, measured,
-                                  assigned, self.hosts)
-        self.loaders[f"{entry.name} {target.label} {policy}"] = {
-            "valid": not measured.failed, "messages": list(measured.messages),
-            "digests": list(measured.digests)}
+        rows: list[dict[str, str]] = []
+        if measured is not None and assigned is not None:   # rank 0
+            shared = {**spec.columns(),
+                      **shared_columns(self.run_id, self.stamp, spec.name, LOADER_BACKEND,
+                                       policy, self.hosts, valid=not measured.failed,
+                                       tool=entry.name)}
+            rows = _loader_rows(shared, self.catalogue.format, entry, target.label, measured,
+                                assigned, self.hosts)
+            self.loaders[f"{entry.name} {target.label} {policy}"] = {
+                "valid": not measured.failed, "messages": list(measured.messages),
+                "digests": list(measured.digests)}
+        mpi.on_root(comm, f"archiving {entry.name} on {target.label}, {policy}",
+                    lambda: self._record(rows))
 
-    def finish(self, skipped: list[tuple[str, str]], entries: list[Any]) -> None:
-        """Rank 0: archive every row at once, the sidecar, then the report."""
+    def _record(self, rows: list[dict[str, str]]) -> None:
+        """Rank 0: a ceiling's or a loader's rows archived, the sidecar with all so far."""
+        from stampede.results.rows import sidecar
+
+        self.recorder.record(rows, {
+            "ceiling": sidecar(self.spec, self.context, self.ceilings), "loaders": self.loaders,
+            "skipped": [list(pair) for pair in self.skipped]})
+
+    def finish(self, entries: list[Any]) -> None:
+        """Rank 0: the report of everything recorded."""
         if self.comm.Get_rank() != 0:
             return
         from stampede.present.report import make_console
         from stampede.present.report_loaders import render_loaders
-        from stampede.results.archive import ARCHIVE_SCHEMA, append_rows, write_sidecar
         from stampede.results.loaders import loader_lines
-        from stampede.results.rows import sidecar
 
-        append_rows(self.spec.archive_path, self.rows)
-        path = write_sidecar(self.spec.archive_path, self.run_id, {
-            "schema": ARCHIVE_SCHEMA, "run_id": self.run_id, "command": "loaders",
-            "ceiling": sidecar(self.spec, self.context, self.ceilings),
-            "loaders": self.loaders, "skipped": [list(pair) for pair in skipped]})
+        rows = self.recorder.rows
         notes = list(dict.fromkeys(
-            f"{row['tool']} {row['layout']}: {note}" for row in self.rows
+            f"{row['tool']} {row['layout']}: {note}" for row in rows
             if row["op"] == "restore" for note in filter(None, row["warnings"].split(" | "))))
         console = make_console()
-        render_loaders(loader_lines(self.rows), skipped, notes,
+        render_loaders(loader_lines(rows), self.skipped, notes,
                        [(entry.name, entry.how) for entry in entries], console,
-                       [message for part in self.loaders.values()
-                        for message in part["messages"]])
-        console.print(f"archived: {self.spec.archive_path} (+ {path})", markup=False)
+                       [message for part in self.loaders.values() for message in part["messages"]])
+        console.print(self.recorder.archived(), markup=False)
 
 
 def _loader_rows(shared: dict[str, object], fmt: str, entry: Any, label: str, measured: Any,

@@ -92,7 +92,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     spec = _load(args)
     comm = mpi.world()
     rank, nranks = comm.Get_rank(), comm.Get_size()
-    archiver = Archiver(spec, 2 * len(spec.layouts), rank == 0)
+    archiver = Archiver(spec, 2 * len(spec.layouts), rank == 0, "cycle")
     gap = None
     if spec.workload != "none":   # MLPerf's rules read when the writes end, the reads start
         from stampede.run.mlperf import Gap

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stampede.errors import UsageError, install_hint
@@ -71,16 +72,16 @@ def _measure_here(imports: tuple[str, ...], archive: str) -> int:
     comm, record = measure(mpi.world, imports)
     records = mpi.gather(comm, record)
     if records is not None:
-        rows = archive_startup(records, imports, archive, mpi.library_version(comm))
         from stampede.present.report import make_console, render_run
-        render_run(rows, make_console())
+        archive_startup(records, imports, archive, mpi.library_version(comm),
+                        lambda rows, _: render_run(rows, make_console()))
     return 0
 
 
 def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], archive: str,
-                    mpi_library: str) -> list[dict[str, str]]:
-    """Rank 0: stats over ranks, archive rows and a sidecar; returns the rows."""
-    from stampede.results.archive import ARCHIVE_SCHEMA, append_rows, write_sidecar
+                    mpi_library: str, show: Callable[[Any, Any], None]) -> list[dict[str, str]]:
+    """Rank 0: stats over ranks, the run recorded (rows, sidecar, `show`n); its rows."""
+    from stampede.results.recorder import Recorder
     from stampede.results.rows import new_run_id, now_stamp, op_rows, shared_columns
     from stampede.results.stats import layout_stats
     from stampede.run.startup import samples, startup_warnings
@@ -88,16 +89,13 @@ def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], arc
     hosts = tuple(record["host"] for record in records)
     stats = layout_stats("startup", samples(records), len(records), completion_op="startup")
     warnings = startup_warnings(records)
-    run_id = new_run_id()
-    shared = {**shared_columns(run_id, now_stamp(), "startup", "-", "startup", hosts,
+    recorder = Recorder(archive, new_run_id(), "startup", show)
+    shared = {**shared_columns(recorder.run_id, now_stamp(), "startup", "-", "startup", hosts,
                                phase="startup"),
               "iterations": stats.iterations,
               "pattern": "+".join(("interpreter", "import", "mpi_init")),
               "warnings": " | ".join(warnings), "archive": archive}
-    rows = op_rows(shared, stats, 0, hosts)
-    append_rows(archive, rows)
-    write_sidecar(archive, run_id, {
-        "schema": ARCHIVE_SCHEMA, "run_id": run_id, "imports": list(imports),
-        "mpi_library": mpi_library, "ranks": records, "warnings": warnings,
-    })
-    return rows
+    recorder.record(op_rows(shared, stats, 0, hosts), {
+        "imports": list(imports), "mpi_library": mpi_library, "ranks": records,
+        "warnings": warnings})
+    return recorder.rows

@@ -13,7 +13,7 @@ The stdlib only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -21,15 +21,9 @@ from stampede.present import figures, html_figures
 from stampede.present.html_tags import table, tag
 from stampede.present.html_trace import trace_figures
 from stampede.present.html_verdict import verdict_section
-from stampede.present.report import (
-    BUFFERED_NOTE,
-    SAVE_HEADERS,
-    SAVE_NOTE,
-    grouped_warnings,
-    save_cells,
-)
+from stampede.present.report import grouped_warnings
+from stampede.present.tables import RESTORE, SAVE, TableSpec
 from stampede.results.cells import flag, number
-from stampede.results.compare import ranked
 from stampede.results.definitions import METRICS, SAVE_METRICS
 from stampede.units import format_bytes, format_number, format_seconds
 
@@ -64,49 +58,31 @@ details.part>summary h2{display:inline;border:0;font-size:1.1em}
 """
 
 
-def last_rank(row: Mapping[str, str]) -> str:
-    return (f"{format_seconds(number(row, 'time_to_last_rank_s'))} "
-            f"({format_seconds(number(row, 'time_to_last_rank_min_s'))}–"
-            f"{format_seconds(number(row, 'time_to_last_rank_max_s'))})")
-
-
 def restore_table(rows: Sequence[Row]) -> str:
-    ranking = [(row, standing) for row, standing in ranked(rows, "restore")]
-    if not ranking:
-        return ""
-    body = [[row["layout"], last_rank(row), standing,
-             f"{number(row, 'straggler_ratio'):.2f}", format_number(number(row, "agg_gbps")),
-             format_number(number(row, "slowest_rank_gbps")),
-             format_number(number(row, "storage_ops_per_iteration")),
-             format_seconds(number(row, "storage_s")), format_seconds(number(row, "network_s"))]
-            for row, standing in ranking]
-    first = ranking[0][0]
-    return (tag("h2", "Restore: time until every rank holds its bytes", id="restore")
-            + tag("p", f"run {escape(first['run_id'])}: {first['nranks']} ranks on "
-                       f"{first['nnodes']} node(s), "
-                       f"{format_bytes(number(first, 'bytes_per_rank'))} per rank", class_="note")
-            + table(("layout", "last rank (min–max)", "vs best", "straggler", "agg GB/s",
-                     "slowest GB/s", "storage ops/it", "storage part", "network part"), body))
+    return spec_table(RESTORE, rows)
 
 
 def save_table(rows: Sequence[Row]) -> str:
-    """The save's own table (the terminal's: published, blocked, unprotected, validate
-    errors, "buf" for a save never made durable); the HTML report once showed the restore's
-    columns for it, a storage part longer than the time to last rank among them."""
-    cells, buffered = save_cells(rows)
-    if not cells:
+    """The save's own table (published, blocked, unprotected, validate errors, "buf" for a
+    save never made durable); the HTML report once showed the restore's columns for it, a
+    storage part longer than the time to last rank among them."""
+    return spec_table(SAVE, rows)
+
+
+def spec_table(spec: TableSpec, rows: Sequence[Row]) -> str:
+    """A table of present.tables, every column (the page scrolls sideways), the notes
+    under it; "" where the run has no such phase."""
+    lines = spec.lines(rows)
+    if not lines:
         return ""
-    first = cells[0][0]
-    body = [[cell.replace("[red]", "").replace("[/]", "") for cell in row_cells]
-            for _, row_cells in cells]
-    notes = ([BUFFERED_NOTE] if buffered else []) + [SAVE_NOTE]
-    return (tag("h2", "Save: time until every rank's bytes are durable", id="save")
+    first = lines[0].row
+    return (tag("h2", spec.title, id=spec.anchor)
             + tag("p", f"run {escape(first['run_id'])}: {first['nranks']} ranks on "
                        f"{first['nnodes']} node(s), {format_bytes(number(first, 'bytes_per_rank'))}"
                        " per rank", class_="note")
-            + table(tuple(header.replace("-\n", "").replace("\n", " ") for header in SAVE_HEADERS),
-                    body)
-            + "".join(tag("p", escape(note), class_="note") for note in notes))
+            + table([column.one_line for column in spec.columns],
+                    [[column.cell(line) for column in spec.columns] for line in lines])
+            + "".join(tag("p", escape(note), class_="note") for note in spec.notes(lines)))
 
 
 def ops_table(rows: Sequence[Row]) -> str:

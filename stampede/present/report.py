@@ -9,12 +9,12 @@ computed. rich is imported here, lazily, and only rank 0 ever calls these module
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from stampede.present.tables import RESTORE, SAVE, Column, Line, TableSpec, companion
 from stampede.results.cells import Row, flag, number, whole
 from stampede.results.columns import OWN_TOOL
-from stampede.results.compare import INVALID, ranked
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
 from stampede.targets import local_files
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
@@ -132,6 +132,33 @@ def render_run(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) 
     render_summary(rows, console, messages)
 
 
+class RunReport:
+    """A run's report as it is recorded (run, save, cycle, rejoin: a results.recorder
+    Recorder's `show`): the header once, each layout as it completes, from its rows and
+    the sidecar beside them; the layouts ranked at the end."""
+
+    def __init__(self, console: Any = None) -> None:
+        self.console, self.begun = console, False
+
+    def show(self, rows: Sequence[Row], sidecar: Mapping[str, Any]) -> None:
+        first = rows[0]
+        if not self.begun:
+            self.console, self.begun = self.console or make_console(), True
+            render_header(first, self.console)
+            render_rpcs((sidecar.get("storage") or {}).get("rpcs_per_op"), self.console)
+        render_layout(rows, self.console)
+        part = "layouts" if first.get("phase") == "restore" else "saves"
+        counted = (sidecar.get(part) or {}).get(first["layout"], {}).get("kernel_nfs_rpcs")
+        render_kernel_nfs(first["layout"], counted if isinstance(counted, dict) else None,
+                          self.console)
+
+    def finish(self, rows: Sequence[Row], messages: Sequence[str], archived: str) -> None:
+        if not self.begun:   # nothing measured
+            return
+        render_summary(rows, self.console, messages)
+        self.console.print(archived, markup=False)
+
+
 def render_header(first: Row, console: Any) -> None:
     """The run's title and what it ran (from its first row: every row carries it)."""
     console.print()
@@ -209,106 +236,48 @@ def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = 
     console.print(f"[dim]{SAVE_POINTER if saves else POINTER}[/]")
 
 
-def marked(standing: str) -> str:
-    """A standing as the terminal shows it: an invalid layout in red."""
-    return f"[red]{standing}[/]" if standing == INVALID else standing
+def render_table(spec: TableSpec, rows: Sequence[Row], console: Any) -> list[Line]:
+    """A table of present.tables (its wide columns on a wide terminal only); returns its
+    lines (none: nothing drawn, e.g. rows imported from IOR or mdtest have no restore)."""
+    lines = spec.lines(rows)
+    if not lines:
+        return lines
+    columns = spec.shown(console.width >= NARROW)
+    table = new_table(spec.title, [column.header for column in columns],
+                      left=[column.header for column in columns if column.left])
+    for line in lines:
+        table.add_row(*(_cell(column, line) for column in columns))
+    console.print(table)
+    return lines
 
 
-def _last_rank(row: Row) -> str:
-    """'140 (138-146) ms': the median over iterations and its min-max, in one unit."""
-    unit, factor = seconds_unit(number(row, "time_to_last_rank_s"))
-    return (f"{format_in(number(row, 'time_to_last_rank_s'), factor)} "
-            f"({format_in(number(row, 'time_to_last_rank_min_s'), factor)}-"
-            f"{format_in(number(row, 'time_to_last_rank_max_s'), factor)}) {unit}")
+def _cell(column: Column, line: Line) -> str:
+    text = _escaped(column.cell(line))
+    return f"[red]{text}[/]" if column.alarm and column.alarm(line) else text
 
 
 def _render_restores(rows: Sequence[Row], console: Any) -> None:
-    ranking = ranked(rows)
-    if not ranking:   # rows imported from IOR or mdtest have no restore
-        return
-    wide = console.width >= NARROW
-    headers = ("layout", "last rank\n(min-max)", "vs best", "strag-\ngler", "agg\nGB/s",
-               "slowest\nGB/s") + (("first\ndone", "storage\nops/it", "storage\npart",
-                                      "network\npart") if wide else ())
-    table = new_table("Restore: time until every rank holds its bytes", headers,
-                      left=("layout", "vs best"))
-    for row, standing in ranking:
-        cells = [row["layout"], _last_rank(row), marked(standing),
-                 f"{number(row, 'straggler_ratio'):.2f}",
-                 format_number(number(row, "agg_gbps")),
-                 format_number(number(row, "slowest_rank_gbps"))]
-        if wide:
-            cells += [seconds(row, "first_done_s"),
-                      format_number(number(row, "storage_ops_per_iteration")),
-                      seconds(row, "storage_s"), seconds(row, "network_s")]
-        table.add_row(*cells)
-    console.print(table)
-    _render_slowest(ranking, "restore", console)
+    lines = render_table(RESTORE, rows, console)
+    _render_slowest(lines, "restore", console)
 
 
-def _render_slowest(ranking: Sequence[tuple[Row, str]], what: str, console: Any) -> None:
+def _render_slowest(lines: Sequence[Line], what: str, console: Any) -> None:
     """Per layout, its slowest ranks by their median time (from the slowest_ranks cell)."""
-    for row, _ in ranking:
+    for line in lines:
         slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} "
                             f"{format_seconds(float(item.rsplit(':', 1)[1]))}"
-                            for item in row["slowest_ranks"].split())
-        console.print(f"  {row['layout']}: slowest ranks (median {what}): {slowest or '-'}",
+                            for item in line.row["slowest_ranks"].split())
+        console.print(f"  {line.row['layout']}: slowest ranks (median {what}): {slowest or '-'}",
                       markup=False)
 
 
-def _companion(rows: Sequence[Row], row: Row, op: str) -> Row:
-    """The row of `op` beside a completion row (same run, phase and layout), or {}."""
-    return next((other for other in rows if other["op"] == op and other["layout"] == row["layout"]
-                 and other.get("phase") == row.get("phase")
-                 and other["run_id"] == row["run_id"]), {})
-
-
-# The save table, for the terminal and the HTML report alike: its columns (the last
-# three left out of a narrow terminal), its cells, and the words under it.
-SAVE_HEADERS = ("layout", "durable, last\nrank (min-max)", "vs best", "pub-\nlished", "blocked",
-                "agg\nGB/s", "slowest\nGB/s", "strag-\ngler", "unpro-\ntected",
-                "validate\nerrors")
-SAVE_NARROW_COLUMNS = 7
-BUFFERED_NOTE = ("buf = save.durability = none: handed to the page cache, not durable; never "
-                 "storage GB/s")
-SAVE_NOTE = ("published = until the pointer named the version (rank 0); blocked = until "
-             "training could go on (async: the snapshot); unprotected = time without a valid "
-             "published version (must be 0).")
-
-
-def save_cells(rows: Sequence[Row]) -> tuple[list[tuple[Row, list[str]]], bool]:
-    """Each save layout's cells (SAVE_HEADERS), best first, and whether any was only
-    buffered (save.durability = none: its GB/s marked "buf")."""
-    cells, buffered = [], False
-    for row, standing in ranked(rows, "save"):
-        published, blocked = _companion(rows, row, "published"), _companion(rows, row, "blocked")
-        validate = _companion(rows, row, "validate")
-        gbps = format_number(number(row, "agg_gbps"))
-        if row.get("durability") == "none":
-            gbps, buffered = gbps + " buf", True
-        cells.append((row, [row["layout"], _last_rank(row), marked(standing),
-                            seconds(published, "elapsed_s") if published else "-",
-                            seconds(blocked, "elapsed_s") if blocked else "-", gbps,
-                            format_number(number(row, "slowest_rank_gbps")),
-                            f"{number(row, 'straggler_ratio'):.2f}", seconds(row, "unprotected_s"),
-                            validate.get("errors", "-") if validate else "-"]))
-    return cells, buffered
-
-
 def _render_saves(rows: Sequence[Row], console: Any) -> None:
-    cells, buffered = save_cells(rows)
-    if not cells:
+    lines = render_table(SAVE, rows, console)
+    if not lines:
         return
-    shown = len(SAVE_HEADERS) if console.width >= NARROW else SAVE_NARROW_COLUMNS
-    table = new_table("Save: time until every rank's bytes are durable", SAVE_HEADERS[:shown],
-                      left=("layout", "vs best"))
-    for _, row_cells in cells:
-        table.add_row(*row_cells[:shown])
-    console.print(table)
-    _render_slowest(ranked(rows, "save"), "save", console)
-    if buffered:
-        console.print("[yellow]buf[/]" + BUFFERED_NOTE.removeprefix("buf"), markup=True)
-    console.print(f"[dim]{SAVE_NOTE}[/]")
+    _render_slowest(lines, "save", console)
+    for note in SAVE.notes(lines):
+        console.print(f"[dim]{_escaped(note)}[/]")
 
 
 def _render_cycle(rows: Sequence[Row], console: Any) -> None:
@@ -323,7 +292,7 @@ def _render_cycle(rows: Sequence[Row], console: Any) -> None:
                        "restore\nGB/s", "valid"), left=("layout",))
     for layout in both:
         save, restore = saves[layout], restores[layout]
-        published = _companion(rows, save, "published")
+        published = companion(rows, save, "published")
         table.add_row(layout, seconds(save, "time_to_last_rank_s"),
                       seconds(published, "elapsed_s") if published else "-",
                       seconds(restore, "time_to_last_rank_s"),

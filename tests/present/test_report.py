@@ -75,3 +75,33 @@ def test_rank_0_says_how_far_a_run_is_in_a_batch_log(stampede, tmp_path: Path) -
     assert any(line.startswith("stampede: shared (1/2): iteration 2 of 2 took") for line in progress)
     assert any(line.startswith("stampede: sharded (2/2): iteration 2 of 2 took") for line in progress)
     assert all("elapsed" in line and "ETA" in line for line in progress)
+
+
+def test_a_run_is_reported_as_recorded_with_the_sidecars_facts(tmp_path: Path) -> None:
+    """RunReport (a Recorder's show): the header once, each layout, the NFS target's RPCs
+    per op and a kernel NFS mount's RPCs from the sidecar beside the rows; then the
+    summary and where it was archived."""
+    from stampede.present.report import RunReport
+    from stampede.results.cells import cell
+
+    stream = io.StringIO()
+    report = RunReport(make_console(stream, width=120))
+    rows = [{key: cell(value) for key, value in {**restore(layout, 0.1, 0.09, 0.11, ""),
+                                                 "phase": "restore", "slowest_ranks": ""}.items()}
+            for layout in ("shared", "sharded")]
+    counted = {"mount": "/mnt", "scope": "rank 0's node",
+               "ops": {"READ": {"ops": 10, "transmissions": 10, "timeouts": 0, "rtt_ms": 100,
+                                "execute_ms": 120}}}
+    sidecar = {"storage": {"rpcs_per_op": {"how": "counted", "ops": {"read": [[2, "READ"]]}}},
+               "layouts": {"shared": {"kernel_nfs_rpcs": "not counted: not NFS"},
+                           "sharded": {"kernel_nfs_rpcs": counted}}}
+    report.show(rows[:1], sidecar)
+    report.show(rows[1:], sidecar)
+    report.finish(rows, ["rank 1: boom"], "archived: a.csv (+ a.runs/r1.json)")
+    text = stream.getvalue()
+    assert text.count("NFS RPCs per op (counted):") == 1 and "read    2: 2 x READ" in text
+    assert text.index("shared: latency per op") < text.index("sharded: latency per op") \
+        < text.index("sharded: kernel NFS RPCs on /mnt (rank 0's node): READ 10") \
+        < text.index("Restore: time until every rank holds its bytes") \
+        < text.index("error: rank 1: boom") < text.index("archived: a.csv (+ a.runs/r1.json)")
+    assert "shared: kernel NFS" not in text

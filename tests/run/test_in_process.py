@@ -4,6 +4,7 @@ code paths run under a real mpiexec in tests/run/test_restore.py."""
 
 from __future__ import annotations
 
+import json
 import signal
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from stampede.run.interrupt import Interrupts
 from stampede.run.job import run_job
 from stampede.run.save import save_job
 from stampede.spec import build_job
+from tests.helpers.json_schema import sidecar_problems
 
 
 def job(tmp_path: Path, **run: object) -> object:
@@ -122,7 +124,8 @@ def test_a_signal_mid_layout_archives_what_it_measured_as_incomplete(tmp_path: P
         prepare(comm, spec)
     else:
         spec = replace(spec, target_path=str(tmp_path / "saves"))
-    archiver = Archiver(spec, len(spec.layouts), True)
+    command = "run" if phase == "restore" else "save"
+    archiver = Archiver(spec, len(spec.layouts), True, command)
     interrupts = Interrupts()
 
     def tick(layout: str, iteration: int, seconds: float) -> None:
@@ -143,3 +146,9 @@ def test_a_signal_mid_layout_archives_what_it_measured_as_incomplete(tmp_path: P
     assert archiver.unmeasured(spec.layouts) == (
         "archived shared, sharded (17 of 30 iterations, archived as incomplete); not measured "
         "(nothing of them archived): metadata-first")
+    # the sidecar, rewritten after each layout, holds what the rows hold, in its schema
+    sidecar = json.loads(archiver.recorder.sidecar_file.read_text())
+    assert sidecar_problems(sidecar) == [] and sidecar["command"] == command
+    entries = sidecar["layouts" if phase == "restore" else "saves"]
+    assert {layout: entry["valid"] for layout, entry in entries.items()} == {
+        "shared": True, "sharded": False}

@@ -1,0 +1,131 @@
+"""The tables of a run both the terminal and the HTML report show, each written once: its
+title, the rows it draws (a phase's layouts, ranked by results.compare), and its columns
+(header, the cell from a row, alignment, whether a narrow terminal keeps it), and the
+notes under it. present.report renders a spec with rich, present.html with html_tags.
+
+A cell is plain text; where the terminal colours one (an invalid layout in red) the
+column says so (`alarm`), so that no renderer has to strip another's markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from stampede.results.cells import Row, number
+from stampede.results.compare import INVALID, ranked
+from stampede.units import format_in, format_number, format_seconds, seconds_unit
+
+
+@dataclass(frozen=True)
+class Line:
+    """One layout of a table: its completion row, its standing against the best, and the
+    run's rows (where a save finds its published, blocked and validate rows)."""
+
+    row: Row
+    standing: str
+    rows: Sequence[Row]
+
+    def beside(self, op: str) -> Row:
+        """The row of `op` beside this completion row, or {}."""
+        return companion(self.rows, self.row, op)
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str                             # "\n" where the terminal breaks it
+    cell: Callable[[Line], str]
+    left: bool = False                      # names and words: left, folded; numbers: right
+    wide: bool = False                      # left out of a narrow terminal
+    alarm: Callable[[Line], bool] | None = None   # the terminal shows the cell in red
+
+    @property
+    def one_line(self) -> str:
+        """The header where nothing breaks it (HTML): "strag-\\ngler" is "straggler"."""
+        return self.header.replace("-\n", "").replace("\n", " ")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    title: str
+    anchor: str                             # the HTML report's id for it
+    phase: str                              # whose completion rows it ranks
+    columns: tuple[Column, ...]
+    notes: Callable[[Sequence[Line]], list[str]] = lambda lines: []
+
+    def lines(self, rows: Sequence[Row]) -> list[Line]:
+        """Its layouts, best first (none: a run without this phase, or imported rows)."""
+        return [Line(row, standing, rows) for row, standing in ranked(rows, self.phase)]
+
+    def shown(self, wide: bool) -> tuple[Column, ...]:
+        return self.columns if wide else tuple(c for c in self.columns if not c.wide)
+
+
+def companion(rows: Sequence[Row], row: Row, op: str) -> Row:
+    """The row of `op` beside a completion row (same run, phase and layout), or {}."""
+    return next((other for other in rows if other["op"] == op and other["layout"] == row["layout"]
+                 and other.get("phase") == row.get("phase")
+                 and other["run_id"] == row["run_id"]), {})
+
+
+def last_rank(row: Row) -> str:
+    """'140 (138-146) ms': the median over iterations and its min-max, in one unit."""
+    unit, factor = seconds_unit(number(row, "time_to_last_rank_s"))
+    return (f"{format_in(number(row, 'time_to_last_rank_s'), factor)} "
+            f"({format_in(number(row, 'time_to_last_rank_min_s'), factor)}-"
+            f"{format_in(number(row, 'time_to_last_rank_max_s'), factor)}) {unit}")
+
+
+def _seconds(column: str) -> Callable[[Line], str]:
+    return lambda line: format_seconds(number(line.row, column))
+
+
+def _number(column: str) -> Callable[[Line], str]:
+    return lambda line: format_number(number(line.row, column))
+
+
+def _beside_seconds(op: str) -> Callable[[Line], str]:
+    """A save's companion op's elapsed time (published, blocked), '-' where it has none."""
+    return lambda line: format_seconds(number(line.beside(op), "elapsed_s")) \
+        if line.beside(op) else "-"
+
+
+def _buffered(line: Line) -> bool:
+    return line.row.get("durability") == "none"
+
+
+LAYOUT = Column("layout", lambda line: line.row["layout"], left=True)
+STANDING = Column("vs best", lambda line: line.standing, left=True,
+                  alarm=lambda line: line.standing == INVALID)
+STRAGGLER = Column("strag-\ngler", lambda line: f"{number(line.row, 'straggler_ratio'):.2f}")
+SLOWEST = Column("slowest\nGB/s", _number("slowest_rank_gbps"))
+
+RESTORE = TableSpec(
+    "Restore: time until every rank holds its bytes", "restore", "restore",
+    (LAYOUT, Column("last rank\n(min-max)", lambda line: last_rank(line.row)), STANDING,
+     STRAGGLER, Column("agg\nGB/s", _number("agg_gbps")), SLOWEST,
+     Column("first\ndone", _seconds("first_done_s"), wide=True),
+     Column("storage\nops/it", _number("storage_ops_per_iteration"), wide=True),
+     Column("storage\npart", _seconds("storage_s"), wide=True),
+     Column("network\npart", _seconds("network_s"), wide=True)))
+
+BUFFERED_NOTE = ("buf = save.durability = none: handed to the page cache, not durable; never "
+                 "storage GB/s")
+SAVE_NOTE = ("published = until the pointer named the version (rank 0); blocked = until "
+             "training could go on (async: the snapshot); unprotected = time without a valid "
+             "published version (must be 0).")
+
+SAVE = TableSpec(
+    "Save: time until every rank's bytes are durable", "save", "save",
+    (LAYOUT, Column("durable, last\nrank (min-max)", lambda line: last_rank(line.row)),
+     STANDING, Column("pub-\nlished", _beside_seconds("published")),
+     Column("blocked", _beside_seconds("blocked")),
+     # a save only handed to the page cache: its GB/s marked, never storage's
+     Column("agg\nGB/s", lambda line: format_number(number(line.row, "agg_gbps"))
+            + (" buf" if _buffered(line) else "")),
+     SLOWEST, Column("strag-\ngler", STRAGGLER.cell, wide=True),
+     Column("unpro-\ntected", _seconds("unprotected_s"), wide=True),
+     Column("validate\nerrors", lambda line: line.beside("validate").get("errors", "-"),
+            wide=True)),
+    lambda lines: ([BUFFERED_NOTE] if any(_buffered(line) for line in lines) else [])
+    + [SAVE_NOTE])

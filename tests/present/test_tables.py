@@ -1,0 +1,90 @@
+"""One table spec, two renderers: the restore and save tables the terminal shows (the
+wide columns on a wide terminal only, an invalid layout in red) are the HTML report's,
+cell for cell, in the same order."""
+
+from __future__ import annotations
+
+import io
+import re
+from html import unescape
+
+from stampede.present.html import restore_table, save_table
+from stampede.present.report import NARROW, make_console, render_table
+from stampede.present.tables import RESTORE, SAVE, TableSpec
+from stampede.results.cells import cell
+
+COMMON = {"run_id": "r1", "job": "j", "nranks": 4, "nnodes": 1, "ranks_per_node": 4,
+          "backend": "posix", "iterations": 3, "bytes_per_rank": 2**20,
+          "timestamp": "2026-12-01T00:00:00+00:00", "errors": 0, "slowest_ranks": "3@a:0.2"}
+
+
+def row(layout: str, op: str, phase: str = "restore", valid: bool = True,
+        **values: object) -> dict[str, str]:
+    return {key: cell(value) for key, value in {
+        **COMMON, "layout": layout, "op": op, "phase": phase, "valid": valid, **values}.items()}
+
+
+def completion(layout: str, phase: str, median: float, valid: bool = True,
+               **values: object) -> dict[str, str]:
+    return row(layout, phase, phase, valid, time_to_last_rank_s=median,
+               time_to_last_rank_min_s=median * 0.95, time_to_last_rank_max_s=median * 1.05,
+               first_done_s=median / 2, straggler_ratio=1.25, agg_gbps=12.5,
+               slowest_rank_gbps=3.25, storage_s=median / 3, network_s=median / 4,
+               storage_ops_per_iteration=7, unprotected_s=0.0, **values)
+
+
+RUN = [completion("shared", "restore", 0.2), completion("sharded", "restore", 0.1),
+       completion("broadcast", "restore", 0.3, valid=False),
+       completion("shared", "save", 0.4, durability="none"),
+       row("shared", "published", "save", elapsed_s=0.41),
+       row("shared", "validate", "save", errors=0),
+       completion("sharded", "save", 0.5)]
+
+
+def terminal(spec: TableSpec, width: int) -> list[list[str]]:
+    """The table's body as the terminal draws it, cell by cell (column gaps are 2+ spaces,
+    the last-rank cell has single ones)."""
+    stream = io.StringIO()
+    render_table(spec, RUN, make_console(stream, width=width))
+    lines = stream.getvalue().splitlines()
+    rule = next(index for index, line in enumerate(lines) if line.strip().startswith("─"))
+    return [re.split(r" {2,}", line.strip()) for line in lines[rule + 1:] if line.strip()]
+
+
+def html(spec: TableSpec) -> tuple[list[str], list[list[str]]]:
+    page = (restore_table if spec is RESTORE else save_table)(RUN)
+    headers = [unescape(text) for text in re.findall(r"<th>(.*?)</th>", page)]
+    rows = [[unescape(text) for text in re.findall(r"<td>(.*?)</td>", found)]
+            for found in re.findall(r"<tr>(.*?)</tr>", page) if "<td>" in found]
+    return headers, rows
+
+
+def test_the_terminal_and_the_html_draw_one_spec_cell_for_cell() -> None:
+    for spec, layouts in ((RESTORE, ["sharded", "shared", "broadcast"]),
+                          (SAVE, ["shared", "sharded"])):
+        headers, cells = html(spec)
+        assert headers == [column.one_line for column in spec.columns]
+        assert [line[0] for line in cells] == layouts   # ranked: best first, invalid last
+        assert terminal(spec, 200) == cells
+        narrow = terminal(spec, NARROW - 1)
+        essential = [index for index, column in enumerate(spec.columns) if not column.wide]
+        assert narrow == [[line[index] for index in essential] for line in cells]
+        assert len(essential) < len(spec.columns)
+    restore = dict(zip(html(RESTORE)[0], html(RESTORE)[1][1], strict=True))
+    assert restore["last rank (min-max)"] == "200 (190-210) ms"
+    assert restore["vs best"] == "+100%" and restore["first done"] == "100 ms"
+    assert html(RESTORE)[1][2][2] == "INVALID"
+    save = dict(zip(html(SAVE)[0], html(SAVE)[1][0], strict=True))
+    assert save["published"] == "410 ms" and save["validate errors"] == "0"
+    assert save["agg GB/s"].endswith(" buf")   # handed to the page cache only
+    assert "buf = save.durability = none" in save_table(RUN)
+
+
+def test_an_invalid_layout_is_red_on_the_terminal_only() -> None:
+    from rich.console import Console
+
+    stream = io.StringIO()
+    render_table(RESTORE, RUN, Console(file=stream, width=200, force_terminal=True,
+                                       color_system="standard"))
+    assert "\x1b[31mINVALID\x1b[0m" in stream.getvalue()
+    assert "[red]" not in restore_table(RUN) and "\x1b" not in restore_table(RUN)
