@@ -22,8 +22,9 @@ from stampede.present.html_tags import table, tag
 from stampede.present.html_trace import trace_figures
 from stampede.present.html_verdict import verdict_section
 from stampede.present.report import grouped_warnings
-from stampede.present.tables import RESTORE, SAVE, TableSpec
+from stampede.present.tables import RESTORE, SAVE, TableSpec, last_rank
 from stampede.results.cells import flag, number
+from stampede.results.compare import ranked
 from stampede.results.definitions import METRICS, SAVE_METRICS
 from stampede.units import format_bytes, format_number, format_seconds
 
