@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import socket
 import sys
 import time
 from typing import Any
@@ -80,6 +79,9 @@ def measure(comm_factory: Any, imports: tuple[str, ...]) -> tuple[Any, dict[str,
     imported = time.time_ns()
     comm = comm_factory()
     ready = time.time_ns()
+    # after the stamps: a worker of run never imports it
+    import socket
+
     return comm, {
         "host": socket.gethostname(), "launch_source": source,
         "stamps_ns": (launched, stampede.FIRST_LINE_NS, imported, ready),
