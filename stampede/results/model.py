@@ -7,7 +7,7 @@ the archive and the report read them; none of them does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,8 +58,7 @@ class RunContext:
         return node_counts(self.hosts)[1]
 
 
-@dataclass(frozen=True)
-class LayoutTrace:
+class LayoutTrace(NamedTuple):
     """--trace: one layout's rows on rank 0 (stampede.results.trace's TRACE_COLUMNS) and
     the names its file column indexes."""
 
