@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -43,6 +44,32 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter, its width found in shutil.get_terminal_size's order without
+    importing shutil (and the compression modules it pulls in): argparse makes a formatter
+    for every add_argument, on every rank."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)
+
+
+def _columns() -> int:
+    """$COLUMNS, else the width of the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    stdout = sys.__stdout__
+    try:
+        return os.get_terminal_size(stdout.fileno()).columns or 80 if stdout else 80
+    except (AttributeError, ValueError, OSError):   # not a terminal, or closed
+        return 80
+
+
 def _modules_for(argv: Sequence[str] | None) -> list[str]:
     """The command modules this command line needs registered: the command's own, or
     every one (--help, a mistyped command)."""
@@ -54,7 +81,7 @@ def _modules_for(argv: Sequence[str] | None) -> list[str]:
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
+    formatter = _Formatter
     parser = _Parser(prog="stampede", formatter_class=formatter,
                      usage="%(prog)s [-h] [--version] COMMAND ...",
                      description="Benchmark the storage stampede of a checkpoint's life: N MPI "

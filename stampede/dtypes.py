@@ -8,11 +8,10 @@ a synthetic checkpoint can hold (`checkpoint.dtype`) map to them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class DType:
+class DType(NamedTuple):
     """A dtype stampede writes: `checkpoint.dtype`."""
 
     safetensors: str       # its name in a safetensors header

@@ -11,8 +11,8 @@ of the package, so that the job's rules and the model can read it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 # The traffic models of stampede.model.traffic: whose bytes cross which link in one phase.
 EACH_READS = "each-reads"           # every rank reads its own bytes from storage
@@ -20,8 +20,7 @@ LEADER_BCAST = "leader-bcast"       # one reader per group (or node), then a bro
 STRIPE_ALLGATHER = "stripe-allgather"   # each replica reads 1/R, then an allgather
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """What one layout reads and saves, and how (see stampede.checkpoint.plan's table)."""
 
     name: str

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from stampede import values
 from stampede.dtypes import WRITTEN
@@ -46,8 +46,7 @@ DRAINS = ("background", "inline")               # stampede.run.tiers: the storag
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 MIN_PART_BYTES = 5 * BYTES_PER_MIB   # S3's smallest part (all but the last)
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     key: str                       # dotted TOML key, also the --set name
     field: str                     # JobSpec attribute
     parse: Callable[[object], object]

@@ -11,14 +11,13 @@ A new backend is a module and one entry here (and its conformance fixture).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 from stampede.errors import UsageError, install_hint
 
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(NamedTuple):
     """What a backend can do; the callers trust it (fio's ioengine flags)."""
 
     # A POSIX path, read and written through the OS's own calls: the target's lock file,
@@ -45,8 +44,7 @@ class Capabilities:
         return self.saves and not self.has_directories
 
 
-@dataclass(frozen=True)
-class BackendEntry:
+class BackendEntry(NamedTuple):
     module: str
     cls: str
     capabilities: Capabilities

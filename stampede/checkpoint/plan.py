@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
@@ -78,8 +79,7 @@ class Extent:
             yield offset, min(block_bytes, end - offset)
 
 
-@dataclass(frozen=True)
-class RankPlan:
+class RankPlan(NamedTuple):
     """Everything one rank does in one iteration of the pattern, in order."""
 
     rank: int

@@ -28,8 +28,8 @@ import numpy as np
 
 from stampede.ops import OPS
 from stampede.results.definitions import GAMMA, PERCENTILES
-from stampede.results.model import EMPTY_LATENCY, Histogram, Latency
 from stampede.results.samples import ITER, NBYTES, OK, OP, START, STOP
+from stampede.results.summaries import EMPTY_LATENCY, Histogram, Latency
 from stampede.units import NS_PER_S
 
 # Edges GAMMA^k from 100 ns to 10^4 s (about 1,270 buckets, each 2% wide): the

@@ -15,7 +15,8 @@ from stampede.ops import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.archive import ARCHIVE_SCHEMA
 from stampede.results.cells import cell
 from stampede.results.columns import OWN_TOOL
-from stampede.results.model import LayoutRun, LayoutStats, RunContext, node_counts
+from stampede.results.model import LayoutRun, RunContext, node_counts
+from stampede.results.summaries import LayoutStats
 from stampede.results.tiers import tier_column
 from stampede.results.warnings import layout_warnings, residency_warning
 from stampede.spec import JobSpec

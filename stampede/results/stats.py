@@ -25,7 +25,8 @@ import numpy as np
 from stampede.ops import NETWORK_OPS, OPS, SAVE_ORDER, SAVE_STORAGE_OPS, STORAGE_OPS, TIMELINE_PHASES
 from stampede.results.definitions import PERCENTILES
 from stampede.results.histogram import HISTOGRAM_EDGES_S, histogram, latency_from_histogram
-from stampede.results.model import (
+from stampede.results.samples import ITER, NBYTES, OK, OP, RANK, START, STOP
+from stampede.results.summaries import (
     EMPTY_LATENCY,
     EMPTY_SPREAD,
     NAN,
@@ -36,7 +37,6 @@ from stampede.results.model import (
     RestoreStats,
     Spread,
 )
-from stampede.results.samples import ITER, NBYTES, OK, OP, RANK, START, STOP
 from stampede.units import BYTES_PER_GB, NS_PER_S
 
 # completion op -> (its storage ops, the op whose bytes count as moved); startup has none

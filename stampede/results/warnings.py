@@ -9,7 +9,8 @@ from stampede.layouts import exchanges
 from stampede.ops import BEFORE_PHASE_OPS
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.mlperf import comparability_note
-from stampede.results.model import LayoutStats, RunContext
+from stampede.results.model import RunContext
+from stampede.results.summaries import LayoutStats
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
 from stampede.units import MS_PER_S

@@ -15,13 +15,16 @@ import numpy as np
 
 from stampede import mpi
 from stampede.ops import RETRY_OPS
-from stampede.results.model import LayoutStats, LayoutTrace
+from stampede.results.model import LayoutTrace
 from stampede.results.samples import ITER, OP, START, STOP
 from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
 from stampede.run.where import gathered
 
-if TYPE_CHECKING:   # imported where used: histogram mode alone needs it, not every rank's start
+# imported where used: histogram mode alone needs it, not every rank's start; rank 0
+# alone makes a LayoutStats (stampede.results.stats)
+if TYPE_CHECKING:
     from stampede.results import histogram
+    from stampede.results.summaries import LayoutStats
 
 AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
 

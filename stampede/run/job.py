@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from stampede import mpi
 from stampede.backends import backend_name_for, open_backend
 from stampede.backends.base import Backend, rpc_prober
-from stampede.checkpoint.manifest import prepared_layout, read_manifest
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
@@ -157,7 +156,7 @@ def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
     save when there is one (run.restore = auto or saved; its "root" is the version's
     directory), else the prepared checkpoint's manifest entry."""
     from stampede.checkpoint import versions
-    from stampede.checkpoint.manifest import check_entry
+    from stampede.checkpoint.manifest import check_entry, prepared_layout, read_manifest
     from stampede.errors import CheckpointError
 
     backend = open_backend(spec.target_path, spec.storage_options)

@@ -4,9 +4,10 @@ hashes to expect, the device and where each extent's bytes go in its memory (`Ra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from stampede import mpi
 from stampede.backends.base import Backend
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
 MAX_MESSAGES = 10   # error messages kept per rank and phase
 
 
-@dataclass(frozen=True)
-class RankSetup:
+class RankSetup(NamedTuple):
     """What a rank prepares once per layout, untimed, and reuses every iteration."""
 
     plan: RankPlan
@@ -41,7 +41,7 @@ class RankSetup:
     finite_dtype: str = ""          # run.check_finite: the dtype to check, or ""
     tensor_dtypes: dict[str, str] | None = None   # existing checkpoints: per tensor instead
     record_digests: bool = False    # existing checkpoints: keep each extent's hash
-    tensors_of_file: dict[str, tuple[str, ...]] = field(default_factory=dict)  # for headers
+    tensors_of_file: Mapping[str, tuple[str, ...]] = MappingProxyType({})   # for headers
     index_parser: Any = None        # existing checkpoints: bytes -> parsed index (or raise)
     content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
     follow_links: bool = True       # False: a prepared checkpoint's files are not links

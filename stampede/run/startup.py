@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import socket
 import sys
 import time
 from typing import Any
@@ -35,6 +34,8 @@ HEAVY_MODULES = ("rich", "fsspec", "botocore", "h5py", "torch")
 # What a worker rank of `stampede run` imports (the CLI, what cmd_run, load_job and measure
 # import, a POSIX target's backend): the start-up cost of stampede itself. Rank 0 alone
 # imports the archive's and the report's modules (tests/run/test_startup.py checks both).
+# The records these modules define are NamedTuples unless they need a dataclass (replace,
+# asdict, __post_init__, mutability): a frozen dataclass compiles six methods at import.
 RUN_MODULES = ("stampede.cli", "stampede.commands.job", "stampede.mpi",
                "stampede.checkpoint.formats", "stampede.run.job", "stampede.spec",
                "stampede.spec_rules", "stampede.run.interrupt", "stampede.present.progress",
@@ -80,6 +81,9 @@ def measure(comm_factory: Any, imports: tuple[str, ...]) -> tuple[Any, dict[str,
     imported = time.time_ns()
     comm = comm_factory()
     ready = time.time_ns()
+    # after the stamps: a worker of run never imports it
+    import socket
+
     return comm, {
         "host": socket.gethostname(), "launch_source": source,
         "stamps_ns": (launched, stampede.FIRST_LINE_NS, imported, ready),

@@ -13,11 +13,10 @@ checks it without MPI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Totals:
+class Totals(NamedTuple):
     """One phase summed over all ranks (the end-of-phase allreduce)."""
 
     errors: int          # failed ops
@@ -30,8 +29,7 @@ class Totals:
     interrupted: int = 0  # ranks that received SIGTERM or SIGINT (stampede.run.interrupt)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     invalid_reason: str  # "" while valid; every reason found so far, joined
     stop: bool           # no further iteration of this layout
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from stampede.ops import OPS
-from stampede.results.model import Latency
 from stampede.results.stats import layout_stats
+from stampede.results.summaries import Latency
 from stampede.results.warnings import warnings_for
 
 

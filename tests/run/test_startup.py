@@ -17,13 +17,16 @@ pytestmark = pytest.mark.mpi
 
 # What a worker rank of run never imports: rank 0's archive, report and facts (the file
 # system, the NFS counters), what only some jobs need (--from, an existing checkpoint,
-# mlperf's workloads, --trace, histogram mode, prepare), and the stdlib modules only they
-# pull in. (argparse imports shutil and numpy textwrap: not listed.)
+# mlperf's workloads, --trace, histogram mode, prepare), the statistics' records and the
+# manifest (rank 0 checks it), and the stdlib modules only they pull in; shutil, which
+# argparse's formatter imports unless given a width (stampede.cli gives it one). (numpy
+# imports textwrap: not listed.)
 NOT_ON_THE_WORKER_PATH = (
     "stampede.results.rows", "stampede.results.archive", "stampede.present.report",
     "stampede.results.trace", "stampede.results.histogram", "stampede.existing.relayout",
     "stampede.existing.scan", "stampede.checkpoint.mlperf", "stampede.checkpoint.prepare",
-    "stampede.sysinfo", "rich", "csv", "uuid", "statistics", "difflib", "traceback")
+    "stampede.sysinfo", "stampede.results.summaries", "stampede.checkpoint.manifest", "rich",
+    "csv", "uuid", "statistics", "difflib", "traceback", "shutil", "socket")
 
 
 def test_startup_phases_per_rank_archived(stampede, tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from stampede import mpi
 from stampede.backends.posix import PosixBackend
 from stampede.errors import RunFailed
 from stampede.ops import OP_CODE
-from stampede.results.model import LayoutStats
 from stampede.results.samples import ITER
+from stampede.results.summaries import LayoutStats
 from stampede.run.gather import exact_stats
 from stampede.run.loaders import LoaderEntry, loader_module
 from stampede.run.loaders.common import Log, Record
