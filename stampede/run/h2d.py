@@ -22,10 +22,13 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.backends.posix import PosixBackend
 from stampede.units import BYTES_PER_MIB
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def _write_pattern(stream: Any, nbytes: int) -> None:
         stream.write(data[:min(len(data), nbytes - start)])
 
 
-def sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...],
+def sweep(comm: Comm, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...],
           trials: int, warmup: int, cache: str, workdir: Path) -> Swept | None:
     """Every (mode, size) in turn, all ranks at once; the samples on one axis on rank 0
     (None elsewhere)."""

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 AfterLayout = Callable[[RunContext, LayoutRun], None]
 
 
-def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
+def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
             interrupts: Interrupts | None = None, tick: Tick | None = None,
             context: RunContext | None = None) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout (or, for an existing checkpoint, every assign policy) of the job in
@@ -88,7 +88,7 @@ def _run_stamps() -> tuple[str, str]:
     return new_run_id(), now_stamp()
 
 
-def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
+def new_context(comm: mpi.Comm, spec: JobSpec, backend: Backend, device: Any = None,
                 catalogue: Catalogue | None = None, save: bool = False) -> RunContext:
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")

@@ -6,17 +6,20 @@ node's other ranks included), untimed, so nothing is added to a timed op."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.results.model import LayoutRun
 from stampede.targets import capabilities_for
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 # stampede.sysinfo is imported past each function's early return: every rank imports this
 # module, rank 0 of a kernel NFS mount alone reads the counters.
 SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
 
 
-def mountpoint(comm: Any, target: str) -> str:
+def mountpoint(comm: Comm, target: str) -> str:
     """Rank 0: the kernel NFS mount a POSIX target lies on ("" elsewhere, or not NFS)."""
     if comm.Get_rank() != 0 or not capabilities_for(target).local_files:
         return ""

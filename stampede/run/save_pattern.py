@@ -63,7 +63,7 @@ class SaveSetup:
     model: AlignedBuffer            # the shard in memory, this version's content
     check: AlignedBuffer            # one block: validation re-reads into it
     block_bytes: int
-    world: Any
+    world: mpi.Comm
     group: Any = None               # striped: the ranks writing one shard's file
     staging: AlignedBuffer | None = None   # save.mode = async: the copy written from
     direct: bool = False
@@ -123,7 +123,7 @@ class Save:
             self.outcome.fail(f"rank {self.plan.rank}: deadline reached before the save finished")
         return self.expired
 
-    def wait(self, comm: Any, *flags: int) -> np.ndarray:
+    def wait(self, comm: mpi.Comm, *flags: int) -> np.ndarray:
         """A timed wait (op wait) that is also a vote: the flags summed over `comm`."""
         start = time.perf_counter_ns()
         timeout_s = max(self.setup.deadline_ns - start, 0) / 1e9 + WAIT_GRACE_S
@@ -143,7 +143,7 @@ class Save:
         """Local I/O goes on: nothing failed here or elsewhere, the deadline not passed."""
         return self.ok and not self.abandoned and not self.expired
 
-    def vote(self, comm: Any) -> bool:
+    def vote(self, comm: mpi.Comm) -> bool:
         """A wait on `comm`: True when no rank of it has failed (else the version is
         abandoned here too)."""
         if self.wait(comm, int(not self.ok or self.expired))[0]:

@@ -68,7 +68,7 @@ class RankSetup:
         return self.torch is not None and self.torch.backend == "nccl"
 
 
-def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
+def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
            buffer: AlignedBuffer, device: Any, catalogue: Catalogue | None) -> RankSetup:
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
@@ -129,7 +129,7 @@ def _places(plan: RankPlan, catalogue: Catalogue | None) -> tuple[int, ...]:
     return tuple(starts)
 
 
-def _device_side(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend,
+def _device_side(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
                  buffer: AlignedBuffer, device: Any) -> tuple[Backend, Any, tuple[str, ...]]:
     """run.h2d: the device buffer, the read buffer page-locked (cuda-pinned) or the files
     also opened through cuFile (cuda-gds); the backend the reads go through, and notes."""
@@ -144,7 +144,7 @@ def _device_side(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend,
     return backend, device_buffer, ()
 
 
-def _gds(comm: Any, backend: Backend, device: Any) -> tuple[Backend, tuple[str, ...]]:
+def _gds(comm: mpi.Comm, backend: Backend, device: Any) -> tuple[Backend, tuple[str, ...]]:
     """run.h2d = cuda-gds: the files also opened through cuFile; the label of what it is."""
     from stampede.run.devices import Gds, GdsFiles
 
@@ -156,7 +156,7 @@ def _gds(comm: Any, backend: Backend, device: Any) -> tuple[Backend, tuple[str, 
     return cast(Backend, GdsFiles(backend, device.gds)), (note,)
 
 
-def _torch_exchange(comm: Any, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
+def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
                     device: Any, device_buffer: Any) -> Any:
     """run.exchange = torch: torch.distributed checked (every rank, exit 2 where missing),
     then, for a layout that exchanges, the exchange over the held shard: the device

@@ -79,14 +79,14 @@ class TorchExchange:
     ranks, in the order of the MPI group: member i holds stripe i), the tensor over the
     held shard, and the process group of the current iteration."""
 
-    def __init__(self, world: Any, members: list[int], backend: str, tensor: Any,
+    def __init__(self, world: mpi.Comm, members: list[int], backend: str, tensor: Any,
                  stripes: tuple[tuple[int, int], ...], device: Any, timeout_s: float) -> None:
         import torch.distributed as dist
 
         self.dist, self.world, self.members = dist, world, members
         self.backend, self.tensor, self.stripes = backend, tensor, stripes
         self.device, self.timeout_s = device, timeout_s
-        self.group: Any = None
+        self.group: object = None
         self.own = members.index(world.Get_rank())
         # In-place all_gather puts chunk j at j * length: member j must be the group's
         # rank j (torch sorts a group by rank) and the stripes of equal length.
@@ -162,7 +162,7 @@ class TorchExchange:
             self.dist.destroy_process_group()
 
 
-def open_exchange(world: Any, group: Any, backend: str, tensor: Any,
+def open_exchange(world: mpi.Comm, group: mpi.Comm, backend: str, tensor: Any,
                   stripes: tuple[tuple[int, int], ...], device: Any,
                   timeout_s: float) -> TorchExchange:
     """Collective over the world: the members of this rank's MPI exchange group, in its

@@ -39,7 +39,7 @@ class State:
     index_bytes: int
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: mpi.Comm, work: RankWork, device: str) -> State:
     import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint import FileSystemReader
@@ -56,7 +56,7 @@ def prepare(comm: Any, work: RankWork, device: str) -> State:
                  os.path.getsize(os.path.join(work.root, work.index_file or ".metadata")))
 
 
-def _process_group(comm: Any, dist: Any) -> bool:
+def _process_group(comm: mpi.Comm, dist: Any) -> bool:
     """The MPI ranks as a gloo group (its store served by rank 0 at its address on a port
     the kernel chose: stampede.run.rendezvous): False when one is already there."""
     if dist.is_initialized():

@@ -12,16 +12,19 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.dtypes import itemsize
 from stampede.run.loaders.common import Plain, Record, cut, keeps_nothing, tensor_bytes, touch
 from stampede.run.loaders.work import RankWork, Wanted
 
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+
 State = Plain
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: Comm, work: RankWork, device: str) -> State:
     import safetensors  # noqa: F401 - imported before any timing
 
     return State(work, device)

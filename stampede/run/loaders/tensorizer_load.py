@@ -6,15 +6,18 @@ rank loads every file it holds a byte slice of."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.run.loaders.common import Plain, Record, keeps_nothing, tensor_bytes
 from stampede.run.loaders.work import RankWork
 
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+
 State = Plain
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: Comm, work: RankWork, device: str) -> State:
     import tensorizer  # noqa: F401 - imported before any timing
 
     return State(work, device)

@@ -7,15 +7,18 @@ slice of, and keeps all of it."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.run.loaders.common import Plain, Record, flat_tensors, keeps_nothing, tensor_bytes
 from stampede.run.loaders.work import RankWork
 
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+
 State = Plain
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: Comm, work: RankWork, device: str) -> State:
     import torch  # noqa: F401 - imported before any timing
 
     return State(work, device)

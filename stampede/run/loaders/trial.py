@@ -55,7 +55,7 @@ class Measured:
     failed: bool
 
 
-def measure(comm: Any, entry: LoaderEntry, work: RankWork, target: Target, iterations: int,
+def measure(comm: mpi.Comm, entry: LoaderEntry, work: RankWork, target: Target, iterations: int,
             warmup: int, cold: bool, hosts: tuple[str, ...]) -> Measured | None:
     """The loader's iterations on every rank; the result on rank 0 (None elsewhere)."""
     module = loader_module(entry)
@@ -96,7 +96,7 @@ def measure(comm: Any, entry: LoaderEntry, work: RankWork, target: Target, itera
                     tuple(all_digests), failed)
 
 
-def _prepare(module: Any, comm: Any, work: RankWork, device: str) -> Any:
+def _prepare(module: Any, comm: mpi.Comm, work: RankWork, device: str) -> Any:
     try:
         return module.prepare(comm, work, device)
     except (RunFailed, OSError):
