@@ -324,7 +324,7 @@ class _Writer:
                 "sha256": sha256.hexdigest(), "xxh3": xxh3.hexdigest()}
 
 
-def prepare(comm: Any, spec: JobSpec, progress: ProgressBar | None = None,
+def prepare(comm: mpi.Comm, spec: JobSpec, progress: ProgressBar | None = None,
             copied: CopiedContent | None = None) -> dict[str, Any]:
     """Write every layout of the job, of synthetic bytes or of `copied` ones (another
     checkpoint's, with checkpoint.from: the job arrives sized from it); returns the
