@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import (
     add_job_arguments,
@@ -19,6 +19,9 @@ from stampede.commands import (
 from stampede.errors import UsageError
 from stampede.launcher import launcher_rank, launcher_size
 from stampede.spec import OPTIONS, REQUIRED
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -108,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure(comm: Any, spec: Any, step: str, strategies: tuple[str, ...], what: str,
+def measure(comm: Comm, spec: Any, step: str, strategies: tuple[str, ...], what: str,
             job: Any, archiver: Archiver | None = None, context: Any = None,
             final: bool = True) -> tuple[Any, Archiver]:
     """What run, save and cycle share: the archive checked before any I/O, a line saying

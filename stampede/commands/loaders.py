@@ -15,10 +15,13 @@ import argparse
 import sys
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import add_job_arguments, overrides
 from stampede.errors import UsageError
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 # The ceiling is the raw restore: hashing or checking inside it would slow the ceiling.
 RAW_RESTORE = ('run.verify="none"', "run.check_finite=false")
@@ -140,7 +143,7 @@ def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[Any], list[tuple[s
     return entries, skipped
 
 
-def _targets(comm: Any, devices: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
+def _targets(comm: Comm, devices: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
     """Where the tensors go; a GPU on every rank, or on none (skipped, with why)."""
     import numpy as np
 
@@ -169,7 +172,7 @@ class _Session:
     """One invocation's run: its id, the ranks' hosts, the rows and sidecar parts so far
     (complete on rank 0), and what failed."""
 
-    def __init__(self, comm: Any, spec: Any, catalogue: Any) -> None:
+    def __init__(self, comm: Comm, spec: Any, catalogue: Any) -> None:
         from stampede import mpi
         from stampede.results.rows import new_run_id, now_stamp
 

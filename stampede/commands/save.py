@@ -8,10 +8,13 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import add_job_arguments, add_trace_arguments, overrides, traced
 from stampede.results.definitions import SAVE_METRICS
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -127,7 +130,7 @@ def restore_spec(spec: Any, nranks: int) -> Any:
     return replace(spec, rank_shift=shift, cache=cache, restore_from="saved", values=values)
 
 
-def _drop_between(comm: Any, spec: Any) -> None:
+def _drop_between(comm: Comm, spec: Any) -> None:
     """Between the halves: the kernel's caches dropped once per node when run.drop_caches
     allows it (root); the restore's cold eviction then checks what is still resident."""
     from stampede import mpi
