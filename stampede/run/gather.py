@@ -9,7 +9,7 @@ rank 0 whole. These are the collectives; the arithmetic is stampede.results'.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,12 +21,16 @@ from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
 from stampede.run.where import gathered
 
 if TYPE_CHECKING:   # imported where used: histogram mode alone needs it, not every rank's start
+    from stampede.backends.base import Backend
+    from stampede.checkpoint.plan import RankPlan
+    from stampede.checkpoint.save_plan import SavePlan
     from stampede.results import histogram
+    from stampede.spec import JobSpec
 
 AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
 
 
-def layout_stats(comm: mpi.Comm, spec: Any, plan: Any, layout: str, rows: np.ndarray,
+def layout_stats(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan, layout: str, rows: np.ndarray,
                  origins: dict[int, int], hosts: tuple[str, ...],
                  failed_iteration: int | None, completion_op: str = "restore") -> LayoutStats | None:
     """The layout's statistics, complete on rank 0 (None elsewhere), in the mode
@@ -36,7 +40,7 @@ def layout_stats(comm: mpi.Comm, spec: Any, plan: Any, layout: str, rows: np.nda
                           completion_op)[0]
 
 
-def gathered_stats(comm: mpi.Comm, spec: Any, plan: Any, layout: str, rows: np.ndarray,
+def gathered_stats(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan, layout: str, rows: np.ndarray,
                    origins: dict[int, int], hosts: tuple[str, ...],
                    failed_iteration: int | None, completion_op: str = "restore",
                    where: tuple[np.ndarray, list[str]] | None = None,
@@ -59,7 +63,7 @@ def gathered_stats(comm: mpi.Comm, spec: Any, plan: Any, layout: str, rows: np.n
     return stats, LayoutTrace(np.column_stack([ranked, located[0]]), located[1])
 
 
-def histogram_mode(comm: mpi.Comm, spec: Any, plan: Any) -> bool:
+def histogram_mode(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan) -> bool:
     """run.samples, with auto deciding from the samples this layout will produce on all
     ranks together: collectively, since ranks can plan very different work (an existing
     checkpoint's files) and the two modes gather with different collectives."""
@@ -98,7 +102,7 @@ def all_rows(comm: mpi.Comm, rows: np.ndarray, origins: dict[int, int],
                            for r, part in enumerate(on_axis)])
 
 
-def check_trace(comm: mpi.Comm, spec: Any, plan: Any) -> None:
+def check_trace(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan) -> None:
     """--trace: the rows this layout will keep, all ranks together, within its limit;
     collectively, before the first phase (UsageError on every rank, exit 2)."""
     if not spec.trace_limit:
@@ -163,7 +167,7 @@ def reduce_summaries(comm: mpi.Comm, summary: dict[str, np.ndarray],
     return histogram.Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
 
 
-def retries(comm: mpi.Comm, backend: Any, before: dict[str, int]) -> dict[str, int]:
+def retries(comm: mpi.Comm, backend: Backend, before: dict[str, int]) -> dict[str, int]:
     """Requests the backend's client retried in this layout, per op retried (a save's
     validation re-reads count under open and read), summed over ranks (object stores:
     throttling and timeouts show up here before they become errors)."""
