@@ -8,9 +8,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.units import NS_PER_S
+
+if TYPE_CHECKING:
+    from stampede.present.report import Console
 
 SHOWN_RANKS = 8
 
@@ -135,7 +138,7 @@ def _iteration(text: str, trace: Any, rows: Any) -> int:
 
 
 def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int,
-                  console: Any) -> None:
+                  console: Console) -> None:
     from stampede.present.report import new_table
     from stampede.results import trace as traces
     from stampede.units import format_bytes, format_number, format_seconds

@@ -22,6 +22,7 @@ from stampede.spec import OPTIONS, REQUIRED
 
 if TYPE_CHECKING:
     from stampede.mpi import Comm
+    from stampede.spec import JobSpec
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -111,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure(comm: Comm, spec: Any, step: str, strategies: tuple[str, ...], what: str,
+def measure(comm: Comm, spec: JobSpec, step: str, strategies: tuple[str, ...], what: str,
             job: Any, archiver: Archiver | None = None, context: Any = None,
             final: bool = True) -> tuple[Any, Archiver]:
     """What run, save and cycle share: the archive checked before any I/O, a line saying
@@ -165,7 +166,7 @@ class Archiver:
     rank keeps its progress line object (enabled on rank 0 only). A cycle's two halves
     share one (one run, one report); `layouts` counts the layouts of both."""
 
-    def __init__(self, spec: Any, layouts: int, root: bool) -> None:
+    def __init__(self, spec: JobSpec, layouts: int, root: bool) -> None:
         from stampede.present.progress import Progress
 
         self.spec, self.layouts, self.root = spec, layouts, root
@@ -332,7 +333,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def trace_estimate(spec: Any, nranks: int) -> str:
+def trace_estimate(spec: JobSpec, nranks: int) -> str:
     """--trace: what each layout's trace would hold at most (run refuses past the limit)."""
     from stampede.checkpoint.plan import plan_rank
     from stampede.results.trace import ROW_BYTES, estimated_rows
@@ -348,7 +349,7 @@ def trace_estimate(spec: Any, nranks: int) -> str:
             + "; ".join(parts))
 
 
-def _plan_save(spec: Any, nranks: int, shown: list[int]) -> None:
+def _plan_save(spec: JobSpec, nranks: int, shown: list[int]) -> None:
     """`plan --save`: the save's checks, one version's writers per layout, the space."""
     from stampede.checkpoint.plan import checkpoint_files
     from stampede.checkpoint.prepare import save_space_needed

@@ -22,6 +22,7 @@ from stampede.errors import UsageError
 
 if TYPE_CHECKING:
     from stampede.mpi import Comm
+    from stampede.spec import JobSpec
 
 # The ceiling is the raw restore: hashing or checking inside it would slow the ceiling.
 RAW_RESTORE = ('run.verify="none"', "run.check_finite=false")
@@ -115,7 +116,7 @@ def cmd_loaders(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scan(spec: Any, nranks: int) -> Any:
+def _scan(spec: JobSpec, nranks: int) -> Any:
     """Rank 0: the checkpoint's headers, and every policy checked against its format."""
     from stampede.existing.assign import assign
     from stampede.run.job import scan_existing
@@ -172,7 +173,7 @@ class _Session:
     """One invocation's run: its id, the ranks' hosts, the rows and sidecar parts so far
     (complete on rank 0), and what failed."""
 
-    def __init__(self, comm: Comm, spec: Any, catalogue: Any) -> None:
+    def __init__(self, comm: Comm, spec: JobSpec, catalogue: Any) -> None:
         from stampede import mpi
         from stampede.results.rows import new_run_id, now_stamp
 
