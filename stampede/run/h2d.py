@@ -202,7 +202,7 @@ def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * BYTES_PER_MIB) -
     return samples
 
 
-def _read_gds(gds: Any, path: Path, destination: Any, size: int,
+def _read_gds(gds: Any, path: Path, destination: object, size: int,
               block_bytes: int = 16 * BYTES_PER_MIB) -> list[Sample]:
     """file -> device memory through cuFile, in the blocks of the file mode (its open and
     registration inside the trial, as file's open is)."""

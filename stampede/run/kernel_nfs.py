@@ -29,7 +29,7 @@ def mountpoint(comm: Comm, target: str) -> str:
     return mount.mountpoint if mount.fs_type.startswith("nfs") else ""
 
 
-def before(where: str) -> Any:
+def before(where: str) -> object:
     if not where:
         return None
     from stampede.sysinfo import read_mountstats

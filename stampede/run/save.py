@@ -302,7 +302,7 @@ def _version_setup(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
 
 
 def _fill(spec: JobSpec, plan: SavePlan,
-          buffers: _Buffers) -> tuple[list[dict[str, Any]], dict[Extent, str]]:
+          buffers: _Buffers) -> tuple[list[dict[str, object]], dict[Extent, str]]:
     """This version's content into the shard in memory, block by block as prepare writes
     it (a pure function of path and offset); the shard's hashes for the journal (replica 0
     of each shard: what a restore checks) and the validate hash of each extent written."""
@@ -341,7 +341,7 @@ def _fill(spec: JobSpec, plan: SavePlan,
 
 
 def _file_records(spec: JobSpec, plan: SavePlan, view: memoryview, pieces: list[Extent]
-                  ) -> tuple[list[dict[str, Any]], dict[Extent, str]]:
+                  ) -> tuple[list[dict[str, object]], dict[Extent, str]]:
     """Layout mlperf: the journal's slice and the validate hash of every file written."""
     records, expected = [], {}
     for piece in pieces:
@@ -360,12 +360,12 @@ def _file_records(spec: JobSpec, plan: SavePlan, view: memoryview, pieces: list[
 
 
 def _headers(spec: JobSpec, plan: SavePlan,
-             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[Any]]:
+             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[object]]:
     """The header the creator of each formatted file writes first (page-aligned, so it can
     go through O_DIRECT), and where each tensor starts in every file this rank writes."""
     headers: dict[str, memoryview] = {}
     bases: dict[str, dict[str, int]] = {}
-    owned: list[Any] = []
+    owned: list[object] = []
     tensors = file_tensors(spec, plan.layout, nranks, plan.root) if plan.files else {}
     for file in plan.files:
         if spec.format == "raw":
@@ -423,7 +423,7 @@ def _begin_version(spec: JobSpec, backend: Backend, layout: str,
 
 
 def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, nranks: int,
-                    slices: list[dict[str, Any]]) -> None:
+                    slices: list[dict[str, object]]) -> None:
     """The version's entry, state writing: every file (and temporary name) and directory
     it may leave, before its first byte is written."""
     from stampede.checkpoint.save_plan import version_directories

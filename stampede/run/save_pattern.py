@@ -59,7 +59,7 @@ class SaveSetup:
 
     plan: SavePlan
     backend: Backend
-    paths: dict[str, Any]           # relpath -> the backend's name (files, partials, dirs)
+    paths: dict[str, object]        # relpath -> the backend's name (files, partials, dirs)
     model: AlignedBuffer            # the shard in memory, this version's content
     check: AlignedBuffer            # one block: validation re-reads into it
     block_bytes: int
@@ -94,7 +94,7 @@ class Save:
     def __init__(self, setup: SaveSetup, iteration: int, origin_ns: int, log: Log) -> None:
         self.setup, self.plan, self.iteration, self.origin = setup, setup.plan, iteration, origin_ns
         self.log, self.outcome = log, PhaseOutcome()
-        self.handles: dict[str, Any] = {}      # relpath -> open handle (partial name)
+        self.handles: dict[str, object] = {}   # relpath -> open handle (partial name)
         self.source = setup.model.view         # what the writes copy from
         self.ok = True                         # every op of this rank so far succeeded
         self.abandoned = False                 # a wait said another rank failed

@@ -99,7 +99,7 @@ class TorchExchange:
     def label(self) -> str:
         return f"torch.distributed {self.backend}"
 
-    def renew(self, iteration: int, received_bytes: int, kind: str, log: list[Any]) -> None:
+    def renew(self, iteration: int, received_bytes: int, kind: str, log: list[object]) -> None:
         """Before a phase: the previous process group destroyed (untimed), a new one made
         (op pg_init) and its first collective run (op bcast_first or allgather_first);
         collectively, so that a rank's failure is every rank's (RunFailed)."""
@@ -115,11 +115,11 @@ class TorchExchange:
                                 lambda: self._timed(kind))
         log.append((iteration, FIRST[kind], *stamps, received_bytes, 1))
 
-    def _init(self, store: Any, start: int) -> tuple[int, int]:
+    def _init(self, store: object, start: int) -> tuple[int, int]:
         """The process group over the store (the rendezvous began at `start`) and this
         rank's exchange group: pg_init's stamps."""
         dist = self.dist
-        options: dict[str, Any] = {}
+        options: dict[str, object] = {}
         if self.backend == "nccl":   # eager: the communicator is made here, not lazily
             options["device_id"] = self.device.device
         try:
@@ -162,8 +162,8 @@ class TorchExchange:
             self.dist.destroy_process_group()
 
 
-def open_exchange(world: mpi.Comm, group: mpi.Comm, backend: str, tensor: Any,
-                  stripes: tuple[tuple[int, int], ...], device: Any,
+def open_exchange(world: mpi.Comm, group: mpi.Comm, backend: str, tensor: object,
+                  stripes: tuple[tuple[int, int], ...], device: object,
                   timeout_s: float) -> TorchExchange:
     """Collective over the world: the members of this rank's MPI exchange group, in its
     order, and the exchange over them."""

@@ -89,14 +89,14 @@ def _fqns(work: RankWork, storage_data: dict[Any, Any]) -> set[str]:
     return found
 
 
-def _timed_reader(root: str, record: Record, index_bytes: int, load_bytes: int) -> Any:
+def _timed_reader(root: str, record: Record, index_bytes: int, load_bytes: int) -> object:
     """FileSystemReader, its metadata read and its data read stamped (nothing changed)."""
     from torch.distributed.checkpoint import FileSystemReader
 
     class TimedReader(FileSystemReader):
         planned_from = 0
 
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        def read_metadata(self, *args: object, **kwargs: object) -> Any:
             start = time.perf_counter_ns()
             metadata = super().read_metadata(*args, **kwargs)
             TimedReader.planned_from = record("index", start, index_bytes)
@@ -112,7 +112,7 @@ def _timed_reader(root: str, record: Record, index_bytes: int, load_bytes: int) 
     return TimedReader(root)
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 

@@ -36,11 +36,11 @@ def prepare(comm: Comm, work: RankWork, device: str) -> State:
                  [])
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     from fastsafetensors import SafeTensorsFileLoader, SingleGroup
 
     work = state.work
-    held: dict[str, Any] = {}
+    held: dict[str, object] = {}
     if not work.files:
         return held
     start = time.perf_counter_ns()

@@ -30,11 +30,11 @@ def prepare(comm: Comm, work: RankWork, device: str) -> State:
     return State(work, device)
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     from safetensors import safe_open
 
     work, clock = state.work, time.perf_counter_ns
-    held: dict[str, Any] = {}
+    held: dict[str, object] = {}
     with ExitStack() as stack:
         start = clock()
         handles = {relpath: stack.enter_context(safe_open(work.path(relpath), framework="pt",
@@ -52,7 +52,7 @@ def load(state: State, record: Record) -> dict[str, Any]:
     return held
 
 
-def _piece(handle: Any, piece: Wanted) -> tuple[Any, int]:
+def _piece(handle: Any, piece: Wanted) -> tuple[object, int]:
     """(what was loaded, the tensor byte it starts at): the whole tensor, or the rows
     (along the first dimension, the elements of a vector) that cover a flat slice."""
     view = handle.get_slice(piece.name) if not piece.whole else None

@@ -7,7 +7,7 @@ slice of, and keeps all of it."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.run.loaders.common import Plain, Record, flat_tensors, keeps_nothing, tensor_bytes
 from stampede.run.loaders.work import RankWork
@@ -24,12 +24,12 @@ def prepare(comm: Comm, work: RankWork, device: str) -> State:
     return State(work, device)
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     import torch
 
     work = state.work
     start = time.perf_counter_ns()
-    held: dict[str, Any] = {}
+    held: dict[str, object] = {}
     for relpath in work.files:
         loaded = torch.load(work.path(relpath), map_location=state.device, weights_only=True)
         held.update({f"{relpath}:{name}": tensor

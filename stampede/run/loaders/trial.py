@@ -51,7 +51,7 @@ class Measured:
 
     stats: LayoutStats | None
     messages: tuple[str, ...]
-    digests: tuple[dict[str, list[Any]], ...]   # per rank, iteration 0: name -> [bytes, xxh3]
+    digests: tuple[dict[str, list[object]], ...]   # per rank, iteration 0: name -> [bytes, xxh3]
     failed: bool
 
 
@@ -64,7 +64,7 @@ def measure(comm: mpi.Comm, entry: LoaderEntry, work: RankWork, target: Target, 
     log: Log = []
     origins: dict[int, int] = {}
     messages: list[str] = []
-    digests: dict[str, list[Any]] = {}
+    digests: dict[str, list[object]] = {}
     failed = False
     try:
         for iteration in range(-warmup, iterations):
@@ -96,7 +96,7 @@ def measure(comm: mpi.Comm, entry: LoaderEntry, work: RankWork, target: Target, 
                     tuple(all_digests), failed)
 
 
-def _prepare(module: Any, comm: mpi.Comm, work: RankWork, device: str) -> Any:
+def _prepare(module: Any, comm: mpi.Comm, work: RankWork, device: str) -> object:
     try:
         return module.prepare(comm, work, device)
     except (RunFailed, OSError):
@@ -105,9 +105,9 @@ def _prepare(module: Any, comm: mpi.Comm, work: RankWork, device: str) -> Any:
         raise RunFailed(f"{type(error).__name__}: {error}") from None
 
 
-def _iteration(module: Any, state: Any, work: RankWork, target: Target, iteration: int,
+def _iteration(module: Any, state: object, work: RankWork, target: Target, iteration: int,
                origins: dict[int, int], log: Log, messages: list[str],
-               name: str) -> tuple[dict[str, Any], bool]:
+               name: str) -> tuple[dict[str, object], bool]:
     """The timed load; its restore sample (ok = 0 and no bytes when the loader raised)."""
     try:
         held = module.load(state, Record(iteration, log, target.synchronize))
@@ -134,7 +134,7 @@ def _evict(work: RankWork, messages: list[str]) -> None:
                 messages.append(f"rank {work.rank}: evict {relpath}: {error.strerror}")
 
 
-def _digests(held: dict[str, Any]) -> dict[str, list[Any]]:
+def _digests(held: dict[str, Any]) -> dict[str, list[object]]:
     """Untimed: name -> [bytes, xxh3-128 hex] of each tensor held (brought to the host)."""
     import torch
     import xxhash
