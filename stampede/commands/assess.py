@@ -279,7 +279,7 @@ def clean(job: str, saving: Saving, sets: dict[str, list[str]]) -> None:
 
 def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, counts: tuple[int, ...],
                    budget_s: float, started: float, mpiexec: str | None
-                   ) -> tuple[tuple[str, ...], Any]:
+                   ) -> tuple[tuple[str, ...], object]:
     """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare, run
     and save timed apart, into a scratch archive (the probe's checkpoint and saves removed
     after it); the plan."""

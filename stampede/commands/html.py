@@ -25,7 +25,7 @@ def add_target_arguments(sub: argparse.ArgumentParser) -> None:
                           f"for T_MTTR within it (default {DEFAULT_TARGET_MTTR})")
 
 
-def target_of(args: argparse.Namespace) -> tuple[Any, float]:
+def target_of(args: argparse.Namespace) -> tuple[object, float]:
     """(the Workload, the target T_MTTR in seconds) of add_target_arguments' flags."""
     from stampede.errors import UsageError
     from stampede.units import parse_duration

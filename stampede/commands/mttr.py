@@ -208,7 +208,7 @@ def _rejoin_beside_restart(archives: list[str], inputs: dict[str, float],
     console.print(table)
 
 
-def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Any, Any]]:
+def target_projection(args: argparse.Namespace) -> tuple[str, tuple[object, object]]:
     """(the restore layout, (its projection at the workload, the workload)): --layout, or
     the HTML verdict's (stampede.model.assessment), projected as the verdict projects it."""
     from stampede.model.assessment import assess
