@@ -108,7 +108,7 @@ def select_run(archive: str | Path, rows: list[Row], run_id: str | None) -> str:
     return run_id
 
 
-def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, Any] | None:
+def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, object] | None:
     """The run's JSON sidecar, or None (with a note) when it is missing or unreadable."""
     from stampede.errors import UsageError
     from stampede.results.archive import sidecar_path
@@ -116,7 +116,7 @@ def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str
 
     path = sidecar_path(archive, run_id)
     try:
-        document: dict[str, Any] = json.loads(read_text(path, "sidecar"))
+        document: dict[str, object] = json.loads(read_text(path, "sidecar"))
     except (UsageError, ValueError) as error:
         notes.append(f"run {run_id}: no readable sidecar at {path} ({error.__class__.__name__}): "
                      "skipping the cdf and timeline figures")
@@ -187,7 +187,7 @@ def cdf_steps(counts: Sequence[int], edges_s: Sequence[float]) -> tuple[list[flo
     return xs, ys
 
 
-def cdf_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str]) -> Figure | None:
+def cdf_figure(run_rows: list[Row], document: dict[str, object], notes: list[str]) -> Figure | None:
     """One panel per op, one step line per layout, x log-scaled in seconds."""
     from stampede.ops import OPS
 
@@ -426,7 +426,7 @@ def pick_iteration(timeline: Sequence[Sequence[float]], iteration: int | None) -
     return iteration
 
 
-def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str],
+def timeline_figure(run_rows: list[Row], document: dict[str, object], notes: list[str],
                     iteration: int | None = None) -> Figure | None:
     """One panel per layout: each rank's bar from start to done, first byte and last read."""
     from stampede.units import seconds_unit

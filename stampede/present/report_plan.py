@@ -104,7 +104,7 @@ def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave],
                   "published one[/]")
 
 
-def render_existing_plan(catalogue: Any, nranks: int,
+def render_existing_plan(catalogue: object, nranks: int,
                          policies: Sequence[tuple[str, list[RankPlan], list[int]]],
                          console: Console) -> None:
     """`stampede plan --checkpoint PATH`: what the checkpoint holds (from its headers) and
