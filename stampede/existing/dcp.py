@@ -58,7 +58,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         super().__init__(stream)
         self.torch = torch
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         torch = self.torch
         allowed = (
             (module, name) in self._DCP_CLASSES
@@ -119,7 +119,7 @@ def scan_dcp(location: Location) -> Catalogue:
                           len(saved_by))
 
 
-def _dcp_item(index: Any, meta: Any) -> tuple[str, str, tuple[int, ...]]:
+def _dcp_item(index: Any, meta: object) -> tuple[str, str, tuple[int, ...]]:
     """(name, dtype, shape) of one saved item: a chunk of a tensor, or a pickled object."""
     chunks = getattr(meta, "chunks", None)
     if not chunks:   # BytesStorageMetadata, or metadata that does not describe the item

@@ -22,7 +22,7 @@ def hdf5_on_objects(where: str) -> UsageError:
                       hint="copy the HDF5 files to a file system and point at them there")
 
 
-def _h5py() -> Any:
+def _h5py() -> object:
     try:
         import h5py
     except ImportError as error:
