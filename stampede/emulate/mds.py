@@ -177,7 +177,7 @@ class MetadataServer:
     def _real(self, path: str) -> str:
         return os.path.join(self.backing, path.lstrip("/"))
 
-    def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], Any]) -> Any:
+    def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], object]) -> Any:
         """A read-side request: queued for the path (files, with --serialize-inode), then
         held for the service time (_held)."""
         locks = () if is_directory or not self.serialize else \
@@ -185,7 +185,7 @@ class MetadataServer:
         return self._held(op, (path,), self.service_s, locks, work)
 
     def _held(self, op: str, paths: tuple[str, ...], service_s: float, locks: Sequence[NamedLock],
-              work: Callable[[], Any]) -> Any:
+              work: Callable[[], object]) -> Any:
         """Wait for each lock in turn (callers order them), take a slot, run the real
         operation and hold the slot until take-time + the service time (a deadline: the
         operation's own time is part of the service, not added to it). Tallied, and
