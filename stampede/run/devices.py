@@ -155,6 +155,9 @@ def open_device(name: str, local_rank: int) -> HostDevice | CudaDevice:
     raise UsageError(f"device {name!r}: must be one of {', '.join(DEVICES)}")
 
 
+Device = HostDevice | CudaDevice   # where run.h2d puts the restored bytes
+
+
 class Gds:
     """File -> device memory through kvikio's CuFile; `label` says whether it is GDS."""
 

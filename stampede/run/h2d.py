@@ -29,6 +29,7 @@ from stampede.units import BYTES_PER_MIB
 
 if TYPE_CHECKING:
     from stampede.mpi import Comm
+    from stampede.run.devices import Device
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def _write_pattern(stream: Any, nbytes: int) -> None:
         stream.write(data[:min(len(data), nbytes - start)])
 
 
-def sweep(comm: Comm, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...],
+def sweep(comm: Comm, device: Device, sizes: tuple[int, ...], modes: tuple[str, ...],
           trials: int, warmup: int, cache: str, workdir: Path) -> Swept | None:
     """Every (mode, size) in turn, all ranks at once; the samples on one axis on rank 0
     (None elsewhere)."""
@@ -131,7 +132,7 @@ class _Buffers:
     a destination touched once (no page faults inside the timed copy), pinned where the
     mode pins beforehand (pinned, and file on a GPU)."""
 
-    def __init__(self, device: Any, mode: str, size: int) -> None:
+    def __init__(self, device: Device, mode: str, size: int) -> None:
         from stampede.buffers import AlignedBuffer
 
         self.device, self.mode = device, mode
@@ -152,7 +153,7 @@ class _Buffers:
             self.source.close()
 
 
-def _trial(device: Any, mode: str, size: int, path: Path,
+def _trial(device: Device, mode: str, size: int, path: Path,
            buffers: _Buffers) -> list[tuple[int, int, int, int, int]]:
     """One trial on this rank: (op, start_ns, stop_ns, bytes, ok) rows, restore last."""
     from stampede.ops import OP_CODE

@@ -27,6 +27,7 @@ from stampede.targets import capabilities_for
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
+    from stampede.run.devices import Device
 
 
 # Called on rank 0 after each layout, collectively (its error is every rank's): archive it.
@@ -88,7 +89,7 @@ def _run_stamps() -> tuple[str, str]:
     return new_run_id(), now_stamp()
 
 
-def new_context(comm: mpi.Comm, spec: JobSpec, backend: Backend, device: Any = None,
+def new_context(comm: mpi.Comm, spec: JobSpec, backend: Backend, device: Device | None = None,
                 catalogue: Catalogue | None = None, save: bool = False) -> RunContext:
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")

@@ -18,6 +18,7 @@ from stampede.spec import JobSpec
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
+    from stampede.run.devices import Device
 
 MAX_MESSAGES = 10   # error messages kept per rank and phase
 
@@ -69,7 +70,7 @@ class RankSetup:
 
 
 def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
-           buffer: AlignedBuffer, device: object, catalogue: Catalogue | None) -> RankSetup:
+           buffer: AlignedBuffer, device: Device, catalogue: Catalogue | None) -> RankSetup:
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
     paths = {relpath: backend.path(relpath) for relpath in named}
@@ -130,7 +131,7 @@ def _places(plan: RankPlan, catalogue: Catalogue | None) -> tuple[int, ...]:
 
 
 def _device_side(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
-                 buffer: AlignedBuffer, device: Any) -> tuple[Backend, object, tuple[str, ...]]:
+                 buffer: AlignedBuffer, device: Device) -> tuple[Backend, object, tuple[str, ...]]:
     """run.h2d: the device buffer, the read buffer page-locked (cuda-pinned) or the files
     also opened through cuFile (cuda-gds); the backend the reads go through, and notes."""
     if device is None:
@@ -157,7 +158,7 @@ def _gds(comm: mpi.Comm, backend: Backend, device: Any) -> tuple[Backend, tuple[
 
 
 def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
-                    device: Any, device_buffer: object) -> Any:
+                    device: Device, device_buffer: object) -> Any:
     """run.exchange = torch: torch.distributed checked (every rank, exit 2 where missing),
     then, for a layout that exchanges, the exchange over the held shard: the device
     buffer (nccl) or the host buffer, without a copy (gloo)."""

@@ -30,12 +30,15 @@ from __future__ import annotations
 import socket
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede import mpi
 from stampede.errors import RunFailed, UsageError, install_hint
 from stampede.ops import OP_CODE
 from stampede.run import rendezvous
+
+if TYPE_CHECKING:
+    from stampede.run.devices import Device
 
 PG_INIT, FIRST = OP_CODE["pg_init"], {"bcast": OP_CODE["bcast_first"],
                                      "allgather": OP_CODE["allgather_first"]}
@@ -163,7 +166,7 @@ class TorchExchange:
 
 
 def open_exchange(world: mpi.Comm, group: mpi.Comm, backend: str, tensor: object,
-                  stripes: tuple[tuple[int, int], ...], device: object,
+                  stripes: tuple[tuple[int, int], ...], device: Device,
                   timeout_s: float) -> TorchExchange:
     """Collective over the world: the members of this rank's MPI exchange group, in its
     order, and the exchange over them."""
