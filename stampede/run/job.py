@@ -10,7 +10,7 @@ import resource
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede import mpi
 from stampede.backends import backend_name_for, open_backend
@@ -118,8 +118,8 @@ def new_context(comm: mpi.Comm, spec: JobSpec, backend: Backend, device: Device 
                       checkpoint_format=catalogue.format if catalogue else "")
 
 
-def _probed(probe: Any, spec: JobSpec, nranks: int, catalogue: Catalogue | None,
-            save: bool) -> dict[str, object]:
+def _probed(probe: Callable[[str | None, int, bool], dict[str, object]], spec: JobSpec,
+            nranks: int, catalogue: Catalogue | None, save: bool) -> dict[str, object]:
     """Rank 0, untimed, before the timed phase: the backend's RPCs per op, for the save's
     ops or the restore's on the first checkpoint file (a failed probe said, not fatal)."""
     from stampede.checkpoint.plan import checkpoint_files

@@ -6,13 +6,14 @@ node's other ranks included), untimed, so nothing is added to a timed op."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.results.model import LayoutRun
 from stampede.targets import capabilities_for
 
 if TYPE_CHECKING:
     from stampede.mpi import Comm
+    from stampede.sysinfo import OpCounters
 
 # stampede.sysinfo is imported past each function's early return: every rank imports this
 # module, rank 0 of a kernel NFS mount alone reads the counters.
@@ -29,7 +30,7 @@ def mountpoint(comm: Comm, target: str) -> str:
     return mount.mountpoint if mount.fs_type.startswith("nfs") else ""
 
 
-def before(where: str) -> object:
+def before(where: str) -> dict[str, OpCounters] | None:
     if not where:
         return None
     from stampede.sysinfo import read_mountstats
@@ -37,7 +38,7 @@ def before(where: str) -> object:
     return read_mountstats(where)
 
 
-def counted(run: LayoutRun, where: str, start: Any) -> LayoutRun:
+def counted(run: LayoutRun, where: str, start: dict[str, OpCounters] | None) -> LayoutRun:
     """The run with the mount's per-op deltas since `start` (unchanged where none)."""
     if not where or start is None:
         return run
