@@ -14,6 +14,7 @@ from stampede.units import NS_PER_S
 
 if TYPE_CHECKING:
     from stampede.present.report import Console
+    from stampede.results.trace import Trace
 
 SHOWN_RANKS = 8
 
@@ -96,7 +97,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(args: argparse.Namespace) -> tuple[Path, Any]:
+def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
     """(the first path given, its trace): stampede's own, or IOR's per-op files."""
     from stampede.errors import UsageError
     from stampede.results import trace as traces
@@ -124,7 +125,7 @@ def _read(args: argparse.Namespace) -> tuple[Path, Any]:
         raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
 
 
-def _iteration(text: str, trace: Any, rows: Any) -> int:
+def _iteration(text: str, trace: Trace, rows: Any) -> int:
     from stampede.errors import UsageError
     from stampede.results import trace as traces
 
@@ -137,7 +138,7 @@ def _iteration(text: str, trace: Any, rows: Any) -> int:
     return int(text)
 
 
-def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int,
+def render_layout(trace: Trace, layout: str, rows: Any, iteration: int, count: int,
                   console: Console) -> None:
     from stampede.present.report import new_table
     from stampede.results import trace as traces

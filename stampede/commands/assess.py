@@ -28,6 +28,7 @@ from stampede.commands import add_job_arguments, set_words
 from stampede.commands.html import add_target_arguments, target_of
 
 if TYPE_CHECKING:
+    from stampede.model.budget import Plan
     from stampede.spec import JobSpec
 
 DEFAULT_BUDGET = "10min"
@@ -279,7 +280,7 @@ def clean(job: str, saving: Saving, sets: dict[str, list[str]]) -> None:
 
 def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, counts: tuple[int, ...],
                    budget_s: float, started: float, mpiexec: str | None
-                   ) -> tuple[tuple[str, ...], object]:
+                   ) -> tuple[tuple[str, ...], Plan]:
     """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare, run
     and save timed apart, into a scratch archive (the probe's checkpoint and saves removed
     after it); the plan."""
@@ -320,7 +321,7 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, coun
     return lines, plan
 
 
-def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: JobSpec, plan: Any,
+def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: JobSpec, plan: Plan,
                      notes: tuple[str, ...], report: Path, archive: Path, mpiexec: str | None,
                      started: float) -> int:
     """The planned sweep into `archive`, the checkpoint (and saves) cleaned when it

@@ -22,6 +22,8 @@ from stampede.spec import OPTIONS, REQUIRED
 
 if TYPE_CHECKING:
     from stampede.mpi import Comm
+    from stampede.present.report import Console
+    from stampede.results.model import LayoutRun, RunContext
     from stampede.spec import JobSpec
 
 
@@ -113,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def measure(comm: Comm, spec: JobSpec, step: str, strategies: tuple[str, ...], what: str,
-            job: Any, archiver: Archiver | None = None, context: Any = None,
+            job: Any, archiver: Archiver | None = None, context: RunContext | None = None,
             final: bool = True) -> tuple[Any, Archiver]:
     """What run, save and cycle share: the archive checked before any I/O, a line saying
     what runs, each layout reported and archived as it completes (`job`: run_job or
@@ -171,9 +173,9 @@ class Archiver:
 
         self.spec, self.layouts, self.root = spec, layouts, root
         self.rows: list[dict[str, str]] = []
-        self.runs: list[Any] = []
+        self.runs: list[LayoutRun] = []
         self.messages: list[str] = []
-        self.console: Any = None
+        self.console: Console | None = None
         self.sidecar_file: Any = None
         self.traces: dict[str, Any] = {}   # --trace: "phase/layout" -> its rows
         self.progress = Progress(root)
@@ -191,7 +193,7 @@ class Archiver:
                            f"{format_seconds(seconds)}", self.steps, self.total_steps,
                            final=iteration == self.spec.iterations - 1)
 
-    def layout_done(self, context: Any, run: Any) -> None:
+    def layout_done(self, context: RunContext, run: LayoutRun) -> None:
         """Rank 0, collectively: report the layout, then archive it (whole or not at all)."""
         from stampede.present.report import (
             make_console,
@@ -224,7 +226,7 @@ class Archiver:
             self.traces[f"{run.phase}/{run.layout}"] = run.trace
             self.write_trace(context)
 
-    def write_trace(self, context: Any) -> None:
+    def write_trace(self, context: RunContext) -> None:
         """--trace: the phases traced so far, beside the sidecar, rewritten whole."""
         from stampede.errors import RunFailed
         from stampede.results.trace import trace_path, write_trace

@@ -21,7 +21,11 @@ from stampede.commands import add_job_arguments, overrides
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:
+    from stampede.existing.catalogue import Catalogue
     from stampede.mpi import Comm
+    from stampede.results.model import LayoutRun, RunContext
+    from stampede.run.loaders import LoaderEntry
+    from stampede.run.loaders.trial import Measured, Target
     from stampede.spec import JobSpec
 
 # The ceiling is the raw restore: hashing or checking inside it would slow the ceiling.
@@ -127,7 +131,7 @@ def _scan(spec: JobSpec, nranks: int) -> Any:
     return catalogue
 
 
-def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
+def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[LoaderEntry], list[tuple[str, str]]]:
     """The loaders asked that read this format and are installed; the others, with why."""
     from stampede.run.loaders import LOADERS, missing_package
 
@@ -144,7 +148,7 @@ def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[Any], list[tuple[s
     return entries, skipped
 
 
-def _targets(comm: Comm, devices: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
+def _targets(comm: Comm, devices: tuple[str, ...]) -> tuple[list[Target], list[tuple[str, str]]]:
     """Where the tensors go; a GPU on every rank, or on none (skipped, with why)."""
     import numpy as np
 
@@ -173,7 +177,7 @@ class _Session:
     """One invocation's run: its id, the ranks' hosts, the rows and sidecar parts so far
     (complete on rank 0), and what failed."""
 
-    def __init__(self, comm: Comm, spec: JobSpec, catalogue: Any) -> None:
+    def __init__(self, comm: Comm, spec: JobSpec, catalogue: Catalogue) -> None:
         from stampede import mpi
         from stampede.results.rows import new_run_id, now_stamp
 
@@ -183,7 +187,7 @@ class _Session:
         hosts = mpi.gather(comm, mpi.processor_name(comm))
         self.hosts: tuple[str, ...] = tuple(mpi.bcast(comm, hosts or []))
         self.rows: list[dict[str, str]] = []
-        self.ceilings: list[Any] = []
+        self.ceilings: list[LayoutRun] = []
         self.context: Any = None
         self.loaders: dict[str, Any] = {}
         self.failed: list[str] = []
@@ -195,7 +199,7 @@ class _Session:
 
         spec = replace(self.spec, assign=(policy,))
 
-        def collect(context: Any, run: Any) -> None:
+        def collect(context: RunContext, run: LayoutRun) -> None:
             self.context = replace(context, run_id=self.run_id)
             self.rows += archive_rows(spec, self.context, run)
             self.ceilings.append(run)
@@ -204,7 +208,7 @@ class _Session:
         self.failed += [f"stampede {run.layout}: {run.invalid_reason}"
                         for run in runs if run.invalid_reason]
 
-    def loader(self, entry: Any, target: Any, policy: str) -> None:
+    def loader(self, entry: LoaderEntry, target: Target, policy: str) -> None:
         from stampede import mpi
         from stampede.results.rows import shared_columns
         from stampede.run.loaders.trial import measure
@@ -229,7 +233,7 @@ class _Session:
             "valid": not measured.failed, "messages": list(measured.messages),
             "digests": list(measured.digests)}
 
-    def finish(self, skipped: list[tuple[str, str]], entries: list[Any]) -> None:
+    def finish(self, skipped: list[tuple[str, str]], entries: list[LoaderEntry]) -> None:
         """Rank 0: archive every row at once, the sidecar, then the report."""
         if self.comm.Get_rank() != 0:
             return
@@ -255,7 +259,7 @@ class _Session:
         console.print(f"archived: {self.spec.archive_path} (+ {path})", markup=False)
 
 
-def _loader_rows(shared: dict[str, object], fmt: str, entry: Any, label: str, measured: Any,
+def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label: str, measured: Measured,
                  assigned: list[int], hosts: tuple[str, ...]) -> list[dict[str, str]]:
     """Rank 0: one loader's rows (its phases and restore), as a layout's: the policy is
     the layout, the loader the tool, its phases the pattern; bytes are assigned bytes."""

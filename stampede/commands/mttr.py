@@ -6,13 +6,19 @@ from __future__ import annotations
 import argparse
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import add_workload_arguments, workload_from
 from stampede.errors import UsageError
 from stampede.model import mttr as model
 from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
 from stampede.spec import JOB_LIMIT_BYTES
+
+if TYPE_CHECKING:
+    from stampede.model.mttr import Breakdown
+    from stampede.model.projection import Projection
+    from stampede.model.workload import Workload
+    from stampede.present.report import Console
 
 
 def _section(path: str) -> dict[str, float]:
@@ -185,7 +191,7 @@ def cmd_mttr(args: argparse.Namespace) -> int:
 
 
 def _rejoin_beside_restart(archives: list[str], inputs: dict[str, float],
-                           sources: dict[str, str], console: Any) -> None:
+                           sources: dict[str, str], console: Console) -> None:
     """An archive of `stampede rejoin` holds both restores: T_MTTR each way, the load term
     measured by each (the rejoin's slowest rank is a spare fed by its peer's NIC)."""
     from stampede.model.mttr import measured_model
@@ -208,7 +214,7 @@ def _rejoin_beside_restart(archives: list[str], inputs: dict[str, float],
     console.print(table)
 
 
-def target_projection(args: argparse.Namespace) -> tuple[str, tuple[object, object]]:
+def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Projection, Workload]]:
     """(the restore layout, (its projection at the workload, the workload)): --layout, or
     the HTML verdict's (stampede.model.assessment), projected as the verdict projects it."""
     from stampede.model.assessment import assess
@@ -233,7 +239,7 @@ def target_projection(args: argparse.Namespace) -> tuple[str, tuple[object, obje
     return layout, (found[0], workload)
 
 
-def at_target(model: Any, projection: Any, workload: Any) -> tuple[Any, str, int]:
+def at_target(model: Breakdown, projection: Projection, workload: Workload) -> tuple[Breakdown, str, int]:
     """`model` with its load term the projection's time to last rank at the workload
     (the verdict's mttr_at_target); the workload's line and its node count."""
     from stampede.model.assessment import mttr_at_target
