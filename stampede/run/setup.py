@@ -19,6 +19,7 @@ from stampede.spec import JobSpec
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
     from stampede.run.devices import Device
+    from stampede.run.torch_exchange import TorchExchange
 
 MAX_MESSAGES = 10   # error messages kept per rank and phase
 
@@ -49,7 +50,7 @@ class RankSetup:
     device: Any = None              # run.h2d: where the restored bytes go on to
     device_buffer: Any = None       # the held shard's place in device memory
     places: tuple[int, ...] = ()    # each extent's first byte in the device buffer
-    torch: Any = None               # run.exchange = torch: the TorchExchange
+    torch: TorchExchange | None = None   # run.exchange = torch: the TorchExchange
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
     where: Where | None = None      # --trace: each op's file and offset (else nothing kept)
 
@@ -158,7 +159,7 @@ def _gds(comm: mpi.Comm, backend: Backend, device: Any) -> tuple[Backend, tuple[
 
 
 def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
-                    device: Device, device_buffer: object) -> Any:
+                    device: Device, device_buffer: object) -> TorchExchange | None:
     """run.exchange = torch: torch.distributed checked (every rank, exit 2 where missing),
     then, for a layout that exchanges, the exchange over the held shard: the device
     buffer (nccl) or the host buffer, without a copy (gloo)."""

@@ -39,6 +39,7 @@ from stampede.run import rendezvous
 
 if TYPE_CHECKING:
     from stampede.run.devices import Device
+    from stampede.run.pattern import Log
 
 PG_INIT, FIRST = OP_CODE["pg_init"], {"bcast": OP_CODE["bcast_first"],
                                      "allgather": OP_CODE["allgather_first"]}
@@ -102,7 +103,7 @@ class TorchExchange:
     def label(self) -> str:
         return f"torch.distributed {self.backend}"
 
-    def renew(self, iteration: int, received_bytes: int, kind: str, log: list[object]) -> None:
+    def renew(self, iteration: int, received_bytes: int, kind: str, log: Log) -> None:
         """Before a phase: the previous process group destroyed (untimed), a new one made
         (op pg_init) and its first collective run (op bcast_first or allgather_first);
         collectively, so that a rank's failure is every rank's (RunFailed)."""
