@@ -11,7 +11,7 @@ import io
 import pickle
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.dtypes import FROM_TORCH
 from stampede.errors import CheckpointError
@@ -24,11 +24,14 @@ from stampede.existing.catalogue import (
     unique_names,
 )
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
 DCP_INDEX = ".metadata"
 SAVED_BY = re.compile(r"^__(\d+)_")   # __R_K.distcp: saved by rank R
 
 
-def _import_torch() -> Any:
+def _import_torch() -> ModuleType:
     try:
         import torch
         import torch.distributed.checkpoint  # noqa: F401 - the classes .metadata pickles
@@ -54,7 +57,7 @@ class _MetadataUnpickler(pickle.Unpickler):
             "ChunkStorageMetadata", "TensorProperties", "StorageMeta", "_MEM_FORMAT_ENCODING")]
         + [("torch.distributed.checkpoint.filesystem", "_StorageInfo")])
 
-    def __init__(self, stream: Any, torch: Any) -> None:
+    def __init__(self, stream: Any, torch: ModuleType) -> None:
         super().__init__(stream)
         self.torch = torch
 
