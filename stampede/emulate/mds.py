@@ -85,7 +85,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.emulate.service import (
     SPIN_S,
@@ -96,6 +96,9 @@ from stampede.emulate.service import (
     hold_until,
     spin_for,
 )
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 FUSE_HINT = "pip install 'stampede[emulate]' and apt-get install fuse3"
 STAT_FIELDS = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
@@ -297,7 +300,7 @@ class MetadataServer:
         return self.tally.text()
 
 
-def load_fuse() -> Any:
+def load_fuse() -> ModuleType:
     """mfusepy, imported now (it loads libfuse), or a UsageError (one line, the hint in it).
     libfuse 3 unless FUSE_LIBRARY_NAME or _PATH say otherwise: left to itself mfusepy
     takes libfuse 2 where both are installed."""
