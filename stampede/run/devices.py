@@ -23,12 +23,15 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from stampede.buffers import AlignedBuffer
 from stampede.errors import UsageError, install_hint
 from stampede.results.warnings import NOT_GDS
 from stampede.units import NS_PER_MS, NS_PER_S
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 DEVICES = ("cuda", "host")
 HOST_LABEL = "host (memcpy, not a GPU)"
@@ -190,7 +193,7 @@ class Gds:
         handle.close()
 
 
-def gds_state(kvikio: Any) -> tuple[bool, str]:
+def gds_state(kvikio: ModuleType) -> tuple[bool, str]:
     """(is it GDS, its label): kvikio's compatibility mode, or cuFile without the nvidia-fs
     driver, read POSIX into a host bounce buffer and copy: NOT GDS."""
     import importlib

@@ -20,12 +20,15 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede import mpi
 from stampede.run import rendezvous
 from stampede.run.loaders.common import Record, tensor_bytes
 from stampede.run.loaders.work import RankWork
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 PROCESS_GROUP_TIMEOUT_S = 600
 
@@ -56,7 +59,7 @@ def prepare(comm: mpi.Comm, work: RankWork, device: str) -> State:
                  os.path.getsize(os.path.join(work.root, work.index_file or ".metadata")))
 
 
-def _process_group(comm: mpi.Comm, dist: Any) -> bool:
+def _process_group(comm: mpi.Comm, dist: ModuleType) -> bool:
     """The MPI ranks as a gloo group (its store served by rank 0 at its address on a port
     the kernel chose: stampede.run.rendezvous): False when one is already there."""
     if dist.is_initialized():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from stampede.run.gather import exact_stats
 from stampede.run.loaders import LoaderEntry, loader_module
 from stampede.run.loaders.common import Log, Record
 from stampede.run.loaders.work import RankWork
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 RESTORE = OP_CODE["restore"]
 MAX_MESSAGES = 10
@@ -96,7 +99,7 @@ def measure(comm: mpi.Comm, entry: LoaderEntry, work: RankWork, target: Target, 
                     tuple(all_digests), failed)
 
 
-def _prepare(module: Any, comm: mpi.Comm, work: RankWork, device: str) -> object:
+def _prepare(module: ModuleType, comm: mpi.Comm, work: RankWork, device: str) -> object:
     try:
         return module.prepare(comm, work, device)
     except (RunFailed, OSError):
@@ -105,7 +108,7 @@ def _prepare(module: Any, comm: mpi.Comm, work: RankWork, device: str) -> object
         raise RunFailed(f"{type(error).__name__}: {error}") from None
 
 
-def _iteration(module: Any, state: object, work: RankWork, target: Target, iteration: int,
+def _iteration(module: ModuleType, state: object, work: RankWork, target: Target, iteration: int,
                origins: dict[int, int], log: Log, messages: list[str],
                name: str) -> tuple[dict[str, object], bool]:
     """The timed load; its restore sample (ok = 0 and no bytes when the loader raised)."""
