@@ -120,7 +120,7 @@ def cmd_loaders(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scan(spec: JobSpec, nranks: int) -> Any:
+def _scan(spec: JobSpec, nranks: int) -> Catalogue:
     """Rank 0: the checkpoint's headers, and every policy checked against its format."""
     from stampede.existing.assign import assign
     from stampede.run.job import scan_existing
