@@ -270,7 +270,7 @@ class _Writer:
     def __init__(self, spec: JobSpec, rank: int, backend: Backend) -> None:
         self.spec, self.rank, self.backend = spec, rank, backend
         self.content: ContentSource | CopiedContent = ContentSource(spec.block_bytes)
-        self.written: dict[Extent, dict[str, Any]] = {}
+        self.written: dict[Extent, dict[str, object]] = {}
 
     def write(self, extents: tuple[Extent, ...], shared_offsets: Offsets,
               tensors: dict[str, tuple[tuple[str, int], ...]],
