@@ -48,7 +48,7 @@ class RankSetup:
     content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
     follow_links: bool = True       # False: a prepared checkpoint's files are not links
     device: Any = None              # run.h2d: where the restored bytes go on to
-    device_buffer: Any = None       # the held shard's place in device memory
+    device_buffer: object = None    # the held shard's place in device memory
     places: tuple[int, ...] = ()    # each extent's first byte in the device buffer
     torch: TorchExchange | None = None   # run.exchange = torch: the TorchExchange
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
@@ -193,7 +193,7 @@ def _format(spec: JobSpec, catalogue: Catalogue | None) -> str:
     return "raw" if catalogue.format in RAW_FORMATS else catalogue.format
 
 
-def _index_parser(catalogue: Catalogue | None) -> Any:
+def _index_parser(catalogue: Catalogue | None) -> object:
     if catalogue is None:
         return None
     from stampede.existing.scan import index_parser
