@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from stampede.units import NS_PER_S
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from stampede.present.report import Console
     from stampede.results.trace import Trace
 
@@ -125,7 +127,7 @@ def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
         raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
 
 
-def _iteration(text: str, trace: Trace, rows: Any) -> int:
+def _iteration(text: str, trace: Trace, rows: np.ndarray) -> int:
     from stampede.errors import UsageError
     from stampede.results import trace as traces
 
@@ -138,7 +140,7 @@ def _iteration(text: str, trace: Trace, rows: Any) -> int:
     return int(text)
 
 
-def render_layout(trace: Trace, layout: str, rows: Any, iteration: int, count: int,
+def render_layout(trace: Trace, layout: str, rows: np.ndarray, iteration: int, count: int,
                   console: Console) -> None:
     from stampede.present.report import new_table
     from stampede.results import trace as traces

@@ -115,8 +115,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def measure(comm: Comm, spec: JobSpec, step: str, strategies: tuple[str, ...], what: str,
-            job: Any, archiver: Archiver | None = None, context: RunContext | None = None,
-            final: bool = True) -> tuple[Any, Archiver]:
+            job: Callable[..., tuple[RunContext, list[LayoutRun]]], archiver: Archiver | None = None,
+            context: RunContext | None = None, final: bool = True) -> tuple[RunContext, Archiver]:
     """What run, save and cycle share: the archive checked before any I/O, a line saying
     what runs, each layout reported and archived as it completes (`job`: run_job or
     save_job, in the run `context` when one is given), signals and failures said once, the
