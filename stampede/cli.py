@@ -14,12 +14,15 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede import __version__
 from stampede.commands import COMMANDS, commands_text, metrics_text
 from stampede.errors import StampedeError
 from stampede.launcher import launcher_rank
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 
 class _Parser(argparse.ArgumentParser):
@@ -125,13 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _abort(comm: Any, status: int) -> None:
+def _abort(comm: Comm, status: int) -> None:
     from stampede.mpi import abort
 
     abort(comm, status=status)
 
 
-def _initialised_comm() -> Any:
+def _initialised_comm() -> Comm | None:
     mpi4py = sys.modules.get("mpi4py.MPI")
     if mpi4py is None or not mpi4py.Is_initialized() or mpi4py.Is_finalized():
         return None

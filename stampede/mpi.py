@@ -13,15 +13,54 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeVar, cast
 
 import numpy as np
 
 from stampede.errors import StampedeError, UsageError, install_hint
 from stampede.launcher import launcher_size
 
+if TYPE_CHECKING:
+    from mpi4py.MPI import Op
+    from mpi4py.typing import BufSpec, BufSpecV, InPlace
+
 T = TypeVar("T")
 POLL_SLEEP_S = 0.0005
+
+
+class Request(Protocol):
+    """A non-blocking operation in flight (mpi4py's MPI.Request): only tested here."""
+
+    def Test(self) -> bool: ...  # noqa: N802 - mpi4py's spelling
+
+
+class Comm(Protocol):
+    """The communicator as stampede uses it: exactly the methods called on one, spelled as
+    mpi4py's MPI.Comm spells them, so MPI.COMM_WORLD and its splits satisfy it as they are."""
+
+    def Get_rank(self) -> int: ...  # noqa: N802
+    def Get_size(self) -> int: ...  # noqa: N802
+    def Abort(self, errorcode: int = 0) -> NoReturn: ...  # noqa: N802
+    def Barrier(self) -> None: ...  # noqa: N802
+    def Ibarrier(self) -> Request: ...  # noqa: N802
+    def Free(self) -> None: ...  # noqa: N802
+    def Split(self, color: int = 0, key: int = 0) -> Comm: ...  # noqa: N802
+    def Split_type(self, split_type: int, key: int = 0) -> Comm: ...  # noqa: N802
+    def Send(self, buf: BufSpec, dest: int, tag: int = 0) -> None: ...  # noqa: N802
+    def Isend(self, buf: BufSpec, dest: int, tag: int = 0) -> Request: ...  # noqa: N802
+    def Irecv(self, buf: BufSpec, source: int = ..., tag: int = ...) -> Request: ...  # noqa: N802
+    def Bcast(self, buf: BufSpec, root: int = 0) -> None: ...  # noqa: N802
+    def Gatherv(self, sendbuf: BufSpec | InPlace, recvbuf: BufSpecV | None,  # noqa: N802
+                root: int = 0) -> None: ...
+    def Allgatherv(self, sendbuf: BufSpec | InPlace, recvbuf: BufSpecV) -> None: ...  # noqa: N802
+    def Allreduce(self, sendbuf: BufSpec | InPlace, recvbuf: BufSpec, op: Op = ...) -> None: ...  # noqa: N802
+    def Iallreduce(self, sendbuf: BufSpec | InPlace, recvbuf: BufSpec,  # noqa: N802
+                   op: Op = ...) -> Request: ...
+    def Reduce(self, sendbuf: BufSpec | InPlace, recvbuf: BufSpec | None,  # noqa: N802
+               op: Op = ..., root: int = 0) -> None: ...
+    def bcast(self, obj: object, root: int = 0) -> object: ...
+    def gather(self, sendobj: object, root: int = 0) -> list[object] | None: ...
+    def allgather(self, sendobj: object) -> list[object]: ...
 
 
 class SingleRank:
@@ -39,7 +78,7 @@ class SingleRank:
         raise SystemExit(errorcode)
 
 
-def world() -> Any:
+def world() -> Comm:
     """COMM_WORLD when mpi4py is importable (this initialises MPI), else a single rank.
 
     A launcher that started N ranks whose MPI then sees one rank each (a foreign mpiexec,
@@ -54,7 +93,8 @@ def world() -> Any:
             raise UsageError(f"launched as {expected} ranks, but mpi4py is not installed",
                              hint=f"{install_hint('mpi')} built against your MPI (--no-binary mpi4py), "
                                   f"or {install_hint('mpich')} and its mpiexec") from None
-        return SingleRank()
+        # SingleRank has only what size-1 paths call: every other method is behind a size test
+        return cast(Comm, SingleRank())
     comm = MPI.COMM_WORLD
     if expected and expected > 1 and comm.Get_size() == 1:
         raise UsageError(f"launched as {expected} ranks, but MPI sees 1 rank in each process: "
@@ -64,14 +104,14 @@ def world() -> Any:
     return comm
 
 
-def library_version(comm: Any) -> str:
+def library_version(comm: Comm) -> str:
     if isinstance(comm, SingleRank):
         return "none (mpi4py not installed: one rank)"
     from mpi4py import MPI
     return str(MPI.Get_library_version()).strip().splitlines()[0]
 
 
-def processor_name(comm: Any) -> str:
+def processor_name(comm: Comm) -> str:
     if isinstance(comm, SingleRank):
         import socket
         return socket.gethostname()
@@ -79,7 +119,7 @@ def processor_name(comm: Any) -> str:
     return str(MPI.Get_processor_name())
 
 
-def _wait_politely(request: Any, timeout_s: float | None) -> bool:
+def _wait_politely(request: Request, timeout_s: float | None) -> bool:
     """Test a non-blocking request, sleeping between tests; False on timeout."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while not request.Test():
@@ -89,7 +129,7 @@ def _wait_politely(request: Any, timeout_s: float | None) -> bool:
     return True
 
 
-def barrier(comm: Any, timeout_s: float | None = None) -> bool:
+def barrier(comm: Comm, timeout_s: float | None = None) -> bool:
     """Wait for every rank without spinning, then align exits with a real Barrier.
 
     The polite wait absorbs the long part (ranks arriving at different times); the final
@@ -104,7 +144,7 @@ def barrier(comm: Any, timeout_s: float | None = None) -> bool:
     return True
 
 
-def allreduce_sum(comm: Any, values: np.ndarray, timeout_s: float | None = None) -> np.ndarray | None:
+def allreduce_sum(comm: Comm, values: np.ndarray, timeout_s: float | None = None) -> np.ndarray | None:
     """Element-wise sum over ranks of an int64 vector, waiting politely; None on timeout."""
     values = np.ascontiguousarray(values, dtype=np.int64)
     if comm.Get_size() == 1:
@@ -116,7 +156,7 @@ def allreduce_sum(comm: Any, values: np.ndarray, timeout_s: float | None = None)
     return result
 
 
-def gather_rows(comm: Any, rows: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
+def gather_rows(comm: Comm, rows: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
     """Gather each rank's 2-D int64 array to root with one Gatherv (no per-sample pickling).
 
     Returns the per-rank arrays on root (index = rank), None elsewhere.
@@ -125,7 +165,7 @@ def gather_rows(comm: Any, rows: np.ndarray, root: int = 0) -> list[np.ndarray] 
     width = rows.shape[1]
     if comm.Get_size() == 1:
         return [rows.copy()]
-    counts = comm.gather(rows.size, root=root)
+    counts = cast("list[int]", comm.gather(rows.size, root=root))
     if comm.Get_rank() != root:
         comm.Gatherv(rows.ravel(), None, root=root)
         return None
@@ -135,7 +175,7 @@ def gather_rows(comm: Any, rows: np.ndarray, root: int = 0) -> list[np.ndarray] 
     return [received[lo:hi].reshape(-1, width) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def split(comm: Any, color: int, by_node: bool = False, key: int | None = None) -> Any:
+def split(comm: Comm, color: int, by_node: bool = False, key: int | None = None) -> Comm:
     """The communicator of the ranks with the same color (and node, if by_node), ordered
     by `key` (default: world order, so a group's rank 0 is its lowest world rank)."""
     if comm.Get_size() == 1:
@@ -150,13 +190,13 @@ def split(comm: Any, color: int, by_node: bool = False, key: int | None = None) 
     return comm.Split(color, key=order)
 
 
-def free(group: Any, world: Any) -> None:
+def free(group: Comm, world: Comm) -> None:
     """Release a communicator made by split (never the world one)."""
     if group is not world and group.Get_size() > 0 and not isinstance(group, SingleRank):
         group.Free()
 
 
-def node_rank(comm: Any) -> int:
+def node_rank(comm: Comm) -> int:
     """This rank's index among the ranks on its node (its `local_rank`)."""
     if comm.Get_size() == 1:
         return 0
@@ -167,7 +207,7 @@ def node_rank(comm: Any) -> int:
     return local
 
 
-def node_min(comm: Any, values: np.ndarray) -> np.ndarray:
+def node_min(comm: Comm, values: np.ndarray) -> np.ndarray:
     """Element-wise MIN of an int64 vector over the ranks of this rank's node."""
     values = np.ascontiguousarray(values, dtype=np.int64)
     if comm.Get_size() == 1:
@@ -180,7 +220,7 @@ def node_min(comm: Any, values: np.ndarray) -> np.ndarray:
     return result
 
 
-def reduce_to_root(comm: Any, values: np.ndarray, how: str, root: int = 0) -> np.ndarray | None:
+def reduce_to_root(comm: Comm, values: np.ndarray, how: str, root: int = 0) -> np.ndarray | None:
     """Element-wise sum, min or max of an int64 array over all ranks, on root only."""
     values = np.ascontiguousarray(values, dtype=np.int64)
     if comm.Get_size() == 1:
@@ -191,14 +231,14 @@ def reduce_to_root(comm: Any, values: np.ndarray, how: str, root: int = 0) -> np
     return result
 
 
-def bcast_bytes(group: Any, view: memoryview, root: int = 0) -> None:
+def bcast_bytes(group: Comm, view: memoryview, root: int = 0) -> None:
     """Broadcast a buffer in place (root sends, the others receive into it)."""
     if group.Get_size() > 1:
         from mpi4py import MPI
         group.Bcast([view, MPI.BYTE], root=root)
 
 
-def allgather_bytes(group: Any, view: memoryview, parts: tuple[tuple[int, int], ...]) -> None:
+def allgather_bytes(group: Comm, view: memoryview, parts: tuple[tuple[int, int], ...]) -> None:
     """Complete a buffer in place: member i contributes parts[i] = (offset, length)."""
     if group.Get_size() > 1:
         from mpi4py import MPI
@@ -207,22 +247,20 @@ def allgather_bytes(group: Any, view: memoryview, parts: tuple[tuple[int, int], 
         group.Allgatherv(MPI.IN_PLACE, [view, counts, offsets, MPI.BYTE])
 
 
-def gather(comm: Any, obj: T, root: int = 0) -> list[T] | None:
+def gather(comm: Comm, obj: T, root: int = 0) -> list[T] | None:
     """Small Python objects (host names, error messages) to root."""
     if comm.Get_size() == 1:
         return [obj]
-    result: list[T] | None = comm.gather(obj, root=root)
-    return result
+    return cast("list[T] | None", comm.gather(obj, root=root))
 
 
-def bcast(comm: Any, obj: T, root: int = 0) -> T:
+def bcast(comm: Comm, obj: T, root: int = 0) -> T:
     if comm.Get_size() == 1:
         return obj
-    result: T = comm.bcast(obj, root=root)
-    return result
+    return cast(T, comm.bcast(obj, root=root))
 
 
-def collective(comm: Any, what: str, action: Callable[[], T], alone: bool = False) -> T:
+def collective(comm: Comm, what: str, action: Callable[[], T], alone: bool = False) -> T:
     """Run `action` on every rank; if it fails on any rank, raise on every rank.
 
     The error raised everywhere names each failing rank (up to ten), so rank 0 can print
@@ -244,7 +282,7 @@ def collective(comm: Any, what: str, action: Callable[[], T], alone: bool = Fals
     if comm.Get_size() == 1:
         reports = [(message, status)]
     else:
-        reports = comm.allgather((message, status))
+        reports = cast("list[tuple[str | None, int]]", comm.allgather((message, status)))
     failed = [(text, code) for text, code in reports if text is not None]
     if failed:
         exit_status = max(code for _, code in failed)
@@ -260,7 +298,7 @@ def collective(comm: Any, what: str, action: Callable[[], T], alone: bool = Fals
     return result  # type: ignore[return-value]
 
 
-def on_root(comm: Any, what: str, action: Callable[[], T], root: int = 0) -> T:
+def on_root(comm: Comm, what: str, action: Callable[[], T], root: int = 0) -> T:
     """Run `action` on root only (reading a manifest, creating a directory), collectively:
     its error is raised on every rank, its result broadcast to every rank."""
     result: T | None = collective(comm, what, action if comm.Get_rank() == root else lambda: None,
@@ -274,7 +312,7 @@ def on_root(comm: Any, what: str, action: Callable[[], T], root: int = 0) -> T:
 OUTPUT_GRACE_S = 0.5
 
 
-def abort(comm: Any, message: str = "", status: int = 3) -> None:
+def abort(comm: Comm, message: str = "", status: int = 3) -> None:
     """Stop every rank of the job, `message` (if any) on stderr first: used when a rank
     cannot be reached any more, and by the CLI when one rank alone fails."""
     if message:

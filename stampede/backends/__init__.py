@@ -6,7 +6,6 @@ uses it, and a missing optional dependency is reported with the command that ins
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from stampede.backends.base import Backend
 from stampede.errors import UsageError
@@ -14,7 +13,7 @@ from stampede.targets import REGISTRY, backend_name_for
 
 __all__ = ["REGISTRY", "backend_name_for", "open_backend"]
 
-def open_backend(target_path: str, storage_options: dict[str, Any] | None = None) -> Backend:
+def open_backend(target_path: str, storage_options: dict[str, object] | None = None) -> Backend:
     """The backend for a target, with its client created (untimed). Credentials are never
     in `storage_options`: clients read them from the environment themselves."""
     name = backend_name_for(target_path)

@@ -48,10 +48,10 @@ class Backend(Protocol):
     def path(self, relpath: str) -> Any:
         """The backend's own name for a checkpoint file (resolved once, before timing)."""
 
-    def stat(self, path: Any) -> Any:
+    def stat(self, path: Any) -> object:
         """Fetch the file's metadata (stat(2) / one HEAD)."""
 
-    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[Any], Any]:
+    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[Any], object]:
         """A function path -> handle, opened for reading; direct = bypass the page cache
         (meaningless for object stores, which have none client-side); follow_links=False:
         a symbolic link is refused (OSError ELOOP), as a file prepare did not write is.
@@ -82,11 +82,11 @@ class Backend(Protocol):
     # its final name) one that saves has `unlink` (one DELETE) of the methods below and
     # writes through the ObjectStore methods at the end of this module instead of the others.
 
-    def creator(self, direct: bool) -> Callable[[Any], Any]:
+    def creator(self, direct: bool) -> Callable[[Any], object]:
         """A function path -> handle that creates a new file for writing, failing if it
         exists (O_CREAT|O_EXCL, never through a link); direct = O_DIRECT."""
 
-    def write_opener(self, direct: bool) -> Callable[[Any], Any]:
+    def write_opener(self, direct: bool) -> Callable[[Any], object]:
         """A function path -> handle opening an existing file for writing (a shared file
         another rank created)."""
 
@@ -113,7 +113,7 @@ class Backend(Protocol):
 
     # --- untimed: prepare, manifest, clean, sidecar ----------------------------------
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """For the sidecar: what the backend is and how it is configured (client, caches,
         retries, timeouts, library versions). Never a credential."""
 
@@ -156,10 +156,10 @@ class ObjectStore(Backend, Protocol):
     method is one request (retried, each retry counted under its op in `retries`) and
     raises OSError only; a body is sent straight from the caller's buffers, no copy."""
 
-    def start_upload(self, path: Any) -> Any:
+    def start_upload(self, path: Any) -> object:
         """Timed (create): CreateMultipartUpload; its handle (`handle.upload_id`: str)."""
 
-    def join_upload(self, path: Any, upload_id: str) -> Any:
+    def join_upload(self, path: Any, upload_id: str) -> object:
         """Untimed, no request: a handle on an upload another rank started."""
 
     def upload_part(self, handle: Any, number: int, views: tuple[memoryview, ...]) -> str:
@@ -192,7 +192,7 @@ def object_store(backend: Backend) -> ObjectStore | None:
 class RpcProber(Backend, Protocol):
     """A backend that counts what each op costs on the wire (`capabilities.rpc_probe`)."""
 
-    def rpc_probe(self, relpath: str | None, block_bytes: int, save: bool) -> dict[str, Any]:
+    def rpc_probe(self, relpath: str | None, block_bytes: int, save: bool) -> dict[str, object]:
         """Untimed, on one rank: the RPCs one of each op costs, on `relpath` (None: none to
         read), or the save's in a scratch directory."""
 

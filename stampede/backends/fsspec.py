@@ -47,7 +47,7 @@ class FsspecBackend:
     """Any fsspec file system (memory://, file://, gs://, ...); S3 has its own class."""
 
 
-    def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, target_path: str, storage_options: dict[str, object] | None = None) -> None:
         import fsspec
 
         scheme = target_path.partition("://")[0]
@@ -58,7 +58,7 @@ class FsspecBackend:
         self.fs = cls(**{**options, "skip_instance_cache": True, "use_listings_cache": False})
         self._setup(scheme, cls._strip_protocol(target_path), options)
 
-    def _setup(self, scheme: str, root: str, options: dict[str, Any]) -> None:
+    def _setup(self, scheme: str, root: str, options: dict[str, object]) -> None:
         self.name = scheme
         # fsspec's generic calls return whole ranges (no first-byte stamp) and write whole
         # objects (no timed save): S3's own client adds both
@@ -76,7 +76,7 @@ class FsspecBackend:
             return self.root
         return f"{self.root}/{relpath}" if self.root not in ("", "/") else f"{self.root}{relpath}"
 
-    def stat(self, path: str) -> Any:
+    def stat(self, path: str) -> object:
         try:
             return self.fs.info(path, refresh=True)
         except OSError:
@@ -136,7 +136,7 @@ class FsspecBackend:
 
     # --- untimed ---------------------------------------------------------------------
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         package = type(self.fs).__module__.partition(".")[0]
         return {
             "protocol": self.protocol,
@@ -263,7 +263,7 @@ def errors(protocol: str, op: str) -> Iterator[None]:
         raise generic_error(protocol, op, error) from error
 
 
-def checked_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
+def checked_options(storage_options: dict[str, object] | None) -> dict[str, object]:
     """A copy, refused if a key looks like a credential (the spec refuses them first;
     this keeps a backend opened from code just as clean). The value is never shown."""
     options = dict(storage_options or {})
@@ -273,10 +273,10 @@ def checked_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def described_options(options: dict[str, Any]) -> dict[str, Any]:
+def described_options(options: dict[str, object]) -> dict[str, object]:
     """The storage options allowed into the sidecar: allow-listed keys only, recursively;
     an endpoint URL without any user:password part."""
-    shown: dict[str, Any] = {}
+    shown: dict[str, object] = {}
     for key, value in options.items():
         if key not in DESCRIBED_OPTIONS:
             continue

@@ -40,7 +40,7 @@ class Dirent(ctypes.Structure):
 
 Dirent._fields_ = [("next", ctypes.POINTER(Dirent)), ("name", ctypes.c_char_p)]
 
-_lib: Any = None
+_lib: object = None
 _CONTEXTS = itertools.count()
 
 
@@ -61,7 +61,7 @@ def library() -> Any:
                          "installed", hint=INSTALL_HINT)
     p, i, u64, s = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p
     fh = ctypes.POINTER(ctypes.c_void_p)
-    prototypes: dict[str, tuple[Any, list[Any]]] = {
+    prototypes: dict[str, tuple[object, list[object]]] = {
         "nfs_init_context": (p, []), "nfs_destroy_context": (None, [p]),
         "nfs_get_error": (s, [p]), "nfs_set_timeout": (None, [p, i]),
         "nfs_set_version": (i, [p, i]), "nfs_set_autoreconnect": (None, [p, i]),

@@ -57,7 +57,7 @@ class NfsBackend:
     capabilities = REGISTRY[name].capabilities
     first_byte_ns = 0
 
-    def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, target_path: str, storage_options: dict[str, object] | None = None) -> None:
         options = dict(storage_options or {})
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
@@ -106,7 +106,7 @@ class NfsBackend:
             done += got
         return done
 
-    def evict(self, path: Any, offset: int, length: int) -> None:
+    def evict(self, path: object, offset: int, length: int) -> None:
         """Nothing cached client-side: every read reaches the server."""
 
     def fs_type(self) -> str:
@@ -147,12 +147,12 @@ class NfsBackend:
 
     # --- untimed ---------------------------------------------------------------------
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"protocol": f"nfs{self.version}", "client": LABEL, "server": self.client.server,
                 "export": self.export, "rsize": self.read_bytes, "wsize": self.write_bytes,
                 "client_cache": "none (user-space client)"}
 
-    def rpc_probe(self, relpath: str | None, block_bytes: int, save: bool) -> dict[str, Any]:
+    def rpc_probe(self, relpath: str | None, block_bytes: int, save: bool) -> dict[str, object]:
         """Untimed, on one rank: the RPCs one of each op costs, counted through a relay
         (stampede.backends.rpc_count) by a client of its own: the restore's stat, open,
         read of one block, close and list of `relpath` (None: none to read), or the save's
@@ -253,12 +253,12 @@ class NfsBackend:
 
 
 def _probe_ops(probe: NfsBackend, relay: Any, relpath: str | None, block_bytes: int,
-               save: bool) -> dict[str, list[list[Any]]]:
+               save: bool) -> dict[str, list[list[object]]]:
     """Each op once through `probe`, in the order a restore (or a save) makes them: op ->
     the calls it sent, runs of the same call as [count, name]."""
-    counted: dict[str, list[list[Any]]] = {}
+    counted: dict[str, list[list[object]]] = {}
 
-    def count(op: str, call: Callable[[], Any]) -> Any:
+    def count(op: str, call: Callable[[], object]) -> Any:
         start = relay.count()
         result = call()
         runs: list[list[Any]] = []
@@ -333,7 +333,7 @@ class NfsWriter:
             self.backend.client.close(self.handle)
 
 
-def parse_target(target_path: str, options: dict[str, Any]) -> tuple[str, str, str, int]:
+def parse_target(target_path: str, options: dict[str, object]) -> tuple[str, str, str, int]:
     """(libnfs's URL of the export, the export, the directory within it, the version)
     of `nfs://server[:port]/export/path[?version=V&…]`."""
     parts = urlsplit(target_path)

@@ -11,7 +11,6 @@ import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
@@ -26,7 +25,7 @@ class PosixBackend:
     capabilities = REGISTRY[POSIX].capabilities   # a pread's first byte is its last: no ttfb
     first_byte_ns = 0
 
-    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, root: str, storage_options: dict[str, object] | None = None) -> None:
         if storage_options:
             raise UsageError(f"target.path = {root!r} is a POSIX path: storage options "
                              f"({', '.join(sorted(storage_options))}) apply to URLs only")
@@ -96,7 +95,7 @@ class PosixBackend:
 
     # --- untimed: prepare, manifest, clean, sidecar ----------------------------------
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"protocol": "posix", "fs_type": self.fs_type(),
                 "client_cache": "page cache (run.cache decides: warm, cold or direct)"}
 

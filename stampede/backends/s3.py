@@ -85,7 +85,7 @@ class Upload(NamedTuple):
 class S3Backend(FsspecBackend):
     """S3 (and S3-compatible stores) through stampede's own client, request by request."""
 
-    def __init__(self, target_path: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, target_path: str, storage_options: dict[str, object] | None = None) -> None:
         options = checked_options(storage_options)
         kwargs = dict(options)
         self.connect_timeout_s = _number(kwargs, "connect_timeout", CONNECT_TIMEOUT_S, float)
@@ -107,7 +107,7 @@ class S3Backend(FsspecBackend):
         self._wire = Wire(self.endpoint, signer, self.connect_timeout_s, self.read_timeout_s,
                           payer)
 
-    def _call(self, op: str, verb: str, function: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, op: str, verb: str, function: Callable[..., object], *args: object) -> Any:
         """One request (`function` makes exactly one), attempted up to max_attempts times
         while it fails in a retryable way; each retry counted under `op` (timed ops only)
         and backed off first. Any failure leaves as an OSError."""
@@ -126,7 +126,7 @@ class S3Backend(FsspecBackend):
 
     # --- timed -----------------------------------------------------------------------
 
-    def stat(self, path: str) -> Any:
+    def stat(self, path: str) -> object:
         bucket, _, key = path.partition("/")
         return self._call("stat", "HEAD", self._head, bucket, key)
 
@@ -270,7 +270,7 @@ class S3Backend(FsspecBackend):
 
     # --- untimed ---------------------------------------------------------------------
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "protocol": "s3",
             "client": "stampede's own (http.client, one kept-alive connection per rank, "
@@ -374,7 +374,7 @@ def _endpoint(options: dict[str, Any], bucket: str, session: Any) -> Endpoint:
         raise UsageError(f"storage option {error}") from None
 
 
-def _credentials(session: Any, target_path: str) -> Any:
+def _credentials(session: Any, target_path: str) -> object:
     """botocore's credential chain: the environment, the profile and files it names, ..."""
     found = session.get_credentials()
     if found is None:
@@ -452,7 +452,7 @@ def s3_error(verb: str, error: S3StatusError | S3TransportError, retried: int) -
     return OSError(text)
 
 
-def _number(options: dict[str, Any], key: str, default: float, kind: type) -> float:
+def _number(options: dict[str, object], key: str, default: float, kind: type) -> float:
     value = options.pop(key, default)
     try:
         number = kind(value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.backends import open_backend
 from stampede.backends.base import object_store
@@ -14,6 +14,9 @@ from stampede.checkpoint.lock import TargetLock
 from stampede.checkpoint.manifest import MANIFEST_NAME, read_manifest
 from stampede.errors import CheckpointError
 from stampede.spec import JobSpec
+
+if TYPE_CHECKING:
+    from stampede.backends.base import Backend
 
 
 def clean(spec: JobSpec) -> list[str]:
@@ -31,7 +34,7 @@ def clean(spec: JobSpec) -> list[str]:
         lock.release()
 
 
-def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
+def _clean(spec: JobSpec, backend: Backend, lock: TargetLock) -> list[str]:
     from stampede.checkpoint import versions
 
     target = spec.target_path
@@ -102,7 +105,7 @@ def _clean(spec: JobSpec, backend: Any, lock: TargetLock) -> list[str]:
     return removed
 
 
-def _remove_remote_directories(backend: Any, relpaths: list[str], listed: Sequence[str],
+def _remove_remote_directories(backend: Backend, relpaths: list[str], listed: Sequence[str],
                                created_root: bool) -> list[str]:
     """The directories between the root and the files, and those a save recorded making,
     deepest first, each removed where it is empty (RMDIR refuses one that is not); the
@@ -121,14 +124,14 @@ def _remove_remote_directories(backend: Any, relpaths: list[str], listed: Sequen
     return removed
 
 
-def _leftover_pointers(backend: Any, layout: str) -> list[str]:
+def _leftover_pointers(backend: Backend, layout: str) -> list[str]:
     """Temporary pointers a publish killed mid-way left (put_bytes' `.latest.tmp-PID`)."""
     from stampede.checkpoint import versions
 
     return _leftover_temporaries(backend, versions.layout_dir(layout), versions.POINTER_NAME)
 
 
-def _leftover_temporaries(backend: Any, directory: str, *names: str) -> list[str]:
+def _leftover_temporaries(backend: Backend, directory: str, *names: str) -> list[str]:
     """What a put_bytes of one of `names` killed mid-way left in `directory` (the root:
     ""): its temporary, `.NAME.tmp-PID` (`NAME.tmp-PID` through fsspec), names only
     stampede gives, next to a file only stampede writes."""

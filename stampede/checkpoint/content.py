@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class CopiedContent(Protocol):
     --from`: stampede.existing.relayout): filled by the same calls, and not regenerable,
     so the manifest records where they came from."""
 
-    record: dict[str, Any]      # the manifest's `source` entry: path, format, bytes
+    record: dict[str, object]   # the manifest's `source` entry: path, format, bytes
 
     def fill(self, view: memoryview, label: str, offset: int) -> None: ...
 

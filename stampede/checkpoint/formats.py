@@ -24,12 +24,16 @@ import os
 import struct
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from stampede.dtypes import ITEMSIZE, WRITTEN
 from stampede.units import ALIGN_BYTES
+
+if TYPE_CHECKING:
+    from stampede.backends.base import Backend
+    from stampede.spec import JobSpec
 
 # A header larger than this is corrupt, not a checkpoint (safetensors refuses > 100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -49,7 +53,7 @@ def nonfinite_count(view: memoryview, dtype: str) -> int:
     return int(np.count_nonzero((words & kind.exponent_mask) == kind.exponent_mask))
 
 
-def require_packages(spec: Any) -> None:
+def require_packages(spec: JobSpec) -> None:
     """What the job's format needs installed: the command's check, before any I/O (a job
     validates the same way on every machine; running it may need more)."""
     import importlib.util
@@ -67,7 +71,7 @@ def safetensors_prefix(tensors: Sequence[tuple[str, int]], dtype: str) -> tuple[
     """The bytes before the data (length + JSON padded so the data starts on a 4 KiB
     boundary) and each tensor's file offset."""
     kind = WRITTEN[dtype]
-    header: dict[str, Any] = {"__metadata__": {"format": "pt", "written_by": "stampede"}}
+    header: dict[str, object] = {"__metadata__": {"format": "pt", "written_by": "stampede"}}
     begin = 0
     for name, nbytes in tensors:
         header[name] = {"dtype": kind.safetensors, "shape": [nbytes // kind.itemsize],
@@ -83,7 +87,7 @@ def safetensors_prefix(tensors: Sequence[tuple[str, int]], dtype: str) -> tuple[
     return struct.pack("<Q", len(text)) + text, offsets
 
 
-def read_safetensors_header(backend: Any, handle: Any, scratch: memoryview | None,
+def read_safetensors_header(backend: Backend, handle: object, scratch: memoryview | None,
                             parse: Any) -> Any:
     """Read a safetensors header in whole 4 KiB pages from offset 0 (into the page-aligned
     scratch buffer, or an aligned one of its own when the header is larger or there is
@@ -161,7 +165,7 @@ def parse_safetensors(text: bytes, data_start: int,
     return tensors
 
 
-def read_fully(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
+def read_fully(backend: Backend, handle: object, view: memoryview, offset: int) -> int:
     """Fill `view` from `offset`; fewer bytes only at the end of the file. Stops at the
     first short read (the end of a file or object): a read after it would start at an
     unaligned offset, which O_DIRECT may refuse even at the end of the file."""
@@ -177,7 +181,7 @@ def read_fully(backend: Any, handle: Any, view: memoryview, offset: int) -> int:
 
 # --- the timed header op -------------------------------------------------------------------
 
-def parse_header(fmt: str, backend: Any, path: Any, handle: Any, scratch: memoryview,
+def parse_header(fmt: str, backend: Backend, path: object, handle: object, scratch: memoryview,
                  wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
     """The timed `header` op: tensor name -> (file offset, bytes) for the wanted tensors.
 

@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 from stampede import mpi
 from stampede.errors import CheckpointError
@@ -118,7 +117,7 @@ def _holder(descriptor: int) -> str:
 
 
 @contextmanager
-def held(comm: Any, target: str, command: str, local: bool) -> Iterator[TargetLock]:
+def held(comm: mpi.Comm, target: str, command: str, local: bool) -> Iterator[TargetLock]:
     """Collectively, around a writer: rank 0 holds `target`'s lock for the block (a
     refusal is every rank's CheckpointError, exit 2); only a POSIX target is locked
     (`local`). The writer calls abandon() on rank 0 when it refuses the target."""

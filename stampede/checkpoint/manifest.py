@@ -29,7 +29,7 @@ def read_manifest(backend: Backend, target: str) -> dict[str, Any] | None:
 
 
 def read_document(backend: Backend, target: str, name: str, what: str, schema: int,
-                  redo: str) -> dict[str, Any] | None:
+                  redo: str) -> dict[str, object] | None:
     """One of stampede's JSON documents in a target (the manifest, the save journal), or
     None when there is none; unreadable, not JSON or another schema is one error naming
     the file (`redo`: the command that writes it again)."""
@@ -42,7 +42,7 @@ def read_document(backend: Backend, target: str, name: str, what: str, schema: i
     if text is None:
         return None
     try:
-        document: dict[str, Any] = json.loads(text)
+        document: dict[str, object] = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{where}: the {what} is not valid JSON ({error})",
                               hint=f"remove the target's files by hand and {redo} again") from None
@@ -59,7 +59,7 @@ SLICE_TYPES = {"path": str, "offset": int, "length": int}
 KIND_NAMES = {int: "a whole number", str: "a string", list: "a list"}
 
 
-def _check_types(manifest: dict[str, Any], where: str) -> None:
+def _check_types(manifest: dict[str, object], where: str) -> None:
     """Every key run and clean read is there and of its type: a manifest edited by hand is
     one error naming the key and the value, never a traceback (and clean then removes
     nothing: it only ever deletes what a sound manifest lists)."""
@@ -97,18 +97,18 @@ def check_entry_types(entry: object, key: str, where: str) -> None:
         check_table(record, f"{key}.slices[{index}]", SLICE_TYPES, where)
 
 
-def write_manifest(backend: Backend, manifest: dict[str, Any]) -> None:
+def write_manifest(backend: Backend, manifest: dict[str, object]) -> None:
     """Atomically (backend.put_bytes): a crash leaves the old manifest or the new one."""
     backend.put_bytes(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True).encode())
 
 
-def new_manifest() -> dict[str, Any]:
+def new_manifest() -> dict[str, object]:
     return {"schema": MANIFEST_SCHEMA, "stampede_version": __version__, "layouts": {}}
 
 
 def layout_entry(spec: JobSpec, layout: str, nranks: int, bytes_per_rank: int,
-                 files: list[tuple[str, int]], slices: list[dict[str, Any]],
-                 complete: bool = True) -> dict[str, Any]:
+                 files: list[tuple[str, int]], slices: list[dict[str, object]],
+                 complete: bool = True) -> dict[str, object]:
     """A layout's record. prepare writes it first incomplete (the files it is about to
     create, no slices yet), so that whatever stops it, clean can remove exactly those
     files; then complete, with every writer's slices and hashes."""
@@ -128,7 +128,7 @@ def layout_entry(spec: JobSpec, layout: str, nranks: int, bytes_per_rank: int,
 
 
 def prepared_layout(manifest: dict[str, Any] | None, spec: JobSpec, layout: str,
-                    nranks: int, bytes_per_rank: int) -> dict[str, Any]:
+                    nranks: int, bytes_per_rank: int) -> dict[str, object]:
     """The manifest entry for this layout, checked against the job and the rank count."""
     target = spec.target_path
     command = spec.command("prepare", nranks)

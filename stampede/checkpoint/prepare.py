@@ -69,7 +69,7 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int,
 
 
 def _checked_target(spec: JobSpec, backend: Backend, nranks: int,
-                    created_root: bool) -> dict[str, Any]:
+                    created_root: bool) -> dict[str, object]:
     if backend.capabilities.local_files:
         root = Path(spec.target_path)
         if root.is_symlink():
@@ -270,11 +270,11 @@ class _Writer:
     def __init__(self, spec: JobSpec, rank: int, backend: Backend) -> None:
         self.spec, self.rank, self.backend = spec, rank, backend
         self.content: ContentSource | CopiedContent = ContentSource(spec.block_bytes)
-        self.written: dict[Extent, dict[str, Any]] = {}
+        self.written: dict[Extent, dict[str, object]] = {}
 
     def write(self, extents: tuple[Extent, ...], shared_offsets: Offsets,
               tensors: dict[str, tuple[tuple[str, int], ...]],
-              advance: Callable[[int], None]) -> list[dict[str, Any]]:
+              advance: Callable[[int], None]) -> list[dict[str, object]]:
         todo = [extent for extent in extents if extent not in self.written]
         with AlignedBuffer(self.spec.block_bytes) as buffer:
             for relpath in dict.fromkeys(extent.relpath for extent in todo):
@@ -305,7 +305,7 @@ class _Writer:
         return b"", {"": 0}
 
     def _write_extent(self, out: Any, extent: Extent, base: int, buffer: AlignedBuffer,
-                      advance: Callable[[int], None]) -> dict[str, Any]:
+                      advance: Callable[[int], None]) -> dict[str, object]:
         """Write the extent's content at `base` + its offsets (base: where its tensor
         starts in a formatted file, 0 in a raw one)."""
         import xxhash  # a prepare-time dependency only
@@ -324,7 +324,7 @@ class _Writer:
                 "sha256": sha256.hexdigest(), "xxh3": xxh3.hexdigest()}
 
 
-def prepare(comm: Any, spec: JobSpec, progress: ProgressBar | None = None,
+def prepare(comm: mpi.Comm, spec: JobSpec, progress: ProgressBar | None = None,
             copied: CopiedContent | None = None) -> dict[str, Any]:
     """Write every layout of the job, of synthetic bytes or of `copied` ones (another
     checkpoint's, with checkpoint.from: the job arrives sized from it); returns the
@@ -377,7 +377,7 @@ def prepare(comm: Any, spec: JobSpec, progress: ProgressBar | None = None,
                 write_manifest(backend, manifest)
         if copied is not None:
             copied.close()
-    result: dict[str, Any] = mpi.bcast(comm, manifest)
+    result: dict[str, object] = mpi.bcast(comm, manifest)
     return result
 
 

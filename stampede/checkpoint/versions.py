@@ -54,7 +54,7 @@ def pointer_text(version: int) -> bytes:
     return f"v{version:06d}\n".encode()
 
 
-def new_journal(created_root: bool) -> dict[str, Any]:
+def new_journal(created_root: bool) -> dict[str, object]:
     return {"schema": JOURNAL_SCHEMA, "stampede_version": __version__, "layouts": {},
             "created_root": created_root}
 
@@ -81,7 +81,7 @@ def journal_of_save(backend: Backend, target: str) -> dict[str, Any]:
     return journal
 
 
-def entry_of(journal: dict[str, Any], layout: str, version: int) -> dict[str, Any]:
+def entry_of(journal: dict[str, Any], layout: str, version: int) -> dict[str, object]:
     found = [entry for entry in journal["layouts"].get(layout, {}).get("versions", [])
              if entry["version"] == version]
     if not found:
@@ -90,7 +90,7 @@ def entry_of(journal: dict[str, Any], layout: str, version: int) -> dict[str, An
     return found[0]
 
 
-def _check_types(journal: dict[str, Any], where: str) -> None:
+def _check_types(journal: dict[str, object], where: str) -> None:
     layouts = journal.get("layouts")
     if not isinstance(layouts, dict):
         raise damaged(where, "layouts", layouts, "a table of layouts")
@@ -107,7 +107,7 @@ def _check_types(journal: dict[str, Any], where: str) -> None:
                 raise damaged(where, f"{key}.dir", entry["dir"], f"under {layout_dir(layout)}/")
 
 
-def write_journal(backend: Backend, journal: dict[str, Any]) -> None:
+def write_journal(backend: Backend, journal: dict[str, object]) -> None:
     """Atomically (backend.put_bytes): a crash leaves the old journal or the new one."""
     backend.put_bytes(JOURNAL_NAME, json.dumps(journal, indent=1, sort_keys=True).encode())
 
@@ -131,14 +131,14 @@ def published_version(backend: Backend, journal: dict[str, Any] | None, layout: 
     return version if version in known else None
 
 
-def stale_versions(journal: dict[str, Any], layout: str, published: int | None) -> list[dict[str, Any]]:
+def stale_versions(journal: dict[str, object], layout: str, published: int | None) -> list[dict[str, Any]]:
     """Versions nothing can restore: not named by the pointer and not complete (a killed
     or failed save). The next save and clean remove them."""
     return [entry for entry in series(journal, layout)["versions"]
             if entry["version"] != published and entry["state"] != "complete"]
 
 
-def released_versions(journal: dict[str, Any], layout: str, new_version: int,
+def released_versions(journal: dict[str, object], layout: str, new_version: int,
                       keep: int) -> list[dict[str, Any]]:
     """The complete versions a publish of `new_version` releases: all but the newest
     `keep` (the new one counted)."""
@@ -176,7 +176,7 @@ def growth(kept: Sequence[int], new_bytes: int, saves: int, keep: int) -> tuple[
     return peak - start, sum(versions) - start
 
 
-def stale_bytes(backend: Backend, journal: dict[str, Any], layout: str) -> int:
+def stale_bytes(backend: Backend, journal: dict[str, object], layout: str) -> int:
     """What the layout's stale versions (a killed or failed save's) hold on disk now (a
     POSIX target): the next save removes them before its first byte, so their space is
     its to use."""
@@ -204,7 +204,7 @@ def remove_version(backend: Backend, entry: dict[str, Any]) -> None:
             backend.remove(directory)
 
 
-def drop_entries(journal: dict[str, Any], layout: str, versions: Sequence[int]) -> None:
+def drop_entries(journal: dict[str, object], layout: str, versions: Sequence[int]) -> None:
     kept = [entry for entry in series(journal, layout)["versions"]
             if entry["version"] not in versions]
     series(journal, layout)["versions"] = kept

@@ -8,9 +8,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.units import NS_PER_S
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from stampede.present.report import Console
+    from stampede.results.trace import Trace
 
 SHOWN_RANKS = 8
 
@@ -93,7 +99,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(args: argparse.Namespace) -> tuple[Path, Any]:
+def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
     """(the first path given, its trace): stampede's own, or IOR's per-op files."""
     from stampede.errors import UsageError
     from stampede.results import trace as traces
@@ -121,7 +127,7 @@ def _read(args: argparse.Namespace) -> tuple[Path, Any]:
         raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
 
 
-def _iteration(text: str, trace: Any, rows: Any) -> int:
+def _iteration(text: str, trace: Trace, rows: np.ndarray) -> int:
     from stampede.errors import UsageError
     from stampede.results import trace as traces
 
@@ -134,8 +140,8 @@ def _iteration(text: str, trace: Any, rows: Any) -> int:
     return int(text)
 
 
-def render_layout(trace: Any, layout: str, rows: Any, iteration: int, count: int,
-                  console: Any) -> None:
+def render_layout(trace: Trace, layout: str, rows: np.ndarray, iteration: int, count: int,
+                  console: Console) -> None:
     from stampede.present.report import new_table
     from stampede.results import trace as traces
     from stampede.units import format_bytes, format_number, format_seconds

@@ -22,10 +22,14 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import add_job_arguments, set_words
 from stampede.commands.html import add_target_arguments, target_of
+
+if TYPE_CHECKING:
+    from stampede.model.budget import Plan
+    from stampede.spec import JobSpec
 
 DEFAULT_BUDGET = "10min"
 
@@ -56,7 +60,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.set_defaults(func=cmd_assess)
 
 
-def runnable_counts(spec: Any, steps: tuple[tuple[int, int | None], ...]
+def runnable_counts(spec: JobSpec, steps: tuple[tuple[int, int | None], ...]
                     ) -> tuple[tuple[int, ...], str]:
     """The counts to run and a note: scaled by the replica count when the job cannot run
     one of them as given (a UsageError when it cannot run them either way)."""
@@ -168,7 +172,7 @@ def saves_target(target: str) -> str:
     return f"{scheme}://{bucket}/{prefix.rstrip('/')}-saves" if prefix else ""
 
 
-def plan_saves(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> Saving:
+def plan_saves(args: argparse.Namespace, spec: JobSpec, counts: tuple[int, ...]) -> Saving:
     """The job's layouts that `save` writes and would not refuse at any of `counts` (its
     checks before any I/O), with the reasons for the others."""
     from stampede.backends import open_backend
@@ -201,7 +205,7 @@ def plan_saves(args: argparse.Namespace, spec: Any, counts: tuple[int, ...]) -> 
     return Saving(tuple(kept), target if kept else "", store, "; ".join(refused))
 
 
-def check_targets_empty(job: str, spec: Any, saving: Saving) -> None:
+def check_targets_empty(job: str, spec: JobSpec, saving: Saving) -> None:
     """A UsageError, before any step, unless the target (and the saves' one) holds nothing:
     assess removes what it wrote there when it ends, so it writes only where nothing was
     (the save's journal would otherwise take in another job's versions, and its clean them)."""
@@ -237,7 +241,7 @@ def step_sets(args: argparse.Namespace, saving: Saving, spec: Any, archive: Path
     return {"prepare": words, "run": words, "save": words + set_words(saving.pairs())}
 
 
-def valid_factors(args: argparse.Namespace, saving: Saving, spec: Any,
+def valid_factors(args: argparse.Namespace, saving: Saving, spec: JobSpec,
                   counts: tuple[int, ...]) -> list[float]:
     """The size factors (model.budget.SIZE_FACTORS) the job can run at every count, and
     save (a part size must still divide the writers' slices)."""
@@ -274,9 +278,9 @@ def clean(job: str, saving: Saving, sets: dict[str, list[str]]) -> None:
              stdout=subprocess.DEVNULL)
 
 
-def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: Any, counts: tuple[int, ...],
+def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, counts: tuple[int, ...],
                    budget_s: float, started: float, mpiexec: str | None
-                   ) -> tuple[tuple[str, ...], Any]:
+                   ) -> tuple[tuple[str, ...], Plan]:
     """One iteration at the smallest count and PROBE_FACTOR of the size, its prepare, run
     and save timed apart, into a scratch archive (the probe's checkpoint and saves removed
     after it); the plan."""
@@ -317,7 +321,7 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: Any, counts: 
     return lines, plan
 
 
-def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: Any, plan: Any,
+def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: JobSpec, plan: Plan,
                      notes: tuple[str, ...], report: Path, archive: Path, mpiexec: str | None,
                      started: float) -> int:
     """The planned sweep into `archive`, the checkpoint (and saves) cleaned when it
@@ -359,7 +363,7 @@ def by_hand(args: argparse.Namespace) -> str:
     return " ".join(words)
 
 
-def render_sbatch(args: argparse.Namespace, spec: Any, saving: Saving, steps: str,
+def render_sbatch(args: argparse.Namespace, spec: JobSpec, saving: Saving, steps: str,
                   budget_s: float) -> int:
     """The sweep as one sbatch script (stampede slurm's template; `steps` as its --ranks;
     the saves after each count's run, as assess runs them), then the report's command."""

@@ -9,9 +9,12 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.errors import UsageError
+
+if TYPE_CHECKING:
+    from stampede.emulate.cluster import Cluster
 
 EPILOG = """\
 Each node is a network namespace with its own hostname (a UTS namespace), address and NIC,
@@ -179,7 +182,7 @@ def _check_dir(directory: str) -> None:
                          hint="give a writable directory") from None
 
 
-def _serve(args: argparse.Namespace, cluster: Any, mpiexec: str, command: list[str]) -> int:
+def _serve(args: argparse.Namespace, cluster: Cluster, mpiexec: str, command: list[str]) -> int:
     import os
     import shlex
 
@@ -215,7 +218,7 @@ def _serve(args: argparse.Namespace, cluster: Any, mpiexec: str, command: list[s
         signal.signal(signal.SIGINT, previous)
 
 
-def _describe(cluster: Any, endpoint: str) -> None:
+def _describe(cluster: Cluster, endpoint: str) -> None:
     plan = cluster.plan
     print(f"emulate-cluster {plan.cluster_id}: {len(plan.nodes)} node(s) x "
           f"{plan.nodes[0].slots} rank(s) ({plan.hydra_hosts}), NICs "

@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.run import h2d
 from stampede.run.devices import LINK_PEAKS_GBPS
+
+if TYPE_CHECKING:
+    from stampede.run.h2d import Swept
 
 # The modes each device can run (host has no pinned memory): the defaults work as given.
 DEFAULT_MODES = {"cuda": "pageable,pinned,file", "host": "pageable,file"}
@@ -151,7 +154,7 @@ def _archive_rows(swept: Any, args: argparse.Namespace, run_id: str) -> list[dic
     return rows
 
 
-def _device_cells(swept: Any, mode: str, host_device: bool) -> tuple[str, list[str]]:
+def _device_cells(swept: Swept, mode: str, host_device: bool) -> tuple[str, list[str]]:
     """A mode's device column and warnings: the GPUs, and for gds what cuFile did (its
     compatibility mode, or cuFile without nvidia-fs, said NOT GDS in both)."""
     from stampede.run.devices import HOST_LABEL, NOT_GDS

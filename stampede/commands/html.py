@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import add_workload_arguments, workload_from
+
+if TYPE_CHECKING:
+    from stampede.model.workload import Workload
 
 DEFAULT_TARGET_RANKS = 16384
 DEFAULT_TARGET_MTTR = "60s"   # the seed's sub-minute recovery
@@ -25,7 +28,7 @@ def add_target_arguments(sub: argparse.ArgumentParser) -> None:
                           f"for T_MTTR within it (default {DEFAULT_TARGET_MTTR})")
 
 
-def target_of(args: argparse.Namespace) -> tuple[Any, float]:
+def target_of(args: argparse.Namespace) -> tuple[Workload, float]:
     """(the Workload, the target T_MTTR in seconds) of add_target_arguments' flags."""
     from stampede.errors import UsageError
     from stampede.units import parse_duration
@@ -55,7 +58,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.set_defaults(func=cmd_html)
 
 
-def write_report(archive: str, output: str, workload: Any, target_mttr_s: float,
+def write_report(archive: str, output: str, workload: Workload, target_mttr_s: float,
                  notes: tuple[str, ...] = ()) -> tuple[Path, Any]:
     """Assess the archive for the workload, render it, write the file; its path and the
     assessment."""

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import (
     add_job_arguments,
@@ -19,6 +19,11 @@ from stampede.commands import (
 from stampede.errors import UsageError
 from stampede.launcher import launcher_rank, launcher_size
 from stampede.spec import OPTIONS, REQUIRED
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+    from stampede.results.model import LayoutRun, RunContext
+    from stampede.spec import JobSpec
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -108,9 +113,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure(comm: Any, spec: Any, step: str, strategies: tuple[str, ...], what: str,
-            job: Any, archiver: Archiver | None = None, context: Any = None,
-            final: bool = True) -> tuple[Any, Archiver]:
+def measure(comm: Comm, spec: JobSpec, step: str, strategies: tuple[str, ...], what: str,
+            job: Callable[..., tuple[RunContext, list[LayoutRun]]], archiver: Archiver | None = None,
+            context: RunContext | None = None, final: bool = True) -> tuple[RunContext, Archiver]:
     """What run, save and cycle share: the archive checked before any I/O, a line saying
     what runs, each layout reported and archived as it completes (`job`: run_job or
     save_job, in the run `context` when one is given), signals and failures said once, the
@@ -209,7 +214,7 @@ class Archiver:
             self.traces[f"{run.phase}/{run.layout}"] = run.trace
             self.write_trace(context)
 
-    def write_trace(self, context: Any) -> None:
+    def write_trace(self, context: RunContext) -> None:
         """--trace: the phases traced so far, beside the sidecar, rewritten whole."""
         from stampede.errors import RunFailed
         from stampede.results.trace import trace_path, write_trace
@@ -315,7 +320,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def trace_estimate(spec: Any, nranks: int) -> str:
+def trace_estimate(spec: JobSpec, nranks: int) -> str:
     """--trace: what each layout's trace would hold at most (run refuses past the limit)."""
     from stampede.checkpoint.plan import plan_rank
     from stampede.results.trace import ROW_BYTES, estimated_rows
@@ -331,7 +336,7 @@ def trace_estimate(spec: Any, nranks: int) -> str:
             + "; ".join(parts))
 
 
-def _plan_save(spec: Any, nranks: int, shown: list[int]) -> None:
+def _plan_save(spec: JobSpec, nranks: int, shown: list[int]) -> None:
     """`plan --save`: the save's checks, one version's writers per layout, the space."""
     from stampede.checkpoint.plan import checkpoint_files
     from stampede.checkpoint.prepare import save_space_needed

@@ -15,10 +15,18 @@ import argparse
 import sys
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import add_job_arguments, overrides
 from stampede.errors import UsageError
+
+if TYPE_CHECKING:
+    from stampede.existing.catalogue import Catalogue
+    from stampede.mpi import Comm
+    from stampede.results.model import LayoutRun, RunContext
+    from stampede.run.loaders import LoaderEntry
+    from stampede.run.loaders.trial import Measured, Target
+    from stampede.spec import JobSpec
 
 # The ceiling is the raw restore: hashing or checking inside it would slow the ceiling.
 RAW_RESTORE = ('run.verify="none"', "run.check_finite=false")
@@ -112,7 +120,7 @@ def cmd_loaders(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scan(spec: Any, nranks: int) -> Any:
+def _scan(spec: JobSpec, nranks: int) -> Catalogue:
     """Rank 0: the checkpoint's headers, and every policy checked against its format."""
     from stampede.existing.assign import assign
     from stampede.run.job import scan_existing
@@ -123,7 +131,7 @@ def _scan(spec: Any, nranks: int) -> Any:
     return catalogue
 
 
-def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
+def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[LoaderEntry], list[tuple[str, str]]]:
     """The loaders asked that read this format and are installed; the others, with why."""
     from stampede.run.loaders import LOADERS, missing_package
 
@@ -140,7 +148,7 @@ def _runnable(fmt: str, names: tuple[str, ...]) -> tuple[list[Any], list[tuple[s
     return entries, skipped
 
 
-def _targets(comm: Any, devices: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, str]]]:
+def _targets(comm: Comm, devices: tuple[str, ...]) -> tuple[list[Target], list[tuple[str, str]]]:
     """Where the tensors go; a GPU on every rank, or on none (skipped, with why)."""
     import numpy as np
 
@@ -170,7 +178,7 @@ class _Session:
     and each loader archived as it completes, so a run stopped later keeps them; reported
     together at the end), the sidecar's parts so far, and what failed."""
 
-    def __init__(self, comm: Any, spec: Any, catalogue: Any,
+    def __init__(self, comm: Comm, spec: JobSpec, catalogue: Catalogue,
                  skipped: list[tuple[str, str]]) -> None:
         from stampede import mpi
         from stampede.results.recorder import Recorder
@@ -195,7 +203,7 @@ class _Session:
 
         spec = replace(self.spec, assign=(policy,))
 
-        def collect(context: Any, run: Any) -> None:
+        def collect(context: RunContext, run: LayoutRun) -> None:
             self.context = replace(context, run_id=self.run_id)
             self.ceilings.append(run)
             self._record(archive_rows(spec, self.context, run))
@@ -204,7 +212,7 @@ class _Session:
         self.failed += [f"stampede {run.layout}: {run.invalid_reason}"
                         for run in runs if run.invalid_reason]
 
-    def loader(self, entry: Any, target: Any, policy: str) -> None:
+    def loader(self, entry: LoaderEntry, target: Target, policy: str) -> None:
         from stampede import mpi
         from stampede.results.rows import shared_columns
         from stampede.run.loaders.trial import measure
@@ -259,7 +267,7 @@ class _Session:
         console.print(self.recorder.archived(), markup=False)
 
 
-def _loader_rows(shared: dict[str, object], fmt: str, entry: Any, label: str, measured: Any,
+def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label: str, measured: Measured,
                  assigned: list[int], hosts: tuple[str, ...]) -> list[dict[str, str]]:
     """Rank 0: one loader's rows (its phases and restore), as a layout's: the policy is
     the layout, the loader the tool, its phases the pattern; bytes are assigned bytes."""

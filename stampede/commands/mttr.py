@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import (
     add_rejoin_arguments,
@@ -18,6 +18,11 @@ from stampede.errors import UsageError
 from stampede.model import mttr as model
 from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
 from stampede.spec import JOB_LIMIT_BYTES
+
+if TYPE_CHECKING:
+    from stampede.model.mttr import Breakdown
+    from stampede.model.projection import Projection
+    from stampede.model.workload import Workload
 
 
 def _section(path: str) -> dict[str, float]:
@@ -217,7 +222,7 @@ def _holds_rejoin(archives: list[str]) -> bool:
     return bool(rejoin_run_ids([row for archive in archives for row in read_rows(archive)]))
 
 
-def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Any, Any]]:
+def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Projection, Workload]]:
     """(the restore layout, (its projection at the workload, the workload)): --layout, or
     the HTML verdict's (stampede.model.assessment), projected as the verdict projects it."""
     from stampede.model.assessment import assess
@@ -242,7 +247,7 @@ def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Any, Any]]:
     return layout, (found[0], workload)
 
 
-def at_target(model: Any, projection: Any, workload: Any) -> tuple[Any, str, int]:
+def at_target(model: Breakdown, projection: Projection, workload: Workload) -> tuple[Breakdown, str, int]:
     """`model` with its load term the projection's time to last rank at the workload
     (the verdict's mttr_at_target); the workload's line and its node count."""
     from stampede.model.assessment import mttr_at_target

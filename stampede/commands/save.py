@@ -8,10 +8,14 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.commands import add_job_arguments, add_trace_arguments, overrides, traced
 from stampede.results.definitions import SAVE_METRICS
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+    from stampede.spec import JobSpec
 
 
 def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -51,7 +55,7 @@ def _add_scale(sub: argparse.ArgumentParser) -> None:
                           "submissions")
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _load(args: argparse.Namespace) -> JobSpec:
     from stampede.backends import backend_name_for
     from stampede.checkpoint.formats import require_packages
     from stampede.checkpoint.save_plan import check_save
@@ -66,7 +70,7 @@ def _load(args: argparse.Namespace) -> Any:
     return spec
 
 
-def _what(spec: Any) -> str:
+def _what(spec: JobSpec) -> str:
     return (f"layouts {', '.join(spec.layouts)}, {spec.warmup} warmup + {spec.iterations} "
             f"saves each, {spec.save_mode}, durability {spec.durability}, validate "
             f"{spec.validate}, keep {spec.keep}")
@@ -117,7 +121,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     return 0
 
 
-def restore_spec(spec: Any, nranks: int) -> Any:
+def restore_spec(spec: JobSpec, nranks: int) -> JobSpec:
     """The restore half of a cycle: the published saves, cold (or direct), every rank
     reading what another rank wrote."""
     shift = spec.rank_shift or nranks // 2
@@ -127,7 +131,7 @@ def restore_spec(spec: Any, nranks: int) -> Any:
     return replace(spec, rank_shift=shift, cache=cache, restore_from="saved", values=values)
 
 
-def _drop_between(comm: Any, spec: Any) -> None:
+def _drop_between(comm: Comm, spec: JobSpec) -> None:
     """Between the halves: the kernel's caches dropped once per node when run.drop_caches
     allows it (root); the restore's cold eviction then checks what is still resident."""
     from stampede import mpi

@@ -85,7 +85,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.emulate.service import (
     SPIN_S,
@@ -96,6 +96,9 @@ from stampede.emulate.service import (
     hold_until,
     spin_for,
 )
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 FUSE_HINT = "pip install 'stampede[emulate]' and apt-get install fuse3"
 STAT_FIELDS = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
@@ -177,7 +180,7 @@ class MetadataServer:
     def _real(self, path: str) -> str:
         return os.path.join(self.backing, path.lstrip("/"))
 
-    def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], Any]) -> Any:
+    def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], object]) -> Any:
         """A read-side request: queued for the path (files, with --serialize-inode), then
         held for the service time (_held)."""
         locks = () if is_directory or not self.serialize else \
@@ -185,7 +188,7 @@ class MetadataServer:
         return self._held(op, (path,), self.service_s, locks, work)
 
     def _held(self, op: str, paths: tuple[str, ...], service_s: float, locks: Sequence[NamedLock],
-              work: Callable[[], Any]) -> Any:
+              work: Callable[[], object]) -> Any:
         """Wait for each lock in turn (callers order them), take a slot, run the real
         operation and hold the slot until take-time + the service time (a deadline: the
         operation's own time is part of the service, not added to it). Tallied, and
@@ -297,7 +300,7 @@ class MetadataServer:
         return self.tally.text()
 
 
-def load_fuse() -> Any:
+def load_fuse() -> ModuleType:
     """mfusepy, imported now (it loads libfuse), or a UsageError (one line, the hint in it).
     libfuse 3 unless FUSE_LIBRARY_NAME or _PATH say otherwise: left to itself mfusepy
     takes libfuse 2 where both are installed."""

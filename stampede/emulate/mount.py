@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from stampede.emulate.service import Served, read_log
 
@@ -63,10 +62,10 @@ def summary_path(mountpoint: Path) -> Path:
     return mountpoint.with_suffix(".summary.json")
 
 
-def read_summary(mountpoint: Path) -> dict[str, Any]:
+def read_summary(mountpoint: Path) -> dict[str, object]:
     """The summary of the emulator that `running` ran at mountpoint, once the block ended:
     {"service_s", "threads", ..., "ops": {op: {"count", "asked_mean_s", "held_p50_s", ...}}}."""
-    document: dict[str, Any] = json.loads(summary_path(mountpoint).read_text())
+    document: dict[str, object] = json.loads(summary_path(mountpoint).read_text())
     return document
 
 

@@ -107,7 +107,7 @@ class WritableServer(MetadataServer):
         self.serialize_dir = serialize_dir
         self._dir_locks: dict[str, FifoLock] = {}
 
-    def init_with_config(self, conn: Any, config: Any) -> None:
+    def init_with_config(self, conn: Any, config: object) -> None:
         """At mount (mfusepy calls it instead of init): writes capped at MAX_WRITE_BYTES a
         request, then the mount announced."""
         conn.max_write = MAX_WRITE_BYTES
@@ -115,14 +115,14 @@ class WritableServer(MetadataServer):
 
     # --- how a request is served ---------------------------------------------------------
 
-    def _entry(self, op: str, paths: tuple[str, ...], work: Callable[[], Any]) -> Any:
+    def _entry(self, op: str, paths: tuple[str, ...], work: Callable[[], object]) -> Any:
         """An entry op on `paths`: its parents' locks (--serialize-dir), in path order."""
         parents = sorted({os.path.dirname(path.rstrip("/")) or "/" for path in paths})
         locks = [self._lock(self._dir_locks, "dir", parent) for parent in parents] \
             if self.serialize_dir else []
         return self._held(op, paths, self.op_s[op], locks, work)
 
-    def _on_file(self, op: str, path: str, work: Callable[[], Any]) -> Any:
+    def _on_file(self, op: str, path: str, work: Callable[[], object]) -> Any:
         """fsync or setattr of a file: queued on the file's lock with --serialize-inode."""
         locks = [self._lock(self._path_locks, "file", path)] if self.serialize else []
         return self._held(op, (path,), self.op_s[op], locks, work)

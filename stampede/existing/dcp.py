@@ -11,7 +11,7 @@ import io
 import pickle
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.dtypes import FROM_TORCH
 from stampede.errors import CheckpointError
@@ -24,11 +24,14 @@ from stampede.existing.catalogue import (
     unique_names,
 )
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
 DCP_INDEX = ".metadata"
 SAVED_BY = re.compile(r"^__(\d+)_")   # __R_K.distcp: saved by rank R
 
 
-def _import_torch() -> Any:
+def _import_torch() -> ModuleType:
     try:
         import torch
         import torch.distributed.checkpoint  # noqa: F401 - the classes .metadata pickles
@@ -54,11 +57,11 @@ class _MetadataUnpickler(pickle.Unpickler):
             "ChunkStorageMetadata", "TensorProperties", "StorageMeta", "_MEM_FORMAT_ENCODING")]
         + [("torch.distributed.checkpoint.filesystem", "_StorageInfo")])
 
-    def __init__(self, stream: Any, torch: Any) -> None:
+    def __init__(self, stream: Any, torch: ModuleType) -> None:
         super().__init__(stream)
         self.torch = torch
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         torch = self.torch
         allowed = (
             (module, name) in self._DCP_CLASSES
@@ -119,7 +122,7 @@ def scan_dcp(location: Location) -> Catalogue:
                           len(saved_by))
 
 
-def _dcp_item(index: Any, meta: Any) -> tuple[str, str, tuple[int, ...]]:
+def _dcp_item(index: Any, meta: object) -> tuple[str, str, tuple[int, ...]]:
     """(name, dtype, shape) of one saved item: a chunk of a tensor, or a pickled object."""
     chunks = getattr(meta, "chunks", None)
     if not chunks:   # BytesStorageMetadata, or metadata that does not describe the item

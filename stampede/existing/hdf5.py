@@ -6,12 +6,15 @@ from POSIX paths only: h5py opens a file by its path."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.checkpoint.formats import open_hdf5
 from stampede.dtypes import from_numpy
 from stampede.errors import CheckpointError, UsageError, install_hint
 from stampede.existing.catalogue import Catalogue, Location, TensorInfo, make_catalogue
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 SUFFIXES = (".h5", ".hdf5")
 
@@ -22,7 +25,7 @@ def hdf5_on_objects(where: str) -> UsageError:
                       hint="copy the HDF5 files to a file system and point at them there")
 
 
-def _h5py() -> Any:
+def _h5py() -> ModuleType:
     try:
         import h5py
     except ImportError as error:
@@ -52,7 +55,7 @@ def scan_hdf5(location: Location, relpaths: list[str]) -> Catalogue:
     return make_catalogue(location.root, "hdf5", files, tensors, "", 0)
 
 
-def _hdf5_datasets(h5py: Any, handle: Any, where: str, relpath: str,
+def _hdf5_datasets(h5py: ModuleType, handle: Any, where: str, relpath: str,
                    size: int) -> list[TensorInfo]:
     datasets: list[Any] = []
     handle.visititems(lambda _name, item: datasets.append(item)

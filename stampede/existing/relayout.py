@@ -25,6 +25,7 @@ from stampede.units import ALIGN_BYTES
 
 if TYPE_CHECKING:   # every rank of every run imports this module (resolve); only --from reads
     from stampede.existing.catalogue import Catalogue
+    from stampede.mpi import Comm
 
 _SHARD = re.compile(r"shard-(\d+)")
 
@@ -108,7 +109,7 @@ class SourceContent:
         self.fds.clear()
 
 
-def resolve(comm: object, spec: JobSpec) -> tuple[JobSpec, Catalogue | None]:
+def resolve(comm: Comm, spec: JobSpec) -> tuple[JobSpec, Catalogue | None]:
     """A job with checkpoint.from, sized from the source (headers read on rank 0 only);
     other jobs unchanged."""
     if not spec.from_path:
@@ -119,4 +120,4 @@ def resolve(comm: object, spec: JobSpec) -> tuple[JobSpec, Catalogue | None]:
 
     catalogue = mpi.on_root(comm, "reading the source checkpoint's headers",
                             partial(source_catalogue, spec))
-    return sized(spec, catalogue.total_bytes, comm.Get_size()), catalogue  # type: ignore[attr-defined]
+    return sized(spec, catalogue.total_bytes, comm.Get_size()), catalogue

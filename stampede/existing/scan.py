@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import stat as stat_module
-from typing import Any
 
 from stampede.backends import open_backend
 from stampede.checkpoint.manifest import MANIFEST_NAME
@@ -36,7 +35,7 @@ UNSUPPORTED = (".ckpt", ".gguf", ".npz", ".npy", ".msgpack", ".onnx", ".pkl", ".
                ".tflite", ".keras")
 
 
-def scan(path: str, storage_options: dict[str, Any] | None = None) -> Catalogue:
+def scan(path: str, storage_options: dict[str, object] | None = None) -> Catalogue:
     """Catalogue the checkpoint at `path`, reading only headers. `storage_options`
     configure the backend of a URL (its endpoint, ...; credentials come from the
     environment).
@@ -100,7 +99,7 @@ def _one_format(root: str, found: dict[str, list[str]]) -> None:
                               hint="point at the one file (or index) to restore")
 
 
-def index_parser(catalogue: Catalogue) -> Any:
+def index_parser(catalogue: Catalogue) -> object:
     """How a loader parses the checkpoint's shared index, inside the timed `index` op:
     DCP's .metadata unpickled (torch imported now, before any timing), a safetensors
     index JSON-parsed; None without an index. The parser raises ValueError on what it
@@ -119,7 +118,7 @@ def index_parser(catalogue: Catalogue) -> Any:
     return None
 
 
-def _locate(path: str, storage_options: dict[str, Any] | None) -> tuple[Location, str]:
+def _locate(path: str, storage_options: dict[str, object] | None) -> tuple[Location, str]:
     """(the checkpoint's directory or prefix, "") or (the one file's parent, its name)."""
     if "://" not in path:
         path = os.path.abspath(os.fspath(path))
@@ -153,7 +152,7 @@ def _locate(path: str, storage_options: dict[str, Any] | None) -> tuple[Location
                           "this prefix)", hint=f"stampede reads {SUPPORTED}")
 
 
-def _listed(root: str, storage_options: dict[str, Any] | None) -> Location:
+def _listed(root: str, storage_options: dict[str, object] | None) -> Location:
     """The root with every file under it, listed once (one LIST per 1,000 names)."""
     backend = open_backend(root, storage_options)
     try:
@@ -175,7 +174,7 @@ def _parent_url(url: str) -> str | None:
     return f"{scheme}://{head}" if slash and head.strip("/") else None
 
 
-def _refuse_prepared(location: Location, storage_options: dict[str, Any] | None) -> None:
+def _refuse_prepared(location: Location, storage_options: dict[str, object] | None) -> None:
     """A target stampede prepared (its manifest in the root or the root's parent) is not a
     checkpoint of another tool: restore it with a normal run of its job."""
     root = location.root

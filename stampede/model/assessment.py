@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
@@ -29,6 +29,10 @@ from stampede.results.cells import flag
 from stampede.results.tiers import rejoin_run_ids
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_rate
 
+if TYPE_CHECKING:
+    from stampede.model.projection import Projection
+    from stampede.model.series import Series
+
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
 
 
@@ -39,7 +43,7 @@ class PhaseVerdict:
     phase: str
     run_id: str                                  # the latest run holding the phase
     ranked: tuple[tuple[Mapping[str, str], str], ...]   # (completion row, standing), best first
-    projections: tuple[tuple[Any, Any, tuple[str, ...]], ...] = ()   # (Series, Projection, notes)
+    projections: tuple[tuple[Series, Projection, tuple[str, ...]], ...] = ()   # (Series, Projection, notes)
     why_no_projection: str = ""
 
     @property
@@ -47,7 +51,7 @@ class PhaseVerdict:
         return self.ranked[0][0]["layout"] if self.ranked else ""
 
     @property
-    def at_target(self) -> tuple[tuple[Any, Any, tuple[str, ...]], ...]:
+    def at_target(self) -> tuple[tuple[Series, Projection, tuple[str, ...]], ...]:
         """The projections ranked by projected time to last rank, as `stampede project`."""
         return tuple(sorted(self.projections, key=lambda item: item[1].prediction.total_s))
 
@@ -68,7 +72,7 @@ class AtTarget:
     the load term, and what the storage must deliver for the target time."""
 
     layout: str
-    projection: Any
+    projection: Projection
     mttr: Breakdown
     sizing: Sizing
 
@@ -98,7 +102,7 @@ class Assessment:
         return self.chosen.mttr if self.chosen else None
 
     @property
-    def load_projection(self) -> Any:
+    def load_projection(self) -> Projection | None:
         return self.chosen.projection if self.chosen else None
 
     def describe_workload(self) -> str:
@@ -150,7 +154,7 @@ class Assessment:
                 f"{format_duration(best.prediction.total_s)})")
 
 
-def dominant_part(projection: Any) -> str:
+def dominant_part(projection: Projection) -> str:
     """Which term of the projected time to last rank dominates, in words."""
     prediction = projection.prediction
     if prediction.meta_s >= prediction.data_s:
@@ -202,7 +206,7 @@ def measured_breakdown(archives: Sequence[str], layout: str) -> Breakdown | None
     return model if measured else None
 
 
-def mttr_at_target(model: Breakdown, projection: Any, workload: Workload) -> Breakdown | None:
+def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload) -> Breakdown | None:
     """`model`'s T_MTTR with its load term `projection`'s time to last rank at the
     workload (S_weights its bytes per rank); None where it projects no time."""
     size_bytes = projection.params.bytes_per_rank

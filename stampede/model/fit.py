@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.model.contention import (
     Params,
@@ -17,6 +17,9 @@ from stampede.model.contention import (
     metadata_stall,
 )
 from stampede.model.traffic import Geometry, data_seconds, fit_rates, traffic
+
+if TYPE_CHECKING:
+    from stampede.model.traffic import Floats
 
 MIN_RANK_COUNTS = 3
 THREAD_GRID = (1.0, 1e6, 181)   # c from 1 to 1e6, 181 points (8% apart), then refined
@@ -102,7 +105,7 @@ class Fit:
         return max(abs(r) for r in self.residuals)
 
 
-def _solve_nonneg(design: Any, target: Any, fixed: Sequence[float | None]) -> list[float]:
+def _solve_nonneg(design: Floats, target: Floats, fixed: Sequence[float | None]) -> list[float]:
     """Least squares in two unknowns (normal equations), the free ones >= 0: a negative
     one is clamped to 0 and the other re-solved; an unidentified pair (the two columns
     proportional) puts it all on the second (RTT = 0: all latency is server time)."""
@@ -226,13 +229,13 @@ def metadata_alternatives(points: Sequence[Point], layout: str, known: Known,
 class _Stalls:
     """The measured stalls y at N ranks with k ops each, weighted by 1/y (relative error)."""
 
-    n: Any
-    k: Any
-    y: Any
+    n: Floats
+    k: Floats
+    y: Floats
     whole: bool                              # drain in whole rounds (c known)
     fixed: tuple[float | None, float | None]   # (RTT, s) when known
 
-    def rounds(self, threads: float) -> Any:
+    def rounds(self, threads: float) -> Floats:
         import numpy as np
 
         rounds = self.n * self.k / threads

@@ -20,11 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.errors import UsageError
 from stampede.model.contention import Params, Prediction, effective_threads, predict
 from stampede.model.fit import MIN_RANK_COUNTS, Fit, Known, Point, fit_points, metadata_alternatives
+
+if TYPE_CHECKING:
+    from stampede.model.series import Series
 
 
 def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
@@ -112,7 +115,7 @@ class Scale:
     bytes_per_rank: float | None = None
 
 
-def scale_for(series: Any, nranks: int, ranks_per_node: int | None = None,
+def scale_for(series: Series, nranks: int, ranks_per_node: int | None = None,
               replicas: int | None = None, bytes_per_rank: float | None = None) -> Scale:
     """Where `stampede project --target-ranks N` projects a layout's series: the ranks per
     node and the replicas given, else as its runs grew (replicas per node kept per node)."""

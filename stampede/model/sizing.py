@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.model.contention import Params, effective_threads, predict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DEFAULT_TARGET_MTTR_S = 60.0   # the seed's sub-minute recovery
 _STEPS = 200                   # bisection steps in log space: far below a part per million
@@ -56,7 +59,7 @@ class Sizing:
         return self.projected_s <= self.allowed_s
 
 
-def _least(total_at: Any, allowed_s: float) -> float:
+def _least(total_at: Callable[[float], float], allowed_s: float) -> float:
     """The least x > 0 with total_at(x) <= allowed_s (total_at falls as x grows); inf where
     no x makes it fit, 0 where any does (the time is not this resource's)."""
     if total_at(math.inf) > allowed_s:

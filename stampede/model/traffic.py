@@ -47,9 +47,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.layouts import EACH_READS, LEADER_BCAST, STRIPE_ALLGATHER, TABLE
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Floats = npt.NDArray[np.float64]   # numpy's, imported inside the functions that solve
 
 EXCHANGE_FREE_NODES = 1
 BINOMIAL_BELOW = 8          # MPICH: MPIR_CVAR_BCAST_MIN_PROCS
@@ -201,15 +207,15 @@ class _Problem:
         self.weight = 1 / self.y
         self.fixed = tuple(fixed)
         self.free = [j for j in range(3) if fixed[j] is None]
-        self._solved: dict[tuple[int, ...], Any] = {}
+        self._solved: dict[tuple[int, ...], Floats] = {}
 
-    def model(self, u: Any) -> Any:
+    def model(self, u: Floats) -> Floats:
         return (self.c * u).max(axis=1) + self.x * u[1]
 
-    def error(self, u: Any) -> float:
+    def error(self, u: Floats) -> float:
         return float((((self.model(u) - self.y) * self.weight) ** 2).sum())
 
-    def solve(self, assignment: tuple[int, ...]) -> Any:
+    def solve(self, assignment: tuple[int, ...]) -> Floats:
         """u for this assignment of points to terms: every subset of the free unknowns
         tried as the non-zero ones, the least error (of the whole model) kept."""
         if assignment in self._solved:
@@ -238,7 +244,7 @@ class _Problem:
         self._solved[assignment] = best_u
         return best_u
 
-    def assign(self, u: Any, current: tuple[int, ...]) -> tuple[int, ...]:
+    def assign(self, u: Floats, current: tuple[int, ...]) -> tuple[int, ...]:
         """Each point's largest term (ties: the one it had)."""
         terms = self.c * u
         top = terms.max(axis=1)
@@ -246,7 +252,7 @@ class _Problem:
                      for i, old in enumerate(current))
 
 
-def _starts(coefficients: Any) -> list[tuple[int, ...]]:
+def _starts(coefficients: Floats) -> list[tuple[int, ...]]:
     """Every point on one term; every split of the points between two terms."""
     count = len(coefficients)
     starts = [(j,) * count for j in range(3)]

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 from stampede.units import format_bytes
+
+if TYPE_CHECKING:
+    from stampede.model.projection import Projection
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class Workload:
     def nodes(self, ranks_per_node: int) -> int:
         return -(-self.ranks // max(ranks_per_node, 1))
 
-    def describe_projected(self, projections: list[Any]) -> str:
+    def describe_projected(self, projections: list[Projection]) -> str:
         """describe() with the ranks per node and bytes per rank the projections
         (stampede.model.projection.Projection) took (NaN bytes where they differ)."""
         if not projections:   # nothing projected: what was asked, no more

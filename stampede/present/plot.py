@@ -133,7 +133,7 @@ def select_run(archive: str | Path, rows: list[Row], run_id: str | None) -> str:
     return run_id
 
 
-def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, Any] | None:
+def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, object] | None:
     """The run's JSON sidecar, or None (with a note) when it is missing or unreadable."""
     from stampede.errors import UsageError
     from stampede.results.archive import sidecar_path
@@ -141,7 +141,7 @@ def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str
 
     path = sidecar_path(archive, run_id)
     try:
-        document: dict[str, Any] = json.loads(read_text(path, "sidecar"))
+        document: dict[str, object] = json.loads(read_text(path, "sidecar"))
     except (UsageError, ValueError) as error:
         notes.append(f"run {run_id}: no readable sidecar at {path} ({error.__class__.__name__}): "
                      "skipping the cdf and timeline figures")
@@ -366,7 +366,7 @@ def pick_iteration(timeline: Sequence[Sequence[float]], iteration: int | None) -
     return iteration
 
 
-def timeline_figure(run_rows: list[Row], document: dict[str, Any], notes: list[str],
+def timeline_figure(run_rows: list[Row], document: dict[str, object], notes: list[str],
                     iteration: int | None = None) -> Figure | None:
     """One panel per layout: each rank's bar from start to done, its time in each phase
     (figures.rank_segments, as the HTML report's timeline), first byte and last read."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from stampede.present.tables import RESTORE, SAVE, Column, Line, TableSpec, companion
 from stampede.results.cells import Row, flag, number, whole
@@ -18,6 +18,10 @@ from stampede.results.columns import OWN_TOOL
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
 from stampede.targets import local_files
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def seconds(row: Row, column: str) -> str:
@@ -30,7 +34,7 @@ def spread_text(row: Row, low: str, high: str) -> str:
     return f"{format_in(number(row, low), factor)}-{format_in(number(row, high), factor)} {unit}"
 
 
-def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Any:
+def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Table:
     from rich import box
     from rich.table import Table
 
@@ -83,7 +87,7 @@ def terminal_width() -> int | None:
         os.close(descriptor)
 
 
-def make_console(file: Any = None, width: int | None = None) -> Any:
+def make_console(file: IO[str] | None = None, width: int | None = None) -> Console:
     from rich.console import Console
 
     if width is None and file is None:
@@ -91,7 +95,7 @@ def make_console(file: Any = None, width: int | None = None) -> Any:
     return Console(file=file, width=width, highlight=False)
 
 
-def render_archive(rows: Sequence[Row], console: Any, run_ids: Sequence[str] = (),
+def render_archive(rows: Sequence[Row], console: Console, run_ids: Sequence[str] = (),
                    last: int = 1) -> None:
     """The chosen runs in full (default: the last one), then every run's restore in a line."""
     grouped = _runs(rows)
@@ -106,7 +110,7 @@ def render_archive(rows: Sequence[Row], console: Any, run_ids: Sequence[str] = (
         render_history(rows, console)
 
 
-def render_run(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
+def render_run(rows: Sequence[Row], console: Console, messages: Sequence[str] = ()) -> None:
     """A whole run, as `stampede report` shows it: what ran, the layouts ranked, each
     layout's ops, the warnings (each once), the errors; a loaders run's loaders beside."""
     own = [row for row in rows if row.get("tool", OWN_TOOL) == OWN_TOOL]
@@ -192,7 +196,7 @@ def render_header(first: Row, console: Any) -> None:
            if first.get("h2d", "none") not in ("none", "") else ""))
 
 
-def render_rpcs(probed: Any, console: Any) -> None:
+def render_rpcs(probed: Any, console: Console) -> None:
     """An NFS target's RPCs per op (the backend's probe, in the sidecar's storage), one
     line per op: how many calls, and which."""
     if not probed:
@@ -206,7 +210,7 @@ def render_rpcs(probed: Any, console: Any) -> None:
         console.print(f"  {op:<7} {total}: {calls or '-'}", markup=False)
 
 
-def render_kernel_nfs(layout: str, counted: Any, console: Any) -> None:
+def render_kernel_nfs(layout: str, counted: Any, console: Console) -> None:
     """A kernel NFS mount's RPCs during a layout (stampede.run.kernel_nfs), busiest first:
     calls, and the average round trip and execution time of each."""
     ops = (counted or {}).get("ops") or {}
@@ -223,7 +227,7 @@ def render_kernel_nfs(layout: str, counted: Any, console: Any) -> None:
                   f"timeouts {timeouts}", markup=False)
 
 
-def render_summary(rows: Sequence[Row], console: Any, messages: Sequence[str] = ()) -> None:
+def render_summary(rows: Sequence[Row], console: Console, messages: Sequence[str] = ()) -> None:
     """The layouts ranked by time to last rank (saves, restores, both side by side), the
     warnings once, the errors."""
     _render_saves(rows, console)
@@ -280,7 +284,7 @@ def _render_saves(rows: Sequence[Row], console: Any) -> None:
         console.print(f"[dim]{_escaped(note)}[/]")
 
 
-def _render_cycle(rows: Sequence[Row], console: Any) -> None:
+def _render_cycle(rows: Sequence[Row], console: Console) -> None:
     """A cycle's two halves side by side, layout by layout."""
     saves = {row["layout"]: row for row in rows if row["op"] == "save"}
     restores = {row["layout"]: row for row in rows if row["op"] == "restore"}
@@ -340,7 +344,7 @@ def _escaped(text: str) -> str:
     return str(escape(text))
 
 
-def _render_startup(rows: Sequence[Row], console: Any) -> None:
+def _render_startup(rows: Sequence[Row], console: Console) -> None:
     """`stampede startup`: T_pod_init per rank, the same latency table as any op."""
     startup = next(row for row in rows if row["op"] == "startup")
     console.print(f"{startup['nranks']} ranks on {startup['nnodes']} node(s) "
@@ -358,7 +362,7 @@ def _render_startup(rows: Sequence[Row], console: Any) -> None:
                   "Wall clock (time.time_ns) across processes.[/]")
 
 
-def render_layout(rows: Sequence[Row], console: Any) -> None:
+def render_layout(rows: Sequence[Row], console: Console) -> None:
     """One layout: the latency of every op, all ranks and iterations; INVALID and why."""
     layout = rows[0]["layout"]
     approximate = rows[0].get("samples") == "histogram"
@@ -382,7 +386,7 @@ def render_layout(rows: Sequence[Row], console: Any) -> None:
         console.print(f"[red]{layout}: INVALID:[/] {_escaped(first['invalid_reason'])}")
 
 
-def render_history(rows: Sequence[Row], console: Any) -> None:
+def render_history(rows: Sequence[Row], console: Console) -> None:
     table = new_table("Every run in the archive: time to last rank (restore, save or startup)",
                    ("run", "job", "layout", "op", "ranks", "cache", "bytes", "last\nrank",
                     "agg\nGB/s", "valid"), left=("run", "job", "layout", "op"))
@@ -400,7 +404,7 @@ def render_history(rows: Sequence[Row], console: Any) -> None:
     console.print(table)
 
 
-def render_gpu(rows: Sequence[Row], console: Any) -> None:
+def render_gpu(rows: Sequence[Row], console: Console) -> None:
     """`stampede gpu`: one line per (mode, size), the device named on every report."""
     first = rows[0]
     console.print()

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.present.report import new_table
 from stampede.results.loaders import LoaderLine
 from stampede.units import format_bytes, format_number, format_seconds
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str]],
-                   notes: Sequence[str], how: Sequence[tuple[str, str]], console: Any,
+                   notes: Sequence[str], how: Sequence[tuple[str, str]], console: Console,
                    errors: Sequence[str] = ()) -> None:
     """The table, then what was skipped and why, what to know, how each was called, and
     the errors the loaders met."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.present.report import new_table
 from stampede.units import (
@@ -20,8 +20,18 @@ from stampede.units import (
     seconds_unit,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> None:
+    from stampede.model.mttr import Breakdown, Checkpointing, Costs, SparePool
+    from stampede.model.projection import Projection
+    from stampede.model.rejoin import RejoinVerdict
+    from stampede.model.series import Series
+    from stampede.model.workload import Workload
+    from stampede.results.compare import Comparison, Side
+
+
+def render_comparison(title: str, comparisons: Sequence[Comparison], console: Console) -> None:
     """`stampede compare`: one line per (configuration, metric): each side's median over
     its runs, under it n with the range of the runs' values and of their iterations; B / A
     of the medians; the verdict."""
@@ -51,7 +61,7 @@ def render_comparison(title: str, comparisons: Sequence[Any], console: Any) -> N
                   "are none (p99) on direction only ('?'; 'similar?' under 5%).[/]")
 
 
-def _side_cell(side: Any, seconds: bool) -> str:
+def _side_cell(side: Side, seconds: bool) -> str:
     """A side's median; under it n and its runs' range; then its iterations' range."""
     shown = format_seconds(side.median) if seconds else format_number(side.median)
     runs = f" {_range(side.low, side.high, seconds)}" if side.n > 1 else ""
@@ -68,8 +78,8 @@ def _range(low: float, high: float, seconds: bool) -> str:
     return f"{format_in(low, factor)}–{format_in(high, factor)} {unit}"
 
 
-def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
-                console: Any, saving: Any = None) -> None:
+def render_mttr(model: Breakdown, costs: Costs, pools: Sequence[SparePool], pool_context: str,
+                console: Console, saving: Checkpointing | None = None) -> None:
     """`stampede mttr`: the breakdown, which term dominates, what it costs, what
     checkpointing costs (`saving`, when C is known), spares."""
     terms = new_table("T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io + "
@@ -108,7 +118,7 @@ def render_mttr(model: Any, costs: Any, pools: Sequence[Any], pool_context: str,
     console.print(spares)
 
 
-def render_rejoin(verdict: Any, console: Any) -> None:
+def render_rejoin(verdict: RejoinVerdict, console: Console) -> None:
     """`stampede mttr` and `project` on a `stampede rejoin` archive (stampede.model.rejoin):
     T_MTTR of the rejoin and of the full restart, as measured and at the workload, with
     the terms that differ and what dominates there."""
@@ -130,7 +140,7 @@ def render_rejoin(verdict: Any, console: Any) -> None:
         console.print(f"fell back to storage: {note}", markup=False)
 
 
-def _render_checkpointing(saving: Any, gpus: float, console: Any) -> None:
+def _render_checkpointing(saving: Checkpointing, gpus: float, console: Console) -> None:
     """C, the Young/Daly interval, and GPU-hours per day saving and lost at each interval."""
     console.print(f"checkpoint: C = {format_seconds(saving.cost_s)} blocking per save "
                   f"([{'green' if saving.source.startswith('measured') else 'dim'}]"
@@ -157,8 +167,8 @@ def _gbps(rate: float) -> str:
     return "unlimited" if math.isinf(rate) else f"{rate / BYTES_PER_GB:.3g} GB/s"
 
 
-def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], workload: Any,
-                      archives: Sequence[str], given: Sequence[str], console: Any,
+def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]], workload: Workload,
+                      archives: Sequence[str], given: Sequence[str], console: Console,
                       what: str = "the restore: time to last rank") -> None:
     """`stampede project`: per layout (series, projection, notes), the fit and where it
     leads at the workload (stampede.model.workload); `given` names the parameters held
@@ -183,8 +193,8 @@ def render_projection(projections: Sequence[tuple[Any, Any, list[str]]], workloa
             console.print(f"  {series.layout}: bound by {projection.prediction.bound_by}")
 
 
-def _render_layout(series: Any, projection: Any, notes: Sequence[str], nranks: int,
-                   given: Sequence[str], console: Any) -> None:
+def _render_layout(series: Series, projection: Projection, notes: Sequence[str], nranks: int,
+                   given: Sequence[str], console: Console) -> None:
     fit, prediction, params = projection.fit, projection.prediction, projection.fit.params
     threads = f"{params.threads:.3g}"
     if projection.serialised:

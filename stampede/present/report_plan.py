@@ -5,18 +5,30 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.ops import OPS
 from stampede.present.report import new_table
 from stampede.units import BYTES_PER_GIB, format_bytes
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from stampede.checkpoint.plan import RankPlan
+    from stampede.checkpoint.save_plan import SavePlan
+    from stampede.spec import JobSpec
+
+    # per layout: its name, its files (name, bytes), its directories, (rank, plan) of the
+    # ranks shown (-1 and None: the ranks not shown)
+    PlannedSave = tuple[str, tuple[tuple[str, int], ...], tuple[str, ...],
+                        list[tuple[int, SavePlan | None]]]
+
 # What a catalogue's items are called, by format (the others hold tensors).
 ITEMS = {"dcp": "saved items", "torch": "storages", "tensorizer": "files (whole)"}
 
 
-def render_plan(spec: Any, nranks: int, backend: str, layouts: Sequence[Any], space: str,
-                console: Any) -> None:
+def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Any], space: str,
+                console: Console) -> None:
     """`stampede plan`: the validated options and who reads what; touches no storage.
     `layouts`: per layout (name, files, [(rank, plan, reads storage)]); rank -1 stands for
     the ranks not shown."""
@@ -53,8 +65,8 @@ def render_plan(spec: Any, nranks: int, backend: str, layouts: Sequence[Any], sp
                   f"{spec.cache}, {spec.iterations} iterations + {spec.warmup} warmup)[/]")
 
 
-def render_save_plan(spec: Any, nranks: int, layouts: Sequence[Any], space: str,
-                     console: Any) -> None:
+def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave], space: str,
+                     console: Console) -> None:
     """`stampede plan --save`: who writes what in one save of each layout (rank -1 stands
     for the ranks not shown), and whether the versions kept at once fit."""
     console.print(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s): each save "
@@ -92,8 +104,9 @@ def render_save_plan(spec: Any, nranks: int, layouts: Sequence[Any], space: str,
                   "published one[/]")
 
 
-def render_existing_plan(catalogue: Any, nranks: int, policies: Sequence[Any],
-                         console: Any) -> None:
+def render_existing_plan(catalogue: object, nranks: int,
+                         policies: Sequence[tuple[str, list[RankPlan], list[int]]],
+                         console: Console) -> None:
     """`stampede plan --checkpoint PATH`: what the checkpoint holds (from its headers) and
     who reads what under each assign policy: (policy, [plan of every rank], ranks shown)."""
     for line in _describe_checkpoint(catalogue):

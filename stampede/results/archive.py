@@ -49,7 +49,6 @@ import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from stampede.errors import RunFailed, UsageError
 from stampede.results.cells import LINE, SOURCE, cell
@@ -208,7 +207,7 @@ def _what_was_measured(row: dict[str, str]) -> None:
         row["tool"] = OWN_TOOL
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     """NaN (no sample) becomes null: the sidecar stays strict JSON for every parser."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -230,7 +229,7 @@ def sidecar_path(archive: str | Path, run_id: str) -> Path:
     return archive.with_name(f"{archive.stem}.runs") / f"{run_id}.json"
 
 
-def write_sidecar(archive: str | Path, run_id: str, document: Mapping[str, Any]) -> Path:
+def write_sidecar(archive: str | Path, run_id: str, document: Mapping[str, object]) -> Path:
     """Full metadata of one run, written to a temporary name and renamed into place (a
     rewrite replaces it whole). A failed write removes the temporary file: RunFailed."""
     path = sidecar_path(archive, run_id)

@@ -82,14 +82,14 @@ class Refused(Exception):
     """What an importer cannot take, said as `where: field = value: what is allowed`."""
 
 
-def _integer(table: dict[str, Any], field: str, where: str, least: int = 1) -> int:
+def _integer(table: dict[str, object], field: str, where: str, least: int = 1) -> int:
     value = table.get(field, "missing")
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise Refused(f"{where}.{field} = {value!r}: must be a whole number >= {least}")
     return value
 
 
-def _number(table: dict[str, Any], field: str, where: str) -> float:
+def _number(table: dict[str, object], field: str, where: str) -> float:
     value = table.get(field, "missing")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
             not math.isfinite(value) or value < 0:
@@ -97,7 +97,7 @@ def _number(table: dict[str, Any], field: str, where: str) -> float:
     return float(value)
 
 
-def ior_rows(document: dict[str, Any], job: str, cache: str, source: str) -> list[dict[str, object]]:
+def ior_rows(document: dict[str, object], job: str, cache: str, source: str) -> list[dict[str, object]]:
     """Rows from IOR's JSON summary (one per operation and test). Every field a row takes
     is checked (a negative transferSize once made a count of -6,442,450,944): a file that
     does not hold what IOR writes is refused, naming the entry and the field."""
@@ -122,10 +122,10 @@ def ior_rows(document: dict[str, Any], job: str, cache: str, source: str) -> lis
     return rows
 
 
-def _ior_repetitions(document: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def _ior_repetitions(document: dict[str, object]) -> dict[tuple[str, str], list[dict[str, object]]]:
     """Each test's per-repetition results by (TestID, access). IOR 4 lists them flat,
     IOR 3 one list per repetition."""
-    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    found: dict[tuple[str, str], list[dict[str, object]]] = {}
     tests = document.get("tests")
     for test in tests if isinstance(tests, list) else ():
         if not isinstance(test, dict) or not isinstance(test.get("Results"), list):
@@ -138,7 +138,7 @@ def _ior_repetitions(document: dict[str, Any]) -> dict[tuple[str, str], list[dic
     return found
 
 
-def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, Any]], origin: Origin,
+def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, object]], origin: Origin,
              where: str) -> dict[str, object]:
     nranks, per_node = _integer(entry, "numTasks", where), _integer(entry, "tasksPerNode", where)
     block, transfer = _integer(entry, "blockSize", where), _integer(entry, "transferSize", where)

@@ -7,7 +7,7 @@ the archive and the report read them; none of them does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,7 +46,7 @@ class RunContext:
     fs_type: str
     mpi_library: str
     device: str = ""             # run.h2d: the devices the bytes went on to
-    storage: dict[str, Any] = field(default_factory=dict)   # backend settings, stripes
+    storage: dict[str, object] = field(default_factory=dict)   # backend settings, stripes
     checkpoint_format: str = ""  # an existing checkpoint's format, as found
 
     @property
@@ -78,7 +78,7 @@ class LayoutRun:
     retries: dict[str, int] = field(default_factory=dict)   # op -> requests retried
     resident_fraction: tuple[float, ...] = ()   # per measured iteration, cache residency
     bytes_total: int = 0         # all ranks' bytes, when they differ by rank (existing)
-    digests: tuple[dict[str, Any], ...] = ()   # existing checkpoints: what each rank read
+    digests: tuple[dict[str, object], ...] = ()   # existing checkpoints: what each rank read
     notes: tuple[str, ...] = ()  # warnings from the ranks (a drop_caches refused, ...)
     interrupted: bool = False    # stopped by a signal: not measured to the end
     iterations_done: int = 0     # when interrupted: the measured iterations it completed
@@ -86,7 +86,7 @@ class LayoutRun:
     phase: str = "restore"       # or "save" (stampede.run.save)
     restored_from: str = ""      # a saved version's directory (stampede.checkpoint.versions)
     cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)
-    kernel_nfs: dict[str, Any] = field(default_factory=dict)   # a kernel NFS mount's per-op
+    kernel_nfs: dict[str, object] = field(default_factory=dict)   # a kernel NFS mount's per-op
                                  # RPC deltas around the layout (stampede.run.kernel_nfs)
     trace: LayoutTrace | None = None   # --trace: every op's row on rank 0
     said: tuple[str, ...] = ()   # what the run says beside its numbers, not a warning

@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
 
 from stampede import __version__
 from stampede.ops import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
@@ -139,7 +138,7 @@ def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,
     return rows
 
 
-def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[str, Any]:
+def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[str, object]:
     """Everything the CSV cannot hold: per-rank detail, hosts, MPI, mounts, Slurm."""
     return {
         "schema": ARCHIVE_SCHEMA,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from stampede.results.summaries import (
     Spread,
 )
 from stampede.units import BYTES_PER_GB, NS_PER_S
+
+if TYPE_CHECKING:
+    from stampede.results.histogram import Reduced
 
 # completion op -> (its storage ops, the op whose bytes count as moved); startup has none
 PARTS = {"save": (SAVE_STORAGE_OPS, "write")}
@@ -193,7 +196,7 @@ def timeline(samples: np.ndarray, completion_op: str = "restore") -> tuple[tuple
 
 # --- histogram mode (stampede.results.histogram): the same summaries from reduced arrays ---
 
-def layout_stats_reduced(layout: str, reduced: Any, restore_rows: np.ndarray,
+def layout_stats_reduced(layout: str, reduced: Reduced, restore_rows: np.ndarray,
                          timeline_rows: tuple[tuple[float, ...], ...], nranks: int,
                          completion_op: str = "restore") -> LayoutStats:
     """LayoutStats from histogram mode's reduced arrays (stampede.results.histogram.Reduced) and the
@@ -230,7 +233,7 @@ def layout_stats_reduced(layout: str, reduced: Any, restore_rows: np.ndarray,
                        unprotected_s=_unprotected_reduced(reduced, len(iterations)))
 
 
-def _unprotected_reduced(reduced: Any, nits: int) -> float:
+def _unprotected_reduced(reduced: Reduced, nits: int) -> float:
     """unprotected_s from the reduced first starts and last stops (exact)."""
     publish, unlink, rmdir = OPS.index("publish"), OPS.index("unlink"), OPS.index("rmdir")
     windows = []
@@ -244,7 +247,7 @@ def _unprotected_reduced(reduced: Any, nits: int) -> float:
     return max(windows, default=NAN)
 
 
-def _parts_reduced(reduced: Any, nits: int, completion_op: str) -> dict[str, Spread]:
+def _parts_reduced(reduced: Reduced, nits: int, completion_op: str) -> dict[str, Spread]:
     """Storage and network parts per iteration from the reduced first starts / last stops."""
     storage_ops_of, bytes_op = PARTS.get(completion_op, READ_PARTS)
     storage = [OPS.index(op) for op in storage_ops_of]

@@ -60,7 +60,7 @@ def trace_path(sidecar: Path) -> Path:
     return sidecar.with_name(sidecar.stem + ".trace.npz")
 
 
-def write_trace(path: Path, layouts: dict[str, LayoutTrace], meta: dict[str, Any]) -> Path:
+def write_trace(path: Path, layouts: dict[str, LayoutTrace], meta: dict[str, object]) -> Path:
     """The layouts' rows and the meta, written whole (a temporary name renamed into place)."""
     temporary = path.with_name(f".{path.name}.tmp.npz")
     document = {**meta, "columns": list(TRACE_COLUMNS), "ops": list(OPS),
@@ -272,13 +272,13 @@ def op_counts(trace: Trace, rows: np.ndarray) -> dict[str, int]:
     return {trace.ops[int(code)]: int(count) for code, count in zip(codes, counts)}
 
 
-def chrome_events(trace: Trace) -> dict[str, Any]:
+def chrome_events(trace: Trace) -> dict[str, object]:
     """The trace as Chrome trace-event JSON: a process per node (its host), a thread per
     rank, each op a complete slice (microseconds), iterations one after another on the
     timeline (each iteration's axis shifted past the previous one's end)."""
     hosts = trace.meta.get("hosts_by_rank") or []
     nodes = list(dict.fromkeys(hosts)) or ["node"]
-    events: list[dict[str, Any]] = []
+    events: list[dict[str, object]] = []
     for index, host in enumerate(nodes):
         events.append({"name": "process_name", "ph": "M", "pid": index, "args": {"name": host}})
     for rank, host in enumerate(hosts):
@@ -300,9 +300,9 @@ def chrome_events(trace: Trace) -> dict[str, Any]:
             "otherData": {"run_id": trace.meta.get("run_id", ""), "source": "stampede"}}
 
 
-def _located(names: list[str], row: np.ndarray) -> dict[str, Any]:
+def _located(names: list[str], row: np.ndarray) -> dict[str, object]:
     """A slice's file and offset, where the op had them."""
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}
     if 0 <= row[FILE] < len(names):
         found["file"] = names[int(row[FILE])]
     if row[OFFSET] != NOWHERE:

@@ -23,12 +23,15 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from stampede.buffers import AlignedBuffer
 from stampede.errors import UsageError, install_hint
 from stampede.results.warnings import NOT_GDS
 from stampede.units import NS_PER_MS, NS_PER_S
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 DEVICES = ("cuda", "host")
 HOST_LABEL = "host (memcpy, not a GPU)"
@@ -96,7 +99,7 @@ class CudaDevice:
         self._pinned: dict[int, int] = {}
         self.gds: Gds | None = None   # run.h2d = cuda-gds: cuFile opened beside
 
-    def device_buffer(self, nbytes: int) -> Any:
+    def device_buffer(self, nbytes: int) -> object:
         return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
 
     def _host_tensor(self, view: memoryview) -> Any:
@@ -155,6 +158,9 @@ def open_device(name: str, local_rank: int) -> HostDevice | CudaDevice:
     raise UsageError(f"device {name!r}: must be one of {', '.join(DEVICES)}")
 
 
+Device = HostDevice | CudaDevice   # where run.h2d puts the restored bytes
+
+
 class Gds:
     """File -> device memory through kvikio's CuFile; `label` says whether it is GDS."""
 
@@ -173,7 +179,7 @@ class Gds:
         self.kvikio = kvikio
         self.is_gds, self.label = gds_state(kvikio)
 
-    def open(self, path: Any) -> Any:
+    def open(self, path: Any) -> object:
         return self.kvikio.CuFile(path, "r")
 
     @staticmethod
@@ -187,7 +193,7 @@ class Gds:
         handle.close()
 
 
-def gds_state(kvikio: Any) -> tuple[bool, str]:
+def gds_state(kvikio: ModuleType) -> tuple[bool, str]:
     """(is it GDS, its label): kvikio's compatibility mode, or cuFile without the nvidia-fs
     driver, read POSIX into a host bounce buffer and copy: NOT GDS."""
     import importlib
@@ -215,8 +221,8 @@ def gds_state(kvikio: Any) -> tuple[bool, str]:
 
 
 class GdsHandle(NamedTuple):
-    posix: Any     # the POSIX backend's descriptor: headers and indexes, into host memory
-    cufile: Any    # kvikio's CuFile: tensor bytes, file -> HBM
+    posix: object     # the POSIX backend's descriptor: headers and indexes, into host memory
+    cufile: object    # kvikio's CuFile: tensor bytes, file -> HBM
 
 
 class GdsFiles:
@@ -231,11 +237,11 @@ class GdsFiles:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._posix, name)
 
-    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[Any], GdsHandle]:
+    def opener(self, direct: bool, follow_links: bool = True) -> Callable[[object], GdsHandle]:
         open_posix, open_cufile, close = self._posix.opener(direct, follow_links), \
             self.gds.open, self._posix.close
 
-        def open_both(path: Any) -> GdsHandle:
+        def open_both(path: object) -> GdsHandle:
             handle = open_posix(path)   # refuses a link where the POSIX open does
             try:
                 return GdsHandle(handle, open_cufile(path))
@@ -247,7 +253,7 @@ class GdsFiles:
     def read_into(self, handle: GdsHandle, buffer: memoryview, offset: int) -> int:
         return int(self._posix.read_into(handle.posix, buffer, offset))
 
-    def read_device(self, handle: GdsHandle, destination: Any, place: int, length: int,
+    def read_device(self, handle: GdsHandle, destination: object, place: int, length: int,
                     offset: int) -> int:
         try:
             return self.gds.read(handle.cufile, destination, place, length, offset)

@@ -9,7 +9,7 @@ rank 0 whole. These are the collectives; the arithmetic is stampede.results'.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,13 +23,18 @@ from stampede.run.where import gathered
 # imported where used: histogram mode alone needs it, not every rank's start; rank 0
 # alone makes a LayoutStats (stampede.results.stats)
 if TYPE_CHECKING:
+    from stampede.backends.base import Backend
+    from stampede.checkpoint.plan import RankPlan
+    from stampede.checkpoint.save_plan import SavePlan
     from stampede.results import histogram
     from stampede.results.summaries import LayoutStats
+    from stampede.spec import JobSpec
 
 AUTO_SAMPLES = 4_000_000          # above this many samples in a layout, auto -> histogram
 
 
-def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
+def layout_stats(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan, layout: str,
+                 rows: np.ndarray,
                  origins: dict[int, int], hosts: tuple[str, ...],
                  failed_iteration: int | None, completion_op: str = "restore") -> LayoutStats | None:
     """The layout's statistics, complete on rank 0 (None elsewhere), in the mode
@@ -39,7 +44,7 @@ def layout_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
                           completion_op)[0]
 
 
-def gathered_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarray,
+def gathered_stats(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan, layout: str, rows: np.ndarray,
                    origins: dict[int, int], hosts: tuple[str, ...],
                    failed_iteration: int | None, completion_op: str = "restore",
                    where: tuple[np.ndarray, list[str]] | None = None,
@@ -62,7 +67,7 @@ def gathered_stats(comm: Any, spec: Any, plan: Any, layout: str, rows: np.ndarra
     return stats, LayoutTrace(np.column_stack([ranked, located[0]]), located[1])
 
 
-def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
+def histogram_mode(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan) -> bool:
     """run.samples, with auto deciding from the samples this layout will produce on all
     ranks together: collectively, since ranks can plan very different work (an existing
     checkpoint's files) and the two modes gather with different collectives."""
@@ -73,7 +78,7 @@ def histogram_mode(comm: Any, spec: Any, plan: Any) -> bool:
     return total is not None and int(total[0]) > AUTO_SAMPLES
 
 
-def exact_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+def exact_stats(comm: mpi.Comm, layout: str, rows: np.ndarray, origins: dict[int, int],
                 hosts: tuple[str, ...], completion_op: str = "restore") -> LayoutStats | None:
     """Every sample to rank 0 (one Gatherv), put on one axis there."""
     return _exact(layout, all_rows(comm, rows, origins, hosts), comm.Get_size(), completion_op)
@@ -88,7 +93,7 @@ def _exact(layout: str, ranked: np.ndarray | None, nranks: int,
     return layout_stats(layout, ranked, nranks, completion_op)
 
 
-def all_rows(comm: Any, rows: np.ndarray, origins: dict[int, int],
+def all_rows(comm: mpi.Comm, rows: np.ndarray, origins: dict[int, int],
              hosts: tuple[str, ...]) -> np.ndarray | None:
     """Every rank's sample rows on rank 0 (one Gatherv), each node's on its axis, the rank
     as the last column (stampede.results.trace's columns); None elsewhere."""
@@ -101,7 +106,7 @@ def all_rows(comm: Any, rows: np.ndarray, origins: dict[int, int],
                            for r, part in enumerate(on_axis)])
 
 
-def check_trace(comm: Any, spec: Any, plan: Any) -> None:
+def check_trace(comm: mpi.Comm, spec: JobSpec, plan: RankPlan | SavePlan) -> None:
     """--trace: the rows this layout will keep, all ranks together, within its limit;
     collectively, before the first phase (UsageError on every rank, exit 2)."""
     if not spec.trace_limit:
@@ -120,7 +125,7 @@ def check_trace(comm: Any, spec: Any, plan: Any) -> None:
                          hint="fewer iterations, a larger --trace-limit, or no --trace")
 
 
-def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, int],
+def _reduced_stats(comm: mpi.Comm, layout: str, rows: np.ndarray, origins: dict[int, int],
                    failed_iteration: int | None, completion_op: str) -> LayoutStats | None:
     """Histogram mode (stampede.results.histogram): fixed-size reductions; the pseudo-op
     samples (restores, saves) and the timelines whole."""
@@ -140,7 +145,7 @@ def _reduced_stats(comm: Any, layout: str, rows: np.ndarray, origins: dict[int, 
                                 completion_op)
 
 
-def _to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int]) -> np.ndarray:
+def _to_node_axis(comm: mpi.Comm, rows: np.ndarray, origins: dict[int, int]) -> np.ndarray:
     """This rank's absolute stamps -> ns since its node's first barrier exit, per phase."""
     phases = sorted(origins)
     mine = np.array([origins[phase] for phase in phases], dtype=np.int64)
@@ -154,7 +159,7 @@ def _to_node_axis(comm: Any, rows: np.ndarray, origins: dict[int, int]) -> np.nd
     return rows
 
 
-def reduce_summaries(comm: Any, summary: dict[str, np.ndarray],
+def reduce_summaries(comm: mpi.Comm, summary: dict[str, np.ndarray],
             iterations: tuple[int, ...]) -> histogram.Reduced | None:
     """MPI-reduce every rank's arrays to rank 0 (None elsewhere)."""
     from stampede.results import histogram
@@ -166,7 +171,7 @@ def reduce_summaries(comm: Any, summary: dict[str, np.ndarray],
     return histogram.Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
 
 
-def retries(comm: Any, backend: Any, before: dict[str, int]) -> dict[str, int]:
+def retries(comm: mpi.Comm, backend: Backend, before: dict[str, int]) -> dict[str, int]:
     """Requests the backend's client retried in this layout, per op retried (a save's
     validation re-reads count under open and read), summed over ranks (object stores:
     throttling and timeouts show up here before they become errors)."""

@@ -22,10 +22,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.backends.posix import PosixBackend
 from stampede.units import BYTES_PER_MIB
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+    from stampede.run.devices import Device
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def _write_pattern(stream: Any, nbytes: int) -> None:
         stream.write(data[:min(len(data), nbytes - start)])
 
 
-def sweep(comm: Any, device: Any, sizes: tuple[int, ...], modes: tuple[str, ...],
+def sweep(comm: Comm, device: Device, sizes: tuple[int, ...], modes: tuple[str, ...],
           trials: int, warmup: int, cache: str, workdir: Path) -> Swept | None:
     """Every (mode, size) in turn, all ranks at once; the samples on one axis on rank 0
     (None elsewhere)."""
@@ -128,7 +132,7 @@ class _Buffers:
     a destination touched once (no page faults inside the timed copy), pinned where the
     mode pins beforehand (pinned, and file on a GPU)."""
 
-    def __init__(self, device: Any, mode: str, size: int) -> None:
+    def __init__(self, device: Device, mode: str, size: int) -> None:
         from stampede.buffers import AlignedBuffer
 
         self.device, self.mode = device, mode
@@ -149,7 +153,7 @@ class _Buffers:
             self.source.close()
 
 
-def _trial(device: Any, mode: str, size: int, path: Path,
+def _trial(device: Device, mode: str, size: int, path: Path,
            buffers: _Buffers) -> list[tuple[int, int, int, int, int]]:
     """One trial on this rank: (op, start_ns, stop_ns, bytes, ok) rows, restore last."""
     from stampede.ops import OP_CODE
@@ -199,7 +203,7 @@ def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * BYTES_PER_MIB) -
     return samples
 
 
-def _read_gds(gds: Any, path: Path, destination: Any, size: int,
+def _read_gds(gds: Any, path: Path, destination: object, size: int,
               block_bytes: int = 16 * BYTES_PER_MIB) -> list[Sample]:
     """file -> device memory through cuFile, in the blocks of the file mode (its open and
     registration inside the trial, as file's open is)."""

@@ -10,7 +10,7 @@ import resource
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede import mpi
 from stampede.backends import backend_name_for, open_backend
@@ -26,13 +26,14 @@ from stampede.targets import capabilities_for
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
+    from stampede.run.devices import Device
 
 
 # Called on rank 0 after each layout, collectively (its error is every rank's): archive it.
 AfterLayout = Callable[[RunContext, LayoutRun], None]
 
 
-def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
+def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
             interrupts: Interrupts | None = None, tick: Tick | None = None,
             context: RunContext | None = None) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout (or, for an existing checkpoint, every assign policy) of the job in
@@ -45,7 +46,7 @@ def run_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
         catalogue = mpi.on_root(comm, "reading the checkpoint's headers",
                                 partial(scan_existing, spec))
         strategies, root = spec.assign, catalogue.root
-        entries: dict[str, dict[str, Any]] = {policy: {} for policy in strategies}
+        entries: dict[str, dict[str, object]] = {policy: {} for policy in strategies}
     else:
         entries = mpi.on_root(comm, "checking the checkpoint",
                               partial(_prepared_entries, spec, nranks))
@@ -87,12 +88,12 @@ def _run_stamps() -> tuple[str, str]:
     return new_run_id(), now_stamp()
 
 
-def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
+def new_context(comm: mpi.Comm, spec: JobSpec, backend: Backend, device: Device | None = None,
                 catalogue: Catalogue | None = None, save: bool = False) -> RunContext:
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     labels = mpi.gather(comm, device.label if device is not None else "")
     run_id, timestamp = mpi.bcast(comm, _run_stamps() if comm.Get_rank() == 0 else ("", ""))
-    storage: dict[str, Any] = {}
+    storage: dict[str, object] = {}
     fs_type = ""   # rank 0's, as the hosts: the run's facts are complete there only
     if comm.Get_rank() == 0:
         fs_type, storage = backend.fs_type(), dict(backend.describe())
@@ -116,8 +117,8 @@ def new_context(comm: Any, spec: JobSpec, backend: Backend, device: Any = None,
                       checkpoint_format=catalogue.format if catalogue else "")
 
 
-def _probed(probe: Any, spec: JobSpec, nranks: int, catalogue: Catalogue | None,
-            save: bool) -> dict[str, Any]:
+def _probed(probe: Callable[[str | None, int, bool], dict[str, object]], spec: JobSpec,
+            nranks: int, catalogue: Catalogue | None, save: bool) -> dict[str, object]:
     """Rank 0, untimed, before the timed phase: the backend's RPCs per op, for the save's
     ops or the restore's on the first checkpoint file (a failed probe said, not fatal)."""
     from stampede.checkpoint.plan import checkpoint_files
@@ -151,7 +152,7 @@ def scan_existing(spec: JobSpec) -> Catalogue:
     return catalogue
 
 
-def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
+def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, object]]:
     """Rank 0: the entry of every layout, checked against the job: the layout's published
     save when there is one (run.restore = auto or saved; its "root" is the version's
     directory), else the prepared checkpoint's manifest entry."""
@@ -163,7 +164,7 @@ def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, Any]]:
     per_rank = bytes_per_rank(spec, nranks)
     journal = versions.read_journal(backend, spec.target_path) \
         if spec.restore_from != "prepared" else None
-    manifest: dict[str, Any] | None = None
+    manifest: dict[str, object] | None = None
     entries = {}
     for layout in spec.layouts:
         saved = versions.published_version(backend, journal, layout)

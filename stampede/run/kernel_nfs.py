@@ -6,17 +6,21 @@ node's other ranks included), untimed, so nothing is added to a timed op."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.results.model import LayoutRun
 from stampede.targets import capabilities_for
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+    from stampede.sysinfo import OpCounters
 
 # stampede.sysinfo is imported past each function's early return: every rank imports this
 # module, rank 0 of a kernel NFS mount alone reads the counters.
 SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
 
 
-def mountpoint(comm: Any, target: str) -> str:
+def mountpoint(comm: Comm, target: str) -> str:
     """Rank 0: the kernel NFS mount a POSIX target lies on ("" elsewhere, or not NFS)."""
     if comm.Get_rank() != 0 or not capabilities_for(target).local_files:
         return ""
@@ -26,7 +30,7 @@ def mountpoint(comm: Any, target: str) -> str:
     return mount.mountpoint if mount.fs_type.startswith("nfs") else ""
 
 
-def before(where: str) -> Any:
+def before(where: str) -> dict[str, OpCounters] | None:
     if not where:
         return None
     from stampede.sysinfo import read_mountstats
@@ -34,7 +38,7 @@ def before(where: str) -> Any:
     return read_mountstats(where)
 
 
-def counted(run: LayoutRun, where: str, start: Any) -> LayoutRun:
+def counted(run: LayoutRun, where: str, start: dict[str, OpCounters] | None) -> LayoutRun:
     """The run with the mount's per-op deltas since `start` (unchanged where none)."""
     if not where or start is None:
         return run

@@ -47,7 +47,7 @@ class Phases:
     origins: dict[int, int] = field(default_factory=dict)   # iteration -> barrier exit
     messages: list[str] = field(default_factory=list)       # errors, up to MAX_MESSAGES
     notes: list[str] = field(default_factory=list)          # not errors: what to know
-    digests: list[dict[str, Any]] = field(default_factory=list)   # iteration 0's
+    digests: list[dict[str, object]] = field(default_factory=list)   # iteration 0's
     resident: list[float] = field(default_factory=list)     # per measured iteration
     invalid_reason: str = ""
     failed_iteration: int | None = None
@@ -75,7 +75,7 @@ def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: in
     return plan_rank(spec, layout, nranks, rank, root)
 
 
-def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
+def run_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
                entry: dict[str, Any], device: Any, hosts: tuple[str, ...],
                catalogue: Catalogue | None = None, interrupts: Interrupts | None = None,
                tick: Tick | None = None) -> LayoutRun:
@@ -103,7 +103,7 @@ def run_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend,
     return replace(run, restored_from=entry.get("root", ""))
 
 
-def run_phases(comm: Any, spec: JobSpec, setup: RankSetup, catalogue: Catalogue | None = None,
+def run_phases(comm: mpi.Comm, spec: JobSpec, setup: RankSetup, catalogue: Catalogue | None = None,
                interrupts: Interrupts | None = None, tick: Tick | None = None) -> Phases:
     """Every iteration of one layout on this rank, until the verdict says stop (a signal
     received on any rank among the reasons, at the iteration's end)."""
@@ -143,7 +143,7 @@ def jitter_s(spec: JobSpec, rank: int, iteration: int) -> float:
     return float(generator.exponential(float(scale)))
 
 
-def _cache_state(comm: Any, spec: JobSpec, setup: RankSetup, phases: Phases,
+def _cache_state(comm: mpi.Comm, spec: JobSpec, setup: RankSetup, phases: Phases,
                  drops_caches: bool) -> tuple[int, int]:
     """Untimed, before a phase: (cached, asked) bytes after a cold eviction, else (0, 0)."""
     if spec.cache != "cold":
@@ -161,7 +161,7 @@ def _cache_state(comm: Any, spec: JobSpec, setup: RankSetup, phases: Phases,
     return cached, asked
 
 
-def start_phase(comm: Any, spec: JobSpec, layout: str, iteration: int, phases: Phases) -> int:
+def start_phase(comm: mpi.Comm, spec: JobSpec, layout: str, iteration: int, phases: Phases) -> int:
     """The start barrier (a rank that does not come in time aborts the job) and the
     origin stamp, recorded in `phases`: what a restore's and a save's phases share."""
     if not mpi.barrier(comm, timeout_s=spec.deadline_s + ABORT_GRACE_S):
@@ -173,7 +173,7 @@ def start_phase(comm: Any, spec: JobSpec, layout: str, iteration: int, phases: P
     return origin
 
 
-def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
+def _phase(comm: mpi.Comm, spec: JobSpec, setup: RankSetup, iteration: int,
            phases: Phases) -> PhaseOutcome:
     """The start barrier, the origin stamp and the timed pattern; before them, outside
     the restore, a new torch.distributed process group (run.exchange = torch)."""
@@ -189,7 +189,7 @@ def _phase(comm: Any, spec: JobSpec, setup: RankSetup, iteration: int,
     return outcome
 
 
-def phase_totals(comm: Any, spec: JobSpec, layout: str, outcome: PhaseOutcome, cached: int,
+def phase_totals(comm: mpi.Comm, spec: JobSpec, layout: str, outcome: PhaseOutcome, cached: int,
             asked: int, signalled: int) -> Totals:
     """The phase summed over ranks; a rank that does not answer in time aborts the job."""
     mine = np.array([outcome.errors, outcome.ops, outcome.timed_out, outcome.incomplete,
@@ -202,7 +202,7 @@ def phase_totals(comm: Any, spec: JobSpec, layout: str, outcome: PhaseOutcome, c
     return Totals(*(int(value) for value in total))
 
 
-def _to_rank_zero(comm: Any, spec: JobSpec, plan: RankPlan, catalogue: Catalogue | None,
+def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, catalogue: Catalogue | None,
                   hosts: tuple[str, ...], phases: Phases,
                   retries: dict[str, int], where: Where | None = None) -> LayoutRun:
     """Gather the layout's samples, messages and notes to rank 0 (collective)."""

@@ -61,7 +61,7 @@ class Gap:
         return self.reads_start_s - self.writes_end_s
 
 
-def report(comm: Any, spec: JobSpec, restore: JobSpec, context: RunContext,
+def report(comm: mpi.Comm, spec: JobSpec, restore: JobSpec, context: RunContext,
            runs: list[LayoutRun], gap: Gap) -> str:
     """Collective: MLPerf's rules checked and its summary written (rank 0); returns the
     summary's path on rank 0 ("" elsewhere, or when a half did not run)."""

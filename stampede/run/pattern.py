@@ -17,7 +17,6 @@ import errno
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -51,7 +50,7 @@ class PhaseOutcome:
     incomplete: bool = False        # the rank does not hold all its bytes
     corrupt: bool = False           # bytes read differ from the checkpoint (or are not finite)
     messages: list[str] = field(default_factory=list)
-    digests: list[dict[str, Any]] = field(default_factory=list)   # record_digests: per extent
+    digests: list[dict[str, object]] = field(default_factory=list)   # record_digests: per extent
 
     def fail(self, text: str) -> None:
         self.errors += 1
@@ -73,7 +72,7 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     """Run the plan once; append samples (absolute stamps) to `log`."""
     plan, outcome = setup.plan, PhaseOutcome()
     first_sample = len(log)
-    handles: dict[str, list[Any]] = {relpath: [] for relpath in plan.files}
+    handles: dict[str, list[object]] = {relpath: [] for relpath in plan.files}
     restore_stop, nbytes = 0, 0
     try:
         if jitter_s > 0:
@@ -133,7 +132,7 @@ def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> 
     """List the checkpoint directory (every rank, or rank 0 then a broadcast of the names)
     and check that this rank's files are in the listing."""
     plan, clock = setup.plan, time.perf_counter_ns
-    names: list[Any] | None = None
+    names: list[object] | None = None
     if plan.rank == 0 or not plan.list_on_root:
         start = clock()
         try:
@@ -217,7 +216,7 @@ def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
                 raise DeadlineExceeded
 
 
-def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadline_ns: int,
+def _open(setup: RankSetup, handles: dict[str, list[object]], iteration: int, deadline_ns: int,
           log: Log, outcome: PhaseOutcome) -> None:
     plan = setup.plan
     clock, append = time.perf_counter_ns, log.append
@@ -247,7 +246,7 @@ def _open(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
                 raise DeadlineExceeded
 
 
-def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadline_ns: int,
+def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, deadline_ns: int,
           log: Log, outcome: PhaseOutcome) -> tuple[int, int]:
     """Read every block of every extent; returns (stop stamp of the last read, bytes read).
 
@@ -341,7 +340,7 @@ def _read(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, deadl
     return last_stop, nbytes
 
 
-def _header(setup: RankSetup, relpath: str, handle: Any, iteration: int, deadline_ns: int,
+def _header(setup: RankSetup, relpath: str, handle: object, iteration: int, deadline_ns: int,
             log: Log, outcome: PhaseOutcome) -> dict[str, tuple[int, int]]:
     """The timed header op: where this file's wanted tensors are ({} when it failed)."""
     plan, clock = setup.plan, time.perf_counter_ns
@@ -389,7 +388,7 @@ def _d2h(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Lo
     log.append((iteration, D2H, start, stop, len(view), 1))
 
 
-def _close(setup: RankSetup, handles: dict[str, list[Any]], iteration: int, log: Log,
+def _close(setup: RankSetup, handles: dict[str, list[object]], iteration: int, log: Log,
            outcome: PhaseOutcome) -> None:
     clock, close, append = time.perf_counter_ns, setup.backend.close, log.append
     where = setup.where

@@ -86,7 +86,7 @@ LOCAL_NAMES = re.compile(r"(replica-)?(v\d+-)?p\d{5}")       # what a rejoin wri
 STORAGE_NAMES = re.compile(r"(v\d+-)?p\d{5}|manifest\.json")  # tier, and on the storage tier
 
 
-def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
+def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
                interrupts: Interrupts | None = None, tick: Tick | None = None,
                context: RunContext | None = None, damage: str = "none",
                ) -> tuple[RunContext, list[LayoutRun]]:
@@ -131,7 +131,7 @@ def rejoin_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None
     return context, runs
 
 
-def _archive(comm: Any, after_layout: AfterLayout | None, context: RunContext, run: LayoutRun,
+def _archive(comm: mpi.Comm, after_layout: AfterLayout | None, context: RunContext, run: LayoutRun,
              ranks: tuple[int, ...], hosts: tuple[str, ...]) -> None:
     """The layout archived with the ranks that took part in it (rank 0: always one)."""
     if after_layout is None:
@@ -368,7 +368,7 @@ def _clean(state: Rank) -> None:
     remove_tiers(state.comm, state.backend, state.spec, state.local)
 
 
-def remove_tiers(comm: Any, backend: Backend, spec: JobSpec, local: Path) -> int:
+def remove_tiers(comm: mpi.Comm, backend: Backend, spec: JobSpec, local: Path) -> int:
     """What a rejoin of this job writes, and only that: on every node's local tier the
     shards and replicas (LOCAL_NAMES) and the directories it made once empty, on the
     storage tier (rank 0) the shards and the manifest (STORAGE_NAMES). Collective; the
@@ -405,7 +405,7 @@ def _remove_local(local: Path) -> int:
     return removed
 
 
-def clean_job(comm: Any, spec: JobSpec) -> int:
+def clean_job(comm: mpi.Comm, spec: JobSpec) -> int:
     """`stampede rejoin --clean`: what an unfinished rejoin of this job left on every node
     and on the target (remove_tiers); the files removed, all ranks together (rank 0)."""
     host = mpi.processor_name(comm)

@@ -18,7 +18,7 @@ from stampede import mpi
 from stampede.errors import RunFailed
 
 
-def _store(host: str, port: int, world_size: int, serve: bool, timeout_s: float) -> Any:
+def _store(host: str, port: int, world_size: int, serve: bool, timeout_s: float) -> object:
     import torch.distributed as dist
 
     try:
@@ -28,7 +28,7 @@ def _store(host: str, port: int, world_size: int, serve: bool, timeout_s: float)
         raise RunFailed(str(error)) from None
 
 
-def store(world: Any, host: str, timeout_s: float) -> Any:
+def store(world: mpi.Comm, host: str, timeout_s: float) -> object:
     """Collective: the process group's store, served by rank 0 at `host` on a port the
     kernel chose, and every other rank's connection to it. A failure on any rank raises on
     every rank (RunFailed), naming the rank."""

@@ -52,7 +52,7 @@ from stampede.sysinfo import meminfo_bytes
 from stampede.units import format_bytes
 
 
-def save_job(comm: Any, spec: JobSpec, after_layout: AfterLayout | None = None,
+def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
              interrupts: Interrupts | None = None, tick: Tick | None = None,
              context: RunContext | None = None) -> tuple[RunContext, list[LayoutRun]]:
     """Every layout of the job saved in turn, each handed to `after_layout` as it
@@ -169,7 +169,7 @@ class _Buffers:
                 buffer.close()
 
 
-def save_layout(comm: Any, spec: JobSpec, layout: str, backend: Backend, hosts: tuple[str, ...],
+def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, hosts: tuple[str, ...],
                 interrupts: Interrupts | None = None, tick: Tick | None = None) -> LayoutRun:
     """Every save of one layout; statistics complete on rank 0."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
@@ -244,7 +244,7 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
 PUBLISHED = OP_CODE["published"]
 
 
-def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
+def _phase(comm: mpi.Comm, spec: JobSpec, setup: SaveSetup, iteration: int,
            phases: Phases) -> tuple[Any, bool]:
     steps: type[Save] = FileSave if setup.backend.capabilities.has_directories else ObjectSave
     origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
@@ -256,8 +256,8 @@ def _phase(comm: Any, spec: JobSpec, setup: SaveSetup, iteration: int,
     return outcome, published
 
 
-def _version_setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, buffers: _Buffers,
-                   group: Any) -> tuple[SaveSetup, int]:
+def _version_setup(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, buffers: _Buffers,
+                   group: mpi.Comm | None) -> tuple[SaveSetup, int]:
     """Untimed: the next version, its plan, its content in memory and its hashes, recorded
     in the journal before the phase."""
     rank, nranks = comm.Get_rank(), comm.Get_size()
@@ -302,7 +302,7 @@ def _version_setup(comm: Any, spec: JobSpec, layout: str, backend: Backend, buff
 
 
 def _fill(spec: JobSpec, plan: SavePlan,
-          buffers: _Buffers) -> tuple[list[dict[str, Any]], dict[Extent, str]]:
+          buffers: _Buffers) -> tuple[list[dict[str, object]], dict[Extent, str]]:
     """This version's content into the shard in memory, block by block as prepare writes
     it (a pure function of path and offset); the shard's hashes for the journal (replica 0
     of each shard: what a restore checks) and the validate hash of each extent written."""
@@ -341,7 +341,7 @@ def _fill(spec: JobSpec, plan: SavePlan,
 
 
 def _file_records(spec: JobSpec, plan: SavePlan, view: memoryview, pieces: list[Extent]
-                  ) -> tuple[list[dict[str, Any]], dict[Extent, str]]:
+                  ) -> tuple[list[dict[str, object]], dict[Extent, str]]:
     """Layout mlperf: the journal's slice and the validate hash of every file written."""
     records, expected = [], {}
     for piece in pieces:
@@ -360,12 +360,12 @@ def _file_records(spec: JobSpec, plan: SavePlan, view: memoryview, pieces: list[
 
 
 def _headers(spec: JobSpec, plan: SavePlan,
-             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[Any]]:
+             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[object]]:
     """The header the creator of each formatted file writes first (page-aligned, so it can
     go through O_DIRECT), and where each tensor starts in every file this rank writes."""
     headers: dict[str, memoryview] = {}
     bases: dict[str, dict[str, int]] = {}
-    owned: list[Any] = []
+    owned: list[object] = []
     tensors = file_tensors(spec, plan.layout, nranks, plan.root) if plan.files else {}
     for file in plan.files:
         if spec.format == "raw":
@@ -423,7 +423,7 @@ def _begin_version(spec: JobSpec, backend: Backend, layout: str,
 
 
 def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, nranks: int,
-                    slices: list[dict[str, Any]]) -> None:
+                    slices: list[dict[str, object]]) -> None:
     """The version's entry, state writing: every file (and temporary name) and directory
     it may leave, before its first byte is written."""
     from stampede.checkpoint.save_plan import version_directories
@@ -478,7 +478,7 @@ def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
             "what it wrote")
 
 
-def _to_rank_zero(comm: Any, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ...],
+def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ...],
                   phases: Phases, retries: dict[str, int], where: Where | None) -> LayoutRun:
     rows = measured_rows(phases.log, phases.failed_iteration)
     all_messages = mpi.gather(comm, phases.messages)

@@ -6,7 +6,7 @@ says which bytes differ."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,10 +16,13 @@ from stampede.ops import OP_CODE
 from stampede.run.checks import new_digest
 from stampede.run.pattern import _describe
 
+if TYPE_CHECKING:
+    from stampede.run.save_pattern import Save
+
 VALIDATE = OP_CODE["validate"]
 
 
-def validate_extent(save: Any, file: FileWrite, extent: Extent) -> bool:
+def validate_extent(save: Save, file: FileWrite, extent: Extent) -> bool:
     """Evict, re-read and check one extent (one timed validate op); a mismatch is
     located against the shard in memory, untimed."""
     setup, backend = save.setup, save.setup.backend
@@ -67,7 +70,7 @@ def validate_extent(save: Any, file: FileWrite, extent: Extent) -> bool:
                   f"{what}; {locate(save, file, extent, base)}")
     return good
 
-def locate(save: Any, file: FileWrite, extent: Extent, base: int) -> str:
+def locate(save: Save, file: FileWrite, extent: Extent, base: int) -> str:
     """Untimed, after a failed check: the bytes that differ from the shard in memory."""
     setup = save.setup
     handle = setup.backend.opener(False, False)(setup.paths[file.relpath])

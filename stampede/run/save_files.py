@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any
 
 from stampede.checkpoint.save_plan import FileWrite
 from stampede.layouts import layout_of
@@ -125,7 +124,7 @@ class FileSave(Save):
             if self.past_deadline(stop):
                 return
 
-    def write_view(self, relpath: str, handle: Any, view: memoryview, offset: int) -> bool:
+    def write_view(self, relpath: str, handle: object, view: memoryview, offset: int) -> bool:
         """One timed write (used for headers and the index; the shard's blocks are
         written by write_file's own loop)."""
         start = time.perf_counter_ns()

@@ -83,7 +83,7 @@ class ObjectSave(Save):
 
     # --- helpers (untimed) ------------------------------------------------------------
 
-    def wait_and(self, comm: Any, action: Callable[[], T]) -> tuple[bool, T]:
+    def wait_and(self, comm: mpi.Comm, action: Callable[[], T]) -> tuple[bool, T]:
         """A vote on `comm` (as Save.vote) and a collective that carries data, timed
         together as one op wait; (True when no rank of it has failed, what it carried)."""
         first = len(self.log)
@@ -134,7 +134,7 @@ class ObjectSave(Save):
             if self.past_deadline(stop):
                 return
 
-    def share_uploads(self, comm: Any) -> None:
+    def share_uploads(self, comm: mpi.Comm) -> None:
         """The wait after create: the creator's UploadIds to the object's other writers."""
         ids = {relpath: upload.upload_id for relpath, upload in self.uploads.items()}
         going, ids = self.wait_and(comm, lambda: mpi.bcast(comm, ids))
@@ -200,7 +200,7 @@ class ObjectSave(Save):
             del self.uploads[relpath]
             self._durable_at(stop)
 
-    def complete_shared(self, comm: Any) -> None:
+    def complete_shared(self, comm: mpi.Comm) -> None:
         """Every writer's parts to the creator (a wait), which completes the upload; a
         last wait tells the writers their bytes are durable."""
         going, gathered = self.wait_and(comm, lambda: mpi.gather(comm, self.parts))

@@ -59,11 +59,11 @@ class SaveSetup:
 
     plan: SavePlan
     backend: Backend
-    paths: dict[str, Any]           # relpath -> the backend's name (files, partials, dirs)
+    paths: dict[str, object]        # relpath -> the backend's name (files, partials, dirs)
     model: AlignedBuffer            # the shard in memory, this version's content
     check: AlignedBuffer            # one block: validation re-reads into it
     block_bytes: int
-    world: Any
+    world: mpi.Comm
     group: Any = None               # striped: the ranks writing one shard's file
     staging: AlignedBuffer | None = None   # save.mode = async: the copy written from
     direct: bool = False
@@ -94,7 +94,7 @@ class Save:
     def __init__(self, setup: SaveSetup, iteration: int, origin_ns: int, log: Log) -> None:
         self.setup, self.plan, self.iteration, self.origin = setup, setup.plan, iteration, origin_ns
         self.log, self.outcome = log, PhaseOutcome()
-        self.handles: dict[str, Any] = {}      # relpath -> open handle (partial name)
+        self.handles: dict[str, object] = {}   # relpath -> open handle (partial name)
         self.source = setup.model.view         # what the writes copy from
         self.ok = True                         # every op of this rank so far succeeded
         self.abandoned = False                 # a wait said another rank failed
@@ -123,7 +123,7 @@ class Save:
             self.outcome.fail(f"rank {self.plan.rank}: deadline reached before the save finished")
         return self.expired
 
-    def wait(self, comm: Any, *flags: int) -> np.ndarray:
+    def wait(self, comm: mpi.Comm, *flags: int) -> np.ndarray:
         """A timed wait (op wait) that is also a vote: the flags summed over `comm`."""
         start = time.perf_counter_ns()
         timeout_s = max(self.setup.deadline_ns - start, 0) / 1e9 + WAIT_GRACE_S
@@ -143,7 +143,7 @@ class Save:
         """Local I/O goes on: nothing failed here or elsewhere, the deadline not passed."""
         return self.ok and not self.abandoned and not self.expired
 
-    def vote(self, comm: Any) -> bool:
+    def vote(self, comm: mpi.Comm) -> bool:
         """A wait on `comm`: True when no rank of it has failed (else the version is
         abandoned here too)."""
         if self.wait(comm, int(not self.ok or self.expired))[0]:

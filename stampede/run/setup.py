@@ -19,6 +19,8 @@ from stampede.spec import JobSpec
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
+    from stampede.run.devices import Device
+    from stampede.run.torch_exchange import TorchExchange
 
 MAX_MESSAGES = 10   # error messages kept per rank and phase
 
@@ -46,9 +48,9 @@ class RankSetup(NamedTuple):
     content_block_bytes: int = 0    # prepare's block size: to say which bytes are corrupt
     follow_links: bool = True       # False: a prepared checkpoint's files are not links
     device: Any = None              # run.h2d: where the restored bytes go on to
-    device_buffer: Any = None       # the held shard's place in device memory
+    device_buffer: object = None    # the held shard's place in device memory
     places: tuple[int, ...] = ()    # each extent's first byte in the device buffer
-    torch: Any = None               # run.exchange = torch: the TorchExchange
+    torch: TorchExchange | None = None   # run.exchange = torch: the TorchExchange
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
     where: Where | None = None      # --trace: each op's file and offset (else nothing kept)
 
@@ -68,8 +70,8 @@ class RankSetup(NamedTuple):
         return self.torch is not None and self.torch.backend == "nccl"
 
 
-def build_setup(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
-           buffer: AlignedBuffer, device: Any, catalogue: Catalogue | None) -> RankSetup:
+def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
+           buffer: AlignedBuffer, device: Device, catalogue: Catalogue | None) -> RankSetup:
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
     paths = {relpath: backend.path(relpath) for relpath in named}
@@ -129,8 +131,8 @@ def _places(plan: RankPlan, catalogue: Catalogue | None) -> tuple[int, ...]:
     return tuple(starts)
 
 
-def _device_side(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend,
-                 buffer: AlignedBuffer, device: Any) -> tuple[Backend, Any, tuple[str, ...]]:
+def _device_side(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
+                 buffer: AlignedBuffer, device: Device) -> tuple[Backend, object, tuple[str, ...]]:
     """run.h2d: the device buffer, the read buffer page-locked (cuda-pinned) or the files
     also opened through cuFile (cuda-gds); the backend the reads go through, and notes."""
     if device is None:
@@ -144,7 +146,7 @@ def _device_side(comm: Any, spec: JobSpec, plan: RankPlan, backend: Backend,
     return backend, device_buffer, ()
 
 
-def _gds(comm: Any, backend: Backend, device: Any) -> tuple[Backend, tuple[str, ...]]:
+def _gds(comm: mpi.Comm, backend: Backend, device: Any) -> tuple[Backend, tuple[str, ...]]:
     """run.h2d = cuda-gds: the files also opened through cuFile; the label of what it is."""
     from stampede.run.devices import Gds, GdsFiles
 
@@ -156,8 +158,8 @@ def _gds(comm: Any, backend: Backend, device: Any) -> tuple[Backend, tuple[str, 
     return cast(Backend, GdsFiles(backend, device.gds)), (note,)
 
 
-def _torch_exchange(comm: Any, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
-                    device: Any, device_buffer: Any) -> Any:
+def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
+                    device: Device, device_buffer: object) -> TorchExchange | None:
     """run.exchange = torch: torch.distributed checked (every rank, exit 2 where missing),
     then, for a layout that exchanges, the exchange over the held shard: the device
     buffer (nccl) or the host buffer, without a copy (gloo)."""
@@ -191,7 +193,7 @@ def _format(spec: JobSpec, catalogue: Catalogue | None) -> str:
     return "raw" if catalogue.format in RAW_FORMATS else catalogue.format
 
 
-def _index_parser(catalogue: Catalogue | None) -> Any:
+def _index_parser(catalogue: Catalogue | None) -> object:
     if catalogue is None:
         return None
     from stampede.existing.scan import index_parser

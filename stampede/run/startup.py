@@ -22,10 +22,13 @@ import importlib.util
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import stampede
 from stampede.errors import UsageError
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 LAUNCH_VARIABLE = "STAMPEDE_LAUNCH_NS"
 # What a worker rank must never import for stampede's own sake (they are slow to import,
@@ -93,7 +96,7 @@ def measure(comm_factory: Any, imports: tuple[str, ...]) -> tuple[Any, dict[str,
     }
 
 
-def time_collectives(comm: Any) -> list[tuple[str, int, int]]:
+def time_collectives(comm: Comm) -> list[tuple[str, int, int]]:
     """(op, start, stop) of barriers and small allreduces, each after a polite barrier."""
     import numpy as np
 

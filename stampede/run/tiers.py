@@ -43,7 +43,7 @@ Row = tuple[int, int, int, int, int, int]
 class Rank:
     """One rank's part: its roles, its paths, its buffers and what it has seen."""
 
-    comm: Any
+    comm: mpi.Comm
     spec: JobSpec
     roles: Roles
     backend: Backend
@@ -248,7 +248,7 @@ def unprotected_by_tier(runs: list[LayoutRun], reached: list[Any] | None) -> lis
             if run.stats is not None and run.layout in windows else run for run in runs]
 
 
-def _gathered_digests(comm: Any, roles: Roles, digest: str) -> list[str]:
+def _gathered_digests(comm: mpi.Comm, roles: Roles, digest: str) -> list[str]:
     found = mpi.gather(comm, digest)
     if found is None:
         return []
@@ -382,7 +382,7 @@ def storage_dir(spec: JobSpec) -> str:
     return f"tiers-{spec.name}"
 
 
-def layout_run(comm: Any, state: Rank, layout: str, rows: list[Row], origins: dict[int, int],
+def layout_run(comm: mpi.Comm, state: Rank, layout: str, rows: list[Row], origins: dict[int, int],
                 hosts: tuple[str, ...], phase: str) -> LayoutRun:
     """The layout's statistics over the ranks that took part (`comm`), on its rank 0."""
     array = np.array(rows, dtype=np.int64).reshape(-1, 6)

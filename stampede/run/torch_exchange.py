@@ -30,12 +30,16 @@ from __future__ import annotations
 import socket
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede import mpi
 from stampede.errors import RunFailed, UsageError, install_hint
 from stampede.ops import OP_CODE
 from stampede.run import rendezvous
+
+if TYPE_CHECKING:
+    from stampede.run.devices import Device
+    from stampede.run.pattern import Log
 
 PG_INIT, FIRST = OP_CODE["pg_init"], {"bcast": OP_CODE["bcast_first"],
                                      "allgather": OP_CODE["allgather_first"]}
@@ -79,14 +83,14 @@ class TorchExchange:
     ranks, in the order of the MPI group: member i holds stripe i), the tensor over the
     held shard, and the process group of the current iteration."""
 
-    def __init__(self, world: Any, members: list[int], backend: str, tensor: Any,
+    def __init__(self, world: mpi.Comm, members: list[int], backend: str, tensor: Any,
                  stripes: tuple[tuple[int, int], ...], device: Any, timeout_s: float) -> None:
         import torch.distributed as dist
 
         self.dist, self.world, self.members = dist, world, members
         self.backend, self.tensor, self.stripes = backend, tensor, stripes
         self.device, self.timeout_s = device, timeout_s
-        self.group: Any = None
+        self.group: object = None
         self.own = members.index(world.Get_rank())
         # In-place all_gather puts chunk j at j * length: member j must be the group's
         # rank j (torch sorts a group by rank) and the stripes of equal length.
@@ -99,7 +103,7 @@ class TorchExchange:
     def label(self) -> str:
         return f"torch.distributed {self.backend}"
 
-    def renew(self, iteration: int, received_bytes: int, kind: str, log: list[Any]) -> None:
+    def renew(self, iteration: int, received_bytes: int, kind: str, log: Log) -> None:
         """Before a phase: the previous process group destroyed (untimed), a new one made
         (op pg_init) and its first collective run (op bcast_first or allgather_first);
         collectively, so that a rank's failure is every rank's (RunFailed)."""
@@ -115,11 +119,11 @@ class TorchExchange:
                                 lambda: self._timed(kind))
         log.append((iteration, FIRST[kind], *stamps, received_bytes, 1))
 
-    def _init(self, store: Any, start: int) -> tuple[int, int]:
+    def _init(self, store: object, start: int) -> tuple[int, int]:
         """The process group over the store (the rendezvous began at `start`) and this
         rank's exchange group: pg_init's stamps."""
         dist = self.dist
-        options: dict[str, Any] = {}
+        options: dict[str, object] = {}
         if self.backend == "nccl":   # eager: the communicator is made here, not lazily
             options["device_id"] = self.device.device
         try:
@@ -162,8 +166,8 @@ class TorchExchange:
             self.dist.destroy_process_group()
 
 
-def open_exchange(world: Any, group: Any, backend: str, tensor: Any,
-                  stripes: tuple[tuple[int, int], ...], device: Any,
+def open_exchange(world: mpi.Comm, group: mpi.Comm, backend: str, tensor: object,
+                  stripes: tuple[tuple[int, int], ...], device: Device,
                   timeout_s: float) -> TorchExchange:
     """Collective over the world: the members of this rank's MPI exchange group, in its
     order, and the exchange over them."""

@@ -10,8 +10,6 @@ turns them into ids of one table per layout when it gathers the trace (`gathered
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from stampede import mpi
@@ -44,7 +42,7 @@ class Where:
         return found[keep]
 
 
-def gathered(comm: Any, columns: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]] | None:
+def gathered(comm: mpi.Comm, columns: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]] | None:
     """Every rank's (file, offset) columns on rank 0, in rank order, the file ids turned
     into indexes of one table of names (in order of first appearance); None elsewhere.
     Collective."""

@@ -23,7 +23,7 @@ class Plain:
     device: str
 
 
-def keeps_nothing(state: Any) -> None:
+def keeps_nothing(state: object) -> None:
     """release and finish of a loader that keeps nothing between loads."""
     return None
 
@@ -44,7 +44,7 @@ class Record:
         return stop
 
 
-def cut(tensor: Any, piece: Wanted, first_byte: int = 0) -> Any:
+def cut(tensor: object, piece: Wanted, first_byte: int = 0) -> object:
     """The piece's bytes of a tensor holding its tensor from byte `first_byte` on, as a
     flat view (no copy): the slice a tensor-parallel rank keeps."""
     if piece.whole and first_byte == 0:
@@ -54,7 +54,7 @@ def cut(tensor: Any, piece: Wanted, first_byte: int = 0) -> Any:
     return flat[start:start + piece.length]
 
 
-def flat_tensors(value: Any, prefix: str = "") -> dict[str, Any]:
+def flat_tensors(value: object, prefix: str = "") -> dict[str, object]:
     """Every tensor in what a loader returned (a state_dict, nested dicts and lists of
     them), by its dotted path; other values are left out."""
     import torch
@@ -63,7 +63,7 @@ def flat_tensors(value: Any, prefix: str = "") -> dict[str, Any]:
         return {prefix: value}
     items = value.items() if isinstance(value, dict) else \
         enumerate(value) if isinstance(value, list | tuple) else ()
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}
     for key, item in items:
         found.update(flat_tensors(item, f"{prefix}.{key}" if prefix else str(key)))
     return found

@@ -20,12 +20,15 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede import mpi
 from stampede.run import rendezvous
 from stampede.run.loaders.common import Record, tensor_bytes
 from stampede.run.loaders.work import RankWork
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 PROCESS_GROUP_TIMEOUT_S = 600
 
@@ -39,7 +42,7 @@ class State:
     index_bytes: int
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: mpi.Comm, work: RankWork, device: str) -> State:
     import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint import FileSystemReader
@@ -56,7 +59,7 @@ def prepare(comm: Any, work: RankWork, device: str) -> State:
                  os.path.getsize(os.path.join(work.root, work.index_file or ".metadata")))
 
 
-def _process_group(comm: Any, dist: Any) -> bool:
+def _process_group(comm: mpi.Comm, dist: ModuleType) -> bool:
     """The MPI ranks as a gloo group (its store served by rank 0 at its address on a port
     the kernel chose: stampede.run.rendezvous): False when one is already there."""
     if dist.is_initialized():
@@ -89,14 +92,14 @@ def _fqns(work: RankWork, storage_data: dict[Any, Any]) -> set[str]:
     return found
 
 
-def _timed_reader(root: str, record: Record, index_bytes: int, load_bytes: int) -> Any:
+def _timed_reader(root: str, record: Record, index_bytes: int, load_bytes: int) -> object:
     """FileSystemReader, its metadata read and its data read stamped (nothing changed)."""
     from torch.distributed.checkpoint import FileSystemReader
 
     class TimedReader(FileSystemReader):
         planned_from = 0
 
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        def read_metadata(self, *args: object, **kwargs: object) -> Any:
             start = time.perf_counter_ns()
             metadata = super().read_metadata(*args, **kwargs)
             TimedReader.planned_from = record("index", start, index_bytes)
@@ -112,7 +115,7 @@ def _timed_reader(root: str, record: Record, index_bytes: int, load_bytes: int) 
     return TimedReader(root)
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 

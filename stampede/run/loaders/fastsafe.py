@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.run.loaders.common import Record, cut
 from stampede.run.loaders.work import RankWork
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 
 @dataclass
@@ -24,7 +27,7 @@ class State:
     buffers: list[Any]      # the last load's, released (untimed) by release
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: Comm, work: RankWork, device: str) -> State:
     import os
 
     import fastsafetensors  # noqa: F401 - imported before any timing
@@ -33,11 +36,11 @@ def prepare(comm: Any, work: RankWork, device: str) -> State:
                  [])
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     from fastsafetensors import SafeTensorsFileLoader, SingleGroup
 
     work = state.work
-    held: dict[str, Any] = {}
+    held: dict[str, object] = {}
     if not work.files:
         return held
     start = time.perf_counter_ns()

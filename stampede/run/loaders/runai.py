@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.run.loaders.common import Record, cut, keeps_nothing, tensor_bytes
 from stampede.run.loaders.work import RankWork, Wanted
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 
 @dataclass(frozen=True)
@@ -22,17 +25,17 @@ class State:
     pieces: dict[str, Wanted]
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: Comm, work: RankWork, device: str) -> State:
     import runai_model_streamer  # noqa: F401 - imported before any timing
 
     return State(work, device, {piece.name: piece for piece in work.wanted})
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     from runai_model_streamer import SafetensorsStreamer
 
     work = state.work
-    held: dict[str, Any] = {}
+    held: dict[str, object] = {}
     if not work.files:
         return held
     start = time.perf_counter_ns()

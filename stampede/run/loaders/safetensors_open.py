@@ -12,26 +12,29 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.dtypes import itemsize
 from stampede.run.loaders.common import Plain, Record, cut, keeps_nothing, tensor_bytes, touch
 from stampede.run.loaders.work import RankWork, Wanted
 
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+
 State = Plain
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: Comm, work: RankWork, device: str) -> State:
     import safetensors  # noqa: F401 - imported before any timing
 
     return State(work, device)
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     from safetensors import safe_open
 
     work, clock = state.work, time.perf_counter_ns
-    held: dict[str, Any] = {}
+    held: dict[str, object] = {}
     with ExitStack() as stack:
         start = clock()
         handles = {relpath: stack.enter_context(safe_open(work.path(relpath), framework="pt",
@@ -49,7 +52,7 @@ def load(state: State, record: Record) -> dict[str, Any]:
     return held
 
 
-def _piece(handle: Any, piece: Wanted) -> tuple[Any, int]:
+def _piece(handle: Any, piece: Wanted) -> tuple[object, int]:
     """(what was loaded, the tensor byte it starts at): the whole tensor, or the rows
     (along the first dimension, the elements of a vector) that cover a flat slice."""
     view = handle.get_slice(piece.name) if not piece.whole else None

@@ -7,26 +7,29 @@ slice of, and keeps all of it."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.run.loaders.common import Plain, Record, flat_tensors, keeps_nothing, tensor_bytes
 from stampede.run.loaders.work import RankWork
 
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
+
 State = Plain
 
 
-def prepare(comm: Any, work: RankWork, device: str) -> State:
+def prepare(comm: Comm, work: RankWork, device: str) -> State:
     import torch  # noqa: F401 - imported before any timing
 
     return State(work, device)
 
 
-def load(state: State, record: Record) -> dict[str, Any]:
+def load(state: State, record: Record) -> dict[str, object]:
     import torch
 
     work = state.work
     start = time.perf_counter_ns()
-    held: dict[str, Any] = {}
+    held: dict[str, object] = {}
     for relpath in work.files:
         loaded = torch.load(work.path(relpath), map_location=state.device, weights_only=True)
         held.update({f"{relpath}:{name}": tensor

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from stampede.run.gather import exact_stats
 from stampede.run.loaders import LoaderEntry, loader_module
 from stampede.run.loaders.common import Log, Record
 from stampede.run.loaders.work import RankWork
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 RESTORE = OP_CODE["restore"]
 MAX_MESSAGES = 10
@@ -51,11 +54,11 @@ class Measured:
 
     stats: LayoutStats | None
     messages: tuple[str, ...]
-    digests: tuple[dict[str, list[Any]], ...]   # per rank, iteration 0: name -> [bytes, xxh3]
+    digests: tuple[dict[str, list[object]], ...]   # per rank, iteration 0: name -> [bytes, xxh3]
     failed: bool
 
 
-def measure(comm: Any, entry: LoaderEntry, work: RankWork, target: Target, iterations: int,
+def measure(comm: mpi.Comm, entry: LoaderEntry, work: RankWork, target: Target, iterations: int,
             warmup: int, cold: bool, hosts: tuple[str, ...]) -> Measured | None:
     """The loader's iterations on every rank; the result on rank 0 (None elsewhere)."""
     module = loader_module(entry)
@@ -64,7 +67,7 @@ def measure(comm: Any, entry: LoaderEntry, work: RankWork, target: Target, itera
     log: Log = []
     origins: dict[int, int] = {}
     messages: list[str] = []
-    digests: dict[str, list[Any]] = {}
+    digests: dict[str, list[object]] = {}
     failed = False
     try:
         for iteration in range(-warmup, iterations):
@@ -96,7 +99,7 @@ def measure(comm: Any, entry: LoaderEntry, work: RankWork, target: Target, itera
                     tuple(all_digests), failed)
 
 
-def _prepare(module: Any, comm: Any, work: RankWork, device: str) -> Any:
+def _prepare(module: ModuleType, comm: mpi.Comm, work: RankWork, device: str) -> object:
     try:
         return module.prepare(comm, work, device)
     except (RunFailed, OSError):
@@ -105,9 +108,9 @@ def _prepare(module: Any, comm: Any, work: RankWork, device: str) -> Any:
         raise RunFailed(f"{type(error).__name__}: {error}") from None
 
 
-def _iteration(module: Any, state: Any, work: RankWork, target: Target, iteration: int,
+def _iteration(module: ModuleType, state: object, work: RankWork, target: Target, iteration: int,
                origins: dict[int, int], log: Log, messages: list[str],
-               name: str) -> tuple[dict[str, Any], bool]:
+               name: str) -> tuple[dict[str, object], bool]:
     """The timed load; its restore sample (ok = 0 and no bytes when the loader raised)."""
     try:
         held = module.load(state, Record(iteration, log, target.synchronize))
@@ -134,7 +137,7 @@ def _evict(work: RankWork, messages: list[str]) -> None:
                 messages.append(f"rank {work.rank}: evict {relpath}: {error.strerror}")
 
 
-def _digests(held: dict[str, Any]) -> dict[str, list[Any]]:
+def _digests(held: dict[str, Any]) -> dict[str, list[object]]:
     """Untimed: name -> [bytes, xxh3-128 hex] of each tensor held (brought to the host)."""
     import torch
     import xxhash
