@@ -175,8 +175,10 @@ def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
                                      for layout, s in stats.items()}, phase)
         for row, standing in ranked(run_rows_of(rows, verdict.run_id), phase):
             dominant = figures.dominant_op(panels, row["layout"])
-            # a narrow screen wraps the cell before its spread, never inside a number
-            spread = last_rank(row).replace(" ", "\u00a0").replace("\u00a0(", " (").replace("–", "–\u2060")
+            # '1.51 (1.25–1.77) ms': a narrow screen wraps the cell before its spread, never
+            # inside a number
+            spread = last_rank(row).replace("-", "–\u2060").replace(" ", "\u00a0") \
+                .replace("\u00a0(", " (")
             body.append([phase, row["layout"], spread, standing,
                          f"{dominant[0]} ({dominant[1]:.0%})" if dominant else "-"])
     if not body:

@@ -113,7 +113,8 @@ BUFFERED_NOTE = ("buf = save.durability = none: handed to the page cache, not du
                  "storage GB/s")
 SAVE_NOTE = ("published = until the pointer named the version (rank 0); blocked = until "
              "training could go on (async: the snapshot); unprotected = time without a valid "
-             "published version (must be 0).")
+             "published version (0 when retention waits for the publish; a tier's: how long a "
+             "published version was not yet on that tier, when tiers.publish is below it).")
 
 SAVE = TableSpec(
     "Save: time until every rank's bytes are durable", "save", "save",
