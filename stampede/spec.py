@@ -238,7 +238,7 @@ OPTIONS: tuple[Option, ...] = (
     *(Option(f"tiers.keep_{tier}", f"keep_{tier}", values.whole_number(1), 1,
              f"`stampede rejoin`: versions the {where} keeps; an older one is removed (op "
              "unlink) once a newer is published", f"keep_{tier}")
-      for tier, where in (("local", "node-local tier"), ("peer", "peers' replicas"),
+      for tier, where in (("local", "node-local tier"), ("peer", "peer tier (the replicas)"),
                           ("storage", "storage tier"))),
     Option("run.restore", "restore_from", values.choice(RESTORE_FROM), "auto",
            "what run restores: auto = the layout's published save when the target holds one "

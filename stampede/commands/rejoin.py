@@ -22,9 +22,9 @@ The storage copy drains in a thread of each rank while it goes on (tiers.drain):
 = until the rank's local and peer copies are done; published (tiers.publish) = once every
 shard is on that tier; each tier's unprotected = how long the published version was not
 yet on it. With tiers.versions > 1 each tier keeps its own number of versions
-(tiers.keep_local, keep_peer, keep_storage), the last one restored. `stampede html` and
-`stampede mttr` on the archive: T_MTTR of the rejoin and of the full restart side by
-side, as measured and at 16,384 ranks.
+(tiers.keep_local, keep_peer, keep_storage), the last one restored. `stampede mttr`,
+`project` and `report --html` on the archive: T_MTTR of the rejoin and of the full restart
+side by side, as measured and at the target (--target-ranks, default 16,384).
 
   mpiexec -hosts node0:2,node1:2,node2:2 -n 6 stampede rejoin jobs/rejoin.toml
   stampede emulate-cluster --nodes 3 --ranks-per-node 1 --no-storage -- \\

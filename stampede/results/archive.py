@@ -28,7 +28,11 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      backend and phase restore (now backend posix for file modes, - for memory ones,
      phase h2d). Rows of schemas 1-4 read in these terms (read_rows derives them).
      With it (the schema unreleased yet): `stampede rejoin`'s notes (what a run says
-     beside its numbers, apart from its warnings) and tier_{local,peer,storage}_bytes.
+     beside its numbers, apart from its warnings), tier_local_bytes, tier_peer_bytes,
+     tier_storage_bytes, and the tiers.* options tier_dir, tier_peers, tier_placement,
+     spare_nodes, lost_nodes, tier_publish, tier_drain, tier_versions, keep_local,
+     keep_peer, keep_storage. Its sidecars (results/sidecar-5.schema.json: run, loaders,
+     startup, gpu) each carry the command that wrote them; `stampede gpu` writes one too.
 
 The columns themselves (type, unit, meaning, since, identity) are
 stampede.results.columns'.
