@@ -92,9 +92,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                                  + commands_text(),
                      epilog_text=metrics_text)
     parser.add_argument("--version", action="version", version=f"stampede {__version__}")
-    # listed by group in the description, not as argparse's one block
+    # listed by group in the description, not as argparse's one block; prog: each
+    # command's usage and errors begin "stampede run", not the top usage's text
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser, help=argparse.SUPPRESS)
+                                     parser_class=_Parser, help=argparse.SUPPRESS,
+                                     prog="stampede")
     for module in _modules_for(argv):
         importlib.import_module(module).register(commands, formatter)
     return parser

@@ -40,3 +40,16 @@ def test_help_lists_each_command_once_under_its_group() -> None:
     assert {group: list(commands) for group, (_, commands) in GROUPS.items()} == found
     assert found["model"] == ["project", "mttr"]
     assert "\n  emulate-cluster  N nodes of k ranks" in listing
+
+
+def test_a_commands_usage_and_errors_name_the_command_alone() -> None:
+    """`stampede run --help` begins `usage: stampede run`, and a usage error `stampede run:
+    error:` (not the top usage's `[-h] [--version] COMMAND ...` before the command)."""
+    for command in build_parser(None)._subparsers._group_actions[0].choices:  # type: ignore
+        helped = subprocess.run([sys.executable, "-m", "stampede", command, "--help"],
+                                capture_output=True, text=True, timeout=60)
+        assert helped.stdout.startswith(f"usage: stampede {command} "), helped.stdout[:200]
+    refused = subprocess.run([sys.executable, "-m", "stampede", "run"], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1].startswith("stampede run: error:"), refused.stderr
