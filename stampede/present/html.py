@@ -248,6 +248,9 @@ def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any
     tables = "".join(save_table(run_rows_of(rows, verdict.run_id)) if phase == "save" else
                      restore_table(run_rows_of(rows, verdict.run_id))
                      for phase, verdict in assessment.phases.items())
+    if not tables and assessment.rejoin is not None:   # a rejoin run: its own tables
+        rejoin_rows = run_rows_of(rows, assessment.rejoin.run.run_id)
+        tables = save_table(rejoin_rows) + restore_table(rejoin_rows)
     if not tables:
         tables = ops_table(rows)
     note = tag("ul", "".join(tag("li", escape(n)) for n in notes), class_="note") if notes else ""

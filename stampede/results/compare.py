@@ -31,6 +31,7 @@ from stampede.ops import PSEUDO_OPS
 from stampede.results.cells import Row as CellRow
 from stampede.results.cells import flag, number, text
 from stampede.results.columns import IDENTITY_COLUMNS
+from stampede.results.tiers import TIER_SAVES
 
 NO_SPREAD_TOLERANCE = 0.05
 # Two rows measure the same thing when these are equal (the registry's identity columns:
@@ -211,8 +212,12 @@ def ranked(rows: Sequence[CellRow], op: str = "restore") -> list[tuple[CellRow, 
     """Rows of the completion op (restore, save), valid ones by time to last rank first,
     each with how it stands against the best: a tie when their per-iteration min-max
     ranges overlap (within_spread, the rule of `stampede compare` too), else how much
-    slower."""
+    slower. The tiers of one save in tiers (stampede rejoin) are not alternatives: they
+    come in their order, nearest first, each standing "-"."""
     restores = [row for row in rows if row["op"] == op]
+    if restores and all(row["layout"] in TIER_SAVES for row in restores):
+        return [(row, "-" if flag(row, "valid") else INVALID) for row in
+                sorted(restores, key=lambda row: TIER_SAVES.index(row["layout"]))]
     valid = sorted((row for row in restores if flag(row, "valid")),
                    key=lambda row: number(row, "time_to_last_rank_s"))
     ranked: list[tuple[CellRow, str]] = []

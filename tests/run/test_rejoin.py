@@ -62,9 +62,14 @@ def said(result: subprocess.CompletedProcess[str]) -> str:
 def html_verdict(stampede: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> str:
     """The HTML report's verdict section of the run's archive, as text."""
     page = tmp_path / "report.html"
-    made = stampede("html", str(tmp_path / "results" / "tiers.csv"), "-o", str(page))
+    made = stampede("report", str(tmp_path / "results" / "tiers.csv"), "--html", str(page))
     assert made.returncode == 0, made.stderr
     text = page.read_text()
+    # the run's own tables: the tiers of one save in their order, none ranked against
+    # another; the rejoin beside the restart
+    tiers = re.findall(r"<tr><td>(tier-\w+)</td><td>[^<]*</td><td>([^<]*)</td>", text)
+    assert tiers == [("tier-local", "-"), ("tier-peer", "-"), ("tier-storage", "-")], tiers
+    assert re.findall(r"<tr><td>(rejoin|restart)</td>", text[text.index('id="restore"'):])
     section = text[text.index('id="verdict"'):]
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", section[:section.index("</section>")])
                                   ).split())
