@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede import mpi
 from stampede.backends import open_backend
@@ -50,6 +50,9 @@ from stampede.run.where import Where
 from stampede.spec import JobSpec
 from stampede.sysinfo import meminfo_bytes
 from stampede.units import format_bytes
+
+if TYPE_CHECKING:
+    from stampede.run.pattern import PhaseOutcome
 
 
 def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
@@ -245,7 +248,7 @@ PUBLISHED = OP_CODE["published"]
 
 
 def _phase(comm: mpi.Comm, spec: JobSpec, setup: SaveSetup, iteration: int,
-           phases: Phases) -> tuple[Any, bool]:
+           phases: Phases) -> tuple[PhaseOutcome, bool]:
     steps: type[Save] = FileSave if setup.backend.capabilities.has_directories else ObjectSave
     origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
@@ -360,12 +363,12 @@ def _file_records(spec: JobSpec, plan: SavePlan, view: memoryview, pieces: list[
 
 
 def _headers(spec: JobSpec, plan: SavePlan,
-             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[object]]:
+             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[AlignedBuffer]]:
     """The header the creator of each formatted file writes first (page-aligned, so it can
     go through O_DIRECT), and where each tensor starts in every file this rank writes."""
     headers: dict[str, memoryview] = {}
     bases: dict[str, dict[str, int]] = {}
-    owned: list[object] = []
+    owned: list[AlignedBuffer] = []
     tensors = file_tensors(spec, plan.layout, nranks, plan.root) if plan.files else {}
     for file in plan.files:
         if spec.format == "raw":
