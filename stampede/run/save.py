@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stampede import mpi
 from stampede.backends import open_backend
@@ -50,9 +50,6 @@ from stampede.run.where import Where
 from stampede.spec import JobSpec
 from stampede.sysinfo import meminfo_bytes
 from stampede.units import format_bytes
-
-if TYPE_CHECKING:
-    from stampede.run.pattern import PhaseOutcome
 
 
 def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
@@ -248,7 +245,7 @@ PUBLISHED = OP_CODE["published"]
 
 
 def _phase(comm: mpi.Comm, spec: JobSpec, setup: SaveSetup, iteration: int,
-           phases: Phases) -> tuple[PhaseOutcome, bool]:
+           phases: Phases) -> tuple[Any, bool]:
     steps: type[Save] = FileSave if setup.backend.capabilities.has_directories else ObjectSave
     origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
