@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError, install_hint
 from stampede.launcher import call, find_mpiexec, signals_stop_children
@@ -15,6 +15,7 @@ from stampede.launcher import call, find_mpiexec, signals_stop_children
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
     from stampede.results.recorder import Show
+    from stampede.run.startup import StartupRecord
 
 
 def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
@@ -81,7 +82,7 @@ def _measure_here(imports: tuple[str, ...], archive: str) -> int:
     return 0
 
 
-def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], archive: str,
+def archive_startup(records: list[StartupRecord], imports: tuple[str, ...], archive: str,
                     mpi_library: str, show: Show) -> list[dict[str, str]]:
     """Rank 0: stats over ranks, the run recorded (rows, sidecar, `show`n); its rows."""
     from stampede.results.recorder import Recorder
