@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from stampede import __version__
 from stampede.commands import COMMANDS, commands_text, metrics_text
@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
             self.epilog, self.epilog_text = self.epilog_text(), None
         return super().format_help()
 
-    def error(self, message: str) -> Any:
+    def error(self, message: str) -> NoReturn:
         if launcher_rank() == 0:
             self.print_usage(sys.stderr)
             print(f"{self.prog}: error: {message}", file=sys.stderr)

@@ -44,7 +44,7 @@ class ObjectHandle(NamedTuple):
 
 
 class FsspecBackend:
-    """Any fsspec file system (memory://, file://, gs://, ...); S3 has its own class."""
+    """An fsspec file system, whichever (memory://, file://, gs://, ...); S3 has its own class."""
 
 
     def __init__(self, target_path: str, storage_options: dict[str, object] | None = None) -> None:

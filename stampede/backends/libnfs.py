@@ -16,7 +16,6 @@ import itertools
 import os
 import socket
 import uuid
-from typing import Any
 
 from stampede.errors import UsageError
 
@@ -40,11 +39,11 @@ class Dirent(ctypes.Structure):
 
 Dirent._fields_ = [("next", ctypes.POINTER(Dirent)), ("name", ctypes.c_char_p)]
 
-_lib: object = None
+_lib: ctypes.CDLL | None = None
 _CONTEXTS = itertools.count()
 
 
-def library() -> Any:
+def library() -> ctypes.CDLL:
     """The loaded libnfs with its prototypes (once per process); UsageError where none."""
     global _lib
     if _lib is not None:

@@ -25,7 +25,7 @@ import os
 import stat
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from stampede.backends.libnfs import Client
@@ -33,6 +33,11 @@ from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
 from stampede.units import BYTES_PER_MIB
+
+if TYPE_CHECKING:
+    from stampede.backends.rpc_count import CountingRelay
+
+Result = TypeVar("Result")   # what a probed call returns (a handle), handed back
 
 # libnfs 4.0 (Debian's libnfs13) over NFSv4 reports no rsize or wsize, sends a READ of
 # more than the server's maximum (ganesha's default 1 MiB) and fails, and encodes a
@@ -252,13 +257,13 @@ class NfsBackend:
         return None
 
 
-def _probe_ops(probe: NfsBackend, relay: Any, relpath: str | None, block_bytes: int,
+def _probe_ops(probe: NfsBackend, relay: CountingRelay, relpath: str | None, block_bytes: int,
                save: bool) -> dict[str, list[list[object]]]:
     """Each op once through `probe`, in the order a restore (or a save) makes them: op ->
     the calls it sent, runs of the same call as [count, name]."""
     counted: dict[str, list[list[object]]] = {}
 
-    def count(op: str, call: Callable[[], object]) -> Any:
+    def count(op: str, call: Callable[[], Result]) -> Result:
         start = relay.count()
         result = call()
         runs: list[list[Any]] = []

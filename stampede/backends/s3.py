@@ -110,7 +110,7 @@ class S3Backend(FsspecBackend):
     def _call(self, op: str, verb: str, function: Callable[..., object], *args: object) -> Any:
         """One request (`function` makes exactly one), attempted up to max_attempts times
         while it fails in a retryable way; each retry counted under `op` (timed ops only)
-        and backed off first. Any failure leaves as an OSError."""
+        and backed off first. Every failure leaves as an OSError."""
         retried = 0
         while True:
             try:

@@ -24,7 +24,7 @@ import os
 import struct
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -32,8 +32,12 @@ from stampede.dtypes import ITEMSIZE, WRITTEN
 from stampede.units import ALIGN_BYTES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from stampede.backends.base import Backend
     from stampede.spec import JobSpec
+
+Parsed = TypeVar("Parsed")   # what read_safetensors_header's `parse` makes of the header
 
 # A header larger than this is corrupt, not a checkpoint (safetensors refuses > 100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -88,7 +92,7 @@ def safetensors_prefix(tensors: Sequence[tuple[str, int]], dtype: str) -> tuple[
 
 
 def read_safetensors_header(backend: Backend, handle: object, scratch: memoryview | None,
-                            parse: Any) -> Any:
+                            parse: Callable[[bytes, int], Parsed]) -> Parsed:
     """Read a safetensors header in whole 4 KiB pages from offset 0 (into the page-aligned
     scratch buffer, or an aligned one of its own when the header is larger or there is
     none), so the same reads work on a handle opened with O_DIRECT, and return

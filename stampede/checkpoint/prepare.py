@@ -20,7 +20,7 @@ from typing import Any
 
 from stampede import mpi
 from stampede.backends import open_backend
-from stampede.backends.base import Backend, missing_root
+from stampede.backends.base import Backend, Writer, missing_root
 from stampede.backends.posix import DIR_MODE, FILE_MODE
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
@@ -304,7 +304,7 @@ class _Writer:
             return safetensors_prefix(tensors, self.spec.dtype)
         return b"", {"": 0}
 
-    def _write_extent(self, out: Any, extent: Extent, base: int, buffer: AlignedBuffer,
+    def _write_extent(self, out: Writer, extent: Extent, base: int, buffer: AlignedBuffer,
                       advance: Callable[[int], None]) -> dict[str, object]:
         """Write the extent's content at `base` + its offsets (base: where its tensor
         starts in a formatted file, 0 in a raw one)."""

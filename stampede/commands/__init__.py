@@ -19,8 +19,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from stampede.model.workload import Workload
     from stampede.spec import JobSpec
+
+    # what `register(commands, formatter)` adds its parsers to: the CLI's add_subparsers()
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 Spec = TypeVar("Spec", bound="JobSpec")
 
@@ -114,7 +119,7 @@ class _Renamed(argparse.Action):
         self.command = command
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+                 values: object, option_string: str | None = None) -> None:
         new = self.option_strings[0]
         if option_string is not None and option_string != new:
             from stampede.launcher import launcher_rank

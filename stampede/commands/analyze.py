@@ -8,20 +8,21 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.units import NS_PER_S
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from stampede.commands import Subparsers
     from stampede.present.report import Console
     from stampede.results.trace import Trace
 
 SHOWN_RANKS = 8
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "analyze", formatter_class=formatter,
         help="Read a run's trace (run --trace): throughput, ops and ranks inside a "

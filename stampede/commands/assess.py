@@ -22,19 +22,20 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import add_job_arguments, set_words
 from stampede.commands.html import add_target_arguments, target_of
 
 if TYPE_CHECKING:
+    from stampede.commands import Subparsers
     from stampede.model.budget import Plan
     from stampede.spec import JobSpec
 
 DEFAULT_BUDGET = "10min"
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "assess", formatter_class=formatter,
         help="Probe, plan a sweep to a time budget, run it (local mpiexec) or render it "
@@ -229,12 +230,15 @@ def check_targets_empty(job: str, spec: JobSpec, saving: Saving) -> None:
                      f"stampede clean {job} --set target.path={target}")
 
 
-def step_sets(args: argparse.Namespace, saving: Saving, spec: Any, archive: Path, iterations: int,
+def step_sets(args: argparse.Namespace, saving: Saving, spec: JobSpec, archive: Path, iterations: int,
               warmup: int, size_factor: float) -> dict[str, list[str]]:
     """The --set words of every step: the user's, then the plan's (the save's: its layouts
     and target)."""
-    sized = ("checkpoint.size_per_rank", spec.size_per_rank_bytes) \
-        if spec.size_per_rank_bytes is not None else ("checkpoint.size", spec.size_total_bytes)
+    if spec.size_per_rank_bytes is not None:
+        sized = ("checkpoint.size_per_rank", spec.size_per_rank_bytes)
+    else:
+        assert spec.size_total_bytes is not None   # a job gives one of the two (spec's rules)
+        sized = ("checkpoint.size", spec.size_total_bytes)
     pairs = [*args.set, f"archive.path={json.dumps(str(archive))}", f"run.iterations={iterations}",
              f"run.warmup={warmup}", f"{sized[0]}={int(sized[1] * size_factor) // 4096 * 4096}"]
     words = set_words(pairs)

@@ -4,13 +4,16 @@ and the verdicts are stampede.results.compare's."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.results import compare as model
 from stampede.results.compare import MATCH_COLUMNS, compare_rows
 
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "compare", formatter_class=formatter,
         help="Compare two archives (or one archive's groups, --by layout) over all their runs: "

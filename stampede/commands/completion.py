@@ -8,7 +8,12 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from stampede.commands import Subparsers
 
 SHELLS = ("bash", "zsh")
 
@@ -56,7 +61,7 @@ autoload -U +X bashcompinit && bashcompinit
 """
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "completion", formatter_class=formatter,
         help="Print a completion script for bash or zsh: commands, their flags, job files, "
@@ -111,5 +116,5 @@ def _takes_job(action: argparse.Action) -> bool:
     return action.metavar == "JOB" or "TOML" in (action.help or "")
 
 
-def _words(items: Any) -> str:
+def _words(items: Iterable[object]) -> str:
     return shlex.quote(" ".join(str(item) for item in items))

@@ -9,14 +9,17 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError, install_hint
 from stampede.launcher import call, find_mpiexec, signals_stop_children
 from stampede.results.definitions import METRICS
 
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     demo = commands.add_parser("demo", help="Prepare, restore and save the embedded default job "
                                             "(local temp dir, shared and sharded), report and "
                                             "clean, with the venv's own mpiexec.",

@@ -9,12 +9,14 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:
+    from stampede.commands import Subparsers
     from stampede.emulate.cluster import Cluster
+    from stampede.emulate.topology import Link
 
 EPILOG = """\
 Each node is a network namespace with its own hostname (a UTS namespace), address and NIC,
@@ -41,7 +43,7 @@ of this command (SIGKILL), the next emulate-cluster, or --cleanup, removes what 
 Root only; iproute2 (ip, tc) and util-linux (unshare)."""
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "emulate-cluster", formatter_class=formatter,
         help="Emulate N nodes of k ranks on this machine (network namespaces, shaped NICs, an "
@@ -76,7 +78,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.set_defaults(func=cmd_emulate_cluster)
 
 
-def _links(args: argparse.Namespace) -> tuple[Any, Any]:
+def _links(args: argparse.Namespace) -> tuple[Link, Link | None]:
     from stampede.emulate.topology import Link
 
     for flag, value in (("--node-gbps", args.node_gbps), ("--storage-gbps", args.storage_gbps),

@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.emulate import mds as model
 from stampede.emulate import writable
 from stampede.emulate.service import LOG_LIMIT
+
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
 # libfuse 3 caps its worker threads (10 by default); libfuse 2's pool grew with the
 # requests in flight, and so must this one: a request waits in the emulator's queues (its
@@ -22,7 +25,7 @@ MAX_IDLE_THREADS = 10     # libfuse 2's, fixed there (libfuse 3.14 warns when it
 STOPPED_BY_SIGNAL = 8
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "emulate-mds", formatter_class=formatter,
         help="Mount a FUSE pass-through of a directory whose metadata requests (stat, open, "

@@ -7,19 +7,20 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.run import h2d
 from stampede.run.devices import LINK_PEAKS_GBPS
 
 if TYPE_CHECKING:
+    from stampede.commands import Subparsers
     from stampede.run.h2d import Swept
 
 # The modes each device can run (host has no pinned memory): the defaults work as given.
 DEFAULT_MODES = {"cuda": "pageable,pinned,file", "host": "pageable,file"}
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "gpu", formatter_class=formatter,
         help="Time host -> device copies per rank (pageable, pinned, pin+copy, file -> HBM, "
@@ -112,7 +113,7 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sidecar(swept: Any, args: argparse.Namespace, mpi_library: str) -> dict[str, Any]:
+def _sidecar(swept: Swept, args: argparse.Namespace, mpi_library: str) -> dict[str, object]:
     """What the rows cannot hold: each rank's host and device (and cuFile's state), the
     sweep as asked (the link's peak is on every row)."""
     from stampede.sysinfo import slurm_variables
@@ -124,7 +125,7 @@ def _sidecar(swept: Any, args: argparse.Namespace, mpi_library: str) -> dict[str
             "slurm": slurm_variables()}
 
 
-def _archive_rows(swept: Any, args: argparse.Namespace, run_id: str) -> list[dict[str, str]]:
+def _archive_rows(swept: Swept, args: argparse.Namespace, run_id: str) -> list[dict[str, str]]:
     """Rank 0: one layout (= mode) per group, its ops as rows, the device on every row."""
     import numpy as np
 

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import add_workload_arguments, workload_from
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from stampede.commands import Subparsers
+    from stampede.model.assessment import Assessment
     from stampede.model.workload import Workload
+    from stampede.results.trace import Trace
 
 DEFAULT_TARGET_RANKS = 16384
 DEFAULT_TARGET_MTTR = "60s"   # the seed's sub-minute recovery
@@ -44,7 +49,7 @@ def target_of(args: argparse.Namespace) -> tuple[Workload, float]:
     return workload_from(args, args.target_ranks), target_mttr_s
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "html", formatter_class=formatter,
         help="Write one self-contained HTML report of an archive: the verdict (which layout, "
@@ -59,7 +64,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def write_report(archive: str, output: str, workload: Workload, target_mttr_s: float,
-                 notes: tuple[str, ...] = ()) -> tuple[Path, Any]:
+                 notes: tuple[str, ...] = ()) -> tuple[Path, Assessment]:
     """Assess the archive for the workload, render it, write the file; its path and the
     assessment."""
     from stampede.errors import UsageError
@@ -94,7 +99,7 @@ def write_report(archive: str, output: str, workload: Workload, target_mttr_s: f
     return path, assessment
 
 
-def traces_of(archive: str, sidecars: dict[str, Any]) -> dict[str, Any]:
+def traces_of(archive: str, sidecars: Mapping[str, object]) -> dict[str, Trace]:
     """The traces (--trace) of the runs shown, where they have one and it reads."""
     from stampede.results.archive import sidecar_path
     from stampede.results.trace import read_trace, trace_path
@@ -118,7 +123,7 @@ def cmd_html(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_verdict(archive: str, output: str, target: tuple[Any, float]) -> None:
+def write_verdict(archive: str, output: str, target: tuple[Workload, float]) -> None:
     """write_report for add_target_arguments' target; what was written and the verdict's
     summary printed."""
     path, assessment = write_report(archive, output, *target)

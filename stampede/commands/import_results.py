@@ -6,16 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.results import importers
+
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
 # IOR's JSON and mdtest's text of a run are kilobytes (per-op CSVs are not imported): a
 # larger file is not one, and is never read whole into memory (/dev/zero once took 24 GiB)
 PEER_OUTPUT_LIMIT_BYTES = 64 << 20
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "import", formatter_class=formatter,
         help="Append IOR (JSON summary) or mdtest (standard output) results to an archive, "

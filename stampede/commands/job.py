@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import (
     add_job_arguments,
@@ -21,12 +21,15 @@ from stampede.launcher import launcher_rank, launcher_size
 from stampede.spec import OPTIONS, REQUIRED
 
 if TYPE_CHECKING:
+    from stampede.commands import Subparsers
     from stampede.mpi import Comm
-    from stampede.results.model import LayoutRun, RunContext
+    from stampede.present.report import RunReport
+    from stampede.results.model import LayoutRun, LayoutTrace, RunContext
+    from stampede.results.recorder import Recorder
     from stampede.spec import JobSpec
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     def job_command(name: str, help_text: str,
                     epilog: Callable[[], str] | None = None) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text,
@@ -167,15 +170,15 @@ class Archiver:
     rank keeps its progress line object (enabled on rank 0 only). A cycle's two halves
     share one (one run, one report); `layouts` counts the layouts of both."""
 
-    def __init__(self, spec: Any, layouts: int, root: bool, command: str) -> None:
+    def __init__(self, spec: JobSpec, layouts: int, root: bool, command: str) -> None:
         from stampede.present.progress import Progress
 
         self.spec, self.layouts, self.root, self.command = spec, layouts, root, command
-        self.runs: list[Any] = []
+        self.runs: list[LayoutRun] = []
         self.messages: list[str] = []
-        self.recorder: Any = None   # results.recorder.Recorder, once the run has its id
-        self.report: Any = None     # present.report.RunReport, rank 0's
-        self.traces: dict[str, Any] = {}   # --trace: "phase/layout" -> its rows
+        self.recorder: Recorder | None = None   # once the run has its id
+        self.report: RunReport | None = None     # rank 0's
+        self.traces: dict[str, LayoutTrace] = {}   # --trace: "phase/layout" -> its rows
         self.progress = Progress(root)
         self.steps = 0
         self.total_steps = layouts * (spec.warmup + spec.iterations)
@@ -191,7 +194,7 @@ class Archiver:
                            f"{format_seconds(seconds)}", self.steps, self.total_steps,
                            final=iteration == self.spec.iterations - 1)
 
-    def layout_done(self, context: Any, run: Any) -> None:
+    def layout_done(self, context: RunContext, run: LayoutRun) -> None:
         """Rank 0, collectively: the layout recorded (reported, then archived whole or not
         at all, the sidecar rewritten with every layout so far)."""
         from stampede.present.report import RunReport
@@ -219,6 +222,8 @@ class Archiver:
         from stampede.errors import RunFailed
         from stampede.results.trace import trace_path, write_trace
 
+        # layout_done recorded the layout (and wrote the sidecar) before its trace
+        assert self.recorder is not None and self.recorder.sidecar_file is not None
         path = trace_path(self.recorder.sidecar_file)
         try:
             write_trace(path, self.traces, {"run_id": context.run_id,
@@ -232,6 +237,7 @@ class Archiver:
             return
         from stampede.results.trace import trace_path
 
+        assert self.report is not None and self.recorder.sidecar_file is not None   # set together
         traced = f", trace {trace_path(self.recorder.sidecar_file)}" if self.traces else ""
         self.report.finish(self.recorder.rows, self.messages, self.recorder.archived(traced))
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "jobs", formatter_class=formatter,
         help="List the job files stampede ships (jobs/*.toml), or copy them (and the "

@@ -15,15 +15,18 @@ import argparse
 import sys
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from stampede.commands import add_job_arguments, overrides
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:
+    from stampede.commands import Subparsers
     from stampede.existing.catalogue import Catalogue
     from stampede.mpi import Comm
     from stampede.results.model import LayoutRun, RunContext
+    from stampede.results.recorder import Recorder
+    from stampede.run.devices import CudaDevice
     from stampede.run.loaders import LoaderEntry
     from stampede.run.loaders.trial import Measured, Target
     from stampede.spec import JobSpec
@@ -35,7 +38,7 @@ HOST_MEMORY = "cpu"   # host memory; a GPU is labelled as `stampede gpu` labels 
 LOADER_BACKEND = "posix"   # the loaders read files (parse_request refuses URLs)
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     from stampede.run.loaders import LOADERS
 
     sub = commands.add_parser(
@@ -60,7 +63,7 @@ def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     sub.set_defaults(func=cmd_loaders)
 
 
-def parse_request(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+def parse_request(args: argparse.Namespace) -> tuple[JobSpec, tuple[str, ...], tuple[str, ...]]:
     """The job (its restore made raw), the loaders and devices asked: before MPI and I/O."""
     from stampede.run.loaders import LOADERS
     from stampede.spec import load_job
@@ -162,15 +165,22 @@ def _targets(comm: Comm, devices: tuple[str, ...]) -> tuple[list[Target], list[t
             continue
         from stampede.run.devices import CudaDevice
         try:
-            gpu: Any = CudaDevice(mpi.node_rank(comm))
+            gpu: CudaDevice | None = CudaDevice(mpi.node_rank(comm))
         except UsageError as error:
             gpu, why = None, error.message
         lacking = mpi.allreduce_sum(comm, np.array([int(gpu is None)]))
-        if lacking is not None and int(lacking[0]) == 0:
+        if gpu is not None and lacking is not None and int(lacking[0]) == 0:
             targets.append(Target(f"cuda:{gpu.index}", gpu.label, gpu.torch.cuda.synchronize))
         else:
             skipped.append(("cuda", why if gpu is None else "not every rank sees a GPU"))
     return targets, skipped
+
+
+class _LoaderPart(TypedDict):
+    """One loader's part of the sidecar (by "loader device policy")."""
+    valid: bool
+    messages: list[str]
+    digests: list[dict[str, list[object]]]   # per rank: name -> [bytes, xxh3]
 
 
 class _Session:
@@ -189,11 +199,11 @@ class _Session:
         self.stamp = now_stamp()
         hosts = mpi.gather(comm, mpi.processor_name(comm))
         self.hosts: tuple[str, ...] = tuple(mpi.bcast(comm, hosts or []))
-        self.recorder: Any = None if comm.Get_rank() else Recorder(
+        self.recorder: Recorder | None = None if comm.Get_rank() else Recorder(
             spec.archive_path, self.run_id, "loaders", lambda rows, sidecar: None)  # finish reports
-        self.ceilings: list[Any] = []
-        self.context: Any = None
-        self.loaders: dict[str, Any] = {}
+        self.ceilings: list[LayoutRun] = []
+        self.context: RunContext | None = None
+        self.loaders: dict[str, _LoaderPart] = {}
         self.failed: list[str] = []
 
     def ceiling(self, policy: str) -> None:
@@ -244,11 +254,12 @@ class _Session:
         """Rank 0: a ceiling's or a loader's rows archived, the sidecar with all so far."""
         from stampede.results.rows import sidecar
 
+        assert self.recorder is not None and self.context is not None   # rank 0, a ceiling first
         self.recorder.record(rows, {
             "ceiling": sidecar(self.spec, self.context, self.ceilings), "loaders": self.loaders,
             "skipped": [list(pair) for pair in self.skipped]})
 
-    def finish(self, entries: list[Any]) -> None:
+    def finish(self, entries: list[LoaderEntry]) -> None:
         """Rank 0: the report of everything recorded."""
         if self.comm.Get_rank() != 0:
             return
@@ -256,6 +267,7 @@ class _Session:
         from stampede.present.report_loaders import render_loaders
         from stampede.results.loaders import loader_lines
 
+        assert self.recorder is not None   # rank 0's
         rows = self.recorder.rows
         notes = list(dict.fromkeys(
             f"{row['tool']} {row['layout']}: {note}" for row in rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import (
     add_rejoin_arguments,
@@ -20,9 +20,11 @@ from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
 from stampede.spec import JOB_LIMIT_BYTES
 
 if TYPE_CHECKING:
+    from stampede.commands import Subparsers
     from stampede.model.mttr import Breakdown
     from stampede.model.projection import Projection
     from stampede.model.workload import Workload
+    from stampede.present.report import Console
 
 
 def _section(path: str) -> dict[str, float]:
@@ -65,7 +67,7 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"--{key.replace('_', '-')} {value:g}: {error}") from None
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "mttr", formatter_class=formatter,
         help="The recovery-time model T_MTTR with the terms stampede measured (restore "
@@ -199,7 +201,7 @@ def cmd_mttr(args: argparse.Namespace) -> int:
 
 def _rejoin_beside_restart(args: argparse.Namespace, at_target: tuple[int | None, float],
                            inputs: dict[str, float], sources: dict[str, str],
-                           console: Any) -> None:
+                           console: Console) -> None:
     """An archive of `stampede rejoin` holds both restores: T_MTTR each way as measured
     and at the workload (--target-ranks, else 16,384; stampede.model.rejoin: the rejoin's
     load the peer transfer into a spare node's NIC, the restart's the storage's

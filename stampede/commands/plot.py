@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.present.plot import INSTALL_HINT, KINDS
+
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
 PLOT_HELP = """\
 output: with --kind all (the default) -o is a stem: -o out.png (or -o out) writes
@@ -27,7 +30,7 @@ figures:
 sidecar are skipped with a note. matplotlib is optional: """ + INSTALL_HINT
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     """Add `stampede plot` to the CLI (called on every start: nothing heavy here)."""
     sub = commands.add_parser(
         "plot", formatter_class=formatter, epilog=PLOT_HELP,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import (
     add_rejoin_arguments,
@@ -20,13 +20,16 @@ from stampede.model.contention import METADATA_OPS, PHASES, SAVE_METADATA_OPS, S
 from stampede.model.fit import Known
 from stampede.units import BYTES_PER_GB
 
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
+
 # per phase: (the metadata ops fitted by default, those --op may name); what is projected
 OPS = {"restore": (METADATA_OPS, METADATA_OPS), "save": (SAVE_METADATA_OPS, SAVE_OPS)}
 WHAT = {"restore": "the restore: time to last rank",
         "save": "the save: time until the last rank's bytes are durable"}
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "project", formatter_class=formatter,
         help="Fit a contention model (metadata burst through a server, data through aggregate "

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import add_job_arguments, overrides
+
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
 EPILOG = """\
 The ranks on the last tiers.spare_nodes nodes are hot spares: idle through the save, they
@@ -35,7 +38,7 @@ tiers-JOB/) is removed when it ends; what a run that did not finish left is refu
 --clean (launched on the same nodes) removes it."""
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     from stampede.commands.job import job_keys_help
 
     sub = commands.add_parser(

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.commands.html import add_target_arguments
 from stampede.results.definitions import METRICS
 
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     report = commands.add_parser("report", help="Present an archive: its runs re-rendered in "
                                                 "the terminal, with --html one self-contained "
                                                 "HTML verdict, with --png its figures.",

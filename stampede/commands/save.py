@@ -8,17 +8,18 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import add_job_arguments, add_trace_arguments, overrides, traced
 from stampede.results.definitions import SAVE_METRICS
 
 if TYPE_CHECKING:
+    from stampede.commands import Subparsers
     from stampede.mpi import Comm
     from stampede.spec import JobSpec
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     from stampede.commands.job import job_keys_help
 
     save = commands.add_parser(

@@ -11,13 +11,16 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import add_job_arguments, add_renamed, set_words
 from stampede.sbatch import DEFAULT_TIME
 
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "slurm", formatter_class=formatter,
         help="Render an sbatch script for a job (one restore, or a sweep with --ranks); print "

@@ -7,14 +7,18 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError, install_hint
 from stampede.launcher import call, find_mpiexec, signals_stop_children
 
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
+    from stampede.results.recorder import Show
+    from stampede.run.startup import StartupRecord
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     startup = commands.add_parser(
         "startup", formatter_class=formatter,
         help="Measure the start-up stampede (T_pod_init) per rank: interpreter, imports, MPI "
@@ -78,8 +82,8 @@ def _measure_here(imports: tuple[str, ...], archive: str) -> int:
     return 0
 
 
-def archive_startup(records: list[dict[str, Any]], imports: tuple[str, ...], archive: str,
-                    mpi_library: str, show: Callable[[Any, Any], None]) -> list[dict[str, str]]:
+def archive_startup(records: list[StartupRecord], imports: tuple[str, ...], archive: str,
+                    mpi_library: str, show: Show) -> list[dict[str, str]]:
     """Rank 0: stats over ranks, the run recorded (rows, sidecar, `show`n); its rows."""
     from stampede.results.recorder import Recorder
     from stampede.results.rows import new_run_id, now_stamp, op_rows, shared_columns

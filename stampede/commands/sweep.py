@@ -17,10 +17,13 @@ import argparse
 import json
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.commands import add_job_arguments, set_words
 from stampede.launcher import call
+
+if TYPE_CHECKING:
+    from stampede.commands import Subparsers
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
@@ -36,7 +39,7 @@ def parse_ranks(text: str) -> tuple[int, ...]:
     return counts
 
 
-def register(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
     sub = commands.add_parser(
         "sweep", formatter_class=formatter,
         help="Run one job at several rank counts through the local mpiexec, appending every "

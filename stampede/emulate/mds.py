@@ -85,7 +85,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from stampede.emulate.service import (
     SPIN_S,
@@ -100,6 +100,7 @@ from stampede.emulate.service import (
 if TYPE_CHECKING:
     from types import ModuleType
 
+Result = TypeVar("Result")   # what a request's real operation returns, handed back
 FUSE_HINT = "pip install 'stampede[emulate]' and apt-get install fuse3"
 STAT_FIELDS = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
                "st_ctime_ns", "st_blocks", "st_blksize", "st_rdev")
@@ -180,7 +181,7 @@ class MetadataServer:
     def _real(self, path: str) -> str:
         return os.path.join(self.backing, path.lstrip("/"))
 
-    def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], object]) -> Any:
+    def _serve(self, op: str, path: str, is_directory: bool, work: Callable[[], Result]) -> Result:
         """A read-side request: queued for the path (files, with --serialize-inode), then
         held for the service time (_held)."""
         locks = () if is_directory or not self.serialize else \
@@ -188,7 +189,7 @@ class MetadataServer:
         return self._held(op, (path,), self.service_s, locks, work)
 
     def _held(self, op: str, paths: tuple[str, ...], service_s: float, locks: Sequence[NamedLock],
-              work: Callable[[], object]) -> Any:
+              work: Callable[[], Result]) -> Result:
         """Wait for each lock in turn (callers order them), take a slot, run the real
         operation and hold the slot until take-time + the service time (a deadline: the
         operation's own time is part of the service, not added to it). Tallied, and

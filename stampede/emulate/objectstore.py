@@ -108,7 +108,7 @@ def bucket_answers(endpoint_url: str, bucket: str, access_key: str, secret_key: 
 
 
 def http_answers(address: str, port: int) -> bool:
-    """Any HTTP answer at address:port (403 to an unsigned request is an answer)."""
+    """An HTTP answer, whichever, at address:port (403 to an unsigned request is an answer)."""
     connection = http.client.HTTPConnection(address, port, timeout=1)
     try:
         connection.request("GET", "/")

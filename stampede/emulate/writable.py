@@ -54,7 +54,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stampede.emulate.mds import METADATA_OPS, READ, SEARCH, WRITE, FifoLock, MetadataServer
+from stampede.emulate.mds import METADATA_OPS, READ, SEARCH, WRITE, FifoLock, MetadataServer, Result
 from stampede.emulate.service import ServiceLog
 from stampede.units import BYTES_PER_KIB
 
@@ -115,14 +115,14 @@ class WritableServer(MetadataServer):
 
     # --- how a request is served ---------------------------------------------------------
 
-    def _entry(self, op: str, paths: tuple[str, ...], work: Callable[[], object]) -> Any:
+    def _entry(self, op: str, paths: tuple[str, ...], work: Callable[[], Result]) -> Result:
         """An entry op on `paths`: its parents' locks (--serialize-dir), in path order."""
         parents = sorted({os.path.dirname(path.rstrip("/")) or "/" for path in paths})
         locks = [self._lock(self._dir_locks, "dir", parent) for parent in parents] \
             if self.serialize_dir else []
         return self._held(op, paths, self.op_s[op], locks, work)
 
-    def _on_file(self, op: str, path: str, work: Callable[[], object]) -> Any:
+    def _on_file(self, op: str, path: str, work: Callable[[], Result]) -> Result:
         """fsync or setattr of a file: queued on the file's lock with --serialize-inode."""
         locks = [self._lock(self._path_locks, "file", path)] if self.serialize else []
         return self._held(op, (path,), self.op_s[op], locks, work)

@@ -8,11 +8,14 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.checkpoint.formats import read_fully
 from stampede.dtypes import itemsize
 from stampede.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from stampede.backends.base import Backend
 
 FOUND_FORMATS = ("safetensors", "dcp", "hdf5", "torch", "tensorizer")
 # Formats whose items are byte ranges in their own serialisation (DCP items, torch.save
@@ -62,7 +65,7 @@ class Catalogue:
 class Location:
     """Where a scan reads: the backend of the checkpoint's root and the files under it."""
 
-    backend: Any
+    backend: Backend
     root: str                         # as shown in messages: a path or a URL
     # every file under the root, relative, listed once recursively; None when the root is
     # only the parent of one file (listing it could walk a whole home directory)

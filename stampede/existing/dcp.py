@@ -57,7 +57,7 @@ class _MetadataUnpickler(pickle.Unpickler):
             "ChunkStorageMetadata", "TensorProperties", "StorageMeta", "_MEM_FORMAT_ENCODING")]
         + [("torch.distributed.checkpoint.filesystem", "_StorageInfo")])
 
-    def __init__(self, stream: Any, torch: ModuleType) -> None:
+    def __init__(self, stream: io.BytesIO, torch: ModuleType) -> None:
         super().__init__(stream)
         self.torch = torch
 

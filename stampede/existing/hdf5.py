@@ -41,6 +41,7 @@ def scan_hdf5(location: Location, relpaths: list[str]) -> Catalogue:
     files, tensors = [], []
     for relpath in relpaths:
         where = location.backend.local_path(relpath)
+        assert where is not None   # location.local: on a local mount
         try:
             size = os.stat(where).st_size
             handle = open_hdf5(where)

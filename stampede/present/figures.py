@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +51,7 @@ def log_seconds_ticks(low_s: float, high_s: float, most: int = MAX_TICKS) -> lis
     return [(value, format_seconds(value)) for value in (low_s, middle, high_s)]
 
 
-def linear_ticks(high: float, label: Any = format_seconds, count: int = 5) -> list[Tick]:
+def linear_ticks(high: float, label: Callable[[float], str] = format_seconds, count: int = 5) -> list[Tick]:
     """`count` evenly spaced ticks from 0 to `high`, labelled by `label`."""
     return [(high * k / (count - 1), label(high * k / (count - 1))) for k in range(count)]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.present import figures, html_figures
 from stampede.present.html_tags import table, tag
@@ -27,6 +27,10 @@ from stampede.results.cells import flag, number
 from stampede.results.compare import ranked
 from stampede.results.definitions import METRICS, SAVE_METRICS
 from stampede.units import format_bytes, format_number, format_seconds
+
+if TYPE_CHECKING:
+    from stampede.model.assessment import Assessment
+    from stampede.results.trace import Trace
 
 MAX_OP_ROWS = 200
 Row = dict[str, str]
@@ -105,7 +109,7 @@ def part(anchor: str, title: str, content: str) -> str:
 
 
 def figures_sections(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]],
-                     assessment: Any, traces: dict[str, Any] | None = None) -> str:
+                     assessment: Assessment, traces: dict[str, Trace] | None = None) -> str:
     """Each a part to open: per phase, from the sidecar of the run its verdict ranks
     (`sidecars` by run id: a cycle's restore and save are runs of their own), its ops'
     latency CDFs as small multiples; the scaling curves; each layout's timeline of its
@@ -134,9 +138,9 @@ def figures_sections(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]
     scaling = []
     valid = [row for row in archive_rows if flag(row, "valid")]
     for phase in ("restore", "save"):
-        verdict = assessment.phases.get(phase)
-        fits = [(series, projection) for series, projection, _ in verdict.projections] \
-            if verdict else []
+        ranked_phase = assessment.phases.get(phase)
+        fits = [(series, projection) for series, projection, _ in ranked_phase.projections] \
+            if ranked_phase else []
         drawn_scaling = html_figures.scaling_figure(valid, phase, fits, assessment.target_ranks, palette)
         if drawn_scaling:
             scaling.append(tag("h3", f"Scaling of the {phase}") + drawn_scaling)
@@ -165,7 +169,7 @@ def phase_stats(phase: str, sidecar: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
-                    assessment: Any) -> str:
+                    assessment: Assessment) -> str:
     """One screen: per phase and layout of the runs ranked, the time to last rank with its
     spread over iterations, its standing, and the op its ranks spent most time in."""
     body = []
@@ -212,7 +216,7 @@ def context_section(first: Row, sidecar: dict[str, Any] | None) -> str:
                 tag("div", table(("fact", "value"), rows), class_="facts"))
 
 
-def flat_facts(key: str, value: Any) -> dict[str, str]:
+def flat_facts(key: str, value: object) -> dict[str, str]:
     """A sidecar value as facts: a record's fields each its own, named key: field."""
     if isinstance(value, dict):
         return {name: text for field, inner in value.items()
@@ -236,8 +240,8 @@ def definitions_section() -> str:
 
 
 def render_html(archive: str, rows: list[Row], sidecars: dict[str, dict[str, Any]],
-                assessment: Any, notes: Sequence[str] = (),
-                traces: dict[str, Any] | None = None) -> str:
+                assessment: Assessment, notes: Sequence[str] = (),
+                traces: dict[str, Trace] | None = None) -> str:
     """The whole report, as one string; `sidecars` by run id (the latest run's and those
     of the runs the verdict ranks, where readable)."""
     run_id = rows[-1]["run_id"]

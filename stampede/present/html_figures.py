@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.ops import TIMELINE_COLOURS
 from stampede.present.figures import (
@@ -34,6 +34,10 @@ from stampede.present.figures import (
     timeline_span_s,
 )
 from stampede.units import format_seconds
+
+if TYPE_CHECKING:
+    from stampede.model.projection import Projection
+    from stampede.model.series import Series
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ def cdf_grid(phase: str, panels: Sequence[CdfPanel], palette: dict[str, str]) ->
             + '<div class="grid">' + "".join(cells) + "</div>")
 
 
-def scaling_figure(rows: list[dict[str, str]], op: str, fits: Sequence[tuple[Any, Any]],
+def scaling_figure(rows: list[dict[str, str]], op: str, fits: Sequence[tuple[Series, Projection]],
                    target_ranks: int, palette: dict[str, str]) -> str | None:
     """Time to last rank against ranks (log-log), measured medians with their min-max, and
     per fitted layout the model at the measured counts and its projection (with the band)

@@ -7,20 +7,25 @@ spent inside a storage op (where the stragglers were, and when). Inline SVG
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.present.figures import linear_ticks
 from stampede.present.html_figures import WIDE, Axes, Box, frame, legend, polyline, svg
 from stampede.results import trace as traces
 from stampede.units import NS_PER_S, format_number
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from stampede.results.trace import Segment, Trace
+
 SEGMENTS = 40
 
 
-def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
+def trace_figures(trace: Trace, palette: dict[str, str]) -> list[str]:
     """Per phase: (title, svg) of GB/s over time, then of ranks inside a storage op."""
     found = []
-    by_phase: dict[str, dict[str, list[Any]]] = {}
+    by_phase: dict[str, dict[str, list[Segment]]] = {}
     for key, rows in trace.layouts.items():
         phase, _, layout = key.partition("/")
         slowest = rows[rows[:, traces.ITERATION] == traces.slowest_iteration(trace, rows)]
@@ -55,7 +60,7 @@ def trace_figures(trace: Any, palette: dict[str, str]) -> list[str]:
     return [f"<h3>{title}</h3>{figure}" for title, figure in found]
 
 
-def heat_map(trace: Any, key: str, rows: Any) -> tuple[str, str] | None:
+def heat_map(trace: Trace, key: str, rows: np.ndarray) -> tuple[str, str] | None:
     """(title, svg): a row per rank (or band of ranks), a column per segment, each cell
     as dark as the share of the segment the rank spent inside a storage op."""
     labels, busy = traces.rank_busy(trace, rows, SEGMENTS)

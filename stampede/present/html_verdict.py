@@ -7,13 +7,19 @@ deliver for the target recovery time. Durations and rates in units a person read
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stampede.present.html_tags import table, tag
 from stampede.units import format_bytes, format_duration, format_rate
 
+if TYPE_CHECKING:
+    from stampede.model.assessment import Assessment
+    from stampede.model.mttr import Breakdown
+    from stampede.model.rejoin import RejoinVerdict, Side
+    from stampede.model.sizing import Need
 
-def verdict_section(assessment: Any) -> str:
+
+def verdict_section(assessment: Assessment) -> str:
     """The answer: the workload, which layout, the projection at the target and its band,
     T_MTTR, and the sizing."""
     items = []
@@ -40,8 +46,9 @@ def verdict_section(assessment: Any) -> str:
     if assessment.mttr is not None:
         items.append(tag("li", mttr_line("T_MTTR as measured", assessment.mttr,
                                          assessment.mttr_layout)))
-    if assessment.mttr_at_target is not None:
-        fit = assessment.load_projection.fit
+    chosen = assessment.load_projection   # None exactly when mttr_at_target is
+    if assessment.mttr_at_target is not None and chosen is not None:
+        fit = chosen.fit
         bound = ", an upper bound" if fit.stall_bound or fit.agg_bound else ""
         items.append(tag("li", mttr_line(f"T_MTTR at {assessment.target_ranks} ranks (load term "
                                          f"projected{bound})", assessment.mttr_at_target,
@@ -56,7 +63,7 @@ def verdict_section(assessment: Any) -> str:
                id="verdict")
 
 
-def rejoin_section(verdict: Any) -> str:
+def rejoin_section(verdict: RejoinVerdict | None) -> str:
     """A `stampede rejoin` run (stampede.model.rejoin): T_MTTR of the rejoin and of the
     full restart side by side, as measured and at the workload, what dominates, the
     bytes from each tier, the falls back to storage, what the run noted."""
@@ -90,11 +97,11 @@ def rejoin_section(verdict: Any) -> str:
             + tag("details", tag("summary", "what the run noted") + tag("ul", "".join(noted))))
 
 
-def _total(side: Any) -> str:
+def _total(side: Side) -> str:
     return format_duration(side.model.total_s) if side.model else "not possible"
 
 
-def mttr_line(title: str, model: Any, layout: str) -> str:
+def mttr_line(title: str, model: Breakdown, layout: str) -> str:
     dominant = ", ".join(term.name for term in model.dominant)
     terms = "; ".join(f"{escape(term.name)} {format_duration(term.seconds)} "
                       f"({term.source.split(':')[0].split(' (')[0]})" for term in model.terms)
@@ -103,7 +110,7 @@ def mttr_line(title: str, model: Any, layout: str) -> str:
             + tag("details", tag("summary", "terms") + escape(terms)))
 
 
-def at_target_table(assessment: Any) -> str:
+def at_target_table(assessment: Assessment) -> str:
     """Each projected restore layout at the workload (`stampede project`'s numbers), with
     T_MTTR when it is the load term."""
     if not assessment.restore_at_target:
@@ -120,7 +127,7 @@ def at_target_table(assessment: Any) -> str:
                      "T_MTTR"), body))
 
 
-def sizing_table(assessment: Any) -> str:
+def sizing_table(assessment: Assessment) -> str:
     """What each restore layout needs for T_MTTR within the target (stampede.model.sizing),
     against what the runs fitted."""
     rows = assessment.restore_at_target
@@ -144,7 +151,7 @@ def sizing_table(assessment: Any) -> str:
             + table(("layout", "last rank may take", *resources), body))
 
 
-def need_cell(need: Any) -> str:
+def need_cell(need: Need) -> str:
     if not need.reachable:
         return "not enough alone"
     if need.needed == 0:

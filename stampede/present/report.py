@@ -141,29 +141,31 @@ class RunReport:
     Recorder's `show`): the header once, each layout as it completes, from its rows and
     the sidecar beside them; the layouts ranked at the end."""
 
-    def __init__(self, console: Any = None) -> None:
+    def __init__(self, console: Console | None = None) -> None:
         self.console, self.begun = console, False
 
     def show(self, rows: Sequence[Row], sidecar: Mapping[str, Any]) -> None:
         first = rows[0]
+        console = self.console = self.console or make_console()
         if not self.begun:
-            self.console, self.begun = self.console or make_console(), True
-            render_header(first, self.console)
-            render_rpcs((sidecar.get("storage") or {}).get("rpcs_per_op"), self.console)
-        render_layout(rows, self.console)
+            self.begun = True
+            render_header(first, console)
+            render_rpcs((sidecar.get("storage") or {}).get("rpcs_per_op"), console)
+        render_layout(rows, console)
         part = "layouts" if first.get("phase") == "restore" else "saves"
         counted = (sidecar.get(part) or {}).get(first["layout"], {}).get("kernel_nfs_rpcs")
         render_kernel_nfs(first["layout"], counted if isinstance(counted, dict) else None,
-                          self.console)
+                          console)
 
     def finish(self, rows: Sequence[Row], messages: Sequence[str], archived: str) -> None:
         if not self.begun:   # nothing measured
             return
+        assert self.console is not None   # show made it
         render_summary(rows, self.console, messages)
         self.console.print(archived, markup=False)
 
 
-def render_header(first: Row, console: Any) -> None:
+def render_header(first: Row, console: Console) -> None:
     """The run's title and what it ran (from its first row: every row carries it)."""
     console.print()
     console.rule(f"[bold]stampede[/] {first['job']}  run {first['run_id']}")
@@ -240,7 +242,7 @@ def render_summary(rows: Sequence[Row], console: Console, messages: Sequence[str
     console.print(f"[dim]{SAVE_POINTER if saves else POINTER}[/]")
 
 
-def render_table(spec: TableSpec, rows: Sequence[Row], console: Any) -> list[Line]:
+def render_table(spec: TableSpec, rows: Sequence[Row], console: Console) -> list[Line]:
     """A table of present.tables (its wide columns on a wide terminal only); returns its
     lines (none: nothing drawn, e.g. rows imported from IOR or mdtest have no restore)."""
     lines = spec.lines(rows)
@@ -260,12 +262,12 @@ def _cell(column: Column, line: Line) -> str:
     return f"[red]{text}[/]" if column.alarm and column.alarm(line) else text
 
 
-def _render_restores(rows: Sequence[Row], console: Any) -> None:
+def _render_restores(rows: Sequence[Row], console: Console) -> None:
     lines = render_table(RESTORE, rows, console)
     _render_slowest(lines, "restore", console)
 
 
-def _render_slowest(lines: Sequence[Line], what: str, console: Any) -> None:
+def _render_slowest(lines: Sequence[Line], what: str, console: Console) -> None:
     """Per layout, its slowest ranks by their median time (from the slowest_ranks cell)."""
     for line in lines:
         slowest = ", ".join(f"rank {item.rsplit(':', 1)[0]} "
@@ -275,7 +277,7 @@ def _render_slowest(lines: Sequence[Line], what: str, console: Any) -> None:
                       markup=False)
 
 
-def _render_saves(rows: Sequence[Row], console: Any) -> None:
+def _render_saves(rows: Sequence[Row], console: Console) -> None:
     lines = render_table(SAVE, rows, console)
     if not lines:
         return
@@ -326,7 +328,7 @@ def grouped_warnings(rows: Sequence[Row], column: str = "warnings"
              for layout, texts in by_layout.items()})
 
 
-def render_warnings(rows: Sequence[Row], console: Any) -> None:
+def render_warnings(rows: Sequence[Row], console: Console) -> None:
     """Each note, then each warning, once: those every layout has for the run, then per
     layout only what differs."""
     for column, word, colour in (("notes", "note", "cyan"), ("warnings", "warning", "yellow")):

@@ -14,10 +14,14 @@ from stampede.units import BYTES_PER_GIB, format_bytes
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from stampede.checkpoint.plan import RankPlan
+    from stampede.checkpoint.plan import Extent, RankPlan
     from stampede.checkpoint.save_plan import SavePlan
     from stampede.spec import JobSpec
 
+    # per layout: its name, its files (name, bytes), (rank, plan, whether it reads storage)
+    # of the ranks shown (-1 and None: the ranks not shown)
+    PlannedRestore = tuple[str, tuple[tuple[str, int], ...],
+                           list[tuple[int, RankPlan | None, bool]]]
     # per layout: its name, its files (name, bytes), its directories, (rank, plan) of the
     # ranks shown (-1 and None: the ranks not shown)
     PlannedSave = tuple[str, tuple[tuple[str, int], ...], tuple[str, ...],
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
 ITEMS = {"dcp": "saved items", "torch": "storages", "tensorizer": "files (whole)"}
 
 
-def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Any], space: str,
+def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[PlannedRestore], space: str,
                 console: Console) -> None:
     """`stampede plan`: the validated options and who reads what; touches no storage.
     `layouts`: per layout (name, files, [(rank, plan, reads storage)]); rank -1 stands for
@@ -45,7 +49,7 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Any]
                           ("rank", "reads from storage", "offset", "bytes", "storage ops", "then",
                            "holds"), left=("reads from storage", "storage ops", "then", "holds"))
         for rank, plan, leads in shown:
-            if rank < 0:
+            if rank < 0 or plan is None:   # the two go together
                 table.add_row("...", f"({nranks - len(shown) + 1} more ranks)", *[""] * 5)
                 continue
             then = {"bcast": "Bcast", "allgather": "Allgatherv"}.get(plan.exchange, "-")
@@ -53,7 +57,8 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Any]
                 then += " (reads if first of its group on its node)"
             if plan.list_on_root and rank:
                 then = "gets rank 0's listing"
-            for extent in [extent for extent in plan.extents if leads] or [None]:
+            read: list[Extent | None] = [extent for extent in plan.extents if leads]
+            for extent in read or [None]:
                 table.add_row(str(rank), extent.relpath if extent else "-",
                               f"{extent.offset:,}" if extent else "",
                               format_bytes(extent.length) if extent else "",

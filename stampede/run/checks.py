@@ -5,7 +5,7 @@ re-read that says which bytes differ."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stampede.checkpoint.formats import read_fully
 from stampede.checkpoint.plan import Extent
@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 
 VERIFY = OP_CODE["verify"]
 MAX_DIGESTS = 4096   # per rank and phase: what an existing checkpoint's sidecar keeps
+
+
+class Digest(Protocol):
+    """A running hash (hashlib's, xxhash's): fed the bytes in order, then asked for its hex."""
+
+    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
 
 
 class Check:
@@ -79,7 +87,7 @@ class Check:
                          f"are NaN or Inf as {self.dtype}")
 
 
-def new_digest(algorithm: str) -> Any:
+def new_digest(algorithm: str) -> Digest:
     if algorithm == "xxh3":
         import xxhash
         return xxhash.xxh3_128()

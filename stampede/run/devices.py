@@ -33,6 +33,8 @@ from stampede.units import NS_PER_MS, NS_PER_S
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from stampede.backends.base import Backend
+
 DEVICES = ("cuda", "host")
 HOST_LABEL = "host (memcpy, not a GPU)"
 # Nominal one-direction peaks, for context in reports (GB/s, 10^9 B/s).
@@ -179,7 +181,7 @@ class Gds:
         self.kvikio = kvikio
         self.is_gds, self.label = gds_state(kvikio)
 
-    def open(self, path: Any) -> object:
+    def open(self, path: object) -> object:
         return self.kvikio.CuFile(path, "r")
 
     @staticmethod
@@ -231,7 +233,7 @@ class GdsFiles:
     indexes are read into host memory through the POSIX descriptor; the bytes to restore
     go file -> HBM (`read_device`). Everything else is the POSIX backend's."""
 
-    def __init__(self, posix: Any, gds: Gds) -> None:
+    def __init__(self, posix: Backend, gds: Gds) -> None:
         self._posix, self.gds = posix, gds
 
     def __getattr__(self, name: str) -> Any:

@@ -22,12 +22,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from stampede.backends.posix import PosixBackend
 from stampede.units import BYTES_PER_MIB
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from stampede.buffers import AlignedBuffer
     from stampede.mpi import Comm
     from stampede.run.devices import Device
 
@@ -37,7 +40,7 @@ class Swept:
     """A sweep on rank 0: each rank's sample rows (iteration, op, start, stop, bytes, ok,
     group) on one axis, the (mode, size) of each group, the ranks' hosts and devices."""
 
-    samples_by_rank: list[Any]
+    samples_by_rank: list[np.ndarray]
     groups: tuple[tuple[str, int], ...]
     hosts: tuple[str, ...]
     labels: tuple[str, ...]
@@ -72,7 +75,7 @@ def write_safetensors(path: Path, nbytes: int) -> None:
         os.fsync(stream.fileno())
 
 
-def _write_pattern(stream: Any, nbytes: int) -> None:
+def _write_pattern(stream: BinaryIO, nbytes: int) -> None:
     import numpy as np
     # finite fp16 values (a NaN pattern would be a poor stand-in for weights)
     chunk = np.random.default_rng(7).standard_normal(min(nbytes, 2**24) // 2).astype(np.float16)
@@ -186,7 +189,7 @@ def _trial(device: Device, mode: str, size: int, path: Path,
 Sample = tuple[int, int, int, int, int]   # (op, start_ns, stop_ns, bytes, ok)
 
 
-def _read_file(path: Path, buffer: Any, block_bytes: int = 16 * BYTES_PER_MIB) -> list[Sample]:
+def _read_file(path: Path, buffer: AlignedBuffer, block_bytes: int = 16 * BYTES_PER_MIB) -> list[Sample]:
     from stampede.ops import OP_CODE
 
     samples = []

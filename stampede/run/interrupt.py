@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -20,7 +20,7 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.received = 0
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
 
     def install(self) -> Interrupts:
         for number in SIGNALS:

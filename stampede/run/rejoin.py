@@ -341,7 +341,7 @@ def read_file(backend: Backend, path: Any, view: memoryview, block: int, iterati
     return failed
 
 
-def _tiers_said(active: Any, state: Rank) -> tuple[list[str], dict[str, int]]:
+def _tiers_said(active: mpi.Comm, state: Rank) -> tuple[list[str], dict[str, int]]:
     """What the report notes of a restore (the bytes from each tier, which tier each rank
     used: the last iteration's, the same in every one; the spares apart; each fall-back to
     the next tier and why), and the bytes from each tier (TIERS). Ranks as the restored

@@ -360,12 +360,12 @@ def _file_records(spec: JobSpec, plan: SavePlan, view: memoryview, pieces: list[
 
 
 def _headers(spec: JobSpec, plan: SavePlan,
-             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[object]]:
+             nranks: int) -> tuple[dict[str, memoryview], dict[str, dict[str, int]], list[AlignedBuffer]]:
     """The header the creator of each formatted file writes first (page-aligned, so it can
     go through O_DIRECT), and where each tensor starts in every file this rank writes."""
     headers: dict[str, memoryview] = {}
     bases: dict[str, dict[str, int]] = {}
-    owned: list[object] = []
+    owned: list[AlignedBuffer] = []
     tensors = file_tensors(spec, plan.layout, nranks, plan.root) if plan.files else {}
     for file in plan.files:
         if spec.format == "raw":

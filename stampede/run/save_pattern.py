@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import numpy as np
 
@@ -64,7 +63,7 @@ class SaveSetup:
     check: AlignedBuffer            # one block: validation re-reads into it
     block_bytes: int
     world: mpi.Comm
-    group: Any = None               # striped: the ranks writing one shard's file
+    group: mpi.Comm | None = None   # striped: the ranks writing one shard's file
     staging: AlignedBuffer | None = None   # save.mode = async: the copy written from
     direct: bool = False
     durable: bool = True            # save.durability = fsync
@@ -83,7 +82,7 @@ class SaveSetup:
     releases: tuple[str, ...] = ()  # this rank's share of the released versions' files
     release_dirs: tuple[str, ...] = ()   # rank 0: their directories, deepest first
     deadline_ns: int = 0
-    owned: list[Any] = field(default_factory=list)   # buffers of this version alone
+    owned: list[AlignedBuffer] = field(default_factory=list)   # buffers of this version alone
     where: Where | None = None      # --trace: each op's file and offset (kept over versions)
 
 

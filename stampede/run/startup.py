@@ -22,12 +22,16 @@ import importlib.util
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import stampede
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+
     from stampede.mpi import Comm
 
 LAUNCH_VARIABLE = "STAMPEDE_LAUNCH_NS"
@@ -66,7 +70,18 @@ def launch_ns() -> tuple[int, str]:
     return process_start_ns(), "/proc/self/stat"
 
 
-def measure(comm_factory: Any, imports: tuple[str, ...]) -> tuple[Any, dict[str, Any]]:
+class StartupRecord(TypedDict):
+    """One rank's start-up as measure() stamps it (gathered to rank 0, kept in the sidecar)."""
+
+    host: str
+    launch_source: str
+    stamps_ns: tuple[int, int, int, int]   # launched, stampede's first line, imported, MPI ready
+    heavy_modules: list[str]
+    bytecode_cached: bool
+    collectives_ns: list[tuple[str, int, int]]   # (op, start, stop)
+
+
+def measure(comm_factory: Callable[[], Comm], imports: tuple[str, ...]) -> tuple[Comm, StartupRecord]:
     """Stamp this rank's start-up; returns (the communicator, this rank's record)."""
     launched, source = launch_ns()
     heavy_before_imports = [name for name in HEAVY_MODULES if name in sys.modules]
@@ -115,7 +130,7 @@ def time_collectives(comm: Comm) -> list[tuple[str, int, int]]:
     return stamps
 
 
-def samples(records: list[dict[str, Any]]) -> Any:
+def samples(records: list[StartupRecord]) -> np.ndarray:
     """Sample rows (iteration 0) from every rank's stamps, relative to the earliest launch."""
     import numpy as np
 
@@ -133,7 +148,7 @@ def samples(records: list[dict[str, Any]]) -> Any:
     return np.array(rows, dtype=np.int64)
 
 
-def startup_warnings(records: list[dict[str, Any]]) -> list[str]:
+def startup_warnings(records: list[StartupRecord]) -> list[str]:
     """What makes these start-up numbers less than they seem (archived with them)."""
     hosts = [record["host"] for record in records]
     sources = sorted({record["launch_source"] for record in records})

@@ -302,7 +302,7 @@ def _replicate(state: Rank, position: int, rows: list[Row], origin: int) -> None
     wait_all(acks)
 
 
-def wait_all(requests: list[Any]) -> None:
+def wait_all(requests: list[mpi.Request]) -> None:
     """Every request done, waiting politely (MPICH's Waitall spins a core)."""
     for request in requests:
         while not request.Test():

@@ -14,6 +14,7 @@ sides are the same bytes over each side's time.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ class Target:
 
     device: str
     label: str
-    synchronize: Any = None    # a GPU's synchronisation, before each stamp
+    synchronize: Callable[[], None] | None = None   # a GPU's synchronisation, before each stamp
 
 
 @dataclass(frozen=True)
