@@ -45,7 +45,7 @@ class Backend(Protocol):
 
     # --- timed -----------------------------------------------------------------------
 
-    def path(self, relpath: str) -> Any:
+    def path(self, relpath: str) -> str | bytes:
         """The backend's own name for a checkpoint file (resolved once, before timing)."""
 
     def stat(self, path: Any) -> object:

@@ -47,7 +47,6 @@ import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -308,7 +307,7 @@ def _from_storage(state: Rank, position: int, iteration: int, rows: list[Row]) -
         state.failed(f"position {position} from storage failed run.verify ({state.spec.verify})")
 
 
-def read_file(backend: Backend, path: Any, view: memoryview, block: int, iteration: int,
+def read_file(backend: Backend, path: str | bytes, view: memoryview, block: int, iteration: int,
               rows: list[Row]) -> str:
     """open, read (blocks), close of one file, timed op by op; what failed, or "" (a row
     with ok 0, never raised: the caller falls back to the next tier)."""

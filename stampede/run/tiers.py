@@ -84,13 +84,13 @@ class Rank:
         it has one (a thread must not share the rank's: one kept-alive HTTP connection)."""
         return self.drain_connection or self.backend
 
-    def local_file(self, position: int, replica: bool, version: int = 0) -> Any:
+    def local_file(self, position: int, replica: bool, version: int = 0) -> str | bytes:
         """A shard's file (of `version`, else the current one) on this node's local tier
         (the local backend's path)."""
         name = shard_name(version or self.version, position)
         return self.local_backend.path(f"replica-{name}" if replica else name)
 
-    def storage_file(self, position: int, version: int = 0) -> Any:
+    def storage_file(self, position: int, version: int = 0) -> str | bytes:
         name = shard_name(version or self.version, position)
         return self.backend.path(f"{storage_dir(self.spec)}/{name}")
 
@@ -321,12 +321,12 @@ def _write_storage(state: Rank, position: int, rows: list[Row]) -> str:
         store.put_object(state.storage_file(position), (state.shard.view,))
     except OSError as error:
         rows.append((0, WRITE, start, time.perf_counter_ns(), 0, 0))
-        return f"PUT {state.storage_file(position)}: {error.strerror or error}"
+        return f"PUT {state.storage_file(position)!s}: {error.strerror or error}"
     rows.append((0, WRITE, start, time.perf_counter_ns(), state.shard.nbytes, 1))
     return ""
 
 
-def write_file(backend: Backend, path: Any, view: memoryview, block: int, rows: list[Row]) -> str:
+def write_file(backend: Backend, path: str | bytes, view: memoryview, block: int, rows: list[Row]) -> str:
     """create (O_EXCL), write (blocks), fsync, close of one file, timed op by op; what
     failed ("" when nothing did: an error is a row with ok 0, never raised, so that no
     rank leaves the others waiting in the exchanges that follow)."""
