@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stampede.ops import OPS
 from stampede.present.report import new_table
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from stampede.checkpoint.plan import Extent, RankPlan
     from stampede.checkpoint.save_plan import SavePlan
+    from stampede.existing.catalogue import Catalogue
     from stampede.spec import JobSpec
 
     # per layout: its name, its files (name, bytes), (rank, plan, whether it reads storage)
@@ -109,7 +110,7 @@ def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave],
                   "published one[/]")
 
 
-def render_existing_plan(catalogue: object, nranks: int,
+def render_existing_plan(catalogue: Catalogue, nranks: int,
                          policies: Sequence[tuple[str, list[RankPlan], list[int]]],
                          console: Console) -> None:
     """`stampede plan --checkpoint PATH`: what the checkpoint holds (from its headers) and
@@ -143,7 +144,7 @@ def _counts(counts: dict[str, int]) -> str:
     return " ".join(f"{count} {op}" for op, count in ordered if count) or "-"
 
 
-def _describe_checkpoint(catalogue: Any) -> list[str]:
+def _describe_checkpoint(catalogue: Catalogue) -> list[str]:
     """Human lines for `stampede plan`: format, files, tensors, bytes, index, savers."""
     kinds = {"safetensors": "safetensors", "dcp": "PyTorch DCP", "hdf5": "HDF5",
              "torch": "torch.save zip", "tensorizer": "tensorizer, whole files"}
