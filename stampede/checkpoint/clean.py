@@ -58,7 +58,7 @@ def _clean(spec: JobSpec, backend: Backend, lock: TargetLock) -> list[str]:
             saved_directories += entry["directories"]
         relpaths.append(versions.pointer_path(layout))
         relpaths += _leftover_pointers(backend, layout)
-    saved_directories += (journal or {}).get("directories", [])
+    saved_directories += journal.get("directories", []) if journal else []
     # a journal or manifest write killed mid-way (a server gone between write and rename)
     relpaths += _leftover_temporaries(backend, "", MANIFEST_NAME, versions.JOURNAL_NAME)
     for relpath in [*relpaths, *saved_directories]:

@@ -23,7 +23,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from stampede import __version__
 from stampede.backends.base import Backend
@@ -36,6 +36,47 @@ SAVES_DIR = "saves"
 POINTER_NAME = "latest"
 STATES = ("writing", "complete", "invalid", "released")
 _VERSION_NAME = re.compile(r"v(\d{6,})")
+
+
+class SavedFile(TypedDict):
+    path: str
+    bytes: int   # its size, recorded before a byte of it was written
+
+
+class SavedVersion(TypedDict):
+    """A version's entry: save.py's _record_version writes manifest.layout_entry's keys,
+    then the version's own; _record_outcome updates state (and complete, reason)."""
+    complete: bool
+    nranks: int
+    replicas: int
+    bytes_per_rank: int
+    format: str
+    dtype: str
+    content_block_bytes: int
+    files: list[SavedFile]
+    slices: list[dict[str, object]]
+    version: int
+    dir: str
+    state: str   # one of STATES
+    reason: str
+    partials: list[str]      # the files' temporary names
+    directories: list[str]
+    mode: str
+    durability: str
+    validate: str
+
+
+class Series(TypedDict):
+    next: int   # the next version's number: never reused
+    versions: list[SavedVersion]
+
+
+class Journal(TypedDict):
+    schema: int
+    stampede_version: str
+    layouts: dict[str, Series]
+    created_root: bool
+    directories: NotRequired[list[str]]   # saves/ and saves/LAYOUT, where a save made them
 
 
 def layout_dir(layout: str) -> str:
@@ -54,22 +95,22 @@ def pointer_text(version: int) -> bytes:
     return f"v{version:06d}\n".encode()
 
 
-def new_journal(created_root: bool) -> dict[str, object]:
+def new_journal(created_root: bool) -> Journal:
     return {"schema": JOURNAL_SCHEMA, "stampede_version": __version__, "layouts": {},
             "created_root": created_root}
 
 
-def read_journal(backend: Backend, target: str) -> dict[str, Any] | None:
+def read_journal(backend: Backend, target: str) -> Journal | None:
     """The journal of a target, or None when nothing was saved there; a damaged one is an
     error naming the key (and clean then removes nothing)."""
     journal = read_document(backend, target, JOURNAL_NAME, "save journal", JOURNAL_SCHEMA,
                             "save")
     if journal is not None:
         _check_types(journal, f"{target.rstrip('/')}/{JOURNAL_NAME}")
-    return journal
+    return cast("Journal | None", journal)   # its keys and their types checked just now
 
 
-def journal_of_save(backend: Backend, target: str) -> dict[str, Any]:
+def journal_of_save(backend: Backend, target: str) -> Journal:
     """The journal a running save made (rank 0): a CheckpointError, not an assertion, when
     it is gone (removed by hand: the save's lock keeps stampede's own clean out)."""
     journal = read_journal(backend, target)
@@ -81,8 +122,8 @@ def journal_of_save(backend: Backend, target: str) -> dict[str, Any]:
     return journal
 
 
-def entry_of(journal: dict[str, Any], layout: str, version: int) -> dict[str, object]:
-    found = [entry for entry in journal["layouts"].get(layout, {}).get("versions", [])
+def entry_of(journal: Journal, layout: str, version: int) -> SavedVersion:
+    found = [entry for entry in journal["layouts"].get(layout, Series(next=1, versions=[]))["versions"]
              if entry["version"] == version]
     if not found:
         raise CheckpointError(f"the save journal lost version {version} of {layout} while the "
@@ -107,16 +148,16 @@ def _check_types(journal: dict[str, object], where: str) -> None:
                 raise damaged(where, f"{key}.dir", entry["dir"], f"under {layout_dir(layout)}/")
 
 
-def write_journal(backend: Backend, journal: dict[str, object]) -> None:
+def write_journal(backend: Backend, journal: Journal) -> None:
     """Atomically (backend.put_bytes): a crash leaves the old journal or the new one."""
     backend.put_bytes(JOURNAL_NAME, json.dumps(journal, indent=1, sort_keys=True).encode())
 
 
-def series(journal: dict[str, Any], layout: str) -> dict[str, Any]:
+def series(journal: Journal, layout: str) -> Series:
     return journal["layouts"].setdefault(layout, {"next": 1, "versions": []})
 
 
-def published_version(backend: Backend, journal: dict[str, Any] | None, layout: str) -> int | None:
+def published_version(backend: Backend, journal: Journal | None, layout: str) -> int | None:
     """The version the layout's pointer names, when the journal knows it; else None."""
     if journal is None or layout not in journal["layouts"]:
         return None
@@ -131,15 +172,15 @@ def published_version(backend: Backend, journal: dict[str, Any] | None, layout: 
     return version if version in known else None
 
 
-def stale_versions(journal: dict[str, object], layout: str, published: int | None) -> list[dict[str, Any]]:
+def stale_versions(journal: Journal, layout: str, published: int | None) -> list[SavedVersion]:
     """Versions nothing can restore: not named by the pointer and not complete (a killed
     or failed save). The next save and clean remove them."""
     return [entry for entry in series(journal, layout)["versions"]
             if entry["version"] != published and entry["state"] != "complete"]
 
 
-def released_versions(journal: dict[str, object], layout: str, new_version: int,
-                      keep: int) -> list[dict[str, Any]]:
+def released_versions(journal: Journal, layout: str, new_version: int,
+                      keep: int) -> list[SavedVersion]:
     """The complete versions a publish of `new_version` releases: all but the newest
     `keep` (the new one counted)."""
     complete = sorted((entry for entry in series(journal, layout)["versions"]
@@ -148,15 +189,16 @@ def released_versions(journal: dict[str, object], layout: str, new_version: int,
     return complete[:max(0, len(complete) - (keep - 1))]
 
 
-def version_bytes(entry: dict[str, Any]) -> int:
+def version_bytes(entry: SavedVersion) -> int:
     """The bytes of a version's files, as the journal recorded them before they were written."""
     return sum(int(record["bytes"]) for record in entry["files"])
 
 
-def kept_bytes(journal: dict[str, Any] | None, layout: str) -> list[int]:
+def kept_bytes(journal: Journal | None, layout: str) -> list[int]:
     """Each complete version's bytes, oldest first: what stays on disk while a save writes."""
-    complete = sorted((entry for entry in ((journal or {}).get("layouts", {}).get(layout, {})
-                                           .get("versions", [])) if entry["state"] == "complete"),
+    complete = sorted((entry for entry in (journal["layouts"][layout]["versions"] if journal and
+                                           layout in journal["layouts"] else [])
+                       if entry["state"] == "complete"),
                       key=lambda entry: entry["version"])
     return [version_bytes(entry) for entry in complete]
 
@@ -176,7 +218,7 @@ def growth(kept: Sequence[int], new_bytes: int, saves: int, keep: int) -> tuple[
     return peak - start, sum(versions) - start
 
 
-def stale_bytes(backend: Backend, journal: dict[str, object], layout: str) -> int:
+def stale_bytes(backend: Backend, journal: Journal, layout: str) -> int:
     """What the layout's stale versions (a killed or failed save's) hold on disk now (a
     POSIX target): the next save removes them before its first byte, so their space is
     its to use."""
@@ -189,12 +231,12 @@ def stale_bytes(backend: Backend, journal: dict[str, object], layout: str) -> in
     return total
 
 
-def written_paths(entry: dict[str, Any]) -> list[str]:
+def written_paths(entry: SavedVersion) -> list[str]:
     """Every file a version may have left: final and temporary names."""
     return [record["path"] for record in entry["files"]] + list(entry["partials"])
 
 
-def remove_version(backend: Backend, entry: dict[str, Any]) -> None:
+def remove_version(backend: Backend, entry: SavedVersion) -> None:
     """Rank 0, untimed: a version's files (final or temporary names), then its directories,
     deepest first. A file already gone is not an error."""
     for relpath in written_paths(entry):
@@ -204,7 +246,7 @@ def remove_version(backend: Backend, entry: dict[str, Any]) -> None:
             backend.remove(directory)
 
 
-def drop_entries(journal: dict[str, object], layout: str, versions: Sequence[int]) -> None:
+def drop_entries(journal: Journal, layout: str, versions: Sequence[int]) -> None:
     kept = [entry for entry in series(journal, layout)["versions"]
             if entry["version"] not in versions]
     series(journal, layout)["versions"] = kept

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from stampede import mpi
 from stampede.backends import open_backend
@@ -441,7 +441,7 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
                  directories=list(version_directories(spec, layout, nranks, root))
                  if named else [],
                  mode=spec.save_mode, durability=spec.durability, validate=spec.validate)
-    versions.series(journal, layout)["versions"].append(entry)
+    versions.series(journal, layout)["versions"].append(cast("versions.SavedVersion", entry))
     versions.write_journal(backend, journal)
 
 
@@ -460,12 +460,12 @@ def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
         return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
                 f"entry not updated: {error}; the next save or clean removes what it wrote")
     if published:
-        entry.update(state="complete", complete=True)
+        entry["state"], entry["complete"] = "complete", True
         for old in versions.released_versions(journal, layout, version, spec.keep):
             old["state"] = "released"
         versions.write_journal(backend, journal)
         return ""
-    entry.update(state="invalid", reason=reason or "not published")
+    entry["state"], entry["reason"] = "invalid", reason or "not published"
     try:
         versions.write_journal(backend, journal)
     except OSError as error:   # the storage that failed the save (a full disk) may refuse
