@@ -149,6 +149,13 @@ class Backend(Protocol):
         """The file's path on a local mount, or None when there is none (object stores)."""
 
 
+class Upload(Protocol):
+    """An unfinished multipart upload, as ObjectStore hands it out and takes it back."""
+
+    @property
+    def upload_id(self) -> str: ...
+
+
 class ObjectStore(Backend, Protocol):
     """The timed save on an object store (`capabilities.object_store`;
     stampede.run.save_objects). An object is written under its final name and appears
@@ -156,20 +163,20 @@ class ObjectStore(Backend, Protocol):
     method is one request (retried, each retry counted under its op in `retries`) and
     raises OSError only; a body is sent straight from the caller's buffers, no copy."""
 
-    def start_upload(self, path: Any) -> object:
+    def start_upload(self, path: Any) -> Upload:
         """Timed (create): CreateMultipartUpload; its handle (`handle.upload_id`: str)."""
 
-    def join_upload(self, path: Any, upload_id: str) -> object:
+    def join_upload(self, path: Any, upload_id: str) -> Upload:
         """Untimed, no request: a handle on an upload another rank started."""
 
-    def upload_part(self, handle: Any, number: int, views: tuple[memoryview, ...]) -> str:
+    def upload_part(self, handle: Upload, number: int, views: tuple[memoryview, ...]) -> str:
         """Timed (write): one UploadPart of the views sent back to back; its ETag."""
 
-    def complete_upload(self, handle: Any, parts: builtins.list[tuple[int, str]]) -> None:
+    def complete_upload(self, handle: Upload, parts: builtins.list[tuple[int, str]]) -> None:
         """Timed (fsync): CompleteMultipartUpload of (number, ETag), ascending: the
         object durable and visible."""
 
-    def abort_upload(self, handle: Any) -> None:
+    def abort_upload(self, handle: Upload) -> None:
         """Untimed: AbortMultipartUpload (its parts dropped); an upload already gone is
         not an error."""
 

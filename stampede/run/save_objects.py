@@ -37,10 +37,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from stampede import mpi
-from stampede.backends.base import ObjectStore
+from stampede.backends.base import ObjectStore, Upload
 from stampede.checkpoint.save_plan import FileWrite
 from stampede.layouts import layout_of
 from stampede.run.pattern import Log
@@ -56,8 +56,8 @@ class ObjectSave(Save):
     def __init__(self, setup: SaveSetup, iteration: int, origin_ns: int, log: Log) -> None:
         super().__init__(setup, iteration, origin_ns, log)
         self.store = cast(ObjectStore, self.setup.backend)
-        self.uploads: dict[str, Any] = {}   # relpath -> an upload this rank started, open
-        self.joined: dict[str, Any] = {}    # relpath -> another rank's upload it writes into
+        self.uploads: dict[str, Upload] = {}  # relpath -> an upload this rank started, open
+        self.joined: dict[str, Upload] = {}   # relpath -> another rank's upload it writes into
         self.parts: Parts = {}
 
     def write_durably(self) -> None:
