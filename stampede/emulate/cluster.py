@@ -367,7 +367,7 @@ class Cluster:
             raise
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
-    def _kill_session(self, process: subprocess.Popen[Any]) -> None:
+    def _kill_session(self, process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
         try:
             if os.getpgid(process.pid) == process.pid:   # its own session: all it started
                 os.killpg(process.pid, signal.SIGKILL)

@@ -13,7 +13,6 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -226,7 +225,8 @@ def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int)
         _publish(state, rows[TIER_SAVES[TIERS.index(tier)]], origin)
 
 
-def unprotected_by_tier(runs: list[LayoutRun], reached: list[Any] | None) -> list[LayoutRun]:
+def unprotected_by_tier(runs: list[LayoutRun], reached: list[list[tuple[int, ...]]] | None
+                        ) -> list[LayoutRun]:
     """Each tier's unprotected window (rank 0, where the statistics are; `reached`: every
     rank's _reached per version): how long a published version was not yet on that tier
     on every node, from its publish to the tier's last rank, the longest over the
