@@ -33,7 +33,7 @@ class Recorder:
         self.rows: list[Row] = []
         self.sidecar_file: Path | None = None
 
-    def record(self, rows: Sequence[Row], sidecar: Mapping[str, Any]) -> Path:
+    def record(self, rows: Sequence[Row], sidecar: Mapping[str, object]) -> Path:
         """One part: shown, its rows appended whole, the sidecar (everything the run's
         rows cannot hold, so far) rewritten whole; returns the sidecar's path."""
         document = {**sidecar, "schema": ARCHIVE_SCHEMA, "run_id": self.run_id,

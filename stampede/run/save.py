@@ -43,7 +43,7 @@ from stampede.run.job import AfterLayout, new_context
 from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, start_phase
 from stampede.run.save_files import FileSave
 from stampede.run.save_objects import ObjectSave
-from stampede.run.save_pattern import Save, SaveSetup
+from stampede.run.save_pattern import PhaseOutcome, Save, SaveSetup
 from stampede.run.setup import MAX_MESSAGES
 from stampede.run.verdict import iteration_name, judge
 from stampede.run.where import Where
@@ -245,7 +245,7 @@ PUBLISHED = OP_CODE["published"]
 
 
 def _phase(comm: mpi.Comm, spec: JobSpec, setup: SaveSetup, iteration: int,
-           phases: Phases) -> tuple[Any, bool]:
+           phases: Phases) -> tuple[PhaseOutcome, bool]:
     steps: type[Save] = FileSave if setup.backend.capabilities.has_directories else ObjectSave
     origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
     setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
