@@ -186,9 +186,11 @@ def test_renderers_live_in_the_top_layer() -> None:
 # --- honest types (stampede.mpi.Comm, no Any where the type is known) ----------------------
 
 # Lines of stampede/ that say Any (as `grep -rn '\bAny\b' stampede` counts them): 627 before the
-# Comm protocol; what is left is mostly JSON documents (manifest, journal, sidecar) and the
-# parser's subparsers. Lower it when you remove some; never raise it.
-ANY_CEILING = 182
+# Comm protocol; what is left is mostly JSON documents (manifest, sidecar), the torch, h5py and
+# botocore objects of optional libraries, the parser's subparsers and the Backend protocol's
+# paths and handles (their type is the backend's own). Lower it when you remove some; never
+# raise it.
+ANY_CEILING = 150
 COMM_ANY = re.compile(r"\bcomm: Any\b")
 
 

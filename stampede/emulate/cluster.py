@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from stampede.emulate.topology import (
     MPI_ENVIRONMENT,
@@ -245,9 +245,18 @@ def _mounts() -> list[str]:
     return [fields[1] for fields in (line.split() for line in lines) if len(fields) > 1]
 
 
-def _read_state(cluster_id: str) -> dict[str, Any]:
+class ClusterState(TypedDict, total=False):
+    """What Cluster._save_state writes; empty when there is none (or it is unreadable)."""
+    cluster_id: str
+    pid: int
+    namespaces: list[str]
+    work_dir: str
+    sockets: list[str]
+
+
+def _read_state(cluster_id: str) -> ClusterState:
     try:
-        state = json.loads(_state_path(cluster_id).read_text())
+        state: ClusterState = json.loads(_state_path(cluster_id).read_text())
     except (OSError, ValueError):
         return {}
     return state if isinstance(state, dict) else {}
