@@ -33,6 +33,7 @@ from stampede.units import NS_PER_S
 
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
+    from stampede.run.devices import Device
 
 # How long past the deadline a rank waits for the others before aborting the whole job:
 # a rank stuck inside one syscall (a hung NFS server) cannot check its own deadline.
@@ -76,7 +77,7 @@ def plan_for(spec: JobSpec, catalogue: Catalogue | None, layout: str, nranks: in
 
 
 def run_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
-               entry: dict[str, Any], device: Any, hosts: tuple[str, ...],
+               entry: dict[str, Any], device: Device | None, hosts: tuple[str, ...],
                catalogue: Catalogue | None = None, interrupts: Interrupts | None = None,
                tick: Tick | None = None) -> LayoutRun:
     """One layout, every iteration; the statistics are complete on rank 0, whose `hosts`

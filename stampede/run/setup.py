@@ -30,7 +30,7 @@ class RankSetup(NamedTuple):
 
     plan: RankPlan
     backend: Backend
-    paths: dict[str, Any]           # relpath -> backend path (and the listed directory)
+    paths: dict[str, str | bytes]   # relpath -> backend path (and the listed directory)
     buffer: AlignedBuffer           # one block (read and discard), or the whole held shard
     direct: bool
     leads: bool = True              # False: a broadcast member that reads no storage
@@ -71,7 +71,7 @@ class RankSetup(NamedTuple):
 
 
 def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend, entry: dict[str, Any],
-           buffer: AlignedBuffer, device: Device, catalogue: Catalogue | None) -> RankSetup:
+           buffer: AlignedBuffer, device: Device | None, catalogue: Catalogue | None) -> RankSetup:
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
     paths = {relpath: backend.path(relpath) for relpath in named}
@@ -132,7 +132,7 @@ def _places(plan: RankPlan, catalogue: Catalogue | None) -> tuple[int, ...]:
 
 
 def _device_side(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
-                 buffer: AlignedBuffer, device: Device) -> tuple[Backend, object, tuple[str, ...]]:
+                 buffer: AlignedBuffer, device: Device | None) -> tuple[Backend, object, tuple[str, ...]]:
     """run.h2d: the device buffer, the read buffer page-locked (cuda-pinned) or the files
     also opened through cuFile (cuda-gds); the backend the reads go through, and notes."""
     if device is None:
@@ -159,7 +159,7 @@ def _gds(comm: mpi.Comm, backend: Backend, device: Any) -> tuple[Backend, tuple[
 
 
 def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, buffer: AlignedBuffer,
-                    device: Device, device_buffer: object) -> TorchExchange | None:
+                    device: Device | None, device_buffer: object) -> TorchExchange | None:
     """run.exchange = torch: torch.distributed checked (every rank, exit 2 where missing),
     then, for a layout that exchanges, the exchange over the held shard: the device
     buffer (nccl) or the host buffer, without a copy (gloo)."""
@@ -170,6 +170,7 @@ def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, b
     if not plan.exchange:
         return None
     if backend == "nccl":
+        assert device is not None   # nccl: run.h2d = cuda-*, so a device was opened
         where = mpi.bcast(comm, mpi.gather(comm, (mpi.processor_name(comm), device.index)) or [])
         mpi.collective(comm, "placing the ranks on the GPUs",
                        partial(torch_exchange.one_rank_per_gpu, where))

@@ -167,7 +167,7 @@ class TorchExchange:
 
 
 def open_exchange(world: mpi.Comm, group: mpi.Comm, backend: str, tensor: object,
-                  stripes: tuple[tuple[int, int], ...], device: Device,
+                  stripes: tuple[tuple[int, int], ...], device: Device | None,
                   timeout_s: float) -> TorchExchange:
     """Collective over the world: the members of this rank's MPI exchange group, in its
     order, and the exchange over them."""
