@@ -190,7 +190,7 @@ def test_renderers_live_in_the_top_layer() -> None:
 # botocore objects of optional libraries, the parser's subparsers and the Backend protocol's
 # paths and handles (their type is the backend's own). Lower it when you remove some; never
 # raise it.
-ANY_CEILING = 150
+ANY_CEILING = 149
 COMM_ANY = re.compile(r"\bcomm: Any\b")
 
 

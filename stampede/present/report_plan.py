@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
     from stampede.checkpoint.plan import Extent, RankPlan
     from stampede.checkpoint.save_plan import SavePlan
-    from stampede.existing.catalogue import Catalogue
     from stampede.spec import JobSpec
 
     # per layout: its name, its files (name, bytes), (rank, plan, whether it reads storage)
@@ -27,6 +26,31 @@ if TYPE_CHECKING:
     # ranks shown (-1 and None: the ranks not shown)
     PlannedSave = tuple[str, tuple[tuple[str, int], ...], tuple[str, ...],
                         list[tuple[int, SavePlan | None]]]
+
+    from typing import Protocol
+
+    class _Tensor(Protocol):
+        @property
+        def dtype(self) -> str: ...
+
+    class ExistingCheckpoint(Protocol):
+        """What `stampede plan` shows of an existing checkpoint: stampede.existing's
+        Catalogue fits it (a layer present does not import)."""
+
+        @property
+        def root(self) -> str: ...
+        @property
+        def format(self) -> str: ...
+        @property
+        def files(self) -> Sequence[tuple[str, int]]: ...
+        @property
+        def tensors(self) -> Sequence[_Tensor]: ...
+        @property
+        def index_file(self) -> str: ...
+        @property
+        def saving_ranks(self) -> int: ...
+        @property
+        def total_bytes(self) -> int: ...
 
 # What a catalogue's items are called, by format (the others hold tensors).
 ITEMS = {"dcp": "saved items", "torch": "storages", "tensorizer": "files (whole)"}
@@ -110,7 +134,7 @@ def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave],
                   "published one[/]")
 
 
-def render_existing_plan(catalogue: Catalogue, nranks: int,
+def render_existing_plan(catalogue: ExistingCheckpoint, nranks: int,
                          policies: Sequence[tuple[str, list[RankPlan], list[int]]],
                          console: Console) -> None:
     """`stampede plan --checkpoint PATH`: what the checkpoint holds (from its headers) and
@@ -144,7 +168,7 @@ def _counts(counts: dict[str, int]) -> str:
     return " ".join(f"{count} {op}" for op, count in ordered if count) or "-"
 
 
-def _describe_checkpoint(catalogue: Catalogue) -> list[str]:
+def _describe_checkpoint(catalogue: ExistingCheckpoint) -> list[str]:
     """Human lines for `stampede plan`: format, files, tensors, bytes, index, savers."""
     kinds = {"safetensors": "safetensors", "dcp": "PyTorch DCP", "hdf5": "HDF5",
              "torch": "torch.save zip", "tensorizer": "tensorizer, whole files"}
