@@ -49,11 +49,20 @@ def file_kind(mode: int) -> str:
 
 
 def read_text(path: Path, what: str, limit_bytes: int | None = None) -> str:
-    """A user's text file (a job, an archive, a sidecar, a peer tool's output), or one
-    UsageError naming it and saying what it should have been. Looked at before it is read:
-    a FIFO would hang the read, a device (/dev/zero) never end it, a directory is nothing
-    to read, so only a regular file is read; `limit_bytes` bounds what a reader of a
-    peer's output takes in (a file that grows while it is read included)."""
+    """A user's text file (a job, an archive, a sidecar, a peer tool's output): read_bytes'
+    file decoded, or one UsageError naming it and saying what it should have been."""
+    try:
+        return read_bytes(path, what, limit_bytes).decode()
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text (UTF-8) file, so not {what_article(what)}") from None
+
+
+def read_bytes(path: Path, what: str, limit_bytes: int | None = None) -> bytes:
+    """A file stampede reads whole, or one UsageError naming it and saying what it should
+    have been. Looked at before it is read: a FIFO would hang the read, a device
+    (/dev/zero) never end it, a directory is nothing to read, so only a regular file is
+    read; `limit_bytes` bounds what a reader of a peer's output takes in (a file that grows
+    while it is read included)."""
     try:   # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
@@ -74,10 +83,7 @@ def read_text(path: Path, what: str, limit_bytes: int | None = None) -> str:
             raise UsageError(f"{path}: cannot read the {what} ({error.strerror})") from None
     if limit_bytes is not None and len(data) > limit_bytes:
         raise too_large
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a text (UTF-8) file, so not {what_article(what)}") from None
+    return data
 
 
 def _identity(path: Path) -> tuple[int, int, str]:

@@ -13,6 +13,7 @@ from typing import Any
 from stampede import __version__
 from stampede.backends.base import Backend
 from stampede.errors import CheckpointError
+from stampede.results.readback import parse_json
 from stampede.spec import JobSpec
 
 MANIFEST_NAME = "stampede-manifest.json"
@@ -31,8 +32,10 @@ def read_manifest(backend: Backend, target: str) -> dict[str, Any] | None:
 def read_document(backend: Backend, target: str, name: str, what: str, schema: int,
                   redo: str) -> dict[str, object] | None:
     """One of stampede's JSON documents in a target (the manifest, the save journal), or
-    None when there is none; unreadable, not JSON or another schema is one error naming
-    the file (`redo`: the command that writes it again)."""
+    None when there is none. What run, save and clean do rests on it, so unreadable,
+    empty, truncated, not JSON, not an object or another schema is one CheckpointError
+    (exit 2) naming the file and what is wrong (stampede.results.readback's note), never a
+    note they go on without (`redo`: the command that writes it again)."""
     where = f"{target.rstrip('/')}/{name}"
     try:
         text = backend.get_bytes(name)
@@ -41,14 +44,13 @@ def read_document(backend: Backend, target: str, name: str, what: str, schema: i
                               ) from None
     if text is None:
         return None
-    try:
-        document: dict[str, object] = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{where}: the {what} is not valid JSON ({error})",
-                              hint=f"remove the target's files by hand and {redo} again") from None
-    if not isinstance(document, dict) or document.get("schema") != schema:
+    found = parse_json(text, where, what)   # what stampede reads back: one reader
+    if found.value is None:
+        raise CheckpointError(found.notes[0], hint=f"remove the target's files by hand and "
+                                                   f"{redo} again")
+    if found.value.get("schema") != schema:
         raise CheckpointError(f"{where}: not a stampede {what} of schema {schema}")
-    return document
+    return found.value
 
 
 # What each entry of a layout holds, and of which type (bool is not an int here).

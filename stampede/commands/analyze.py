@@ -103,8 +103,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
     """(the first path given, its trace): stampede's own, or IOR's per-op files."""
     from stampede.errors import UsageError
-    from stampede.results import trace as traces
     from stampede.results.ior_ops import ior_trace, is_ior_ops
+    from stampede.results.readback import read_trace
 
     given = [Path(name) for name in args.trace]
     ior = [path for path in given if is_ior_ops(path)]
@@ -122,10 +122,13 @@ def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
     if len(given) > 1:
         raise UsageError(f"{len(given)} paths: one trace at a time (or IOR's per-op files)")
     path = find_trace(args.trace[0])
-    try:
-        return path, traces.read_trace(path)
-    except (OSError, ValueError, KeyError) as error:
-        raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
+    found = read_trace(path)
+    if found.value is None:   # the command's one input: nothing of it to analyze
+        raise UsageError(found.notes[0], hint="`stampede report` shows the run from its "
+                                              "archive; run again with --trace for a new trace")
+    for note in found.notes:   # read in part: analyzed without what is damaged
+        print(f"stampede: note: {note}", file=sys.stderr)
+    return path, found.value
 
 
 def _iteration(text: str, trace: Trace, rows: np.ndarray) -> int:

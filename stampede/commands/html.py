@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,8 +90,11 @@ def write_report(archive: str, output: str, workload: Workload, target_mttr_s: f
             sidecars[run_id] = sidecar
     if not sidecars and rows[-1].get("warnings", "").startswith("imported from"):
         missing = []   # an import has no sidecar by design
-    page = render_html(archive, rows, sidecars, assessment, (*notes, *missing),
-                       traces_of(archive, sidecars))
+    traces, damaged = traces_of(archive, sidecars)
+    for note in (*missing, *damaged):   # the page says them too
+        print(f"stampede: note: {note}", file=sys.stderr)
+    page = render_html(archive, rows, sidecars, assessment, (*notes, *missing, *damaged),
+                       traces)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
@@ -99,20 +103,23 @@ def write_report(archive: str, output: str, workload: Workload, target_mttr_s: f
     return path, assessment
 
 
-def traces_of(archive: str, sidecars: Mapping[str, object]) -> dict[str, Trace]:
-    """The traces (--trace) of the runs shown, where they have one and it reads."""
+def traces_of(archive: str, sidecars: Mapping[str, object]) -> tuple[dict[str, Trace], list[str]]:
+    """The traces (--trace) of the runs shown, where they have one and it reads (a damaged
+    one in part: the layouts that read); and the notes on those that do not read whole."""
     from stampede.results.archive import sidecar_path
-    from stampede.results.trace import read_trace, trace_path
+    from stampede.results.readback import read_trace
+    from stampede.results.trace import trace_path
 
-    found = {}
+    found, notes = {}, []
     for run_id in sidecars:
         path = trace_path(sidecar_path(archive, run_id))
-        if path.is_file():
-            try:
-                found[run_id] = read_trace(path)
-            except (OSError, ValueError, KeyError):
-                continue   # a damaged trace leaves the report without its figures
-    return found
+        if not path.exists() and not path.is_symlink():
+            continue   # a run without --trace
+        read = read_trace(path)
+        notes += read.notes
+        if read.value is not None:
+            found[run_id] = read.value
+    return found, notes
 
 
 def cmd_html(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ from stampede.launcher import launcher_rank, launcher_size
 from stampede.spec import OPTIONS, REQUIRED
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from stampede.commands import Subparsers
     from stampede.mpi import Comm
     from stampede.present.report import RunReport
@@ -210,27 +212,14 @@ class Archiver:
             self.report = RunReport()
             self.recorder = Recorder(self.spec.archive_path, context.run_id, self.command,
                                      self.report.show)
-        self.recorder.record(rows, sidecar(self.spec, context, [*self.runs, run]))
+        traces = self.traces if run.trace is None else \
+            {**self.traces, f"{run.phase}/{run.layout}": run.trace}
+        # its rows archived only with its sidecar and (--trace) the phases traced so far
+        self.recorder.record(rows, sidecar(self.spec, context, [*self.runs, run]),
+                             None if run.trace is None else trace_writer(context, traces))
         self.runs.append(run)
         self.messages += run.messages
-        if run.trace is not None:
-            self.traces[f"{run.phase}/{run.layout}"] = run.trace
-            self.write_trace(context)
-
-    def write_trace(self, context: RunContext) -> None:
-        """--trace: the phases traced so far, beside the sidecar, rewritten whole."""
-        from stampede.errors import RunFailed
-        from stampede.results.trace import trace_path, write_trace
-
-        # layout_done recorded the layout (and wrote the sidecar) before its trace
-        assert self.recorder is not None and self.recorder.sidecar_file is not None
-        path = trace_path(self.recorder.sidecar_file)
-        try:
-            write_trace(path, self.traces, {"run_id": context.run_id,
-                                            "hosts_by_rank": list(context.hosts)})
-        except OSError as error:
-            raise RunFailed(f"{path}: writing the trace failed ({error.strerror or error}); "
-                            "the archive and the sidecar are written") from None
+        self.traces = traces
 
     def finish(self) -> None:
         if not self.root or self.recorder is None:
@@ -251,6 +240,14 @@ class Archiver:
         left = [name for name in strategies if name not in done]
         return (f"archived {', '.join(whole + cut) or 'none'}; not measured (nothing of them "
                 f"archived): {', '.join(left) or 'none'}")
+
+
+def trace_writer(context: RunContext, traces: dict[str, LayoutTrace]) -> Callable[[Path], object]:
+    """--trace: the phases traced so far, written whole where the recorder says."""
+    from stampede.results.trace import write_trace
+
+    meta = {"run_id": context.run_id, "hosts_by_rank": list(context.hosts)}
+    return lambda path: write_trace(path, traces, meta)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

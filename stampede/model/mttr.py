@@ -328,15 +328,14 @@ def _sync(values: dict[str, float], sources: dict[str, str]) -> dict[str, float]
 
 def _time_to_first_byte(sidecar: Path, layout: str) -> float:
     """The slowest rank's barrier -> first byte (median over iterations), from a sidecar."""
-    import json
     import statistics
 
-    from stampede.errors import UsageError
-    from stampede.values import read_text
-    try:
-        stats = json.loads(read_text(sidecar, "sidecar"))["layouts"][layout]["stats"]
-    except (UsageError, KeyError, ValueError, TypeError):
-        return math.nan
+    from stampede.results.readback import read_sidecar
+
+    document = read_sidecar(sidecar).value or {}
+    stats = (document.get("layouts") or {}).get(layout, {}).get("stats")
+    if not isinstance(stats, dict):
+        return math.nan   # no sidecar, or a damaged one: the stall is not measured
     by_iteration: dict[float, float] = {}
     for _, iteration, _, first_byte, *_ in stats.get("timeline") or ():
         if first_byte is not None:

@@ -20,7 +20,6 @@ CLI imports it on every start.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,19 +133,15 @@ def select_run(archive: str | Path, rows: list[Row], run_id: str | None) -> str:
 
 
 def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, object] | None:
-    """The run's JSON sidecar, or None (with a note) when it is missing or unreadable."""
-    from stampede.errors import UsageError
+    """The run's JSON sidecar, or None (with a note: the file and what is wrong) when it
+    is missing or does not read."""
     from stampede.results.archive import sidecar_path
-    from stampede.values import read_text
+    from stampede.results.readback import read_sidecar
 
-    path = sidecar_path(archive, run_id)
-    try:
-        document: dict[str, object] = json.loads(read_text(path, "sidecar"))
-    except (UsageError, ValueError) as error:
-        notes.append(f"run {run_id}: no readable sidecar at {path} ({error.__class__.__name__}): "
-                     "skipping the cdf and timeline figures")
-        return None
-    return document
+    found = read_sidecar(sidecar_path(archive, run_id))
+    notes += [f"run {run_id}: no readable sidecar: {note}: skipping the cdf and timeline "
+              "figures" for note in found.notes]
+    return found.value
 
 
 def new_figure(nrows: int, ncols: int, width_in: float, height_in: float,

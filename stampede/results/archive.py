@@ -233,21 +233,13 @@ def sidecar_path(archive: str | Path, run_id: str) -> Path:
     return archive.with_name(f"{archive.stem}.runs") / f"{run_id}.json"
 
 
-def write_sidecar(archive: str | Path, run_id: str, document: Mapping[str, object]) -> Path:
-    """Full metadata of one run, written to a temporary name and renamed into place (a
-    rewrite replaces it whole). A failed write removes the temporary file: RunFailed."""
-    path = sidecar_path(archive, run_id)
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "w") as stream:
-            json.dump(_finite(document), stream, indent=1, sort_keys=True, default=str,
-                      allow_nan=False)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise RunFailed(f"{path}: writing the run's sidecar failed ({error.strerror or error})"
-                        ) from None
-    return path
+def write_sidecar(path: Path, document: Mapping[str, object]) -> None:
+    """A run's full metadata as strict JSON into `path`, made durable (fsync). The recorder
+    gives it a temporary name and renames it into place once the rows it describes are
+    appended (stampede.results.recorder): a rewrite replaces the sidecar whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as stream:
+        json.dump(_finite(document), stream, indent=1, sort_keys=True, default=str,
+                  allow_nan=False)
+        stream.flush()
+        os.fsync(stream.fileno())

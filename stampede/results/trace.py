@@ -78,6 +78,8 @@ def write_trace(path: Path, layouts: dict[str, LayoutTrace], meta: dict[str, obj
 
 @dataclass(frozen=True)
 class Trace:
+    """A trace as read back (stampede.results.readback.read_trace: whole, in part, or a
+    note saying why not)."""
     meta: dict[str, Any]
     layouts: dict[str, np.ndarray]
 
@@ -91,28 +93,6 @@ class Trace:
     def files(self, layout: str) -> list[str]:
         """The names a layout's file column indexes (paths relative to the target)."""
         return list(self.meta.get("files", {}).get(layout, []))
-
-
-def read_trace(path: Path) -> Trace:
-    """A trace file back (ValueError naming what is wrong when it is not one)."""
-    with np.load(path, allow_pickle=False) as archive:
-        if "meta" not in archive.files:
-            raise ValueError(f"{path}: not a stampede trace (no meta)")
-        meta = json.loads(str(archive["meta"]))
-        columns = meta.get("columns")
-        if columns not in (list(TRACE_COLUMNS), list(FIRST_COLUMNS)):
-            raise ValueError(f"{path}: columns {columns} are not {list(TRACE_COLUMNS)}")
-        layouts = {name: _widened(archive[f"layout_{index}"])
-                   for index, name in enumerate(meta["layouts"])}
-    return Trace(meta, layouts)
-
-
-def _widened(rows: np.ndarray) -> np.ndarray:
-    """A first trace's rows with file and offset NOWHERE."""
-    missing = len(TRACE_COLUMNS) - rows.shape[1]
-    if missing <= 0:
-        return rows
-    return np.column_stack([rows, np.full((len(rows), missing), NOWHERE, dtype=np.int64)])
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from stampede.results import trace as traces
+from stampede.results.readback import read_trace
 from tests.helpers.jobs import read_archive, small_job
+
+
+def whole(path: Path) -> traces.Trace:
+    """A trace that reads back whole: no note."""
+    found = read_trace(path)
+    assert found.value is not None and found.notes == (), found.notes
+    return found.value
 
 
 @pytest.mark.mpi
@@ -29,7 +37,7 @@ def test_a_traced_run_and_save_are_read_back_with_the_archives_counts(
     assert len(found) == 2 and "trace " in " ".join(ran.stdout.split())
     rows = read_archive(archive)
     for path in found:
-        trace = traces.read_trace(path)
+        trace = whole(path)
         run_id = trace.meta["run_id"]
         assert path.name == f"{run_id}.trace.npz"
         for key, layout_rows in trace.layouts.items():
@@ -49,9 +57,9 @@ def test_a_traced_run_and_save_are_read_back_with_the_archives_counts(
     assert analyzed.returncode == 0, analyzed.stderr
     said = " ".join(analyzed.stdout.split())
     assert "files: 2; most bytes: " in said and "files: 1; most bytes: " in said  # sharded, shared
-    assert_dxt(traces.read_trace(found[0]), dxt.read_text())
+    assert_dxt(whole(found[0]), dxt.read_text())
     assert "restore/shared: iteration" in said and "restore/sharded: iteration" in said
-    trace = traces.read_trace(found[0])
+    trace = whole(found[0])
     for key, layout_rows in trace.layouts.items():   # what it prints is the trace's reading
         slowest = layout_rows[layout_rows[:, traces.ITERATION]
                               == traces.slowest_iteration(trace, layout_rows)]

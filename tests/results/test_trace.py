@@ -1,4 +1,4 @@
-"""A run's trace (stampede.results.trace): written and read back whole; its segments,
+"""A run's trace (stampede.results.trace): written and read back whole (readback); its segments,
 concurrency, per-rank times and Chrome events computed from rows whose answers are known."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from stampede.ops import OP_CODE
 from stampede.results import trace as traces
 from stampede.results.model import LayoutTrace
+from stampede.results.readback import Read, read_trace
 
 MS = 1_000_000
 
@@ -44,7 +45,14 @@ def trace_of(tmp_path: Path) -> traces.Trace:
     path = traces.write_trace(tmp_path / "r.trace.npz", {"sharded": layout},
                               {"run_id": "r", "phase": "restore", "hosts_by_rank": ["a", "b"]})
     assert not list(tmp_path.glob(".*"))           # no temporary file left
-    return traces.read_trace(path)
+    return whole(path)
+
+
+def whole(path: Path) -> traces.Trace:
+    """A trace that reads back whole: no note."""
+    found = read_trace(path)
+    assert found.value is not None and found.notes == (), found.notes
+    return found.value
 
 
 def test_a_trace_reads_back_whole_and_is_refused_when_it_is_not_one(tmp_path: Path) -> None:
@@ -53,8 +61,9 @@ def test_a_trace_reads_back_whole_and_is_refused_when_it_is_not_one(tmp_path: Pa
     assert np.array_equal(trace.layouts["sharded"], two_ranks())
     assert trace.meta["units"] == "ns" and trace.meta["hosts_by_rank"] == ["a", "b"]
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
-    with pytest.raises(ValueError, match="not a stampede trace"):
-        traces.read_trace(tmp_path / "other.npz")
+    assert read_trace(tmp_path / "other.npz") == Read(None, (
+        f"{tmp_path / 'other.npz'}: the trace is an .npz without a meta array (not a "
+        "stampede trace): nothing of it can be read",))
 
 
 def test_a_first_trace_without_file_and_offset_still_reads(tmp_path: Path) -> None:
@@ -63,7 +72,7 @@ def test_a_first_trace_without_file_and_offset_still_reads(tmp_path: Path) -> No
     meta = {"columns": list(traces.FIRST_COLUMNS), "ops": list(traces.OPS),
             "layouts": ["sharded"], "units": "ns"}
     np.savez(tmp_path / "old.trace.npz", meta=np.array(json.dumps(meta)), layout_0=first)
-    rows = traces.read_trace(tmp_path / "old.trace.npz").layouts["sharded"]
+    rows = whole(tmp_path / "old.trace.npz").layouts["sharded"]
     assert rows.shape == (len(first), len(traces.TRACE_COLUMNS))
     assert np.array_equal(rows[:, :len(traces.FIRST_COLUMNS)], first)
     assert set(rows[:, traces.FILE].tolist()) == set(rows[:, traces.OFFSET].tolist()) == {-1}
