@@ -110,7 +110,8 @@ def traces_of(archive: str, sidecars: Mapping[str, object]) -> tuple[dict[str, T
     from stampede.results.readback import read_trace
     from stampede.results.trace import trace_path
 
-    found, notes = {}, []
+    found: dict[str, Trace] = {}
+    notes: list[str] = []
     for run_id in sidecars:
         path = trace_path(sidecar_path(archive, run_id))
         if not path.exists() and not path.is_symlink():

@@ -246,7 +246,7 @@ def trace_writer(context: RunContext, traces: dict[str, LayoutTrace]) -> Callabl
     """--trace: the phases traced so far, written whole where the recorder says."""
     from stampede.results.trace import write_trace
 
-    meta = {"run_id": context.run_id, "hosts_by_rank": list(context.hosts)}
+    meta: dict[str, object] = {"run_id": context.run_id, "hosts_by_rank": list(context.hosts)}
     return lambda path: write_trace(path, traces, meta)
 
 

@@ -332,8 +332,8 @@ def _time_to_first_byte(sidecar: Path, layout: str) -> float:
 
     from stampede.results.readback import read_sidecar
 
-    document = read_sidecar(sidecar).value or {}
-    stats = (document.get("layouts") or {}).get(layout, {}).get("stats")
+    layouts = (read_sidecar(sidecar).value or {}).get("layouts") or {}
+    stats = layouts.get(layout, {}).get("stats") if isinstance(layouts, dict) else None
     if not isinstance(stats, dict):
         return math.nan   # no sidecar, or a damaged one: the stall is not measured
     by_iteration: dict[float, float] = {}

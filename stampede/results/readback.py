@@ -32,7 +32,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from stampede.errors import UsageError
 from stampede.values import read_bytes
@@ -43,12 +43,13 @@ if TYPE_CHECKING:   # numpy only where a trace is read: the manifest's readers i
     from stampede.results.trace import Trace
 
 T = TypeVar("T")
+Document = dict[str, object]   # a JSON object read back (its keys checked by its reader)
 
 # What a damaged zip or .npy member raises as it is read (a flipped byte in a header can
 # reach any of them: a bad size, an unknown compression method, a dtype numpy refuses).
 _DAMAGED = (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError,
             zlib.error, struct.error, NotImplementedError, UnicodeDecodeError, KeyError,
-            TypeError)
+            TypeError, RuntimeError)   # RuntimeError: a flipped flag that says "encrypted"
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")   # zip's local file header (30 bytes)
 _LOCAL_SIGNATURE = b"PK\x03\x04"
@@ -65,10 +66,10 @@ class Read(Generic[T]):
     notes: tuple[str, ...] = ()
 
 
-def parse_json(data: bytes, where: str, what: str) -> Read[dict[str, Any]]:
+def parse_json(data: bytes, where: str, what: str) -> Read[Document]:
     """`data` (the file at `where`, `what` it is: "sidecar", "save journal") as a JSON
     object, or a note saying why it is not one."""
-    def note(problem: str) -> Read[dict[str, Any]]:
+    def note(problem: str) -> Read[Document]:
         return Read(None, (f"{where}: the {what} {problem}",))
 
     if not data.strip():
@@ -80,7 +81,9 @@ def parse_json(data: bytes, where: str, what: str) -> Read[dict[str, Any]]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
-        if error.pos >= len(text.rstrip()):
+        # a string left open can only be the text's end (a line break inside one is an
+        # error of its own)
+        if error.pos >= len(text.rstrip()) or error.msg.startswith("Unterminated string"):
             return note(f"is truncated: its JSON ends early, at byte {len(data):,} ({error.msg})")
         return note(f"is not valid JSON: {error.msg} at line {error.lineno} column "
                     f"{error.colno} (a damaged byte?)")
@@ -89,7 +92,7 @@ def parse_json(data: bytes, where: str, what: str) -> Read[dict[str, Any]]:
     return Read(document)
 
 
-def read_json(path: Path, what: str) -> Read[dict[str, Any]]:
+def read_json(path: Path, what: str) -> Read[Document]:
     """A JSON object stampede wrote into a local file, or a note (a missing file, a FIFO or
     a directory in its place included)."""
     try:
@@ -99,7 +102,7 @@ def read_json(path: Path, what: str) -> Read[dict[str, Any]]:
     return parse_json(data, str(path), what)
 
 
-def read_sidecar(path: Path) -> Read[dict[str, Any]]:
+def read_sidecar(path: Path) -> Read[Document]:
     """A run's sidecar: a JSON object whose layouts and saves, where it has them, are tables
     of layouts (what the reports read from it)."""
     found = read_json(path, "sidecar")
@@ -143,13 +146,15 @@ def read_trace(path: Path) -> Read[Trace]:
     meta, problem = _meta(members["meta.npy"])
     if meta is None:
         return nothing(problem)
+    names, columns = meta["layouts"], meta["columns"]
+    assert isinstance(names, list) and isinstance(columns, list)   # _meta checked them
     layouts: dict[str, np.ndarray] = {}
     lost: list[str] = []
-    for index, name in enumerate(meta["layouts"]):
+    for index, name in enumerate(names):
         member = f"layout_{index}.npy"
         rows = members.get(member)
         if isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.dtype == np.int64 \
-                and rows.shape[1] == len(meta["columns"]):
+                and rows.shape[1] == len(columns):
             layouts[name] = _widened(rows)
             continue
         lost.append(name)
@@ -157,7 +162,7 @@ def read_trace(path: Path) -> Read[Trace]:
             problems.append(f"has {member} that is not rows ({rows.dtype}, shape {rows.shape})")
         elif member not in members and not cut:
             problems.append(f"lacks {member}")
-    said = _named("; ".join(problems), meta["layouts"])
+    said = _named("; ".join(problems), names)
     if not layouts:
         return nothing(said)
     if not problems:
@@ -220,9 +225,15 @@ def _walk(data: bytes) -> tuple[dict[str, np.ndarray | None], list[str]]:
         name = data[start:start + name_length].decode(errors="replace")
         extra = data[start + name_length:start + name_length + extra_length]
         begin = start + name_length + extra_length
+        if begin > len(data):
+            return found, [*problems, f"is truncated at byte {len(data):,} (inside {name}'s "
+                                      "header)"]
         compressed = _zip64_size(extra, compressed)
         body = data[begin:begin + compressed]
-        if flags & 0x08 or len(body) < compressed:   # sizes after the data: cannot walk on
+        if flags & 0x08 or compressed < 0:   # no size before the data: cannot walk on
+            return found, [*problems, f"is damaged at byte {offset:,} ({name}'s header "
+                                      "has no size)"]
+        if len(body) < compressed:
             return found, [*problems, f"is truncated at byte {len(data):,} (inside {name})"]
         found[name] = None
         if zlib.crc32(body) != crc:
@@ -239,19 +250,20 @@ def _walk(data: bytes) -> tuple[dict[str, np.ndarray | None], list[str]]:
 
 
 def _zip64_size(extra: bytes, compressed: int) -> int:
-    """The compressed size from a zip64 extra field when the header's is 0xFFFFFFFF."""
+    """The compressed size, from the zip64 extra field where the header's is 0xFFFFFFFF
+    (-1: the field is not there, or cut short)."""
     if compressed != 0xFFFFFFFF:
         return compressed
     at = 0
     while at + 4 <= len(extra):
         kind, size = struct.unpack_from("<HH", extra, at)
-        if kind == _ZIP64_EXTRA and size >= 16:
+        if kind == _ZIP64_EXTRA and size >= 16 and at + 4 + 16 <= len(extra):
             return int(struct.unpack_from("<QQ", extra, at + 4)[1])
         at += 4 + size
-    return compressed
+    return -1
 
 
-def _meta(array: np.ndarray | None) -> tuple[dict[str, Any] | None, str]:
+def _meta(array: np.ndarray | None) -> tuple[Document | None, str]:
     """The trace's meta (a JSON text) checked: its columns, op names and layouts."""
     from stampede.results.trace import FIRST_COLUMNS, TRACE_COLUMNS
 

@@ -69,6 +69,75 @@ def test_each_part_is_shown_then_archived_whole_and_a_refused_part_changes_nothi
         assert not list(disk.rglob("*.tmp"))
 
 
+def test_a_part_whose_trace_cannot_be_written_is_not_archived_either(tmp_path: Path) -> None:
+    """E13: the rows of a part are archived only with its sidecar and trace. A trace that
+    does not fit (the disk full) leaves the archive, the sidecar and the trace as the parts
+    before left them, and no temporary file."""
+    import numpy as np
+
+    from stampede.ops import OP_CODE
+    from stampede.results.model import LayoutTrace
+    from stampede.results.readback import read_trace
+    from stampede.results.trace import trace_path, write_trace
+
+    def traced(count: int) -> LayoutTrace:
+        return LayoutTrace(np.array([[0, OP_CODE["read"], n, n + 1, 4096, 1, n % 2, 0, 0]
+                                     for n in range(count)], dtype=np.int64), ["f"])
+
+    meta = {"run_id": "r1", "hosts_by_rank": ["node0", "node0"]}
+    with small_disk(tmp_path / "disk", 512 * 1024) as disk:
+        archive = disk / "job.csv"
+        recorder = Recorder(archive, "r1", "run", lambda rows, sidecar: None)
+        first = {"restore/shared": traced(10)}
+        recorder.record(part("shared", ("open", "read", "restore")), {"layouts": ["shared"]},
+                        lambda path: write_trace(path, first, meta))
+        kept = {path: path.read_bytes() for path in (archive, sidecar_path(archive, "r1"),
+                                                     trace_path(sidecar_path(archive, "r1")))}
+        fill(disk, 96 * 1024)   # the sidecar fits again, 2 MB of trace rows do not
+        second = {**first, "restore/sharded": traced(30_000)}
+        with pytest.raises(RunFailed) as raised:
+            recorder.record(part("sharded", ("open", "restore")),
+                            {"layouts": ["shared", "sharded"]},
+                            lambda path: write_trace(path, second, meta))
+        assert raised.value.message == (
+            f"{trace_path(sidecar_path(archive, 'r1'))}: writing the run's trace failed (No "
+            "space left on device); its 2 row(s) not archived: the archive, the sidecar and "
+            "the trace are as the parts before them left them")
+        assert {path: path.read_bytes() for path in kept} == kept
+        assert [row["layout"] for row in read_rows(archive)] == ["shared"] * 3
+        assert len(recorder.rows) == 3
+        assert sorted(path.name for path in disk.rglob("*") if path.is_file()) == \
+            ["filler", "job.csv", "r1.json", "r1.trace.npz"]   # no temporary file
+        found = read_trace(trace_path(sidecar_path(archive, "r1")))
+        assert found.notes == () and found.value is not None
+        assert list(found.value.layouts) == ["restore/shared"]
+
+
+@pytest.mark.mpi
+def test_a_run_whose_sidecar_does_not_fit_archives_none_of_its_rows(stampede,
+                                                                    tmp_path: Path) -> None:
+    """E13 as a user meets it: the rows fit, the sidecar does not. Once the rows stayed,
+    valid, beside no sidecar (and the trace half written); now the run's report is shown,
+    then one line names the sidecar, exit 1, and the archive holds nothing of the part."""
+    job = small_job(tmp_path, checkpoint={"layout": "sharded"}, run={"verify": "none"})
+    assert stampede("prepare", str(job), np=2).returncode == 0
+    with small_disk(tmp_path / "disk", 128 * 1024) as disk:   # a sidecar is ~250 KB
+        archive = disk / "job.csv"
+        result = stampede("run", str(job), "--trace", "--set",
+                          f"archive.path={str(archive)!r}", np=2)
+        assert result.returncode == 1, result.stderr
+        assert "sharded: latency per op" in result.stdout   # the results were shown first
+        errors = [line for line in result.stderr.splitlines() if "error" in line]
+        assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"{disk / 'job.runs'}/" in errors[0] and errors[0].endswith(
+            ".json: writing the run's sidecar failed (No space left on device); its 5 row(s) "
+            "not archived: the archive, the sidecar and the trace are as the parts before "
+            "them left them"), errors[0]
+        assert not archive.exists() or read_rows(archive) == []
+        assert [path for path in disk.rglob("*") if path.is_file()
+                and path != archive] == []   # no sidecar, no trace, no temporary file
+
+
 def _sidecar(archive: Path) -> dict[str, Any]:
     found = sorted(archive.with_name(f"{archive.stem}.runs").glob("*.json"))
     documents = [json.loads(path.read_text()) for path in found]
