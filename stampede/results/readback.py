@@ -140,10 +140,11 @@ def read_trace(path: Path) -> Read[Trace]:
         return nothing("is not a zip (numpy .npz) file")
     members, problems = _members(data)
     cut = bool(problems)   # the members after a cut or damage are not there to miss
-    if members.get("meta.npy") is None:
+    array = members.get("meta.npy")
+    if array is None:
         return nothing(_named("; ".join(problems), [])
                        if problems else "is an .npz without a meta array (not a stampede trace)")
-    meta, problem = _meta(members["meta.npy"])
+    meta, problem = _meta(array)
     if meta is None:
         return nothing(problem)
     names, columns = meta["layouts"], meta["columns"]
@@ -263,25 +264,24 @@ def _zip64_size(extra: bytes, compressed: int) -> int:
     return -1
 
 
-def _meta(array: np.ndarray | None) -> tuple[Document | None, str]:
-    """The trace's meta (a JSON text) checked: its columns, op names and layouts."""
+def _meta(array: np.ndarray) -> tuple[Document | None, str]:
+    """The trace's meta (a JSON text) checked: its columns, op names and layouts; or what
+    is wrong with it, in the words a note gives after "the trace"."""
     from stampede.results.trace import FIRST_COLUMNS, TRACE_COLUMNS
 
-    if array is None:
-        return None, "meta is damaged"
     try:
         meta = json.loads(str(array))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return None, f"meta is not valid JSON ({error})"
+        return None, f"has a meta that is not valid JSON ({error})"
     if not isinstance(meta, dict):
-        return None, f"meta is not a JSON object (it holds {_kind(meta)})"
+        return None, f"has a meta that is not a JSON object (it holds {_kind(meta)})"
     columns = meta.get("columns")
     if columns not in (list(TRACE_COLUMNS), list(FIRST_COLUMNS)):
-        return None, f"columns {columns!r:.80} are not {list(TRACE_COLUMNS)}"
+        return None, f"has the columns {columns!r:.80}, not {list(TRACE_COLUMNS)}"
     for key in ("ops", "layouts"):
         value = meta.get(key)
         if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
-            return None, f"meta's {key} = {value!r:.80} is not a list of names"
+            return None, f"has a meta whose {key} = {value!r:.80} is not a list of names"
     return meta, ""
 
 
