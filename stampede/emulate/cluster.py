@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 from stampede.emulate.topology import (
     MPI_ENVIRONMENT,
@@ -255,11 +255,12 @@ class ClusterState(TypedDict, total=False):
 
 
 def _read_state(cluster_id: str) -> ClusterState:
-    try:
-        state: ClusterState = json.loads(_state_path(cluster_id).read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+    """The state a cluster saved; {} where there is none or it does not read (cleanup then
+    goes by the namespaces' names alone)."""
+    from stampede.results.readback import read_json
+
+    state = read_json(_state_path(cluster_id), "cluster state").value
+    return cast("ClusterState", state) if state is not None else {}
 
 
 def remove_cluster(cluster_id: str, reap: Callable[[], None] = lambda: None) -> None:

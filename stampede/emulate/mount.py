@@ -7,7 +7,6 @@ One copy of this for bench/model_vs_emulator.py and the tests that mount the emu
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -65,8 +64,12 @@ def summary_path(mountpoint: Path) -> Path:
 def read_summary(mountpoint: Path) -> dict[str, object]:
     """The summary of the emulator that `running` ran at mountpoint, once the block ended:
     {"service_s", "threads", ..., "ops": {op: {"count", "asked_mean_s", "held_p50_s", ...}}}."""
-    document: dict[str, object] = json.loads(summary_path(mountpoint).read_text())
-    return document
+    from stampede.results.readback import read_json
+
+    found = read_json(summary_path(mountpoint), "emulator's summary")
+    if found.value is None:
+        raise RuntimeError(found.notes[0])
+    return found.value
 
 
 @contextmanager
