@@ -102,10 +102,29 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of one command (`stampede COMMAND`'s flags)."""
+    commands = next(action for action in parser._actions
+                    if isinstance(action, argparse._SubParsersAction))
+    found: argparse.ArgumentParser = commands.choices[command]
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    return run_command(parser, parser.parse_args(argv))
+
+
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The parsed command run: its output flags checked first (stampede.commands.outputs,
+    by rank 0 alone: it alone writes them, and the others' launcher ends them when it
+    refuses), then its handler; errors to exit statuses."""
     comm = None
     try:
+        if launcher_rank() == 0:
+            from stampede.commands.outputs import check_outputs
+
+            check_outputs(command_parser(parser, args.command), args)
         status: int = args.func(args)
         return status
     except StampedeError as error:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import add_output
 from stampede.units import NS_PER_S
 
 if TYPE_CHECKING:
@@ -40,11 +41,11 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.add_argument("--iteration", default="slowest", metavar="N|slowest",
                      help="which measured iteration (0-based; default the slowest)")
     sub.add_argument("--segments", type=int, default=20, help="segments of the span (default 20)")
-    sub.add_argument("--chrome", default="", metavar="FILE.json",
-                     help="also write the whole trace as Chrome trace-event JSON")
-    sub.add_argument("--dxt", default="", metavar="FILE.txt",
-                     help="also write its reads and writes as Darshan DXT-like text (a block "
-                          "per file and rank, a line per op: offset, length, start, end)")
+    add_output(sub, "--chrome", default="", metavar="FILE.json",
+               help="also write the whole trace as Chrome trace-event JSON")
+    add_output(sub, "--dxt", default="", metavar="FILE.txt",
+               help="also write its reads and writes as Darshan DXT-like text (a block "
+                    "per file and rank, a line per op: offset, length, start, end)")
     sub.set_defaults(func=cmd_analyze)
 
 
@@ -69,14 +70,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.present.report import make_console
     from stampede.results import trace as traces
-    from stampede.values import did_you_mean, refuse_overwrite
+    from stampede.values import did_you_mean
 
     if args.segments < 1:
         raise UsageError(f"--segments {args.segments}: must be at least 1")
-    path, trace = _read(args)
-    for flag, given in (("--chrome", args.chrome), ("--dxt", args.dxt)):
-        if given:
-            refuse_overwrite(flag, Path(given), {"trace": path})
+    path, trace = _read(args)   # --chrome and --dxt were checked before (commands.outputs)
     layouts = list(trace.layouts)
     if args.layout and args.layout not in layouts:
         raise UsageError(f"--layout {args.layout}: not in {path} (it holds "
@@ -91,13 +89,25 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         choice = _iteration(args.iteration, trace, rows)
         render_layout(trace, layout, rows, choice, args.segments, console)
     if args.chrome:
-        Path(args.chrome).write_text(json.dumps(traces.chrome_events(trace)))
+        _write("--chrome", args.chrome, json.dumps(traces.chrome_events(trace)))
         print(f"wrote {args.chrome} (Chrome trace-event JSON: open it in Perfetto or "
               "chrome://tracing)", file=sys.stderr)
     if args.dxt:
-        Path(args.dxt).write_text(traces.dxt_text(trace))
+        _write("--dxt", args.dxt, traces.dxt_text(trace))
         print(f"wrote {args.dxt} (Darshan DXT-like text)", file=sys.stderr)
     return 0
+
+
+def _write(flag: str, path: str, text: str) -> None:
+    """An export written (checked writable before the analysis; a disk that fills since is
+    still one line)."""
+    from stampede.errors import RunFailed
+
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        raise RunFailed(f"{flag} {path}: writing it failed ({error.strerror or error})"
+                        ) from None
 
 
 def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
@@ -107,6 +117,8 @@ def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
     from stampede.results.ior_ops import ior_trace, is_ior_ops
 
     given = [Path(name) for name in args.trace]
+    for path in given:   # looked at, never opened: a FIFO's open would wait for a writer
+        _regular_or_missing(path)
     ior = [path for path in given if is_ior_ops(path)]
     if ior:
         if len(ior) != len(given):
@@ -126,6 +138,24 @@ def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
         return path, traces.read_trace(path)
     except (OSError, ValueError, KeyError) as error:
         raise UsageError(f"{path}: cannot read it as a trace ({error})") from None
+
+
+def _regular_or_missing(path: Path) -> None:
+    """A path given as a trace that exists and is not a regular file: one line saying what
+    it is (a FIFO, a directory, a device), not "no such trace"."""
+    import os
+    import stat
+
+    from stampede.errors import UsageError
+    from stampede.values import file_kind
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return   # missing: find_trace says so
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{path}: is {file_kind(mode)}, not a trace file (a trace is "
+                         "ARCHIVE.runs/RUN_ID.trace.npz; or give its archive)")
 
 
 def _iteration(text: str, trace: Trace, rows: np.ndarray) -> int:
