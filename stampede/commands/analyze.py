@@ -190,15 +190,15 @@ def render_layout(trace: Trace, layout: str, rows: np.ndarray, iteration: int, c
                       str(segment.ops), str(segment.errors), str(segment.inside_max),
                       f"{segment.inside_mean:.2f}")
     console.print(table)
-    if found:
-        moving = [s for s in found if s.nbytes > 0] or found
-        key = (lambda s: s.gbps) if any(s.nbytes for s in found) else (lambda s: s.ops_per_s)
-        ranked = sorted(moving, key=key)
-        what = "GB/s" if any(s.nbytes for s in found) else "ops/s"
-        console.print(f"segments by {what}: slowest {format_number(key(ranked[0]))}, median "
-                      f"{format_number(key(ranked[len(ranked) // 2]))}, fastest "
-                      f"{format_number(key(ranked[-1]))}; most ranks inside a storage op at "
-                      f"once: {max(s.inside_max for s in found)}", markup=False)
+    if found:   # every segment, those that moved nothing too (at 0)
+        what, rates = traces.segment_rates(found)
+        idle = sum(rate == 0 for rate in rates)
+        console.print(f"segments by {what}: slowest {format_number(rates[0])}, median "
+                      f"{format_number(rates[len(rates) // 2])}, fastest "
+                      f"{format_number(rates[-1])}"
+                      + (f" ({idle} of {len(rates)} at 0)" if idle else "")
+                      + f"; most ranks inside a storage op at once: "
+                        f"{max(s.inside_max for s in found)}", markup=False)
     files = traces.files_read(trace, layout, mine)
     if files:
         console.print(f"files: {len(files)}; most bytes: " + ", ".join(

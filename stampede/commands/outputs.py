@@ -89,6 +89,10 @@ def check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         given = [value] if isinstance(value, str | Path) and str(value) else []
         for path in given:   # as given: "./" is a directory, before a stem is made of it
             refuse_overwrite(action.flag, path, inputs, action.kind)
+            if action.kind == OUTPUT_ARCHIVE:   # and one that exists has this schema's header
+                from stampede.results.archive import check_appendable
+
+                check_appendable(path, where=f"{action.flag} {path}")
         derived = [Path(p) for p in action.paths(args)] if action.paths else []
         for path in derived:
             if str(path) not in map(str, given):

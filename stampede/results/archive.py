@@ -84,13 +84,14 @@ def _encode(rows: Iterable[Mapping[str, object]]) -> str:
     return stream.getvalue()
 
 
-def check_appendable(path: str | Path) -> None:
+def check_appendable(path: str | Path, where: str = "") -> None:
     """Before a run, before any I/O: the archive is a regular file with this schema's
     header, or a path where one can be created, and it can be written. Anything else (a
     device such as /dev/null or /dev/full, a FIFO, a directory) is refused: a run would
-    end with its results lost, or never end."""
+    end with its results lost, or never end. `where`: how the error names it (a flag's
+    "--archive PATH"; default the job key's "archive.path = 'PATH'")."""
     path = Path(path)
-    where = f"archive.path = {str(path)!r}"
+    where = where or f"archive.path = {str(path)!r}"
     try:
         status = os.stat(path)
     except FileNotFoundError:
