@@ -13,8 +13,8 @@ declared here fails it.
 
 The command's inputs are found, not listed: every other argument's value that names a
 regular file (an archive, a trace, a job file, a peer tool's output), and for one inside
-an archive's ARCHIVE.runs/ (a trace, a sidecar) the archive beside it; and each output
-checked before is an input of the next (two flags never name one file).
+an archive's ARCHIVE.runs/ (a trace, a sidecar) the archive beside it; and each file
+output checked before is an input of the next (two flags never name one file).
 """
 
 from __future__ import annotations
@@ -49,14 +49,16 @@ class Output(argparse.Action):
         super().__init__(*args, **kwargs)
         self.kind = kind
         self.paths = paths
+        self.given_as = ""   # the name it was given by (-o or --output): errors echo it
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
         setattr(namespace, self.dest, values)
+        self.given_as = option_string or ""
 
     @property
     def flag(self) -> str:
-        return self.option_strings[0] if self.option_strings else self.dest
+        return self.given_as or (self.option_strings[0] if self.option_strings else self.dest)
 
 
 def add_output(sub: argparse.ArgumentParser, *names: str, kind: str = OUTPUT_FILE,
@@ -97,8 +99,9 @@ def check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         for path in derived:
             if str(path) not in map(str, given):
                 refuse_overwrite(action.flag, path, inputs, OUTPUT_FILE)
-        for path in [*given, *derived]:
-            inputs[f"{action.flag} output"] = Path(path)
+        if action.kind != OUTPUT_DIRECTORY:   # another output may go inside a directory
+            for path in [*given, *derived]:
+                inputs[f"{action.flag} output"] = Path(path)
 
 
 def inputs_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Path]:
