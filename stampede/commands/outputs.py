@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from stampede.values import (
     OUTPUT_ARCHIVE,
@@ -42,17 +41,15 @@ __all__ = ["OUTPUT_ARCHIVE", "OUTPUT_DIRECTORY", "OUTPUT_FILE", "Output", "add_o
 
 
 class Output(argparse.Action):
-    """A flag naming something stampede writes (stored as given, like "store")."""
+    """A flag naming something stampede writes (stored as given, like "store"); add_output
+    sets what it names."""
 
-    def __init__(self, *args: Any, kind: str = OUTPUT_FILE, paths: Paths | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.kind = kind
-        self.paths = paths
-        self.given_as = ""   # the name it was given by (-o or --output): errors echo it
+    kind: str = OUTPUT_FILE
+    paths: Paths | None = None
+    given_as = ""   # the name it was given by (-o or --output): errors echo it
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+                 values: object, option_string: str | None = None) -> None:
         setattr(namespace, self.dest, values)
         self.given_as = option_string or ""
 
@@ -62,12 +59,15 @@ class Output(argparse.Action):
 
 
 def add_output(sub: argparse.ArgumentParser, *names: str, kind: str = OUTPUT_FILE,
-               paths: Paths | None = None, **kwargs: Any) -> Output:
+               paths: Paths | None = None, default: str | None = "", metavar: str | None = None,
+               required: bool = False, help: str = "") -> Output:
     """Add a flag that names a file, an archive or a directory stampede writes (`kind`):
     stampede.cli checks it before the command runs. `paths`: what it stands for beyond its
     own value (a stem's files, a default made from another flag)."""
-    action = sub.add_argument(*names, action=Output, kind=kind, paths=paths, **kwargs)
+    action = sub.add_argument(*names, action=Output, default=default, metavar=metavar,
+                              required=required, help=help)
     assert isinstance(action, Output)
+    action.kind, action.paths = kind, paths
     return action
 
 
@@ -137,7 +137,7 @@ def _what(path: Path, dest: str) -> str:
 
 def archive_beside(path: Path) -> Path | None:
     """The archive whose ARCHIVE.runs/ holds `path` (a trace, a sidecar), where it exists."""
-    runs = path.absolute().parent
+    runs = path.parent if path.parent.name else path.absolute().parent   # spelled as given
     if not runs.name.endswith(SIDECARS_SUFFIX) or len(runs.name) == len(SIDECARS_SUFFIX):
         return None
     stem = runs.name[:-len(SIDECARS_SUFFIX)]
