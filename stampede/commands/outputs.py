@@ -94,7 +94,7 @@ def check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             if action.kind == OUTPUT_ARCHIVE:   # and one that exists has this schema's header
                 from stampede.results.archive import check_appendable
 
-                check_appendable(path, where=f"{action.flag} {path}")
+                check_appendable(path, flag=action.flag)
         derived = [Path(p) for p in action.paths(args)] if action.paths else []
         for path in derived:
             if str(path) not in map(str, given):

@@ -214,3 +214,16 @@ def test_each_output_flag_takes_a_new_file_beside_its_inputs(
         assert cli.run_command(parser, args) == 0, argv
         assert ran and getattr(ran[0], action.dest) == good
         assert snapshot(tmp_path) == before, argv   # the probe left nothing
+
+
+@pytest.mark.mpi
+def test_a_refusal_under_a_launcher_of_several_ranks_ends_them_all(stampede, tmp_path: Path) -> None:
+    """Rank 0 alone checks (and writes) the outputs; the others wait in MPI_Init: its refusal
+    ends the whole job with exit 2 at once (they once spun there until killed)."""
+    refused = stampede("gpu", "--device", "host", "--modes", "pageable", "--sizes", "1MiB",
+                       "--trials", "1", "--archive", "/proc/stampede-outputs.csv", np=2,
+                       timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert ("stampede gpu: error: --archive /proc/stampede-outputs.csv: cannot write in /proc"
+            in refused.stderr)
+    assert os.listdir(tmp_path) == []
