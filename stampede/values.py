@@ -121,7 +121,7 @@ def refuse_overwrite(flag: str, output: str | Path, inputs: Mapping[str, Path | 
       file created and removed there, which a read-only mount or /proc refuses even to root."""
     text = os.fspath(output)
     output = Path(text)
-    if not text or text.endswith(os.sep) and kind != OUTPUT_DIRECTORY:
+    if not text or (text.endswith(os.sep) and kind != OUTPUT_DIRECTORY):
         raise UsageError(f"{flag} {text!r}: names a directory, not a file: give {flag} a "
                          "file's name")
     _refuse_inputs(flag, output, inputs)
@@ -179,8 +179,8 @@ def _refuse_existing(flag: str, output: Path, mode: int, kind: str) -> None:
     write (opened, nothing written: root's access() says yes where /proc says no)."""
     if kind == OUTPUT_DIRECTORY:
         if not stat.S_ISDIR(mode):
-            raise UsageError(f"{flag} {output}: is {file_kind(mode) if not stat.S_ISREG(mode) else 'a file'}"
-                             ", not a directory")
+            what = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+            raise UsageError(f"{flag} {output}: is {what}, not a directory")
         _try_creating_in(flag, output, output)
         return
     if stat.S_ISDIR(mode):

@@ -7,7 +7,7 @@ other paths (a stem for several figures) or has a default made from another flag
 archive's name with .html), those paths. stampede.cli runs check_outputs over every
 Output of the command's parser after parsing and before the handler, so that a command
 cannot forget it: each path goes through stampede.values.refuse_overwrite, against the
-command's inputs, before any work. `tests/test_outputs.py` finds the flags from the parsers
+command's inputs, before any work. `tests/commands/test_outputs.py` finds the flags from the parsers
 and refuses each kind of bad path on each; a flag that looks like an output and is not
 declared here fails it.
 
