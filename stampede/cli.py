@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from stampede import __version__
 from stampede.commands import COMMANDS, commands_text, metrics_text
 from stampede.errors import StampedeError
-from stampede.launcher import launcher_rank
+from stampede.launcher import launcher_rank, launcher_size
 
 if TYPE_CHECKING:
     from stampede.mpi import Comm
@@ -102,10 +102,25 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of one command (`stampede COMMAND`'s flags)."""
+    commands = next(action for action in parser._actions
+                    if isinstance(action, argparse._SubParsersAction))
+    found: argparse.ArgumentParser = commands.choices[command]
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    return run_command(parser, parser.parse_args(argv))
+
+
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The parsed command run: its output flags checked first, then its handler; errors to
+    exit statuses."""
     comm = None
     try:
+        _check_outputs(parser, args)
         status: int = args.func(args)
         return status
     except StampedeError as error:
@@ -128,6 +143,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if comm is not None and comm.Get_size() > 1:
             _abort(comm, 1)
         return 1
+
+
+def _check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """stampede.commands.outputs' guard, by rank 0 alone: it alone writes what the flags
+    name, and the others must not each probe the file system (at 16,384 ranks a storm, and
+    inside `stampede startup`'s measured import). Under a launcher of several ranks the
+    others wait in MPI_Init: a refusal is printed, then MPI started and the job aborted with
+    its status (rank 0 exiting alone would leave them spinning there)."""
+    if launcher_rank() != 0:
+        return
+    from stampede.commands.outputs import check_outputs
+
+    try:
+        check_outputs(command_parser(parser, args.command), args)
+    except StampedeError as error:
+        if (launcher_size() or 1) > 1:
+            print(f"stampede {args.command}: error: {error}", file=sys.stderr, flush=True)
+            from stampede.mpi import world
+
+            _abort(world(), error.exit_status)
+            sys.exit(error.exit_status)   # Abort may return before the launcher's kill
+        raise
 
 
 def _abort(comm: Comm, status: int) -> None:

@@ -97,10 +97,71 @@ def _identity(path: Path) -> tuple[int, int, str]:
         return (parent.st_dev, parent.st_ino, path.name) if parent else (-1, -1, str(path.absolute()))
 
 
-def refuse_overwrite(flag: str, output: Path, inputs: Mapping[str, Path | None]) -> None:
-    """Before any I/O: an output never replaces one of the command's inputs (`inputs`: what
-    each is, in words -> its path), compared by what the paths are, not how they are
-    spelled; an input directory (an archive's sidecars) also covers what lies under it."""
+# What an output flag names (stampede.commands.outputs declares each flag with one): a file
+# written whole (replaced if it exists; its directory must exist), an archive appended to
+# (it may exist; its directories are made), a directory written into (made if missing).
+OUTPUT_FILE, OUTPUT_ARCHIVE, OUTPUT_DIRECTORY = "file", "archive", "directory"
+OUTPUT_KINDS = (OUTPUT_FILE, OUTPUT_ARCHIVE, OUTPUT_DIRECTORY)
+# Where an archive's runs keep their sidecars and traces (ARCHIVE_STEM.runs/: results.archive's
+# sidecar_dir) and a trace's name (results.trace.trace_path): stampede's own, never an output.
+SIDECARS_SUFFIX = ".runs"
+TRACE_SUFFIX = ".trace.npz"
+
+
+def refuse_overwrite(flag: str, output: str | Path, inputs: Mapping[str, Path | None],
+                     kind: str = OUTPUT_FILE) -> None:
+    """The one check of a path stampede is asked to write (`kind`: OUTPUT_KINDS), before
+    any work, so that a result is never lost after it was measured, and nothing stampede
+    reads is written over. A UsageError, one line, when the path
+    - is one of the command's inputs (`inputs`: what each is, in words -> its path), compared
+      by what the paths are, not how they are spelled (relative, a link, a hard link), or
+      lies inside one that is a directory;
+    - is a trace's name (*.trace.npz) or lies inside an archive's ARCHIVE.runs/ (its
+      sidecars and traces): stampede writes those itself, beside their run;
+    - is a symbolic link (writing would land wherever it points);
+    - names a directory where a file is written (".", "./", "x/", an existing directory),
+      a file where a directory is, or anything not a regular file (a FIFO would block the
+      write, /dev/full fail it, /dev/null lose it);
+    - cannot be written: its directory missing (a file's; an archive's or a directory's
+      are made), not a directory, or refusing a new file (read-only, /proc): tried with a
+      file created and removed there, which a read-only mount or /proc refuses even to root."""
+    text = os.fspath(output)
+    output = Path(text)
+    if not text or (text.endswith(os.sep) and kind != OUTPUT_DIRECTORY):
+        raise UsageError(f"{flag} {text!r}: names a directory, not a file: give {flag} a "
+                         "file's name")
+    _refuse_inputs(flag, output, inputs)
+    if output.name.endswith(TRACE_SUFFIX):
+        raise UsageError(f"{flag} {output}: is a trace's name (*{TRACE_SUFFIX}): traces are "
+                         "stampede's own, written beside their run; give another name")
+    for place in dict.fromkeys((output.absolute(), Path(os.path.realpath(output)))):
+        runs = next((p for p in (place, *place.parents) if p.name.endswith(SIDECARS_SUFFIX)),
+                    None)
+        if runs is not None:
+            raise UsageError(f"{flag} {output}: lies inside {runs}, where an archive's runs "
+                             "keep their sidecars and traces; give a path outside it")
+    if output.is_symlink():
+        raise UsageError(f"{flag} {output}: is a symbolic link (to {os.readlink(output)}); "
+                         "stampede does not write through a link: give the path itself")
+    try:
+        status: os.stat_result | None = os.stat(output)
+    except FileNotFoundError:
+        status = None
+    except OSError as error:
+        raise UsageError(f"{flag} {output}: cannot look at it ({error.strerror})") from None
+    if status is not None:
+        _refuse_existing(flag, output, status.st_mode, kind)
+        return
+    directory = output.absolute().parent
+    if kind != OUTPUT_FILE:   # made with its parents: the nearest that exists must take it
+        directory = next(p for p in output.absolute().parents if p.exists())
+    if not directory.is_dir():
+        missing = "does not exist" if not directory.exists() else "is not a directory"
+        raise UsageError(f"{flag} {output}: its directory {directory} {missing}")
+    _try_creating_in(flag, output, directory)
+
+
+def _refuse_inputs(flag: str, output: Path, inputs: Mapping[str, Path | None]) -> None:
     mine = _identity(output)
     above = set()
     for parent in output.absolute().parents:
@@ -112,11 +173,43 @@ def refuse_overwrite(flag: str, output: Path, inputs: Mapping[str, Path | None])
             continue
         if _identity(path) == mine:
             raise UsageError(f"{flag} {output}: is the {what} ({path}); writing there would "
-                             "replace it", hint=f"give {flag} another name")
+                             f"replace it: give {flag} another name")
         inside = Path(os.path.realpath(path)) in Path(os.path.realpath(output)).parents
         if inside or (path.is_dir() and _identity(path) in above):
-            raise UsageError(f"{flag} {output}: lies inside the {what} ({path})",
-                             hint=f"give {flag} a path outside it")
+            raise UsageError(f"{flag} {output}: lies inside the {what} ({path}): give {flag} "
+                             "a path outside it")
+
+
+def _refuse_existing(flag: str, output: Path, mode: int, kind: str) -> None:
+    """An output that exists: a directory to write into, or a regular file we may open to
+    write (opened, nothing written: root's access() says yes where /proc says no)."""
+    if kind == OUTPUT_DIRECTORY:
+        if not stat.S_ISDIR(mode):
+            what = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+            raise UsageError(f"{flag} {output}: is {what}, not a directory")
+        _try_creating_in(flag, output, output)
+        return
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{flag} {output}: is a directory; give {flag} a file's name")
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{flag} {output}: is {file_kind(mode)}, not a regular file "
+                         "stampede can write")
+    try:
+        os.close(os.open(output, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as error:
+        raise UsageError(f"{flag} {output}: cannot write it ({error.strerror})") from None
+
+
+def _try_creating_in(flag: str, output: Path, directory: Path) -> None:
+    """A file created in `directory` and removed at once: what writing there will do."""
+    probe = directory / f".stampede-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except OSError as error:
+        raise UsageError(f"{flag} {output}: cannot write in {directory} ({error.strerror})"
+                         ) from None
+    with contextlib.suppress(OSError):
+        probe.unlink()
 
 
 def what_article(what: str) -> str:

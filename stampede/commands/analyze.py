@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import add_output
 from stampede.units import NS_PER_S
 
 if TYPE_CHECKING:
@@ -40,11 +41,11 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.add_argument("--iteration", default="slowest", metavar="N|slowest",
                      help="which measured iteration (0-based; default the slowest)")
     sub.add_argument("--segments", type=int, default=20, help="segments of the span (default 20)")
-    sub.add_argument("--chrome", default="", metavar="FILE.json",
-                     help="also write the whole trace as Chrome trace-event JSON")
-    sub.add_argument("--dxt", default="", metavar="FILE.txt",
-                     help="also write its reads and writes as Darshan DXT-like text (a block "
-                          "per file and rank, a line per op: offset, length, start, end)")
+    add_output(sub, "--chrome", default="", metavar="FILE.json",
+               help="also write the whole trace as Chrome trace-event JSON")
+    add_output(sub, "--dxt", default="", metavar="FILE.txt",
+               help="also write its reads and writes as Darshan DXT-like text (a block "
+                    "per file and rank, a line per op: offset, length, start, end)")
     sub.set_defaults(func=cmd_analyze)
 
 
@@ -69,14 +70,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.present.report import make_console
     from stampede.results import trace as traces
-    from stampede.values import did_you_mean, refuse_overwrite
+    from stampede.values import did_you_mean
 
     if args.segments < 1:
         raise UsageError(f"--segments {args.segments}: must be at least 1")
-    path, trace = _read(args)
-    for flag, given in (("--chrome", args.chrome), ("--dxt", args.dxt)):
-        if given:
-            refuse_overwrite(flag, Path(given), {"trace": path})
+    path, trace = _read(args)   # --chrome and --dxt were checked before (commands.outputs)
     layouts = list(trace.layouts)
     if args.layout and args.layout not in layouts:
         raise UsageError(f"--layout {args.layout}: not in {path} (it holds "
@@ -91,13 +89,25 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         choice = _iteration(args.iteration, trace, rows)
         render_layout(trace, layout, rows, choice, args.segments, console)
     if args.chrome:
-        Path(args.chrome).write_text(json.dumps(traces.chrome_events(trace)))
+        _write("--chrome", args.chrome, json.dumps(traces.chrome_events(trace)))
         print(f"wrote {args.chrome} (Chrome trace-event JSON: open it in Perfetto or "
               "chrome://tracing)", file=sys.stderr)
     if args.dxt:
-        Path(args.dxt).write_text(traces.dxt_text(trace))
+        _write("--dxt", args.dxt, traces.dxt_text(trace))
         print(f"wrote {args.dxt} (Darshan DXT-like text)", file=sys.stderr)
     return 0
+
+
+def _write(flag: str, path: str, text: str) -> None:
+    """An export written (checked writable before the analysis; a disk that fills since is
+    still one line)."""
+    from stampede.errors import RunFailed
+
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        raise RunFailed(f"{flag} {path}: writing it failed ({error.strerror or error})"
+                        ) from None
 
 
 def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
@@ -107,6 +117,8 @@ def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
     from stampede.results.readback import read_trace
 
     given = [Path(name) for name in args.trace]
+    for path in given:   # looked at, never opened: a FIFO's open would wait for a writer
+        _regular_or_missing(path)
     ior = [path for path in given if is_ior_ops(path)]
     if ior:
         if len(ior) != len(given):
@@ -129,6 +141,24 @@ def _read(args: argparse.Namespace) -> tuple[Path, Trace]:
     for note in found.notes:   # read in part: analyzed without what is damaged
         print(f"stampede: note: {note}", file=sys.stderr)
     return path, found.value
+
+
+def _regular_or_missing(path: Path) -> None:
+    """A path given as a trace that exists and is not a regular file: one line saying what
+    it is (a FIFO, a directory, a device), not "no such trace"."""
+    import os
+    import stat
+
+    from stampede.errors import UsageError
+    from stampede.values import file_kind
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return   # missing: find_trace says so
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{path}: is {file_kind(mode)}, not a trace file (a trace is "
+                         "ARCHIVE.runs/RUN_ID.trace.npz; or give its archive)")
 
 
 def _iteration(text: str, trace: Trace, rows: np.ndarray) -> int:
@@ -163,15 +193,15 @@ def render_layout(trace: Trace, layout: str, rows: np.ndarray, iteration: int, c
                       str(segment.ops), str(segment.errors), str(segment.inside_max),
                       f"{segment.inside_mean:.2f}")
     console.print(table)
-    if found:
-        moving = [s for s in found if s.nbytes > 0] or found
-        key = (lambda s: s.gbps) if any(s.nbytes for s in found) else (lambda s: s.ops_per_s)
-        ranked = sorted(moving, key=key)
-        what = "GB/s" if any(s.nbytes for s in found) else "ops/s"
-        console.print(f"segments by {what}: slowest {format_number(key(ranked[0]))}, median "
-                      f"{format_number(key(ranked[len(ranked) // 2]))}, fastest "
-                      f"{format_number(key(ranked[-1]))}; most ranks inside a storage op at "
-                      f"once: {max(s.inside_max for s in found)}", markup=False)
+    if found:   # every segment, those that moved nothing too (at 0)
+        what, rates = traces.segment_rates(found)
+        idle = sum(rate == 0 for rate in rates)
+        console.print(f"segments by {what}: slowest {format_number(rates[0])}, median "
+                      f"{format_number(rates[len(rates) // 2])}, fastest "
+                      f"{format_number(rates[-1])}"
+                      + (f" ({idle} of {len(rates)} at 0)" if idle else "")
+                      + f"; most ranks inside a storage op at once: "
+                        f"{max(s.inside_max for s in found)}", markup=False)
     files = traces.files_read(trace, layout, mine)
     if files:
         console.print(f"files: {len(files)}; most bytes: " + ", ".join(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from stampede.commands import add_job_arguments, set_words
 from stampede.commands.html import add_target_arguments, target_of
+from stampede.commands.outputs import add_output
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
@@ -50,14 +51,14 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.add_argument("--budget", default=DEFAULT_BUDGET, metavar="DURATION",
                      help=f"wall time for the whole assessment, e.g. 600, 90s, 10min (default "
                           f"{DEFAULT_BUDGET}); with --sbatch, the job's time limit")
-    sub.add_argument("-o", "--output", default="", metavar="FILE.html",
-                     help="the report (default assess-JOB.html); its archive is FILE.csv beside "
-                          "it, which must not exist yet")
+    add_output(sub, "-o", "--output", default="", metavar="FILE.html",
+               help="the report (default assess-JOB.html); its archive is FILE.csv beside "
+                    "it, which must not exist yet")
     sub.add_argument("--no-save", action="store_true",
                      help="restores only: no `stampede save` at each count (by default the "
                           "job's layouts that save writes are saved too, after the restores)")
-    sub.add_argument("--sbatch", default="", metavar="FILE.sbatch",
-                     help="render the sweep as an sbatch script instead of running it here")
+    add_output(sub, "--sbatch", default="", metavar="FILE.sbatch",
+               help="render the sweep as an sbatch script instead of running it here")
     sub.set_defaults(func=cmd_assess)
 
 
@@ -124,8 +125,6 @@ def cmd_assess(args: argparse.Namespace) -> int:
     saving = plan_saves(args, spec, counts)
     check_targets_empty(args.job, spec, saving)
     if args.sbatch:
-        from stampede.values import refuse_overwrite
-        refuse_overwrite("--sbatch", Path(args.sbatch), {"job file": Path(args.job)})
         return render_sbatch(args, spec, saving,
                              ",".join(map(str, counts)) if note else args.ranks, budget_s)
     if any(nodes not in (None, 1) for _, nodes in steps):

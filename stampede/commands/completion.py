@@ -1,7 +1,9 @@
 """`stampede completion bash|zsh`: a shell completion script made from the parsers
 themselves (every command, each command's flags, the choices of those that have them),
-job files (*.toml) where a JOB is asked, and the job keys of stampede.spec.OPTIONS after
---set. zsh gets the same function through its bashcompinit."""
+job files (*.toml) where a JOB is asked, the job keys of stampede.spec.OPTIONS after
+--set, file names after a flag that takes a path (an output, --checkpoint PATH) and nothing
+after one that takes another value (--trace-limit SIZE: never the job files). zsh gets the
+same function through its bashcompinit."""
 
 from __future__ import annotations
 
@@ -98,6 +100,10 @@ def script(shell: str) -> str:
             elif action.option_strings and _takes_job(action):   # mttr --job FILE.toml
                 choice_cases.append(f"        {shlex.quote(f'{name} {action.option_strings[-1]}')}) "
                                     "_stampede_jobs; return ;;")
+            elif _takes_value(action) and not _takes_path(action):   # --trace-limit SIZE
+                patterns = "|".join(shlex.quote(f"{name} {flag}") for flag in action.option_strings)
+                choice_cases.append(f"        {patterns}) compopt +o default 2>/dev/null; "
+                                    "COMPREPLY=(); return ;;")
             elif not action.option_strings and action.choices:
                 words += [str(choice) for choice in action.choices]
             elif not action.option_strings and _takes_job(action):
@@ -114,6 +120,22 @@ def script(shell: str) -> str:
 def _takes_job(action: argparse.Action) -> bool:
     """Whether the argument is a job file, by its help or metavar (import's --job is a name)."""
     return action.metavar == "JOB" or "TOML" in (action.help or "")
+
+
+def _takes_value(action: argparse.Action) -> bool:
+    """A flag followed by a value of its own (not --set's KEY=VALUE, completed apart)."""
+    return bool(action.option_strings) and action.nargs != 0 and "--set" not in \
+        action.option_strings and not isinstance(action, argparse._HelpAction)
+
+
+def _takes_path(action: argparse.Action) -> bool:
+    """A flag whose value is a path: an output (stampede.commands.outputs), or one whose
+    metavar says so (PATH, DIR, FILE...): the shell's file names complete it."""
+    from stampede.commands.outputs import Output
+
+    metavar = action.metavar if isinstance(action.metavar, str) else ""
+    return isinstance(action, Output) or any(word in metavar.upper()
+                                             for word in ("PATH", "DIR", "FILE"))
 
 
 def _words(items: Iterable[object]) -> str:

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import OUTPUT_ARCHIVE, add_output
 from stampede.errors import UsageError, install_hint
 from stampede.launcher import call, find_mpiexec, signals_stop_children
 from stampede.results.definitions import METRICS
@@ -27,8 +28,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                                epilog=METRICS)
     demo.add_argument("--np", type=int, default=4, help="ranks (default 4)")
     demo.add_argument("--size", default="512MiB", help="checkpoint size (default 512MiB)")
-    demo.add_argument("--archive", default="results/demo.csv",
-                      help="archive to append to (default results/demo.csv)")
+    add_output(demo, "--archive", kind=OUTPUT_ARCHIVE, default="results/demo.csv",
+               help="archive to append to (default results/demo.csv)")
     demo.set_defaults(func=cmd_demo)
 
 

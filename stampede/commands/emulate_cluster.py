@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import OUTPUT_DIRECTORY, add_output
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:
@@ -67,9 +68,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                      help="prepare, run and clean this job across the nodes, on the cluster's S3")
     sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="with --job: override a job key (the target is the cluster's)")
-    sub.add_argument("--dir", default=None, metavar="DIR",
-                     help="where the cluster keeps its files and the storage's objects "
-                          "(default /run/stampede-cluster; a directory is made inside)")
+    add_output(sub, "--dir", kind=OUTPUT_DIRECTORY, default=None, metavar="DIR",
+               help="where the cluster keeps its files and the storage's objects "
+                    "(default /run/stampede-cluster; a directory is made inside)")
     sub.add_argument("--cleanup", action="store_true",
                      help="only remove what crashed emulate-cluster commands left behind")
     # not "command": that is the subcommand's name, which error lines begin with

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import add_output
 from stampede.emulate import mds as model
 from stampede.emulate import writable
 from stampede.emulate.service import LOG_LIMIT
@@ -70,13 +71,13 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                      help="realtime (default): the server's threads run SCHED_FIFO where "
                           "allowed, so that a busy machine does not stretch the service time; "
                           "normal: as any process")
-    sub.add_argument("--summary-json", default=None, metavar="PATH",
-                     help="at exit, also write the summary (per op: requests, the service time "
-                          "asked and held, the time queued) as JSON to PATH")
-    sub.add_argument("--log", default=None, metavar="PATH",
-                     help="at exit, write every request served as JSON lines to PATH: op, "
-                          "paths, the locks it queued on, when it arrived, took its slot and "
-                          "left it (monotonic clock), the slot")
+    add_output(sub, "--summary-json", default=None, metavar="PATH",
+               help="at exit, also write the summary (per op: requests, the service time "
+                    "asked and held, the time queued) as JSON to PATH")
+    add_output(sub, "--log", default=None, metavar="PATH",
+               help="at exit, write every request served as JSON lines to PATH: op, "
+                    "paths, the locks it queued on, when it arrived, took its slot and "
+                    "left it (monotonic clock), the slot")
     sub.add_argument("--log-limit", type=int, default=LOG_LIMIT, metavar="N",
                      help=f"requests the log keeps (in memory until exit; default {LOG_LIMIT:,}); "
                           "the rest are counted")

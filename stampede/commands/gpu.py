@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import OUTPUT_ARCHIVE, OUTPUT_DIRECTORY, add_output
 from stampede.run import h2d
 from stampede.run.devices import LINK_PEAKS_GBPS
 
@@ -40,12 +41,14 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.add_argument("--warmup", type=int, default=1, help="trials run and dropped (default 1)")
     sub.add_argument("--cache", default="cold", choices=("cold", "warm"),
                      help="file, safetensors and gds modes: evict the file before each trial")
-    sub.add_argument("--dir", default="", help="where file modes write their files "
-                     "(default: a temporary directory, removed after)")
+    add_output(sub, "--dir", kind=OUTPUT_DIRECTORY, default="", metavar="DIR",
+               help="where file modes write their files (default: a temporary directory, "
+                    "removed after)")
     sub.add_argument("--link", default="pcie5x16",
                      choices=sorted(name for name in LINK_PEAKS_GBPS if name != "host"),
                      help="the link's nominal one-way peak shown for context (default pcie5x16)")
-    sub.add_argument("--archive", default="results/gpu.csv", help="archive to append to")
+    add_output(sub, "--archive", kind=OUTPUT_ARCHIVE, default="results/gpu.csv",
+               help="archive to append to")
     sub.set_defaults(func=cmd_gpu)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stampede.commands import add_workload_arguments, workload_from
+from stampede.commands.outputs import add_output
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -58,25 +59,28 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
              "the band), tables, CDFs, scaling curves, per-rank timelines, context.",
         description="One self-contained HTML file from an archive and its sidecars.")
     sub.add_argument("archive", metavar="ARCHIVE", help="a CSV archive (its sidecars beside it)")
-    sub.add_argument("-o", "--output", default="", metavar="FILE",
-                     help="where to write it (default: the archive's name with .html)")
+    add_output(sub, "-o", "--output", default="", metavar="FILE", paths=_report_path,
+               help="where to write it (default: the archive's name with .html)")
     add_target_arguments(sub)
     sub.set_defaults(func=cmd_html)
 
 
+def _report_path(args: argparse.Namespace) -> list[Path]:
+    """-o, or its default: the archive's name with .html."""
+    return [Path(args.output or Path(args.archive).with_suffix(".html"))]
+
+
 def write_report(archive: str, output: str, workload: Workload, target_mttr_s: float,
                  notes: tuple[str, ...] = ()) -> tuple[Path, Assessment]:
-    """Assess the archive for the workload, render it, write the file; its path and the
-    assessment."""
+    """Assess the archive for the workload, render it, write the file (the path checked
+    before: stampede.commands.outputs, or assess's outputs()); its path and the assessment."""
     from stampede.errors import UsageError
     from stampede.model.assessment import assess
     from stampede.present.html import render_html
     from stampede.present.plot import load_sidecar
-    from stampede.results.archive import read_rows, sidecar_dir
-    from stampede.values import refuse_overwrite
+    from stampede.results.archive import read_rows
 
     path = Path(output or Path(archive).with_suffix(".html"))
-    refuse_overwrite("-o", path, {"archive": Path(archive), "archive's sidecars": sidecar_dir(archive)})
     rows = read_rows(archive)
     if not rows:
         raise UsageError(f"{archive}: the archive holds no runs")

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import OUTPUT_ARCHIVE, add_output
 from stampede.results import importers
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
         description="Import IOR or mdtest results into a stampede archive.", epilog=importers.__doc__)
     sub.add_argument("tool", choices=("ior", "mdtest"))
     sub.add_argument("result", help="IOR JSON summary file, or mdtest's saved output")
-    sub.add_argument("--archive", required=True, help="CSV archive to append to")
+    add_output(sub, "--archive", kind=OUTPUT_ARCHIVE, required=True, help="CSV archive to append to")
     sub.add_argument("--cache", default="unknown", choices=("warm", "cold", "direct", "unknown"),
                      help="the cache state the tool ran in (it does not record it)")
     sub.add_argument("--job", default="", help="job name for the rows (default: the tool's)")

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import OUTPUT_DIRECTORY, add_output
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:
@@ -20,9 +21,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
         help="List the job files stampede ships (jobs/*.toml), or copy them (and the "
              "archive's README) into a directory with --copy DIR.",
         description="The job files stampede ships with, listed or copied out.")
-    sub.add_argument("--copy", metavar="DIR", default=None,
-                     help="copy every bundled job file, and results-README.md (every archive "
-                          "column explained), into DIR (created; existing files are kept)")
+    add_output(sub, "--copy", kind=OUTPUT_DIRECTORY, metavar="DIR", default=None,
+               help="copy every bundled job file, and results-README.md (every archive "
+                    "column explained), into DIR (created; existing files are kept)")
     sub.set_defaults(func=cmd_jobs)
 
 

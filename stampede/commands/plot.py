@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import add_output
 from stampede.present.plot import INSTALL_HINT, KINDS
 
 if TYPE_CHECKING:
@@ -38,9 +39,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
              "ranks, and one run's per-rank timeline (needs matplotlib).",
         description="Draw an archive (CSV) and its JSON sidecars as PNG figures.")
     sub.add_argument("archive", help="CSV archive, e.g. results/quickstart.csv")
-    sub.add_argument("-o", "--output", default=None, metavar="PATH",
-                     help="output file (one kind) or stem (--kind all); default: the archive's "
-                          "path with .png")
+    add_output(sub, "-o", "--output", default=None, metavar="PATH", paths=_figure_files,
+               help="output file (one kind) or stem (--kind all); default: the archive's "
+                    "path with .png")
     sub.add_argument("--kind", choices=(*KINDS, "all"), default="all",
                      help="which figure to draw (default all)")
     sub.add_argument("--run", default=None, metavar="RUN_ID",
@@ -50,31 +51,35 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.set_defaults(func=cmd_plot)
 
 
+def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    return KINDS if args.kind == "all" else (args.kind,)
+
+
+def _figure_files(args: argparse.Namespace) -> list[Path]:
+    """The files -o stands for (a stem's figures), or its default's."""
+    from stampede.present.plot import output_paths
+
+    return list(output_paths(args.output or Path(args.archive).with_suffix(".png"),
+                             _kinds(args)).values())
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from stampede.commands import alias_note
 
     alias_note("plot", "report ARCHIVE --png DIR")
-    kinds = KINDS if args.kind == "all" else (args.kind,)
-    targets = figure_paths(args.archive, args.output or Path(args.archive).with_suffix(".png"),
-                           kinds, "-o")
+    targets = figure_paths(args.output or Path(args.archive).with_suffix(".png"), _kinds(args))
     write_figures(args.archive, targets, args.run, args.iteration)
     return 0
 
 
-def figure_paths(archive: str, output: str | Path, kinds: tuple[str, ...], flag: str
-                 ) -> dict[str, Path]:
+def figure_paths(output: str | Path, kinds: tuple[str, ...]) -> dict[str, Path]:
     """Before any I/O: the file of each kind (output: that file for one kind, a stem for
-    several), none of them the archive or inside its sidecars, and matplotlib there."""
+    several; checked by commands.outputs: -o's files, --png's directory), and matplotlib
+    there."""
     from stampede.present.plot import output_paths, require_matplotlib
-    from stampede.results.archive import sidecar_dir
-    from stampede.values import refuse_overwrite
 
     require_matplotlib()
-    targets = output_paths(output, kinds)
-    for target in targets.values():
-        refuse_overwrite(flag, Path(target), {"archive": Path(archive),
-                                              "archive's sidecars": sidecar_dir(archive)})
-    return targets
+    return output_paths(output, kinds)
 
 
 def write_figures(archive: str, targets: dict[str, Path], run: str | None,

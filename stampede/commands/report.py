@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stampede.commands.html import add_target_arguments
+from stampede.commands.outputs import OUTPUT_DIRECTORY, add_output
 from stampede.results.definitions import METRICS
 
 if TYPE_CHECKING:
@@ -30,13 +31,13 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                         help="show this run in full (repeatable); the last one given is the "
                              "run of the cdf and timeline figures (--png)")
     report.add_argument("--last", type=int, default=1, help="show the last N runs in full")
-    report.add_argument("--html", default="", metavar="FILE",
-                        help="also write one self-contained HTML page: the verdict (which "
-                             "layout, time to last rank and T_MTTR projected to the --target-… "
-                             "workload, the dominant term, the band), tables, figures")
-    report.add_argument("--png", default="", metavar="DIR",
-                        help="also draw the figures as PNGs in DIR (needs matplotlib): "
-                             "ARCHIVE-cdf.png, ARCHIVE-scaling.png, ARCHIVE-timeline.png")
+    add_output(report, "--html", default="", metavar="FILE",
+               help="also write one self-contained HTML page: the verdict (which "
+                    "layout, time to last rank and T_MTTR projected to the --target-… "
+                    "workload, the dominant term, the band), tables, figures")
+    add_output(report, "--png", kind=OUTPUT_DIRECTORY, default="", metavar="DIR",
+               help="also draw the figures as PNGs in DIR (made if missing; needs "
+                    "matplotlib): ARCHIVE-cdf.png, ARCHIVE-scaling.png, ARCHIVE-timeline.png")
     add_target_arguments(report)
     report.set_defaults(func=cmd_report)
 
@@ -47,17 +48,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.present.plot import KINDS
     from stampede.present.report import make_console, render_archive
-    from stampede.results.archive import read_rows, sidecar_dir
-    from stampede.values import refuse_overwrite
+    from stampede.results.archive import read_rows
 
     if args.last < 1:   # 0 once showed 1 without a word
         raise UsageError(f"--last {args.last}: must be at least 1")
-    target = target_of(args) if args.html else None
-    if args.html:
-        refuse_overwrite("--html", Path(args.html), {
-            "archive": Path(args.archive), "archive's sidecars": sidecar_dir(args.archive)})
-    figures = (figure_paths(args.archive, Path(args.png) / Path(args.archive).stem, KINDS,
-                            "--png") if args.png else {})
+    target = target_of(args) if args.html else None   # --html and --png: commands.outputs
+    figures = figure_paths(Path(args.png) / Path(args.archive).stem, KINDS) if args.png else {}
     rows = read_rows(args.archive)
     if not rows:
         raise UsageError(f"{args.archive}: the archive holds no runs")

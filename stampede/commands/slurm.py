@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stampede.commands import add_job_arguments, add_renamed, set_words
+from stampede.commands.outputs import add_output
 from stampede.sbatch import DEFAULT_TIME
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                      help="partition (default: the cluster's default)")
     sub.add_argument("--clean", action="store_true",
                      help="remove the checkpoint at the end of the job (only what prepare wrote)")
-    sub.add_argument("--output", default="", metavar="FILE.sbatch",
-                     help="write the script to this file instead of printing it")
+    add_output(sub, "--output", default="", metavar="FILE.sbatch",
+               help="write the script to this file instead of printing it")
     sub.add_argument("--submit", action="store_true",
                      help="submit the script with sbatch and print the job id")
     sub.set_defaults(func=cmd_slurm)
@@ -69,9 +70,6 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     time_limit = check_time(args.time)
     partition = check_partition(args.partition)
     spec = load_job(args.job, args.set)    # the job and overrides, validated before any queue
-    if args.output:
-        from stampede.values import refuse_overwrite
-        refuse_overwrite("--output", Path(args.output), {"job file": Path(args.job)})
     counts = [step.ranks for step in allocation.steps] or [allocation.nodes * allocation.ntasks_per_node]
     for nranks in counts:
         bytes_per_rank(spec, nranks)       # the checkpoint divides over each rank count

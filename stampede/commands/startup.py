@@ -9,6 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from stampede.commands.outputs import OUTPUT_ARCHIVE, add_output
 from stampede.errors import UsageError, install_hint
 from stampede.launcher import call, find_mpiexec, signals_stop_children
 
@@ -31,8 +32,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                "process start time from /proc (one clock tick).")
     startup.add_argument("--import", dest="imports", default="", metavar="MODULES",
                          help="comma-separated modules every rank imports too, e.g. torch,numpy")
-    startup.add_argument("--archive", default="results/startup.csv",
-                         help="archive to append to (default results/startup.csv)")
+    add_output(startup, "--archive", kind=OUTPUT_ARCHIVE, default="results/startup.csv",
+               help="archive to append to (default results/startup.csv)")
     startup.add_argument("--np", type=int, default=None,
                          help="launch the venv's mpiexec with this many ranks (else: measure "
                               "the ranks this process belongs to)")

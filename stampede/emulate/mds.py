@@ -355,31 +355,10 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, str]:
                      "emulate-mds mounts only on an empty directory", "")
     if getattr(args, "log_limit", 1) < 1:
         raise _usage(f"--log-limit {args.log_limit}: must be at least 1", "")
-    if getattr(args, "summary_json", None) and getattr(args, "log", None):
-        from pathlib import Path
-
-        from stampede.values import refuse_overwrite
-        refuse_overwrite("--log", Path(args.log), {"--summary-json file": Path(args.summary_json)})
-    for flag in ("summary_json", "log"):
-        if getattr(args, flag, None):
-            check_writable(f"--{flag.replace('_', '-')}", getattr(args, flag))
     if os.path.commonpath([backing, mountpoint]) == backing:
         raise _usage(f"mountpoint {args.mountpoint} is inside --backing {args.backing}: the "
                      "file system would serve itself", "")
     return backing, mountpoint
-
-
-def check_writable(flag: str, path: str) -> None:
-    """A file written when the emulator stops can be written: created (empty) now, before
-    anything is mounted, so that an experiment is never served only to lose its record
-    at exit (a missing directory, a read-only or pseudo file system, a device)."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise _usage(f"{flag} {path}: exists and is not a regular file", "")
-    try:
-        with open(path, "a"):
-            pass
-    except OSError as error:
-        raise _usage(f"{flag} {path}: cannot be written ({error.strerror})", "") from None
 
 
 def sigterm_when_parent_dies() -> None:

@@ -65,7 +65,7 @@ from stampede.results.columns import (
     REQUIRED_COLUMNS,
 )
 from stampede.targets import POSIX
-from stampede.values import file_kind, read_text
+from stampede.values import OUTPUT_ARCHIVE, file_kind, read_text, refuse_overwrite
 
 # Rows of schemas 1-4 overloaded columns where no column said what was measured: a
 # loaders run (its run id tagged so) put each loader in `backend`, an import its tool, a
@@ -84,13 +84,15 @@ def _encode(rows: Iterable[Mapping[str, object]]) -> str:
     return stream.getvalue()
 
 
-def check_appendable(path: str | Path) -> None:
+def check_appendable(path: str | Path, flag: str = "archive.path =") -> None:
     """Before a run, before any I/O: the archive is a regular file with this schema's
     header, or a path where one can be created, and it can be written. Anything else (a
     device such as /dev/null or /dev/full, a FIFO, a directory) is refused: a run would
-    end with its results lost, or never end."""
+    end with its results lost, or never end; and where it may be written is the one output
+    check's (values.refuse_overwrite: never a trace, nothing in ARCHIVE.runs/, no link).
+    `flag`: how the error names it (the job key, or a command's --archive)."""
     path = Path(path)
-    where = f"archive.path = {str(path)!r}"
+    where = f"{flag} {str(path)!r}"
     try:
         status = os.stat(path)
     except FileNotFoundError:
@@ -107,11 +109,7 @@ def check_appendable(path: str | Path) -> None:
             raise UsageError(f"{where}: the file's header is not this stampede's CSV schema "
                              f"{ARCHIVE_SCHEMA}", hint="give a new archive.path; old archives "
                                                        "still load in `stampede report`")
-    directory = next((p for p in (path, *path.parents) if p.exists()), Path("."))
-    if not directory.is_dir() and directory != path:
-        raise UsageError(f"{where}: {directory} is not a directory")
-    if not os.access(directory if directory != path else path, os.W_OK):
-        raise UsageError(f"{where}: {directory} is not writable")
+    refuse_overwrite(flag, path, {}, OUTPUT_ARCHIVE)
 
 
 def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]]) -> None:

@@ -161,6 +161,15 @@ def segments(trace: Trace, rows: np.ndarray, count: int = SEGMENTS) -> list[Segm
     return found
 
 
+def segment_rates(found: list[Segment]) -> tuple[str, list[float]]:
+    """("GB/s", each segment's rate, slowest first) where any moved bytes, else ("ops/s",
+    ...): every segment counted, one that moved nothing (a metadata wait, the last rank
+    alone) at 0: it is the stampede's slowest moment, not a gap to skip."""
+    moved = any(segment.nbytes for segment in found)
+    rates = sorted(segment.gbps if moved else segment.ops_per_s for segment in found)
+    return ("GB/s" if moved else "ops/s"), rates
+
+
 def _ranks_inside(storage: np.ndarray, low: float, high: float) -> tuple[int, float]:
     """(most, mean) ranks inside a storage op during [low, high): a sweep over the ops'
     starts and stops, each rank counted once: a rank's ops run one after another, but

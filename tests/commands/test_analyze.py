@@ -5,12 +5,16 @@ would pass its limit is refused before any I/O."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from stampede.ops import OP_CODE
 from stampede.results import trace as traces
+from stampede.results.model import LayoutTrace
 from stampede.results.readback import read_trace
 from tests.helpers.jobs import read_archive, small_job
 
@@ -153,3 +157,95 @@ def assert_dxt(trace: traces.Trace, text: str) -> None:
              or line.startswith("# DXT, write_count")]
     assert sum(int(head.rsplit(" ", 1)[1]) for head in heads) == len(lines)
     assert all(float(line[6]) <= float(line[7]) for line in lines)
+
+
+MS = 1_000_000
+RUN_ID = "20260101T000000Z-0000abcd"
+
+
+def a_traced_archive(tmp_path: Path) -> Path:
+    """A.csv with its run's sidecar and trace (written as a run writes them, no ranks): rank
+    0 reads 10 MB over 0-10 ms, rank 1 10 MB over 30-40 ms, so the span's middle moves
+    nothing."""
+    def row(op: str, start_ms: int, stop_ms: int, nbytes: int, rank: int) -> list[int]:
+        return [0, OP_CODE[op], start_ms * MS, stop_ms * MS, nbytes, 1, rank, rank, 0]
+
+    rows = np.array([row("read", 0, 10, 10_000_000, 0), row("restore", 0, 10, 10_000_000, 0),
+                     row("read", 30, 40, 10_000_000, 1), row("restore", 0, 40, 10_000_000, 1)],
+                    dtype=np.int64)
+    archive = tmp_path / "A.csv"
+    archive.write_text("schema,run_id\n")
+    (tmp_path / "A.runs").mkdir()
+    (tmp_path / "A.runs" / f"{RUN_ID}.json").write_text("{}")
+    traces.write_trace(tmp_path / "A.runs" / f"{RUN_ID}.trace.npz",
+                       {"restore/sharded": LayoutTrace(rows, ["shards/0", "shards/1"])},
+                       {"run_id": RUN_ID, "phase": "restore", "hosts_by_rank": ["a", "a"]})
+    return archive
+
+
+def contents(root: Path) -> dict[str, bytes]:
+    return {str(path): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def test_an_export_never_lands_on_an_input_or_where_it_cannot_be_written(
+        stampede, tmp_path: Path) -> None:
+    """E1: --chrome/--dxt onto the archive, a link to it, its sidecar or ./ once wrote over
+    them (exit 0); E14: onto /proc, /dev/full, a missing directory, five tracebacks after
+    the analysis. Now each is one line and exit 2 before the analysis, nothing written."""
+    archive = a_traced_archive(tmp_path)
+    (tmp_path / "link.csv").symlink_to(archive)
+    before = contents(tmp_path)
+    sidecar = f"A.runs/{RUN_ID}.json"
+    for flag in ("--chrome", "--dxt"):
+        for bad, said in (("A.csv", f"{flag} A.csv: is the archive"),
+                          ("link.csv", f"{flag} link.csv: is the archive"),
+                          (sidecar, f"{flag} {sidecar}: lies inside {tmp_path / 'A.runs'}"),
+                          ("./", f"{flag} './': names a directory"),
+                          (".", f"{flag} .: is a directory"),
+                          ("/proc/x.json", f"{flag} /proc/x.json: cannot write in /proc"),
+                          ("/dev/full", f"{flag} /dev/full: is a character device"),
+                          ("gone/x.json", f"{flag} gone/x.json: its directory {tmp_path / 'gone'}"
+                                          " does not exist")):
+            for given in ("A.csv", f"A.runs/{RUN_ID}.trace.npz"):   # an archive, or its trace
+                refused = stampede("analyze", given, flag, bad)
+                assert refused.returncode == 2, (flag, bad, refused.stderr)
+                lines = refused.stderr.splitlines()
+                assert len(lines) == 1 and lines[0].startswith(
+                    f"stampede analyze: error: {said}"), (given, lines)
+                assert refused.stdout == ""   # before the analysis
+                assert contents(tmp_path) == before
+    done = stampede("analyze", "A.csv", "--chrome", "run.json", "--dxt", "run.txt")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["traceEvents"]
+    assert "shards/1" in (tmp_path / "run.txt").read_text()
+
+
+def test_the_summary_counts_the_segments_that_moved_nothing(stampede, tmp_path: Path) -> None:
+    """E19: the slowest segment once skipped those that moved nothing (the slowest is 0)."""
+    a_traced_archive(tmp_path)
+    trace = whole(tmp_path / "A.runs" / f"{RUN_ID}.trace.npz")
+    rows = trace.layouts["restore/sharded"]
+    found = traces.segments(trace, rows, 4)   # 0-10, 10-20, 20-30, 30-40 ms
+    assert [round(segment.nbytes) for segment in found] == [10_000_000, 0, 0, 10_000_000]
+    assert traces.segment_rates(found) == ("GB/s", [0.0, 0.0, 1.0, 1.0])
+    analyzed = stampede("analyze", "A.csv", "--segments", "4")
+    assert analyzed.returncode == 0, analyzed.stderr
+    said = " ".join(analyzed.stdout.split())
+    assert "segments by GB/s: slowest 0, median 1, fastest 1 (2 of 4 at 0);" in said, said
+
+
+def test_a_fifo_or_a_directory_given_as_the_trace_is_named_for_what_it_is(
+        stampede, tmp_path: Path) -> None:
+    """E21: `analyze FIFO` said "no such trace" (and an IOR-like name would have blocked
+    opening it); now what it is, exit 2, at once."""
+    for name in ("fifo", "x.trace.npz", "ops.csv-0-00001.csv"):
+        os.mkfifo(tmp_path / name)
+        started = time.monotonic()
+        refused = stampede("analyze", name, timeout=60)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.startswith(f"stampede analyze: error: {name}: is a FIFO, not a "
+                                         "trace file"), refused.stderr
+        assert time.monotonic() - started < 60
+    (tmp_path / "d").mkdir()
+    refused = stampede("analyze", "d")
+    assert refused.returncode == 2 and "d: is a directory, not a trace file" in refused.stderr

@@ -51,6 +51,22 @@ def test_a_job_argument_completes_job_files_and_directories(tmp_path: Path) -> N
     assert completions(tmp_path, "sweep", "--ranks", "1,2", "q") == ["quick.toml"]
 
 
+def test_a_flag_that_takes_a_value_offers_no_job_files(tmp_path: Path) -> None:
+    """After --trace-limit (a size) it once offered the job files; a flag that takes a path
+    (an output, --checkpoint PATH) is left to the shell's file names."""
+    (tmp_path / "quick.toml").write_text("")
+    for words in (("run", "quick.toml", "--trace-limit", ""), ("analyze", "--segments", ""),
+                  ("save", "quick.toml", "--scale", "")):
+        assert completions(tmp_path, *words) == [], words
+    script = subprocess.run([sys.executable, "-m", "stampede", "completion", "bash"],
+                            capture_output=True, text=True, timeout=60).stdout
+    # an empty answer alone would fall back to file names (complete -o default): switched off
+    assert "'run --trace-limit') compopt +o default 2>/dev/null; COMPREPLY=(); return ;;" in script
+    for path_flag in ("'analyze --chrome'", "'run --checkpoint'", "'report --png'"):
+        assert path_flag not in script, path_flag
+    assert completions(tmp_path, "run", "quick.toml", "--trace", "") == ["quick.toml"]
+
+
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
 def test_the_script_is_valid_shell(shell: str) -> None:
     printed = subprocess.run([sys.executable, "-m", "stampede", "completion", shell],

@@ -46,6 +46,7 @@ def test_report_prints_and_writes_the_page_and_the_figures(archive: Path, tmp_pa
     assert html.stderr == ("stampede html: note: this is `stampede report ARCHIVE --html FILE` "
                            "now; `html` stays as its alias\n")
     assert (tmp_path / "old.html").read_bytes() == page.read_bytes()
+    (tmp_path / "old").mkdir()   # -o names files: their directory must exist (--png DIR is made)
     plot = cli("plot", str(archive), "-o", str(tmp_path / "old" / "job.png"), cwd=tmp_path)
     assert plot.stderr.startswith("stampede plot: note: this is `stampede report ARCHIVE --png "
                                   "DIR` now; `plot` stays as its alias\n")
@@ -56,7 +57,7 @@ def test_report_prints_and_writes_the_page_and_the_figures(archive: Path, tmp_pa
 
 @pytest.mark.parametrize("args, message", [
     (["--html", "{archive}"], "--html {archive}: is the archive"),
-    (["--png", "{sidecars}/figures"], "lies inside the archive's sidecars"),
+    (["--png", "{sidecars}/figures"], "--png {sidecars}/figures: lies inside {sidecars}"),
     (["--html", "x.html", "--target-ranks", "0"], "--target-ranks 0: must be at least 1"),
     (["--html", "x.html", "--target-size", "lots"], "--target-size 'lots'"),
 ])

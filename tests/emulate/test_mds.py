@@ -256,10 +256,10 @@ def test_refusals_before_anything_is_is_mounted(tmp_path: Path, monkeypatch: pyt
                                     str(backing)], capsys)
     # what it writes at exit, checked before it serves (it once served a whole experiment
     # and then lost the summary to /proc)
-    assert "--summary-json /proc/x.json: cannot be written" in refusal(
+    assert "--summary-json /proc/x.json: cannot write in /proc" in refusal(
         [*base, "--summary-json", "/proc/x.json"], capsys)
     same = str(tmp_path / "same.json")
-    assert "--log " + same + ": is the --summary-json file" in refusal(
+    assert "--log " + same + ": is the --summary-json output" in refusal(
         [*base, "--summary-json", same, "--log", same], capsys)
     assert "--log-limit 0: must be at least 1" in refusal([*base, "--log", same, "--log-limit", "0"],
                                                           capsys)

@@ -90,6 +90,7 @@ def build(archive: Path, kind: str, **options: Any) -> tuple[Any, list[str]]:
 @needs_matplotlib
 @pytest.mark.mpi
 def test_plot_writes_three_readable_pngs(sweep: Path, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()   # -o names files: their directory must exist
     result = cli("plot", str(sweep), "-o", str(tmp_path / "out" / "sweep.png"), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     for kind in ("cdf", "scaling", "timeline"):
