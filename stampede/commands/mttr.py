@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from stampede.commands import (
     add_rejoin_arguments,
+    add_target_ranks,
     add_workload_arguments,
     rejoin_options,
     workload_from,
@@ -83,7 +84,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     for key, default in EXAMPLE.items():
         sub.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
                          help=f"default {default:g} (the worked example)")
-    sub.add_argument("--target-ranks", type=int, default=None,
+    add_target_ranks(sub, default=None,
                      help="the load term at this rank count: the restore layout's time to last "
                           "rank projected there (as stampede project and the HTML verdict), "
                           "S_weights the workload's bytes per rank")
