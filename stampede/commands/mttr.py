@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from stampede.commands import Subparsers
     from stampede.model.mttr import Breakdown
     from stampede.model.projection import Projection
+    from stampede.model.rejoin import RejoinVerdict
     from stampede.model.workload import Workload
-    from stampede.present.report import Console
 
 
 def _section(path: str) -> dict[str, float]:
@@ -190,32 +190,34 @@ def cmd_mttr(args: argparse.Namespace) -> int:
             f"assumed ({args.job} [mttr])"
     saving = checkpointing(model, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
                            extras["checkpoint_interval_s"])
+    # the rejoin's verdict before any line is printed: a flag it refuses (--lost-nodes above
+    # the target's nodes) is one line, not the restart's answer and then the error
+    verdict = _rejoin_beside_restart(args, at_target_rejoin, inputs, sources) if rejoin else None
     console = make_console()
     if workload_line:
         console.print(f"workload: {workload_line}", markup=False)
     render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
                              extras["mtbf_h"]), pools, context, console, saving)
-    if rejoin:
-        _rejoin_beside_restart(args, at_target_rejoin, inputs, sources, console)
+    if verdict is not None:
+        from stampede.present.report_models import render_rejoin
+
+        render_rejoin(verdict, console)
     return 0
 
 
 def _rejoin_beside_restart(args: argparse.Namespace, at_target: tuple[int | None, float],
                            inputs: dict[str, float], sources: dict[str, str],
-                           console: Console) -> None:
+                           ) -> RejoinVerdict | None:
     """An archive of `stampede rejoin` holds both restores: T_MTTR each way as measured
     and at the workload (--target-ranks, else 16,384; stampede.model.rejoin: the rejoin's
     load the peer transfer into a spare node's NIC, the restart's the storage's
     aggregate), the terms that differ and what dominates."""
     from stampede.model.rejoin import rejoin_verdict
-    from stampede.present.report_models import render_rejoin
     from stampede.results.archive import read_rows
 
     rows = [row for archive in args.archives for row in read_rows(archive)]
     workload = workload_from(args, args.target_ranks or int(EXTRA_DEFAULTS["gpus"]))
-    verdict = rejoin_verdict(args.archives, rows, workload, *at_target, inputs, sources)
-    if verdict is not None:
-        render_rejoin(verdict, console)
+    return rejoin_verdict(args.archives, rows, workload, *at_target, inputs, sources)
 
 
 def _holds_rejoin(archives: list[str]) -> bool:

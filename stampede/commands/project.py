@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from stampede.commands import (
     add_rejoin_arguments,
-    add_renamed,
     add_target_ranks,
     add_workload_arguments,
     rejoin_options,

@@ -231,7 +231,7 @@ def test_sigterm_stops_the_running_step_and_cleans_up_as_ctrl_c_does(tmp_path: P
     job = small_job(tmp_path, checkpoint={"size": "8MiB", "layout": ["sharded"]},
                     run={"iterations": 200, "warmup": 0, "verify": "none"})
     assess = subprocess.Popen([sys.executable, "-m", "stampede", "assess", str(job), "--ranks",
-                               "1,2", "--budget", "10min", "-o", str(tmp_path / "r.html")],
+                               "1,2,3", "--budget", "10min", "-o", str(tmp_path / "r.html")],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)
     try:
