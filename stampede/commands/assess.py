@@ -129,14 +129,14 @@ def cmd_assess(args: argparse.Namespace) -> int:
         refuse_overwrite("--sbatch", Path(args.sbatch), {"job file": Path(args.job)})
         return render_sbatch(args, spec, saving,
                              ",".join(map(str, counts)) if note else args.ranks, budget_s)
+    if any(nodes not in (None, 1) for _, nodes in steps):
+        raise UsageError(f"--ranks {args.ranks}: R:N on several nodes needs Slurm here",
+                         hint="render it with --sbatch FILE, or give rank counts alone")
     if len(steps) < MIN_RANK_COUNTS:   # the verdict projects to --target-ranks: never
         raise UsageError(                # a sweep that ends without one (--sbatch: its report)
             f"--ranks {args.ranks}: {len(steps)} rank count(s); the projection to "
             f"--target-ranks {args.target_ranks} needs at least {MIN_RANK_COUNTS}",
             hint="e.g. --ranks 1,2,4,8")
-    if any(nodes not in (None, 1) for _, nodes in steps):
-        raise UsageError(f"--ranks {args.ranks}: R:N on several nodes needs Slurm here",
-                         hint="render it with --sbatch FILE, or give rank counts alone")
     report, archive = outputs(args, spec.name)
     signals_stop_children()   # SIGTERM as Ctrl-C: the step stopped, the targets cleaned
     mpiexec = find_mpiexec()
