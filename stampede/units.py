@@ -109,7 +109,7 @@ def format_rate(value: float, unit: str) -> str:
     for prefix, factor in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= factor:
             return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
+    return f"{format_plain(value)} {unit}"
 
 
 def seconds_unit(seconds: float) -> tuple[str, float]:
@@ -128,6 +128,31 @@ def format_in(seconds: float, factor: float) -> str:
     value = seconds / factor
     text = f"{value:.3g}"
     return f"{value:.0f}" if abs(value) >= 1000 or "e" in text else text   # 999.96: "1000"
+
+
+def format_plain(value: float) -> str:
+    """A count or a quantity a person reads, never in e-notation: 8,000,000,000 GPUs,
+    0.001, 1.17; below 0.001 "under 0.001"."""
+    if value != value:
+        return "-"
+    if math.isinf(value):
+        return "unlimited" if value > 0 else "-unlimited"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == 0 or abs(value) >= 0.001:
+        return f"{value:.4g}"
+    return "under 0.001" if value > 0 else "above -0.001"
+
+
+def format_probability(probability: float) -> str:
+    """A probability: 0.0123, or "1 in 1,234,567" when smaller than 0.001 (never 1e-12)."""
+    if probability != probability:
+        return "-"
+    if probability >= 0.001:
+        return f"{probability:.3g}"
+    if probability < 1e-15:   # 0 included: underflow, not certainty
+        return "under 1 in 10^15"
+    return f"1 in {1 / probability:,.0f}"
 
 
 def format_percent(fraction: float) -> str:

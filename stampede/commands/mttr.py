@@ -19,6 +19,7 @@ from stampede.errors import UsageError
 from stampede.model import mttr as model
 from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
 from stampede.spec import JOB_LIMIT_BYTES
+from stampede.units import format_plain
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
@@ -182,8 +183,9 @@ def cmd_mttr(args: argparse.Namespace) -> int:
               else section.get(key, defaults[key]) for key in EXTRA_DEFAULTS}
     pools = spare_pools(extras["nodes"], extras["node_failures_per_day"], extras["replenish_h"],
                         extras["cold_swap_s"], int(section["spares"]) if "spares" in section else None)
-    context = (f"{extras['nodes']:g} nodes, {extras['node_failures_per_day']:g} failures/node/day, "
-               f"{extras['replenish_h']:g} h to replenish")
+    context = (f"{format_plain(extras['nodes'])} nodes, "
+               f"{format_plain(extras['node_failures_per_day'])} failures/node/day, "
+               f"{format_plain(extras['replenish_h'])} h to replenish")
     if args.checkpoint_cost_s is not None or "checkpoint_cost_s" in section or not cost_s:
         cost_s = extras["checkpoint_cost_s"]
         cost_source = "assumed (flag)" if args.checkpoint_cost_s is not None else \

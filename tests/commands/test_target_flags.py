@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,13 @@ from stampede.cli import build_parser
 from stampede.model.traffic import EACH_READS, LEADER_BCAST, STRIPE_ALLGATHER, Geometry
 from stampede.model.traffic import MODELS as TRAFFIC
 from stampede.results.archive import append_rows, read_rows
-from stampede.units import format_bytes, format_percent, parse_size
+from stampede.units import (
+    format_bytes,
+    format_percent,
+    format_plain,
+    format_probability,
+    parse_size,
+)
 from tests.model.test_project import RANKS, TRUE, synthetic_archive
 from tests.model.test_rejoin import archive as rejoin_archive
 
@@ -189,3 +196,16 @@ def test_sizes_read_what_they_print_and_small_values_read_as_numbers() -> None:
     assert format_percent(1e-32) == "under 0.01%"
     assert format_percent(0.02) == "2%"
     assert format_percent(0.005) == "0.5%"
+    assert format_plain(8e9) == "8,000,000,000" and format_plain(2.5e-9) == "under 0.001"
+    assert format_probability(2e-7) == "1 in 5,000,000"
+    assert format_probability(0.0) == "under 1 in 10^15"
+
+
+def test_nothing_a_person_reads_at_a_billion_nodes_is_in_e_notation(stampede, tmp_path: Path
+                                                                     ) -> None:
+    archive = measured_archive(tmp_path)
+    for command in ("project", "mttr"):
+        result = stampede(command, str(archive), "--target-ranks", "8000000000",
+                          "--target-ranks-per-node", "8")
+        assert result.returncode == 0, result.stderr
+        assert not re.search(r"\de[+-]\d", result.stdout), result.stdout
