@@ -46,6 +46,30 @@ class _Parser(argparse.ArgumentParser):
             print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """A value its flag cannot take (--target-ranks 0, --lost-nodes x): one line, exit 2,
+        not the command's whole usage before it (the flag and what it allows are named)."""
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as error:
+            if launcher_rank() == 0:
+                print(f"{self.prog}: error: {error}", file=sys.stderr)
+            sys.exit(2)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None,
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        """A command's flags it does not know (`mttr --target-mttr`) refused by the command's
+        own parser, naming it, not by the top one with `stampede [-h] [--version] COMMAND`."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        command = getattr(parsed, "command", None)
+        if extras and command and self.prog == "stampede":
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                    action.choices[command].error(
+                        f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """argparse's formatter, its width found in shutil.get_terminal_size's order without

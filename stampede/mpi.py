@@ -10,6 +10,7 @@ collectives tested with a short sleep (`_wait_politely`).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -320,5 +321,36 @@ def abort(comm: Comm, message: str = "", status: int = 3) -> None:
               file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    remove_shared_segments()
     time.sleep(OUTPUT_GRACE_S)
     comm.Abort(status)
+
+
+SHM_PREFIX = "/dev/shm/mpich_shm_"
+
+
+def remove_shared_segments(maps: str = "/proc/self/maps") -> list[str]:
+    """Unlink the MPICH shared-memory segments (/dev/shm/mpich_shm_*) this process has
+    mapped, and return their paths. MPICH removes them when its ranks finish; MPI_Abort
+    kills them first, and the segments stayed in /dev/shm (2 MiB each, from every aborted
+    job). Only those mapped here are this job's: another job's are never named. Every
+    rank of the node maps them, so any aborting rank removes them; the mappings outlive
+    the name, so the ranks still running are not disturbed. Best effort: a name already
+    gone (another rank was first) or a /proc that cannot be read removes nothing."""
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as lines:
+            found = {line.split(None, 5)[5].strip() for line in lines
+                     if line.count(" ") >= 5 and SHM_PREFIX in line}
+    except OSError:
+        return []
+    removed = []
+    for path in sorted(found):
+        name = path[len(SHM_PREFIX):]
+        if not path.startswith(SHM_PREFIX) or not name or "/" in name or " " in name:
+            continue   # " (deleted)" and the like: not a name to unlink
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

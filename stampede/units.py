@@ -23,8 +23,9 @@ _SIZE_FACTORS = {
     "b": 1,
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6,
     "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
+    "p": 10**15, "pb": 10**15, "e": 10**18, "eb": 10**18,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
+}   # every unit format_bytes prints is read back
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 # The alignment of every read and write buffer, offset and length under O_DIRECT (the
@@ -72,6 +73,8 @@ def format_bytes(nbytes: float) -> str:
                          ("MiB", 2**20), ("KiB", 2**10)):
         if abs(nbytes) >= factor:
             return f"{nbytes / factor:.4g} {unit}"
+    if 0 < abs(nbytes) < 1:   # a size split over more ranks than it has bytes: not "0 B"
+        return "under 1 B" if abs(nbytes) < 0.01 else f"{nbytes:.2f} B"
     return f"{nbytes:.0f} B"
 
 
@@ -106,7 +109,7 @@ def format_rate(value: float, unit: str) -> str:
     for prefix, factor in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= factor:
             return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
+    return f"{format_plain(value)} {unit}"
 
 
 def seconds_unit(seconds: float) -> tuple[str, float]:
@@ -125,6 +128,41 @@ def format_in(seconds: float, factor: float) -> str:
     value = seconds / factor
     text = f"{value:.3g}"
     return f"{value:.0f}" if abs(value) >= 1000 or "e" in text else text   # 999.96: "1000"
+
+
+def format_plain(value: float) -> str:
+    """A count or a quantity a person reads, never in e-notation: 8,000,000,000 GPUs,
+    0.001, 1.17; below 0.001 "under 0.001"."""
+    if value != value:
+        return "-"
+    if math.isinf(value):
+        return "unlimited" if value > 0 else "-unlimited"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == 0 or abs(value) >= 0.001:
+        return f"{value:.4g}"
+    return "under 0.001" if value > 0 else "above -0.001"
+
+
+def format_probability(probability: float) -> str:
+    """A probability: 0.0123, or "1 in 1,234,567" when smaller than 0.001 (never 1e-12)."""
+    if probability != probability:
+        return "-"
+    if probability >= 0.001:
+        return f"{probability:.3g}"
+    if probability < 1e-15:   # 0 included: underflow, not certainty
+        return "under 1 in 10^15"
+    return f"1 in {1 / probability:,.0f}"
+
+
+def format_percent(fraction: float) -> str:
+    """A fraction as a percentage a person reads: 2%, 0.5%, "under 0.01%" (never 1e-30%)."""
+    if fraction != fraction:
+        return "-"
+    percent = fraction * 100
+    if 0 < abs(percent) < 0.01:
+        return "under 0.01%"
+    return f"{percent:.3g}%" if abs(percent) < 1000 else f"{percent:,.0f}%"
 
 
 def format_number(value: float) -> str:

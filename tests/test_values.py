@@ -92,7 +92,7 @@ def test_the_report_never_replaces_its_archive_or_the_job(tmp_path: Path) -> Non
                     ["plot", "a0.csv", "--kind", "cdf", "-o", "./a0.csv"],
                     ["assess", str(job), "--ranks", "1,2,4", "--budget", "1s", "--no-save",
                      "-o", "rep.csv"],
-                    ["assess", str(job), "--ranks", "1", "-o", str(job)],
+                    ["assess", str(job), "--ranks", "1,2,4", "-o", str(job)],
                     ["slurm", str(job), "--output", str(job)]):
         result = stampede(*command, cwd=tmp_path)
         assert result.returncode == 2, (command, result.stderr)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -198,6 +198,65 @@ def overrides(args: argparse.Namespace) -> list[str]:
     return found
 
 
+# The target's scale, checked where argparse reads it (so every command that takes a target
+# flag refuses a bad value in one line, exit 2, before any output: stampede.cli's _Parser):
+# a count is a whole number from 1 to this many (a billion nodes of 1,000 ranks: more is no
+# machine, and a typo), a size a size with a unit above 0 bytes.
+MOST_TARGET_RANKS = 10**12
+
+
+def target_count(flag: str, most: int = MOST_TARGET_RANKS) -> Callable[[str], int]:
+    """The argparse type of a target count (--target-ranks, --target-ranks-per-node,
+    --lost-nodes): a whole number from 1 to `most`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", "").replace(",", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 16384)") \
+                from None
+        if not 1 <= value <= most:
+            raise argparse.ArgumentTypeError(f"{text}: must be from 1 to {most:,}")
+        return value
+    parse.__name__ = flag   # argparse names a failed type by it
+    return parse
+
+
+def target_size(text: str) -> str:
+    """The argparse type of a target size (--target-size, --target-bytes-per-rank): a size
+    above 0 bytes, kept as typed (workload_from reads it)."""
+    from stampede.units import parse_size
+
+    try:
+        size = parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 bytes")
+    return text
+
+
+def target_percent(text: str) -> float:
+    """The argparse type of --spare-pool-pct: a percentage above 0 and at most 100."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 2)") from None
+    if not (math.isfinite(value) and 0 < value <= 100):
+        raise argparse.ArgumentTypeError(f"{text}: must be above 0 and at most 100")
+    return value
+
+
+def add_target_ranks(sub: argparse.ArgumentParser, *old: str, **kwargs: Any) -> None:
+    """--target-ranks, checked (target_count); `old` its former spellings."""
+    kwargs.setdefault("metavar", "N")
+    if old:
+        add_renamed(sub, "--target-ranks", *old, type=target_count("--target-ranks"), **kwargs)
+    else:
+        sub.add_argument("--target-ranks", type=target_count("--target-ranks"), **kwargs)
+
+
 def add_workload_arguments(sub: argparse.ArgumentParser, old_names: bool = False) -> None:
     """The workload at the target (stampede.model.workload), as assess, html, mttr and
     project spell it (--target-…); the rank count itself each command adds. With old_names
@@ -210,14 +269,15 @@ def add_workload_arguments(sub: argparse.ArgumentParser, old_names: bool = False
         else:
             sub.add_argument(f"--target-{name}", **kwargs)
 
-    add("ranks-per-node", type=int, default=None, metavar="K",
+    add("ranks-per-node", type=target_count("--target-ranks-per-node"), default=None,
+        metavar="K",
         help="ranks per node at the target (default: as the largest run)")
     add("model", default=None, choices=tuple(WORKLOAD_RANKS),
         help="the target's checkpoint: an MLPerf Storage Llama 3 model, its files and bytes per "
              "rank at the target's rank count (TP x PP x DP, ZeRO)")
-    add("size", default=None, metavar="SIZE",
+    add("size", type=target_size, default=None, metavar="SIZE",
         help="the target's checkpoint: its total size (e.g. 900GiB), split over the ranks")
-    add("bytes-per-rank", default=None, metavar="SIZE",
+    add("bytes-per-rank", type=target_size, default=None, metavar="SIZE",
         help="the target's checkpoint: the bytes each rank restores (default for all three: "
              "the job's checkpoint as archived, a per-rank size kept, a total split over the "
              "ranks)")
@@ -226,9 +286,9 @@ def add_workload_arguments(sub: argparse.ArgumentParser, old_names: bool = False
 def add_rejoin_arguments(sub: argparse.ArgumentParser) -> None:
     """A `stampede rejoin` archive at the target (stampede.model.rejoin): nodes lost there
     and the spare pool (mttr, project)."""
-    sub.add_argument("--lost-nodes", type=int, default=None, metavar="L",
+    sub.add_argument("--lost-nodes", type=target_count("--lost-nodes"), default=None, metavar="L",
                      help="a rejoin archive: nodes lost at the target (default: as the run)")
-    sub.add_argument("--spare-pool-pct", type=float, default=None, metavar="P",
+    sub.add_argument("--spare-pool-pct", type=target_percent, default=None, metavar="P",
                      help="a rejoin archive: hot spare nodes at the target, %% of its nodes "
                           "(default 2: a rejoin needs one per lost node)")
 

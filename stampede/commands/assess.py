@@ -109,6 +109,7 @@ def outputs(args: argparse.Namespace, job_name: str) -> tuple[Path, Path]:
 def cmd_assess(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError, install_hint
     from stampede.launcher import find_mpiexec, signals_stop_children
+    from stampede.model.fit import MIN_RANK_COUNTS
     from stampede.sbatch import parse_steps
     from stampede.spec import load_job
     from stampede.units import parse_duration
@@ -130,6 +131,11 @@ def cmd_assess(args: argparse.Namespace) -> int:
     if any(nodes not in (None, 1) for _, nodes in steps):
         raise UsageError(f"--ranks {args.ranks}: R:N on several nodes needs Slurm here",
                          hint="render it with --sbatch FILE, or give rank counts alone")
+    if len(steps) < MIN_RANK_COUNTS:   # the verdict projects to --target-ranks: never
+        raise UsageError(                # a sweep that ends without one (--sbatch: its report)
+            f"--ranks {args.ranks}: {len(steps)} rank count(s); the projection to "
+            f"--target-ranks {args.target_ranks} needs at least {MIN_RANK_COUNTS}",
+            hint="e.g. --ranks 1,2,4,8")
     report, archive = outputs(args, spec.name)
     signals_stop_children()   # SIGTERM as Ctrl-C: the step stopped, the targets cleaned
     mpiexec = find_mpiexec()

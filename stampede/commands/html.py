@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_workload_arguments, workload_from
+from stampede.commands import add_target_ranks, add_workload_arguments, workload_from
 from stampede.commands.outputs import add_output
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ DEFAULT_TARGET_MTTR = "60s"   # the seed's sub-minute recovery
 
 def add_target_arguments(sub: argparse.ArgumentParser) -> None:
     """The workload the verdict projects, and the recovery time the sizing aims at."""
-    sub.add_argument("--target-ranks", type=int, default=DEFAULT_TARGET_RANKS,
+    add_target_ranks(sub, default=DEFAULT_TARGET_RANKS,
                      help=f"rank count to project to (default {DEFAULT_TARGET_RANKS})")
     add_workload_arguments(sub)
     sub.add_argument("--target-mttr", default=DEFAULT_TARGET_MTTR, metavar="DURATION",

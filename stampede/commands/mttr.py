@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from stampede.commands import (
     add_rejoin_arguments,
+    add_target_ranks,
     add_workload_arguments,
     rejoin_options,
     workload_from,
@@ -18,13 +19,14 @@ from stampede.errors import UsageError
 from stampede.model import mttr as model
 from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
 from stampede.spec import JOB_LIMIT_BYTES
+from stampede.units import format_plain
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
     from stampede.model.mttr import Breakdown
     from stampede.model.projection import Projection
+    from stampede.model.rejoin import RejoinVerdict
     from stampede.model.workload import Workload
-    from stampede.present.report import Console
 
 
 def _section(path: str) -> dict[str, float]:
@@ -83,7 +85,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     for key, default in EXAMPLE.items():
         sub.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
                          help=f"default {default:g} (the worked example)")
-    sub.add_argument("--target-ranks", type=int, default=None,
+    add_target_ranks(sub, default=None,
                      help="the load term at this rank count: the restore layout's time to last "
                           "rank projected there (as stampede project and the HTML verdict), "
                           "S_weights the workload's bytes per rank")
@@ -181,40 +183,43 @@ def cmd_mttr(args: argparse.Namespace) -> int:
               else section.get(key, defaults[key]) for key in EXTRA_DEFAULTS}
     pools = spare_pools(extras["nodes"], extras["node_failures_per_day"], extras["replenish_h"],
                         extras["cold_swap_s"], int(section["spares"]) if "spares" in section else None)
-    context = (f"{extras['nodes']:g} nodes, {extras['node_failures_per_day']:g} failures/node/day, "
-               f"{extras['replenish_h']:g} h to replenish")
+    context = (f"{format_plain(extras['nodes'])} nodes, "
+               f"{format_plain(extras['node_failures_per_day'])} failures/node/day, "
+               f"{format_plain(extras['replenish_h'])} h to replenish")
     if args.checkpoint_cost_s is not None or "checkpoint_cost_s" in section or not cost_s:
         cost_s = extras["checkpoint_cost_s"]
         cost_source = "assumed (flag)" if args.checkpoint_cost_s is not None else \
             f"assumed ({args.job} [mttr])"
     saving = checkpointing(model, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
                            extras["checkpoint_interval_s"])
+    # the rejoin's verdict before any line is printed: a flag it refuses (--lost-nodes above
+    # the target's nodes) is one line, not the restart's answer and then the error
+    verdict = _rejoin_beside_restart(args, at_target_rejoin, inputs, sources) if rejoin else None
     console = make_console()
     if workload_line:
         console.print(f"workload: {workload_line}", markup=False)
     render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
                              extras["mtbf_h"]), pools, context, console, saving)
-    if rejoin:
-        _rejoin_beside_restart(args, at_target_rejoin, inputs, sources, console)
+    if verdict is not None:
+        from stampede.present.report_models import render_rejoin
+
+        render_rejoin(verdict, console)
     return 0
 
 
 def _rejoin_beside_restart(args: argparse.Namespace, at_target: tuple[int | None, float],
                            inputs: dict[str, float], sources: dict[str, str],
-                           console: Console) -> None:
+                           ) -> RejoinVerdict | None:
     """An archive of `stampede rejoin` holds both restores: T_MTTR each way as measured
     and at the workload (--target-ranks, else 16,384; stampede.model.rejoin: the rejoin's
     load the peer transfer into a spare node's NIC, the restart's the storage's
     aggregate), the terms that differ and what dominates."""
     from stampede.model.rejoin import rejoin_verdict
-    from stampede.present.report_models import render_rejoin
     from stampede.results.archive import read_rows
 
     rows = [row for archive in args.archives for row in read_rows(archive)]
     workload = workload_from(args, args.target_ranks or int(EXTRA_DEFAULTS["gpus"]))
-    verdict = rejoin_verdict(args.archives, rows, workload, *at_target, inputs, sources)
-    if verdict is not None:
-        render_rejoin(verdict, console)
+    return rejoin_verdict(args.archives, rows, workload, *at_target, inputs, sources)
 
 
 def _holds_rejoin(archives: list[str]) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from stampede.commands import (
     add_rejoin_arguments,
-    add_renamed,
+    add_target_ranks,
     add_workload_arguments,
     rejoin_options,
     workload_from,
@@ -46,7 +46,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                      help="which runs to fit and project: restore (default; time to last rank) "
                           "or save (stampede save's rows: time until the last rank's bytes are "
                           "durable; the metadata ops serialised by the directories' locks)")
-    add_renamed(sub, "--target-ranks", "--ranks", required=True, type=int, metavar="N",
+    add_target_ranks(sub, "--ranks", required=True,
                 help="rank count to project to, e.g. 16384")
     sub.add_argument("--layout", default="", metavar="LAYOUTS",
                      help="comma-separated layouts to project (default: every layout archived)")

@@ -120,7 +120,8 @@ def scale_for(series: Series, nranks: int, ranks_per_node: int | None = None,
     """Where `stampede project --target-ranks N` projects a layout's series: the ranks per
     node and the replicas given, else as its runs grew (replicas per node kept per node)."""
     scaling = series.scaling
-    per_node = ranks_per_node if ranks_per_node is not None else scaling.ranks_per_node
+    # None (0: the runs were on one node): project() takes the largest run's rank count
+    per_node = ranks_per_node if ranks_per_node is not None else scaling.ranks_per_node or None
     if replicas is None and scaling.replicas_per_node and per_node:
         replicas = -(-nranks // per_node)
     if replicas is None:
@@ -148,7 +149,10 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
                          f"or choose layouts with --layout)")
     k = ops_per_rank_at(points, nranks)
     largest = max(points, key=lambda p: p.key)
-    per_node = largest.ranks_per_node if scale.ranks_per_node is None else scale.ranks_per_node
+    # as the largest run: its ranks per node, or (0: it ran on one node) all its ranks,
+    # never the whole target on one node
+    per_node = (largest.ranks_per_node or largest.nranks) if scale.ranks_per_node is None \
+        else scale.ranks_per_node
     replicas = largest.replicas if scale.replicas is None else scale.replicas
     size = scale.bytes_per_rank if scale.bytes_per_rank is not None else \
         bytes_per_rank_at(points, nranks, per_rank_size, replicas)

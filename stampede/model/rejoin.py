@@ -30,11 +30,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from stampede.errors import UsageError
 from stampede.model.mttr import EXAMPLE, Breakdown, Term, measured_model
 from stampede.model.workload import Workload
 from stampede.results.cells import flag, number, text, whole
 from stampede.results.tiers import REJOIN, RESTART, TIER_RESTORES, TIERS, rejoin_run_ids, tier_column
-from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_rate
+from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_percent, format_rate
 
 SPARE_POOL_FRACTION = 0.02   # the pool at the target, of the nodes (the seed's 2-5%)
 PEER_TERM = "peer transfer k S / B_node"
@@ -178,7 +179,7 @@ class RejoinVerdict:
         nodes = self.workload.nodes(self.per_node)
         return (f"{self.workload.ranks} ranks on {nodes} node(s) of {self.per_node}, "
                 f"{format_bytes(self.size)} per rank; {self.lost_nodes} node(s) lost, a pool of "
-                f"{self.spares} spare node(s) ({self.spare_fraction * 100:g}% of the nodes); B_node "
+                f"{self.spares} spare node(s) ({format_percent(self.spare_fraction)} of the nodes); B_node "
                 f"{_rate(self.run.rates.node_bps)}, B_storage {_rate(self.run.rates.storage_bps)}, "
                 f"B_local {_rate(self.run.rates.local_bps)} per rank, as run {self.run.run_id} "
                 "measured them")
@@ -220,6 +221,9 @@ def rejoin_verdict(archives: Sequence[str], rows: Sequence[dict[str, str]], work
     k = workload.ranks_per_node or run.ranks_per_node
     size = workload.bytes_per_rank or float(run.bytes_per_rank)
     lost = lost_nodes or run.lost_nodes
+    if lost > workload.nodes(k):   # more nodes lost than the target has: a typo, not a verdict
+        raise UsageError(f"--lost-nodes {lost}: more than the target's {workload.nodes(k):,} "
+                         f"node(s) ({workload.ranks} ranks, {k} per node)")
     spares = spare_pool(workload.nodes(k), spare_fraction)
     measured = tuple(_side(archives, layout, run.time_to_last_rank_s[layout],
                            f"measured: run {run.run_id} {layout}, time to last rank of "

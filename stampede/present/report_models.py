@@ -15,6 +15,8 @@ from stampede.units import (
     format_duration,
     format_in,
     format_number,
+    format_plain,
+    format_probability,
     format_rate,
     format_seconds,
     seconds_unit,
@@ -98,12 +100,13 @@ def render_mttr(model: Breakdown, costs: Costs, pools: Sequence[SparePool], pool
     if math.isfinite(model.metadata_stall_s):
         console.print(f"of the measured restore, the slowest rank waited "
                       f"{format_seconds(model.metadata_stall_s)} for its first byte (metadata)")
-    line = (f"GPU-hours lost per failure at {costs.gpus:g} GPUs: {costs.lost_per_failure_h:.4g}"
-            + (f" (incl. half a {costs.checkpoint_interval_s:g} s checkpoint interval redone)"
-               if costs.checkpoint_interval_s else ""))
+    line = (f"GPU-hours lost per failure at {format_plain(costs.gpus)} GPUs: "
+            f"{format_plain(costs.lost_per_failure_h)}"
+            + (f" (incl. half a {format_plain(costs.checkpoint_interval_s)} s checkpoint "
+               "interval redone)" if costs.checkpoint_interval_s else ""))
     if costs.mtbf_h:
-        line += (f"; per day at one failure every {costs.mtbf_h:g} h: "
-                 f"{costs.lost_per_day_h:.4g}")
+        line += (f"; per day at one failure every {format_plain(costs.mtbf_h)} h: "
+                 f"{format_plain(costs.lost_per_day_h)}")
     console.print(line)
     if saving is not None:
         _render_checkpointing(saving, costs.gpus, console)
@@ -112,7 +115,7 @@ def render_mttr(model: Breakdown, costs: Costs, pools: Sequence[SparePool], pool
     for pool in pools:
         probability = pool.no_spare_probability
         spares.add_row(pool.label, str(pool.spares),
-                       f"{probability:.3g}" if probability >= 1e-12 else "< 1e-12",
+                       format_probability(probability),
                        format_seconds(pool.added_swap_s) if pool.added_swap_s >= 1e-6
                        else "< 1 µs")
     console.print(spares)
@@ -149,7 +152,7 @@ def _render_checkpointing(saving: Checkpointing, gpus: float, console: Console) 
         console.print("  give --mtbf-h (the Young/Daly interval) or --checkpoint-interval-s "
                       "to price it")
         return
-    table = new_table(f"Checkpointing at {gpus:g} GPUs: GPU-hours per day",
+    table = new_table(f"Checkpointing at {format_plain(gpus)} GPUs: GPU-hours per day",
                       ("interval", "seconds", "saving", "failures", "total"), left=("interval",))
     for interval in saving.intervals:
         failures = interval.failures_h_per_day
@@ -164,7 +167,10 @@ def _render_checkpointing(saving: Checkpointing, gpus: float, console: Console) 
 
 
 def _gbps(rate: float) -> str:
-    return "unlimited" if math.isinf(rate) else f"{rate / BYTES_PER_GB:.3g} GB/s"
+    if math.isinf(rate):
+        return "unlimited"
+    # below 1 MB/s in bytes per second, never in e-notation (2.5e-09 GB/s once)
+    return f"{rate / BYTES_PER_GB:.3g} GB/s" if rate >= 1e6 else format_rate(rate, "B/s")
 
 
 def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]], workload: Workload,

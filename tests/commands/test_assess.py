@@ -174,6 +174,10 @@ def test_bad_input_is_refused_before_any_run(tmp_path: Path, capsys: pytest.Capt
     assert "--budget" in capsys.readouterr().err
     assert stampede_cli.main([*base[:3], "8:2,16:4"]) == 2
     assert "--sbatch" in capsys.readouterr().err
+    assert stampede_cli.main([*base[:3], "1,2"]) == 2   # no projection from 2 counts
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "stampede assess: error: --ranks 1,2: 2 rank count(s); the projection to "
+        "--target-ranks 16384 needs at least 3")
     (tmp_path / "taken.csv").write_text("")
     assert stampede_cli.main([*base, "-o", str(tmp_path / "taken.html")]) == 2
     assert "exists already" in capsys.readouterr().err
@@ -231,7 +235,7 @@ def test_sigterm_stops_the_running_step_and_cleans_up_as_ctrl_c_does(tmp_path: P
     job = small_job(tmp_path, checkpoint={"size": "8MiB", "layout": ["sharded"]},
                     run={"iterations": 200, "warmup": 0, "verify": "none"})
     assess = subprocess.Popen([sys.executable, "-m", "stampede", "assess", str(job), "--ranks",
-                               "1,2", "--budget", "10min", "-o", str(tmp_path / "r.html")],
+                               "1,2,3", "--budget", "10min", "-o", str(tmp_path / "r.html")],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)
     try:

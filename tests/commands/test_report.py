@@ -58,8 +58,8 @@ def test_report_prints_and_writes_the_page_and_the_figures(archive: Path, tmp_pa
 @pytest.mark.parametrize("args, message", [
     (["--html", "{archive}"], "--html {archive}: is the archive"),
     (["--png", "{sidecars}/figures"], "--png {sidecars}/figures: lies inside {sidecars}"),
-    (["--html", "x.html", "--target-ranks", "0"], "--target-ranks 0: must be at least 1"),
-    (["--html", "x.html", "--target-size", "lots"], "--target-size 'lots'"),
+    (["--html", "x.html", "--target-ranks", "0"], "argument --target-ranks: 0: must be from 1"),
+    (["--html", "x.html", "--target-size", "lots"], "argument --target-size: 'lots' is not"),
 ])
 def test_bad_input_is_refused_before_anything_is_printed_or_written(
         stampede, archive: Path, tmp_path: Path, args: list[str], message: str) -> None:

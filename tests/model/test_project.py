@@ -172,7 +172,7 @@ def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
     result = stampede("project", str(archive), "--target-ranks", "16384")
     assert result.returncode == 0, result.stderr
     assert "layout shared" in result.stdout and "layout sharded" in result.stdout
-    assert "at 16384 ranks: time to last rank" in result.stdout
+    assert "at 16384 ranks (128 nodes of 128): time to last rank" in result.stdout
     assert "c 1 (c_eff: one shared inode)" in result.stdout
     assert "ranked at 16384 ranks: sharded" in result.stdout
     only = stampede("project", str(archive), "--target-ranks", "8", "--layout", "sharded",
@@ -214,7 +214,8 @@ def test_project_a_real_sweep(stampede, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     for layout in ("shared", "sharded"):
         block = result.stdout.split(f"layout {layout} ")[1].split("\n\n")[0]
-        line = next(text for text in block.splitlines() if "at 64 ranks: time to last rank" in text)
+        line = next(text for text in block.splitlines()
+                    if "at 64 ranks (16 nodes of 4): time to last rank" in text)
         numbers = [float(value) for value, _ in SECONDS.findall(line)]
         assert len(numbers) == 3 and all(math.isfinite(x) and x > 0 for x in numbers), line
         assert "metadata stall" in block and "fitted: RTT" in block
@@ -305,7 +306,8 @@ def test_project_real_saves_to_a_local_directory(stampede, tmp_path: Path) -> No
     archive = save_sweep(stampede, job, (1, 2, 4))
     result = stampede("project", str(archive), "--target-ranks", "16384", "--phase", "save")
     assert result.returncode == 0, result.stderr
-    numbers, block = projected_line(result.stdout, "sharded", "at 16384 ranks: time to last rank")
+    numbers, block = projected_line(result.stdout, "sharded",
+                                    "at 16384 ranks (4096 nodes of 4): time to last rank")
     assert len(numbers) == 3 and all(math.isfinite(x) and x > 0 for x in numbers), block
     assert "c 1 (c_eff: one directory's lock)" in block and "durability fsync" in block
     assert "nan" not in result.stdout and " inf" not in result.stdout

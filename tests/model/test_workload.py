@@ -52,7 +52,7 @@ def test_the_workload_flags_refuse_what_they_cannot_mean(stampede) -> None:
                         (["--target-model", "llama3-70b", "--target-size", "1TB",
                           "--target-ranks", "64"], "given twice (checkpoint size and model)"),
                         (["--target-size", "lots", "--target-ranks", "64"],
-                         "--target-size 'lots'")):
+                         "argument --target-size: 'lots' is not a size")):
         result = stampede("project", "nothing.csv", *flags)
         assert result.returncode == 2, result.stderr
         assert said in " ".join(result.stderr.split()), result.stderr
