@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -48,10 +50,16 @@ def test_the_url_names_the_server_export_directory_and_version(
     ("nfs://h/a/ck", {"export": "/b"}, "not under the export '/b'"),
     ("nfs://h/", {}, "names no export"),
     ("nfs://h:port/export", {}, "the port is not a number"),
+    # libnfs ignores a key it does not know: a misspelt version was a silent NFSv4
+    ("nfs://h/export/ck?verison=3", {},
+     "the query key 'verison' is not one of version, mountport (did you mean \"version\"?)"),
+    ("nfs://h/export/ck?foo=bar", {}, "the query key 'foo' is not one of version, mountport"),
+    ("nfs://h/export/ck?version=", {}, "NFS version '': 3 or 4"),
+    ("nfs://h/export/ck?version=3&mountport=x", {}, "mountport = 'x': a port number"),
 ])
 def test_a_target_that_cannot_be_is_refused(target: str, options: dict[str, object],
                                             said: str) -> None:
-    with pytest.raises(UsageError, match=said.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UsageError, match=re.escape(said)):
         parse_target(target, options)
 
 
@@ -261,3 +269,29 @@ def test_permission_denied_is_one_line_and_nothing_written(stampede, tmp_path: P
         said = " ".join(refused.stderr.split())
         assert refused.returncode in (1, 2) and "Permission denied" in said, said
         assert "Traceback" not in said and os.listdir(server.export) == []
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("query", ["", "?version=3&mountport={port}"])
+def test_nothing_listening_is_connection_refused(stampede, tmp_path: Path, query: str) -> None:
+    """A port nothing listens on (bound here, never listened on: the kernel refuses each
+    connection): one line naming the URL and the port refused, exit 2, not libnfs's EIO."""
+    require()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        target = f"nfs://127.0.0.1:{port}/export/ck" + query.format(port=port)
+        job = small_job(tmp_path, target={"path": target}, checkpoint={"size": "1MiB"},
+                        run={"iterations": 1, "warmup": 0, "verify": "none"})
+        for command in ("save", "run"):
+            refused = stampede(command, str(job), np=2)
+            said = (f"target.path = {target!r}: connection refused by 127.0.0.1:{port}: "
+                    "nothing listens there (is the NFS server running, and on that port?)")
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            # said once by the root (run's check of the checkpoint) or by each rank (save)
+            assert refused.stderr.splitlines()[1:] in (
+                [f"stampede {command}: error: checking the checkpoint: {said}"],
+                [f"stampede {command}: error: connecting to the target failed on 2 of 2 "
+                 "ranks:", f"  rank 0: {said}", f"  rank 1: {said}"]), refused.stderr
+            assert "Input/output error" not in refused.stderr
+    assert not (tmp_path / "results").exists()
