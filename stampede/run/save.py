@@ -188,7 +188,15 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
         mpi.collective(comm, f"making the {layout} series' directories",
                        partial(_series_directories, spec, backend, layout, rank))
         for iteration in range(-spec.warmup, spec.iterations):
-            setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
+            try:
+                setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
+            except StampedeError as error:   # collective (a server gone between two saves):
+                if iteration == -spec.warmup:   # nothing measured yet: the error as it is
+                    raise
+                # what the saves before measured is archived (invalid), as a failed phase
+                phases.invalid_reason = f"{iteration_name(iteration, spec.warmup)}: {error}"
+                phases.failed_iteration = iteration
+                break
             setup.where = where
             try:
                 outcome, published = _phase(comm, spec, setup, iteration, phases)
@@ -208,7 +216,8 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
                                            published, verdict.invalid_reason, name))
             except StampedeError as error:   # collective: every rank stops here together,
                 # and what was measured is archived (invalid) before anything else is tried
-                phases.invalid_reason = "; ".join(filter(None, (verdict.invalid_reason, str(error))))
+                phases.invalid_reason = "; ".join(filter(None, (verdict.invalid_reason,
+                                                                 f"{name}: {error}")))
                 phases.failed_iteration = iteration
                 break
             if note:

@@ -295,3 +295,90 @@ def test_nothing_listening_is_connection_refused(stampede, tmp_path: Path, query
                  "ranks:", f"  rank 0: {said}", f"  rank 1: {said}"]), refused.stderr
             assert "Input/output error" not in refused.stderr
     assert not (tmp_path / "results").exists()
+
+
+def _kill_after_first_phase(mpiexec: str, command: str, job: Path, cwd: Path, server: NfsServer,
+                            how: signal.Signals, delay_s: float) -> tuple[int, str]:
+    """`stampede COMMAND job` on 2 ranks, the server sent `how` `delay_s` after the first
+    phase's progress line: (exit status, stdout and stderr)."""
+    running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", command,
+                                str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=cwd)
+    try:
+        assert running.stderr is not None
+        while " took " not in (line := running.stderr.readline()):
+            assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+        time.sleep(delay_s)
+        os.kill(server.pid, how)
+        out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    return running.returncode, out + err
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("delay_s", [0.0, 0.15])
+def test_a_server_killed_after_a_save_archives_what_was_measured(
+        stampede, tmp_path: Path, delay_s: float) -> None:
+    """ganesha SIGKILLed once a save was measured, wherever the kill lands (in the next
+    save's phase, its journal record, or between two saves): exit 1 (a failed run, not
+    the usage status 2), the failure named, the rows archived invalid and said so."""
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_server(tmp_path / "server") as server:
+        job = small_job(tmp_path, target={"path": server.url("ck"),
+                                          "storage_options": {"timeout_ms": 2000}},
+                        checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                        run={"iterations": 500, "warmup": 0, "verify": "none"},
+                        save={"keep": 1, "validate": "none"})
+        status, said = _kill_after_first_phase(mpiexec, "save", job, tmp_path, server,
+                                               signal.SIGKILL, delay_s)
+    said = " ".join(said.split())
+    assert status == 1, said
+    assert "Traceback" not in said and "Input/output error" in said, said
+    assert "archived: " in said and "save finished with errors, archived as invalid" in said
+    rows = [row for row in read_archive(tmp_path / "results" / "job.csv") if row["op"] == "save"]
+    assert rows and {row["valid"] for row in rows} == {"false"}, rows
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("command", ["run", "save"])
+def test_a_server_hung_in_a_warmup_is_a_failed_warmup(stampede, tmp_path: Path,
+                                                      command: str) -> None:
+    """ganesha stopped (SIGSTOP) after the first of two warmups: the second fails within
+    the client's timeout ("Connection timed out", not EINTR), the layout is invalid in
+    "warmup iteration 2 of 2", no iteration is reported measured, and no count says more
+    ops failed than were made."""
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_server(tmp_path / "server") as server:
+        job = small_job(tmp_path, target={"path": server.url("ck"),
+                                          "storage_options": {"timeout_ms": 1000}},
+                        checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                        run={"iterations": 2, "warmup": 2, "verify": "none"},
+                        save={"keep": 1, "validate": "none"})
+        if command == "run":
+            prepared = stampede("prepare", str(job), np=2)
+            assert prepared.returncode == 0, prepared.stderr
+        try:
+            status, said = _kill_after_first_phase(mpiexec, command, job, tmp_path, server,
+                                                   signal.SIGSTOP, 0.0)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+    said = " ".join(said.split())
+    assert status == 1, said
+    assert "Traceback" not in said and "Interrupted system call" not in said, said
+    assert "Connection timed out" in said, said
+    # the run's phases touch no server between warmups: the hang is the second's; a
+    # save's lands in the second or in the first's journal record, named as that warmup's
+    assert re.search(r"INVALID: .*warmup iteration [12] of 2" if command == "save" else
+                     r"INVALID: .* in warmup iteration 2 of 2", said), said
+    assert "archived: " in said, said
+    assert "0 iterations + 2 warmup" in said or "0 saves + 2 warmup" in said, said
+    assert "no measured iteration: the samples are the failed warmup's" in said, said
+    assert " measured iteration(s)" not in said, said
+    for failed, made in re.findall(r"(\d+) of (\d+) ops failed", said):
+        assert int(failed) <= int(made), said
