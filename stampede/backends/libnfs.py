@@ -94,6 +94,12 @@ def failed(nfs: int, code: int, what: str) -> OSError:
     """An OSError for libnfs's -errno `code`, with the context's message."""
     number = -code if code < 0 else errno.EIO
     detail = library().nfs_get_error(nfs)
+    if number == errno.EINTR:
+        # libnfs's synchronous calls end an RPC its timeout ran out on with EINTR
+        # ("Interrupted system call", whatever the context's message says by then; a
+        # failed poll is EIO): a hung server is said as what it is
+        number, detail = errno.ETIMEDOUT, (b"no answer from the NFS server within "
+                                           b"target.storage_options.timeout_ms")
     message = os.strerror(number) + (f" ({detail.decode(errors='replace')})" if detail else "")
     error_class = {errno.ENOENT: FileNotFoundError, errno.EEXIST: FileExistsError,
                    errno.EACCES: PermissionError, errno.EPERM: PermissionError,

@@ -22,6 +22,7 @@ import builtins
 import ctypes
 import errno
 import os
+import socket
 import stat
 from collections.abc import Callable
 from contextlib import suppress
@@ -33,6 +34,7 @@ from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
 from stampede.units import BYTES_PER_MIB
+from stampede.values import did_you_mean
 
 if TYPE_CHECKING:
     from stampede.backends.rpc_count import CountingRelay
@@ -48,7 +50,12 @@ LIBNFS4_NFS4_WRITE_BYTES = 3944
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 DEFAULT_TIMEOUT_MS = 10_000    # a dead server is an error after this, never a hang
+NFS_PORT, PORTMAPPER_PORT = 2049, 111
+REFUSAL_PROBE_S = 2.0          # a refusal is immediate; silence is the mount's own error
 OPTIONS = ("export", "version", "timeout_ms")
+# the URL's query: libnfs takes many more keys, and ignores a misspelt one (`?verison=3` was
+# a silent NFSv4), so only these pass; the port is the URL's own (server:PORT)
+QUERY_KEYS = ("version", "mountport")
 LABEL = "user-space NFS client per rank (libnfs): no client page or attribute cache"
 
 
@@ -75,7 +82,15 @@ class NfsBackend:
             raise UsageError(f"target.storage_options.timeout_ms = {timeout_ms!r}: a whole "
                              "number of milliseconds >= 100")
         self.target = target_path
-        self.client = Client(self.url, timeout_ms)
+        try:
+            self.client = Client(self.url, timeout_ms)
+        except OSError:
+            # libnfs says EIO ("nfs_service failed") for a port nothing listens on: ask the
+            # ports themselves, so a wrong port or a stopped server is said as such
+            refused = refusal(self.url, self.version)
+            if refused:
+                raise UsageError(f"target.path = {target_path!r}: {refused}") from None
+            raise
         client = self.client
         self.read_bytes = client.readmax or NFS4_READ_BYTES
         self.write_bytes = client.writemax or LIBNFS4_NFS4_WRITE_BYTES
@@ -338,11 +353,40 @@ class NfsWriter:
             self.backend.client.close(self.handle)
 
 
+def refusal(url: str, version: int) -> str | None:
+    """Why a mount of libnfs's `url` failed, where the reason is that nothing listens on
+    a port it needs (NFSv3's MOUNT port or portmapper, then the NFS port); None where
+    each answers, or is silent (a hung server: the mount's own timeout error stands)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    host = parts.hostname or ""
+    ports = [int(query.get("mountport", PORTMAPPER_PORT))] if version == 3 else []
+    ports.append(int(query.get("nfsport", NFS_PORT)))
+    for port in ports:
+        try:
+            socket.create_connection((host, port), timeout=REFUSAL_PROBE_S).close()
+        except ConnectionRefusedError:
+            return (f"connection refused by {host}:{port}: nothing listens there (is the NFS "
+                    "server running, and on that port?)")
+        except TimeoutError:
+            return None
+        except OSError as error:   # no route, no such host
+            return f"cannot reach {host}:{port}: {error.strerror or error}"
+    return None
+
+
 def parse_target(target_path: str, options: dict[str, object]) -> tuple[str, str, str, int]:
     """(libnfs's URL of the export, the export, the directory within it, the version)
     of `nfs://server[:port]/export/path[?version=V&…]`."""
     parts = urlsplit(target_path)
-    query = dict(parse_qsl(parts.query))
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    for key, value in query.items():
+        if key not in QUERY_KEYS:
+            raise UsageError(f"target.path = {target_path!r}: the query key {key!r} is not "
+                             f"one of {', '.join(QUERY_KEYS)}{did_you_mean(key, QUERY_KEYS)}")
+        if key == "mountport" and not (value.isdigit() and 0 < int(value) < 65536):
+            raise UsageError(f"target.path = {target_path!r}: mountport = {value!r}: a port "
+                             "number, 1 to 65535")
     if not parts.hostname:
         raise UsageError(f"target.path = {target_path!r}: names no server "
                          "(nfs://SERVER[:PORT]/EXPORT/PATH)")

@@ -45,7 +45,7 @@ class SavedFile(TypedDict):
 
 class SavedVersion(TypedDict):
     """A version's entry: save.py's _record_version writes manifest.layout_entry's keys,
-    then the version's own; _record_outcome updates state (and complete, reason)."""
+    then the version's own; record_outcome updates state (and complete, reason)."""
     complete: bool
     nranks: int
     replicas: int
@@ -250,3 +250,36 @@ def drop_entries(journal: Journal, layout: str, versions: Sequence[int]) -> None
     kept = [entry for entry in series(journal, layout)["versions"]
             if entry["version"] not in versions]
     series(journal, layout)["versions"] = kept
+
+
+def record_outcome(backend: Backend, target: str, keep: int, layout: str, version: int,
+                   published: bool, reason: str, name: str) -> str:
+    """After the phase: complete (published; the released versions marked so) or invalid.
+    Returns a note for the report when the version was not published (also when the
+    storage that failed the save cannot take the journal's update either: the entry
+    stays "writing", which the next save and clean treat alike)."""
+    try:
+        journal = journal_of_save(backend, target)
+        entry = entry_of(journal, layout, version)
+    except CheckpointError as error:
+        if published:
+            raise
+        return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
+                f"entry not updated: {error}; the next save or clean removes what it wrote")
+    if published:
+        entry["state"], entry["complete"] = "complete", True
+        for old in released_versions(journal, layout, version, keep):
+            old["state"] = "released"
+        write_journal(backend, journal)
+        return ""
+    entry["state"], entry["reason"] = "invalid", reason or "not published"
+    try:
+        write_journal(backend, journal)
+    except OSError as error:   # the storage that failed the save (a full disk) may refuse
+        return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
+                f"entry not updated ({error.strerror or error}); the next save or clean "
+                "removes what it wrote")
+    current = published_version(backend, journal, layout)
+    stays = f"v{current:06d} stays published" if current else "no version is published"
+    return (f"{name}: v{version:06d} not published; {stays}; the next save or clean removes "
+            "what it wrote")

@@ -127,6 +127,12 @@ def restore_stats(samples: np.ndarray, iterations: list[int], nranks: int,
                         storage_ops=spread(storage_ops), storage_bytes=spread(storage_bytes))
 
 
+def measured_count(iterations: list[int]) -> int:
+    """The measured iterations among those with samples: a failed warmup's (negative) are
+    kept as the evidence of an invalid run, never counted as measured."""
+    return sum(1 for iteration in iterations if iteration >= 0)
+
+
 def layout_stats(layout: str, samples: np.ndarray, nranks: int,
                  completion_op: str = "restore") -> LayoutStats:
     """Everything the archive and report need about one layout's measured iterations.
@@ -139,7 +145,7 @@ def layout_stats(layout: str, samples: np.ndarray, nranks: int,
     histograms = {op: histogram(good[good[:, OP] == OPS.index(op)][:, STOP]
                                 - good[good[:, OP] == OPS.index(op)][:, START])
                   for op in OPS if op in present}
-    return LayoutStats(layout=layout, iterations=len(iterations), ops=ops,
+    return LayoutStats(layout=layout, iterations=measured_count(iterations), ops=ops,
                        restore=restore_stats(samples, iterations, nranks, completion_op),
                        completion_op=completion_op, histograms=histograms,
                        timeline=timeline(samples, completion_op),
@@ -227,7 +233,7 @@ def layout_stats_reduced(layout: str, reduced: Reduced, restore_rows: np.ndarray
     parts = _parts_reduced(reduced, len(iterations), completion_op)
     restore = replace(restore, storage_s=parts["storage_s"], network_s=parts["network_s"],
                       storage_ops=parts["storage_ops"], storage_bytes=parts["storage_bytes"])
-    return LayoutStats(layout=layout, iterations=len(iterations), ops=tuple(ops), restore=restore,
+    return LayoutStats(layout=layout, iterations=measured_count(iterations), ops=tuple(ops), restore=restore,
                        completion_op=completion_op, histograms=histograms,
                        timeline=timeline_rows, samples="histogram",
                        unprotected_s=_unprotected_reduced(reduced, len(iterations)))

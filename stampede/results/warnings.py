@@ -31,7 +31,10 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
     one the cache mode means nothing."""
     notes = []
     ttlr = stats.restore.time_to_last_rank_s
-    if stats.iterations < 3:
+    if not stats.iterations:
+        notes.append("no measured iteration: the samples are the failed warmup's, archived as "
+                     "the evidence of why")
+    elif stats.iterations < 3:
         notes.append(f"only {stats.iterations} measured iteration(s): no trustworthy spread")
     elif ttlr.relative > WIDE_SPREAD:
         notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "

@@ -54,6 +54,11 @@ class PhaseOutcome:
 
     def fail(self, text: str) -> None:
         self.errors += 1
+        self.say(text)
+
+    def say(self, text: str) -> None:
+        """An error message with no failed op of its own (an op never issued because an
+        earlier one failed): `errors` counts ops, never more than `ops` holds."""
         if len(self.messages) < MAX_MESSAGES:
             self.messages.append(text)
 
@@ -270,7 +275,7 @@ def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
         shift = setup.places[index] - extent.offset if setup.places else -plan.hold.offset
         fds = handles[extent.relpath]
         if not fds:
-            outcome.fail(f"rank {plan.rank}: read {extent.relpath}: not read, its open failed")
+            outcome.say(f"rank {plan.rank}: read {extent.relpath}: not read, its open failed")
             continue
         handle = fds[-1]
         base = 0

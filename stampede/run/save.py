@@ -188,7 +188,14 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
         mpi.collective(comm, f"making the {layout} series' directories",
                        partial(_series_directories, spec, backend, layout, rank))
         for iteration in range(-spec.warmup, spec.iterations):
-            setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
+            try:
+                setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
+            except StampedeError as error:   # a server gone between two saves: what the
+                if iteration == -spec.warmup:   # saves before measured is archived (invalid)
+                    raise
+                phases.invalid_reason = f"{iteration_name(iteration, spec.warmup)}: {error}"
+                phases.failed_iteration = iteration
+                break
             setup.where = where
             try:
                 outcome, published = _phase(comm, spec, setup, iteration, phases)
@@ -204,11 +211,12 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
             name = iteration_name(iteration, spec.warmup)
             try:
                 note = mpi.on_root(comm, f"recording {layout} v{version:06d}",
-                                   partial(_record_outcome, spec, backend, layout, version,
-                                           published, verdict.invalid_reason, name))
+                                   partial(versions.record_outcome, backend, spec.target_path,
+                                           spec.keep, layout, version, published,
+                                           verdict.invalid_reason, name))
             except StampedeError as error:   # collective: every rank stops here together,
                 # and what was measured is archived (invalid) before anything else is tried
-                phases.invalid_reason = "; ".join(filter(None, (verdict.invalid_reason, str(error))))
+                phases.invalid_reason = "; ".join(filter(None, (verdict.invalid_reason, f"{name}: {error}")))
                 phases.failed_iteration = iteration
                 break
             if note:
@@ -443,39 +451,6 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
                  mode=spec.save_mode, durability=spec.durability, validate=spec.validate)
     versions.series(journal, layout)["versions"].append(cast("versions.SavedVersion", entry))
     versions.write_journal(backend, journal)
-
-
-def _record_outcome(spec: JobSpec, backend: Backend, layout: str, version: int,
-                    published: bool, reason: str, name: str) -> str:
-    """After the phase: complete (published; the released versions marked so) or invalid.
-    Returns a note for the report when the version was not published (also when the
-    storage that failed the save cannot take the journal's update either: the entry
-    stays "writing", which the next save and clean treat alike)."""
-    try:
-        journal = versions.journal_of_save(backend, spec.target_path)
-        entry = versions.entry_of(journal, layout, version)
-    except CheckpointError as error:
-        if published:
-            raise
-        return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
-                f"entry not updated: {error}; the next save or clean removes what it wrote")
-    if published:
-        entry["state"], entry["complete"] = "complete", True
-        for old in versions.released_versions(journal, layout, version, spec.keep):
-            old["state"] = "released"
-        versions.write_journal(backend, journal)
-        return ""
-    entry["state"], entry["reason"] = "invalid", reason or "not published"
-    try:
-        versions.write_journal(backend, journal)
-    except OSError as error:   # the storage that failed the save (a full disk) may refuse
-        return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
-                f"entry not updated ({error.strerror or error}); the next save or clean "
-                "removes what it wrote")
-    current = versions.published_version(backend, journal, layout)
-    stays = f"v{current:06d} stays published" if current else "no version is published"
-    return (f"{name}: v{version:06d} not published; {stays}; the next save or clean removes "
-            "what it wrote")
 
 
 def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ...],

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -48,10 +50,16 @@ def test_the_url_names_the_server_export_directory_and_version(
     ("nfs://h/a/ck", {"export": "/b"}, "not under the export '/b'"),
     ("nfs://h/", {}, "names no export"),
     ("nfs://h:port/export", {}, "the port is not a number"),
+    # libnfs ignores a key it does not know: a misspelt version was a silent NFSv4
+    ("nfs://h/export/ck?verison=3", {},
+     "the query key 'verison' is not one of version, mountport (did you mean \"version\"?)"),
+    ("nfs://h/export/ck?foo=bar", {}, "the query key 'foo' is not one of version, mountport"),
+    ("nfs://h/export/ck?version=", {}, "NFS version '': 3 or 4"),
+    ("nfs://h/export/ck?version=3&mountport=x", {}, "mountport = 'x': a port number"),
 ])
 def test_a_target_that_cannot_be_is_refused(target: str, options: dict[str, object],
                                             said: str) -> None:
-    with pytest.raises(UsageError, match=said.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UsageError, match=re.escape(said)):
         parse_target(target, options)
 
 
@@ -148,8 +156,11 @@ def test_a_server_killed_mid_restore_is_one_clear_error(stampede, tmp_path: Path
             if running.poll() is None:
                 running.kill()
     said = " ".join((out + err).split())
-    assert running.returncode != 0, said
+    assert running.returncode == 1, said                  # a failed run, not a usage error
     assert time.monotonic() - started < 60, said          # the 2 s timeout, not a hang
+    assert "archived: " in said, said
+    for failed, made in re.findall(r"(\d+) of (\d+) ops failed", said):
+        assert int(failed) <= int(made), said
     assert "Traceback" not in said
     # each rank's failed op named (the connection is gone: libnfs says EIO), the layout
     # INVALID, what it measured archived
@@ -261,3 +272,116 @@ def test_permission_denied_is_one_line_and_nothing_written(stampede, tmp_path: P
         said = " ".join(refused.stderr.split())
         assert refused.returncode in (1, 2) and "Permission denied" in said, said
         assert "Traceback" not in said and os.listdir(server.export) == []
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("query", ["", "?version=3&mountport={port}"])
+def test_nothing_listening_is_connection_refused(stampede, tmp_path: Path, query: str) -> None:
+    """A port nothing listens on (bound here, never listened on: the kernel refuses each
+    connection): one line naming the URL and the port refused, exit 2, not libnfs's EIO."""
+    require()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        target = f"nfs://127.0.0.1:{port}/export/ck" + query.format(port=port)
+        job = small_job(tmp_path, target={"path": target}, checkpoint={"size": "1MiB"},
+                        run={"iterations": 1, "warmup": 0, "verify": "none"})
+        for command in ("save", "run"):
+            refused = stampede(command, str(job), np=2)
+            said = (f"target.path = {target!r}: connection refused by 127.0.0.1:{port}: "
+                    "nothing listens there (is the NFS server running, and on that port?)")
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            # said once by the root (run's check of the checkpoint) or by each rank (save)
+            assert refused.stderr.splitlines()[1:] in (
+                [f"stampede {command}: error: checking the checkpoint: {said}"],
+                [f"stampede {command}: error: connecting to the target failed on 2 of 2 "
+                 "ranks:", f"  rank 0: {said}", f"  rank 1: {said}"]), refused.stderr
+            assert "Input/output error" not in refused.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def _kill_after_first_phase(mpiexec: str, command: str, job: Path, cwd: Path, server: NfsServer,
+                            how: signal.Signals, delay_s: float) -> tuple[int, str]:
+    """`stampede COMMAND job` on 2 ranks, the server sent `how` `delay_s` after the first
+    phase's progress line: (exit status, stdout and stderr)."""
+    running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", command,
+                                str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=cwd)
+    try:
+        assert running.stderr is not None
+        while " took " not in (line := running.stderr.readline()):
+            assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+        time.sleep(delay_s)
+        os.kill(server.pid, how)
+        out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    return running.returncode, out + err
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("delay_s", [0.0, 0.15])
+def test_a_server_killed_after_a_save_archives_what_was_measured(
+        stampede, tmp_path: Path, delay_s: float) -> None:
+    """ganesha SIGKILLed once a save was measured, wherever the kill lands (in the next
+    save's phase, its journal record, or between two saves): exit 1 (a failed run, not
+    the usage status 2), the failure named, the rows archived invalid and said so."""
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_server(tmp_path / "server") as server:
+        job = small_job(tmp_path, target={"path": server.url("ck"),
+                                          "storage_options": {"timeout_ms": 2000}},
+                        checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                        run={"iterations": 500, "warmup": 0, "verify": "none"},
+                        save={"keep": 1, "validate": "none"})
+        status, said = _kill_after_first_phase(mpiexec, "save", job, tmp_path, server,
+                                               signal.SIGKILL, delay_s)
+    said = " ".join(said.split())
+    assert status == 1, said
+    assert "Traceback" not in said and "Input/output error" in said, said
+    assert "archived: " in said and "save finished with errors, archived as invalid" in said
+    rows = [row for row in read_archive(tmp_path / "results" / "job.csv") if row["op"] == "save"]
+    assert rows and {row["valid"] for row in rows} == {"false"}, rows
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("command", ["run", "save"])
+def test_a_server_hung_in_a_warmup_is_a_failed_warmup(stampede, tmp_path: Path,
+                                                      command: str) -> None:
+    """ganesha stopped (SIGSTOP) after the first of two warmups: the second fails within
+    the client's timeout ("Connection timed out", not EINTR), the layout is invalid in
+    "warmup iteration 2 of 2", no iteration is reported measured, and no count says more
+    ops failed than were made."""
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_server(tmp_path / "server") as server:
+        job = small_job(tmp_path, target={"path": server.url("ck"),
+                                          "storage_options": {"timeout_ms": 1000}},
+                        checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                        run={"iterations": 2, "warmup": 2, "verify": "none"},
+                        save={"keep": 1, "validate": "none"})
+        if command == "run":
+            prepared = stampede("prepare", str(job), np=2)
+            assert prepared.returncode == 0, prepared.stderr
+        try:
+            status, said = _kill_after_first_phase(mpiexec, command, job, tmp_path, server,
+                                                   signal.SIGSTOP, 0.0)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+    said = " ".join(said.split())
+    assert status == 1, said
+    assert "Traceback" not in said and "Interrupted system call" not in said, said
+    assert "Connection timed out" in said, said
+    # the run's phases touch no server between warmups: the hang is the second's; a
+    # save's lands in the second or in the first's journal record, named as that warmup's
+    assert re.search(r"INVALID: .*warmup iteration [12] of 2" if command == "save" else
+                     r"INVALID: .* in warmup iteration 2 of 2", said), said
+    assert "archived: " in said, said
+    assert "0 iterations + 2 warmup" in said or "0 saves + 2 warmup" in said, said
+    assert "no measured iteration: the samples are the failed warmup's" in said, said
+    assert " measured iteration(s)" not in said, said
+    for failed, made in re.findall(r"(\d+) of (\d+) ops failed", said):
+        assert int(failed) <= int(made), said
