@@ -52,7 +52,7 @@ import numpy as np
 
 from stampede import mpi
 from stampede.backends import open_backend
-from stampede.backends.base import Backend
+from stampede.backends.base import Backend, missing_root
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
@@ -73,7 +73,8 @@ from stampede.run.tiers import (
     storage_dir,
     wait_all,
 )
-from stampede.spec import JobSpec
+from stampede.spec import VERIFY_MODES, JobSpec
+from stampede.sysinfo import mount_of
 from stampede.units import NS_PER_S
 
 (OPEN, READ, CLOSE, VERIFY, PEER, RESTORE) = (
@@ -81,6 +82,8 @@ from stampede.units import NS_PER_S
 DAMAGES = ("none", "missing", "corrupt")   # what happens to the lost shards' replicas
 TAG_SHARD = 73   # a lost shard to its spare (tiers' tags: 71, 72)
 CLEAN_HINT = "stampede rejoin JOB --clean, launched on the same nodes, removes it"
+PSEUDO_FILE_SYSTEMS = ("proc", "sysfs", "cgroup", "cgroup2", "devpts", "securityfs",
+                       "debugfs", "tracefs", "configfs", "pstore", "bpf")   # no tier there
 LOCAL_NAMES = re.compile(r"(replica-)?(v\d+-)?p\d{5}")       # what a rejoin writes on a local
 STORAGE_NAMES = re.compile(r"(v\d+-)?p\d{5}|manifest\.json")  # tier, and on the storage tier
 
@@ -93,8 +96,8 @@ def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None =
     layout handed to `after_layout` as it completes. Complete on rank 0 only. `damage`
     (DAMAGES): what the loss does to the lost shards' surviving replicas."""
     hosts: tuple[str, ...] = tuple(mpi.bcast(comm, mpi.gather(comm, mpi.processor_name(comm)) or []))
-    roles = mpi.collective(comm, "placing the tiers", partial(
-        plan_roles, hosts, spec.spare_nodes, spec.lost_nodes, spec.tier_peers,
+    roles = mpi.on_root(comm, "placing the tiers", partial(   # the same on every rank:
+        plan_roles, hosts, spec.spare_nodes, spec.lost_nodes, spec.tier_peers,   # said once
         spec.tier_placement))
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
@@ -114,7 +117,8 @@ def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None =
                                                             spec.storage_options))
         mpi.collective(comm, "checking the tiers", partial(_nothing_left, state))
         try:
-            mpi.collective(comm, "making the tiers' directories", partial(_directories, state))
+            mpi.collective(comm, "making the local tiers", partial(_local_directories, state))
+            mpi.on_root(comm, "making the storage tier", partial(_storage_directories, state))
             for run in save_in_tiers(state, hosts):
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.working, hosts)
@@ -151,12 +155,64 @@ def _nothing_left(state: Rank) -> None:
                          hint=CLEAN_HINT)
 
 
-def _directories(state: Rank) -> None:
-    """Untimed: each node's local tier directory, the storage tier's (rank 0)."""
-    state.local.mkdir(parents=True, exist_ok=True)
-    if state.rank == 0 and state.backend.capabilities.has_directories:
-        with contextlib.suppress(FileExistsError):   # empty: made by a rejoin, kept by none
-            state.backend.mkdir(state.backend.path(storage_dir(state.spec)))
+def check_damage(spec: JobSpec, damage: str) -> None:
+    """--damage corrupt is a test of run.verify: without a check, the corrupt replica would
+    be restored as good and the rejoin archived valid (UsageError, before MPI)."""
+    if damage == "corrupt" and spec.verify == "none":
+        raise UsageError(f"{spec.source}: --damage corrupt with run.verify = \"none\": the "
+                         "corrupt replica would be restored unchecked; run.verify must be "
+                         f"{' or '.join(m for m in VERIFY_MODES if m != 'none')}")
+
+
+def check_local_dir(spec: JobSpec) -> None:
+    """Before MPI and any I/O: tiers.local_dir can be made, or exists as a writable
+    directory, on this node (UsageError, one line, when it cannot: a file in its way, a
+    read-only or pseudo file system such as /proc, no write permission). The mkdir that
+    follows may still fail (said per rank, exit 2)."""
+    wanted = Path(spec.tier_dir)
+    existing = wanted.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    said = f"{spec.source}: tiers.local_dir = {spec.tier_dir!r}"
+    if not existing.is_dir():
+        raise UsageError(f"{said}: {existing} is not a directory")
+    mount = mount_of(existing)
+    if mount.fs_type in PSEUDO_FILE_SYSTEMS or "ro" in mount.options.split(","):
+        kind = "read-only" if mount.fs_type not in PSEUDO_FILE_SYSTEMS else mount.fs_type
+        raise UsageError(f"{said}: {existing} is on {mount.mountpoint} ({kind}), where no "
+                         "tier can be written: a directory on node-local disk or memory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{said}: {existing} is not writable")
+
+
+def _local_directories(state: Rank) -> None:
+    """Untimed: this node's local tier directory, and each of its parents that is missing
+    (tiers.local_dir itself, the host's directory); those this rank made recorded, so
+    that the end removes them and only them (remove_tiers)."""
+    for directory in (*reversed(state.local.parents), state.local):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue   # there before, or made by another rank of this node
+        except OSError as error:
+            raise UsageError(f"{state.spec.source}: tiers.local_dir = {state.spec.tier_dir!r}: "
+                             f"cannot make {directory} ({error.strerror or error})") from None
+        state.made.append(directory)
+
+
+def _storage_directories(state: Rank) -> None:
+    """Untimed, rank 0: the target (made when missing, as save makes it; removed at the
+    end when this run made it and left it empty) and the storage tier's directory."""
+    backend, spec = state.backend, state.spec
+    state.made_root = missing_root(backend)
+    try:
+        backend.ensure_root()
+        if backend.capabilities.has_directories:
+            with contextlib.suppress(FileExistsError):   # empty: made by a rejoin, kept by none
+                backend.mkdir(backend.path(storage_dir(spec)))
+    except OSError as error:
+        raise UsageError(f"target.path = {spec.target_path!r}: cannot make "
+                         f"{storage_dir(spec)} there ({error.strerror or error})") from None
 
 
 # ---- the loss ---------------------------------------------------------------------------
@@ -363,19 +419,28 @@ def _tiers_said(active: mpi.Comm, state: Rank) -> tuple[list[str], dict[str, int
 
 
 def _clean(state: Rank) -> None:
-    """Everything this job wrote (remove_tiers). Collective."""
-    remove_tiers(state.comm, state.backend, state.spec, state.local)
+    """Everything this job wrote, and the directories this run made (remove_tiers).
+    Collective."""
+    remove_tiers(state.comm, state.backend, state.spec, state.local, state.made,
+                 state.made_root)
 
 
-def remove_tiers(comm: mpi.Comm, backend: Backend, spec: JobSpec, local: Path) -> int:
+def remove_tiers(comm: mpi.Comm, backend: Backend, spec: JobSpec, local: Path,
+                 made: list[Path] | None = None, made_root: bool = False) -> int:
     """What a rejoin of this job writes, and only that: on every node's local tier the
-    shards and replicas (LOCAL_NAMES) and the directories it made once empty, on the
-    storage tier (rank 0) the shards and the manifest (STORAGE_NAMES). Collective; the
-    files this rank removed."""
+    shards and replicas (LOCAL_NAMES), on the storage tier (rank 0) the shards and the
+    manifest (STORAGE_NAMES); then the directories, each only once empty: those this run
+    made (`made`: the local tier's root and the host's directory when they were missing;
+    the target when `made_root`), or with `made` None (--clean, which cannot know) the
+    job's and the host's directories (tiers.local_dir, perhaps the user's own, stays).
+    Collective; the files this rank removed."""
     removed = _remove_local(local)
     mpi.barrier(comm)
-    with contextlib.suppress(OSError):   # the host's directory, if empty (tiers.local_dir,
-        local.parent.rmdir()             # perhaps the user's own, stays)
+    if made is None:
+        with contextlib.suppress(OSError):
+            local.parent.rmdir()
+    else:
+        _remove_made(comm, made)
     if comm.Get_rank() != 0:
         return removed
     for name in backend.names(storage_dir(spec)):
@@ -386,7 +451,23 @@ def remove_tiers(comm: mpi.Comm, backend: Backend, spec: JobSpec, local: Path) -
     if backend.capabilities.has_directories:
         with contextlib.suppress(OSError):
             backend.rmdir(backend.path(storage_dir(spec)))
+        if made_root:
+            with contextlib.suppress(OSError):   # not empty: something else was put in it
+                backend.rmdir(backend.path(""))
     return removed
+
+
+def _remove_made(comm: mpi.Comm, made: list[Path]) -> None:
+    """The local directories the ranks made, deepest first, each once empty. Ranks of one
+    node made parts of one chain (whoever's mkdir came first), so a pass per directory
+    made on any rank, a barrier between: each pass removes at least the deepest one left
+    on every node, by the rank that made it."""
+    total = mpi.allreduce_sum(comm, np.array([len(made)]))
+    for _ in range(int(total[0]) if total is not None else len(made)):
+        for directory in sorted(made, key=lambda path: -len(path.parts)):
+            with contextlib.suppress(OSError):   # not empty yet, or gone
+                directory.rmdir()
+        mpi.barrier(comm)
 
 
 def _remove_local(local: Path) -> int:

@@ -58,6 +58,8 @@ class Rank:
     errors: list[str] = field(default_factory=list)    # what failed in the current layout
     drain_connection: Backend | None = None   # tiers.drain = background: the drain's own
     version: int = 1                # the version saved (after the save: the last, restored)
+    made: list[Path] = field(default_factory=list)   # local directories this rank made
+    made_root: bool = False         # rank 0 made the target (removed at the end if empty)
     _local_backend: Backend | None = None
 
     def failed(self, text: str) -> str:
