@@ -19,8 +19,9 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
    `blocked` (in each of the three) = the rank could train again: its local and peer
    copies done (inline: its storage copy too); `published` (rank 0, in the layout of the
    tier tiers.publish names) = the manifest written once every rank's shard is on that
-   tier; each tier's unprotected_s = how long a published version was not yet on that
-   tier on every node (0 for the tiers the publish waited for). Then retention: each
+   tier and on every tier below it (the publish waits for them: their unprotected_s is 0
+   by definition); a tier above it has unprotected_s = how long a published version was
+   not yet on that tier on every node (run.tiers.unprotected_by_tier). Then retention: each
    tier removes (`unlink`) the version it no longer keeps (tiers.keep_local, keep_peer,
    keep_storage), only once a newer one is published (so it opens no window).
 2. The loss: every rank of a lost node deletes its node's local tier (its memory goes

@@ -2,6 +2,11 @@
 whole run): each working rank's shard durable on its node's local tier, then on peers on
 other nodes, then on the shared storage, timed as three layouts of one save; and what the
 restores share with it (a rank's state, a layout's statistics, polite waits).
+
+Publishing at a level (tiers.publish) means the version is durable at that level AND on
+every tier below it (local < peer < storage): the publish waits, behind a barrier, for
+every rank's copies to all of them, so their unprotected window is 0 by definition
+(unprotected_by_tier), whichever thread (the drain, the replication) finished first.
 """
 
 from __future__ import annotations
@@ -127,7 +132,7 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
                                 working_hosts, "save") if position >= 0
                     else LayoutRun(layout, 0, None, (), "", phase="save"))
     mpi.free(working, comm)
-    return unprotected_by_tier(runs, mpi.gather(comm, reached))
+    return unprotected_by_tier(runs, mpi.gather(comm, reached), state.spec.tier_publish)
 
 
 def _save_version(state: Rank, position: int, rows: dict[str, list[Row]]) -> int:
@@ -217,9 +222,10 @@ def _drain(state: Rank, position: int, rows: list[Row], origin: int,
 
 
 def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int) -> None:
-    """At the protection level tiers.publish names: once every rank's shard is there (a
-    barrier), rank 0 publishes the version (its manifest); `published` a row of that
-    tier's layout."""
+    """At the protection level tiers.publish names: once every rank's shard is there and
+    on every tier below it (a barrier: _save_version calls this for a tier only after the
+    rank's copies to the tiers below are done, the drain joined before storage's), rank 0
+    publishes the version (its manifest); `published` a row of that tier's layout."""
     if tier != state.spec.tier_publish:
         return
     mpi.barrier(state.comm)
@@ -227,15 +233,23 @@ def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int)
         _publish(state, rows[TIER_SAVES[TIERS.index(tier)]], origin)
 
 
-def unprotected_by_tier(runs: list[LayoutRun], reached: list[list[tuple[int, ...]]] | None
-                        ) -> list[LayoutRun]:
+def unprotected_by_tier(runs: list[LayoutRun], reached: list[list[tuple[int, ...]]] | None,
+                        publish: str) -> list[LayoutRun]:
     """Each tier's unprotected window (rank 0, where the statistics are; `reached`: every
     rank's _reached per version): how long a published version was not yet on that tier
-    on every node, from its publish to the tier's last rank, the longest over the
-    versions (0 for the tiers the publish waited for; retention releases a version only
-    once a newer one is published, so it opens none)."""
+    on every node, the longest over the versions.
+
+    Publishing at a tier (tiers.publish) means the version is durable on that tier AND on
+    every tier below it (TIERS' order: local, peer, storage): the publish waits, behind a
+    barrier, until every rank's copies to all of them are done (_save_version), so their
+    window is 0 by definition, never a difference of stamps. Only a tier above the publish
+    level has a window: from the publish to that tier's last rank. (Comparing stamps of
+    different ranks for the tiers below would measure only how late each rank left the
+    barrier that started the version: on a busy machine, a few ms of nothing.) Retention
+    releases a version only once a newer one is published, so it opens no window."""
     if reached is None:
         return runs
+    level = TIERS.index(publish)
     windows = {}
     for index, layout in enumerate(TIER_SAVES):
         gaps = []
@@ -243,7 +257,7 @@ def unprotected_by_tier(runs: list[LayoutRun], reached: list[list[tuple[int, ...
             published = max(rank[version][-1] for rank in reached)
             if published >= 0:
                 done = max(rank[version][index] for rank in reached)
-                gaps.append(max(0, done - published) / NS_PER_S)
+                gaps.append(0.0 if index <= level else max(0, done - published) / NS_PER_S)
         if gaps:
             windows[layout] = max(gaps)
     return [replace(run, stats=replace(run.stats, unprotected_s=windows[run.layout]))
