@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import time
 from dataclasses import replace
 from functools import partial
@@ -120,19 +121,29 @@ def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None =
         try:
             mpi.collective(comm, "making the local tiers", partial(_local_directories, state))
             mpi.on_root(comm, "making the storage tier", partial(_storage_directories, state))
-            for run in save_in_tiers(state, hosts):
+            for run in save_in_tiers(state, hosts, partial(_interrupted, interrupts)):
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.working, hosts)
+            if state.stopped:   # no version to lose a node after: not measured, said
+                if comm.Get_rank() == 0:
+                    print(f"stampede rejoin: the save in tiers ended early ({state.stopped}): "
+                          f"{', '.join(TIER_RESTORES)} not measured", file=sys.stderr, flush=True)
+                return context, runs
             mpi.collective(comm, "losing the nodes", partial(_lose, state))
             for layout in TIER_RESTORES:
                 run = _restores(state, layout, hosts, tick)
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.active, hosts)
-                if interrupts is not None and interrupts.received:
+                agreed = mpi.allreduce_sum(comm, np.array([int(_interrupted(interrupts))]))
+                if agreed is None or agreed[0]:
                     break
         finally:
             _clean(state)
     return context, runs
+
+
+def _interrupted(interrupts: Interrupts | None) -> bool:
+    return interrupts is not None and bool(interrupts.received)
 
 
 def _archive(comm: mpi.Comm, after_layout: AfterLayout | None, context: RunContext, run: LayoutRun,
@@ -444,7 +455,14 @@ def remove_tiers(comm: mpi.Comm, backend: Backend, spec: JobSpec, local: Path,
         _remove_made(comm, made)
     if comm.Get_rank() != 0:
         return removed
-    for name in backend.names(storage_dir(spec)):
+    try:
+        names = backend.names(storage_dir(spec))
+    except OSError as error:   # a dead or hung server: each request fails in its timeout
+        print(f"stampede rejoin: {spec.target_path}/{storage_dir(spec)} left on the target "
+              f"(listing it: {error.strerror or error}): {CLEAN_HINT}", file=sys.stderr,
+              flush=True)
+        return removed
+    for name in names:
         if STORAGE_NAMES.fullmatch(Path(name).name):
             with contextlib.suppress(OSError):
                 backend.remove(name)   # relative to the target's root
