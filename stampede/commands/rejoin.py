@@ -69,7 +69,8 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
     from stampede.backends import backend_name_for
     from stampede.commands.job import measure
     from stampede.results.tiers import TIER_RESTORES, TIER_SAVES
-    from stampede.run.rejoin import check_damage, check_local_dir, rejoin_job
+    from stampede.run.rejoin import check_damage, rejoin_job
+    from stampede.run.tier_dirs import check_local_dir
     from stampede.spec import load_job
 
     spec = load_job(args.job, overrides(args))   # validated before MPI and any I/O
@@ -79,7 +80,7 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
         check_local_dir(spec)
     comm = mpi.world()
     if args.clean:
-        from stampede.run.rejoin import clean_job
+        from stampede.run.tier_dirs import clean_job
         removed = clean_job(comm, spec)
         if comm.Get_rank() == 0:
             print(f"stampede rejoin --clean {spec.name}: {removed} file(s) removed from the "

@@ -270,8 +270,8 @@ def test_damage_corrupt_without_verify_is_refused(tmp_path: Path) -> None:
                     "--set", "run.verify=none")
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines() == [
-        f"stampede rejoin: error: {tmp_path / 'tiers.toml'}: --damage corrupt with run.verify = \"none\": the "
-        "corrupt replica would be restored unchecked; run.verify must be sha256 or xxh3"]
+        f"stampede rejoin: error: {tmp_path / 'tiers.toml'}: --damage corrupt with run.verify = "
+        "\"none\": the corrupt replica would be restored unchecked; run.verify must be sha256 or xxh3"]
     assert not (tmp_path / "local").exists() and not list((tmp_path / "target").iterdir())
 
 
