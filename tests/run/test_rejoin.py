@@ -275,12 +275,15 @@ def test_damage_corrupt_without_verify_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "local").exists() and not list((tmp_path / "target").iterdir())
 
 
-def test_a_storage_server_killed_mid_rejoin_is_one_line_per_rank(tmp_path: Path) -> None:
-    """ganesha SIGKILLed while the save in tiers drains to it (versions one after the
-    other): the version cut short fails on the ranks within the client's timeout, one line
-    each, no traceback, no MPI_Abort; the save ends there, its tiers archived (local and
-    peer valid, storage invalid), the restores not measured and said; exit 1; every local
-    tier removed, and the storage tier, which cannot be, named with --clean."""
+@pytest.mark.parametrize("how", ["killed", "hung, then Ctrl-C"])
+def test_a_storage_server_killed_or_hung_mid_rejoin_is_one_line_per_rank(
+        tmp_path: Path, how: str) -> None:
+    """ganesha SIGKILLed (or stopped, SIGSTOP, then Ctrl-C to mpiexec) while the save in
+    tiers drains to it, versions one after the other: the version cut short fails on the
+    ranks within the client's timeout, one line each, no traceback, no MPI_Abort; the save
+    ends there, its tiers archived (local and peer valid, storage invalid), the restores
+    not measured and said; exit 1 (130 for Ctrl-C); every local tier removed, and the
+    storage tier, which cannot be, named with --clean."""
     from tests.helpers.nfsserver import require, start_server, stop_server
 
     require()
@@ -290,8 +293,7 @@ def test_a_storage_server_killed_mid_rejoin_is_one_line_per_rank(tmp_path: Path)
                          target={"path": server.url("ck"), "storage_options": {"timeout_ms": 2000}},
                          checkpoint={"size_per_rank": "4MiB", "block_size": "1MiB"},
                          run={"iterations": 1, "warmup": 0, "verify": "xxh3"},
-                         tiers={"local_dir": str(tmp_path / "local"), "versions": 1000,
-                                "keep_storage": 1000},
+                         tiers={"local_dir": str(tmp_path / "local"), "versions": 1000},
                          archive={"path": str(tmp_path / "results" / "tiers.csv")})
         running = subprocess.Popen(rejoin_command(tmp_path, str(path)), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, cwd=tmp_path,
@@ -301,24 +303,32 @@ def test_a_storage_server_killed_mid_rejoin_is_one_line_per_rank(tmp_path: Path)
             deadline = time.monotonic() + RUN_TIMEOUT_S
             while not second.exists() and running.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)   # the second version draining: mid-save
-            stop_server(server, signal.SIGKILL)
-            killed = time.monotonic()
+            if how == "killed":
+                stop_server(server, signal.SIGKILL)
+            else:
+                os.killpg(server.pid, signal.SIGSTOP)
+                time.sleep(0.5)
+                running.send_signal(signal.SIGINT)
+            stopped = time.monotonic()
             out, err = running.communicate(timeout=RUN_TIMEOUT_S)
         finally:
             if running.poll() is None:
                 running.kill()
+            if how != "killed":
+                os.killpg(server.pid, signal.SIGCONT)
     finally:
         stop_server(server)
     text = " ".join((out + err).split())
-    assert running.returncode == 1, text
-    assert time.monotonic() - killed < 60, text        # the 2 s timeouts, not a hang
+    assert running.returncode == (1 if how == "killed" else 130), text
+    assert time.monotonic() - stopped < 60, text        # the 2 s timeouts, not a hang
     assert "Traceback" not in text and "MPI_Abort" not in text and "BAD TERMINATION" not in text
     failing = re.findall(r"^error: rank (\d+): .*$", out + err, re.M)
     assert failing and len(failing) == len(set(failing)), out + err   # one line per rank
     assert "rejoin, restart not measured" in text, text
     rows = read_archive(tmp_path / "results" / "tiers.csv")
     valid = {row["layout"]: row["valid"] for row in rows if row["op"] == "save"}
-    assert valid == {"tier-local": "true", "tier-peer": "true", "tier-storage": "false"}, valid
+    assert valid["tier-local"] == valid["tier-peer"] == "true", valid
+    assert valid["tier-storage"] == "false", valid
     assert not (tmp_path / "local").exists()              # every node's local tier removed
     assert re.search(r"ck/tiers-tiers left on the target \(listing it: .*\): "
                      r"stampede rejoin JOB --clean", text), text
