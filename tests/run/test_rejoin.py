@@ -15,8 +15,10 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -332,3 +334,43 @@ def test_a_storage_server_killed_or_hung_mid_rejoin_is_one_line_per_rank(
     assert not (tmp_path / "local").exists()              # every node's local tier removed
     assert re.search(r"ck/tiers-tiers left on the target \(listing it: .*\): "
                      r"stampede rejoin JOB --clean", text), text
+
+
+def test_an_s3_server_that_dies_mid_rejoin_is_one_line_per_rank_and_clean_removes_the_rest(
+        tmp_path: Path, s3_env: Any) -> None:
+    """Every connection to the S3 server closed from the second version's drain on (the
+    suite's fault proxy): the same as an NFS server's death (exit 1, one line per failing
+    rank, the tiers archived, the storage tier named); the server back, `rejoin --clean`
+    removes what was left on it."""
+    from tests.helpers.s3server import FaultProxy
+
+    prefix = f"rejoin-{uuid.uuid4().hex[:10]}"
+    with FaultProxy(s3_env.endpoint_url.removeprefix("http://")) as proxy:
+        path = write_job(tmp_path, "tiers", target={
+            "path": f"s3://{s3_env.bucket}/{prefix}",
+            "storage_options": {"endpoint_url": proxy.endpoint_url, "max_attempts": 2,
+                                "connect_timeout": 2, "read_timeout": 10}},
+            checkpoint={"size_per_rank": "4MiB", "block_size": "1MiB"},
+            run={"iterations": 1, "warmup": 0, "verify": "xxh3"},
+            tiers={"local_dir": str(tmp_path / "local"), "versions": 3},
+            archive={"path": str(tmp_path / "results" / "tiers.csv")})
+        proxy.die_at("/tiers-tiers/v0002-p00001")
+        result = rejoin(tmp_path, str(path))
+        proxy.clear()
+        text = said(result)
+        assert result.returncode == 1, text
+        assert "Traceback" not in text and "BAD TERMINATION" not in text
+        failing = re.findall(r"^error: rank (\d+): .*$", result.stdout + result.stderr, re.M)
+        assert failing and len(failing) == len(set(failing)), text
+        assert "the save in tiers ended early (version 2 failed" in text, text
+        rows = read_archive(tmp_path / "results" / "tiers.csv")
+        valid = {row["layout"]: row["valid"] for row in rows if row["op"] == "save"}
+        assert valid == {"tier-local": "true", "tier-peer": "true", "tier-storage": "false"}
+        assert not (tmp_path / "local").exists()
+        assert "left on the target" in text and "--clean" in text, text
+        cleaned = rejoin(tmp_path, str(path), "--clean")
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    from stampede.backends import open_backend
+
+    storage = open_backend(f"s3://{s3_env.bucket}/{prefix}", {"endpoint_url": s3_env.endpoint_url})
+    assert storage.names() == []                          # --clean took what was left
