@@ -53,7 +53,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.add_argument("--damage", choices=("none", "missing", "corrupt"), default="none",
                      help="after the loss, the surviving replicas of the lost shards are "
                           "deleted (missing) or have a byte flipped (corrupt): the spares "
-                          "must fall back to storage and say so (default none)")
+                          "must fall back to storage and say so (default none; corrupt "
+                          "needs run.verify to check the bytes)")
     sub.add_argument("--clean", action="store_true",
                      help="measure nothing: remove what a rejoin of this job that did not "
                           "finish left (its shards and replicas on every node's local tier, "
@@ -68,14 +69,18 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
     from stampede.backends import backend_name_for
     from stampede.commands.job import measure
     from stampede.results.tiers import TIER_RESTORES, TIER_SAVES
-    from stampede.run.rejoin import rejoin_job
+    from stampede.run.rejoin import check_damage, rejoin_job
+    from stampede.run.tier_dirs import check_local_dir
     from stampede.spec import load_job
 
     spec = load_job(args.job, overrides(args))   # validated before MPI and any I/O
     backend_name_for(spec.target_path)
+    check_damage(spec, args.damage)
+    if not args.clean:
+        check_local_dir(spec)
     comm = mpi.world()
     if args.clean:
-        from stampede.run.rejoin import clean_job
+        from stampede.run.tier_dirs import clean_job
         removed = clean_job(comm, spec)
         if comm.Get_rank() == 0:
             print(f"stampede rejoin --clean {spec.name}: {removed} file(s) removed from the "

@@ -19,8 +19,9 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
    `blocked` (in each of the three) = the rank could train again: its local and peer
    copies done (inline: its storage copy too); `published` (rank 0, in the layout of the
    tier tiers.publish names) = the manifest written once every rank's shard is on that
-   tier; each tier's unprotected_s = how long a published version was not yet on that
-   tier on every node (0 for the tiers the publish waited for). Then retention: each
+   tier and on every tier below it (the publish waits for them: their unprotected_s is 0
+   by definition); a tier above it has unprotected_s = how long a published version was
+   not yet on that tier on every node (run.tiers.unprotected_by_tier). Then retention: each
    tier removes (`unlink`) the version it no longer keeps (tiers.keep_local, keep_peer,
    keep_storage), only once a newer one is published (so it opens no window).
 2. The loss: every rank of a lost node deletes its node's local tier (its memory goes
@@ -35,18 +36,20 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
    - restart: every rank reads its shard from storage (the full restart it is ranked
      against).
 Everything written is removed at the end: the local tiers of every node and the storage
-tier (a directory of its own under the target).
+tier (a directory of its own under the target), and the directories the run made
+(stampede.run.tier_dirs). A version that fails on any rank (a storage server dead or hung:
+each op fails within its timeout) or a signal ends the save there, on every rank alike:
+the tiers archived as they went, the restores not measured.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
+import sys
 import time
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
@@ -63,6 +66,13 @@ from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
 from stampede.run.layout import Tick
 from stampede.run.roles import plan_roles
+from stampede.run.tier_dirs import (
+    clean,
+    local_directories,
+    nothing_left,
+    remove_local,
+    storage_directories,
+)
 from stampede.run.tiers import (
     Rank,
     Row,
@@ -70,19 +80,15 @@ from stampede.run.tiers import (
     layout_run,
     local_tier,
     save_in_tiers,
-    storage_dir,
     wait_all,
 )
-from stampede.spec import JobSpec
+from stampede.spec import VERIFY_MODES, JobSpec
 from stampede.units import NS_PER_S
 
 (OPEN, READ, CLOSE, VERIFY, PEER, RESTORE) = (
     OP_CODE[name] for name in ("open", "read", "close", "verify", "peer", "restore"))
 DAMAGES = ("none", "missing", "corrupt")   # what happens to the lost shards' replicas
 TAG_SHARD = 73   # a lost shard to its spare (tiers' tags: 71, 72)
-CLEAN_HINT = "stampede rejoin JOB --clean, launched on the same nodes, removes it"
-LOCAL_NAMES = re.compile(r"(replica-)?(v\d+-)?p\d{5}")       # what a rejoin writes on a local
-STORAGE_NAMES = re.compile(r"(v\d+-)?p\d{5}|manifest\.json")  # tier, and on the storage tier
 
 
 def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
@@ -93,8 +99,8 @@ def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None =
     layout handed to `after_layout` as it completes. Complete on rank 0 only. `damage`
     (DAMAGES): what the loss does to the lost shards' surviving replicas."""
     hosts: tuple[str, ...] = tuple(mpi.bcast(comm, mpi.gather(comm, mpi.processor_name(comm)) or []))
-    roles = mpi.collective(comm, "placing the tiers", partial(
-        plan_roles, hosts, spec.spare_nodes, spec.lost_nodes, spec.tier_peers,
+    roles = mpi.on_root(comm, "placing the tiers", partial(   # the same on every rank:
+        plan_roles, hosts, spec.spare_nodes, spec.lost_nodes, spec.tier_peers,   # said once
         spec.tier_placement))
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
@@ -112,22 +118,33 @@ def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None =
             state.drain_connection = mpi.collective(comm, "connecting the drain to the target",
                                                     partial(open_backend, spec.target_path,
                                                             spec.storage_options))
-        mpi.collective(comm, "checking the tiers", partial(_nothing_left, state))
+        mpi.collective(comm, "checking the tiers", partial(nothing_left, state))
         try:
-            mpi.collective(comm, "making the tiers' directories", partial(_directories, state))
-            for run in save_in_tiers(state, hosts):
+            mpi.collective(comm, "making the local tiers", partial(local_directories, state))
+            mpi.on_root(comm, "making the storage tier", partial(storage_directories, state))
+            for run in save_in_tiers(state, hosts, partial(_interrupted, interrupts)):
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.working, hosts)
+            if state.stopped:   # no version to lose a node after: not measured, said
+                if comm.Get_rank() == 0:
+                    print(f"stampede rejoin: the save in tiers ended early ({state.stopped}): "
+                          f"{', '.join(TIER_RESTORES)} not measured", file=sys.stderr, flush=True)
+                return context, runs
             mpi.collective(comm, "losing the nodes", partial(_lose, state))
             for layout in TIER_RESTORES:
                 run = _restores(state, layout, hosts, tick)
                 runs.append(run)
                 _archive(comm, after_layout, context, run, roles.active, hosts)
-                if interrupts is not None and interrupts.received:
+                agreed = mpi.allreduce_sum(comm, np.array([int(_interrupted(interrupts))]))
+                if agreed is None or agreed[0]:
                     break
         finally:
-            _clean(state)
+            clean(state)
     return context, runs
+
+
+def _interrupted(interrupts: Interrupts | None) -> bool:
+    return interrupts is not None and bool(interrupts.received)
 
 
 def _archive(comm: mpi.Comm, after_layout: AfterLayout | None, context: RunContext, run: LayoutRun,
@@ -139,24 +156,13 @@ def _archive(comm: mpi.Comm, after_layout: AfterLayout | None, context: RunConte
     mpi.on_root(comm, f"archiving {run.layout}", partial(after_layout, taking_part, run))
 
 
-def _nothing_left(state: Rank) -> None:
-    """Before anything is written: a rejoin of this job that did not finish left nothing
-    on this node's local tier, nor (rank 0) on storage; else refused, and nothing of what
-    it left is touched."""
-    left = "left by a rejoin of this job that did not finish"
-    if state.local.is_dir() and any(state.local.iterdir()):
-        raise UsageError(f"{state.local}: {left}", hint=CLEAN_HINT)
-    if state.rank == 0 and state.backend.names(storage_dir(state.spec)):
-        raise UsageError(f"{state.spec.target_path}/{storage_dir(state.spec)}: {left}",
-                         hint=CLEAN_HINT)
-
-
-def _directories(state: Rank) -> None:
-    """Untimed: each node's local tier directory, the storage tier's (rank 0)."""
-    state.local.mkdir(parents=True, exist_ok=True)
-    if state.rank == 0 and state.backend.capabilities.has_directories:
-        with contextlib.suppress(FileExistsError):   # empty: made by a rejoin, kept by none
-            state.backend.mkdir(state.backend.path(storage_dir(state.spec)))
+def check_damage(spec: JobSpec, damage: str) -> None:
+    """--damage corrupt is a test of run.verify: without a check, the corrupt replica would
+    be restored as good and the rejoin archived valid (UsageError, before MPI)."""
+    if damage == "corrupt" and spec.verify == "none":
+        raise UsageError(f"{spec.source}: --damage corrupt with run.verify = \"none\": the "
+                         "corrupt replica would be restored unchecked; run.verify must be "
+                         f"{' or '.join(m for m in VERIFY_MODES if m != 'none')}")
 
 
 # ---- the loss ---------------------------------------------------------------------------
@@ -166,7 +172,7 @@ def _lose(state: Rank) -> None:
     of the lost shards' replicas delete or corrupt them (what a rejoin must survive)."""
     roles = state.roles
     if state.rank in roles.lost:
-        _remove_local(state.local)
+        remove_local(state.local)
         return
     for position in roles.served_by(state.rank):
         path = state.local_file(position, True)
@@ -360,57 +366,3 @@ def _tiers_said(active: mpi.Comm, state: Rank) -> tuple[list[str], dict[str, int
             f"{' (spare, world rank ' + str(world) + ')' if world in roles.spares else ''} "
             f"{tier or 'none'}" for index, (world, tier, _, _) in enumerate(said))]
     return lines + sorted({note for *_, notes in said for note in notes}), totals
-
-
-def _clean(state: Rank) -> None:
-    """Everything this job wrote (remove_tiers). Collective."""
-    remove_tiers(state.comm, state.backend, state.spec, state.local)
-
-
-def remove_tiers(comm: mpi.Comm, backend: Backend, spec: JobSpec, local: Path) -> int:
-    """What a rejoin of this job writes, and only that: on every node's local tier the
-    shards and replicas (LOCAL_NAMES) and the directories it made once empty, on the
-    storage tier (rank 0) the shards and the manifest (STORAGE_NAMES). Collective; the
-    files this rank removed."""
-    removed = _remove_local(local)
-    mpi.barrier(comm)
-    with contextlib.suppress(OSError):   # the host's directory, if empty (tiers.local_dir,
-        local.parent.rmdir()             # perhaps the user's own, stays)
-    if comm.Get_rank() != 0:
-        return removed
-    for name in backend.names(storage_dir(spec)):
-        if STORAGE_NAMES.fullmatch(Path(name).name):
-            with contextlib.suppress(OSError):
-                backend.remove(name)   # relative to the target's root
-                removed += 1
-    if backend.capabilities.has_directories:
-        with contextlib.suppress(OSError):
-            backend.rmdir(backend.path(storage_dir(spec)))
-    return removed
-
-
-def _remove_local(local: Path) -> int:
-    """This job's shards and replicas on this node's local tier, then its directory when
-    empty (several ranks of a node may remove at once: a file gone is not an error)."""
-    removed = 0
-    if local.is_dir():
-        for path in local.iterdir():
-            if LOCAL_NAMES.fullmatch(path.name):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    removed += 1
-        with contextlib.suppress(OSError):
-            local.rmdir()
-    return removed
-
-
-def clean_job(comm: mpi.Comm, spec: JobSpec) -> int:
-    """`stampede rejoin --clean`: what an unfinished rejoin of this job left on every node
-    and on the target (remove_tiers); the files removed, all ranks together (rank 0)."""
-    host = mpi.processor_name(comm)
-    backend = mpi.collective(comm, "connecting to the target",
-                             partial(open_backend, spec.target_path, spec.storage_options))
-    local = local_tier(spec, host)
-    removed = remove_tiers(comm, backend, spec, local)
-    total = mpi.allreduce_sum(comm, np.array([removed]))
-    return int(total[0]) if total is not None else removed

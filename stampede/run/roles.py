@@ -76,8 +76,11 @@ def plan_roles(hosts: tuple[str, ...], spare_nodes: int, lost_nodes: int, peers:
                          hint="more nodes (mpiexec -hosts, emulate-cluster --nodes), or "
                               "fewer tiers.spare_nodes / tiers.lost_nodes")
     if peers >= working_nodes:
-        raise UsageError(f"tiers.peers = {peers}: each replica goes to another working node, "
-                         f"and there are {working_nodes}")
+        raise UsageError(f"tiers.peers = {peers}: each replica goes to a working node other "
+                         f"than its saver's, and {len(nodes)} node(s) of which {spare_nodes} "
+                         f"spare leave {working_nodes} working: at most {working_nodes - 1} "
+                         "peer(s)",
+                         hint=f"tiers.peers = {working_nodes - 1}, or more nodes")
     if placement == "buddy" and peers > 1:
         raise UsageError(f"tiers.placement = buddy keeps one replica (on the buddy node); "
                          f"tiers.peers = {peers}", hint="tiers.placement = \"ring\"")

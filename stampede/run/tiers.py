@@ -2,6 +2,11 @@
 whole run): each working rank's shard durable on its node's local tier, then on peers on
 other nodes, then on the shared storage, timed as three layouts of one save; and what the
 restores share with it (a rank's state, a layout's statistics, polite waits).
+
+Publishing at a level (tiers.publish) means the version is durable at that level AND on
+every tier below it (local < peer < storage): the publish waits, behind a barrier, for
+every rank's copies to all of them, so their unprotected window is 0 by definition
+(unprotected_by_tier), whichever thread (the drain, the replication) finished first.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -58,6 +64,9 @@ class Rank:
     errors: list[str] = field(default_factory=list)    # what failed in the current layout
     drain_connection: Backend | None = None   # tiers.drain = background: the drain's own
     version: int = 1                # the version saved (after the save: the last, restored)
+    made: list[Path] = field(default_factory=list)   # local directories this rank made
+    made_root: bool = False         # rank 0 made the target (removed at the end if empty)
+    stopped: str = ""               # why the save in tiers ended before its last version
     _local_backend: Backend | None = None
 
     def failed(self, text: str) -> str:
@@ -100,10 +109,16 @@ def shard_name(version: int, position: int) -> str:
 
 
 
-def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
+def save_in_tiers(state: Rank, hosts: tuple[str, ...],
+                  interrupted: Callable[[], bool] = lambda: False) -> list[LayoutRun]:
     """The tiers of tiers.versions saves (stampede.run.rejoin's docstring, 1.), as three
     layouts of an iteration per version; after each, what each tier no longer keeps
-    released (op unlink)."""
+    released (op unlink). A version that failed on any rank (a dead or hung storage
+    server: each op failed within its timeout, a row with ok 0 and said), or a signal
+    (`interrupted`, on any rank), ends the save there, agreed by every rank: the versions
+    saved so far and the one cut short are the layouts' iterations (the tiers that
+    completed valid, the one that failed invalid), nothing is released (the failed
+    version was not published), and state.stopped says why."""
     comm, roles = state.comm, state.roles
     position = roles.position_of(state.rank, after_loss=False)
     working = mpi.split(comm, int(position < 0), key=state.rank)
@@ -115,9 +130,16 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
         saved: dict[str, list[Row]] = {layout: [] for layout in TIER_SAVES}
         origins[iteration] = origin = _save_version(state, position, saved)
         reached.append(_reached(saved, origin))
-        _release(state, position, saved)
+        agreed = mpi.allreduce_sum(comm, np.array([int(bool(state.errors)), int(interrupted())]))
+        failed, stopped = (int(agreed[0]), int(agreed[1])) if agreed is not None else (1, 0)
+        if not failed:
+            _release(state, position, saved)
         for layout in TIER_SAVES:
             rows[layout] += [(iteration, *row[1:]) for row in saved[layout]]
+        if failed or stopped:
+            state.stopped = (f"version {state.version} failed on {failed} rank(s)" if failed
+                             else "stopped by a signal")
+            break
     runs = []
     working_hosts = tuple(hosts[r] for r in roles.working)
     for layout in TIER_SAVES:   # a spare took no part: its runs are empty
@@ -125,7 +147,7 @@ def save_in_tiers(state: Rank, hosts: tuple[str, ...]) -> list[LayoutRun]:
                                 working_hosts, "save") if position >= 0
                     else LayoutRun(layout, 0, None, (), "", phase="save"))
     mpi.free(working, comm)
-    return unprotected_by_tier(runs, mpi.gather(comm, reached))
+    return unprotected_by_tier(runs, mpi.gather(comm, reached), state.spec.tier_publish)
 
 
 def _save_version(state: Rank, position: int, rows: dict[str, list[Row]]) -> int:
@@ -215,25 +237,39 @@ def _drain(state: Rank, position: int, rows: list[Row], origin: int,
 
 
 def _publish_at(state: Rank, tier: str, rows: dict[str, list[Row]], origin: int) -> None:
-    """At the protection level tiers.publish names: once every rank's shard is there (a
-    barrier), rank 0 publishes the version (its manifest); `published` a row of that
-    tier's layout."""
+    """At the protection level tiers.publish names: once every rank's shard is there and
+    on every tier below it (a collective: _save_version calls this for a tier only after
+    the rank's copies to the tiers below are done, the drain joined before storage's),
+    rank 0 publishes the version (its manifest); `published` a row of that tier's layout.
+    Where any of those copies failed on any rank, the version is not published."""
     if tier != state.spec.tier_publish:
         return
-    mpi.barrier(state.comm)
+    level = TIERS.index(tier)
+    broken = any(row[5] == 0 for layout in TIER_SAVES[:level + 1] for row in rows[layout])
+    agreed = mpi.allreduce_sum(state.comm, np.array([int(broken)]))   # and the barrier
+    if agreed is None or agreed[0]:
+        return   # a copy failed on some rank (said there): the version is not published
     if state.rank == 0:
-        _publish(state, rows[TIER_SAVES[TIERS.index(tier)]], origin)
+        _publish(state, rows[TIER_SAVES[level]], origin)
 
 
-def unprotected_by_tier(runs: list[LayoutRun], reached: list[list[tuple[int, ...]]] | None
-                        ) -> list[LayoutRun]:
+def unprotected_by_tier(runs: list[LayoutRun], reached: list[list[tuple[int, ...]]] | None,
+                        publish: str) -> list[LayoutRun]:
     """Each tier's unprotected window (rank 0, where the statistics are; `reached`: every
     rank's _reached per version): how long a published version was not yet on that tier
-    on every node, from its publish to the tier's last rank, the longest over the
-    versions (0 for the tiers the publish waited for; retention releases a version only
-    once a newer one is published, so it opens none)."""
+    on every node, the longest over the versions.
+
+    Publishing at a tier (tiers.publish) means the version is durable on that tier AND on
+    every tier below it (TIERS' order: local, peer, storage): the publish waits, behind a
+    barrier, until every rank's copies to all of them are done (_save_version), so their
+    window is 0 by definition, never a difference of stamps. Only a tier above the publish
+    level has a window: from the publish to that tier's last rank. (Comparing stamps of
+    different ranks for the tiers below would measure only how late each rank left the
+    barrier that started the version: on a busy machine, a few ms of nothing.) Retention
+    releases a version only once a newer one is published, so it opens no window."""
     if reached is None:
         return runs
+    level = TIERS.index(publish)
     windows = {}
     for index, layout in enumerate(TIER_SAVES):
         gaps = []
@@ -241,7 +277,7 @@ def unprotected_by_tier(runs: list[LayoutRun], reached: list[list[tuple[int, ...
             published = max(rank[version][-1] for rank in reached)
             if published >= 0:
                 done = max(rank[version][index] for rank in reached)
-                gaps.append(max(0, done - published) / NS_PER_S)
+                gaps.append(0.0 if index <= level else max(0, done - published) / NS_PER_S)
         if gaps:
             windows[layout] = max(gaps)
     return [replace(run, stats=replace(run.stats, unprotected_s=windows[run.layout]))
@@ -367,8 +403,13 @@ def _publish(state: Rank, rows: list[Row], origin: int) -> None:
                 "shard_bytes": state.shard_bytes,
                 "verify": state.spec.verify, "digests": state.digests,
                 "holders": [list(h) for h in state.roles.holders]}
-    state.backend.put_bytes(f"{storage_dir(state.spec)}/manifest.json",
-                            json.dumps(manifest).encode())
+    try:
+        state.backend.put_bytes(f"{storage_dir(state.spec)}/manifest.json",
+                                json.dumps(manifest).encode())
+    except OSError as error:   # a row with ok 0, said: never raised on rank 0 alone
+        rows.append((0, PUBLISHED, origin, time.perf_counter_ns(), 0, 0))
+        state.failed(f"publish v{state.version:04d} (its manifest): {error.strerror or error}")
+        return
     rows.append((0, PUBLISHED, origin, time.perf_counter_ns(), 0, 1))
 
 

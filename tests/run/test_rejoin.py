@@ -11,10 +11,14 @@ import html
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,8 +33,8 @@ exec unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
 """
 
 
-def rejoin(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """stampede rejoin on nodeA, nodeB, nodeC, one rank each."""
+def rejoin_command(tmp_path: Path, *args: str) -> list[str]:
+    """stampede rejoin on nodeA, nodeB, nodeC, one rank each: the command line."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("named nodes need root and unshare (a UTS namespace per node)")
     launcher = tmp_path / "launcher"
@@ -38,12 +42,19 @@ def rejoin(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     launcher.chmod(0o755)
     mpiexec = find_mpiexec()
     assert mpiexec is not None
-    environment = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    return subprocess.run(
-        [mpiexec, "-launcher", "ssh", "-launcher-exec", str(launcher), "-hosts",
-         "nodeA:1,nodeB:1,nodeC:1", "-n", "3", sys.executable, "-m", "stampede", "rejoin",
-         *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
-        env=environment)
+    return [mpiexec, "-launcher", "ssh", "-launcher-exec", str(launcher), "-hosts",
+            "nodeA:1,nodeB:1,nodeC:1", "-n", "3", sys.executable, "-m", "stampede", "rejoin",
+            *args]
+
+
+def environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
+def rejoin(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """stampede rejoin on nodeA, nodeB, nodeC, one rank each."""
+    return subprocess.run(rejoin_command(tmp_path, *args), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, cwd=tmp_path, env=environment())
 
 
 def job(tmp_path: Path) -> Path:
@@ -188,6 +199,8 @@ def test_a_placement_that_cannot_be_made_is_refused_before_any_io(tmp_path: Path
     result = rejoin(tmp_path, str(path), "--set", "tiers.peers=2")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "tiers.peers = 2" in said(result)
+    assert result.stderr.count("tiers.peers = 2") == 1   # once, not once per rank
+    assert "2 working: at most 1 peer(s)" in said(result)
     assert not (tmp_path / "local").exists() and not list((tmp_path / "target").iterdir())
 
 
@@ -210,3 +223,154 @@ def test_a_tier_left_by_an_unfinished_rejoin_is_refused_and_kept(tmp_path: Path)
     assert not left.exists() and mine.read_text() == "mine"
     assert rejoin(tmp_path, str(path), "--set", "tiers.local_dir=" + str(tmp_path / "other")
                   ).returncode == 0
+
+
+def test_a_fresh_directory_gets_its_target_and_local_tier_made_and_removed(
+        tmp_path: Path) -> None:
+    """Neither the target nor tiers.local_dir exists (jobs/rejoin.toml in a new directory
+    once ended `No such file or directory: b'stampede-ckpt/tiers-rejoin'`): both made, and
+    every directory the rejoin made removed at the end; a local_dir that was there stays,
+    with what the user keeps in it."""
+    path = write_job(tmp_path, "tiers", target={"path": "stampede-ckpt"},
+                     checkpoint={"size_per_rank": "1MiB", "block_size": "1MiB"},
+                     run={"iterations": 1, "warmup": 0, "verify": "xxh3"},
+                     tiers={"local_dir": str(tmp_path / "local" / "deep")},
+                     archive={"path": str(tmp_path / "results" / "tiers.csv")})
+    result = rejoin(tmp_path, str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (tmp_path / "stampede-ckpt").exists()      # made, emptied, removed
+    assert not (tmp_path / "local").exists()              # the local tier's root too
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    again = rejoin(tmp_path, str(path), "--set", f"tiers.local_dir={mine}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]   # only what it made
+
+
+@pytest.mark.parametrize(("setting", "said_"), [
+    ("tiers.local_dir=/proc/x", "tiers.local_dir = '/proc/x': /proc is on /proc (proc), "
+                                "where no tier can be written"),
+    ("tiers.local_dir=FILE/x", "tiers.local_dir = 'FILE/x': FILE is not a directory")])
+def test_a_local_tier_that_cannot_be_made_is_one_line_before_any_io(
+        tmp_path: Path, setting: str, said_: str) -> None:
+    path = job(tmp_path)
+    (tmp_path / "file").write_text("x")
+    setting, said_ = (text.replace("FILE", str(tmp_path / "file")) for text in (setting, said_))
+    result = rejoin(tmp_path, str(path), "--set", setting)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said_ in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not list((tmp_path / "target").iterdir())
+    assert not (tmp_path / "results").exists()
+
+
+def test_damage_corrupt_without_verify_is_refused(tmp_path: Path) -> None:
+    """A corrupt replica restored unchecked would be a valid rejoin of corrupt bytes."""
+    result = rejoin(tmp_path, str(job(tmp_path)), "--damage", "corrupt",
+                    "--set", "run.verify=none")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"stampede rejoin: error: {tmp_path / 'tiers.toml'}: --damage corrupt with run.verify = "
+        "\"none\": the corrupt replica would be restored unchecked; run.verify must be sha256 or xxh3"]
+    assert not (tmp_path / "local").exists() and not list((tmp_path / "target").iterdir())
+
+
+@pytest.mark.parametrize("how", ["killed", "hung, then Ctrl-C"])
+def test_a_storage_server_killed_or_hung_mid_rejoin_is_one_line_per_rank(
+        tmp_path: Path, how: str) -> None:
+    """ganesha SIGKILLed (or stopped, SIGSTOP, then Ctrl-C to mpiexec) while the save in
+    tiers drains to it, versions one after the other: the version cut short fails on the
+    ranks within the client's timeout, one line each, no traceback, no MPI_Abort; the save
+    ends there, its tiers archived (local and peer valid, storage invalid), the restores
+    not measured and said; exit 1 (130 for Ctrl-C); every local tier removed, and the
+    storage tier, which cannot be, named with --clean."""
+    from tests.helpers.nfsserver import require, start_server, stop_server
+
+    require()
+    server = start_server(tmp_path / "server")
+    try:
+        path = write_job(tmp_path, "tiers",
+                         target={"path": server.url("ck"), "storage_options": {"timeout_ms": 2000}},
+                         checkpoint={"size_per_rank": "4MiB", "block_size": "1MiB"},
+                         run={"iterations": 1, "warmup": 0, "verify": "xxh3"},
+                         tiers={"local_dir": str(tmp_path / "local"), "versions": 1000},
+                         archive={"path": str(tmp_path / "results" / "tiers.csv")})
+        running = subprocess.Popen(rejoin_command(tmp_path, str(path)), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                   env=environment())
+        try:
+            second = server.export / "ck" / "tiers-tiers" / "v0002-p00001"
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while not second.exists() and running.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)   # the second version draining: mid-save
+            if how == "killed":
+                stop_server(server, signal.SIGKILL)
+            else:
+                os.killpg(server.pid, signal.SIGSTOP)
+                time.sleep(0.5)
+                running.send_signal(signal.SIGINT)
+            stopped = time.monotonic()
+            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if running.poll() is None:
+                running.kill()
+            if how != "killed":
+                os.killpg(server.pid, signal.SIGCONT)
+    finally:
+        stop_server(server)
+    text = " ".join((out + err).split())
+    assert running.returncode == (1 if how == "killed" else 130), text
+    assert time.monotonic() - stopped < 60, text        # the 2 s timeouts, not a hang
+    assert "Traceback" not in text and "MPI_Abort" not in text and "BAD TERMINATION" not in text
+    failing = re.findall(r"^error: rank (\d+): .*$", out + err, re.M)
+    assert failing and len(failing) == len(set(failing)), out + err   # one line per rank
+    assert "rejoin, restart not measured" in text, text
+    rows = read_archive(tmp_path / "results" / "tiers.csv")
+    valid = {row["layout"]: row["valid"] for row in rows if row["op"] == "save"}
+    assert valid["tier-local"] == valid["tier-peer"] == "true", valid
+    assert valid["tier-storage"] == "false", valid
+    assert not (tmp_path / "local").exists()              # every node's local tier removed
+    assert re.search(r"ck/tiers-tiers left on the target \(listing it: .*\): "
+                     r"stampede rejoin JOB --clean", text), text
+
+
+def test_an_s3_server_that_dies_mid_rejoin_is_one_line_per_rank_and_clean_removes_the_rest(
+        tmp_path: Path, s3_env: Any) -> None:
+    """Every connection to the S3 server closed from the second version's drain on (the
+    suite's fault proxy): the same as an NFS server's death (exit 1, one line per failing
+    rank, the tiers archived, the storage tier named); the server back, `rejoin --clean`
+    removes what was left on it."""
+    from tests.helpers.s3server import FaultProxy
+
+    prefix = f"rejoin-{uuid.uuid4().hex[:10]}"
+    with FaultProxy(s3_env.endpoint_url.removeprefix("http://")) as proxy:
+        path = write_job(tmp_path, "tiers", target={
+            "path": f"s3://{s3_env.bucket}/{prefix}",
+            "storage_options": {"endpoint_url": proxy.endpoint_url, "max_attempts": 2,
+                                "connect_timeout": 2, "read_timeout": 10}},
+            checkpoint={"size_per_rank": "4MiB", "block_size": "1MiB"},
+            run={"iterations": 1, "warmup": 0, "verify": "xxh3"},
+            tiers={"local_dir": str(tmp_path / "local"), "versions": 3},
+            archive={"path": str(tmp_path / "results" / "tiers.csv")})
+        proxy.die_at("/tiers-tiers/v0002-p00001")
+        result = rejoin(tmp_path, str(path))
+        proxy.clear()
+        text = said(result)
+        assert result.returncode == 1, text
+        assert "Traceback" not in text and "BAD TERMINATION" not in text
+        failing = re.findall(r"^error: rank (\d+): .*$", result.stdout + result.stderr, re.M)
+        assert failing and len(failing) == len(set(failing)), text
+        assert "the save in tiers ended early (version 2 failed" in text, text
+        rows = read_archive(tmp_path / "results" / "tiers.csv")
+        valid = {row["layout"]: row["valid"] for row in rows if row["op"] == "save"}
+        assert valid == {"tier-local": "true", "tier-peer": "true", "tier-storage": "false"}
+        assert not (tmp_path / "local").exists()
+        assert "left on the target" in text and "--clean" in text, text
+        cleaned = rejoin(tmp_path, str(path), "--clean")
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    from stampede.backends import open_backend
+
+    storage = open_backend(f"s3://{s3_env.bucket}/{prefix}", {"endpoint_url": s3_env.endpoint_url})
+    assert storage.names() == []                          # --clean took what was left

@@ -60,3 +60,14 @@ def test_placements_that_cannot_be_made_are_refused(hosts: tuple[str, ...], spar
                                                     said: str) -> None:
     with pytest.raises(UsageError, match=said):
         plan_roles(hosts, spare, lost, peers, placement)
+
+
+def test_too_many_peers_says_how_many_fit() -> None:
+    """The count it refuses, the working nodes there are, and the most peers they allow
+    (it once said "tiers.peers = 2: ... there are 2", which reads as a contradiction)."""
+    with pytest.raises(UsageError) as refused:
+        plan_roles(("a", "b", "c"), spare_nodes=1, lost_nodes=1, peers=2, placement="ring")
+    assert refused.value.message == (
+        "tiers.peers = 2: each replica goes to a working node other than its saver's, and "
+        "3 node(s) of which 1 spare leave 2 working: at most 1 peer(s)")
+    assert refused.value.hint == "tiers.peers = 1, or more nodes"
