@@ -104,6 +104,24 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
+    refused = True
+    try:
+        status = _handle(args)
+        refused = status == 2
+        return status
+    finally:
+        _let_go(refused)
+
+
+def _let_go(refused: bool) -> None:
+    """The target's lock the command held (stampede.commands.job_world), let go; `refused`:
+    what taking it made, taken back where the command left nothing in it."""
+    lock = sys.modules.get("stampede.checkpoint.lock")
+    if lock is not None:
+        lock.release_held(refused)
+
+
+def _handle(args: argparse.Namespace) -> int:
     comm = None
     try:
         status: int = args.func(args)
