@@ -70,9 +70,8 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
     for layout in spec.layouts:   # --trace: refused before the target is touched
         gather.check_trace(comm, spec, save_plan(spec, layout, nranks, comm.Get_rank(),
                                                  versions.version_dir(layout, 0)))
-    lock = writer_lock(spec.target_path)   # the command holds it (commands.job_world)
-    mpi.on_root(comm, "checking the target",
-                partial(open_target, spec, backend, nranks, hosts, lock))
+    mpi.on_root(comm, "checking the target",   # the command holds its lock (commands.job_world)
+                partial(open_target, spec, backend, nranks, hosts, writer_lock(spec.target_path)))
     context = context or new_context(comm, spec, backend, save=True)
     nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
     for layout in spec.layouts:
@@ -185,7 +184,6 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
                        if spec.save_mode == "async" else None,
                        ContentSource(spec.block_bytes))
     phases, retries_before = Phases(), dict(backend.retries)
-    gather.check_trace(comm, spec, first_plan)
     where = Where() if spec.trace_limit else None   # --trace: kept over the versions
     try:
         mpi.collective(comm, f"making the {layout} series' directories",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +30,7 @@ from stampede.checkpoint.lock import LOCK_NAME, READERS_DIR, TargetLock
 from stampede.cli import build_parser
 from stampede.errors import CheckpointError
 from stampede.launcher import find_mpiexec
-from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
+from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job, write_job
 from tests.helpers.processes import pids_of
 from tests.helpers.s3server import S3Server
 
@@ -372,3 +373,81 @@ def test_clean_names_rejoin_clean_for_what_a_rejoin_left(stampede, tmp_path: Pat
     assert f"{left}/ holds what a rejoin of this job left (1 file(s)): `stampede rejoin " \
            f"--clean {job}` removes it" in said, said
     assert (left / "shard-000000.raw").exists()
+
+
+NODES_LAUNCHER = """#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host=$1; shift
+exec unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
+"""
+
+
+def rejoin_command(tmp_path: Path, *args: str) -> list[str]:
+    """stampede rejoin on nodeA, nodeB, nodeC (a UTS namespace each), one rank each."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("named nodes need root and unshare (a UTS namespace per node)")
+    launcher = tmp_path / "launcher"
+    launcher.write_text(NODES_LAUNCHER)
+    launcher.chmod(0o755)
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    return [mpiexec, "-launcher", "ssh", "-launcher-exec", str(launcher), "-hosts",
+            "nodeA:1,nodeB:1,nodeC:1", "-n", "3", sys.executable, "-m", "stampede", "rejoin",
+            *args]
+
+
+@pytest.mark.mpi
+def test_rejoin_clean_during_a_live_rejoin_is_refused_and_the_rejoin_finishes(
+        tmp_path: Path) -> None:
+    """A rejoin once held no lock, and the hint it printed for a live run ("left by a
+    rejoin that did not finish: `rejoin --clean` removes it") removed that run's files."""
+    target, local = tmp_path / "target", tmp_path / "local"
+    job = write_job(tmp_path, "tiers", target={"path": str(target)},
+                    checkpoint={"size_per_rank": "4MiB", "block_size": "1MiB"},
+                    run={"iterations": 2, "warmup": 1, "verify": "xxh3"},
+                    tiers={"local_dir": str(local)},
+                    archive={"path": str(tmp_path / "results" / "tiers.csv")})
+    live = subprocess.Popen(rejoin_command(tmp_path, str(job)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 120   # stopped once it holds the target and wrote a tier
+        while not ranks or holder_pid(target) not in ranks or \
+                not any(path.is_file() for path in local.rglob("*")):
+            assert live.poll() is None and time.monotonic() < deadline, live.communicate()
+            ranks = [pid for pid in pids_of(f"-m stampede rejoin {job}")
+                     if pid != live.pid and pid not in descendants_of_launcher(live.pid)]
+            time.sleep(0.01)
+        for pid in ranks:
+            os.kill(pid, signal.SIGSTOP)
+        written = sorted(str(path) for path in local.rglob("*") if path.is_file())
+        try:
+            for args in (["--clean"], []):
+                refused = subprocess.run(rejoin_command(tmp_path, str(job), *args),
+                                         capture_output=True, text=True, cwd=tmp_path,
+                                         timeout=RUN_TIMEOUT_S)
+                said = " ".join((refused.stdout + refused.stderr).split())
+                assert refused.returncode == 2, said
+                assert f"is in use by stampede rejoin, pid {holder_pid(target)} on host nodeA" \
+                       in said, said
+                assert "did not finish" not in said, said
+                assert sorted(str(path) for path in local.rglob("*")
+                              if path.is_file()) == written
+        finally:
+            for pid in ranks:
+                os.kill(pid, signal.SIGCONT)
+        out, err = live.communicate(timeout=RUN_TIMEOUT_S)
+        assert live.returncode == 0, out + err
+    finally:
+        if live.poll() is None:
+            live.kill()
+            live.wait()
+    assert not target.exists()             # the run removed all it made, its lock too
+
+
+def descendants_of_launcher(pid: int) -> list[int]:
+    """The launcher's own processes (mpiexec, its proxies, the unshare shells), which carry
+    the same command line as the ranks: only the Python ranks are stopped."""
+    return [found for found in pids_of("-m stampede rejoin")
+            if not Path(f"/proc/{found}/exe").exists()
+            or "python" not in os.path.basename(os.readlink(f"/proc/{found}/exe"))]
