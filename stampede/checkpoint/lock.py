@@ -13,12 +13,14 @@ go when the command ends (cli.main, release_held), and tests/checkpoint/test_loc
 every registered command that takes a job file against a held target.
 
     write   prepare, save, cycle, rejoin (and --clean), clean: exclusive
-    read    run, loaders: shared with other readers, exclusive of every writer. A
-            restore must not have its files removed under it (clean during a run once
-            failed the run half-way), and two restores of one target at once may both
-            measure; so a reader excludes writers only.
-    none    plan, and the commands that launch others (sweep, assess, slurm, demo): the
-            commands they launch lock for themselves
+    read    run: shared with other runs, exclusive of every writer. A restore must not
+            have its files removed under it (clean during a run once failed the run
+            half-way), and two restores of one target at once may both measure (each
+            then measures a shared storage, as it would on a cluster); so a reader
+            excludes writers only.
+    none    plan (no I/O), loaders (existing checkpoints only: stampede writes no lock
+            file into a checkpoint it did not make, nor for `run --checkpoint`), and the
+            commands that launch others (sweep, assess, slurm): those lock for themselves
 
 How each backend holds it (the backend contract, stampede.backends.base):
 
@@ -39,6 +41,8 @@ How each backend holds it (the backend contract, stampede.backends.base):
   the other). A lock whose holder is gone (the same host, and no process of that pid and
   start time) is stale: said, removed, and taken over. One from another host cannot be
   judged from here: refused, and the hint names the file to remove once that run is gone.
+  (Two commands that find one stale lock at the same moment may both take it over: the
+  removal is not conditional. It needs a killed command and two new ones in one instant.)
   An S3-compatible server that does not honour If-None-Match (it answers 501) is not
   locked, and the command says so; one that ignores the header silently cannot be told
   apart (SeaweedFS, the suite's server, honours it: 412 on the second create).

@@ -63,17 +63,19 @@ def _add_scale(sub: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> JobSpec:
-    from stampede.backends import backend_name_for
     from stampede.checkpoint.formats import require_packages
-    from stampede.checkpoint.save_plan import check_save
+    from stampede.checkpoint.save_plan import check_object_save, check_save
+    from stampede.launcher import launcher_size
     from stampede.spec import load_job
+    from stampede.targets import capabilities_for
 
     # given, even empty (--scale '' once meant full size without a word): the parser refuses it
     scale = [f"checkpoint.scale={json.dumps(args.scale)}"] if args.scale is not None else []
     spec = traced(args, load_job(args.job, overrides(args) + scale))   # before MPI and any I/O
     check_save(spec)
     require_packages(spec)
-    backend_name_for(spec.target_path)
+    if capabilities_for(spec.target_path).object_store:   # pure, before the lock's requests
+        check_object_save(spec, launcher_size() or 1)
     return spec
 
 

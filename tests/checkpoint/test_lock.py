@@ -215,6 +215,15 @@ def test_runs_share_the_lock_and_writers_are_refused_while_one_reads(tmp_path: P
     assert not (tmp_path / "missing").exists()
 
 
+def test_a_store_without_an_exclusive_create_is_said_to_be_not_locked() -> None:
+    target = f"memory://stampede-lock/{uuid.uuid4().hex}"
+    lock = TargetLock(target, "stampede run", "read", open_backend(target))
+    lock.take()
+    assert not lock.held
+    assert lock.note == (f"target.path = {target!r}: not locked: the memory backend has no "
+                         "exclusive create, so one writer at a time is not enforced here")
+
+
 # --- every command that takes a job file: declared, and holding the lock ------------------
 
 def job_commands() -> dict[str, argparse.ArgumentParser]:
