@@ -141,7 +141,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """The parsed command run: its output flags checked first, then its handler; errors to
-    exit statuses."""
+    exit statuses; the target's lock it held let go."""
+    refused = True
+    try:
+        status = _handle(parser, args)
+        refused = status == 2
+        return status
+    finally:
+        _let_go(refused)
+
+
+def _let_go(refused: bool) -> None:
+    """The target's lock the command held (stampede.commands.job_world), let go; `refused`:
+    what taking it made, taken back where the command left nothing in it."""
+    lock = sys.modules.get("stampede.checkpoint.lock")
+    if lock is not None:
+        lock.release_held(refused)
+
+
+def _handle(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     comm = None
     try:
         _check_outputs(parser, args)

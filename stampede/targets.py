@@ -37,6 +37,10 @@ class Capabilities(NamedTuple):
     saves: bool = False
     # It counts the RPCs each op costs on the wire (stampede.backends.base.RpcProber).
     rpc_probe: bool = False
+    # It creates a small file or object only where none is (NFS CREATE GUARDED, S3 PUT
+    # with If-None-Match: *; stampede.backends.base.Exclusive): the target's lock where
+    # there is no flock (stampede.checkpoint.lock).
+    exclusive_create: bool = False
 
     @property
     def object_store(self) -> bool:
@@ -64,7 +68,8 @@ _GCS_HINT = "pip install gcsfs"
 REGISTRY: Mapping[str, BackendEntry] = MappingProxyType({
     POSIX: BackendEntry("stampede.backends.posix", "PosixBackend", Capabilities(
         local_files=True, page_cache=True, has_directories=True, saves=True)),
-    "s3": BackendEntry("stampede.backends.s3", "S3Backend", Capabilities(ttfb=True, saves=True),
+    "s3": BackendEntry("stampede.backends.s3", "S3Backend",
+                       Capabilities(ttfb=True, saves=True, exclusive_create=True),
                        extra="s3", requires=("botocore",)),
     "gs": BackendEntry(_FSSPEC, "FsspecBackend", _OBJECTS, _GCS_HINT,
                        requires=("fsspec", "gcsfs")),
@@ -75,7 +80,7 @@ REGISTRY: Mapping[str, BackendEntry] = MappingProxyType({
     # the server's page cache serves a warm read
     "nfs": BackendEntry("stampede.backends.nfs", "NfsBackend",
                         Capabilities(page_cache=True, has_directories=True, saves=True,
-                                     rpc_probe=True),
+                                     rpc_probe=True, exclusive_create=True),
                         "apt-get install libnfs13 (Debian/Ubuntu; dnf install libnfs on RHEL)"),
     # local files through fsspec's generic calls: whole objects, yet the page cache serves
     "file": BackendEntry(_FSSPEC, "FsspecBackend", Capabilities(page_cache=True),

@@ -209,6 +209,23 @@ def rpc_prober(backend: Backend) -> RpcProber | None:
     return backend if backend.capabilities.rpc_probe else None   # type: ignore[return-value]
 
 
+class Exclusive(Backend, Protocol):
+    """A backend that creates a small file or object only where none is
+    (`capabilities.exclusive_create`): the target's lock where there is no flock
+    (stampede.checkpoint.lock)."""
+
+    def create_new(self, relpath: str, data: bytes) -> None:
+        """Untimed: create `relpath` holding `data`, durable, only if nothing is there
+        (one NFS CREATE, GUARDED or EXCLUSIVE; one PUT with If-None-Match: *), making its
+        directory where there are directories; FileExistsError when something is there,
+        an OSError of errno ENOTSUP when the server cannot create exclusively."""
+
+
+def exclusive(backend: Backend) -> Exclusive | None:
+    """The backend as one that creates exclusively, else None."""
+    return backend if backend.capabilities.exclusive_create else None   # type: ignore[return-value]
+
+
 def missing_root(backend: Backend) -> bool:
     """The target's root directory does not exist yet (so whoever creates it may remove
     it): a local path, or a server's directory (NFS); an object store's prefix never is."""

@@ -271,6 +271,23 @@ class NfsBackend:
     def local_path(self, relpath: str) -> str | None:
         return None
 
+    # --- untimed: the target's lock (stampede.checkpoint.lock) ----------------------------
+
+    def create_new(self, relpath: str, data: bytes) -> None:
+        """One CREATE with O_EXCL (libnfs sends GUARDED on v3, EXCLUSIVE4 on v4: the
+        server refuses a second, NFS3ERR_EXIST, whatever client made the first), then the
+        record written and COMMITted."""
+        directory = relpath.rpartition("/")[0]
+        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
+        path = self.path(relpath)
+        handle = self.client.create(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            if data:
+                self.write_from(handle, memoryview(bytearray(data)), 0)
+            self.client.fsync(handle)
+        finally:
+            self.client.close(handle)
+
 
 def _probe_ops(probe: NfsBackend, relay: CountingRelay, relpath: str | None, block_bytes: int,
                save: bool) -> dict[str, list[list[object]]]:

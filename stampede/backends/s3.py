@@ -354,6 +354,30 @@ class S3Backend(FsspecBackend):
     def local_path(self, relpath: str) -> str | None:
         return None
 
+    # --- untimed: the target's lock (stampede.checkpoint.lock) ----------------------------
+
+    def create_new(self, relpath: str, data: bytes) -> None:
+        """One PUT with `If-None-Match: *`: 412 (an object is there; 409 when another
+        conditional PUT of it is under way) is FileExistsError; 501 (a server that
+        cannot) an OSError of ENOTSUP."""
+        bucket, _, key = self.path(relpath).partition("/")
+        try:
+            self._call("", "PUT", self._put_new, bucket, key, bytes(data))
+        except OSError as error:
+            text = str(error)
+            if " 412 " in text or "PreconditionFailed" in text or \
+                    "ConditionalRequestConflict" in text:   # AWS: two at once, one wins
+                raise FileExistsError(errno.EEXIST, text) from None
+            if " 501 " in text or "NotImplemented" in text:
+                raise OSError(errno.ENOTSUP, "the S3 server does not honour If-None-Match "
+                                             "(a conditional create)") from None
+            raise
+
+    def _put_new(self, bucket: str, key: str, body: bytes) -> None:
+        self._wire.read(self._wire.request("PUT", bucket, key, body=body,
+                                           headers={"if-none-match": "*"},
+                                           payload_sha256=hashlib.sha256(body).hexdigest()))
+
 
 def _endpoint(options: dict[str, Any], bucket: str, session: Any) -> Endpoint:
     """Where the requests go: the options (top level or client_kwargs, as fsspec's s3fs

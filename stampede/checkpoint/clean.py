@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from stampede.backends import open_backend
 from stampede.backends.base import object_store
-from stampede.checkpoint.lock import TargetLock
+from stampede.checkpoint.lock import READERS_DIR, TargetLock, writer_lock
 from stampede.checkpoint.manifest import MANIFEST_NAME, read_manifest
 from stampede.errors import CheckpointError
 from stampede.spec import JobSpec
@@ -25,13 +26,9 @@ def clean(spec: JobSpec) -> list[str]:
 
     target = spec.target_path
     backend = open_backend(target, spec.storage_options)
-    lock = TargetLock(target, "stampede clean")
-    if backend.capabilities.local_files and Path(target).is_dir() and not Path(target).is_symlink():
-        lock.take()        # no save or prepare writes while it is cleaned
-    try:
-        return _clean(spec, backend, lock)
-    finally:
-        lock.release()
+    # no save, prepare or run while it is cleaned: the command holds the lock
+    # (commands.hold_target); clean lets go before it removes the lock file
+    return _clean(spec, backend, writer_lock(target))
 
 
 def _clean(spec: JobSpec, backend: Backend, lock: TargetLock) -> list[str]:
@@ -41,9 +38,9 @@ def _clean(spec: JobSpec, backend: Backend, lock: TargetLock) -> list[str]:
     manifest = read_manifest(backend, target)
     journal = versions.read_journal(backend, target)
     if manifest is None and journal is None:
-        if lock.path.exists() and not lock.created_file:   # a writer killed before its
-            lock.release()                                  # first record left only this
-            lock.path.unlink()
+        if backend.capabilities.local_files and lock.path.exists() and not lock.created_file:
+            lock.release()                  # a writer killed before its first record
+            lock.path.unlink()              # left only this
             return [str(lock.path)]
         lock.abandon()
         raise CheckpointError(f"{target}: no {MANIFEST_NAME} or {versions.JOURNAL_NAME}: "
@@ -97,6 +94,9 @@ def _clean(spec: JobSpec, backend: Backend, lock: TargetLock) -> list[str]:
             root.rmdir()   # prepare or save made it, and nothing else has been put in it
             removed.append(f"{target.rstrip('/')}/")
     elif backend.capabilities.has_directories:   # a server's directories (NFS)
+        lock.release()   # its lock file goes (the root may be removed), and its readers'
+        with suppress(OSError):
+            backend.rmdir(backend.path(READERS_DIR))
         created = any(document is not None and document.get("created_root") is True
                       for document in (manifest, journal))
         removed += [f"{target.rstrip('/')}/{directory}/".replace("//", "/")

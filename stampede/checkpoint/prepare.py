@@ -26,7 +26,7 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, CopiedContent, content_label
 from stampede.checkpoint.formats import create_file, safetensors_prefix
-from stampede.checkpoint.lock import LOCK_NAME, TargetLock, held
+from stampede.checkpoint.lock import LOCK_NAME, TargetLock, writer_lock
 from stampede.checkpoint.lustre import apply_stripe
 from stampede.checkpoint.manifest import (
     MANIFEST_NAME,
@@ -340,43 +340,43 @@ def prepare(comm: mpi.Comm, spec: JobSpec, progress: ProgressBar | None = None,
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
     whole_files = not backend.capabilities.local_files
-    with held(comm, spec.target_path, "stampede prepare", not whole_files) as lock:
-        manifest = mpi.on_root(comm, "checking the target",
-                               partial(_check_target, spec, backend, nranks, lock))
-        writer = _Writer(spec, rank, backend)
-        if copied is not None:   # the user's tensors instead of synthetic bytes
-            writer.content = copied
-        for layout in spec.layouts:
-            per_rank = bytes_per_rank(spec, nranks)
-            extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
-            offsets, notes = mpi.on_root(comm, f"creating the {layout} files",
-                                         partial(_create_files, spec, layout, nranks, manifest,
-                                                 backend))
-            if rank == 0:
-                for note in dict.fromkeys(notes):
-                    print(f"stampede: {note}", flush=True)
-            tensors = file_tensors(spec, layout, nranks)
-            # Rank 0 stands for all in the progress bar: the writers go at about the same
-            # pace. The total is every rank's writes (an object store's shared file is rank
-            # 0's alone: a total of its bytes times the ranks once showed 4x the real rate)
-            total = mpi.bcast(comm, sum(
-                extent.length for writer_rank in range(nranks) for extent in
-                writes_of_rank(spec, layout, nranks, writer_rank, whole_files)) if rank == 0 else 0)
-            with (progress or _silent)(total, f"prepare {layout}", rank == 0) as bar:
-                advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
-                slices = mpi.collective(comm, f"writing the {layout} checkpoint",
-                                        partial(writer.write, extents, offsets, tensors, advance))
-            everyone = mpi.gather(comm, slices)
-            if rank == 0:
-                assert everyone is not None
-                files = list(checkpoint_files(spec, layout, nranks))
-                entry = manifest["layouts"][layout] = layout_entry(
-                    spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
-                if copied is not None:   # not regenerable: a corrupt byte is not located
-                    entry.update(content_block_bytes=0, source=copied.record)
-                write_manifest(backend, manifest)
-        if copied is not None:
-            copied.close()
+    lock = writer_lock(spec.target_path)   # the command holds it (commands.job_world)
+    manifest = mpi.on_root(comm, "checking the target",
+                           partial(_check_target, spec, backend, nranks, lock))
+    writer = _Writer(spec, rank, backend)
+    if copied is not None:   # the user's tensors instead of synthetic bytes
+        writer.content = copied
+    for layout in spec.layouts:
+        per_rank = bytes_per_rank(spec, nranks)
+        extents = writes_of_rank(spec, layout, nranks, rank, whole_files)
+        offsets, notes = mpi.on_root(comm, f"creating the {layout} files",
+                                     partial(_create_files, spec, layout, nranks, manifest,
+                                             backend))
+        if rank == 0:
+            for note in dict.fromkeys(notes):
+                print(f"stampede: {note}", flush=True)
+        tensors = file_tensors(spec, layout, nranks)
+        # Rank 0 stands for all in the progress bar: the writers go at about the same
+        # pace. The total is every rank's writes (an object store's shared file is rank
+        # 0's alone: a total of its bytes times the ranks once showed 4x the real rate)
+        total = mpi.bcast(comm, sum(
+            extent.length for writer_rank in range(nranks) for extent in
+            writes_of_rank(spec, layout, nranks, writer_rank, whole_files)) if rank == 0 else 0)
+        with (progress or _silent)(total, f"prepare {layout}", rank == 0) as bar:
+            advance = partial(_scaled, bar, total / max(sum(e.length for e in extents), 1))
+            slices = mpi.collective(comm, f"writing the {layout} checkpoint",
+                                    partial(writer.write, extents, offsets, tensors, advance))
+        everyone = mpi.gather(comm, slices)
+        if rank == 0:
+            assert everyone is not None
+            files = list(checkpoint_files(spec, layout, nranks))
+            entry = manifest["layouts"][layout] = layout_entry(
+                spec, layout, nranks, per_rank, files, [s for part in everyone for s in part])
+            if copied is not None:   # not regenerable: a corrupt byte is not located
+                entry.update(content_block_bytes=0, source=copied.record)
+            write_manifest(backend, manifest)
+    if copied is not None:
+        copied.close()
     result: dict[str, object] = mpi.bcast(comm, manifest)
     return result
 

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from typing import TypeAlias
 
+    from stampede.checkpoint.lock import Access
     from stampede.model.workload import Workload
+    from stampede.mpi import Comm
     from stampede.spec import JobSpec
 
     # what `register(commands, formatter)` adds its parsers to: the CLI's add_subparsers()
@@ -143,13 +145,41 @@ def alias_note(old: str, new: str) -> None:
           file=sys.stderr)
 
 
-def add_job_arguments(sub: argparse.ArgumentParser, set_help: str = "") -> None:
-    """The job file and its --set overrides, as every command that takes a job spells them."""
+def add_job_arguments(sub: argparse.ArgumentParser, set_help: str = "", *,
+                      access: Access) -> None:
+    """The job file and its --set overrides, as every command that takes a job spells them,
+    and how the command uses the job's target (stampede.checkpoint.lock): `write`
+    (exclusive), `read` (shared with readers) or `none` (it launches other commands, or
+    touches no target); job_world takes the lock as declared."""
+    sub.set_defaults(target_access=access)
     sub.add_argument("job", help="job file (TOML), e.g. jobs/quickstart.toml")
     sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help=set_help or "override a job key, e.g. --set target.path=/lustre/me/ckpt"
                                       " (a key of an exclusive pair, such as checkpoint.size and"
                                       " checkpoint.size_per_rank, replaces the other)")
+
+
+def job_world(args: argparse.Namespace, spec: JobSpec) -> Comm:
+    """The one place a job command gets its ranks: COMM_WORLD, the target held
+    (hold_target)."""
+    from stampede import mpi
+
+    comm = mpi.world()
+    hold_target(args, spec, comm)
+    return comm
+
+
+def hold_target(args: argparse.Namespace, spec: JobSpec, comm: Comm | None) -> None:
+    """The job's target locked as the command's registration declared (add_job_arguments'
+    access), by rank 0 of `comm` (None: this process alone, as clean runs) until the
+    command ends (stampede.cli lets it go). A checkpoint stampede did not make
+    (checkpoint.source = existing) is only read, and never gets a lock file."""
+    from stampede.checkpoint import lock
+
+    access = args.target_access
+    if access != "none" and spec.checkpoint_source != "existing":
+        lock.hold(comm, spec.target_path, spec.storage_options, f"stampede {args.command}",
+                  access)
 
 
 TRACE_LIMIT = "1GiB"

@@ -43,7 +43,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
              "(--sbatch), fit the contention model, and write one HTML verdict: which layout, "
              "time to last rank and T_MTTR at --target-ranks, the dominant term, the band.",
         description="One sweep planned to --budget, and its verdict as one HTML file.")
-    add_job_arguments(sub, "override a job key (passed to every step)")
+    add_job_arguments(sub, "override a job key (passed to every step)",
+                      access="none")   # the commands it launches lock for themselves
     sub.add_argument("--ranks", required=True, metavar="R[:N],...",
                      help="rank counts, three or more for a projection, e.g. 1,2,4 (R:N, R ranks "
                           "on N nodes, with --sbatch)")

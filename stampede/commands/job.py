@@ -12,17 +12,20 @@ from typing import TYPE_CHECKING
 from stampede.commands import (
     add_job_arguments,
     add_trace_arguments,
+    hold_target,
+    job_world,
     metrics_text,
     overrides,
     traced,
 )
-from stampede.errors import UsageError
+from stampede.errors import CheckpointError, UsageError
 from stampede.launcher import launcher_rank, launcher_size
 from stampede.spec import OPTIONS, REQUIRED
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from stampede.checkpoint.lock import Access
     from stampede.commands import Subparsers
     from stampede.mpi import Comm
     from stampede.present.report import RunReport
@@ -32,16 +35,16 @@ if TYPE_CHECKING:
 
 
 def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
-    def job_command(name: str, help_text: str,
-                    epilog: Callable[[], str] | None = None) -> argparse.ArgumentParser:
+    def job_command(name: str, help_text: str, epilog: Callable[[], str] | None = None, *,
+                    access: Access) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text,
                                   formatter_class=formatter, epilog_text=epilog)
-        add_job_arguments(sub)
+        add_job_arguments(sub, access=access)
         return sub
 
     run = job_command("run", "Restore the prepared checkpoint on every rank, timed; archive "
                              "and report. Launch with mpiexec/srun; alone it is one rank.",
-                      lambda: metrics_text() + "\n" + job_keys_help())
+                      lambda: metrics_text() + "\n" + job_keys_help(), access="read")
     run.add_argument("--checkpoint", metavar="PATH", default=None,
                      help="restore an existing checkpoint (safetensors file or directory with "
                           "an index, PyTorch DCP directory, HDF5), read-only: sets "
@@ -53,14 +56,15 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     run.set_defaults(func=cmd_run)
     prepare = job_command("prepare", "Write the job's checkpoint (every layout) in parallel, "
                                      "fsync it, and record sizes, SHA-256 and XXH3 in a "
-                                     "manifest. Use the same rank count as run.", job_keys_help)
+                                     "manifest. Use the same rank count as run.", job_keys_help,
+                          access="write")
     prepare.add_argument("--from", dest="from_path", metavar="PATH", default=None,
                          help="fill the layouts with the tensors of this existing checkpoint "
                               "(a copy at target.path; the source is only read): sets "
                               "checkpoint.from = PATH and checkpoint.source = synthetic")
     prepare.set_defaults(func=cmd_prepare)
     plan = job_command("plan", "Dry run: validate the job and print who reads what. No I/O.",
-                       job_keys_help)
+                       job_keys_help, access="none")
     plan.add_argument("--np", type=int, default=None,
                       help="rank count to plan for (default: the launcher's, else 1)")
     plan.add_argument("--checkpoint", metavar="PATH", default=None,
@@ -73,7 +77,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     plan.set_defaults(func=cmd_plan)
     clean = job_command("clean", "Remove what prepare and save wrote (only what their "
                                  "manifest and journal list: every saved version, finished "
-                                 "or not).")
+                                 "or not).", access="write")
     clean.add_argument("--from", dest="from_path", metavar="PATH", default=None,
                        help="clean the copy `prepare --from PATH` made (PATH is not touched)")
     clean.set_defaults(func=cmd_clean)
@@ -99,14 +103,13 @@ def _toml(value: object) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from stampede import mpi
     from stampede.checkpoint.formats import require_packages
     from stampede.run.job import run_job
     from stampede.spec import load_job
 
     spec = traced(args, load_job(args.job, overrides(args)))  # validated before MPI and any I/O
     require_packages(spec)
-    comm = mpi.world()
+    comm = job_world(args, spec)
     if spec.from_path:   # prepare --from's copy, sized from its source (imported only then)
         from stampede.existing.relayout import resolve
         spec, _ = resolve(comm, spec)
@@ -251,7 +254,6 @@ def trace_writer(context: RunContext, traces: dict[str, LayoutTrace]) -> Callabl
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from stampede import mpi
     from stampede.backends import backend_name_for
     from stampede.checkpoint.formats import require_packages
     from stampede.checkpoint.plan import bytes_per_rank
@@ -264,7 +266,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     spec = load_job(args.job, overrides(args))
     require_packages(spec)
     backend_name_for(spec.target_path)   # an unknown scheme: before MPI and any I/O
-    comm = mpi.world()
+    comm = job_world(args, spec)
     spec, source = resolve(comm, spec)   # checkpoint.from: sized from the source
     copied = None if source is None else \
         SourceContent(source, bytes_per_rank(spec, comm.Get_size()), spec.block_bytes)
@@ -369,6 +371,31 @@ def cmd_clean(args: argparse.Namespace) -> int:
         raise UsageError(f"{spec.source}: checkpoint.source = \"existing\": clean never deletes "
                          "a checkpoint stampede did not make")
     if launcher_rank() == 0:
-        removed = clean(spec)
+        hold_target(args, spec, None)
+        try:
+            removed = clean(spec)
+        except CheckpointError as error:
+            raise CheckpointError(error.message, hint=error.hint or _rejoin_left(spec)) \
+                from None
         print(f"removed {len(removed)} path(s) that prepare or save created in {spec.target_path}")
+        left = _rejoin_left(spec)
+        if left:
+            print(f"stampede clean: note: {left}", file=sys.stderr)
     return 0
+
+
+def _rejoin_left(spec: JobSpec) -> str:
+    """What a rejoin of this job left on the target is `rejoin --clean`'s to remove (its
+    files and every node's local tier), never clean's: said, or "" where it left nothing."""
+    from stampede.backends import open_backend
+    from stampede.run.tiers import storage_dir
+
+    try:
+        left = open_backend(spec.target_path, spec.storage_options).names(storage_dir(spec))
+    except OSError:
+        return ""
+    if not left:
+        return ""
+    return (f"{spec.target_path.rstrip('/')}/{storage_dir(spec)}/ holds what a rejoin of this "
+            f"job left ({len(left)} file(s)): `stampede rejoin --clean {spec.source}` removes "
+            "it, launched as the rejoin was (on the same nodes: their local tiers too)")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, TypedDict
 
-from stampede.commands import add_job_arguments, overrides
+from stampede.commands import add_job_arguments, job_world, overrides
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
         epilog="loaders (each an optional extra; a missing one is skipped, with why):\n" +
                "\n".join(f"  {entry.name:<16} reads {', '.join(entry.formats)}: {entry.how}"
                          for entry in LOADERS.values()))
-    add_job_arguments(sub)
+    add_job_arguments(sub, access="none")   # existing checkpoints only: no lock file in them
     sub.add_argument("--checkpoint", metavar="PATH", default=None,
                      help="the existing checkpoint (a POSIX path): sets checkpoint.source = "
                           "existing and target.path = PATH")
@@ -94,7 +94,7 @@ def cmd_loaders(args: argparse.Namespace) -> int:
     from stampede.results.archive import check_appendable
 
     spec, names, devices = parse_request(args)
-    comm = mpi.world()
+    comm = job_world(args, spec)
     mpi.on_root(comm, "checking the archive", partial(check_appendable, spec.archive_path))
     catalogue = mpi.on_root(comm, "reading the checkpoint's headers",
                             partial(_scan, spec, comm.Get_size()))

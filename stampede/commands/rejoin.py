@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_job_arguments, overrides
+from stampede.commands import add_job_arguments, job_world, overrides
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
@@ -49,7 +49,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                     "and peer tiers measured against the full restart from storage, with "
                     "the same bytes in the same run. Launch with mpiexec/srun on several "
                     "nodes (at least: one survivor, one lost, one spare).")
-    add_job_arguments(sub)
+    add_job_arguments(sub, access="write")
     sub.add_argument("--damage", choices=("none", "missing", "corrupt"), default="none",
                      help="after the loss, the surviving replicas of the lost shards are "
                           "deleted (missing) or have a byte flipped (corrupt): the spares "
@@ -65,7 +65,6 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
 def cmd_rejoin(args: argparse.Namespace) -> int:
     from functools import partial
 
-    from stampede import mpi
     from stampede.backends import backend_name_for
     from stampede.commands.job import measure
     from stampede.results.tiers import TIER_RESTORES, TIER_SAVES
@@ -78,7 +77,7 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
     check_damage(spec, args.damage)
     if not args.clean:
         check_local_dir(spec)
-    comm = mpi.world()
+    comm = job_world(args, spec)   # the target held for the whole command
     if args.clean:
         from stampede.run.tier_dirs import clean_job
         removed = clean_job(comm, spec)

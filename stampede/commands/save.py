@@ -10,7 +10,13 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_job_arguments, add_trace_arguments, overrides, traced
+from stampede.commands import (
+    add_job_arguments,
+    add_trace_arguments,
+    job_world,
+    overrides,
+    traced,
+)
 from stampede.results.definitions import SAVE_METRICS
 
 if TYPE_CHECKING:
@@ -31,7 +37,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                     "validated, then published (the layout's pointer, written last); older "
                     "versions beyond save.keep are deleted after it. `stampede run` then "
                     "restores the published version. Launch with mpiexec/srun.")
-    add_job_arguments(save)
+    add_job_arguments(save, access="write")
     _add_scale(save)
     add_trace_arguments(save)
     save.set_defaults(func=cmd_save)
@@ -43,7 +49,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                     "(and its state checked: run.cache = cold), then run.iterations restores "
                     "of the published version with the ranks shifted (run.rank_shift, "
                     "default: half the ranks), so that every rank reads what another wrote.")
-    add_job_arguments(cycle)
+    add_job_arguments(cycle, access="write")
     _add_scale(cycle)
     add_trace_arguments(cycle)
     cycle.set_defaults(func=cmd_cycle)
@@ -57,17 +63,19 @@ def _add_scale(sub: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> JobSpec:
-    from stampede.backends import backend_name_for
     from stampede.checkpoint.formats import require_packages
-    from stampede.checkpoint.save_plan import check_save
+    from stampede.checkpoint.save_plan import check_object_save, check_save
+    from stampede.launcher import launcher_size
     from stampede.spec import load_job
+    from stampede.targets import capabilities_for
 
     # given, even empty (--scale '' once meant full size without a word): the parser refuses it
     scale = [f"checkpoint.scale={json.dumps(args.scale)}"] if args.scale is not None else []
     spec = traced(args, load_job(args.job, overrides(args) + scale))   # before MPI and any I/O
     check_save(spec)
     require_packages(spec)
-    backend_name_for(spec.target_path)
+    if capabilities_for(spec.target_path).object_store:   # pure, before the lock's requests
+        check_object_save(spec, launcher_size() or 1)
     return spec
 
 
@@ -78,12 +86,11 @@ def _what(spec: JobSpec) -> str:
 
 
 def cmd_save(args: argparse.Namespace) -> int:
-    from stampede import mpi
     from stampede.commands.job import measure
     from stampede.run.save import save_job
 
     spec = _load(args)
-    comm = mpi.world()
+    comm = job_world(args, spec)
     measure(comm, spec, "save", spec.layouts, _what(spec), save_job)
     return 0
 
@@ -95,7 +102,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     from stampede.run.save import save_job
 
     spec = _load(args)
-    comm = mpi.world()
+    comm = job_world(args, spec)
     rank, nranks = comm.Get_rank(), comm.Get_size()
     archiver = Archiver(spec, 2 * len(spec.layouts), rank == 0, "cycle")
     gap = None

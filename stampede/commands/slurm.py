@@ -38,7 +38,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                "The script starts in the current directory (--chdir), so relative paths in the "
                "job mean what they mean here. Site options (account, QOS) can be given to "
                "sbatch as SBATCH_ACCOUNT, SBATCH_QOS in the environment.")
-    add_job_arguments(sub, "override a job key (passed to every step)")
+    add_job_arguments(sub, "override a job key (passed to every step)",
+                      access="none")   # the commands it launches lock for themselves
     sub.add_argument("--nodes", default=None, metavar="N",
                      help="nodes to allocate (default 1; with --ranks, enough for the largest step)")
     add_renamed(sub, "--ranks-per-node", "--ntasks-per-node", default=None, metavar="K",

@@ -47,7 +47,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
         description="Run one job at several rank counts through the local mpiexec.",
         epilog="Each rank count is a separate `stampede run`, appended to archive.path; "
                "`stampede report ARCHIVE --png DIR` then draws GB/s and time to last rank against ranks.")
-    add_job_arguments(sub, "override a job key (passed to every step)")
+    add_job_arguments(sub, "override a job key (passed to every step)",
+                      access="none")   # the commands it launches lock for themselves
     sub.add_argument("--ranks", required=True, type=str, help="rank counts, e.g. 1,2,4,8")
     sub.add_argument("--clean", action="store_true", help="remove the checkpoint at the end")
     sub.add_argument("--prepare-path", default=None, metavar="DIR",

@@ -27,7 +27,7 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, content_label
 from stampede.checkpoint.formats import safetensors_prefix
-from stampede.checkpoint.lock import LOCK_NAME, TargetLock, held
+from stampede.checkpoint.lock import LOCK_NAME, TargetLock, writer_lock
 from stampede.checkpoint.manifest import MANIFEST_NAME, layout_entry, read_manifest
 from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, file_tensors
 from stampede.checkpoint.prepare import save_space_needed
@@ -67,20 +67,22 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
         mpi.on_root(comm, "checking the save", partial(check_object_save, spec, nranks))
     hosts = mpi.gather(comm, mpi.processor_name(comm))
     runs: list[LayoutRun] = []
-    with held(comm, spec.target_path, "stampede save", backend.capabilities.local_files) as lock:
-        mpi.on_root(comm, "checking the target",
-                    partial(open_target, spec, backend, nranks, hosts, lock))
-        context = context or new_context(comm, spec, backend, save=True)
-        nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
-        for layout in spec.layouts:
-            start = kernel_nfs.before(nfs_mount)
-            run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
-            run = kernel_nfs.counted(run, nfs_mount, start)
-            runs.append(run)
-            if after_layout is not None:
-                mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
-            if run.interrupted:
-                break
+    for layout in spec.layouts:   # --trace: refused before the target is touched
+        gather.check_trace(comm, spec, save_plan(spec, layout, nranks, comm.Get_rank(),
+                                                 versions.version_dir(layout, 0)))
+    mpi.on_root(comm, "checking the target",   # the command holds its lock (commands.job_world)
+                partial(open_target, spec, backend, nranks, hosts, writer_lock(spec.target_path)))
+    context = context or new_context(comm, spec, backend, save=True)
+    nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
+    for layout in spec.layouts:
+        start = kernel_nfs.before(nfs_mount)
+        run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
+        run = kernel_nfs.counted(run, nfs_mount, start)
+        runs.append(run)
+        if after_layout is not None:
+            mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
+        if run.interrupted:
+            break
     return context, runs
 
 
@@ -182,7 +184,6 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
                        if spec.save_mode == "async" else None,
                        ContentSource(spec.block_bytes))
     phases, retries_before = Phases(), dict(backend.retries)
-    gather.check_trace(comm, spec, first_plan)
     where = Where() if spec.trace_limit else None   # --trace: kept over the versions
     try:
         mpi.collective(comm, f"making the {layout} series' directories",
