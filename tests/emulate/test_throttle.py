@@ -43,7 +43,7 @@ def test_a_steady_overload_is_admitted_at_the_rate() -> None:
     # 64 GETs a second for 2 s against 8/s: the first, then one per 1/8 s
     verdicts = [throttle.decide("GET", "b", "x", i * TICK_S).admitted for i in range(128)]
     assert sum(verdicts) == 16 and verdicts[::8] == [True] * 16
-    denied = throttle.decide("GET", "b", "x", 2.0)
+    denied = throttle.decide("GET", "b", "x", 127 * TICK_S)
     assert denied.partition == "b/" and denied.kind == "read"
     assert not denied.admitted and denied.retry_after_header() == "1"
 
