@@ -117,7 +117,7 @@ class S3Backend(FsspecBackend):
                 return function(*args)
             except (S3StatusError, S3TransportError) as error:
                 if not error.retryable or retried + 1 >= self.max_attempts:
-                    raise s3_error(verb, error, retried) from error
+                    raise s3_error(verb, error, retried, _named(args)) from error
                 retried += 1
                 if op:
                     self.retries[op] += 1
@@ -435,10 +435,28 @@ def parse_uploads_page(body: bytes) -> tuple[builtins.list[tuple[str, str]], tup
 
 # --- errors --------------------------------------------------------------------------------
 
-def s3_error(verb: str, error: S3StatusError | S3TransportError, retried: int) -> OSError:
+def _named(args: tuple[object, ...]) -> str:
+    """s3://bucket/key of a request's arguments (bucket and key first, or an Upload)."""
+    if args and isinstance(args[0], Upload):
+        return f"s3://{args[0].bucket}/{args[0].key}"
+    if len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        return f"s3://{args[0]}/{args[1]}"
+    return ""
+
+
+def s3_error(verb: str, error: S3StatusError | S3TransportError, retried: int,
+             named: str = "") -> OSError:
     """An S3 failure as an OSError with a short text: status and code for an HTTP error
     ("S3 GET 503 SlowDown after 2 retries"), what happened for a transport one ("S3 HEAD:
-    read timeout after 2 retries"). 404 is FileNotFoundError, 403 PermissionError."""
+    read timeout after 2 retries"). 404 is FileNotFoundError, 403 PermissionError. A
+    throttling answer (429, 503 SlowDown and the throttling codes) that outlasted every
+    attempt says so first, with the object ("throttled: S3 GET 503 SlowDown after 3
+    attempts on s3://b/k"): the object is there, the store refused the rate (never ENOENT)."""
+    if isinstance(error, S3StatusError) and error.throttling:
+        on = f" on {named}" if named else ""
+        attempts = f"{retried + 1} attempt{'s' if retried else ''}"
+        return OSError(f"throttled: S3 {verb} {error.status} {error.code or 'SlowDown'} after "
+                       f"{attempts}{on}")
     after = f" after {retried} retries" if retried else ""
     if isinstance(error, S3TransportError):
         return OSError(f"S3 {verb}: {error.text}{after}")
