@@ -44,6 +44,7 @@ from urllib.parse import unquote_plus
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
+from stampede.backends import s3retry
 from stampede.backends.fsspec import (
     FsspecBackend,
     ObjectHandle,
@@ -53,7 +54,6 @@ from stampede.backends.fsspec import (
     versions,
     without_userinfo,
 )
-from stampede.backends import s3retry
 from stampede.backends.s3upload import Streamed
 from stampede.backends.s3wire import (
     Endpoint,

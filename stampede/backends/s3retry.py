@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 MODES = ("standard", "adaptive")
 DEFAULT_MODE = "standard"
@@ -123,7 +123,13 @@ class RetryPolicy:
                    if self.mode == "adaptive" else {})}
 
 
-def resolve(options: dict[str, Any], session: Any) -> RetryPolicy:
+class ConfigSource(Protocol):
+    """What resolve asks of botocore's session."""
+
+    def get_config_variable(self, logical_name: str) -> object: ...
+
+
+def resolve(options: dict[str, object], session: ConfigSource | None) -> RetryPolicy:
     """The policy from the job's storage options (popped), else botocore's session (the
     environment, then the profile), else the defaults. Bad values: UsageError."""
     from stampede.errors import UsageError
@@ -142,8 +148,8 @@ def resolve(options: dict[str, Any], session: Any) -> RetryPolicy:
     if attempts is None:
         attempts, attempts_from = DEFAULT_MAX_ATTEMPTS, "default"
     try:
-        count = int(attempts)
-    except (TypeError, ValueError):
+        count = int(str(attempts).strip().removesuffix(".0"))
+    except ValueError:
         count = 0
     if count < 1 or str(attempts).strip() not in (str(count), f"{count}.0"):
         raise UsageError(f"max_attempts = {attempts!r} ({attempts_from}): must be a whole "
@@ -152,7 +158,7 @@ def resolve(options: dict[str, Any], session: Any) -> RetryPolicy:
     return RetryPolicy(mode, count, " and ".join(sorted(sources)))
 
 
-def _config(session: Any, name: str) -> Any:
+def _config(session: ConfigSource | None, name: str) -> object:
     if session is None:
         return None
     try:

@@ -6,7 +6,6 @@ throttling. Counts, floors and messages only: no timing asserts."""
 from __future__ import annotations
 
 import http.client
-import os
 import signal
 import subprocess
 import sys
