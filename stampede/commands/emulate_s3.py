@@ -31,10 +31,12 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                      help="the S3 server to forward to (http://HOST:PORT; path-style)")
     sub.add_argument("--port", type=int, default=0,
                      help="port to listen on, on 127.0.0.1 (default 0: any free one, printed)")
-    for kind, what in (("read", "GET/HEAD of objects"), ("write", "PUT/POST/DELETE"),
-                       ("list", "LISTs (GET of the bucket)")):
+    for flag, kind, what in (("get", "read", "GET/HEAD of objects (reads)"),
+                             ("put", "write", "PUT/POST/DELETE (writes)"),
+                             ("list", "list", "LISTs (GETs of the bucket)")):
         default = rule.S3_RATES_PER_S[kind] / rule.DEFAULT_SCALE
-        sub.add_argument(f"--{kind}-rate", type=float, default=default, metavar="R",
+        sub.add_argument(f"--{flag}-rate", dest=f"{flag}_rate", type=float, default=default,
+                         metavar="R",
                          help=f"{what} per second per prefix partition (default {default:g}: "
                               f"S3's {rule.S3_RATES_PER_S[kind]:,.0f} / "
                               f"{rule.DEFAULT_SCALE:g})")
@@ -62,10 +64,10 @@ def check_arguments(args: argparse.Namespace) -> str:
 
     from stampede.errors import UsageError
 
-    for name in ("read_rate", "write_rate", "list_rate"):
+    for flag, name in (("get", "get_rate"), ("put", "put_rate"), ("list", "list_rate")):
         value = getattr(args, name)
         if not 0 < value < float("inf"):
-            raise UsageError(f"--{name.replace('_', '-')} {value}: must be a finite number > 0")
+            raise UsageError(f"--{flag}-rate {value}: must be a finite number > 0")
     if not 1 <= args.burst < float("inf"):
         raise UsageError(f"--burst {args.burst}: must be a finite number >= 1")
     if not args.split_delay_s >= 0:
@@ -94,7 +96,7 @@ def cmd_emulate_s3(args: argparse.Namespace) -> int:
     started_by = os.getppid()
     upstream = check_arguments(args)
     die_with_parent(started_by)
-    throttle = rule.Throttle({"read": args.read_rate, "write": args.write_rate,
+    throttle = rule.Throttle({"read": args.get_rate, "write": args.put_rate,
                               "list": args.list_rate}, args.burst, args.split_delay_s)
     log = RequestLog(args.log_limit) if args.log else None
     try:
@@ -107,7 +109,7 @@ def cmd_emulate_s3(args: argparse.Namespace) -> int:
         signal.signal(number, lambda *_: stop.set())
     front.start()
     print(f"emulate-s3: serving {front.endpoint_url} -> http://{upstream}: per prefix "
-          f"partition read {args.read_rate:g}/s, write {args.write_rate:g}/s, list "
+          f"partition GET/HEAD {args.get_rate:g}/s, PUT/POST/DELETE {args.put_rate:g}/s, LIST "
           f"{args.list_rate:g}/s, burst {args.burst:g}, split after {args.split_delay_s:g} s "
           "throttled; stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
     while not stop.wait(0.5):
@@ -123,7 +125,7 @@ def cmd_emulate_s3(args: argparse.Namespace) -> int:
         print(f"emulate-s3: logged {len(log)} request(s) to {args.log}{dropped}",
               file=sys.stderr, flush=True)
     if args.summary_json:
-        document = {"read_rate": args.read_rate, "write_rate": args.write_rate,
+        document = {"get_rate": args.get_rate, "put_rate": args.put_rate,
                     "list_rate": args.list_rate, "burst": args.burst,
                     "split_delay_s": args.split_delay_s, "kinds": front.tally.summary(),
                     "partitions": {f"{name}|{verdict}": n for (name, verdict), n

@@ -50,7 +50,7 @@ def _backend(server: S3Server, endpoint: str, prefix: str, **options: object):  
 def test_signed_requests_pass_and_a_burst_gets_slow_down(s3_env: S3Server,
                                                          tmp_path: Path) -> None:
     log = tmp_path / "requests.jsonl"
-    with emulator(s3_env, log, "--read-rate", "1", "--burst", "3",
+    with emulator(s3_env, log, "--get-rate", "1", "--burst", "3",
                   "--split-delay-s", "inf") as endpoint:
         backend = _backend(s3_env, endpoint, "front", max_attempts=1)
         backend.put_bytes("object.bin", b"x" * 3_000_000)     # forwarded, streamed, signed
@@ -95,7 +95,7 @@ def test_a_run_through_the_front_retries_its_503s_or_fails_named(
     prepared = _job(tmp_path, "direct", s3_env, s3_env.endpoint_url)
     assert stampede("prepare", str(prepared), np=2).returncode == 0   # not throttled
     log = tmp_path / "requests.jsonl"
-    with emulator(s3_env, log, "--read-rate", "20", "--burst", "2",
+    with emulator(s3_env, log, "--get-rate", "20", "--burst", "2",
                   "--split-delay-s", "inf") as endpoint:
         patient = _job(tmp_path, "patient", s3_env, endpoint, max_attempts=20)
         run = stampede("run", str(patient), np=2)
