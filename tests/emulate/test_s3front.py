@@ -100,6 +100,10 @@ def test_a_run_through_the_front_retries_its_503s_or_fails_named(
         patient = _job(tmp_path, "patient", s3_env, endpoint, max_attempts=20)
         run = stampede("run", str(patient), np=2)
         assert run.returncode == 0, run.stdout + run.stderr
+        adaptive = _job(tmp_path, "adaptive", s3_env, endpoint, max_attempts=20,
+                        retry_mode="adaptive")
+        slowed = stampede("run", str(adaptive), np=2)
+        assert slowed.returncode == 0, slowed.stdout + slowed.stderr
         hasty = _job(tmp_path, "hasty", s3_env, endpoint, max_attempts=1)
         failed = stampede("run", str(hasty), np=2)
     statuses = Counter(r.status for r in read_log(str(log)))
@@ -111,6 +115,10 @@ def test_a_run_through_the_front_retries_its_503s_or_fails_named(
     # untimed requests' retries are counted nowhere)
     assert 0 < retried <= statuses[503]
     assert all(row["valid"] == "true" for row in rows)
+    # the adaptive run: its mode recorded where the sidecar describes the client
+    sidecars = list((tmp_path / "results" / "adaptive.runs").glob("*.json"))
+    assert len(sidecars) == 1 and '"mode": "adaptive"' in sidecars[0].read_text()
+    assert '"from": "storage_options"' in sidecars[0].read_text()
     # no retries allowed: the first 503 ends the run, named as throttling, not as missing
     assert failed.returncode == 1, failed.stdout + failed.stderr
     said = " ".join((failed.stdout + failed.stderr).split())
