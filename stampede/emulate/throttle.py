@@ -73,7 +73,7 @@ class TokenBucket:
 class Partition:
     """A key prefix of a bucket with its buckets, and how long it has been throttled."""
 
-    prefix: str
+    name: str                            # "bucket/prefix"
     buckets: dict[str, TokenBucket]
     hot_since_s: float | None = None     # the first denial of the current hot spell
     last_denied_s: float | None = None
@@ -142,8 +142,8 @@ class Throttle:
         partition.last_denied_s = now
         if now - partition.hot_since_s >= self.split_delay_s:
             partition.hot_since_s = partition.last_denied_s = None
-            self.splits.append((now, partition.prefix))
-            self.split_names.add(partition.prefix)
+            self.splits.append((now, partition.name))
+            self.split_names.add(partition.name)
 
     def _split(self, bucket: str, prefix: str) -> bool:
         return f"{bucket}/{prefix}" in self.split_names
