@@ -27,7 +27,7 @@ from stampede.values import credential_in
 # Storage options that may be shown in the sidecar; every other key (and any credential,
 # which the spec refuses anyway) stays out of it.
 DESCRIBED_OPTIONS = frozenset({
-    "endpoint_url", "region_name", "connect_timeout", "read_timeout", "max_attempts",
+    "endpoint_url", "region_name", "connect_timeout", "read_timeout", "max_attempts", "retry_mode",
     "block_size", "anon", "use_ssl", "requester_pays", "client_kwargs", "config_kwargs", "s3",
     "addressing_style", "auto_mkdir", "project", "version_aware",
 })

@@ -18,10 +18,13 @@ GB one core sustains 2 GB/s, so on a 100 Gb/s NIC the benchmark would measure it
 
 Retrying is here, and nothing else retries: throttling (503 SlowDown, 429, the throttling
 codes), other 5xx and transient codes, and transport failures (refused, closed, timed
-out) are attempted again up to `max_attempts` in all (default 3), with botocore's
-standard backoff (full jitter, 2^n growth, from 1 s for throttling and 50 ms otherwise,
-at most 20 s), and every retried attempt is counted under its op in `retries`. Every
-failure leaves as an OSError with a short text ("S3 GET 503 SlowDown after 2 retries").
+out) are attempted again up to `max_attempts` in all (default 3) under the retry policy of
+stampede.backends.s3retry (AWS's `standard` or `adaptive` mode, from the job's storage
+options or the AWS configuration), and every retried attempt is counted under its op in
+`retries`; the 429/503 answers per op in `throttles`, the seconds waited in `backoff_s`.
+Every failure leaves as an OSError with a short text ("S3 GET 500 InternalError after 2
+retries"); one that stayed throttled says so first ("throttled: S3 GET 503 SlowDown after
+3 attempts on s3://b/k"), never as a missing object.
 Credentials are botocore's chain's (the environment, the profile it names): never in
 options, the sidecar or a log.
 """
@@ -41,6 +44,7 @@ from urllib.parse import unquote_plus
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
+from stampede.backends import s3retry
 from stampede.backends.fsspec import (
     FsspecBackend,
     ObjectHandle,
@@ -66,10 +70,7 @@ from stampede.units import BYTES_PER_MIB
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0       # per socket read: a slow transfer that keeps moving never trips it
-MAX_ATTEMPTS = 3            # botocore's "standard" default: 1 request + 2 retries
 WRITE_BLOCK_BYTES = 16 * BYTES_PER_MIB   # multipart part size of a streaming upload (S3: >= 5 MiB)
-BACKOFF_S = {True: 1.0, False: 0.05}   # throttling or not: botocore standard's base scales
-MAX_BACKOFF_S = 20.0
 LIST_PAGE = "list-type", "2"
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 
@@ -90,7 +91,6 @@ class S3Backend(FsspecBackend):
         kwargs = dict(options)
         self.connect_timeout_s = _number(kwargs, "connect_timeout", CONNECT_TIMEOUT_S, float)
         self.read_timeout_s = _number(kwargs, "read_timeout", READ_TIMEOUT_S, float)
-        self.max_attempts = int(_number(kwargs, "max_attempts", MAX_ATTEMPTS, int))
         self.write_block_bytes = int(_number(kwargs, "block_size", WRITE_BLOCK_BYTES, int))
         self._setup("s3", target_path.partition("://")[2].strip("/"), options)
         self.bucket, _, self.prefix = self.root.partition("/")
@@ -100,6 +100,12 @@ class S3Backend(FsspecBackend):
         import botocore.session
 
         session = botocore.session.Session()   # the environment's configuration, read once
+        self.retry = s3retry.resolve(kwargs, session)
+        self.max_attempts = self.retry.max_attempts
+        # per op: the 429/503 answers met, and the seconds spent waiting on them or on the
+        # adaptive limiter (timed ops only, as `retries`)
+        self.throttles: dict[str, int] = dict.fromkeys(self.retries, 0)
+        self.backoff_s: dict[str, float] = dict.fromkeys(self.retries, 0.0)
         self.endpoint = _endpoint(options, self.bucket, session)
         signer = None if options.get("anon") else \
             Signer(_credentials(session, target_path), self.endpoint.region)
@@ -113,16 +119,27 @@ class S3Backend(FsspecBackend):
         and backed off first. Every failure leaves as an OSError."""
         retried = 0
         while True:
+            self._wait(op, self.retry.before_request(time.monotonic()))
             try:
                 return function(*args)
             except (S3StatusError, S3TransportError) as error:
-                if not error.retryable or retried + 1 >= self.max_attempts:
-                    raise s3_error(verb, error, retried) from error
+                throttling = isinstance(error, S3StatusError) and error.throttling
+                if op and throttling:
+                    self.throttles[op] = self.throttles.get(op, 0) + 1
+                if not error.retryable or retried + 1 >= self.retry.max_attempts:
+                    raise s3_error(verb, error, retried, _named(args)) from error
                 retried += 1
                 if op:
                     self.retries[op] += 1
-                time.sleep(random.random() * min(BACKOFF_S[error.throttling] * 2 ** (retried - 1),
-                                                 MAX_BACKOFF_S))
+                self._wait(op, self.retry.after_failure(retried, throttling, time.monotonic(),
+                                                        random.random))
+
+    def _wait(self, op: str, seconds: float) -> None:
+        """Back off (or wait for adaptive's token), the time counted under `op`."""
+        if seconds > 0:
+            time.sleep(seconds)
+            if op:
+                self.backoff_s[op] = self.backoff_s.get(op, 0.0) + seconds
 
     # --- timed -----------------------------------------------------------------------
 
@@ -284,10 +301,8 @@ class S3Backend(FsspecBackend):
                        "blocks": "off (every read is one ranged GET)",
                        "checksums": "off (none computed on reads or the save's uploads: "
                                     "save.validate re-reads and hashes)"},
-            "retry": {"mode": "stampede's own: 429, 5xx, throttling and transient codes, "
-                              "transport errors; backoff full jitter x 2^n from 1 s "
-                              "(throttling) or 50 ms, <= 20 s",
-                      "max_attempts": self.max_attempts,
+            "retry": {**self.retry.describe(),
+                      "retried": "429, 5xx, throttling and transient codes, transport errors",
                       "hidden_retries": "none (every retried attempt is counted)"},
             "timeouts_s": {"connect": self.connect_timeout_s, "read": self.read_timeout_s},
             "write_block_bytes": self.write_block_bytes,
@@ -459,10 +474,28 @@ def parse_uploads_page(body: bytes) -> tuple[builtins.list[tuple[str, str]], tup
 
 # --- errors --------------------------------------------------------------------------------
 
-def s3_error(verb: str, error: S3StatusError | S3TransportError, retried: int) -> OSError:
+def _named(args: tuple[object, ...]) -> str:
+    """s3://bucket/key of a request's arguments (bucket and key first, or an Upload)."""
+    if args and isinstance(args[0], Upload):
+        return f"s3://{args[0].bucket}/{args[0].key}"
+    if len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        return f"s3://{args[0]}/{args[1]}"
+    return ""
+
+
+def s3_error(verb: str, error: S3StatusError | S3TransportError, retried: int,
+             named: str = "") -> OSError:
     """An S3 failure as an OSError with a short text: status and code for an HTTP error
     ("S3 GET 503 SlowDown after 2 retries"), what happened for a transport one ("S3 HEAD:
-    read timeout after 2 retries"). 404 is FileNotFoundError, 403 PermissionError."""
+    read timeout after 2 retries"). 404 is FileNotFoundError, 403 PermissionError. A
+    throttling answer (429, 503 SlowDown and the throttling codes) that outlasted every
+    attempt says so first, with the object ("throttled: S3 GET 503 SlowDown after 3
+    attempts on s3://b/k"): the object is there, the store refused the rate (never ENOENT)."""
+    if isinstance(error, S3StatusError) and error.throttling:
+        on = f" on {named}" if named else ""
+        attempts = f"{retried + 1} attempt{'s' if retried else ''}"
+        return OSError(f"throttled: S3 {verb} {error.status} {error.code or 'SlowDown'} after "
+                       f"{attempts}{on}")
     after = f" after {retried} retries" if retried else ""
     if isinstance(error, S3TransportError):
         return OSError(f"S3 {verb}: {error.text}{after}")

@@ -56,7 +56,9 @@ class S3StatusError(Exception):
 
     @property
     def throttling(self) -> bool:
-        return self.status == 429 or self.code in THROTTLING_CODES
+        """429, a throttling code, or any 503: S3's 503 is SlowDown (or Service Unavailable,
+        "reduce your request rate"), and a HEAD's 503 has no body to name its code."""
+        return self.status in (429, 503) or self.code in THROTTLING_CODES
 
 
 class S3TransportError(Exception):

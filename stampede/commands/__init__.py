@@ -76,6 +76,8 @@ GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "emulate": ("a cluster's storage on one machine (root)", {
         "emulate-mds": ("stampede.commands.emulate_mds",
                         "a FUSE metadata server of C slots of S seconds each"),
+        "emulate-s3": ("stampede.commands.emulate_s3",
+                       "an S3 front with per-prefix rate limits: 503 SlowDown"),
         "emulate-cluster": ("stampede.commands.emulate_cluster",
                             "N nodes of k ranks: namespaces, shaped NICs, an S3 host"),
     }),

@@ -272,11 +272,15 @@ def test_throttling_is_retried_and_counted(s3_env: S3Server, proxy: FaultProxy,
     backend.stat(path)
     assert backend.retries["stat"] == 1
 
-    proxy.fail_next(100)        # more than max_attempts: the error surfaces, counted
-    with pytest.raises(OSError, match=r"^S3 GET 503 SlowDown after 2 retries$"):
+    proxy.fail_next(100)        # more than max_attempts: the error surfaces, counted, named
+    #                             as throttling with its object (never "missing")
+    with pytest.raises(OSError, match=r"^throttled: S3 GET 503 SlowDown after 3 attempts on "
+                                      r"s3://[^/]+/.+/shard\.bin$") as raised:
         backend.read_into(handle, mapped[:10], 0)
+    assert not isinstance(raised.value, FileNotFoundError)
     assert backend.retries["read"] == 4
-    with pytest.raises(OSError, match=r"^S3 HEAD 503 Service Unavailable after 2 retries$"):
+    with pytest.raises(OSError, match=r"^throttled: S3 HEAD 503 Service Unavailable after 3 "
+                                      r"attempts on s3://.+/shard\.bin$"):
         backend.opener(False)(path)
     assert backend.retries["open"] == 2
 
@@ -541,7 +545,8 @@ def test_save_requests_retry_and_count_under_their_ops(s3_env: S3Server, proxy: 
     assert backend.names() == ["latest"]
     upload = backend.start_upload(path)
     proxy.fail_next(100)   # more than max_attempts: the error surfaces, named
-    with pytest.raises(OSError, match=r"^S3 PUT part 503 SlowDown after 2 retries$"):
+    with pytest.raises(OSError, match=r"^throttled: S3 PUT part 503 SlowDown after 3 attempts on "
+                                      r"s3://.+$"):
         backend.upload_part(upload, 1, (mapped[:100],))
     proxy.clear()
     backend.abort_upload(upload)

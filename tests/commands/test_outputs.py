@@ -27,6 +27,7 @@ OUTPUT_WORDS = {"output", "out", "html", "png", "chrome", "dxt", "json", "csv", 
 # ...unless it is one of these, each with why it is not an output.
 NOT_OUTPUTS = {
     ("emulate-mds", "--log-limit"): "a count of requests the log keeps",
+    ("emulate-s3", "--log-limit"): "a count of requests the log keeps",
     ("mttr", "--save-layout"): "a layout's name, read from the archives",
 }
 SIDECAR = "20260101T000000Z-0000abcd"

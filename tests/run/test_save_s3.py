@@ -209,8 +209,8 @@ def test_a_503_mid_save_aborts_its_uploads_and_keeps_the_published_version(
     proxy.fail_next(2, matching="/v000002/sharded/shard-00001-of-00002.raw?partNumber=2&")
     failed = stampede("save", str(job), np=2)
     assert failed.returncode == 1, failed.stdout + failed.stderr
-    assert ("rank 1: write saves/sharded/v000002/sharded/shard-00001-of-00002.raw part 2: S3 "
-            "PUT part 503 SlowDown after 1 retries") in said(failed)
+    assert ("rank 1: write saves/sharded/v000002/sharded/shard-00001-of-00002.raw part 2: "
+            "throttled: S3 PUT part 503 SlowDown after 2 attempts on s3://") in said(failed)
     assert "v000002 not published; v000001 stays published" in said(failed)
     assert "Traceback" not in failed.stderr
     seen = kinds(proxy, f"{prefix}/saves/sharded/v000002/")
