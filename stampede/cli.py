@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
             print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
-    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+    def _get_value(self, action: argparse.Action, arg_string: str) -> object:
         """A value its flag cannot take (--target-ranks 0, --lost-nodes x): one line, exit 2,
         not the command's whole usage before it (the flag and what it allows are named)."""
         try:

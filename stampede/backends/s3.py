@@ -40,8 +40,6 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, NamedTuple
-from urllib.parse import unquote_plus
-from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
 from stampede.backends import s3retry
@@ -61,6 +59,8 @@ from stampede.backends.s3wire import (
     S3TransportError,
     Wire,
     error_code,
+    parse_list_page,
+    parse_uploads_page,
     resolve_endpoint,
     xml_field,
 )
@@ -421,55 +421,6 @@ def _credentials(session: Any, target_path: str) -> object:
                          "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, ...)",
                          hint="export them, or set storage option anon = true for a public bucket")
     return found
-
-
-def parse_list_page(body: bytes, prefix: str) -> tuple[builtins.list[str], str]:
-    """(names relative to `prefix`, the continuation token or "") of a ListObjectsV2 page:
-    its objects' keys and its common prefixes (the sub-"directories" of a delimited list)."""
-    try:
-        root = ElementTree.fromstring(body)
-    except ElementTree.ParseError as error:
-        raise S3TransportError(f"a LIST answer that is not XML ({error})", retryable=False) from None
-    fields: dict[str, list[ElementTree.Element]] = {}
-    for child in root:   # the namespace (S3's, or none) left aside
-        fields.setdefault(child.tag.rpartition("}")[2], []).append(child)
-
-    def text(name: str, default: str = "") -> str:
-        return (fields[name][0].text or default) if name in fields else default
-
-    def inner(element: ElementTree.Element, name: str) -> str:
-        found = [item.text or "" for item in element if item.tag.rpartition("}")[2] == name]
-        return decode(found[0]) if found else ""
-
-    decode: Callable[[str], str] = unquote_plus if text("EncodingType") == "url" else str
-    names = [inner(item, "Key")[len(prefix):] for item in fields.get("Contents", ())]
-    names += [inner(item, "Prefix")[len(prefix):].rstrip("/")
-              for item in fields.get("CommonPrefixes", ())]
-    token = text("NextContinuationToken") if text("IsTruncated").strip() == "true" else ""
-    if text("IsTruncated").strip() == "true" and not token:
-        raise S3TransportError("a truncated LIST page without a continuation token",
-                               retryable=False)
-    return names, token
-
-
-def parse_uploads_page(body: bytes) -> tuple[builtins.list[tuple[str, str]], tuple[str, str]]:
-    """((key, UploadId) of each upload, the (key, upload-id) markers of the next page or
-    ("", "")) of a ListMultipartUploads answer."""
-    try:
-        root = ElementTree.fromstring(body)
-    except ElementTree.ParseError as error:
-        raise S3TransportError(f"a LIST uploads answer that is not XML ({error})",
-                               retryable=False) from None
-
-    def field(element: ElementTree.Element, name: str) -> str:
-        found = [item.text or "" for item in element if item.tag.rpartition("}")[2] == name]
-        return found[0] if found else ""
-
-    uploads = [(field(item, "Key"), field(item, "UploadId")) for item in root
-               if item.tag.rpartition("}")[2] == "Upload"]
-    if field(root, "IsTruncated").strip() != "true":
-        return uploads, ("", "")
-    return uploads, (field(root, "NextKeyMarker"), field(root, "NextUploadIdMarker"))
 
 
 # --- errors --------------------------------------------------------------------------------

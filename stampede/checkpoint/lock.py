@@ -55,10 +55,8 @@ import errno
 import fcntl
 import json
 import os
-import socket
 import sys
 import time
-import uuid
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -278,11 +276,17 @@ class TargetLock:
             self.created_root = False
 
 
+def _host() -> str:
+    # os.uname, not socket.gethostname: the same name, without importing socket on every
+    # worker rank (stampede startup times what a worker of run imports)
+    return os.uname().nodename
+
+
 def _record(command: str) -> dict[str, object]:
     pid = os.getpid()
-    return {"command": command, "pid": pid, "host": socket.gethostname(),
+    return {"command": command, "pid": pid, "host": _host(),
             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started": process_start(pid),
-            "nonce": uuid.uuid4().hex[:12]}
+            "nonce": os.urandom(6).hex()}
 
 
 def process_start(pid: int) -> int | None:
@@ -301,7 +305,7 @@ def process_start(pid: int) -> int | None:
 def stale(record: dict[str, object]) -> bool:
     """The holder is gone: it ran on this host, and no process of its pid (and start time)
     runs here now. A holder on another host is never judged stale from here."""
-    if record.get("host") != socket.gethostname() or not isinstance(record.get("pid"), int):
+    if record.get("host") != _host() or not isinstance(record.get("pid"), int):
         return False
     pid = record["pid"]
     assert isinstance(pid, int)
@@ -327,7 +331,7 @@ def in_use(target: str, record: dict[str, object], lock_path: str,
            flock: bool = False) -> CheckpointError:
     """The refusal of a target another command holds: who holds it, and what to do."""
     hint = "wait for it to finish, or give another target.path"
-    if not flock and record.get("host") not in (None, socket.gethostname()):
+    if not flock and record.get("host") not in (None, _host()):
         hint += (f"; if it no longer runs on {record['host']} (its node is gone), remove "
                  f"{lock_path} by hand")
     return CheckpointError(f"target.path = {target!r} is in use by {describe(record)}",

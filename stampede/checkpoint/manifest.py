@@ -7,17 +7,21 @@ clean deletes only the files it lists.
 
 from __future__ import annotations
 
+import errno
 import json
 from typing import Any
 
 from stampede import __version__
 from stampede.backends.base import Backend
-from stampede.errors import CheckpointError
+from stampede.errors import CheckpointError, RunFailed
 from stampede.results.readback import parse_json
 from stampede.spec import JobSpec
 
 MANIFEST_NAME = "stampede-manifest.json"
 MANIFEST_SCHEMA = 1
+# An error reading a document that says the target as given is wrong (exit 2); any other
+# (a throttled store, EIO, a timeout) is the storage failing during the run (exit 1).
+REFUSED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR})
 
 
 def read_manifest(backend: Backend, target: str) -> dict[str, Any] | None:
@@ -40,8 +44,10 @@ def read_document(backend: Backend, target: str, name: str, what: str, schema: i
     try:
         text = backend.get_bytes(name)
     except OSError as error:
-        raise CheckpointError(f"{where}: cannot read the {what} ({error.strerror or error})"
-                              ) from None
+        said = f"{where}: cannot read the {what} ({error.strerror or error})"
+        if error.errno in REFUSED_ERRNOS:      # the target as given cannot be read: exit 2
+            raise CheckpointError(said) from None
+        raise RunFailed(said) from None        # the storage failed (throttled, EIO): exit 1
     if text is None:
         return None
     found = parse_json(text, where, what)   # what stampede reads back: one reader

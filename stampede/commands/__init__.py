@@ -280,13 +280,16 @@ def target_percent(text: str) -> float:
     return value
 
 
-def add_target_ranks(sub: argparse.ArgumentParser, *old: str, **kwargs: Any) -> None:
+def add_target_ranks(sub: argparse.ArgumentParser, *old: str, help: str,
+                     default: int | None = None, required: bool = False) -> None:
     """--target-ranks, checked (target_count); `old` its former spellings."""
-    kwargs.setdefault("metavar", "N")
+    kind = target_count("--target-ranks")
     if old:
-        add_renamed(sub, "--target-ranks", *old, type=target_count("--target-ranks"), **kwargs)
+        add_renamed(sub, "--target-ranks", *old, type=kind, default=default,
+                    required=required, metavar="N", help=help)
     else:
-        sub.add_argument("--target-ranks", type=target_count("--target-ranks"), **kwargs)
+        sub.add_argument("--target-ranks", type=kind, default=default, required=required,
+                         metavar="N", help=help)
 
 
 def add_workload_arguments(sub: argparse.ArgumentParser, old_names: bool = False) -> None:
@@ -326,14 +329,13 @@ def add_rejoin_arguments(sub: argparse.ArgumentParser) -> None:
 
 
 def rejoin_options(args: argparse.Namespace) -> tuple[int | None, float]:
-    """--lost-nodes and --spare-pool-pct checked (exit 2): (L or None, the pool's fraction)."""
+    """--spare-pool-pct checked (exit 2; --lost-nodes is by its argparse type): (L or
+    None, the pool's fraction)."""
     import math
 
     from stampede.errors import UsageError
     from stampede.model.rejoin import SPARE_POOL_FRACTION
 
-    if args.lost_nodes is not None and args.lost_nodes < 1:
-        raise UsageError(f"--lost-nodes {args.lost_nodes}: must be at least 1")
     percent = args.spare_pool_pct
     if percent is not None and not (math.isfinite(percent) and 0 < percent <= 100):
         raise UsageError(f"--spare-pool-pct {percent:g}: must be above 0 and at most 100")

@@ -46,7 +46,7 @@ HEAVY_MODULES = ("rich", "fsspec", "botocore", "h5py", "torch")
 RUN_MODULES = ("stampede.cli", "stampede.commands.job", "stampede.mpi",
                "stampede.checkpoint.formats", "stampede.run.job", "stampede.spec",
                "stampede.spec_rules", "stampede.run.interrupt", "stampede.present.progress",
-               "stampede.backends.posix")
+               "stampede.backends.posix", "stampede.checkpoint.lock")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 COLLECTIVE_REPEATS = 10
 

@@ -22,8 +22,9 @@ import pytest
 
 from stampede.backends import backend_name_for, open_backend
 from stampede.backends.fsspec import FsspecBackend, described_options
-from stampede.backends.s3 import S3Backend, parse_uploads_page
+from stampede.backends.s3 import S3Backend
 from stampede.backends.s3upload import part_bounds
+from stampede.backends.s3wire import parse_uploads_page
 from stampede.errors import UsageError, install_hint
 from stampede.ops import RETRY_OPS
 from tests.helpers.s3server import (

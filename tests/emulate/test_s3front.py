@@ -126,9 +126,14 @@ def test_a_run_through_the_front_retries_its_503s_or_fails_named(
     # no retries allowed: the first 503 ends the run, named as throttling, not as missing
     assert failed.returncode == 1, failed.stdout + failed.stderr
     said = " ".join((failed.stdout + failed.stderr).split())
-    # whichever request met the 503 first: a HEAD's has no body to name SlowDown
-    assert re.search(r"rank \d: (stat|open|read) sharded/shard-0000\d-of-00002\.raw: throttled: "
-                     r"S3 (HEAD 503 Service Unavailable|GET 503 SlowDown) after 1 attempt on "
-                     rf"s3://{s3_env.bucket}/throttled/sharded/shard-0000\d-of-00002\.raw", said), said
+    # whichever request met the 503 first: the root's read of the manifest (after the
+    # lock's requests), or a rank's of its shard (a HEAD's has no body to name SlowDown)
+    shard = r"sharded/shard-0000\d-of-00002\.raw"
+    assert re.search(rf"rank \d: (stat|open|read) {shard}: throttled: S3 (HEAD 503 Service "
+                     rf"Unavailable|GET 503 SlowDown) after 1 attempt on s3://{s3_env.bucket}/"
+                     rf"throttled/{shard}", said) or \
+        f"error: checking the checkpoint: s3://{s3_env.bucket}/throttled/stampede-manifest" \
+        f".json: cannot read the manifest (throttled: S3 GET 503 SlowDown after 1 attempt " \
+        f"on s3://{s3_env.bucket}/throttled/stampede-manifest.json)" in said, said
     assert "No such file" not in said and "missing" not in said
     stampede("clean", str(prepared))
