@@ -43,7 +43,7 @@ from stampede.checkpoint.plan import (
     shared_path,
     writes_of_rank,
 )
-from stampede.errors import CheckpointError, UsageError
+from stampede.errors import CheckpointError, StampedeError, UsageError
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
 from stampede.units import BYTES_PER_MIB, format_bytes
@@ -63,7 +63,7 @@ def _check_target(spec: JobSpec, backend: Backend, nranks: int,
     write into; a refusal gives back what the lock made."""
     try:
         return _checked_target(spec, backend, nranks, lock.created_root)
-    except (CheckpointError, UsageError):
+    except StampedeError:      # refused, or the storage failed reading what is there
         lock.abandon()
         raise
 

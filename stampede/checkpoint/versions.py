@@ -28,7 +28,7 @@ from typing import NotRequired, TypedDict, cast
 from stampede import __version__
 from stampede.backends.base import Backend
 from stampede.checkpoint.manifest import check_entry_types, check_table, damaged, read_document
-from stampede.errors import CheckpointError
+from stampede.errors import CheckpointError, RunFailed
 
 JOURNAL_NAME = "stampede-saves.json"
 JOURNAL_SCHEMA = 1
@@ -261,7 +261,7 @@ def record_outcome(backend: Backend, target: str, keep: int, layout: str, versio
     try:
         journal = journal_of_save(backend, target)
         entry = entry_of(journal, layout, version)
-    except CheckpointError as error:
+    except (CheckpointError, RunFailed) as error:   # gone, damaged, or unreadable now
         if published:
             raise
         return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "

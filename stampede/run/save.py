@@ -94,7 +94,7 @@ def open_target(spec: JobSpec, backend: Backend, nranks: int, hosts: list[str] |
     Creates the root and the journal; a refusal gives back what the lock made."""
     try:
         _check_target(spec, backend, nranks, hosts, lock.created_root)
-    except (CheckpointError, UsageError):
+    except StampedeError:      # refused, or the storage failed reading what is there
         lock.abandon()
         raise
 
