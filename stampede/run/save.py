@@ -195,7 +195,9 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
                 if iteration == -spec.warmup:   # saves before measured is archived (invalid)
                     raise
                 phases.invalid_reason = f"{iteration_name(iteration, spec.warmup)}: {error}"
-                phases.failed_iteration = iteration
+                # no phase of this one ran: the save before it is the evidence archived
+                # (a warmup's samples are kept only as the failed iteration's)
+                phases.failed_iteration = iteration - 1
                 break
             setup.where = where
             try:

@@ -150,6 +150,32 @@ def test_a_disk_full_for_everything_still_archives_the_failed_save_and_says_why(
     assert files_under(backing) == []
 
 
+def test_a_save_that_cannot_start_after_a_warmup_archives_that_warmup_as_evidence(
+        stampede, tmp_path: Path) -> None:
+    """The published pointer unreadable (EIO) once the first of two warmups published it:
+    the second cannot start (its setup reads the pointer), so no phase of it ran. The run
+    is archived invalid with the first warmup's samples as the evidence and the failure
+    named, never an IndexError from a layout with no rows (as CI once found, when an NFS
+    server hung between two warmups)."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    with mounted(backing, tmp_path / "mnt", "--fail-read", "latest") as mountpoint:
+        job = small_job(tmp_path, target={"path": str(mountpoint / "ckpt")},
+                        checkpoint={"size": "8MiB", "layout": ["sharded"]},
+                        run={"iterations": 2, "warmup": 2, "verify": "none"},
+                        save={"keep": 1, "validate": "none"})
+        failed = stampede("save", str(job), np=2)
+        text = said(failed)
+        assert failed.returncode == 1, text
+        assert "Traceback" not in text, text
+        assert "INVALID: warmup iteration 2 of 2: starting a sharded save: [Errno 5] " \
+            "Input/output error" in text, text
+        assert "no measured iteration: the samples are the failed warmup's" in text, text
+        saves = [row for row in read_archive(tmp_path / "results" / "job.csv")
+                 if row["op"] == "save"]
+        assert [(row["valid"], row["count"]) for row in saves] == [("false", "2")], saves
+
+
 def test_a_rank_killed_mid_save_leaves_the_published_version_and_nothing_clean_misses(
         stampede, tmp_path: Path) -> None:
     """Through FUSE, so that a 128 MiB save takes long enough to be caught mid-write."""
