@@ -230,7 +230,7 @@ class ObjectWriter:
                 self.stream.close()
             return
         abort = getattr(self.stream, "abort", None)
-        if abort is not None:   # stampede's own S3 upload (stampede.backends.s3.Streamed)
+        if abort is not None:   # stampede's own S3 upload (stampede.backends.s3upload.Streamed)
             abort()
             return
         discard = getattr(self.stream, "discard", None)

@@ -39,7 +39,7 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, NamedTuple
+from typing import Any
 from xml.sax.saxutils import escape
 
 from stampede.backends import s3retry
@@ -52,7 +52,7 @@ from stampede.backends.fsspec import (
     versions,
     without_userinfo,
 )
-from stampede.backends.s3upload import Streamed
+from stampede.backends.s3upload import Streamed, Upload
 from stampede.backends.s3wire import (
     Endpoint,
     S3StatusError,
@@ -73,14 +73,6 @@ READ_TIMEOUT_S = 30.0       # per socket read: a slow transfer that keeps moving
 WRITE_BLOCK_BYTES = 16 * BYTES_PER_MIB   # multipart part size of a streaming upload (S3: >= 5 MiB)
 LIST_PAGE = "list-type", "2"
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
-
-
-class Upload(NamedTuple):
-    """A multipart upload in progress: the object it makes and its UploadId."""
-
-    bucket: str
-    key: str
-    upload_id: str
 
 
 class S3Backend(FsspecBackend):

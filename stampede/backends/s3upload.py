@@ -2,16 +2,45 @@
 client (stampede.backends.s3), untimed, its retries counted nowhere. An object shorter
 than a block (storage option block_size, default 16 MiB) is one PUT; a longer one a
 multipart upload whose parts are cut as s3fs, prepare's writer once, cut them, so the
-parts an archive's prepare made stay the parts it makes."""
+parts an archive's prepare made stay the parts it makes.
+
+The upload's types are here, below the client: Upload (the handle S3Backend's multipart
+requests pass around) and UploadClient (the requests a Streamed sends, which S3Backend
+serves), so stampede.backends.s3 imports this module and nothing here imports it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from stampede.backends.s3 import S3Backend, Upload
+import builtins
+from typing import NamedTuple, Protocol
 
 MAX_PART_BYTES = 5 * 2**30   # S3's largest part
+
+
+class Upload(NamedTuple):
+    """A multipart upload in progress: the object it makes and its UploadId."""
+
+    bucket: str
+    key: str
+    upload_id: str
+
+
+class UploadClient(Protocol):
+    """The S3 requests an upload is made of (stampede.backends.s3.S3Backend's); `op` is
+    the op their retries are counted under ("": nowhere)."""
+
+    write_block_bytes: int
+
+    def start_upload(self, path: str, op: str) -> Upload: ...
+
+    def upload_part(self, upload: Upload, number: int, views: tuple[memoryview, ...],
+                    op: str) -> str: ...
+
+    def complete_upload(self, upload: Upload, parts: builtins.list[tuple[int, str]],
+                        op: str) -> None: ...
+
+    def abort_upload(self, upload: Upload) -> None: ...
+
+    def put_object(self, path: str, views: tuple[memoryview, ...], op: str) -> None: ...
 
 
 class Streamed:
@@ -19,7 +48,7 @@ class Streamed:
     (part_bounds); at close what is left is the last part, or the whole object's one PUT
     if no part went."""
 
-    def __init__(self, backend: S3Backend, path: str) -> None:
+    def __init__(self, backend: UploadClient, path: str) -> None:
         self.backend, self.path = backend, path
         self.buffered = bytearray()
         self.upload: Upload | None = None
