@@ -20,14 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from stampede.errors import UsageError
 from stampede.model.contention import Params, Prediction, effective_threads, predict
 from stampede.model.fit import MIN_RANK_COUNTS, Fit, Known, Point, fit_points, metadata_alternatives
-
-if TYPE_CHECKING:
-    from stampede.model.series import Series
 
 
 def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
@@ -105,6 +102,27 @@ def _measured(column: str) -> Callable[[Point], float]:
 
 
 @dataclass(frozen=True)
+class Scaling:
+    """How the runs grew, to carry on to the projected rank count."""
+
+    per_rank_bytes: bool            # bytes per rank stay (else the total is split)
+    replicas_per_node: bool         # one replica per node (else replicas as the largest run)
+    ranks_per_node: int             # the largest run's (0: every run on one node)
+    replicas: int                   # the largest run's
+
+
+class Grown(Protocol):
+    """A layout's runs as scale_for reads them: stampede.model.series.Series, which is
+    built from archive rows above this module (series imports projection, never back)."""
+
+    @property
+    def layout(self) -> str: ...
+
+    @property
+    def scaling(self) -> Scaling: ...
+
+
+@dataclass(frozen=True)
 class Scale:
     """Where the projection goes: the rank count, and (None: as the largest run) the ranks
     per node, the replicas and the bytes per rank there."""
@@ -115,7 +133,7 @@ class Scale:
     bytes_per_rank: float | None = None
 
 
-def scale_for(series: Series, nranks: int, ranks_per_node: int | None = None,
+def scale_for(series: Grown, nranks: int, ranks_per_node: int | None = None,
               replicas: int | None = None, bytes_per_rank: float | None = None) -> Scale:
     """Where `stampede project --target-ranks N` projects a layout's series: the ranks per
     node and the replicas given, else as its runs grew (replicas per node kept per node)."""

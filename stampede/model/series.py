@@ -15,7 +15,7 @@ from stampede.errors import UsageError
 from stampede.layouts import TABLE
 from stampede.model.contention import METADATA_OPS, lock_count
 from stampede.model.fit import Known, Point
-from stampede.model.projection import Projection
+from stampede.model.projection import Projection, Scaling
 from stampede.results.cells import flag, number, text, whole
 from stampede.results.columns import CONFIG_COLUMNS
 from stampede.units import format_bytes
@@ -25,16 +25,6 @@ from stampede.units import format_bytes
 # with one replica per node. Everything else in CONFIG_COLUMNS changes what an op costs.
 PER_POINT = ("replicas",)
 MODEL_CONFIG = tuple(column for column in CONFIG_COLUMNS if column not in PER_POINT)
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """How the runs grew, to carry on to the projected rank count."""
-
-    per_rank_bytes: bool            # bytes per rank stay (else the total is split)
-    replicas_per_node: bool         # one replica per node (else replicas as the largest run)
-    ranks_per_node: int             # the largest run's (0: every run on one node)
-    replicas: int                   # the largest run's
 
 
 @dataclass(frozen=True)
