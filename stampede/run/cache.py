@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from stampede.run.setup import MAX_MESSAGES, RankSetup
+from stampede.run.outcome import MAX_MESSAGES
+from stampede.run.setup import RankSetup
 
 
 def _ranges(setup: RankSetup) -> list[tuple[str, int, int]]:

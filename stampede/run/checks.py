@@ -5,26 +5,17 @@ re-read that says which bytes differ."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from stampede.checkpoint.formats import read_fully
 from stampede.checkpoint.plan import Extent
 from stampede.ops import OP_CODE
-
-if TYPE_CHECKING:
-    from stampede.run.pattern import Log, PhaseOutcome
-    from stampede.run.setup import RankSetup
+from stampede.run.digests import new_digest
+from stampede.run.outcome import Log, PhaseOutcome
+from stampede.run.setup import RankSetup
 
 VERIFY = OP_CODE["verify"]
 MAX_DIGESTS = 4096   # per rank and phase: what an existing checkpoint's sidecar keeps
-
-
-class Digest(Protocol):
-    """A running hash (hashlib's, xxhash's): fed the bytes in order, then asked for its hex."""
-
-    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
-
-    def hexdigest(self) -> str: ...
 
 
 class Check:
@@ -85,14 +76,6 @@ class Check:
             outcome.corrupt = True
             outcome.fail(f"rank {rank}: verify {where} {span}: {self.nonfinite} element(s) "
                          f"are NaN or Inf as {self.dtype}")
-
-
-def new_digest(algorithm: str) -> Digest:
-    if algorithm == "xxh3":
-        import xxhash
-        return xxhash.xxh3_128()
-    import hashlib
-    return hashlib.sha256()
 
 
 def reread(setup: RankSetup, relpath: str, offset: int, length: int) -> memoryview:

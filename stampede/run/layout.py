@@ -24,8 +24,9 @@ from stampede.results.model import LayoutRun
 from stampede.results.samples import ITER, RANK
 from stampede.run import cache, gather
 from stampede.run.interrupt import Interrupts
-from stampede.run.pattern import Log, PhaseOutcome, received_bytes, run_pattern
-from stampede.run.setup import MAX_MESSAGES, RankSetup, build_setup
+from stampede.run.outcome import MAX_MESSAGES, Log, PhaseOutcome
+from stampede.run.pattern import received_bytes, run_pattern
+from stampede.run.setup import RankSetup, build_setup
 from stampede.run.verdict import Totals, iteration_name, judge
 from stampede.run.where import Where
 from stampede.spec import JobSpec

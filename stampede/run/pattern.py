@@ -13,10 +13,8 @@ every block's bookkeeping sits between its stamps' neighbours, not behind a call
 
 from __future__ import annotations
 
-import errno
 import os
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,7 +22,8 @@ from stampede import mpi
 from stampede.checkpoint.formats import parse_header
 from stampede.ops import OP_CODE, STORAGE_OPS
 from stampede.run.checks import Check, reread, verify_held
-from stampede.run.setup import MAX_MESSAGES, RankSetup
+from stampede.run.outcome import Log, PhaseOutcome, describe
+from stampede.run.setup import RankSetup
 from stampede.run.where import NOWHERE
 from stampede.units import NS_PER_S
 
@@ -33,43 +32,10 @@ from stampede.units import NS_PER_S
      "jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "close", "wait",
      "bcast", "allgather", "verify", "restore", "h2d", "d2h"))
 STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
-Log = list[tuple[int, int, int, int, int, int]]
 
 
 class DeadlineExceeded(Exception):
     pass
-
-
-@dataclass
-class PhaseOutcome:
-    """What one rank saw in one phase, beyond its samples."""
-
-    errors: int = 0
-    ops: int = 0                    # storage ops this phase issued, failed ones included
-    timed_out: bool = False
-    incomplete: bool = False        # the rank does not hold all its bytes
-    corrupt: bool = False           # bytes read differ from the checkpoint (or are not finite)
-    messages: list[str] = field(default_factory=list)
-    digests: list[dict[str, object]] = field(default_factory=list)   # record_digests: per extent
-
-    def fail(self, text: str) -> None:
-        self.errors += 1
-        self.say(text)
-
-    def say(self, text: str) -> None:
-        """An error message with no failed op of its own (an op never issued because an
-        earlier one failed): `errors` counts ops, never more than `ops` holds."""
-        if len(self.messages) < MAX_MESSAGES:
-            self.messages.append(text)
-
-
-def _describe(error: OSError, direct: bool, follow_links: bool = True) -> str:
-    if error.errno == errno.ELOOP and not follow_links:
-        return "a symbolic link, not the file prepare wrote (refused, as a missing file is)"
-    text = os.strerror(error.errno) if error.errno else str(error)
-    if direct and error.errno == errno.EINVAL:
-        text += " (O_DIRECT refused: the file system may not support it)"
-    return text
 
 
 def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: int,
@@ -145,7 +111,7 @@ def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> 
         except OSError as error:
             log.append((iteration, LIST, start, clock(), 0, 0))
             _where(setup, log, plan.list_dir, NOWHERE)
-            outcome.fail(f"rank {plan.rank}: list {plan.list_dir}: {_describe(error, False)}")
+            outcome.fail(f"rank {plan.rank}: list {plan.list_dir}: {describe(error, False)}")
         else:
             log.append((iteration, LIST, start, clock(), 0, 1))
             _where(setup, log, plan.list_dir, NOWHERE)
@@ -186,7 +152,7 @@ def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) ->
     except (OSError, ValueError) as error:
         log.append((iteration, INDEX, start, clock(), nbytes, 0))
         _where(setup, log, plan.index_file, 0)
-        text = _describe(error, False, setup.follow_links) if isinstance(error, OSError) \
+        text = describe(error, False, setup.follow_links) if isinstance(error, OSError) \
             else str(error)
         outcome.fail(f"rank {plan.rank}: index {plan.index_file}: {text}")
         return
@@ -211,7 +177,7 @@ def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
                 append((iteration, STAT, start, stop, 0, 0))
                 if where is not None:
                     where.rows.append((len(log) - 1, file_id, NOWHERE))
-                outcome.fail(f"rank {plan.rank}: stat {relpath}: {_describe(error, False)}")
+                outcome.fail(f"rank {plan.rank}: stat {relpath}: {describe(error, False)}")
                 continue
             stop = clock()
             append((iteration, STAT, start, stop, 0, 1))
@@ -240,7 +206,7 @@ def _open(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
                 if where is not None:
                     where.rows.append((len(log) - 1, file_id, NOWHERE))
                 outcome.fail(f"rank {plan.rank}: open {relpath}: "
-                             f"{_describe(error, setup.direct, setup.follow_links)}")
+                             f"{describe(error, setup.direct, setup.follow_links)}")
                 continue
             stop = clock()
             fds.append(handle)
@@ -311,7 +277,7 @@ def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
                 if where is not None:
                     where.rows.append((len(log) - 1, file_id, base + offset))
                 outcome.fail(f"rank {plan.rank}: read {extent.relpath} at {base + offset}: "
-                             f"{_describe(error, False)}")
+                             f"{describe(error, False)}")
                 check = None
                 break
             stop = last_stop = clock()
@@ -357,7 +323,7 @@ def _header(setup: RankSetup, relpath: str, handle: object, iteration: int, dead
     except OSError as error:
         log.append((iteration, HEADER, start, clock(), 0, 0))
         _where(setup, log, relpath, 0)
-        outcome.fail(f"rank {plan.rank}: header {relpath}: {_describe(error, False)}")
+        outcome.fail(f"rank {plan.rank}: header {relpath}: {describe(error, False)}")
         return {}
     stop = clock()
     log.append((iteration, HEADER, start, stop, 0, 1))
@@ -409,7 +375,7 @@ def _close(setup: RankSetup, handles: dict[str, list[object]], iteration: int, l
                 append((iteration, CLOSE, start, stop, 0, 0))
                 if where is not None:
                     where.rows.append((len(log) - 1, file_id, NOWHERE))
-                outcome.fail(f"rank {setup.plan.rank}: close {relpath}: {_describe(error, False)}")
+                outcome.fail(f"rank {setup.plan.rank}: close {relpath}: {describe(error, False)}")
                 continue
             stop = clock()
             append((iteration, CLOSE, start, stop, 0, 1))

@@ -37,14 +37,14 @@ from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext, node_counts
 from stampede.run import gather, kernel_nfs
-from stampede.run.checks import new_digest
+from stampede.run.digests import new_digest
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
 from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, start_phase
+from stampede.run.outcome import MAX_MESSAGES, PhaseOutcome
 from stampede.run.save_files import FileSave
 from stampede.run.save_objects import ObjectSave
-from stampede.run.save_pattern import PhaseOutcome, Save, SaveSetup
-from stampede.run.setup import MAX_MESSAGES
+from stampede.run.save_pattern import Save, SaveSetup
 from stampede.run.verdict import iteration_name, judge
 from stampede.run.where import Where
 from stampede.spec import JobSpec

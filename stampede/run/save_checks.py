@@ -13,8 +13,8 @@ import numpy as np
 from stampede.checkpoint.plan import Extent
 from stampede.checkpoint.save_plan import FileWrite
 from stampede.ops import OP_CODE
-from stampede.run.checks import new_digest
-from stampede.run.pattern import _describe
+from stampede.run.digests import new_digest
+from stampede.run.outcome import describe
 
 if TYPE_CHECKING:
     from stampede.run.save_pattern import Save
@@ -32,7 +32,7 @@ def validate_extent(save: Save, file: FileWrite, extent: Extent) -> bool:
         if not setup.direct:
             backend.evict(path, base + extent.offset, extent.length)
     except OSError as error:
-        save.fail("validate", file.relpath, f"evicting its pages: {_describe(error, False)}")
+        save.fail("validate", file.relpath, f"evicting its pages: {describe(error, False)}")
         return False
     digest = new_digest(setup.validate) if setup.validate in ("sha256", "xxh3") else None
     nonfinite = 0

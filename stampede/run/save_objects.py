@@ -43,7 +43,7 @@ from stampede import mpi
 from stampede.backends.base import ObjectStore, Upload
 from stampede.checkpoint.save_plan import FileWrite
 from stampede.layouts import layout_of
-from stampede.run.pattern import Log
+from stampede.run.outcome import Log
 from stampede.run.save_pattern import CREATE, FSYNC, WRITE, Save, SaveSetup
 
 T = TypeVar("T")

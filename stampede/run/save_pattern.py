@@ -41,7 +41,7 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import Extent
 from stampede.checkpoint.save_plan import SavePlan
 from stampede.ops import OP_CODE, SAVE_STORAGE_OPS
-from stampede.run.pattern import Log, PhaseOutcome, _describe
+from stampede.run.outcome import Log, PhaseOutcome, describe
 from stampede.run.where import NOWHERE, Where
 
 (SNAPSHOT, MKDIR, CREATE, OPEN, WRITE, FSYNC, CLOSE, RENAME, FSYNC_DIR, WAIT, VALIDATE, PUBLISH,
@@ -112,7 +112,7 @@ class Save:
 
     def fail(self, op: str, what: str, error: OSError | str) -> None:
         self.ok = False
-        text = error if isinstance(error, str) else _describe(error, self.setup.direct)
+        text = error if isinstance(error, str) else describe(error, self.setup.direct)
         self.outcome.fail(f"rank {self.plan.rank}: {op} {what}: {text}")
 
     def past_deadline(self, stop: int) -> bool:

@@ -13,7 +13,7 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, stripes
-from stampede.run.checks import new_digest
+from stampede.run.digests import new_digest
 from stampede.run.where import Where
 from stampede.spec import JobSpec
 
@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
     from stampede.run.devices import Device
     from stampede.run.torch_exchange import TorchExchange
-
-MAX_MESSAGES = 10   # error messages kept per rank and phase
-
 
 class RankSetup(NamedTuple):
     """What a rank prepares once per layout, untimed, and reuses every iteration."""

@@ -30,10 +30,10 @@ from stampede.checkpoint.content import ContentSource
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun
 from stampede.results.tiers import TIER_SAVES, TIERS
-from stampede.run.checks import new_digest
+from stampede.run.digests import new_digest
 from stampede.run.gather import exact_stats
+from stampede.run.outcome import MAX_MESSAGES
 from stampede.run.roles import Roles
-from stampede.run.setup import MAX_MESSAGES
 from stampede.spec import JobSpec
 from stampede.units import NS_PER_S
 

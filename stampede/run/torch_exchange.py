@@ -36,10 +36,10 @@ from stampede import mpi
 from stampede.errors import RunFailed, UsageError, install_hint
 from stampede.ops import OP_CODE
 from stampede.run import rendezvous
+from stampede.run.outcome import Log
 
 if TYPE_CHECKING:
     from stampede.run.devices import Device
-    from stampede.run.pattern import Log
 
 PG_INIT, FIRST = OP_CODE["pg_init"], {"bcast": OP_CODE["bcast_first"],
                                      "allgather": OP_CODE["allgather_first"]}
