@@ -44,7 +44,8 @@ from stampede.run.layout import Phases, Tick, located, measured_rows, phase_tota
 from stampede.run.outcome import MAX_MESSAGES, PhaseOutcome
 from stampede.run.save_files import FileSave
 from stampede.run.save_objects import ObjectSave
-from stampede.run.save_pattern import Save, SaveSetup
+from stampede.run.save_pattern import Save
+from stampede.run.save_setup import SaveSetup
 from stampede.run.verdict import iteration_name, judge
 from stampede.run.where import Where
 from stampede.spec import JobSpec

@@ -44,7 +44,8 @@ from stampede.backends.base import ObjectStore, Upload
 from stampede.checkpoint.save_plan import FileWrite
 from stampede.layouts import layout_of
 from stampede.run.outcome import Log
-from stampede.run.save_pattern import CREATE, FSYNC, WRITE, Save, SaveSetup
+from stampede.run.save_pattern import CREATE, FSYNC, WRITE, Save
+from stampede.run.save_setup import SaveSetup
 
 T = TypeVar("T")
 Parts = dict[str, list[tuple[int, str]]]   # relpath -> (part number, ETag) this rank sent

@@ -30,19 +30,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 
 from stampede import mpi
-from stampede.backends.base import Backend
-from stampede.buffers import AlignedBuffer
-from stampede.checkpoint.plan import Extent
-from stampede.checkpoint.save_plan import SavePlan
 from stampede.ops import OP_CODE, SAVE_STORAGE_OPS
 from stampede.run.outcome import Log, PhaseOutcome, describe
-from stampede.run.where import NOWHERE, Where
+from stampede.run.save_checks import validate_extent
+from stampede.run.save_setup import SaveSetup
+from stampede.run.where import NOWHERE
 
 (SNAPSHOT, MKDIR, CREATE, OPEN, WRITE, FSYNC, CLOSE, RENAME, FSYNC_DIR, WAIT, VALIDATE, PUBLISH,
  UNLINK, RMDIR, BLOCKED, SAVE, PUBLISHED) = (OP_CODE[name] for name in (
@@ -50,40 +47,6 @@ from stampede.run.where import NOWHERE, Where
      "wait", "validate", "publish", "unlink", "rmdir", "blocked", "save", "published"))
 STORAGE_CODES = frozenset(OP_CODE[name] for name in SAVE_STORAGE_OPS)
 WAIT_GRACE_S = 10.0   # past the deadline, a wait for other ranks aborts the job
-
-
-@dataclass
-class SaveSetup:
-    """What a rank prepares, untimed, for one save (one version) of one layout."""
-
-    plan: SavePlan
-    backend: Backend
-    paths: dict[str, object]        # relpath -> the backend's name (files, partials, dirs)
-    model: AlignedBuffer            # the shard in memory, this version's content
-    check: AlignedBuffer            # one block: validation re-reads into it
-    block_bytes: int
-    world: mpi.Comm
-    group: mpi.Comm | None = None   # striped: the ranks writing one shard's file
-    staging: AlignedBuffer | None = None   # save.mode = async: the copy written from
-    direct: bool = False
-    durable: bool = True            # save.durability = fsync
-    part_bytes: int | None = None   # object stores: save.part_size (None: one PUT per file)
-    mkdir_every: bool = False       # save.mkdir = every
-    validate: str = "xxh3"          # none | sha256 | xxh3 | finite
-    finite_dtype: str = ""          # validate = finite: the elements' dtype
-    expected: dict[Extent, str] = field(default_factory=dict)   # validate's hash per extent
-    headers: dict[str, memoryview] = field(default_factory=dict)   # relpath -> header bytes
-    bases: dict[str, dict[str, int]] = field(default_factory=dict)  # relpath -> tensor -> offset
-    index: memoryview | None = None     # metadata-first, rank 0: the index's bytes
-    pointer: str = ""               # rank 0: the layout's pointer (relpath) and its bytes
-    pointer_bytes: bytes = b""
-    spine: tuple[str, ...] = ()     # rank 0: directories fsynced before the publish
-    releasing: bool = False         # versions are released after a publish (every rank)
-    releases: tuple[str, ...] = ()  # this rank's share of the released versions' files
-    release_dirs: tuple[str, ...] = ()   # rank 0: their directories, deepest first
-    deadline_ns: int = 0
-    owned: list[AlignedBuffer] = field(default_factory=list)   # buffers of this version alone
-    where: Where | None = None      # --trace: each op's file and offset (kept over versions)
 
 
 class Save:
@@ -227,10 +190,14 @@ class Save:
         whether all parts are good (a wait). Returns that."""
         setup, plan = self.setup, self.plan
         if setup.validate != "none" and self.active:
-            from stampede.run.save_checks import validate_extent
             for file in plan.files:
                 for extent in file.extents:
-                    if not validate_extent(self, file, extent):
+                    checked = validate_extent(setup, plan.hold, file, extent)
+                    if checked.sample is not None:
+                        self.log.append((self.iteration, VALIDATE, *checked.sample))
+                    self.outcome.corrupt |= checked.corrupt
+                    if checked.failure:
+                        self.fail("validate", checked.what, checked.failure)
                         break
         verdict = self.wait(setup.world, int(not self.ok or self.expired),
                             int(self.outcome.corrupt))
