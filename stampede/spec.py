@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -20,6 +18,8 @@ from stampede.dtypes import WRITTEN
 from stampede.errors import UsageError
 from stampede.layouts import NAMES as LAYOUTS
 from stampede.ops import PATTERN_OPS
+from stampede.spec_fields import SpecFields
+from stampede.spec_rules import check_combination
 from stampede.units import BYTES_PER_MIB
 
 # checkpoint.workload: MLPerf Storage's checkpointing models (stampede.checkpoint.mlperf),
@@ -44,7 +44,6 @@ PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas
 PUBLISH_LEVELS = ("local", "peer", "storage")   # stampede.run.tiers: when a version counts
 DRAINS = ("background", "inline")               # stampede.run.tiers: the storage copy
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
-MIN_PART_BYTES = 5 * BYTES_PER_MIB   # S3's smallest part (all but the last)
 
 class Option(NamedTuple):
     key: str                       # dotted TOML key, also the --set name
@@ -249,71 +248,9 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_KEY = {option.key: option for option in OPTIONS}
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """A validated job: frozen, so a plan or a run can never change what was asked."""
-
-    name: str
-    source: str
-    target_path: str
-    checkpoint_source: str
-    assign: tuple[str, ...]
-    from_path: str
-    storage_options: dict[str, object]
-    stripe_count: int
-    stripe_size_bytes: int | None
-    size_total_bytes: int | None
-    size_per_rank_bytes: int | None
-    layouts: tuple[str, ...]
-    workload: str
-    scale: Fraction
-    subset: bool
-    replicas: int
-    broadcast_group: str
-    index_bytes: int
-    block_bytes: int
-    format: str
-    dtype: str
-    ops: tuple[str, ...]
-    stat_count: int
-    open_count: int
-    iterations: int
-    warmup: int
-    cache: str
-    drop_caches: bool
-    rank_shift: int
-    jitter: str
-    seed: int
-    h2d: str
-    exchange: str
-    max_error_fraction: float
-    samples: str
-    deadline_s: float
-    verify: str
-    check_finite: bool
-    fanout: int
-    save_mode: str
-    durability: str
-    validate: str
-    keep: int
-    mkdir_by: str
-    part_bytes: int | None
-    tier_dir: str
-    tier_peers: int
-    tier_placement: str
-    spare_nodes: int
-    lost_nodes: int
-    tier_publish: str
-    tier_drain: str
-    tier_versions: int
-    keep_local: int
-    keep_peer: int
-    keep_storage: int
-    restore_from: str
-    archive_path: str
-    values: Mapping[str, object] = field(default_factory=dict)  # key -> value, for display
-    overrides: tuple[str, ...] = ()     # the --set texts, as given: to repeat a command
-    trace_limit: int = 0                # --trace: the most its trace may hold (0: no trace)
+class JobSpec(SpecFields):
+    """A validated job: frozen, so a plan or a run can never change what was asked (its
+    fields: stampede.spec_fields)."""
 
     def command(self, step: str, nranks: int) -> str:
         """`stampede STEP` of this job, with its --set options, to suggest in a message."""
@@ -377,8 +314,7 @@ def build_job(name: str, source: str, document: Mapping[str, object],
     fields: dict[str, Any] = {OPTIONS_BY_KEY[key].field: value for key, value in parsed.items()}
     spec = JobSpec(name=name, source=source, values=MappingProxyType(parsed),
                    overrides=tuple(overrides), **fields)
-    from stampede.spec_rules import check_combination
-    check_combination(spec)
+    check_combination(spec, WORKLOADS[1:])
     return spec
 
 

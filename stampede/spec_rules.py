@@ -7,19 +7,23 @@ from __future__ import annotations
 
 from stampede.errors import UsageError
 from stampede.layouts import layout_of
-from stampede.spec import MIN_PART_BYTES, WORKLOADS, JobSpec
+from stampede.spec_fields import SpecFields
 from stampede.targets import capabilities_for
-from stampede.units import ALIGN_BYTES
+from stampede.units import ALIGN_BYTES, BYTES_PER_MIB
+
+MIN_PART_BYTES = 5 * BYTES_PER_MIB   # S3's smallest part (all but the last)
 
 
-def check_combination(spec: JobSpec) -> None:
-    """Every rule below, in turn: UsageError at the first that fails."""
-    for rules in (_size_rules, _pattern_rules, _layout_rules, _cache_rules, _check_rules,
-                  _format_rules, _save_rules, _device_rules):
+def check_combination(spec: SpecFields, workloads: tuple[str, ...]) -> None:
+    """Every rule below, in turn: UsageError at the first that fails. `workloads`: the
+    checkpoint.workload names a message offers (stampede.spec's, which imports this module)."""
+    _size_rules(spec, workloads)
+    for rules in (_pattern_rules, _layout_rules, _cache_rules, _check_rules, _format_rules,
+                  _save_rules, _device_rules):
         rules(spec)
 
 
-def _size_rules(spec: JobSpec) -> None:
+def _size_rules(spec: SpecFields, workloads: tuple[str, ...]) -> None:
     sized = spec.size_total_bytes is not None or spec.size_per_rank_bytes is not None
     workload = any(layout_of(layout).workload_files for layout in spec.layouts)
     if spec.workload != "none" and not workload or \
@@ -36,18 +40,18 @@ def _size_rules(spec: JobSpec) -> None:
                              "into a synthetic one; with checkpoint.source = \"existing\" the "
                              "checkpoint is read in place")
     elif workload:
-        _workload_rules(spec, sized)
+        _workload_rules(spec, sized, workloads)
     elif (spec.size_total_bytes is None) == (spec.size_per_rank_bytes is None):
         raise UsageError(f"{spec.source}: give exactly one of checkpoint.size and "
                          "checkpoint.size_per_rank",
                          hint='for example checkpoint.size = "1GiB"')
 
 
-def _workload_rules(spec: JobSpec, sized: bool) -> None:
+def _workload_rules(spec: SpecFields, sized: bool, workloads: tuple[str, ...]) -> None:
     """Layout mlperf: the workload's files, sized by its model (stampede.checkpoint.mlperf)."""
     if spec.workload == "none":
         raise UsageError(f"{spec.source}: checkpoint.layout \"mlperf\" needs "
-                         f"checkpoint.workload, one of {', '.join(WORKLOADS[1:])}")
+                         f"checkpoint.workload, one of {', '.join(workloads)}")
     if len(spec.layouts) > 1:
         raise UsageError(f"{spec.source}: checkpoint.layout = {list(spec.layouts)}: mlperf "
                          "runs alone (its files are the workload's)", hint='layout = ["mlperf"]')
@@ -60,7 +64,7 @@ def _workload_rules(spec: JobSpec, sized: bool) -> None:
                          "writer each", hint='leave checkpoint.format = "raw" and replicas = 1')
 
 
-def _pattern_rules(spec: JobSpec) -> None:
+def _pattern_rules(spec: SpecFields) -> None:
     ops = spec.ops
     if "read" in ops and ("open" not in ops or ops.index("open") > ops.index("read")):
         raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read needs open before it")
@@ -70,7 +74,7 @@ def _pattern_rules(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: pattern.ops = {list(ops)}: read must come before close")
 
 
-def _layout_rules(spec: JobSpec) -> None:
+def _layout_rules(spec: SpecFields) -> None:
     if spec.checkpoint_source == "existing":   # its layouts are ignored
         return
     single = [layout for layout in spec.layouts if layout_of(layout).replica_aware]
@@ -85,7 +89,7 @@ def _layout_rules(spec: JobSpec) -> None:
                          "they read)")
 
 
-def _cache_rules(spec: JobSpec) -> None:
+def _cache_rules(spec: SpecFields) -> None:
     if spec.cache == "direct" and spec.block_bytes % ALIGN_BYTES:
         raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: "
                          f"run.cache = direct needs a multiple of {ALIGN_BYTES} bytes")
@@ -97,7 +101,7 @@ def _cache_rules(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
 
 
-def _check_rules(spec: JobSpec) -> None:
+def _check_rules(spec: SpecFields) -> None:
     if spec.check_finite and spec.from_path:
         raise UsageError(f"{spec.source}: run.check_finite with checkpoint.from: the copy "
                          "holds the source's tensors of every dtype end to end, so checking "
@@ -109,7 +113,7 @@ def _check_rules(spec: JobSpec) -> None:
                          "pattern.ops")
 
 
-def _format_rules(spec: JobSpec) -> None:
+def _format_rules(spec: SpecFields) -> None:
     if (spec.format != "raw" or spec.check_finite) and spec.block_bytes % 4:
         raise UsageError(f"{spec.source}: checkpoint.block_size = {spec.block_bytes}: tensors "
                          "(a format other than raw, or run.check_finite) need a multiple of 4 "
@@ -123,14 +127,14 @@ def _format_rules(spec: JobSpec) -> None:
                          "bfloat16 type", hint="use float16 or float32 with hdf5")
 
 
-def _save_rules(spec: JobSpec) -> None:
+def _save_rules(spec: SpecFields) -> None:
     if spec.part_bytes is not None and spec.part_bytes < MIN_PART_BYTES:
         raise UsageError(f"{spec.source}: save.part_size = {spec.part_bytes}: object stores "
                          f"take parts of at least 5 MiB ({MIN_PART_BYTES} bytes)",
                          hint='for example save.part_size = "64MiB", or unset for one PUT')
 
 
-def _device_rules(spec: JobSpec) -> None:
+def _device_rules(spec: SpecFields) -> None:
     """run.exchange and run.h2d = cuda-gds: what they can move, and where from."""
     exchanging = [layout for layout in spec.layouts if layout_of(layout).exchange]
     if spec.exchange == "torch" and (spec.checkpoint_source == "existing" or not exchanging):

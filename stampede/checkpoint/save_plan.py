@@ -50,7 +50,8 @@ from stampede.checkpoint.plan import (
 )
 from stampede.errors import UsageError
 from stampede.layouts import SAVE_LAYOUTS, layout_of
-from stampede.spec import MIN_PART_BYTES, JobSpec
+from stampede.spec import JobSpec
+from stampede.spec_rules import MIN_PART_BYTES
 from stampede.targets import capabilities_for
 from stampede.units import format_bytes
 
