@@ -12,7 +12,15 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from stampede.present.tables import RESTORE, SAVE, Column, Line, TableSpec, companion
+from stampede.present.tables import (
+    RESTORE,
+    SAVE,
+    Column,
+    Line,
+    TableSpec,
+    companion,
+    new_table,
+)
 from stampede.results.cells import Row, flag, number, whole
 from stampede.results.columns import OWN_TOOL
 from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
@@ -21,7 +29,6 @@ from stampede.units import format_bytes, format_in, format_number, format_second
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
 
 def seconds(row: Row, column: str) -> str:
@@ -32,20 +39,6 @@ def spread_text(row: Row, low: str, high: str) -> str:
     """'30.7-49.3 ms': a min-max spread in one unit."""
     unit, factor = seconds_unit(number(row, high))
     return f"{format_in(number(row, low), factor)}-{format_in(number(row, high), factor)} {unit}"
-
-
-def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Table:
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  collapse_padding=True)
-    for header in headers:
-        if header in left:  # names and paths fold rather than lose their tail
-            table.add_column(header, justify="left", overflow="fold")
-        else:
-            table.add_column(header, justify="right", no_wrap=True)
-    return table
 
 
 def _runs(rows: Iterable[Row]) -> dict[str, list[Row]]:

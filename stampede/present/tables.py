@@ -2,6 +2,9 @@
 title, the rows it draws (a phase's layouts, ranked by results.compare), and its columns
 (header, the cell from a row, alignment, whether a narrow terminal keeps it), and the
 notes under it. present.report renders a spec with rich, present.html with html_tags.
+And the one way a terminal table is made (new_table), which every rich renderer
+(present.report, report_loaders, report_models, report_plan, commands.analyze) uses:
+rich is imported when it is called, never by this module.
 
 A cell is plain text; where the terminal colours one (an invalid layout in red) the
 column says so (`alarm`), so that no renderer has to strip another's markup.
@@ -11,10 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stampede.results.cells import Row, number
 from stampede.results.compare import INVALID, ranked
 from stampede.units import format_in, format_number, format_seconds, seconds_unit
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,22 @@ class TableSpec:
 
     def shown(self, wide: bool) -> tuple[Column, ...]:
         return self.columns if wide else tuple(c for c in self.columns if not c.wide)
+
+
+def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Table:
+    """A terminal table as every report draws one: title left, a rule under the headers,
+    numbers right-aligned and never wrapped, the `left` headers' columns left and folded."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for header in headers:
+        if header in left:  # names and paths fold rather than lose their tail
+            table.add_column(header, justify="left", overflow="fold")
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
+    return table
 
 
 def companion(rows: Sequence[Row], row: Row, op: str) -> Row:
