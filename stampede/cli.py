@@ -152,8 +152,8 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
 
 def _let_go(refused: bool) -> None:
-    """The target's lock the command held (stampede.commands.job_world), let go; `refused`:
-    what taking it made, taken back where the command left nothing in it."""
+    """The target's lock the command held (stampede.commands.flags.job_world), let go;
+    `refused`: what taking it made, taken back where the command left nothing in it."""
     lock = sys.modules.get("stampede.checkpoint.lock")
     if lock is not None:
         lock.release_held(refused)

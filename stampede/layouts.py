@@ -4,8 +4,9 @@ A layout is a way to lay a checkpoint out (its files) and to restore it (who rea
 then which exchange). Plan (stampede.checkpoint.plan), save (stampede.checkpoint.save_plan),
 the run, the model (stampede.model.traffic, contention) and the job's rules ask a
 descriptor here what the layout does, never its name: a layout built from properties that
-exist already is one entry of `TABLE` (and a line of the docs). Pure data, at the bottom
-of the package, so that the job's rules and the model can read it.
+exist already is one entry of `TABLE` (docs/concepts/layouts.md's table is generated from
+it by `python -m stampede.docs`). Pure data, at the bottom of the package, so that the
+job's rules and the model can read it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Layout(NamedTuple):
     list_on_root: bool = False      # ... by rank 0 alone, which broadcasts the names
     index_file: bool = False        # a shared index (PyTorch DCP's .metadata), read whole first
     traffic: str = EACH_READS       # its model in stampede.model.traffic
+    models: str = ""                # the restore in the wild it stands for (the docs' table)
 
     @property
     def saves(self) -> bool:
@@ -47,24 +49,33 @@ class Layout(NamedTuple):
 _SHARD_SAVE = "replica 0 of each shard"
 TABLE: Mapping[str, Layout] = MappingProxyType({layout.name: layout for layout in (
     Layout("shared", "slice r mod S of one file", f"{_SHARD_SAVE} its slice; rank 0 creates "
-           "and renames the file", one_file=True, shared_inode=True),
-    Layout("sharded", "shard file r mod S", f"{_SHARD_SAVE} (R = 1: all)"),
+           "and renames the file", one_file=True, shared_inode=True,
+           models="a monolithic checkpoint: one metadata hot spot"),
+    Layout("sharded", "shard file r mod S", f"{_SHARD_SAVE} (R = 1: all)",
+           models="per-rank shards (with R = 1, one file per rank)"),
     Layout("replicated", "shard file r mod S (R ranks read each)", _SHARD_SAVE,
-           replica_aware=True),
+           replica_aware=True, models="the naive restore of identical weights"),
     Layout("broadcast", "its shard file, if it leads its group; then Bcast",
-           replica_aware=True, leader_reads=True, exchange="bcast", traffic=LEADER_BCAST),
+           replica_aware=True, leader_reads=True, exchange="bcast", traffic=LEADER_BCAST,
+           models="read once, then peer-to-peer; groups by replica or by node "
+           "(`checkpoint.broadcast_group`)"),
     Layout("striped", "stripe (r div S) of R of its shard; then Allgatherv",
            "every replica 1/R of it; replica 0 creates and renames", replica_aware=True,
-           stripes=True, exchange="allgather", traffic=STRIPE_ALLGATHER),
+           stripes=True, exchange="allgather", traffic=STRIPE_ALLGATHER,
+           models="Megatron's fully parallel load"),
     Layout("metadata-first", "the whole index, then its shard file",
-           f"{_SHARD_SAVE}; rank 0 the index once every shard is durable", index_file=True),
+           f"{_SHARD_SAVE}; rank 0 the index once every shard is durable", index_file=True,
+           models="PyTorch DCP's `.metadata` (its size `checkpoint.index_size`)"),
     Layout("fan-out", "its shard file, in fanout/NNN (NNN = shard mod checkpoint.fanout)",
-           _SHARD_SAVE, fanout_dirs=True),
-    Layout("list-first", "list the directory, then its shard file", listing=True),
+           _SHARD_SAVE, fanout_dirs=True,
+           models="many directories' locks against one (`checkpoint.fanout`)"),
+    Layout("list-first", "list the directory, then its shard file", listing=True,
+           models="the listing storm that brought S3 throttling"),
     Layout("list-bcast", "rank 0 lists and broadcasts; its shard file", listing=True,
-           list_on_root=True),
+           list_on_root=True, models="list-first's fix"),
     Layout("mlperf", "its own files (checkpoint.workload), whole",
-           "every rank its own files", workload_files=True),
+           "every rank its own files", workload_files=True,
+           models="MLPerf Storage's checkpointing: DLIO's files per TP/PP/DP rank"),
 )})
 
 NAMES = tuple(TABLE)

@@ -57,21 +57,33 @@ BLOCKS = [(page, line, code) for page in _pages() for line, code in runnable_blo
 
 
 def test_every_generated_reference_page_is_current() -> None:
-    assert docs.stale() == [], "docs/reference/ is stale: run `python -m stampede.docs`"
+    assert docs.stale() == [], "docs/ is stale: run `python -m stampede.docs`"
 
 
 def test_a_page_edited_by_hand_is_found_stale(tmp_path: Path) -> None:
     for name, page in docs.PAGES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(page())
+    for name in docs.BLOCKS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(docs.DOCS / name, tmp_path / name)
     assert docs.stale(tmp_path) == []
-    edited = tmp_path / "job-keys.md"
+    edited = tmp_path / "reference" / "job-keys.md"
     edited.write_text(edited.read_text().replace("| `run.iterations` |", "| `run.iteration` |"))
-    (tmp_path / "ops.md").unlink()
-    assert docs.stale(tmp_path) == ["job-keys.md", "ops.md"]
+    (tmp_path / "reference" / "ops.md").unlink()
+    layouts = tmp_path / "concepts" / "layouts.md"
+    layouts.write_text(layouts.read_text().replace("| `fan-out` |", "| `fanout` |"))
+    assert docs.stale(tmp_path) == ["reference/job-keys.md", "reference/ops.md", "concepts/layouts.md"]
+    # its prose is the page's own: only the block is compared
+    layouts.write_text(docs.with_block(layouts.read_text(), docs.layouts_block()) + "A new line.\n")
+    assert docs.stale(tmp_path) == ["reference/job-keys.md", "reference/ops.md"]
+    layouts.write_text(layouts.read_text().replace(docs.BLOCK_END, ""))
+    assert docs.stale(tmp_path)[-1] == "concepts/layouts.md", "a page without its markers"
 
 
-def test_the_generated_pages_hold_every_command_key_column_and_op() -> None:
+def test_the_generated_pages_hold_every_command_key_column_op_and_layout() -> None:
     from stampede.commands import COMMANDS
+    from stampede.layouts import NAMES
     from stampede.ops import OPS_TABLE
     from stampede.results.columns import REGISTRY
     from stampede.spec import OPTIONS
@@ -82,6 +94,7 @@ def test_the_generated_pages_hold_every_command_key_column_and_op() -> None:
     assert [option.key for option in OPTIONS if f"| `{option.key}` |" not in keys] == []
     assert [column.name for column in REGISTRY if f"| `{column.name}` |" not in columns] == []
     assert [op.name for op in OPS_TABLE if f"| `{op.name}` |" not in ops] == []
+    assert [name for name in NAMES if f"| `{name}` |" not in docs.layouts_block()] == []
     assert str(REPO) not in cli, "a page names this machine's clone"
 
 

@@ -27,7 +27,7 @@ def clean(spec: JobSpec) -> list[str]:
     target = spec.target_path
     backend = open_backend(target, spec.storage_options)
     # no save, prepare or run while it is cleaned: the command holds the lock
-    # (commands.hold_target); clean lets go before it removes the lock file
+    # (commands.flags.hold_target); clean lets go before it removes the lock file
     return _clean(spec, backend, writer_lock(target))
 
 

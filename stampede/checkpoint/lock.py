@@ -7,10 +7,10 @@ at once (exit 2), told who holds the target:
     2026-12-03T09:40:01+0000
 
 By construction: a command's registration declares how it uses the target
-(`commands.add_job_arguments(access=...)`: write, read or none) and the one place a job
-command gets its ranks (`commands.job_world`) takes the lock as declared; the CLI lets it
-go when the command ends (cli.main, release_held), and tests/checkpoint/test_lock.py runs
-every registered command that takes a job file against a held target.
+(`commands.flags.add_job_arguments(access=...)`: write, read or none) and the one place a
+job command gets its ranks (`commands.flags.job_world`) takes the lock as declared; the CLI
+lets it go when the command ends (cli.main, release_held), and tests/checkpoint/test_lock.py
+runs every registered command that takes a job file against a held target.
 
     write   prepare, save, cycle, rejoin (and --clean), clean: exclusive
     read    run: shared with other runs, exclusive of every writer. A restore must not
@@ -353,7 +353,7 @@ def _parsed(data: bytes) -> dict[str, object]:
     return record if isinstance(record, dict) else {}
 
 
-# --- the lock a command holds (taken by commands.job_world, let go by cli.main) -----------
+# --- the lock a command holds (taken by commands.flags.job_world, let go by cli.main) -----
 
 _HELD: list[TargetLock] = []
 
@@ -395,7 +395,7 @@ def holding(target: str) -> TargetLock | None:
 
 
 def writer_lock(target: str) -> TargetLock:
-    """The lock this process holds on `target` (commands.job_world took it), or an
+    """The lock this process holds on `target` (commands.flags.job_world took it), or an
     untaken one where it holds none (a caller of prepare or save_job from Python, which
     locks nothing): what a writer asks of it (created_root, abandon) is then a no-op."""
     return holding(target) or TargetLock(target, "", "write")

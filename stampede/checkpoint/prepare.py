@@ -340,7 +340,7 @@ def prepare(comm: mpi.Comm, spec: JobSpec, progress: ProgressBar | None = None,
     backend = mpi.collective(comm, "connecting to the target",
                              partial(open_backend, spec.target_path, spec.storage_options))
     whole_files = not backend.capabilities.local_files
-    lock = writer_lock(spec.target_path)   # the command holds it (commands.job_world)
+    lock = writer_lock(spec.target_path)   # the command holds it (commands.flags.job_world)
     manifest = mpi.on_root(comm, "checking the target",
                            partial(_check_target, spec, backend, nranks, lock))
     writer = _Writer(spec, rank, backend)

@@ -176,7 +176,7 @@ def _iteration(text: str, trace: Trace, rows: np.ndarray) -> int:
 
 def render_layout(trace: Trace, layout: str, rows: np.ndarray, iteration: int, count: int,
                   console: Console) -> None:
-    from stampede.present.report import new_table
+    from stampede.present.tables import new_table
     from stampede.results import trace as traces
     from stampede.units import format_bytes, format_number, format_seconds
 

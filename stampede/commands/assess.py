@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_job_arguments, set_words
+from stampede.commands.flags import add_job_arguments, set_words
 from stampede.commands.html import add_target_arguments, target_of
 from stampede.commands.outputs import add_output
 

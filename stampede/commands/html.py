@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_target_ranks, add_workload_arguments, workload_from
+from stampede.commands.flags import add_target_ranks, add_workload_arguments, workload_from
 from stampede.commands.outputs import add_output
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def traces_of(archive: str, sidecars: Mapping[str, object]) -> tuple[dict[str, T
 
 
 def cmd_html(args: argparse.Namespace) -> int:
-    from stampede.commands import alias_note
+    from stampede.commands.flags import alias_note
 
     alias_note("html", "report ARCHIVE --html FILE")
     write_verdict(args.archive, args.output, target_of(args))

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from stampede.commands import (
+from stampede.commands import metrics_text
+from stampede.commands.flags import (
     add_job_arguments,
     add_trace_arguments,
     hold_target,
     job_world,
-    metrics_text,
     overrides,
     traced,
 )

@@ -17,7 +17,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, TypedDict
 
-from stampede.commands import add_job_arguments, job_world, overrides
+from stampede.commands.flags import add_job_arguments, job_world, overrides
 from stampede.errors import UsageError
 
 if TYPE_CHECKING:

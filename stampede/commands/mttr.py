@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stampede.commands import (
+from stampede.commands.flags import (
     add_rejoin_arguments,
     add_target_ranks,
     add_workload_arguments,

@@ -64,7 +64,7 @@ def _figure_files(args: argparse.Namespace) -> list[Path]:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from stampede.commands import alias_note
+    from stampede.commands.flags import alias_note
 
     alias_note("plot", "report ARCHIVE --png DIR")
     targets = figure_paths(args.output or Path(args.archive).with_suffix(".png"), _kinds(args))

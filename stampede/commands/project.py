@@ -7,7 +7,7 @@ import argparse
 import math
 from typing import TYPE_CHECKING
 
-from stampede.commands import (
+from stampede.commands.flags import (
     add_rejoin_arguments,
     add_target_ranks,
     add_workload_arguments,

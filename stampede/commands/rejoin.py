@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_job_arguments, job_world, overrides
+from stampede.commands.flags import add_job_arguments, job_world, overrides
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers

@@ -10,13 +10,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from stampede.commands import (
-    add_job_arguments,
-    add_trace_arguments,
-    job_world,
-    overrides,
-    traced,
-)
+from stampede.commands.flags import add_job_arguments, add_trace_arguments, job_world, overrides, traced
 from stampede.results.definitions import SAVE_METRICS
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_job_arguments, add_renamed, set_words
+from stampede.commands.flags import add_job_arguments, add_renamed, set_words
 from stampede.commands.outputs import add_output
 from stampede.sbatch import DEFAULT_TIME
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from stampede.commands import add_job_arguments, set_words
+from stampede.commands.flags import add_job_arguments, set_words
 from stampede.launcher import call
 
 if TYPE_CHECKING:

@@ -65,39 +65,36 @@ def unavailable() -> str:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"{', '.join(missing)} not found (Debian: apt-get install -y iproute2 util-linux)"
-    probe = f"{NETNS_PREFIX}probe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode:
-        return f"network namespaces are not permitted here: {made.stderr.strip()}"
-    try:
-        veth = subprocess.run(["ip", "-n", probe, "link", "add", "name", "pa", "type", "veth",
-                               "peer", "name", "pb"], capture_output=True, text=True)
-        if veth.returncode:
-            return f"veth links are not permitted here: {veth.stderr.strip()}"
-        tbf = subprocess.run(["tc", "-n", probe, "qdisc", "add", "dev", "pa", "root", "tbf", "rate",
-                              "8mbit", "burst", "32768", "limit", "1048576"],
-                             capture_output=True, text=True)
-        if tbf.returncode:
-            return f"tc shaping (tbf) is not permitted here: {tbf.stderr.strip()}"
-    finally:
-        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return ""
+    return _probe(("veth links are not permitted here",
+                   ["ip", "link", "add", "name", "pa", "type", "veth", "peer", "name", "pb"]),
+                  ("tc shaping (tbf) is not permitted here",
+                   ["tc", "qdisc", "add", "dev", "pa", "root", "tbf", "rate", "8mbit", "burst",
+                    "32768", "limit", "1048576"]))
 
 
 def netem_unavailable() -> str:
     """Why link latency cannot be emulated here (no netem qdisc in this kernel), or ""."""
+    return _probe(("this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so link latency "
+                   "cannot be emulated", ["tc", "qdisc", "add", "dev", "lo", "root", "netem",
+                                          "delay", "1ms"]))
+
+
+def _probe(*steps: tuple[str, list[str]]) -> str:
+    """Why a step fails in a scratch network namespace ("what is not possible: the tool's
+    error"), or "" when every one passes. A step is (what it shows, an `ip` or `tc` command
+    run in the namespace with -n), in order: a later one may use what an earlier one made.
+    The namespace is removed whatever happens."""
     probe = f"{NETNS_PREFIX}probe{os.getpid()}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode:
         return f"network namespaces are not permitted here: {made.stderr.strip()}"
     try:
-        netem = subprocess.run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem",
-                                "delay", "1ms"], capture_output=True, text=True)
+        for shows, (tool, *words) in steps:
+            ran = subprocess.run([tool, "-n", probe, *words], capture_output=True, text=True)
+            if ran.returncode:
+                return f"{shows}: {ran.stderr.strip()}"
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    if netem.returncode:
-        return ("this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so link latency cannot "
-                f"be emulated: {netem.stderr.strip()}")
     return ""
 
 

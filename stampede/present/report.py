@@ -12,16 +12,25 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from stampede.present.tables import RESTORE, SAVE, Column, Line, TableSpec, companion
-from stampede.results.cells import Row, flag, number, whole
+from stampede.present.tables import (
+    HISTORY,
+    OPS,
+    RESTORE,
+    SAVE,
+    Column,
+    Line,
+    TableSpec,
+    companion,
+    new_table,
+)
+from stampede.results.cells import Row, number, whole
 from stampede.results.columns import OWN_TOOL
-from stampede.results.definitions import BUCKET_ERROR, POINTER, SAVE_POINTER
+from stampede.results.definitions import POINTER, SAVE_POINTER
 from stampede.targets import local_files
 from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
 
 def seconds(row: Row, column: str) -> str:
@@ -32,20 +41,6 @@ def spread_text(row: Row, low: str, high: str) -> str:
     """'30.7-49.3 ms': a min-max spread in one unit."""
     unit, factor = seconds_unit(number(row, high))
     return f"{format_in(number(row, low), factor)}-{format_in(number(row, high), factor)} {unit}"
-
-
-def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Table:
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  collapse_padding=True)
-    for header in headers:
-        if header in left:  # names and paths fold rather than lose their tail
-            table.add_column(header, justify="left", overflow="fold")
-        else:
-            table.add_column(header, justify="right", no_wrap=True)
-    return table
 
 
 def _runs(rows: Iterable[Row]) -> dict[str, list[Row]]:
@@ -246,15 +241,18 @@ def render_table(spec: TableSpec, rows: Sequence[Row], console: Console) -> list
     """A table of present.tables (its wide columns on a wide terminal only); returns its
     lines (none: nothing drawn, e.g. rows imported from IOR or mdtest have no restore)."""
     lines = spec.lines(rows)
-    if not lines:
-        return lines
+    if lines:
+        _draw(spec, rows, lines, console)
+    return lines
+
+
+def _draw(spec: TableSpec, rows: Sequence[Row], lines: Sequence[Line], console: Console) -> None:
     columns = spec.shown(console.width >= NARROW)
-    table = new_table(spec.title, [column.header for column in columns],
+    table = new_table(spec.title_of(rows), [column.header for column in columns],
                       left=[column.header for column in columns if column.left])
     for line in lines:
         table.add_row(*(_cell(column, line) for column in columns))
     console.print(table)
-    return lines
 
 
 def _cell(column: Column, line: Line) -> str:
@@ -366,44 +364,16 @@ def _render_startup(rows: Sequence[Row], console: Console) -> None:
 
 def render_layout(rows: Sequence[Row], console: Console) -> None:
     """One layout: the latency of every op, all ranks and iterations; INVALID and why."""
-    layout = rows[0]["layout"]
-    approximate = rows[0].get("samples") == "histogram"
-    saved = " save" if rows[0].get("phase") == "save" else ""
-    table = new_table(f"{layout}{saved}: latency per op, all ranks and iterations"
-                      + (f" (p50-p99.9 from histograms, within {BUCKET_ERROR:.0%})"
-                         if approximate else ""),
-                      ("op", "unit", "count", "err", "min", "p50", "p90", "p99", "p99.9", "max",
-                       "ops/s", "agg\nGB/s"), left=("op", "unit"))
-    for row in rows:
-        unit, factor = seconds_unit(number(row, "lat_p50_s"))
-        table.add_row(row["op"], unit, row["count"], row["errors"] if row["errors"] == "0" else
-                      f"[red]{row['errors']}[/]",
-                      *(format_in(number(row, f"lat_{name}_s"), factor)
-                        for name in ("min", "p50", "p90", "p99", "p999", "max")),
-                      format_number(number(row, "ops_per_s")),
-                      format_number(number(row, "agg_gbps")))
-    console.print(table)
+    render_table(OPS, rows, console)
     first = rows[0]
     if first.get("invalid_reason"):
-        console.print(f"[red]{layout}: INVALID:[/] {_escaped(first['invalid_reason'])}")
+        console.print(f"[red]{first['layout']}: INVALID:[/] {_escaped(first['invalid_reason'])}")
 
 
 def render_history(rows: Sequence[Row], console: Console) -> None:
-    table = new_table("Every run in the archive: time to last rank (restore, save or startup)",
-                   ("run", "job", "layout", "op", "ranks", "cache", "bytes", "last\nrank",
-                    "agg\nGB/s", "valid"), left=("run", "job", "layout", "op"))
-    for row in rows:
-        if not row.get("time_to_last_rank_s"):
-            continue
-        tool = row.get("tool", OWN_TOOL)   # a loader's rows beside stampede's: named
-        table.add_row(row["run_id"], row["job"],
-                      row["layout"] + (f" ({tool})" if tool != OWN_TOOL else ""), row["op"],
-                      row["nranks"], row["cache"],
-                      format_bytes(whole(row, "bytes_total")),
-                      seconds(row, "time_to_last_rank_s"),
-                      format_number(number(row, "agg_gbps")),
-                      "yes" if flag(row, "valid") else "[red]NO[/]")
-    console.print(table)
+    """Every run's completion rows, one line each (drawn with its headers even when no
+    row has one)."""
+    _draw(HISTORY, rows, HISTORY.lines(rows), console)
 
 
 def render_gpu(rows: Sequence[Row], console: Console) -> None:

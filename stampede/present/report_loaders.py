@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stampede.present.report import new_table
+from stampede.present.tables import new_table
 from stampede.results.loaders import LoaderLine
 from stampede.units import format_bytes, format_number, format_seconds
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stampede.present.report import new_table
+from stampede.present.tables import new_table
 from stampede.units import (
     BYTES_PER_GB,
     format_bytes,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stampede.ops import OPS
-from stampede.present.report import new_table
+from stampede.present.tables import new_table
 from stampede.units import BYTES_PER_GIB, format_bytes
 
 if TYPE_CHECKING:

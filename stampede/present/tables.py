@@ -1,7 +1,11 @@
-"""The tables of a run both the terminal and the HTML report show, each written once: its
-title, the rows it draws (a phase's layouts, ranked by results.compare), and its columns
-(header, the cell from a row, alignment, whether a narrow terminal keeps it), and the
-notes under it. present.report renders a spec with rich, present.html with html_tags.
+"""The tables of runs, each written once: its title, the rows it draws (a phase's layouts,
+ranked by results.compare; or the rows it keeps, as archived), and its columns (header, the
+cell from a row, alignment, whether a narrow terminal keeps it), and the notes under it.
+The restore and save tables are the terminal's and the HTML report's alike; a layout's ops
+and the archive's history are the terminal's. present.report renders a spec with rich,
+present.html with html_tags. And the one way a terminal table is made (new_table), which every rich renderer
+(present.report, report_loaders, report_models, report_plan, commands.analyze) uses:
+rich is imported when it is called, never by this module.
 
 A cell is plain text; where the terminal colours one (an invalid layout in red) the
 column says so (`alarm`), so that no renderer has to strip another's markup.
@@ -11,10 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from stampede.results.cells import Row, number
+from stampede.results.cells import Row, flag, number, whole
+from stampede.results.columns import OWN_TOOL
 from stampede.results.compare import INVALID, ranked
-from stampede.units import format_in, format_number, format_seconds, seconds_unit
+from stampede.results.definitions import BUCKET_ERROR
+from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -49,16 +59,40 @@ class Column:
 class TableSpec:
     title: str
     anchor: str                             # the HTML report's id for it
-    phase: str                              # whose completion rows it ranks
+    phase: str                              # whose completion rows it ranks; "": unranked
     columns: tuple[Column, ...]
     notes: Callable[[Sequence[Line]], list[str]] = lambda lines: []
+    keeps: Callable[[Row], bool] = lambda row: True   # unranked: the rows it draws, in order
+    heading: Callable[[Sequence[Row]], str] | None = None   # a title that names its rows
 
     def lines(self, rows: Sequence[Row]) -> list[Line]:
-        """Its layouts, best first (none: a run without this phase, or imported rows)."""
+        """Its layouts, best first (none: a run without this phase, or imported rows); an
+        unranked table's: a line per row it keeps, in the rows' order."""
+        if not self.phase:
+            return [Line(row, "", rows) for row in rows if self.keeps(row)]
         return [Line(row, standing, rows) for row, standing in ranked(rows, self.phase)]
+
+    def title_of(self, rows: Sequence[Row]) -> str:
+        return self.heading(rows) if self.heading is not None else self.title
 
     def shown(self, wide: bool) -> tuple[Column, ...]:
         return self.columns if wide else tuple(c for c in self.columns if not c.wide)
+
+
+def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Table:
+    """A terminal table as every report draws one: title left, a rule under the headers,
+    numbers right-aligned and never wrapped, the `left` headers' columns left and folded."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for header in headers:
+        if header in left:  # names and paths fold rather than lose their tail
+            table.add_column(header, justify="left", overflow="fold")
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
+    return table
 
 
 def companion(rows: Sequence[Row], row: Row, op: str) -> Row:
@@ -130,3 +164,57 @@ SAVE = TableSpec(
             wide=True)),
     lambda lines: ([BUFFERED_NOTE] if any(_buffered(line) for line in lines) else [])
     + [SAVE_NOTE])
+
+
+def _text(column: str) -> Callable[[Line], str]:
+    return lambda line: line.row[column]
+
+
+def _latency(statistic: str) -> Callable[[Line], str]:
+    """A latency statistic in the unit of the row's p50 (its unit column's)."""
+    def cell(line: Line) -> str:
+        _, factor = seconds_unit(number(line.row, "lat_p50_s"))
+        return format_in(number(line.row, f"lat_{statistic}_s"), factor)
+    return cell
+
+
+def _ops_title(rows: Sequence[Row]) -> str:
+    first = rows[0]
+    saved = " save" if first.get("phase") == "save" else ""
+    approximate = (f" (p50-p99.9 from histograms, within {BUCKET_ERROR:.0%})"
+                   if first.get("samples") == "histogram" else "")
+    return f"{first['layout']}{saved}: latency per op, all ranks and iterations{approximate}"
+
+
+# One layout's rows (one phase): every op's latency over all ranks and iterations
+OPS = TableSpec(
+    "latency per op, all ranks and iterations", "ops", "",
+    (Column("op", _text("op"), left=True),
+     Column("unit", lambda line: seconds_unit(number(line.row, "lat_p50_s"))[0], left=True),
+     Column("count", _text("count")),
+     Column("err", _text("errors"), alarm=lambda line: line.row["errors"] != "0"),
+     *(Column(header, _latency(statistic)) for header, statistic in (
+         ("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"),
+         ("max", "max"))),
+     Column("ops/s", _number("ops_per_s")), Column("agg\nGB/s", _number("agg_gbps"))),
+    heading=_ops_title)
+
+
+def _tool_layout(line: Line) -> str:
+    """The layout, and the tool where another's rows sit beside stampede's (a loader)."""
+    tool = line.row.get("tool", OWN_TOOL)
+    return line.row["layout"] + (f" ({tool})" if tool != OWN_TOOL else "")
+
+
+# Every run of an archive: its completion rows (restore, save, startup), as archived
+HISTORY = TableSpec(
+    "Every run in the archive: time to last rank (restore, save or startup)", "history", "",
+    (Column("run", _text("run_id"), left=True), Column("job", _text("job"), left=True),
+     Column("layout", _tool_layout, left=True), Column("op", _text("op"), left=True),
+     Column("ranks", _text("nranks")), Column("cache", _text("cache")),
+     Column("bytes", lambda line: format_bytes(whole(line.row, "bytes_total"))),
+     Column("last\nrank", _seconds("time_to_last_rank_s")),
+     Column("agg\nGB/s", _number("agg_gbps")),
+     Column("valid", lambda line: "yes" if flag(line.row, "valid") else "NO",
+            alarm=lambda line: not flag(line.row, "valid"))),
+    keeps=lambda row: bool(row.get("time_to_last_rank_s")))

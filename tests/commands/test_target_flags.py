@@ -1,4 +1,4 @@
-"""The target flags (stampede.commands.add_workload_arguments, add_target_ranks,
+"""The target flags (stampede.commands.flags.add_workload_arguments, add_target_ranks,
 add_rejoin_arguments): every command that takes one refuses a value it cannot mean in one
 line, exit 2, before any output; the commands are found from the parser, so a new command
 that takes a target flag is checked without a new test. And what the target's numbers

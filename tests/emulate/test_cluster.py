@@ -225,3 +225,19 @@ def test_the_command_can_be_stopped_with_ctrl_c() -> None:
     assert result.returncode == 0, result.stderr
     ignored = int(result.stdout.split()[-1], 16)
     assert not ignored & (1 << (signal.SIGINT - 1))
+
+
+def test_a_machine_probe_names_the_step_that_failed_and_leaves_no_namespace() -> None:
+    """The machine's probes (unavailable, netem_unavailable) run their steps in one scratch
+    namespace: a step uses what the one before made; the first that fails is named, with
+    the tool's own error; the namespace goes either way."""
+    from stampede.emulate.cluster import _probe
+
+    veth = ["ip", "link", "add", "name", "pa", "type", "veth", "peer", "name", "pb"]
+    assert _probe(("veth", veth), ("up", ["ip", "link", "set", "dev", "pa", "up"])) == ""
+    reason = _probe(("veth", veth), ("no such link", ["ip", "link", "set", "dev", "pc", "up"]),
+                    ("never run", ["ip", "link", "set", "dev", "pa", "up"]))
+    assert reason.startswith("no such link: ") and '"pc"' in reason, reason
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=True).stdout
+    assert f"probe{os.getpid()}" not in namespaces

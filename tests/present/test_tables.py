@@ -1,6 +1,7 @@
 """One table spec, two renderers: the restore and save tables the terminal shows (the
 wide columns on a wide terminal only, an invalid layout in red) are the HTML report's,
-cell for cell, in the same order."""
+cell for cell, in the same order. The terminal's own specs (a layout's ops, the archive's
+history) draw their rows as archived."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import re
 from html import unescape
 
 from stampede.present.html import restore_table, save_table
-from stampede.present.report import NARROW, make_console, render_table
+from stampede.present.report import (
+    NARROW,
+    make_console,
+    render_history,
+    render_layout,
+    render_table,
+)
 from stampede.present.tables import RESTORE, SAVE, TableSpec
 from stampede.results.cells import cell
 
@@ -88,3 +95,42 @@ def test_an_invalid_layout_is_red_on_the_terminal_only() -> None:
                                        color_system="standard"))
     assert "\x1b[31mINVALID\x1b[0m" in stream.getvalue()
     assert "[red]" not in restore_table(RUN) and "\x1b" not in restore_table(RUN)
+
+
+def _coloured(render: object, rows: list[dict[str, str]]) -> str:
+    from rich.console import Console
+
+    stream = io.StringIO()
+    render(rows, Console(file=stream, width=200, force_terminal=True,  # type: ignore[operator]
+                         color_system="standard", highlight=False))
+    return stream.getvalue()
+
+
+def test_the_history_draws_every_completion_row_as_archived() -> None:
+    """A cell's text is the archive's, never read as markup; a loader's rows name it; an
+    invalid run's NO in red; rows that complete nothing (an op's) are left out."""
+    archived = {"cache": "cold", "bytes_total": 2**30}
+    rows = [completion("shared", "restore", 0.2, job="my[bold]job", **archived),
+            completion("files", "restore", 0.3, valid=False, tool="safetensors", **archived),
+            row("shared", "read", lat_p50_s=0.001, **archived)]
+    text = _coloured(render_history, rows)
+    body = [line for line in text.splitlines() if "r1" in line]
+    assert len(body) == 2 and "my[bold]job" in body[0]
+    assert "files (safetensors)" in body[1] and "\x1b[31mNO\x1b[0m" in body[1]
+
+
+def test_a_layouts_ops_in_the_unit_of_each_ops_p50() -> None:
+    rows = [row("shared", "stat", count=8, errors=3, samples="histogram", lat_min_s=2e-6,
+                lat_p50_s=4e-6, lat_p90_s=5e-6, lat_p99_s=6e-6, lat_p999_s=7e-6, lat_max_s=8e-6,
+                ops_per_s=1000.0),
+            row("shared", "read", count=8, samples="histogram", lat_min_s=0.001,
+                lat_p50_s=0.002, lat_p90_s=0.003, lat_p99_s=0.004, lat_p999_s=0.005,
+                lat_max_s=0.006, ops_per_s=500.0, agg_gbps=1.5)]
+    text = _coloured(render_layout, rows)
+    title = " ".join(text.replace("\x1b[3m", "").replace("\x1b[0m", "").split())
+    assert "shared: latency per op, all ranks and iterations (p50-p99.9 from histograms, " \
+           "within 1%)" in title
+    stat, read = (re.split(r" {2,}", line.strip()) for line in text.splitlines()
+                  if line.strip().startswith(("stat", "read")))
+    assert stat[:5] == ["stat", "µs", "8", "\x1b[31m3\x1b[0m", "2"]   # errors in red
+    assert read[:5] == ["read", "ms", "8", "0", "1"] and read[-1] == "1.5"

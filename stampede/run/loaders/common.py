@@ -1,16 +1,21 @@
 """What the loader modules share: the phase recorder, a piece cut out of a tensor it
-loaded whole, the device synchronisation that ends a phase on a GPU, and the state and
-the release of a loader that keeps nothing between loads."""
+loaded whole, the device synchronisation that ends a phase on a GPU, the state and the
+release of a loader that keeps nothing between loads, and the whole of a loader that
+loads each file in one call (whole_files)."""
 
 from __future__ import annotations
 
+import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stampede.ops import OP_CODE
 from stampede.run.loaders.work import RankWork, Wanted
+
+if TYPE_CHECKING:
+    from stampede.mpi import Comm
 
 Log = list[tuple[int, int, int, int, int, int]]
 
@@ -42,6 +47,34 @@ class Record:
         stop = time.perf_counter_ns()
         self.log.append((self.iteration, OP_CODE[op], start_ns, stop, nbytes, 1))
         return stop
+
+
+# (file path, device) -> the file's tensors by name, made by the library's one call
+TensorsOf = Callable[[str, str], Mapping[str, object]]
+
+
+def whole_files(package: str, tensors_of: TensorsOf) -> tuple[
+        Callable[[Comm, RankWork, str], Plain], Callable[[Plain, Record], dict[str, object]]]:
+    """prepare and load of a loader that makes every tensor of a file in one call
+    (torch.load, tensorizer): `package` imported by prepare, before any timing; op load
+    from the first file's call to the last file's tensors made (the library's phases are
+    inside its call, not exposed). Files are whole: under tensor-slices a rank loads every
+    file it holds a slice of, and keeps all of it."""
+    def prepare(comm: Comm, work: RankWork, device: str) -> Plain:
+        importlib.import_module(package)
+        return Plain(work, device)
+
+    def load(state: Plain, record: Record) -> dict[str, object]:
+        work = state.work
+        start = time.perf_counter_ns()
+        held: dict[str, object] = {}
+        for relpath in work.files:
+            held.update({f"{relpath}:{name}": tensor
+                         for name, tensor in tensors_of(work.path(relpath), state.device).items()})
+        record("load", start, tensor_bytes(held.values()))
+        return held
+
+    return prepare, load
 
 
 def cut(tensor: object, piece: Wanted, first_byte: int = 0) -> object:
