@@ -210,10 +210,6 @@ def test_no_communicator_is_any() -> None:
 
 # --- no import circles (issue 36) ---------------------------------------------------------
 
-# Import cycles left, each a pair of modules (either order). present/report.py and
-# present/report_loaders.py tie through `new_table`: another change of issue 36 removes it,
-# and with it this entry.
-CYCLES_ALLOWED = {frozenset({"stampede.present.report", "stampede.present.report_loaders"})}
 
 
 def _module_name(path: Path) -> str:
@@ -281,5 +277,5 @@ def test_no_module_imports_itself_back() -> None:
     wrong = [" <-> ".join(sorted(cycle)) + ": " + "; ".join(
                  f"{source} imports {', '.join(sorted(graph[source] & cycle))}"
                  for source in sorted(cycle))
-             for cycle in import_cycles(graph) if frozenset(cycle) not in CYCLES_ALLOWED]
+             for cycle in import_cycles(graph)]
     assert not wrong, "\n".join(wrong)

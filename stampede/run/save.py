@@ -71,7 +71,7 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
     for layout in spec.layouts:   # --trace: refused before the target is touched
         gather.check_trace(comm, spec, save_plan(spec, layout, nranks, comm.Get_rank(),
                                                  versions.version_dir(layout, 0)))
-    mpi.on_root(comm, "checking the target",   # the command holds its lock (commands.job_world)
+    mpi.on_root(comm, "checking the target",   # lock held: commands.flags.job_world
                 partial(open_target, spec, backend, nranks, hosts, writer_lock(spec.target_path)))
     context = context or new_context(comm, spec, backend, save=True)
     nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
