@@ -42,6 +42,11 @@ class Backend(Protocol):
     # an op that succeeded after 2 retries is one sample, but 3 requests reached the
     # storage. Zero where the client never retries.
     retries: dict[str, int]
+    # Of those requests, the answers that said the storage was throttling (429, 503
+    # SlowDown), and the seconds the client waited before retrying or for its own rate
+    # limiter, cumulative per op as `retries`. Zero where nothing throttles.
+    throttles: dict[str, int]
+    backoff_s: dict[str, float]
 
     # --- timed -----------------------------------------------------------------------
 

@@ -68,6 +68,7 @@ class FsspecBackend:
         self.options = options
         self.first_byte_ns = 0
         self.retries = dict.fromkeys(RETRY_OPS, 0)
+        self.throttles, self.backoff_s = dict.fromkeys(RETRY_OPS, 0), dict.fromkeys(RETRY_OPS, 0.0)
 
     # --- timed -----------------------------------------------------------------------
 

@@ -95,6 +95,7 @@ class NfsBackend:
         self.read_bytes = client.readmax or NFS4_READ_BYTES
         self.write_bytes = client.writemax or LIBNFS4_NFS4_WRITE_BYTES
         self.retries = dict.fromkeys(RETRY_OPS, 0)   # libnfs retries nothing (autoreconnect 0)
+        self.throttles, self.backoff_s = dict.fromkeys(RETRY_OPS, 0), dict.fromkeys(RETRY_OPS, 0.0)
         self.stat = client.stat
         self.close = client.close
         self.list = client.listdir

@@ -33,6 +33,7 @@ class PosixBackend:
         self.stat = os.stat
         self.close = os.close
         self.retries = dict.fromkeys(RETRY_OPS, 0)   # system calls are not retried
+        self.throttles, self.backoff_s = dict.fromkeys(RETRY_OPS, 0), dict.fromkeys(RETRY_OPS, 0.0)
 
     def path(self, relpath: str) -> bytes:
         # bytes, encoded once here: os.stat/os.open then skip encoding on every timed call

@@ -94,10 +94,6 @@ class S3Backend(FsspecBackend):
         session = botocore.session.Session()   # the environment's configuration, read once
         self.retry = s3retry.resolve(kwargs, session)
         self.max_attempts = self.retry.max_attempts
-        # per op: the 429/503 answers met, and the seconds spent waiting on them or on the
-        # adaptive limiter (timed ops only, as `retries`)
-        self.throttles: dict[str, int] = dict.fromkeys(self.retries, 0)
-        self.backoff_s: dict[str, float] = dict.fromkeys(self.retries, 0.0)
         self.endpoint = _endpoint(options, self.bucket, session)
         signer = None if options.get("anon") else \
             Signer(_credentials(session, target_path), self.endpoint.region)

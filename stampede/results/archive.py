@@ -31,8 +31,11 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      beside its numbers, apart from its warnings), tier_local_bytes, tier_peer_bytes,
      tier_storage_bytes, and the tiers.* options tier_dir, tier_peers, tier_placement,
      spare_nodes, lost_nodes, tier_publish, tier_drain, tier_versions, keep_local,
-     keep_peer, keep_storage. Its sidecars (results/sidecar-5.schema.json: run, loaders,
+     keep_peer, keep_storage. Its sidecars (results/sidecar-N.schema.json: run, loaders,
      startup, gpu) each carry the command that wrote them; `stampede gpu` writes one too.
+- 6: throttles and backoff_s (per storage op, as retries: the throttling answers the
+     client met and the seconds it waited); rows of schemas 1-5 read them as empty (not
+     counted), the sidecar's layouts and saves carry them beside retries.
 
 The columns themselves (type, unit, meaning, since, identity) are
 stampede.results.columns'.

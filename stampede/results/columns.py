@@ -21,7 +21,7 @@ from pathlib import Path
 from stampede.results.tiers import TIERS, tier_column
 from stampede.spec import OPTIONS, Option
 
-ARCHIVE_SCHEMA = 5
+ARCHIVE_SCHEMA = 6
 OWN_TOOL = "stampede"   # the tool of rows stampede's own code measured
 GPU_PHASE = "h2d"       # the phase of `stampede gpu`'s rows: host -> device copies
 KINDS = {"text": "text", "number": "a number", "whole": "a whole number",
@@ -167,6 +167,14 @@ OWN: tuple[Column, ...] = (
     *(_column(tier_column(tier), "whole", _B, 5, _RESTORE_ROW + "`stampede rejoin`'s "
               f"restores: bytes all ranks restored from the {tier} tier (last iteration)")
       for tier in TIERS),
+    _column("throttles", "whole", "", 6, "storage-op rows: answers that said the storage "
+            "was throttling (429, 503 SlowDown) over all ranks of the layout, retried (in "
+            "`retries`) or, when the attempts ran out, an error (in `errors`); 0 where nothing "
+            "throttles (POSIX, NFS)"),
+    _column("backoff_s", "number", _S, 6, "storage-op rows: seconds the storage client "
+            "waited before its retries and for its own rate limiter (`retry_mode = "
+            "adaptive`), summed over all ranks and iterations of the layout; inside the op's "
+            "latencies"),
 )
 # The options whose columns are part of a row's identity: they change what an op costs.
 IDENTITY_OPTIONS = ("pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",

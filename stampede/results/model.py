@@ -67,6 +67,18 @@ class LayoutTrace(NamedTuple):
 
 
 @dataclass(frozen=True)
+class ClientCounts:
+    """What the storage client did on its own in one layout's timed ops, summed over
+    ranks, per op (stampede.ops.RETRY_OPS; only the ops where any is not zero)."""
+
+    retries: dict[str, int] = field(default_factory=dict)     # requests retried
+    throttles: dict[str, int] = field(default_factory=dict)   # throttling answers met
+                                 # (429, 503 SlowDown): retried or, the last, an error
+    backoff_s: dict[str, float] = field(default_factory=dict)   # seconds waited before
+                                 # retries and for the adaptive mode's limiter
+
+
+@dataclass(frozen=True)
 class LayoutRun:
     """One layout's outcome on rank 0."""
 
@@ -75,7 +87,7 @@ class LayoutRun:
     stats: LayoutStats | None    # None on ranks other than 0
     messages: tuple[str, ...]
     invalid_reason: str          # empty when valid
-    retries: dict[str, int] = field(default_factory=dict)   # op -> requests retried
+    client: ClientCounts = field(default_factory=ClientCounts)   # retries, throttles, waits
     resident_fraction: tuple[float, ...] = ()   # per measured iteration, cache residency
     bytes_total: int = 0         # all ranks' bytes, when they differ by rank (existing)
     digests: tuple[dict[str, object], ...] = ()   # existing checkpoints: what each rank read

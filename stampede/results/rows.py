@@ -17,7 +17,7 @@ from stampede.results.columns import OWN_TOOL
 from stampede.results.model import LayoutRun, RunContext, node_counts
 from stampede.results.summaries import LayoutStats
 from stampede.results.tiers import tier_column
-from stampede.results.warnings import layout_warnings, residency_warning
+from stampede.results.warnings import layout_warnings, residency_warning, throttle_warning
 from stampede.spec import JobSpec
 from stampede.sysinfo import node_facts, slurm_job_id, slurm_variables
 from stampede.units import BYTES_PER_GB
@@ -68,7 +68,7 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
     resident = statistics.median(layout_run.resident_fraction) \
         if layout_run.resident_fraction else None
     warnings = layout_warnings(spec, context, stats) + layout_run.notes + \
-        residency_warning(spec.cache, resident)
+        residency_warning(spec.cache, resident) + throttle_warning(layout_run.client)
     shared = {
         **spec.columns(),
         **shared_columns(context.run_id, context.timestamp, spec.name, context.backend,
@@ -89,8 +89,11 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         if row["op"] == stats.completion_op:
             row.update({tier_column(tier): cell(nbytes)
                         for tier, nbytes in layout_run.tier_bytes.items()})
-        row["retries"] = cell(layout_run.retries.get(row["op"], 0)) \
-            if row["op"] in STORAGE_OPS or row["op"] in SAVE_STORAGE_OPS else ""
+        if row["op"] in STORAGE_OPS or row["op"] in SAVE_STORAGE_OPS:
+            client = layout_run.client
+            row.update(retries=cell(client.retries.get(row["op"], 0)),
+                       throttles=cell(client.throttles.get(row["op"], 0)),
+                       backoff_s=cell(client.backoff_s.get(row["op"], 0.0)))
     return rows
 
 
@@ -162,7 +165,9 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 "errors": list(run.messages),
                 "warnings": [*(layout_warnings(spec, context, run.stats) if run.stats else ()),
                              *run.notes],
-                "retries": run.retries,
+                "retries": run.client.retries,
+                "throttles": run.client.throttles,
+                "backoff_s": run.client.backoff_s,
                 "digests": list(run.digests),
                 "cache_resident_fraction": list(run.resident_fraction),
                 # which ranks dropped the page cache, and how often (one rank per node)

@@ -9,7 +9,7 @@ from stampede.layouts import exchanges
 from stampede.ops import BEFORE_PHASE_OPS
 from stampede.results.definitions import BUCKET_ERROR
 from stampede.results.mlperf import comparability_note
-from stampede.results.model import RunContext
+from stampede.results.model import ClientCounts, RunContext
 from stampede.results.summaries import LayoutStats
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
@@ -72,6 +72,19 @@ def residency_warning(cache: str, resident: float | None) -> tuple[str, ...]:
         return (f"cache={cache}, yet {100 * resident:.0f}% of the bytes to read were in the "
                 "page cache when the phase started: not as cold as asked",)
     return ()
+
+
+def throttle_warning(client: ClientCounts) -> tuple[str, ...]:
+    """An object store that throttled: how often, on which ops, and the time waited (it is
+    inside the latencies and the time to last rank: the run measured the throttle too)."""
+    answers = sum(client.throttles.values())
+    if not answers and not client.backoff_s:
+        return ()
+    per_op = ", ".join(f"{op} {count}" for op, count in client.throttles.items())
+    return (f"throttled: {answers} throttling answer(s) (429/503){f' ({per_op})' if per_op else ''}, "
+            f"{sum(client.retries.values())} request(s) retried, "
+            f"{sum(client.backoff_s.values()):.3g} s backing off over all ranks: the latencies "
+            "include these waits",)
 
 
 def layout_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tuple[str, ...]:

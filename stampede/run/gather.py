@@ -15,10 +15,11 @@ import numpy as np
 
 from stampede import mpi
 from stampede.ops import RETRY_OPS
-from stampede.results.model import LayoutTrace
+from stampede.results.model import ClientCounts, LayoutTrace
 from stampede.results.samples import ITER, OP, START, STOP
 from stampede.run.clock import PSEUDO_CODES, on_one_axis, origins_array
 from stampede.run.where import gathered
+from stampede.units import NS_PER_S
 
 # imported where used: histogram mode alone needs it, not every rank's start; rank 0
 # alone makes a LayoutStats (stampede.results.stats)
@@ -171,13 +172,27 @@ def reduce_summaries(comm: mpi.Comm, summary: dict[str, np.ndarray],
     return histogram.Reduced(iterations=iterations, **reduced)  # type: ignore[arg-type]
 
 
-def retries(comm: mpi.Comm, backend: Backend, before: dict[str, int]) -> dict[str, int]:
-    """Requests the backend's client retried in this layout, per op retried (a save's
-    validation re-reads count under open and read), summed over ranks (object stores:
-    throttling and timeouts show up here before they become errors)."""
-    now = backend.retries
-    mine = np.array([now.get(op, 0) - before.get(op, 0) for op in RETRY_OPS])
+def client_before(backend: Backend) -> tuple[dict[str, int], dict[str, int], dict[str, float]]:
+    """The backend's cumulative client counters (retries, throttles, backoff_s) now: what
+    `client_counts` subtracts at the layout's end."""
+    return dict(backend.retries), dict(backend.throttles), dict(backend.backoff_s)
+
+
+def client_counts(comm: mpi.Comm, backend: Backend,
+                  before: tuple[dict[str, int], dict[str, int], dict[str, float]]) -> ClientCounts:
+    """What the backend's client did on its own in this layout, per op retried (a save's
+    validation re-reads count under open and read), summed over ranks: requests retried,
+    throttling answers, seconds backing off (object stores: throttling and timeouts show
+    up here before they become errors)."""
+    now = (backend.retries, backend.throttles, backend.backoff_s)
+    scale = (1, 1, NS_PER_S)   # the reduction sums int64: seconds as nanoseconds
+    mine = np.array([[round((counts.get(op, 0) - earlier.get(op, 0)) * factor)
+                      for op in RETRY_OPS]
+                     for counts, earlier, factor in zip(now, before, scale, strict=True)])
     total = mpi.allreduce_sum(comm, mine)
     if total is None:
-        return {}
-    return {op: int(count) for op, count in zip(RETRY_OPS, total, strict=True) if count}
+        return ClientCounts()
+    retried, throttled, waited_ns = ({op: int(value) for op, value in zip(RETRY_OPS, row, strict=True)
+                                      if value} for row in total)
+    return ClientCounts(retries=retried, throttles=throttled,
+                        backoff_s={op: ns / NS_PER_S for op, ns in waited_ns.items()})

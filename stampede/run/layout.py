@@ -20,7 +20,7 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, bytes_per_rank, plan_rank
-from stampede.results.model import LayoutRun
+from stampede.results.model import ClientCounts, LayoutRun
 from stampede.results.samples import ITER, RANK
 from stampede.run import cache, gather
 from stampede.run.interrupt import Interrupts
@@ -85,7 +85,7 @@ def run_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
     (host of each rank) put the ranks' stamps on one time axis."""
     plan = plan_for(spec, catalogue, layout, comm.Get_size(), comm.Get_rank(),
                     entry.get("root", ""))
-    retries_before = dict(backend.retries)
+    client_before = gather.client_before(backend)
     gather.check_trace(comm, spec, plan)
     # Layouts that exchange hold the whole shard in memory; the others reuse one block.
     buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
@@ -101,7 +101,7 @@ def run_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
         if device is not None:
             device.unpin(buffer)
     run = _to_rank_zero(comm, spec, setup.plan, catalogue, hosts, phases,
-                        gather.retries(comm, backend, retries_before), setup.where)
+                        gather.client_counts(comm, backend, client_before), setup.where)
     return replace(run, restored_from=entry.get("root", ""))
 
 
@@ -206,7 +206,7 @@ def phase_totals(comm: mpi.Comm, spec: JobSpec, layout: str, outcome: PhaseOutco
 
 def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, catalogue: Catalogue | None,
                   hosts: tuple[str, ...], phases: Phases,
-                  retries: dict[str, int], where: Where | None = None) -> LayoutRun:
+                  client: ClientCounts, where: Where | None = None) -> LayoutRun:
     """Gather the layout's samples, messages and notes to rank 0 (collective)."""
     rows = measured_rows(phases.log, phases.failed_iteration)
     all_messages = mpi.gather(comm, phases.messages)
@@ -226,7 +226,7 @@ def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, catalogue: Cata
         bytes_per_rank(spec, comm.Get_size())
     return LayoutRun(layout=plan.layout, bytes_per_rank=per_rank,
                      stats=stats, messages=tuple(messages),
-                     invalid_reason=phases.invalid_reason, retries=retries,
+                     invalid_reason=phases.invalid_reason, client=client,
                      resident_fraction=tuple(phases.resident),
                      bytes_total=sum(shares or [0]) if catalogue is not None else 0,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),

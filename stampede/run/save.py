@@ -35,7 +35,7 @@ from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save
 from stampede.errors import CheckpointError, StampedeError, UsageError
 from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
-from stampede.results.model import LayoutRun, RunContext, node_counts
+from stampede.results.model import ClientCounts, LayoutRun, RunContext, node_counts
 from stampede.run import gather, kernel_nfs
 from stampede.run.digests import new_digest
 from stampede.run.interrupt import Interrupts
@@ -184,7 +184,7 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
                        AlignedBuffer(first_plan.hold.length, populate=True)
                        if spec.save_mode == "async" else None,
                        ContentSource(spec.block_bytes))
-    phases, retries_before = Phases(), dict(backend.retries)
+    phases, client_before = Phases(), gather.client_before(backend)
     where = Where() if spec.trace_limit else None   # --trace: kept over the versions
     try:
         mpi.collective(comm, f"making the {layout} series' directories",
@@ -235,7 +235,7 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
         if group is not None:
             mpi.free(group, comm)
     return _to_rank_zero(comm, spec, first_plan, hosts, phases,
-                         gather.retries(comm, backend, retries_before), where)
+                         gather.client_counts(comm, backend, client_before), where)
 
 
 def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
@@ -458,7 +458,7 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
 
 
 def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ...],
-                  phases: Phases, retries: dict[str, int], where: Where | None) -> LayoutRun:
+                  phases: Phases, client: ClientCounts, where: Where | None) -> LayoutRun:
     rows = measured_rows(phases.log, phases.failed_iteration)
     all_messages = mpi.gather(comm, phases.messages)
     all_notes = mpi.gather(comm, phases.notes)
@@ -471,7 +471,7 @@ def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: SavePlan, hosts: tuple[st
     total = sum(nbytes for _, nbytes in checkpoint_files(spec, plan.layout, nranks))
     return LayoutRun(layout=plan.layout, bytes_per_rank=per_rank, stats=stats,
                      messages=tuple(messages), invalid_reason=phases.invalid_reason,
-                     retries=retries, bytes_total=total,
+                     client=client, bytes_total=total,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      interrupted=phases.interrupted, iterations_done=phases.iterations_done,
                      phase="save", trace=trace)

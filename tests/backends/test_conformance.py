@@ -164,5 +164,7 @@ def test_describe_counts_retries_and_holds_no_credentials(backend: Any) -> None:
     described = repr(backend.describe())
     assert FAKE_ACCESS_KEY_ID not in described and FAKE_SECRET_ACCESS_KEY not in described
     assert "protocol" in backend.describe()
-    assert set(backend.retries) == set(RETRY_OPS)
+    # the client's counters, one key per op retried, zero before any timed op
+    for counters in (backend.retries, backend.throttles, backend.backoff_s):
+        assert set(counters) == set(RETRY_OPS) and not any(counters.values())
     assert isinstance(backend.fs_type(), str) and backend.fs_type()

@@ -118,6 +118,17 @@ def test_a_run_through_the_front_retries_its_503s_or_fails_named(
     # every retry the archive counts is a 503 the front logged (the patient run's; the
     # untimed requests' retries are counted nowhere)
     assert 0 < retried <= statuses[503]
+    # each retry here followed a 503 (nothing else fails on loopback): the throttling
+    # answers counted cover the retries, and a wait came before each retry
+    throttled = sum(int(row["throttles"]) for row in rows if row["throttles"])
+    assert retried <= throttled <= statuses[503], (retried, throttled)
+    waited = [float(row["backoff_s"]) for row in rows if row["retries"] not in ("", "0")]
+    assert waited and all(seconds > 0 for seconds in waited), waited
+    for layout in {row["layout"] for row in rows}:   # said where the report shows warnings
+        mine = [row for row in rows if row["layout"] == layout]
+        answers = sum(int(row["throttles"]) for row in mine if row["throttles"])
+        assert all((f"throttled: {answers} throttling answer(s)" in row["warnings"])
+                   == (answers > 0) for row in mine), mine
     assert all(row["valid"] == "true" for row in rows)
     # the adaptive run: its mode recorded where the sidecar describes the client
     sidecars = list((tmp_path / "results" / "adaptive.runs").glob("*.json"))
