@@ -7,7 +7,8 @@ byte, as stampede rendered them when tests/data/golden/ was made. A change to th
     PYTHONPATH=. .venv/bin/python tests/present/test_golden.py --bless
 
 and the diff of tests/data/golden/ is the change's evidence. The archives (made by `stampede
-demo`, `run --trace`, `rejoin` on three named nodes and `sweep --ranks 1,2,3`) are packed in archives.tar.xz."""
+demo`, `run --trace`, `rejoin` on three named nodes and `sweep --ranks 1,2,3`) are packed
+in archives.tar.xz."""
 
 from __future__ import annotations
 
