@@ -183,6 +183,45 @@ def test_renderers_live_in_the_top_layer() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+# --- the read side: one way in (stampede.results.archived, issue 36) -----------------------
+
+# What reads an archive's files: the CSV, a sidecar, a trace, their paths.
+FILE_READERS = {"read_rows", "read_text", "read_bytes", "read_sidecar", "read_trace",
+                "sidecar_path", "sidecar_dir", "trace_path", "load_sidecar"}
+
+
+def _names(path: Path) -> set[tuple[str, int]]:
+    """Every name a module uses or imports, with its line."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name):
+            found.add((node.id, node.lineno))
+        elif isinstance(node, ast.Attribute):
+            found.add((node.attr, node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            found.update((alias.name, node.lineno) for alias in node.names)
+    return found
+
+
+def test_model_and_present_take_data_never_paths() -> None:
+    """The model and the presenters read no file: they are handed an Archive (its rows,
+    sidecars and traces), opened once at the command's edge."""
+    wrong = [f"{path.relative_to(PACKAGE)}:{line}: {name}"
+             for folder in ("model", "present") for path in sorted((PACKAGE / folder).glob("*.py"))
+             for name, line in _names(path) if name in FILE_READERS]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_an_archive_is_parsed_in_one_place() -> None:
+    """read_rows (the CSV parsed) is called by Archive.open alone: no command reads an
+    archive its own way, or twice."""
+    mine = {PACKAGE / "results" / "archive.py", PACKAGE / "results" / "archived.py"}
+    wrong = [f"{path.relative_to(PACKAGE)}:{line}"
+             for path in sorted(PACKAGE.rglob("*.py")) if path not in mine
+             for name, line in _names(path) if name == "read_rows"]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
 # --- honest types (stampede.mpi.Comm, no Any where the type is known) ----------------------
 
 # Lines of stampede/ that say Any (as `grep -rn '\bAny\b' stampede` counts them): 627 before the

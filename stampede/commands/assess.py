@@ -297,7 +297,7 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, coun
     from stampede.commands.sweep import run_steps
     from stampede.errors import RunFailed
     from stampede.model.budget import PROBE_FACTOR, Probe, plan_sweep
-    from stampede.results.archive import read_rows
+    from stampede.results.archived import Archive
     from stampede.results.cells import flag, number
 
     sizes = valid_factors(args, saving, spec, counts)
@@ -314,7 +314,8 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, coun
                 walls[step] = time.monotonic() - begun
         finally:   # the sweep's first prepare starts from nothing, as the probe's did
             clean(args.job, saving, sets)
-        work_s, save_work_s = (sum(number(row, "time_to_last_rank_s") for row in read_rows(archive)
+        probed = Archive.open(archive).rows
+        work_s, save_work_s = (sum(number(row, "time_to_last_rank_s") for row in probed
                                    if row["op"] == op and flag(row, "valid"))
                                   for op in ("restore", "save"))
     probe = Probe(counts[0], walls["prepare"], walls["run"], work_s, factor,
@@ -338,6 +339,7 @@ def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: JobSpec, pl
     ends, the report written."""
     from stampede.commands.html import write_report
     from stampede.commands.sweep import run_steps
+    from stampede.results.archived import Archive
 
     sets = step_sets(args, saving, spec, archive, plan.iterations, plan.warmup, plan.size_factor)
     try:
@@ -355,7 +357,7 @@ def sweep_and_report(args: argparse.Namespace, saving: Saving, spec: JobSpec, pl
                 else "the checkpoint was") + " cleaned after the sweep",
              f"by hand: stampede project {archive} {by_hand(args)}; stampede mttr "
              f"{archive} --layout LAYOUT {by_hand(args)}")
-    path, assessment = write_report(str(archive), str(report), *target_of(args), lines)
+    path, assessment = write_report(Archive.open(archive), str(report), *target_of(args), lines)
     print(f"stampede assess: wrote {path} (archive {archive}) in "
           f"{time.monotonic() - started:.0f} s", file=sys.stderr)
     for line in assessment.summary():

@@ -37,7 +37,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.present.report import make_console
     from stampede.present.report_models import render_comparison
-    from stampede.results.archive import COLUMNS, read_rows
+    from stampede.results.archive import COLUMNS
+    from stampede.results.archived import Archive
     from stampede.results.cells import text
 
     match = tuple(column.strip() for column in args.match.split(",") if column.strip())
@@ -45,13 +46,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if unknown or not match:
         raise UsageError(f"--match {args.match!r}: not archive columns: {unknown}")
     if len(args.archives) == 2 and not args.by:
-        base, other = (read_rows(path) for path in args.archives)
+        base, other = (Archive.open(path).rows for path in args.archives)
         sections = [(f"A = {args.archives[0]}, B = {args.archives[1]}",
                      compare_rows(base, other, match=match))]
     elif len(args.archives) == 1 and args.by:
         if args.by not in COLUMNS:
             raise UsageError(f"--by {args.by!r}: not an archive column (e.g. layout, cache, job)")
-        rows = read_rows(args.archives[0])
+        rows = Archive.open(args.archives[0]).rows
         values = list(dict.fromkeys(text(row, args.by) for row in rows))
         if len(values) < 2:
             raise UsageError(f"--by {args.by}: the archive holds one value only ({values})")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from stampede.commands import Subparsers
     from stampede.model.assessment import Assessment
     from stampede.model.workload import Workload
+    from stampede.results.archived import Archive
     from stampede.results.trace import Trace
 
 DEFAULT_TARGET_RANKS = 16384
@@ -70,26 +71,25 @@ def _report_path(args: argparse.Namespace) -> list[Path]:
     return [Path(args.output or Path(args.archive).with_suffix(".html"))]
 
 
-def write_report(archive: str, output: str, workload: Workload, target_mttr_s: float,
+def write_report(archive: Archive, output: str, workload: Workload, target_mttr_s: float,
                  notes: tuple[str, ...] = ()) -> tuple[Path, Assessment]:
     """Assess the archive for the workload, render it, write the file (the path checked
     before: stampede.commands.outputs, or assess's outputs()); its path and the assessment."""
     from stampede.errors import UsageError
     from stampede.model.assessment import assess
     from stampede.present.html import render_html
-    from stampede.present.plot import load_sidecar
-    from stampede.results.archive import read_rows
+    from stampede.present.plot import sidecar_of
 
-    path = Path(output or Path(archive).with_suffix(".html"))
-    rows = read_rows(archive)
+    path = Path(output or archive.paths[0].with_suffix(".html"))
+    rows = list(archive.rows)
     if not rows:
-        raise UsageError(f"{archive}: the archive holds no runs")
-    assessment = assess([archive], workload, target_mttr_s)
+        raise UsageError(f"{archive.label}: the archive holds no runs")
+    assessment = assess(archive, workload, target_mttr_s)
     missing: list[str] = []
     sidecars = {}
     for run_id in dict.fromkeys([rows[-1]["run_id"],
                                  *(verdict.run_id for verdict in assessment.phases.values())]):
-        sidecar = load_sidecar(archive, run_id, missing)
+        sidecar = sidecar_of(archive, run_id, missing)
         if sidecar is not None:
             sidecars[run_id] = sidecar
     if not sidecars and rows[-1].get("warnings", "").startswith("imported from"):
@@ -97,7 +97,7 @@ def write_report(archive: str, output: str, workload: Workload, target_mttr_s: f
     traces, damaged = traces_of(archive, sidecars)
     for note in (*missing, *damaged):   # the page says them too
         print(f"stampede: note: {note}", file=sys.stderr)
-    page = render_html(archive, rows, sidecars, assessment, (*notes, *missing, *damaged),
+    page = render_html(archive.label, rows, sidecars, assessment, (*notes, *missing, *damaged),
                        traces)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,20 +107,16 @@ def write_report(archive: str, output: str, workload: Workload, target_mttr_s: f
     return path, assessment
 
 
-def traces_of(archive: str, sidecars: Mapping[str, object]) -> tuple[dict[str, Trace], list[str]]:
+def traces_of(archive: Archive, sidecars: Mapping[str, object]
+              ) -> tuple[dict[str, Trace], list[str]]:
     """The traces (--trace) of the runs shown, where they have one and it reads (a damaged
     one in part: the layouts that read); and the notes on those that do not read whole."""
-    from stampede.results.archive import sidecar_path
-    from stampede.results.readback import read_trace
-    from stampede.results.trace import trace_path
-
     found: dict[str, Trace] = {}
     notes: list[str] = []
     for run_id in sidecars:
-        path = trace_path(sidecar_path(archive, run_id))
-        if not path.exists() and not path.is_symlink():
+        read = archive.trace(run_id)
+        if read is None:
             continue   # a run without --trace
-        read = read_trace(path)
         notes += read.notes
         if read.value is not None:
             found[run_id] = read.value
@@ -131,11 +127,14 @@ def cmd_html(args: argparse.Namespace) -> int:
     from stampede.commands.flags import alias_note
 
     alias_note("html", "report ARCHIVE --html FILE")
-    write_verdict(args.archive, args.output, target_of(args))
+    from stampede.results.archived import Archive
+
+    target = target_of(args)
+    write_verdict(Archive.open(args.archive), args.output, target)
     return 0
 
 
-def write_verdict(archive: str, output: str, target: tuple[Workload, float]) -> None:
+def write_verdict(archive: Archive, output: str, target: tuple[Workload, float]) -> None:
     """write_report for add_target_arguments' target; what was written and the verdict's
     summary printed."""
     path, assessment = write_report(archive, output, *target)

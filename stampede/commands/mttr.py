@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from stampede.model.projection import Projection
     from stampede.model.rejoin import RejoinVerdict
     from stampede.model.workload import Workload
+    from stampede.results.archived import Archive
 
 
 def _section(path: str) -> dict[str, float]:
@@ -113,10 +114,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.set_defaults(func=cmd_mttr)
 
 
-def _check_layouts(args: argparse.Namespace) -> None:
+def _check_layouts(args: argparse.Namespace, archive: Archive | None) -> None:
     """--layout and --save-layout name a layout the archives measured (a layout they do not
     hold once gave the worked example, every term "assumed", exit 0)."""
-    from stampede.results.archive import read_rows
     from stampede.results.cells import flag as boolean
     from stampede.values import did_you_mean
 
@@ -124,11 +124,10 @@ def _check_layouts(args: argparse.Namespace) -> None:
                                                ("--save-layout", args.save_layout)) if value]
     if not asked:
         return
-    if not args.archives:
+    if archive is None:
         raise UsageError(f"{asked[0][0]} {asked[0][1]}: a layout of the archives' runs, and "
                          "no ARCHIVE is given", hint="stampede mttr ARCHIVE --layout LAYOUT")
-    rows = [row for archive in args.archives for row in read_rows(archive)
-            if boolean(row, "valid")]
+    rows = [row for row in archive.rows if boolean(row, "valid")]
     held = {"--layout": {row["layout"] for row in rows if row["op"] == "restore"},
             "--save-layout": {row["layout"] for row in rows if row["op"] == "blocked"}}
     for flag, value in asked:
@@ -150,10 +149,13 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     )
     from stampede.present.report import make_console
     from stampede.present.report_models import render_mttr
+    from stampede.results.archived import Archive
+    from stampede.results.tiers import rejoin_run_ids
 
     _check_flags(args)
-    _check_layouts(args)
     at_target_rejoin = rejoin_options(args)
+    archive = Archive.open(*args.archives) if args.archives else None   # read once, here
+    _check_layouts(args, archive)
     inputs = dict(EXAMPLE)
     sources = {key: "assumed (worked example)" for key in EXAMPLE}
     section = _section(args.job) if args.job else {}
@@ -163,15 +165,15 @@ def cmd_mttr(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
     workload_line, nodes, layout, projected = "", 0, args.layout, None
-    rejoin = not args.layout and bool(args.archives) and _holds_rejoin(args.archives)
+    rejoin = not args.layout and archive is not None and bool(rejoin_run_ids(archive.rows))
     if args.target_ranks is not None and not rejoin:
-        layout, projected = target_projection(args)
-    model, measured = measured_model(args.archives, layout, inputs, sources)
+        layout, projected = target_projection(args, archive)
+    model, measured = measured_model(archive, layout, inputs, sources)
     if projected is not None:
         model, workload_line, nodes = at_target(model, *projected)
-    cost_s, cost_source = (measured_checkpoint_cost(args.archives, args.save_layout)
-                           if args.archives else (0.0, ""))
-    if args.archives and not measured and not cost_s:
+    cost_s, cost_source = (measured_checkpoint_cost(archive, args.save_layout)
+                           if archive is not None else (0.0, ""))
+    if archive is not None and not measured and not cost_s:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore, startup or save run "
                          "to measure from")
     # a flag beats the [mttr] section, which beats the built-in default
@@ -194,7 +196,8 @@ def cmd_mttr(args: argparse.Namespace) -> int:
                            extras["checkpoint_interval_s"])
     # the rejoin's verdict before any line is printed: a flag it refuses (--lost-nodes above
     # the target's nodes) is one line, not the restart's answer and then the error
-    verdict = _rejoin_beside_restart(args, at_target_rejoin, inputs, sources) if rejoin else None
+    verdict = (_rejoin_beside_restart(args, archive, at_target_rejoin, inputs, sources)
+               if rejoin and archive is not None else None)
     console = make_console()
     if workload_line:
         console.print(f"workload: {workload_line}", markup=False)
@@ -207,7 +210,8 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rejoin_beside_restart(args: argparse.Namespace, at_target: tuple[int | None, float],
+def _rejoin_beside_restart(args: argparse.Namespace, archive: Archive,
+                           at_target: tuple[int | None, float],
                            inputs: dict[str, float], sources: dict[str, str],
                            ) -> RejoinVerdict | None:
     """An archive of `stampede rejoin` holds both restores: T_MTTR each way as measured
@@ -215,26 +219,18 @@ def _rejoin_beside_restart(args: argparse.Namespace, at_target: tuple[int | None
     load the peer transfer into a spare node's NIC, the restart's the storage's
     aggregate), the terms that differ and what dominates."""
     from stampede.model.rejoin import rejoin_verdict
-    from stampede.results.archive import read_rows
 
-    rows = [row for archive in args.archives for row in read_rows(archive)]
     workload = workload_from(args, args.target_ranks or int(EXTRA_DEFAULTS["gpus"]))
-    return rejoin_verdict(args.archives, rows, workload, *at_target, inputs, sources)
+    return rejoin_verdict(archive, workload, *at_target, inputs, sources)
 
 
-def _holds_rejoin(archives: list[str]) -> bool:
-    from stampede.results.archive import read_rows
-    from stampede.results.tiers import rejoin_run_ids
-
-    return bool(rejoin_run_ids([row for archive in archives for row in read_rows(archive)]))
-
-
-def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Projection, Workload]]:
+def target_projection(args: argparse.Namespace, archive: Archive | None
+                      ) -> tuple[str, tuple[Projection, Workload]]:
     """(the restore layout, (its projection at the workload, the workload)): --layout, or
     the HTML verdict's (stampede.model.assessment), projected as the verdict projects it."""
     from stampede.model.assessment import assess
 
-    if not args.archives:
+    if archive is None:
         raise UsageError("--target-ranks: projects the archives' restore runs, and no ARCHIVE "
                          "is given", hint="stampede mttr ARCHIVE --target-ranks N")
     if args.weights_gb is not None:
@@ -242,7 +238,7 @@ def target_projection(args: argparse.Namespace) -> tuple[str, tuple[Projection, 
                          "bytes per rank (give --target-bytes-per-rank, --target-size or "
                          "--target-model instead)")
     workload = workload_from(args, args.target_ranks)
-    assessment = assess(args.archives, workload)
+    assessment = assess(archive, workload)
     verdict = assessment.phases.get("restore")
     layout = args.layout or assessment.mttr_layout
     found = [projection for series, projection, _ in (verdict.projections if verdict else ())

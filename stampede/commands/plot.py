@@ -14,6 +14,7 @@ from stampede.present.plot import INSTALL_HINT, KINDS
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
+    from stampede.results.archived import Archive
 
 PLOT_HELP = """\
 output: with --kind all (the default) -o is a stem: -o out.png (or -o out) writes
@@ -68,7 +69,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     alias_note("plot", "report ARCHIVE --png DIR")
     targets = figure_paths(args.output or Path(args.archive).with_suffix(".png"), _kinds(args))
-    write_figures(args.archive, targets, args.run, args.iteration)
+    from stampede.results.archived import Archive
+
+    write_figures(Archive.open(args.archive), targets, args.run, args.iteration)
     return 0
 
 
@@ -82,20 +85,19 @@ def figure_paths(output: str | Path, kinds: tuple[str, ...]) -> dict[str, Path]:
     return output_paths(output, kinds)
 
 
-def write_figures(archive: str, targets: dict[str, Path], run: str | None,
+def write_figures(archive: Archive, targets: dict[str, Path], run: str | None,
                   iteration: int | None) -> None:
     """Draw and write the figures figure_paths named; print each file written and each
     panel skipped."""
     from stampede.present.plot import build_figures, save
-    from stampede.results.archive import read_rows
 
     kinds = tuple(targets)
-    figures, notes = build_figures(archive, read_rows(archive), kinds, run, iteration)
+    figures, notes = build_figures(archive, kinds, run, iteration)
     for note in notes:
         print(f"stampede: note: {note}", file=sys.stderr)
     if not figures:
         from stampede.errors import UsageError
-        raise UsageError(f"{archive}: nothing to draw for {', '.join(kinds)} (see the notes above)")
+        raise UsageError(f"{archive.label}: nothing to draw for {', '.join(kinds)} (see the notes above)")
     for kind, figure in figures.items():
         save(figure, targets[kind])
         print(f"wrote {targets[kind]}")

@@ -128,7 +128,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     from stampede.model.series import projection_notes, series_from_rows
     from stampede.present.report import make_console
     from stampede.present.report_models import render_projection, render_rejoin
-    from stampede.results.archive import read_rows
+    from stampede.results.archived import Archive
     from stampede.results.tiers import rejoin_run_ids
 
     if args.target_ranks < 1:
@@ -138,12 +138,13 @@ def cmd_project(args: argparse.Namespace) -> int:
     ops = chosen_ops(args.op, args.phase)
     at_target_rejoin = rejoin_options(args)
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
-    rows = [row for archive in args.archives for row in read_rows(archive)]
+    archive = Archive.open(*args.archives)
+    rows = archive.rows
     # a rejoin run (one rank count, two ways back from a lost node) has a model of its own
     rejoin_ids = set(rejoin_run_ids(rows))
     series = series_from_rows([row for row in rows if row["run_id"] not in rejoin_ids],
                               layouts, ops, args.phase)
-    rejoin = rejoin_verdict(args.archives, rows, workload, *at_target_rejoin) \
+    rejoin = rejoin_verdict(archive, workload, *at_target_rejoin) \
         if args.phase == "restore" and not layouts else None
     if rejoin is not None:
         render_rejoin(rejoin, make_console())

@@ -48,18 +48,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     from stampede.errors import UsageError
     from stampede.present.plot import KINDS
     from stampede.present.report import make_console, render_archive
-    from stampede.results.archive import read_rows
+    from stampede.results.archived import Archive
 
     if args.last < 1:   # 0 once showed 1 without a word
         raise UsageError(f"--last {args.last}: must be at least 1")
     target = target_of(args) if args.html else None   # --html and --png: commands.outputs
     figures = figure_paths(Path(args.png) / Path(args.archive).stem, KINDS) if args.png else {}
-    rows = read_rows(args.archive)
-    if not rows:
+    archive = Archive.open(args.archive)   # read once: the terminal, the figures, the page
+    if not archive:
         raise UsageError(f"{args.archive}: the archive holds no runs")
-    render_archive(rows, make_console(), args.run, args.last)
+    render_archive(list(archive.rows), make_console(), args.run, args.last)
     if figures:
-        write_figures(args.archive, figures, args.run[-1] if args.run else None, None)
+        write_figures(archive, figures, args.run[-1] if args.run else None, None)
     if target is not None:
-        write_verdict(args.archive, args.html, target)
+        write_verdict(archive, args.html, target)
     return 0

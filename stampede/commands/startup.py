@@ -65,8 +65,8 @@ def cmd_startup(args: argparse.Namespace) -> int:
         if status:
             return status
     from stampede.present.report import make_console, render_archive
-    from stampede.results.archive import read_rows
-    render_archive(read_rows(args.archive), make_console(), last=args.repeat)
+    from stampede.results.archived import Archive
+    render_archive(list(Archive.open(args.archive).rows), make_console(), last=args.repeat)
     return 0
 
 

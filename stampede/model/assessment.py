@@ -7,8 +7,8 @@ mttr ARCHIVE --layout L`) and, per restore layout, T_MTTR at the workload: its l
 that layout's projected time to last rank (S_weights = the workload's bytes per rank),
 and what the storage would have to deliver for it to fit a target time
 (stampede.model.sizing). One projection per layout behind every number at the target,
-the one `stampede project` prints. Pure: the archives are read, nothing is written or
-launched.
+the one `stampede project` prints. Pure: it takes an opened Archive
+(stampede.results.archived); nothing is read, written or launched here.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_r
 if TYPE_CHECKING:
     from stampede.model.projection import Projection
     from stampede.model.series import Series
+    from stampede.results.archived import Archive
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
 
@@ -199,10 +200,10 @@ def phase_verdict(rows: Sequence[dict[str, str]], phase: str, workload: Workload
     return PhaseVerdict(phase, run_id, ranking, tuple(projections), "" if projections else why)
 
 
-def measured_breakdown(archives: Sequence[str], layout: str) -> Breakdown | None:
+def measured_breakdown(archive: Archive, layout: str) -> Breakdown | None:
     """`stampede mttr ARCHIVES --layout L` with no other input: the worked example's terms
     with those the archives measured; None when they measured none."""
-    model, measured = measured_model(archives, layout)
+    model, measured = measured_model(archive, layout)
     return model if measured else None
 
 
@@ -224,12 +225,12 @@ def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload)
                      terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s)
 
 
-def at_target(archives: Sequence[str], verdict: PhaseVerdict, workload: Workload,
+def at_target(archive: Archive, verdict: PhaseVerdict, workload: Workload,
               target_mttr_s: float) -> tuple[AtTarget, ...]:
     """Each projected restore layout at the workload, ranked by T_MTTR there."""
     found = []
     for series, projection, _ in verdict.projections:
-        model, _ = measured_model(archives, series.layout)
+        model, _ = measured_model(archive, series.layout)
         mttr = mttr_at_target(model, projection, workload)
         if mttr is None:
             continue
@@ -240,17 +241,15 @@ def at_target(archives: Sequence[str], verdict: PhaseVerdict, workload: Workload
     return tuple(sorted(found, key=lambda item: item.mttr.total_s))
 
 
-def assess(archives: Sequence[str], workload: Workload | int,
+def assess(archive: Archive, workload: Workload | int,
            target_mttr_s: float = DEFAULT_TARGET_MTTR_S) -> Assessment:
     """The verdict of the archives for the workload (a bare rank count: the job's
     checkpoint at that count)."""
-    from stampede.results.archive import read_rows
-
     if not isinstance(workload, Workload):
         workload = Workload(workload)
     if not (target_mttr_s > 0 and math.isfinite(target_mttr_s)):
         raise UsageError(f"--target-mttr {target_mttr_s:g}: must be a duration above 0")
-    rows = [row for archive in archives for row in read_rows(archive)]
+    rows = archive.rows
     # a rejoin run's save layouts are the tiers of one save, its restores two ways back
     # from a lost node: its own verdict, not layouts to rank among the others
     rejoin_ids = set(rejoin_run_ids(rows))
@@ -259,7 +258,7 @@ def assess(archives: Sequence[str], workload: Workload | int,
               if (verdict := phase_verdict(alternatives, phase, workload)) is not None}
     restore = phases.get("restore")
     layout = restore.best if restore else ""
-    model = measured_breakdown(archives, layout) if layout else None
-    targets = at_target(archives, restore, workload, target_mttr_s) if restore else ()
+    model = measured_breakdown(archive, layout) if layout else None
+    targets = at_target(archive, restore, workload, target_mttr_s) if restore else ()
     return Assessment(workload, phases, model, layout, targets, target_mttr_s,
-                      rejoin_verdict(archives, rows, workload))
+                      rejoin_verdict(archive, workload))

@@ -44,10 +44,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
-from stampede.results.cells import flag, number, text
+from stampede.results.cells import Row, flag, number, text
+
+if TYPE_CHECKING:
+    from stampede.results.archived import Archive
 
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
@@ -222,58 +225,48 @@ def no_spare_probability(nodes: int, node_failures_per_day: float, spares: int,
 
 # --- measurements from archives ---
 
-def _latest(rows: list[dict[str, str]], op: str, layout: str = "") -> dict[str, str] | None:
-    chosen = [row for row in rows if row["op"] == op and flag(row, "valid")
-              and text(row, "time_to_last_rank_s") and (not layout or row["layout"] == layout)]
-    return chosen[-1] if chosen else None
-
-
-def measured_checkpoint_cost(archives: list[str], layout: str) -> tuple[float, str]:
+def measured_checkpoint_cost(archive: Archive, layout: str) -> tuple[float, str]:
     """C from the latest valid save run of the archives: the blocked pseudo-op's time to
     its last rank (the layout given, else the run's least blocking layout); (0, "") when
     there is none."""
-    from stampede.results.archive import read_rows
-
     found: tuple[float, str] = (0.0, "")
-    for archive in archives:
-        rows = read_rows(archive)
-        blocked = [row for row in rows if row["op"] == "blocked" and flag(row, "valid")
-                   and text(row, "elapsed_s") and (not layout or row["layout"] == layout)]
-        if not blocked:
+    for part in archive.parts():
+        latest = part.latest("blocked", layout, measured="elapsed_s")
+        if latest is None:
             continue
-        run_id = blocked[-1]["run_id"]
-        best = min((row for row in blocked if row["run_id"] == run_id),
+        run_id = latest["run_id"]
+        best = min((row for row in part.run_rows(run_id) if row["op"] == "blocked"
+                    and flag(row, "valid") and text(row, "elapsed_s")
+                    and (not layout or row["layout"] == layout)),
                    key=lambda row: number(row, "elapsed_s"))
         buffered = " (BUFFERED: durability none)" if text(best, "durability") == "none" else ""
         found = (number(best, "elapsed_s"),
-                 f"measured: {Path(archive).name} run {run_id} {best['layout']}, last of "
+                 f"measured: {part.name_of(best)} run {run_id} {best['layout']}, last of "
                  f"{best['nranks']} ranks blocked, save {text(best, 'save_mode') or '?'}{buffered}")
     return found
 
 
-def measured_model(archives: Sequence[str], layout: str, inputs: Mapping[str, float] = EXAMPLE,
+def measured_model(archive: Archive | None, layout: str, inputs: Mapping[str, float] = EXAMPLE,
                    sources: Mapping[str, str] | None = None) -> tuple[Breakdown, bool]:
     """The breakdown of `inputs` (the worked example unless given; `sources` says where
     each came from) with the terms the archives measured laid over them, and whether they
     measured any: `stampede mttr` and the HTML verdict alike."""
-    values, measured, stall = (measured_terms(list(archives), layout) if archives
+    values, measured, stall = (measured_terms(archive, layout) if archive
                                else ({}, {}, math.nan))
     named = dict(sources or {key: "assumed (worked example)" for key in inputs}) | measured
     return breakdown(**{**inputs, **values}, sources=named, metadata_stall_s=stall), bool(values)
 
 
-def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], dict[str, str], float]:
+def measured_terms(archive: Archive, layout: str) -> tuple[dict[str, float], dict[str, str], float]:
     """Values and sources of the terms the archives hold, and the metadata stall."""
-    from stampede.results.archive import read_rows, sidecar_path
-
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
     stall = math.nan
-    for archive in archives:
-        rows = read_rows(archive)
-        name = Path(archive).name
-        startup = _latest(rows, "startup")
+    for part in archive.parts():
+        rows = part.rows
+        startup = part.latest("startup")
         if startup is not None:
+            name = part.name_of(startup)
             values["init_s"] = number(startup, "time_to_last_rank_s")
             sources["init_s"] = f"measured: {name} run {startup['run_id']}, last rank up"
             barrier = next((row for row in reversed(rows) if row["op"] == "barrier"
@@ -291,6 +284,7 @@ def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], 
             run_id = storage[-1]["run_id"]
             best = min((row for row in storage if row["run_id"] == run_id),
                        key=lambda row: number(row, "time_to_last_rank_s"))
+            name = part.name_of(best)
             warm = " (WARM: page cache, not storage)" if text(best, "cache") == "warm" else ""
             values["bw_rank_gbps"] = number(best, "slowest_rank_gbps")
             sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
@@ -298,12 +292,12 @@ def measured_terms(archives: list[str], layout: str) -> tuple[dict[str, float], 
             values["straggler_s"] = (number(best, "time_to_last_rank_s")
                                      - number(best, "first_done_s"))
             sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
-            stall = _time_to_first_byte(sidecar_path(archive, run_id), best["layout"])
+            stall = time_to_first_byte(part.sidecar(run_id).value, best["layout"])
             _process_group(rows, best, name, values, sources)
     return _sync(values, sources), sources, stall
 
 
-def _process_group(rows: list[dict[str, str]], restore: dict[str, str], name: str,
+def _process_group(rows: Sequence[Row], restore: Row, name: str,
                    values: dict[str, float], sources: dict[str, str]) -> None:
     """The restore's own pg_init (run.exchange = torch), when its layout has one."""
     values.pop("pg_init_s", None)   # a later archive's restore replaces an earlier one's
@@ -326,13 +320,12 @@ def _sync(values: dict[str, float], sources: dict[str, str]) -> dict[str, float]
     return {key: value for key, value in values.items() if key in EXAMPLE}
 
 
-def _time_to_first_byte(sidecar: Path, layout: str) -> float:
-    """The slowest rank's barrier -> first byte (median over iterations), from a sidecar."""
+def time_to_first_byte(sidecar: Mapping[str, object] | None, layout: str) -> float:
+    """The slowest rank's barrier -> first byte (median over iterations), from a sidecar
+    (None: no sidecar, or a damaged one)."""
     import statistics
 
-    from stampede.results.readback import read_sidecar
-
-    layouts = (read_sidecar(sidecar).value or {}).get("layouts") or {}
+    layouts = (sidecar or {}).get("layouts") or {}
     stats = layouts.get(layout, {}).get("stats") if isinstance(layouts, dict) else None
     if not isinstance(stats, dict):
         return math.nan   # no sidecar, or a damaged one: the stall is not measured

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 from stampede.model.mttr import EXAMPLE, Breakdown, Term, measured_model
@@ -36,6 +37,9 @@ from stampede.model.workload import Workload
 from stampede.results.cells import flag, number, text, whole
 from stampede.results.tiers import REJOIN, RESTART, TIER_RESTORES, TIERS, rejoin_run_ids, tier_column
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_percent, format_rate
+
+if TYPE_CHECKING:
+    from stampede.results.archived import Archive
 
 SPARE_POOL_FRACTION = 0.02   # the pool at the target, of the nodes (the seed's 2-5%)
 PEER_TERM = "peer transfer k S / B_node"
@@ -197,27 +201,30 @@ def with_load(model: Breakdown, name: str, seconds: float, source: str, size: fl
                    bw_rank_gbps=size / seconds / BYTES_PER_GB if seconds > 0 else math.inf)
 
 
-def _side(archives: Sequence[str], layout: str, seconds: float, source: str, size: float,
+def _side(archive: Archive, layout: str, seconds: float, source: str, size: float,
           inputs: Mapping[str, float], sources: Mapping[str, str] | None) -> Side:
     if not (seconds > 0 and math.isfinite(seconds)):
         return Side(layout, None, "no peer transfer measured (every spare fell back to "
                                   "storage)" if layout == REJOIN else "no restore time")
-    model, _ = measured_model(archives, layout, inputs, sources)
+    model, _ = measured_model(archive, layout, inputs, sources)
     name = PEER_TERM if layout == REJOIN else STORAGE_TERM
     return Side(layout, with_load(model, name, seconds, source, size))
 
 
-def rejoin_verdict(archives: Sequence[str], rows: Sequence[dict[str, str]], workload: Workload,
+def rejoin_verdict(archive: Archive, workload: Workload,
                    lost_nodes: int | None = None, spare_fraction: float = SPARE_POOL_FRACTION,
                    inputs: Mapping[str, float] = EXAMPLE,
                    sources: Mapping[str, str] | None = None) -> RejoinVerdict | None:
     """Rejoin and restart of the archives' latest rejoin run, as measured and at the
     workload (its ranks per node and bytes per rank, or the run's; L the run's unless
     given), the other terms `inputs` (from `sources`) where not measured; None without a
-    rejoin run."""
-    run = rejoin_run(rows)
+    rejoin run. Every term comes from that run (and the archives' other runs: startup's),
+    never from another rejoin run's restores."""
+    run = rejoin_run(archive.rows)
     if run is None:
         return None
+    archive = archive.without(run_id for run_id in rejoin_run_ids(archive.rows)
+                              if run_id != run.run_id)
     k = workload.ranks_per_node or run.ranks_per_node
     size = workload.bytes_per_rank or float(run.bytes_per_rank)
     lost = lost_nodes or run.lost_nodes
@@ -225,17 +232,17 @@ def rejoin_verdict(archives: Sequence[str], rows: Sequence[dict[str, str]], work
         raise UsageError(f"--lost-nodes {lost}: more than the target's {workload.nodes(k):,} "
                          f"node(s) ({workload.ranks} ranks, {k} per node)")
     spares = spare_pool(workload.nodes(k), spare_fraction)
-    measured = tuple(_side(archives, layout, run.time_to_last_rank_s[layout],
+    measured = tuple(_side(archive, layout, run.time_to_last_rank_s[layout],
                            f"measured: run {run.run_id} {layout}, time to last rank of "
                            f"{run.nranks} ranks", run.bytes_per_rank, inputs, sources)
                      for layout in TIER_RESTORES)
-    rejoin = _side(archives, REJOIN, rejoin_load_s(k, size, run.rates),
+    rejoin = _side(archive, REJOIN, rejoin_load_s(k, size, run.rates),
                    f"projected: {k} x {format_bytes(size)} into a spare node at B_node",
                    size, inputs, sources)
     if lost > spares:
         rejoin = Side(REJOIN, None, f"{lost} lost node(s) and {spares} spare(s) in the pool: "
                                     "the lost ranks have no node to rejoin on")
-    restart = _side(archives, RESTART, restart_load_s(workload.ranks, k, size, run.rates),
+    restart = _side(archive, RESTART, restart_load_s(workload.ranks, k, size, run.rates),
                     f"projected: {workload.ranks} x {format_bytes(size)} at B_storage as "
                     "measured", size, inputs, sources)
     return RejoinVerdict(run, workload, k, size, lost, spares, spare_fraction,

@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from stampede.results.archived import Archive
+
 KINDS = ("cdf", "scaling", "timeline")
 INSTALL_HINT = install_hint("plot")
 DPI = 110
@@ -96,18 +98,18 @@ def save(figure: Figure, path: Path) -> None:
         raise UsageError(f"-o {path}: {error}", hint="use a .png (or .svg, .pdf) name") from None
 
 
-def build_figures(archive: str | Path, rows: list[Row], kinds: Sequence[str],
-                  run_id: str | None = None, iteration: int | None = None
-                  ) -> tuple[dict[str, Figure], list[str]]:
+def build_figures(archive: Archive, kinds: Sequence[str], run_id: str | None = None,
+                  iteration: int | None = None) -> tuple[dict[str, Figure], list[str]]:
     """The figures of `kinds` that the data allows, and notes on those it does not."""
-    run_id = select_run(archive, rows, run_id)
+    rows = list(archive.rows)
+    run_id = select_run(archive, run_id)
     run_rows = [row for row in rows if row["run_id"] == run_id]
     notes: list[str] = []
     figures: dict[str, Figure | None] = {}
     if "scaling" in kinds:
         figures["scaling"] = scaling_figure(rows, notes)
     if "cdf" in kinds or "timeline" in kinds:
-        document = load_sidecar(archive, run_id, notes)
+        document = sidecar_of(archive, run_id, notes)
         if "cdf" in kinds:
             figures["cdf"] = cdf_figure(run_rows, document, notes) if document else None
         if "timeline" in kinds:
@@ -117,28 +119,25 @@ def build_figures(archive: str | Path, rows: list[Row], kinds: Sequence[str],
             list(dict.fromkeys(notes)))
 
 
-def select_run(archive: str | Path, rows: list[Row], run_id: str | None) -> str:
+def select_run(archive: Archive, run_id: str | None) -> str:
     """The run to draw: `run_id`, or the archive's last; a UsageError when there is none."""
     from stampede.errors import UsageError
 
-    runs = list(dict.fromkeys(row["run_id"] for row in rows))
+    runs = archive.runs()
     if not runs:
-        raise UsageError(f"{archive}: the archive holds no runs")
+        raise UsageError(f"{archive.label}: the archive holds no runs")
     if run_id is None:
         return runs[-1]
     if run_id not in runs:
-        raise UsageError(f"--run {run_id}: no such run in {archive}",
+        raise UsageError(f"--run {run_id}: no such run in {archive.label}",
                          hint="runs there: " + ", ".join(runs[-5:]))
     return run_id
 
 
-def load_sidecar(archive: str | Path, run_id: str, notes: list[str]) -> dict[str, object] | None:
+def sidecar_of(archive: Archive, run_id: str, notes: list[str]) -> dict[str, object] | None:
     """The run's JSON sidecar, or None (with a note: the file and what is wrong) when it
     is missing or does not read."""
-    from stampede.results.archive import sidecar_path
-    from stampede.results.readback import read_sidecar
-
-    found = read_sidecar(sidecar_path(archive, run_id))
+    found = archive.sidecar(run_id)
     notes += [f"run {run_id}: no readable sidecar: {note}: skipping the cdf and timeline "
               "figures" for note in found.notes]
     return found.value

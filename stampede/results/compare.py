@@ -176,18 +176,10 @@ def _metrics_of(op: str) -> list[tuple[str, tuple[str, str] | None, bool]]:
             if not (entry[0] == "lat_p99_s" and op in PSEUDO_OPS)]
 
 
-def _check_cells(rows: Iterable[Row]) -> None:
-    """Read every metric cell once, so a garbage cell is an error whatever it matches."""
-    for row in rows:
-        for metric, spread, _ in METRICS:
-            for column in (metric, *(spread or ())):
-                number(row, column)
-
-
 def compare_rows(base_rows: list[Row], other_rows: list[Row], skip: str = "",
                  match: tuple[str, ...] = MATCH_COLUMNS) -> list[Comparison]:
-    """Every metric of every configuration present on both sides, over all their runs."""
-    _check_cells([*base_rows, *other_rows])
+    """Every metric of every configuration present on both sides, over all their runs (the
+    rows' cells checked when they were read: stampede.results.archived)."""
     base = runs_by_config(base_rows, skip, match)
     other = runs_by_config(other_rows, skip, match)
     result: list[Comparison] = []

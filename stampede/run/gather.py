@@ -24,6 +24,8 @@ from stampede.units import NS_PER_S
 # imported where used: histogram mode alone needs it, not every rank's start; rank 0
 # alone makes a LayoutStats (stampede.results.stats)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from stampede.backends.base import Backend
     from stampede.checkpoint.plan import RankPlan
     from stampede.checkpoint.save_plan import SavePlan
@@ -184,11 +186,12 @@ def client_counts(comm: mpi.Comm, backend: Backend,
     validation re-reads count under open and read), summed over ranks: requests retried,
     throttling answers, seconds backing off (object stores: throttling and timeouts show
     up here before they become errors)."""
-    now = (backend.retries, backend.throttles, backend.backoff_s)
+    now: tuple[Mapping[str, float], ...] = (backend.retries, backend.throttles, backend.backoff_s)
+    then: tuple[Mapping[str, float], ...] = before
     scale = (1, 1, NS_PER_S)   # the reduction sums int64: seconds as nanoseconds
     mine = np.array([[round((counts.get(op, 0) - earlier.get(op, 0)) * factor)
                       for op in RETRY_OPS]
-                     for counts, earlier, factor in zip(now, before, scale, strict=True)])
+                     for counts, earlier, factor in zip(now, then, scale, strict=True)])
     total = mpi.allreduce_sum(comm, mine)
     if total is None:
         return ClientCounts()

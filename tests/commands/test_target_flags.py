@@ -28,7 +28,14 @@ from stampede.units import (
     parse_size,
 )
 from tests.model.test_project import RANKS, TRUE, synthetic_archive
-from tests.model.test_rejoin import archive as rejoin_archive
+from tests.model.test_rejoin import archived, rows
+
+
+def rejoin_archive(tmp_path: Path, startup_s: float) -> str:
+    """tests/model/test_rejoin's rejoin run (and a startup run) as a CSV archive."""
+    path = tmp_path / "rejoin.csv"
+    append_rows(path, archived(rows(), startup_s=startup_s).rows)
+    return str(path)
 
 # each target flag, and values it must refuse (0, negative, not a number, absurd)
 BAD = {

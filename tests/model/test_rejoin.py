@@ -4,7 +4,6 @@ rejoin run's rows, the load terms at the target, the spare pool, a fall-back sai
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from stampede.model.rejoin import (
     spare_pool,
 )
 from stampede.model.workload import Workload
-from stampede.results.archive import append_rows, read_rows
+from stampede.results.archived import Archive
 
 MIB = 2**20
 
@@ -85,26 +84,24 @@ def test_the_spare_pool_is_a_share_of_the_nodes_and_never_empty() -> None:
     assert spare_pool(10) == 1
 
 
-def archive(tmp_path: Path, startup_s: float | None) -> str:
-    """The rows above as a real archive (the writer's own append), with a `stampede
-    startup` run beside them when given."""
-    path = tmp_path / "rejoin.csv"
-    written = [{**row, "schema": 5, "phase": "restore", "tool": "stampede", "job": "tiers",
-                "cache": "cold"} for row in rows()]
+def archived(*runs: list[dict[str, str]], startup_s: float | None = None) -> Archive:
+    """The runs' rows as an archive in memory, with a `stampede startup` run after them
+    when given."""
+    written = [{**row, "schema": "5", "phase": "restore", "tool": "stampede", "job": "tiers",
+                "cache": "cold"} for run in runs for row in run]
     if startup_s is not None:
-        written.append({"schema": 5, "run_id": "s1", "phase": "startup", "tool": "stampede",
+        written.append({"schema": "5", "run_id": "s1", "phase": "startup", "tool": "stampede",
                         "job": "startup", "layout": "-", "op": "startup", "valid": "true",
                         "nranks": "4", "time_to_last_rank_s": str(startup_s)})
-    append_rows(path, written)
-    return str(path)
+    return Archive(written)
 
 
 @pytest.mark.parametrize("startup_s", [None, 2.5])
 def test_t_mttr_both_ways_at_the_target_with_the_spares_start_up_measured_or_assumed(
-        tmp_path: Path, startup_s: float | None) -> None:
-    path = archive(tmp_path, startup_s)
+        startup_s: float | None) -> None:
+    archive = archived(rows(), startup_s=startup_s)
     workload = Workload(16384, ranks_per_node=8, bytes_per_rank=1e9)
-    verdict = rejoin_verdict([path], read_rows(path), workload)
+    verdict = rejoin_verdict(archive, workload)
     assert verdict is not None and verdict.spares == 41 and verdict.lost_nodes == 1
     rejoin, restart = verdict.at_target
     assert rejoin.model is not None and restart.model is not None
@@ -116,6 +113,23 @@ def test_t_mttr_both_ways_at_the_target_with_the_spares_start_up_measured_or_ass
     assert terms["T_pod_init"].seconds == (startup_s if startup_s is not None else 5.0)
     assert terms["T_pod_init"].measured == (startup_s is not None)
     assert restart.dominant == "S_weights / BW_rank_io"   # 16 TB through 0.5 GB/s
-    alone = rejoin_verdict([path], read_rows(path), workload, lost_nodes=42)   # > the pool
+    alone = rejoin_verdict(archive, workload, lost_nodes=42)   # > the pool
     assert alone is not None and alone.at_target[0].model is None
     assert "42 lost node(s) and 41 spare(s)" in alone.at_target[0].why_not
+
+
+def test_every_term_of_the_verdict_comes_from_the_run_it_chose() -> None:
+    """Two rejoin runs; the later one's restart failed: the verdict is the earlier run's,
+    and so is every measured term (its rejoin restore's rate once came from the later run:
+    "the latest rejoin row" beside "the latest run with both")."""
+    def measured(run_id: str, gbps: str) -> list[dict[str, str]]:
+        return [{**row, "slowest_rank_gbps": gbps} for row in rows(run_id)]
+
+    later = measured("r2", "9.0")
+    later[-1]["valid"] = "false"
+    verdict = rejoin_verdict(archived(measured("r1", "1.0"), later), Workload(16384))
+    assert verdict is not None and verdict.run.run_id == "r1"
+    for side in (*verdict.measured, *verdict.at_target):
+        assert side.model is not None
+        sources = " ".join(term.source for term in side.model.terms)
+        assert " run r2" not in sources and "run r1" in sources, sources

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from stampede.results.archive import read_rows, sidecar_path
+from stampede.results.archived import Archive
 from tests.helpers import requires
 from tests.helpers.jobs import RUN_TIMEOUT_S, small_job
 
@@ -83,7 +84,7 @@ def last_sidecar(archive: Path) -> dict[str, Any]:
 def build(archive: Path, kind: str, **options: Any) -> tuple[Any, list[str]]:
     from stampede.present import plot
 
-    figures, notes = plot.build_figures(archive, read_rows(archive), (kind,), **options)
+    figures, notes = plot.build_figures(Archive.open(archive), (kind,), **options)
     return figures.get(kind), notes
 
 

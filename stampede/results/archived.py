@@ -1,0 +1,166 @@
+"""What archives hold, read once: the read side's one way in (the recorder is the write side's).
+
+An `Archive` is opened at a command's edge (`Archive.open(*paths)`) and handed to the model
+and the presenters, which never read a file themselves (tests/test_house.py):
+- the rows of every file, read once (stampede.results.archive.read_rows: any schema,
+  upgraded to today's terms), in order: the files as given, each file's rows as appended;
+- every cell checked once against the column registry (stampede.results.columns): a cell
+  that is not what its column holds is the one error naming the file, its line, the column
+  and the value, before anything is rendered; the accessors of stampede.results.cells then
+  read the checked text;
+- the run a verdict uses chosen in one place (`latest`: the last valid run of an op, by
+  layout), and a verdict restricted to one set of runs (`without`);
+- each run's sidecar and trace read on demand, cached, through stampede.results.readback
+  (a damaged one is a Read with a note: the caller says it).
+
+An Archive is also built in memory (`Archive(rows)`, sidecars by run id): the model's tests
+give it rows, never a CSV."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stampede.results.cells import SOURCE, Row, bad_cell, flag, text
+from stampede.results.columns import BY_NAME
+from stampede.results.readback import Document, Read
+
+if TYPE_CHECKING:
+    from stampede.results.trace import Trace
+
+
+@dataclass(eq=False)
+class Archive:
+    """The rows of one or several archives and, on demand, their runs' sidecars and traces."""
+
+    rows: list[dict[str, str]]   # as read_rows returns them (cells: stampede.results.cells)
+    paths: tuple[Path, ...] = ()
+    names: tuple[str, ...] = ()   # the paths as given (the label the reports print)
+    # in memory (tests): run id -> sidecar; opened from files: read from ARCHIVE.runs/
+    sidecars: Mapping[str, Document] | None = None
+    # what was read of ARCHIVE.runs/, by run id (shared by the Archives `parts` and `without`
+    # make: a sidecar is read once per command)
+    _sidecars: dict[str, Read[Document]] = field(default_factory=dict, repr=False)
+    _traces: dict[str, Read[Trace] | None] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, *paths: str | Path) -> Archive:
+        """The archives at `paths`, read once and checked cell by cell."""
+        from stampede.results.archive import read_rows
+
+        rows: list[dict[str, str]] = []
+        for path in paths:
+            found = read_rows(path)
+            check_cells(found)
+            rows += found
+        return cls(rows, tuple(Path(path) for path in paths), tuple(str(path) for path in paths))
+
+    # --- naming ---
+
+    @property
+    def label(self) -> str:
+        """The files, as given on the command line (", " between them)."""
+        return ", ".join(self.names or (str(path) for path in self.paths))
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    # --- runs ---
+
+    def runs(self) -> list[str]:
+        """Run ids in the order they were appended."""
+        return list(dict.fromkeys(row["run_id"] for row in self.rows))
+
+    def run_rows(self, run_id: str) -> list[dict[str, str]]:
+        return [row for row in self.rows if row["run_id"] == run_id]
+
+    def latest(self, op: str, layout: str = "", measured: str = "time_to_last_rank_s"
+               ) -> dict[str, str] | None:
+        """The last valid row of `op` (of `layout`, when given) whose `measured` cell holds
+        a value: the run a verdict term comes from."""
+        chosen = [row for row in self.rows if row["op"] == op and flag(row, "valid")
+                  and text(row, measured) and (not layout or row["layout"] == layout)]
+        return chosen[-1] if chosen else None
+
+    def parts(self) -> list[Archive]:
+        """One Archive per file (a verdict term read file by file, the later file's winning),
+        sharing this one's sidecars."""
+        if len(self.paths) < 2:
+            return [self]
+        return [self._with([row for row in self.rows if row.get(SOURCE) == str(path)], (path,),
+                           (name,)) for path, name in zip(self.paths, self.names, strict=True)]
+
+    def without(self, run_ids: Iterable[str]) -> Archive:
+        """These runs left out (a verdict that must not draw on them), sidecars shared."""
+        dropped = set(run_ids)
+        return self._with([row for row in self.rows if row["run_id"] not in dropped], self.paths,
+                          self.names)
+
+    def name_of(self, row: Row) -> str:
+        """The file name a row came from (the archive's label in memory)."""
+        source = row.get(SOURCE)
+        return Path(source).name if source else self.label or "archive"
+
+    # --- sidecars and traces, on demand ---
+
+    def sidecar(self, run_id: str) -> Read[Document]:
+        """The run's sidecar (ARCHIVE.runs/RUN_ID.json), read once: a missing or damaged
+        one is a Read with a note naming the file."""
+        if self.sidecars is not None or not self.paths:   # in memory
+            document = (self.sidecars or {}).get(run_id)
+            return Read(document, () if document is not None else
+                        (f"run {run_id}: no sidecar in memory",))
+        if run_id not in self._sidecars:
+            from stampede.results.readback import read_sidecar
+
+            self._sidecars[run_id] = read_sidecar(self._sidecar_path(run_id))
+        return self._sidecars[run_id]
+
+    def trace(self, run_id: str) -> Read[Trace] | None:
+        """The run's trace (--trace), read once; None for a run without one."""
+        if self.sidecars is not None or not self.paths:   # in memory: no traces
+            return None
+        if run_id not in self._traces:
+            from stampede.results.readback import read_trace
+            from stampede.results.trace import trace_path
+
+            path = trace_path(self._sidecar_path(run_id))
+            self._traces[run_id] = (read_trace(path) if path.exists() or path.is_symlink()
+                                    else None)
+        return self._traces[run_id]
+
+    def _sidecar_path(self, run_id: str) -> Path:
+        from stampede.results.archive import sidecar_path
+
+        source = next((row.get(SOURCE) for row in self.rows if row["run_id"] == run_id), None)
+        return sidecar_path(source or self.paths[-1], run_id)
+
+    def _with(self, rows: list[dict[str, str]], paths: tuple[Path, ...], names: tuple[str, ...]) -> Archive:
+        return Archive(rows, paths, names, self.sidecars, self._sidecars, self._traces)
+
+
+def check_cells(rows: Sequence[Row]) -> None:
+    """Every cell of a registered number, whole-number or true/false column is what its
+    column holds (empty is "no value"): else the one UsageError of stampede.results.cells,
+    naming the file, the line, the column and the value."""
+    kinds = {name: column.kind for name, column in BY_NAME.items() if column.kind != "text"}
+    for row in rows:
+        for name, kind in kinds.items():
+            value = row.get(name)
+            if value and not _holds(kind, value):
+                raise bad_cell(row, name, kind)
+
+
+def _holds(kind: str, value: str) -> bool:
+    if kind == "flag":
+        return value in ("true", "false")
+    try:
+        float(value) if kind == "number" else int(value)
+    except ValueError:
+        return False
+    return True
