@@ -101,7 +101,8 @@ def _selection_notes(layout_rows: list[dict[str, str]], same: list[dict[str, str
     """Which rows were fitted, and why each other one was left out."""
     used = ", ".join(f"{row['nranks']}@{row.get('nnodes') or 1} ({row['run_id']})" for row in chosen)
     notes = [f"fitted: {len(chosen)} {phase} run(s) at ranks@nodes {used}"]
-    others = [row for row in layout_rows if row not in same]
+    kept = {id(row) for row in same}   # by identity: `row not in same` compared dicts, n x m
+    others = [row for row in layout_rows if id(row) not in kept]
     if others:
         reasons = Counter(_differs(row, config) for row in others)
         notes.append(f"left out: {len(others)} {phase} run(s) of another configuration ("

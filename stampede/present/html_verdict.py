@@ -25,7 +25,8 @@ def verdict_section(assessment: Assessment) -> str:
     items = []
     for phase, verdict in assessment.phases.items():
         line = (f"<b>{phase}: use {escape(verdict.best)}</b>"
-                f" (measured best: {escape(verdict.best_measured or '-')})")
+                f" (measured best: {escape(verdict.best_measured or '-')}, ranked in run "
+                f"{escape(verdict.run_id)})")
         if verdict.projections:
             series, projection, notes = verdict.at_target[0]
             low, high = projection.band
