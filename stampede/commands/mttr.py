@@ -253,7 +253,7 @@ def target_projection(args: argparse.Namespace, archive: Archive | None
 def at_target(model: Breakdown, projection: Projection, workload: Workload) -> tuple[Breakdown, str, int]:
     """`model` with its load term the projection's time to last rank at the workload
     (the verdict's mttr_at_target); the workload's line and its node count."""
-    from stampede.model.assessment import mttr_at_target
+    from stampede.model.mttr import mttr_at_target
 
     at_workload = mttr_at_target(model, projection, workload)
     if at_workload is None:

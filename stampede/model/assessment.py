@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
-from stampede.model.mttr import Breakdown, breakdown, measured_model
+from stampede.model.mttr import Breakdown, measured_model, mttr_at_target
 from stampede.model.rejoin import RejoinVerdict, rejoin_verdict
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
 from stampede.model.workload import Workload
 from stampede.results import compare
 from stampede.results.cells import flag
 from stampede.results.tiers import rejoin_run_ids
-from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_rate
+from stampede.units import format_duration, format_rate
 
 if TYPE_CHECKING:
     from stampede.model.projection import Projection
@@ -205,24 +205,6 @@ def measured_breakdown(archive: Archive, layout: str) -> Breakdown | None:
     with those the archives measured; None when they measured none."""
     model, measured = measured_model(archive, layout)
     return model if measured else None
-
-
-def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload) -> Breakdown | None:
-    """`model`'s T_MTTR with its load term `projection`'s time to last rank at the
-    workload (S_weights its bytes per rank); None where it projects no time."""
-    size_bytes = projection.params.bytes_per_rank
-    total_s = projection.prediction.total_s
-    if not (total_s > 0 and math.isfinite(total_s)) or size_bytes <= 0:
-        return None
-    terms = {term.name: term for term in model.terms}
-    sources = {"detect_s": terms["T_detect"].source, "swap_s": terms["T_cordon_swap"].source,
-               "init_s": terms["T_pod_init"].source, "sync_s": terms["T_barrier_sync"].source,
-               "bw_rank_gbps": f"projected: {projection.fit.layout} at {workload.ranks} ranks, "
-                               f"{format_bytes(size_bytes)} per rank (stampede project)"}
-    return breakdown(terms["T_detect"].seconds, terms["T_cordon_swap"].seconds,
-                     terms["T_pod_init"].seconds, size_bytes / BYTES_PER_GB,
-                     size_bytes / total_s / BYTES_PER_GB,
-                     terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s)
 
 
 def at_target(archive: Archive, verdict: PhaseVerdict, workload: Workload,

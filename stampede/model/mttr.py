@@ -48,8 +48,11 @@ from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 from stampede.results.cells import Row, flag, number, text
+from stampede.units import BYTES_PER_GB, format_bytes
 
 if TYPE_CHECKING:
+    from stampede.model.projection import Projection
+    from stampede.model.workload import Workload
     from stampede.results.archived import Archive
 
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
@@ -221,6 +224,24 @@ def no_spare_probability(nodes: int, node_failures_per_day: float, spares: int,
         log_term += math.log(mean) - math.log(k)
         if k > mean and term < 1e-18 * max(tail, 1e-300):
             return min(tail, 1.0)
+
+
+def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload) -> Breakdown | None:
+    """`model`'s T_MTTR with its load term `projection`'s time to last rank at the
+    workload (S_weights its bytes per rank); None where it projects no time."""
+    size_bytes = projection.params.bytes_per_rank
+    total_s = projection.prediction.total_s
+    if not (total_s > 0 and math.isfinite(total_s)) or size_bytes <= 0:
+        return None
+    terms = {term.name: term for term in model.terms}
+    sources = {"detect_s": terms["T_detect"].source, "swap_s": terms["T_cordon_swap"].source,
+               "init_s": terms["T_pod_init"].source, "sync_s": terms["T_barrier_sync"].source,
+               "bw_rank_gbps": f"projected: {projection.fit.layout} at {workload.ranks} ranks, "
+                               f"{format_bytes(size_bytes)} per rank (stampede project)"}
+    return breakdown(terms["T_detect"].seconds, terms["T_cordon_swap"].seconds,
+                     terms["T_pod_init"].seconds, size_bytes / BYTES_PER_GB,
+                     size_bytes / total_s / BYTES_PER_GB,
+                     terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s)
 
 
 # --- measurements from archives ---
