@@ -67,9 +67,6 @@ class Archive:
     def __bool__(self) -> bool:
         return bool(self.rows)
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
     # --- runs ---
 
     def runs(self) -> list[str]:
