@@ -81,7 +81,7 @@ def write_report(archive: Archive, output: str, workload: Workload, target_mttr_
     from stampede.present.plot import sidecar_of
 
     path = Path(output or archive.paths[0].with_suffix(".html"))
-    rows = list(archive.rows)
+    rows = archive.rows
     if not rows:
         raise UsageError(f"{archive.label}: the archive holds no runs")
     assessment = assess(archive, workload, target_mttr_s)
@@ -125,10 +125,9 @@ def traces_of(archive: Archive, sidecars: Mapping[str, object]
 
 def cmd_html(args: argparse.Namespace) -> int:
     from stampede.commands.flags import alias_note
-
-    alias_note("html", "report ARCHIVE --html FILE")
     from stampede.results.archived import Archive
 
+    alias_note("html", "report ARCHIVE --html FILE")
     target = target_of(args)
     write_verdict(Archive.open(args.archive), args.output, target)
     return 0

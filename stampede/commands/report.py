@@ -57,7 +57,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     archive = Archive.open(args.archive)   # read once: the terminal, the figures, the page
     if not archive:
         raise UsageError(f"{args.archive}: the archive holds no runs")
-    render_archive(list(archive.rows), make_console(), args.run, args.last)
+    render_archive(archive.rows, make_console(), args.run, args.last)
     if figures:
         write_figures(archive, figures, args.run[-1] if args.run else None, None)
     if target is not None:

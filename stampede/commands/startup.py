@@ -66,7 +66,7 @@ def cmd_startup(args: argparse.Namespace) -> int:
             return status
     from stampede.present.report import make_console, render_archive
     from stampede.results.archived import Archive
-    render_archive(list(Archive.open(args.archive).rows), make_console(), last=args.repeat)
+    render_archive(Archive.open(args.archive).rows, make_console(), last=args.repeat)
     return 0
 
 

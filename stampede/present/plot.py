@@ -101,7 +101,7 @@ def save(figure: Figure, path: Path) -> None:
 def build_figures(archive: Archive, kinds: Sequence[str], run_id: str | None = None,
                   iteration: int | None = None) -> tuple[dict[str, Figure], list[str]]:
     """The figures of `kinds` that the data allows, and notes on those it does not."""
-    rows = list(archive.rows)
+    rows = archive.rows
     run_id = select_run(archive, run_id)
     run_rows = [row for row in rows if row["run_id"] == run_id]
     notes: list[str] = []

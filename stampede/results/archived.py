@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stampede.results.cells import SOURCE, Row, bad_cell, flag, text
+from stampede.results.cells import SOURCE, Row, flag, number, text, whole
 from stampede.results.columns import BY_NAME
 from stampede.results.readback import Document, Read
 
@@ -143,21 +143,12 @@ class Archive:
 
 def check_cells(rows: Sequence[Row]) -> None:
     """Every cell of a registered number, whole-number or true/false column is what its
-    column holds (empty is "no value"): else the one UsageError of stampede.results.cells,
-    naming the file, the line, the column and the value."""
-    kinds = {name: column.kind for name, column in BY_NAME.items() if column.kind != "text"}
+    column holds (empty is "no value"), read once by its stampede.results.cells accessor:
+    else that accessor's one UsageError, naming the file, the line, the column and the value."""
+    accessors = {"number": number, "whole": whole, "flag": flag}
+    checks = [(name, accessors[column.kind]) for name, column in BY_NAME.items()
+              if column.kind in accessors]
     for row in rows:
-        for name, kind in kinds.items():
-            value = row.get(name)
-            if value and not _holds(kind, value):
-                raise bad_cell(row, name, kind)
-
-
-def _holds(kind: str, value: str) -> bool:
-    if kind == "flag":
-        return value in ("true", "false")
-    try:
-        float(value) if kind == "number" else int(value)
-    except ValueError:
-        return False
-    return True
+        for name, read in checks:
+            if row.get(name):
+                read(row, name)
