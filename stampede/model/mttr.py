@@ -252,13 +252,12 @@ def measured_checkpoint_cost(archive: Archive, layout: str) -> tuple[float, str]
     there is none."""
     found: tuple[float, str] = (0.0, "")
     for part in archive.parts():
-        latest = part.latest("blocked", layout, measured="elapsed_s")
-        if latest is None:
+        blocked = [row for row in part.rows if row["op"] == "blocked" and flag(row, "valid")
+                   and text(row, "elapsed_s") and (not layout or row["layout"] == layout)]
+        if not blocked:
             continue
-        run_id = latest["run_id"]
-        best = min((row for row in part.run_rows(run_id) if row["op"] == "blocked"
-                    and flag(row, "valid") and text(row, "elapsed_s")
-                    and (not layout or row["layout"] == layout)),
+        run_id = blocked[-1]["run_id"]
+        best = min((row for row in blocked if row["run_id"] == run_id),
                    key=lambda row: number(row, "elapsed_s"))
         buffered = " (BUFFERED: durability none)" if text(best, "durability") == "none" else ""
         found = (number(best, "elapsed_s"),
@@ -313,7 +312,7 @@ def measured_terms(archive: Archive, layout: str) -> tuple[dict[str, float], dic
             values["straggler_s"] = (number(best, "time_to_last_rank_s")
                                      - number(best, "first_done_s"))
             sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
-            stall = time_to_first_byte(part.sidecar(run_id).value, best["layout"])
+            stall = _time_to_first_byte(part.sidecar(run_id).value, best["layout"])
             _process_group(rows, best, name, values, sources)
     return _sync(values, sources), sources, stall
 
@@ -341,7 +340,7 @@ def _sync(values: dict[str, float], sources: dict[str, str]) -> dict[str, float]
     return {key: value for key, value in values.items() if key in EXAMPLE}
 
 
-def time_to_first_byte(sidecar: Mapping[str, object] | None, layout: str) -> float:
+def _time_to_first_byte(sidecar: Mapping[str, object] | None, layout: str) -> float:
     """The slowest rank's barrier -> first byte (median over iterations), from a sidecar
     (None: no sidecar, or a damaged one)."""
     import statistics
