@@ -298,7 +298,6 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, coun
     from stampede.errors import RunFailed
     from stampede.model.budget import PROBE_FACTOR, Probe, plan_sweep
     from stampede.results.archived import Archive
-    from stampede.results.cells import flag, number
 
     sizes = valid_factors(args, saving, spec, counts)
     factor = min(sizes, key=lambda size: abs(size - PROBE_FACTOR))
@@ -315,8 +314,8 @@ def probe_and_plan(args: argparse.Namespace, saving: Saving, spec: JobSpec, coun
         finally:   # the sweep's first prepare starts from nothing, as the probe's did
             clean(args.job, saving, sets)
         probed = Archive.open(archive).rows
-        work_s, save_work_s = (sum(number(row, "time_to_last_rank_s") for row in probed
-                                   if row["op"] == op and flag(row, "valid"))
+        work_s, save_work_s = (sum(row["time_to_last_rank_s"] for row in probed
+                                   if row["op"] == op and row["valid"])
                                   for op in ("restore", "save"))
     probe = Probe(counts[0], walls["prepare"], walls["run"], work_s, factor,
                   walls.get("save", 0.0), save_work_s)

@@ -39,7 +39,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from stampede.present.report_models import render_comparison
     from stampede.results.archive import COLUMNS
     from stampede.results.archived import Archive
-    from stampede.results.cells import text
+    from stampede.results.cells import cell
 
     match = tuple(column.strip() for column in args.match.split(",") if column.strip())
     unknown = [column for column in match if column not in COLUMNS]
@@ -53,12 +53,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.by not in COLUMNS:
             raise UsageError(f"--by {args.by!r}: not an archive column (e.g. layout, cache, job)")
         rows = Archive.open(args.archives[0]).rows
-        values = list(dict.fromkeys(text(row, args.by) for row in rows))
+        values = list(dict.fromkeys(cell(row[args.by]) for row in rows))
         if len(values) < 2:
             raise UsageError(f"--by {args.by}: the archive holds one value only ({values})")
-        base = [row for row in rows if text(row, args.by) == values[0]]
+        base = [row for row in rows if cell(row[args.by]) == values[0]]
         sections = [(f"A = {args.by} {values[0]}, B = {args.by} {value}",
-                     compare_rows(base, [row for row in rows if text(row, args.by) == value],
+                     compare_rows(base, [row for row in rows if cell(row[args.by]) == value],
                                   skip=args.by, match=match)) for value in values[1:]]
     else:
         raise UsageError("compare takes two archives, or one archive and --by COLUMN")

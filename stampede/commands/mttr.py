@@ -117,7 +117,6 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
 def _check_layouts(args: argparse.Namespace, archive: Archive | None) -> None:
     """--layout and --save-layout name a layout the archives measured (a layout they do not
     hold once gave the worked example, every term "assumed", exit 0)."""
-    from stampede.results.cells import flag as boolean
     from stampede.values import did_you_mean
 
     asked = [(flag, value) for flag, value in (("--layout", args.layout),
@@ -127,7 +126,7 @@ def _check_layouts(args: argparse.Namespace, archive: Archive | None) -> None:
     if archive is None:
         raise UsageError(f"{asked[0][0]} {asked[0][1]}: a layout of the archives' runs, and "
                          "no ARCHIVE is given", hint="stampede mttr ARCHIVE --layout LAYOUT")
-    rows = [row for row in archive.rows if boolean(row, "valid")]
+    rows = [row for row in archive.rows if row["valid"]]
     held = {"--layout": {row["layout"] for row in rows if row["op"] == "restore"},
             "--save-layout": {row["layout"] for row in rows if row["op"] == "blocked"}}
     for flag, value in asked:

@@ -21,7 +21,10 @@ from stampede.model.fit import Known
 from stampede.units import BYTES_PER_GB
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from stampede.commands import Subparsers
+    from stampede.results.cells import Row
 
 # per phase: (the metadata ops fitted by default, those --op may name); what is projected
 OPS = {"restore": (METADATA_OPS, METADATA_OPS), "save": (SAVE_METADATA_OPS, SAVE_OPS)}
@@ -169,7 +172,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     return 0
 
 
-def _other_phase(rows: list[dict[str, str]], phase: str) -> str:
+def _other_phase(rows: Sequence[Row], phase: str) -> str:
     """ (they hold save runs: --phase save), where the other phase is there."""
     from stampede.model.series import row_phase
     other = next((name for name in PHASES if name != phase), "")

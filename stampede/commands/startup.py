@@ -84,8 +84,8 @@ def _measure_here(imports: tuple[str, ...], archive: str) -> int:
 
 
 def archive_startup(records: list[StartupRecord], imports: tuple[str, ...], archive: str,
-                    mpi_library: str, show: Show) -> list[dict[str, str]]:
-    """Rank 0: stats over ranks, the run recorded (rows, sidecar, `show`n); its rows."""
+                    mpi_library: str, show: Show) -> None:
+    """Rank 0: stats over ranks, the run recorded (rows, sidecar, `show`n)."""
     from stampede.results.recorder import Recorder
     from stampede.results.rows import new_run_id, now_stamp, op_rows, shared_columns
     from stampede.results.stats import layout_stats
@@ -103,4 +103,3 @@ def archive_startup(records: list[StartupRecord], imports: tuple[str, ...], arch
     recorder.record(op_rows(shared, stats, 0, hosts), {
         "imports": list(imports), "mpi_library": mpi_library, "ranks": records,
         "warnings": warnings})
-    return recorder.rows

@@ -14,7 +14,7 @@ the one `stampede project` prints. Pure: it takes an opened Archive
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ from stampede.model.rejoin import RejoinVerdict, rejoin_verdict
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
 from stampede.model.workload import Workload
 from stampede.results import compare
-from stampede.results.cells import flag
+from stampede.results.cells import Row
 from stampede.results.tiers import rejoin_run_ids
 from stampede.units import format_duration, format_rate
 
@@ -43,7 +43,7 @@ class PhaseVerdict:
 
     phase: str
     run_id: str                                  # the latest run holding the phase
-    ranked: tuple[tuple[Mapping[str, str], str], ...]   # (completion row, standing), best first
+    ranked: tuple[tuple[Row, str], ...]   # (completion row, standing), best first
     projections: tuple[tuple[Series, Projection, tuple[str, ...]], ...] = ()   # (Series, Projection, notes)
     why_no_projection: str = ""
 
@@ -164,14 +164,14 @@ def dominant_part(projection: Projection) -> str:
     return f"data (limited by {prediction.limit})"
 
 
-def ranked(rows: Sequence[dict[str, str]], op: str) -> tuple[tuple[Mapping[str, str], str], ...]:
+def ranked(rows: Sequence[Row], op: str) -> tuple[tuple[Row, str], ...]:
     """The valid completion rows of one run, best first, with their standing against the
     best (the report's ranking)."""
     return tuple((row, standing) for row, standing in compare.ranked(rows, op)
-                 if flag(row, "valid"))
+                 if row["valid"])
 
 
-def phase_verdict(rows: Sequence[dict[str, str]], phase: str, workload: Workload
+def phase_verdict(rows: Sequence[Row], phase: str, workload: Workload
                   ) -> PhaseVerdict | None:
     """The latest run's ranking and the projections of one phase at the workload (as
     `stampede project --target-ranks N --target-ranks-per-node K --target-bytes-per-rank B`);

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
-from stampede.results.cells import Row, flag, number, text
+from stampede.results.cells import Row
 from stampede.units import BYTES_PER_GB, format_bytes
 
 if TYPE_CHECKING:
@@ -252,17 +252,17 @@ def measured_checkpoint_cost(archive: Archive, layout: str) -> tuple[float, str]
     there is none."""
     found: tuple[float, str] = (0.0, "")
     for part in archive.parts():
-        blocked = [row for row in part.rows if row["op"] == "blocked" and flag(row, "valid")
-                   and text(row, "elapsed_s") and (not layout or row["layout"] == layout)]
+        blocked = [row for row in part.rows if row["op"] == "blocked" and row["valid"]
+                   and math.isfinite(row["elapsed_s"]) and (not layout or row["layout"] == layout)]
         if not blocked:
             continue
         run_id = blocked[-1]["run_id"]
         best = min((row for row in blocked if row["run_id"] == run_id),
-                   key=lambda row: number(row, "elapsed_s"))
-        buffered = " (BUFFERED: durability none)" if text(best, "durability") == "none" else ""
-        found = (number(best, "elapsed_s"),
+                   key=lambda row: row["elapsed_s"])
+        buffered = " (BUFFERED: durability none)" if best["durability"] == "none" else ""
+        found = (best["elapsed_s"],
                  f"measured: {part.name_of(best)} run {run_id} {best['layout']}, last of "
-                 f"{best['nranks']} ranks blocked, save {text(best, 'save_mode') or '?'}{buffered}")
+                 f"{best['nranks']} ranks blocked, save {best['save_mode'] or '?'}{buffered}")
     return found
 
 
@@ -287,30 +287,30 @@ def measured_terms(archive: Archive, layout: str) -> tuple[dict[str, float], dic
         startup = part.latest("startup")
         if startup is not None:
             name = part.name_of(startup)
-            values["init_s"] = number(startup, "time_to_last_rank_s")
+            values["init_s"] = startup["time_to_last_rank_s"]
             sources["init_s"] = f"measured: {name} run {startup['run_id']}, last rank up"
             barrier = next((row for row in reversed(rows) if row["op"] == "barrier"
                             and row["run_id"] == startup["run_id"]), None)
-            if barrier is not None and text(barrier, "lat_p50_s"):
-                values["barrier_s"] = number(barrier, "lat_p50_s")
+            if barrier is not None and math.isfinite(barrier["lat_p50_s"]):
+                values["barrier_s"] = barrier["lat_p50_s"]
                 sources["barrier_s"] = (f"{name} run {startup['run_id']}, MPI barrier p50 over "
                                         f"{barrier['nranks']} ranks")
         # a checkpoint's restores (not `stampede gpu`'s copies: phase h2d)
-        restores = [row for row in rows if row["op"] == "restore" and flag(row, "valid")
-                    and text(row, "phase") == "restore" and text(row, "slowest_rank_gbps")
+        restores = [row for row in rows if row["op"] == "restore" and row["valid"]
+                    and row["phase"] == "restore" and math.isfinite(row["slowest_rank_gbps"])
                     and (not layout or row["layout"] == layout)]
-        storage = [row for row in restores if text(row, "cache") != "warm"] or restores
+        storage = [row for row in restores if row["cache"] != "warm"] or restores
         if storage:
             run_id = storage[-1]["run_id"]
             best = min((row for row in storage if row["run_id"] == run_id),
-                       key=lambda row: number(row, "time_to_last_rank_s"))
+                       key=lambda row: row["time_to_last_rank_s"])
             name = part.name_of(best)
-            warm = " (WARM: page cache, not storage)" if text(best, "cache") == "warm" else ""
-            values["bw_rank_gbps"] = number(best, "slowest_rank_gbps")
+            warm = " (WARM: page cache, not storage)" if best["cache"] == "warm" else ""
+            values["bw_rank_gbps"] = best["slowest_rank_gbps"]
             sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
                                        f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
-            values["straggler_s"] = (number(best, "time_to_last_rank_s")
-                                     - number(best, "first_done_s"))
+            values["straggler_s"] = (best["time_to_last_rank_s"]
+                                     - best["first_done_s"])
             sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
             stall = _time_to_first_byte(part.sidecar(run_id).value, best["layout"])
             _process_group(rows, best, name, values, sources)
@@ -321,11 +321,11 @@ def _process_group(rows: Sequence[Row], restore: Row, name: str,
                    values: dict[str, float], sources: dict[str, str]) -> None:
     """The restore's own pg_init (run.exchange = torch), when its layout has one."""
     values.pop("pg_init_s", None)   # a later archive's restore replaces an earlier one's
-    found = next((row for row in rows if row["op"] == "pg_init" and text(row, "elapsed_s")
+    found = next((row for row in rows if row["op"] == "pg_init" and math.isfinite(row["elapsed_s"])
                   and row["run_id"] == restore["run_id"]
                   and row["layout"] == restore["layout"]), None)
     if found is not None:
-        values["pg_init_s"] = number(found, "elapsed_s")
+        values["pg_init_s"] = found["elapsed_s"]
         sources["pg_init_s"] = (f"{name} run {found['run_id']} {found['layout']} pg_init "
                                 f"(torch.distributed process group, {found['nranks']} ranks)")
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from stampede.errors import UsageError
 from stampede.model.mttr import EXAMPLE, Breakdown, Term, measured_model
 from stampede.model.workload import Workload
-from stampede.results.cells import flag, number, text, whole
+from stampede.results.cells import Row
 from stampede.results.tiers import REJOIN, RESTART, TIER_RESTORES, TIERS, rejoin_run_ids, tier_column
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_percent, format_rate
 
@@ -77,30 +77,30 @@ class RejoinRun:
         return tuple(note for note in self.notes[REJOIN] if note.endswith("read from storage"))
 
 
-def rejoin_run(rows: Sequence[dict[str, str]]) -> RejoinRun | None:
+def rejoin_run(rows: Sequence[Row]) -> RejoinRun | None:
     """The latest rejoin run among the rows, valid both ways; None without one."""
     for run_id in reversed(rejoin_run_ids(rows)):
         mine = [row for row in rows if row["run_id"] == run_id]
         done = {row["layout"]: row for row in mine if row["op"] == "restore"
-                and row["layout"] in TIER_RESTORES and flag(row, "valid")}
+                and row["layout"] in TIER_RESTORES and row["valid"]}
         if len(done) < len(TIER_RESTORES):
             continue
         rejoin, restart = done[REJOIN], done[RESTART]
-        size = whole(rejoin, "bytes_per_rank")
-        lost = whole(rejoin, "lost_nodes") or 1
+        size = rejoin["bytes_per_rank"]
+        lost = rejoin["lost_nodes"] or 1
         peer = next((row for row in mine if row["op"] == "peer" and row["layout"] == REJOIN), None)
-        received = whole(peer, "op_bytes") / max(whole(rejoin, "iterations"), 1) if peer else 0
-        elapsed = number(peer, "elapsed_s") if peer else math.nan
+        received = peer["op_bytes"] / max(rejoin["iterations"], 1) if peer else 0
+        elapsed = peer["elapsed_s"] if peer else math.nan
         rates = Rates(node_bps=received / elapsed / lost if received and elapsed > 0 else math.nan,
-                      storage_bps=size * whole(restart, "nranks")
-                      / number(restart, "time_to_last_rank_s"),
-                      local_bps=size / number(rejoin, "first_done_s"))
+                      storage_bps=size * restart["nranks"]
+                      / restart["time_to_last_rank_s"],
+                      local_bps=size / rejoin["first_done_s"])
         return RejoinRun(
-            run_id, whole(rejoin, "nranks"), whole(rejoin, "ranks_per_node") or 1, size, lost,
-            {name: number(row, "time_to_last_rank_s") for name, row in done.items()},
-            {name: {tier: whole(row, tier_column(tier)) for tier in TIERS}
+            run_id, rejoin["nranks"], rejoin["ranks_per_node"] or 1, size, lost,
+            {name: row["time_to_last_rank_s"] for name, row in done.items()},
+            {name: {tier: row[tier_column(tier)] for tier in TIERS}
              for name, row in done.items()},
-            {name: tuple(filter(None, text(row, "notes").split(" | "))) for name, row in done.items()},
+            {name: tuple(filter(None, row["notes"].split(" | "))) for name, row in done.items()},
             rates)
     return None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stampede.errors import UsageError
@@ -16,7 +16,7 @@ from stampede.layouts import TABLE
 from stampede.model.contention import METADATA_OPS, lock_count
 from stampede.model.fit import Known, Point
 from stampede.model.projection import Projection, Scaling
-from stampede.results.cells import flag, number, text, whole
+from stampede.results.cells import Row
 from stampede.results.columns import CONFIG_COLUMNS
 from stampede.units import format_bytes
 
@@ -51,52 +51,50 @@ class Series:
         return ""
 
 
-def row_phase(row: dict[str, str]) -> str:
+def row_phase(row: Row) -> str:
     """A row's phase; rows from before the phase column (schema 1 and 2) are restores."""
-    return text(row, "phase") or "restore"
+    return row["phase"] or "restore"
 
 
-def _whole(row: dict[str, str], column: str, default: int) -> int:
-    value = number(row, column)
-    return int(value) if math.isfinite(value) and value >= 1 else default
+def _whole(row: Row, column: str, default: int) -> int:
+    value: int = row[column]
+    return value if value >= 1 else default
 
 
-def _point(row: dict[str, str], op_rows: dict[tuple[str, str, str, str], dict[str, str]],
+def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
            ops: Sequence[str]) -> Point:
-    nranks = whole(row, "nranks")
-    iterations = number(row, "iterations")
-    iterations = iterations if math.isfinite(iterations) and iterations >= 1 else 1.0
+    nranks = row["nranks"]
+    iterations = float(max(row["iterations"], 1))
     counts, stall = [], 0.0
     for op in ops:
         op_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], op))
         if op_row is None:
             continue
-        count, p50 = number(op_row, "count"), number(op_row, "lat_p50_s")
-        if not (math.isfinite(count) and math.isfinite(p50)) or count <= 0:
+        count, p50 = op_row["count"], op_row["lat_p50_s"]
+        if not math.isfinite(p50) or count <= 0:
             continue
         per_iteration = count / iterations
         counts.append((op, per_iteration))
         stall += per_iteration / nranks * p50
-    bytes_per_rank = number(row, "bytes_per_rank")
     nnodes = _whole(row, "nnodes", 1)
     return Point(nranks=nranks, ops_per_rank=sum(c for _, c in counts) / nranks, meta_s=stall,
-                 last_s=number(row, "time_to_last_rank_s"),
-                 bytes_per_rank=bytes_per_rank if math.isfinite(bytes_per_rank) else 0.0,
-                 last_min_s=number(row, "time_to_last_rank_min_s"),
-                 last_max_s=number(row, "time_to_last_rank_max_s"), op_counts=tuple(counts),
+                 last_s=row["time_to_last_rank_s"],
+                 bytes_per_rank=float(row["bytes_per_rank"]),
+                 last_min_s=row["time_to_last_rank_min_s"],
+                 last_max_s=row["time_to_last_rank_max_s"], op_counts=tuple(counts),
                  ranks_per_node=_whole(row, "ranks_per_node", nranks) if nnodes > 1 else 0,
                  replicas=_whole(row, "replicas", 1),
-                 broadcast_group=text(row, "broadcast_group") or "replica")
+                 broadcast_group=row["broadcast_group"] or "replica")
 
 
-def _differs(row: dict[str, str], config: dict[str, str]) -> str:
+def _differs(row: Row, config: Mapping[str, object]) -> str:
     """The first configuration column in which a row differs from the fitted one."""
-    column = next(c for c in MODEL_CONFIG if row.get(c, "") != config[c])
+    column = next(c for c in MODEL_CONFIG if row[c] != config[c])
     return f"{column} {row.get(column) or '(none)'} instead of {config[column] or '(none)'}"
 
 
-def _selection_notes(layout_rows: list[dict[str, str]], same: list[dict[str, str]],
-                     chosen: list[dict[str, str]], invalid: int, config: dict[str, str],
+def _selection_notes(layout_rows: list[Row], same: list[Row],
+                     chosen: list[Row], invalid: int, config: Mapping[str, object],
                      phase: str) -> list[str]:
     """Which rows were fitted, and why each other one was left out."""
     used = ", ".join(f"{row['nranks']}@{row.get('nnodes') or 1} ({row['run_id']})" for row in chosen)
@@ -117,7 +115,7 @@ def _selection_notes(layout_rows: list[dict[str, str]], same: list[dict[str, str
     return notes
 
 
-def scaling_of(rows: Sequence[dict[str, str]], points: Sequence[Point]) -> tuple[Scaling, list[str]]:
+def scaling_of(rows: Sequence[Row], points: Sequence[Point]) -> tuple[Scaling, list[str]]:
     """How bytes per rank and replicas grew over the runs, decided from the runs themselves
     (a job may write a weak-scaling sweep as checkpoint.size = 2 MiB x N: per rank it is)."""
     notes = []
@@ -149,45 +147,44 @@ def scaling_of(rows: Sequence[dict[str, str]], points: Sequence[Point]) -> tuple
     return Scaling(per_rank, per_node, largest.ranks_per_node, largest.replicas), notes
 
 
-def series_from_rows(rows: Sequence[dict[str, str]], layouts: Sequence[str] = (),
+def series_from_rows(rows: Sequence[Row], layouts: Sequence[str] = (),
                      ops: Sequence[str] = METADATA_OPS, phase: str = "restore") -> list[Series]:
     """Per layout: the latest configuration's latest valid run of `phase` at each rank and
     node count (its completion row: op restore, or op save; a run's replica count is its
     own: the model places the shards from it)."""
     rows = sorted(rows, key=lambda row: row.get("timestamp", ""))   # stable: archive order
     completions = [row for row in rows if row.get("op") == phase and row_phase(row) == phase
-                   and flag(row, "valid") and number(row, "time_to_last_rank_s") > 0
-                   and number(row, "nranks") >= 1]
+                   and row["valid"] and row["time_to_last_rank_s"] > 0
+                   and row["nranks"] >= 1]
     present = list(dict.fromkeys(row["layout"] for row in completions))
     missing = [layout for layout in layouts if layout not in present]
     if missing:
         raise UsageError(f"--layout {','.join(missing)}: no valid {phase} run of it in the archives "
                          f"(they hold: {', '.join(present) or 'none'})")
     op_rows = {(row["run_id"], row_phase(row), row["layout"], row["op"]): row for row in rows
-               if row.get("op") in ops and flag(row, "valid")}
+               if row.get("op") in ops and row["valid"]}
     result = []
     for layout in layouts or present:
         mine = [row for row in completions if row["layout"] == layout]
         invalid = sum(1 for row in rows if row.get("op") == phase and row_phase(row) == phase
-                      and row["layout"] == layout and not flag(row, "valid"))
-        config = {column: mine[-1].get(column, "") for column in MODEL_CONFIG}
-        same = [row for row in mine if all(row.get(c, "") == v for c, v in config.items())]
-        latest = {(whole(row, "nranks"), _whole(row, "nnodes", 1)): row for row in same}
+                      and row["layout"] == layout and not row["valid"])
+        config = {column: mine[-1][column] for column in MODEL_CONFIG}
+        same = [row for row in mine if all(row[c] == v for c, v in config.items())]
+        latest = {(row["nranks"], _whole(row, "nnodes", 1)): row for row in same}
         chosen = [latest[key] for key in sorted(latest)]
         points = tuple(_point(row, op_rows, ops) for row in chosen)
         scaling, scaled = scaling_of(chosen, points)
         notes = _selection_notes(mine, same, chosen, invalid, config, phase) + \
             _notes(chosen, phase) + scaled
         ref = chosen[-1]
-        fanout = number(ref, "fanout")
         result.append(Series(layout=layout, points=points, context=_context(ref, phase),
                              notes=tuple(notes), per_rank_size=scaling.per_rank_bytes, phase=phase,
-                             locks=lock_count(layout, phase, int(fanout) if fanout >= 1 else 0),
+                             locks=lock_count(layout, phase, ref["fanout"]),
                              scaling=scaling))
     return result
 
 
-def _notes(chosen: list[dict[str, str]], phase: str) -> list[str]:
+def _notes(chosen: list[Row], phase: str) -> list[str]:
     """What makes the runs measure something else than storage."""
     notes = []
     ref = chosen[-1]
@@ -199,12 +196,12 @@ def _notes(chosen: list[dict[str, str]], phase: str) -> list[str]:
                      "B_client are the page cache's, not storage's")
     crowded = [row["nranks"] for row in chosen if "oversubscribed" in row.get("warnings", "")]
     if crowded:
-        notes.append(f"oversubscribed at {', '.join(crowded)} rank(s): CPU contention is fitted "
+        notes.append(f"oversubscribed at {', '.join(map(str, crowded))} rank(s): CPU contention is fitted "
                      "as if it were the storage's")
     return notes
 
 
-def _context(ref: dict[str, str], phase: str) -> str:
+def _context(ref: Row, phase: str) -> str:
     """The configuration a projection stands for, as the report prints it."""
     where = (f"job {ref.get('job') or '?'}, {ref.get('backend') or '?'} on "
              f"{ref.get('fs_type') or '?'}")
@@ -215,7 +212,7 @@ def _context(ref: dict[str, str], phase: str) -> str:
                 f"{ref.get('durability') or '?'}, mkdir by {ref.get('mkdir_by') or '?'}"
                 + (f", fanout {ref.get('fanout')}" if fans_out else ""))
     return (f"{where}, cache {ref.get('cache') or '?'}, {ref.get('pattern') or '?'}, stat_count "
-            f"{ref.get('stat_count') or '?'}, open_count {ref.get('open_count') or '?'}")
+            f"{ref['stat_count']}, open_count {ref['open_count']}")
 
 
 def projection_notes(series: Series, projection: Projection, nranks: int,

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from stampede.ops import BY_NAME, OPS, SAVE_ORDER, TIMELINE_PHASES
-from stampede.results.cells import number, whole
+from stampede.results.cells import Row
 from stampede.results.model import TIMELINE_COLUMNS, TIMELINE_MOMENTS
 from stampede.units import format_seconds
 
-Row = dict[str, str]
 Tick = tuple[float, str]   # (value on the axis, its label)
 # matplotlib's default cycle (tab10), so a layout has one colour in the PNGs and the SVGs
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -144,9 +143,9 @@ GBPS_SPREAD = ("agg_gbps", "agg_gbps_min", "agg_gbps_max")
 def summarise(rows: list[Row], column: str, low: str, high: str) -> tuple[float, float, float]:
     """(median of `column`, lowest `low`, highest `high`) over the runs at one rank count;
     an empty spread cell falls back to the value itself."""
-    values = [number(row, column) for row in rows]
-    lows = [number(row, low) for row in rows]
-    highs = [number(row, high) for row in rows]
+    values = [row[column] for row in rows]
+    lows = [row[low] for row in rows]
+    highs = [row[high] for row in rows]
     return (statistics.median(values),
             min(lo if lo == lo else value for lo, value in zip(lows, values)),
             max(hi if hi == hi else value for hi, value in zip(highs, values)))
@@ -157,14 +156,14 @@ def series_label(row: Row, mixed: Sequence[str]) -> str:
     return row["layout"] + "".join(f", {key} {row[key]}" for key in mixed)
 
 
-def scaling_series(rows: list[Row], ops: Sequence[str], column: str, low: str, high: str,
+def scaling_series(rows: Sequence[Row], ops: Sequence[str], column: str, low: str, high: str,
                    mixed: Sequence[str]) -> Series:
     """{series label: {nranks: (median, low, high)}} of one metric over rows of `ops` that
     have it, in the archive's order."""
     groups: dict[str, dict[int, list[Row]]] = {}
     for row in rows:
-        if row["op"] in ops and number(row, column) == number(row, column):
-            groups.setdefault(series_label(row, mixed), {}).setdefault(whole(row, "nranks"), []).append(row)
+        if row["op"] in ops and row[column] == row[column]:
+            groups.setdefault(series_label(row, mixed), {}).setdefault(row["nranks"], []).append(row)
     return {label: {nranks: summarise(group, column, low, high)
                     for nranks, group in sorted(by_ranks.items())}
             for label, by_ranks in groups.items()}

@@ -23,7 +23,7 @@ from stampede.present.html_trace import trace_figures
 from stampede.present.html_verdict import verdict_section
 from stampede.present.report import grouped_warnings
 from stampede.present.tables import RESTORE, SAVE, TableSpec, last_rank
-from stampede.results.cells import flag, number
+from stampede.results.cells import Row, cell
 from stampede.results.compare import ranked
 from stampede.results.definitions import METRICS, SAVE_METRICS
 from stampede.units import format_bytes, format_number, format_seconds
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from stampede.results.trace import Trace
 
 MAX_OP_ROWS = 200
-Row = dict[str, str]
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 # One screen first (the verdict, a summary, the tables), the rest in <details> a reader
 # opens: no script, and print opens every one (::details-content, and display:block where
@@ -83,7 +82,7 @@ def spec_table(spec: TableSpec, rows: Sequence[Row]) -> str:
     first = lines[0].row
     return (tag("h2", spec.title, id=spec.anchor)
             + tag("p", f"run {escape(first['run_id'])}: {first['nranks']} ranks on "
-                       f"{first['nnodes']} node(s), {format_bytes(number(first, 'bytes_per_rank'))}"
+                       f"{first['nnodes']} node(s), {format_bytes(first['bytes_per_rank'])}"
                        " per rank", class_="note")
             + table([column.one_line for column in spec.columns],
                     [[column.cell(line) for column in spec.columns] for line in lines])
@@ -93,9 +92,9 @@ def spec_table(spec: TableSpec, rows: Sequence[Row]) -> str:
 def ops_table(rows: Sequence[Row]) -> str:
     """Every op row of the archive's runs (imported IOR and mdtest rows have no completion
     op), the latest MAX_OP_ROWS."""
-    body = [[row["job"], row["layout"], row["op"], row["nranks"], row.get("count", ""),
-             format_number(number(row, "agg_gbps")), format_number(number(row, "ops_per_s")),
-             format_seconds(number(row, "lat_p50_s")), format_seconds(number(row, "lat_p99_s"))]
+    body = [[row["job"], row["layout"], row["op"], cell(row["nranks"]), cell(row["count"]),
+             format_number(row["agg_gbps"]), format_number(row["ops_per_s"]),
+             format_seconds(row["lat_p50_s"]), format_seconds(row["lat_p99_s"])]
             for row in rows[-MAX_OP_ROWS:]]
     return (tag("h2", "Ops", id="ops")
             + table(("job", "layout", "op", "ranks", "count", "agg GB/s", "ops/s", "p50", "p99"),
@@ -136,7 +135,7 @@ def figures_sections(archive_rows: list[Row], sidecars: dict[str, dict[str, Any]
                  "latency; one time axis for a phase's panels", class_="note")
         + "".join(cdfs)) if cdfs else none)]
     scaling = []
-    valid = [row for row in archive_rows if flag(row, "valid")]
+    valid = [row for row in archive_rows if row["valid"]]
     for phase in ("restore", "save"):
         ranked_phase = assessment.phases.get(phase)
         fits = [(series, projection) for series, projection, _ in ranked_phase.projections] \
@@ -204,7 +203,7 @@ def warnings_section(run_rows: Sequence[Row]) -> str:
 def context_section(first: Row, sidecar: dict[str, Any] | None) -> str:
     """Machine, storage and MPI: the sidecar's facts (the CSV's where there is none), a
     row per fact (node: cpu_count, not the node's whole record on one line)."""
-    facts = {key: first.get(key, "") for key in ("job", "backend", "fs_type", "target", "cache",
+    facts = {key: cell(first[key]) for key in ("job", "backend", "fs_type", "target", "cache",
                                                   "nranks", "nnodes", "stampede_version", "schema")}
     if sidecar:   # each fact once (the sidecar's where both have it); the statistics are figures
         for key, value in sidecar.items():

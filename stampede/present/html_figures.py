@@ -33,6 +33,7 @@ from stampede.present.figures import (
     timeline_rows,
     timeline_span_s,
 )
+from stampede.results.cells import Row
 from stampede.units import format_seconds
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def cdf_grid(phase: str, panels: Sequence[CdfPanel], palette: dict[str, str]) ->
             + '<div class="grid">' + "".join(cells) + "</div>")
 
 
-def scaling_figure(rows: list[dict[str, str]], op: str, fits: Sequence[tuple[Series, Projection]],
+def scaling_figure(rows: Sequence[Row], op: str, fits: Sequence[tuple[Series, Projection]],
                    target_ranks: int, palette: dict[str, str]) -> str | None:
     """Time to last rank against ranks (log-log), measured medians with their min-max, and
     per fitted layout the model at the measured counts and its projection (with the band)

@@ -20,6 +20,7 @@ CLI imports it on every start.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,7 @@ from stampede.present.figures import (
     timeline_rows,
     timeline_span_s,
 )
-from stampede.results.cells import flag
+from stampede.results.cells import Row
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 KINDS = ("cdf", "scaling", "timeline")
 INSTALL_HINT = install_hint("plot")
 DPI = 110
-Row = dict[str, str]
 
 
 def require_matplotlib() -> None:
@@ -164,7 +164,7 @@ def layout_colours(rows: list[Row]) -> dict[str, str]:
 def describe_run(run_rows: list[Row]) -> str:
     """'job J, run R, N ranks, cache C' for titles."""
     first = run_rows[0]
-    ranks = f"{first['nranks']} rank{'s' if first['nranks'] != '1' else ''}"
+    ranks = f"{first['nranks']} rank{'s' if first['nranks'] != 1 else ''}"
     return f"job {first['job']}, run {first['run_id']}, {ranks}, cache {first['cache'] or 'n/a'}"
 
 
@@ -283,7 +283,7 @@ def rank_axis(ax: Axes, ranks: Sequence[int]) -> None:
 
 def valid_rows(rows: list[Row], notes: list[str]) -> list[Row]:
     """Rows of valid runs; the runs left out get a note."""
-    invalid = sorted({row["run_id"] for row in rows if not flag(row, "valid")})
+    invalid = sorted({row["run_id"] for row in rows if not row["valid"]})
     if invalid:
         notes.append(f"scaling leaves out {len(invalid)} invalid run(s): {', '.join(invalid[:5])}")
     return [row for row in rows if row["run_id"] not in invalid]
@@ -293,7 +293,7 @@ def scaling_figure(rows: list[Row], notes: list[str]) -> Figure | None:
     """Aggregate GB/s (restore, read) and time to last rank against ranks, a line per layout."""
     rows = valid_rows(rows, notes)
     mixed = [key for key in ("cache", "job") if len({row[key] for row in rows}) > 1]
-    colours = layout_colours([{"layout": series_label(row, mixed)} for row in rows])
+    colours = colour_map([series_label(row, mixed) for row in rows])
     done = scaling_series(rows, sorted({row["op"] for row in rows}), *LAST_RANK_SPREAD, mixed)
     if not done:
         notes.append("no valid run with a time to last rank in the archive: no scaling figure")
@@ -304,7 +304,8 @@ def scaling_figure(rows: list[Row], notes: list[str]) -> Figure | None:
     figure, axes = new_figure(1, 2 if any(gbps) else 1, 12 if any(gbps) else 8, 4.8)
     if any(gbps):
         draw_gbps_panel(axes[0, 0], gbps[0], gbps[1], colours)
-    completion = "/".join(sorted({row["op"] for row in rows if row["time_to_last_rank_s"]}))
+    completion = "/".join(sorted({row["op"] for row in rows
+                                 if math.isfinite(row["time_to_last_rank_s"])}))
     draw_last_rank_panel(axes[0, -1], done, colours, completion)
     for ax in axes.flat:
         rank_axis(ax, ranks)

@@ -23,7 +23,7 @@ from stampede.present.tables import (
     companion,
     new_table,
 )
-from stampede.results.cells import Row, number, whole
+from stampede.results.cells import Row
 from stampede.results.columns import OWN_TOOL
 from stampede.results.definitions import POINTER, SAVE_POINTER
 from stampede.targets import local_files
@@ -34,13 +34,13 @@ if TYPE_CHECKING:
 
 
 def seconds(row: Row, column: str) -> str:
-    return format_seconds(number(row, column))
+    return format_seconds(row[column])
 
 
 def spread_text(row: Row, low: str, high: str) -> str:
     """'30.7-49.3 ms': a min-max spread in one unit."""
-    unit, factor = seconds_unit(number(row, high))
-    return f"{format_in(number(row, low), factor)}-{format_in(number(row, high), factor)} {unit}"
+    unit, factor = seconds_unit(row[high])
+    return f"{format_in(row[low], factor)}-{format_in(row[high], factor)} {unit}"
 
 
 def _runs(rows: Iterable[Row]) -> dict[str, list[Row]]:
@@ -173,20 +173,20 @@ def render_header(first: Row, console: Console) -> None:
             f"{first.get('target', '')}\nsave [bold]{first.get('save_mode', '')}[/], durability "
             f"[bold]{first.get('durability', '')}[/], validate {first.get('validate', '')}, keep "
             f"{first.get('keep', '')}, "
-            + (f"parts of {format_bytes(whole(first, 'part_size'))}, " if first.get("part_size")
+            + (f"parts of {format_bytes(first['part_size'])}, " if first.get("part_size")
                else "")
             + (f"mkdir by {first.get('mkdir_by', '')}, cache {first['cache']}, "
                if local_files(first.get("target", "")) else "")
-            + f"{format_bytes(whole(first, 'bytes_per_rank'))} per shard, block "
-            f"{format_bytes(whole(first, 'block_bytes'))}, "
+            + f"{format_bytes(first['bytes_per_rank'])} per shard, block "
+            f"{format_bytes(first['block_bytes'])}, "
             f"{first['iterations']} saves + {first.get('warmup', '?')} warmup, "
             f"{first['timestamp']}")
         return
     console.print(
         f"{first['nranks']} ranks on {first['nnodes']} node(s) ({first['ranks_per_node']}/node), "
         f"backend {first['backend']} ({first.get('fs_type') or '?'}) at {first.get('target', '')}\n"
-        f"cache [bold]{first['cache']}[/], {format_bytes(whole(first, 'bytes_per_rank'))} per rank, "
-        f"block {format_bytes(whole(first, 'block_bytes'))}, pattern {first.get('pattern', '')}, "
+        f"cache [bold]{first['cache']}[/], {format_bytes(first['bytes_per_rank'])} per rank, "
+        f"block {format_bytes(first['block_bytes'])}, pattern {first.get('pattern', '')}, "
         f"{first['iterations']} iterations + {first.get('warmup', '?')} warmup, "
         f"verify {first.get('verify', 'none')}, {first['timestamp']}"
         + (f"\nh2d {first['h2d']} to [bold]{first.get('device', '')}[/]"
@@ -300,9 +300,9 @@ def _render_cycle(rows: Sequence[Row], console: Console) -> None:
         table.add_row(layout, seconds(save, "time_to_last_rank_s"),
                       seconds(published, "elapsed_s") if published else "-",
                       seconds(restore, "time_to_last_rank_s"),
-                      format_number(number(save, "agg_gbps")),
-                      format_number(number(restore, "agg_gbps")),
-                      "yes" if save["valid"] == restore["valid"] == "true" else "[red]NO[/]")
+                      format_number(save["agg_gbps"]),
+                      format_number(restore["agg_gbps"]),
+                      "yes" if save["valid"] and restore["valid"] else "[red]NO[/]")
     console.print(table)
 
 
@@ -354,7 +354,7 @@ def _render_startup(rows: Sequence[Row], console: Console) -> None:
     console.print(f"Start-up (T_pod_init): last rank ready after [bold]"
                   f"{seconds(startup, 'time_to_last_rank_s')}[/], first after "
                   f"{seconds(startup, 'first_done_s')}, straggler "
-                  f"{number(startup, 'straggler_ratio'):.2f}; slowest ranks: {slowest or '-'}")
+                  f"{startup['straggler_ratio']:.2f}; slowest ranks: {slowest or '-'}")
     render_layout(rows, console)
     render_warnings(rows, console)
     console.print("[dim]interpreter = launch -> stampede's first line; import = stampede's run "
@@ -386,14 +386,14 @@ def render_gpu(rows: Sequence[Row], console: Console) -> None:
     table = new_table("Host -> device, per rank (all ranks at once)",
                    ("mode", "size", "h2d p50", "h2d agg\nGB/s", "restore\nlast rank",
                     "slowest-rank\nGB/s", "of link\npeak", "cache"), left=("mode", "cache"))
-    peak = number(first, "link_peak_gbps")
+    peak = first["link_peak_gbps"]
     for restore in (row for row in rows if row["op"] == "restore"):
         h2d = next((row for row in rows if row["op"] == "h2d" and row["layout"] == restore["layout"]
-                    and row["block_bytes"] == restore["block_bytes"]), {})
-        slowest = number(restore, "slowest_rank_gbps")
-        table.add_row(restore["layout"], format_bytes(whole(restore, "block_bytes")),
+                    and row["block_bytes"] == restore["block_bytes"]), Row())
+        slowest = restore["slowest_rank_gbps"]
+        table.add_row(restore["layout"], format_bytes(restore["block_bytes"]),
                       seconds(h2d, "lat_p50_s") if h2d else "-",
-                      format_number(number(h2d, "agg_gbps")) if h2d else "-",
+                      format_number(h2d["agg_gbps"]) if h2d else "-",
                       seconds(restore, "time_to_last_rank_s"), format_number(slowest),
                       "-" if peak != peak else f"{slowest / peak:.0%}", restore["cache"])
     console.print(table)

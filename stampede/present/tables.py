@@ -13,11 +13,12 @@ column says so (`alarm`), so that no renderer has to strip another's markup.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stampede.results.cells import Row, flag, number, whole
+from stampede.results.cells import Row, cell
 from stampede.results.columns import OWN_TOOL
 from stampede.results.compare import INVALID, ranked
 from stampede.results.definitions import BUCKET_ERROR
@@ -96,31 +97,31 @@ def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> T
 
 
 def companion(rows: Sequence[Row], row: Row, op: str) -> Row:
-    """The row of `op` beside a completion row (same run, phase and layout), or {}."""
+    """The row of `op` beside a completion row (same run, phase and layout), or an empty Row."""
     return next((other for other in rows if other["op"] == op and other["layout"] == row["layout"]
                  and other.get("phase") == row.get("phase")
-                 and other["run_id"] == row["run_id"]), {})
+                 and other["run_id"] == row["run_id"]), Row())
 
 
 def last_rank(row: Row) -> str:
     """'140 (138-146) ms': the median over iterations and its min-max, in one unit."""
-    unit, factor = seconds_unit(number(row, "time_to_last_rank_s"))
-    return (f"{format_in(number(row, 'time_to_last_rank_s'), factor)} "
-            f"({format_in(number(row, 'time_to_last_rank_min_s'), factor)}-"
-            f"{format_in(number(row, 'time_to_last_rank_max_s'), factor)}) {unit}")
+    unit, factor = seconds_unit(row["time_to_last_rank_s"])
+    return (f"{format_in(row['time_to_last_rank_s'], factor)} "
+            f"({format_in(row['time_to_last_rank_min_s'], factor)}-"
+            f"{format_in(row['time_to_last_rank_max_s'], factor)}) {unit}")
 
 
 def _seconds(column: str) -> Callable[[Line], str]:
-    return lambda line: format_seconds(number(line.row, column))
+    return lambda line: format_seconds(line.row[column])
 
 
 def _number(column: str) -> Callable[[Line], str]:
-    return lambda line: format_number(number(line.row, column))
+    return lambda line: format_number(line.row[column])
 
 
 def _beside_seconds(op: str) -> Callable[[Line], str]:
     """A save's companion op's elapsed time (published, blocked), '-' where it has none."""
-    return lambda line: format_seconds(number(line.beside(op), "elapsed_s")) \
+    return lambda line: format_seconds(line.beside(op)["elapsed_s"]) \
         if line.beside(op) else "-"
 
 
@@ -131,7 +132,7 @@ def _buffered(line: Line) -> bool:
 LAYOUT = Column("layout", lambda line: line.row["layout"], left=True)
 STANDING = Column("vs best", lambda line: line.standing, left=True,
                   alarm=lambda line: line.standing == INVALID)
-STRAGGLER = Column("strag-\ngler", lambda line: f"{number(line.row, 'straggler_ratio'):.2f}")
+STRAGGLER = Column("strag-\ngler", lambda line: f"{line.row['straggler_ratio']:.2f}")
 SLOWEST = Column("slowest\nGB/s", _number("slowest_rank_gbps"))
 
 RESTORE = TableSpec(
@@ -156,25 +157,26 @@ SAVE = TableSpec(
      STANDING, Column("pub-\nlished", _beside_seconds("published")),
      Column("blocked", _beside_seconds("blocked")),
      # a save only handed to the page cache: its GB/s marked, never storage's
-     Column("agg\nGB/s", lambda line: format_number(number(line.row, "agg_gbps"))
+     Column("agg\nGB/s", lambda line: format_number(line.row["agg_gbps"])
             + (" buf" if _buffered(line) else "")),
      SLOWEST, Column("strag-\ngler", STRAGGLER.cell, wide=True),
      Column("unpro-\ntected", _seconds("unprotected_s"), wide=True),
-     Column("validate\nerrors", lambda line: line.beside("validate").get("errors", "-"),
-            wide=True)),
+     Column("validate\nerrors", lambda line: cell(line.beside("validate")["errors"])
+            if line.beside("validate") else "-", wide=True)),
     lambda lines: ([BUFFERED_NOTE] if any(_buffered(line) for line in lines) else [])
     + [SAVE_NOTE])
 
 
 def _text(column: str) -> Callable[[Line], str]:
-    return lambda line: line.row[column]
+    """The cell as archived (a whole number as written, a number's NaN as empty)."""
+    return lambda line: cell(line.row[column])
 
 
 def _latency(statistic: str) -> Callable[[Line], str]:
     """A latency statistic in the unit of the row's p50 (its unit column's)."""
     def cell(line: Line) -> str:
-        _, factor = seconds_unit(number(line.row, "lat_p50_s"))
-        return format_in(number(line.row, f"lat_{statistic}_s"), factor)
+        _, factor = seconds_unit(line.row["lat_p50_s"])
+        return format_in(line.row[f"lat_{statistic}_s"], factor)
     return cell
 
 
@@ -190,9 +192,9 @@ def _ops_title(rows: Sequence[Row]) -> str:
 OPS = TableSpec(
     "latency per op, all ranks and iterations", "ops", "",
     (Column("op", _text("op"), left=True),
-     Column("unit", lambda line: seconds_unit(number(line.row, "lat_p50_s"))[0], left=True),
+     Column("unit", lambda line: seconds_unit(line.row["lat_p50_s"])[0], left=True),
      Column("count", _text("count")),
-     Column("err", _text("errors"), alarm=lambda line: line.row["errors"] != "0"),
+     Column("err", _text("errors"), alarm=lambda line: line.row["errors"] != 0),
      *(Column(header, _latency(statistic)) for header, statistic in (
          ("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"),
          ("max", "max"))),
@@ -212,9 +214,9 @@ HISTORY = TableSpec(
     (Column("run", _text("run_id"), left=True), Column("job", _text("job"), left=True),
      Column("layout", _tool_layout, left=True), Column("op", _text("op"), left=True),
      Column("ranks", _text("nranks")), Column("cache", _text("cache")),
-     Column("bytes", lambda line: format_bytes(whole(line.row, "bytes_total"))),
+     Column("bytes", lambda line: format_bytes(line.row["bytes_total"])),
      Column("last\nrank", _seconds("time_to_last_rank_s")),
      Column("agg\nGB/s", _number("agg_gbps")),
-     Column("valid", lambda line: "yes" if flag(line.row, "valid") else "NO",
-            alarm=lambda line: not flag(line.row, "valid"))),
-    keeps=lambda row: bool(row.get("time_to_last_rank_s")))
+     Column("valid", lambda line: "yes" if line.row["valid"] else "NO",
+            alarm=lambda line: not line.row["valid"])),
+    keeps=lambda row: math.isfinite(row["time_to_last_rank_s"]))

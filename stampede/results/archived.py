@@ -4,27 +4,27 @@ An `Archive` is opened at a command's edge (`Archive.open(*paths)`) and handed t
 and the presenters, which never read a file themselves (tests/test_house.py):
 - the rows of every file, read once (stampede.results.archive.read_rows: any schema,
   upgraded to today's terms), in order: the files as given, each file's rows as appended;
-- every cell checked once against the column registry (stampede.results.columns): a cell
-  that is not what its column holds is the one error naming the file, its line, the column
-  and the value, before anything is rendered; the accessors of stampede.results.cells then
-  read the checked text;
+- every cell typed once through the column registry (stampede.results.cells.typed: a
+  float, an int, a bool or a str as the column holds): a cell that is not what its column
+  holds is the one error naming the file, its line, the column and the value, before
+  anything is rendered; readers take `row["column"]` as it is;
 - the run a verdict uses chosen in one place (`latest`: the last valid run of an op, by
   layout), and a verdict restricted to one set of runs (`without`);
 - each run's sidecar and trace read on demand, cached, through stampede.results.readback
   (a damaged one is a Read with a note: the caller says it).
 
-An Archive is also built in memory (`Archive(rows)`, sidecars by run id): the model's tests
-give it rows, never a CSV."""
+An Archive is also built in memory (`Archive(rows)`, typed there too; sidecars by run id):
+the model's tests give it rows, never a CSV."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stampede.results.cells import SOURCE, Row, flag, number, text, whole
-from stampede.results.columns import BY_NAME
+from stampede.results.cells import SOURCE, Row, typed
 from stampede.results.readback import Document, Read
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 class Archive:
     """The rows of one or several archives and, on demand, their runs' sidecars and traces."""
 
-    rows: list[dict[str, str]]   # as read_rows returns them (cells: stampede.results.cells)
+    rows: list[Row]   # typed (cells.typed) when the Archive is made
     paths: tuple[Path, ...] = ()
     names: tuple[str, ...] = ()   # the paths as given (the label the reports print)
     # in memory (tests): run id -> sidecar; opened from files: read from ARCHIVE.runs/
@@ -45,17 +45,16 @@ class Archive:
     _sidecars: dict[str, Read[Document]] = field(default_factory=dict, repr=False)
     _traces: dict[str, Read[Trace] | None] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        self.rows = [typed(row) for row in self.rows]   # a typed Row comes back as it is
+
     @classmethod
     def open(cls, *paths: str | Path) -> Archive:
-        """The archives at `paths`, read once and checked cell by cell."""
+        """The archives at `paths`, read once and typed cell by cell."""
         from stampede.results.archive import read_rows
 
-        rows: list[dict[str, str]] = []
-        for path in paths:
-            found = read_rows(path)
-            check_cells(found)
-            rows += found
-        return cls(rows, tuple(Path(path) for path in paths), tuple(str(path) for path in paths))
+        return cls([typed(row) for path in paths for row in read_rows(path)],
+                   tuple(Path(path) for path in paths), tuple(str(path) for path in paths))
 
     # --- naming ---
 
@@ -73,15 +72,15 @@ class Archive:
         """Run ids in the order they were appended."""
         return list(dict.fromkeys(row["run_id"] for row in self.rows))
 
-    def run_rows(self, run_id: str) -> list[dict[str, str]]:
+    def run_rows(self, run_id: str) -> list[Row]:
         return [row for row in self.rows if row["run_id"] == run_id]
 
-    def latest(self, op: str, layout: str = "", measured: str = "time_to_last_rank_s"
-               ) -> dict[str, str] | None:
-        """The last valid row of `op` (of `layout`, when given) whose `measured` cell holds
-        a value: the run a verdict term comes from."""
-        chosen = [row for row in self.rows if row["op"] == op and flag(row, "valid")
-                  and text(row, measured) and (not layout or row["layout"] == layout)]
+    def latest(self, op: str, layout: str = "") -> Row | None:
+        """The last valid row of `op` (of `layout`, when given) with a time to last rank:
+        the run a verdict term comes from."""
+        chosen = [row for row in self.rows if row["op"] == op and row["valid"]
+                  and not math.isnan(row["time_to_last_rank_s"])
+                  and (not layout or row["layout"] == layout)]
         return chosen[-1] if chosen else None
 
     def parts(self) -> list[Archive]:
@@ -137,18 +136,5 @@ class Archive:
         source = next((row.get(SOURCE) for row in self.rows if row["run_id"] == run_id), None)
         return sidecar_path(source or self.paths[-1], run_id)
 
-    def _with(self, rows: list[dict[str, str]], paths: tuple[Path, ...], names: tuple[str, ...]) -> Archive:
+    def _with(self, rows: list[Row], paths: tuple[Path, ...], names: tuple[str, ...]) -> Archive:
         return Archive(rows, paths, names, self.sidecars, self._sidecars, self._traces)
-
-
-def check_cells(rows: Sequence[Row]) -> None:
-    """Every cell of a registered number, whole-number or true/false column is what its
-    column holds (empty is "no value"), read once by its stampede.results.cells accessor:
-    else that accessor's one UsageError, naming the file, the line, the column and the value."""
-    accessors = {"number": number, "whole": whole, "flag": flag}
-    checks = [(name, accessors[column.kind]) for name, column in BY_NAME.items()
-              if column.kind in accessors]
-    for row in rows:
-        for name, read in checks:
-            if row.get(name):
-                read(row, name)

@@ -1,22 +1,22 @@
-"""One CSV cell, both ways: how the archive writes a value (`cell`) and how every reader
-(report, compare, project, mttr, plot) reads it back (`number`, `whole`, `flag`, `text`),
-as the column registry (stampede.results.columns) says the column holds.
+"""One CSV cell, both ways: how the archive writes a value (`cell`) and how a row is read
+back, once, for every reader (report, compare, project, mttr, plot): `typed`, as the column
+registry (stampede.results.columns) says each column holds.
 
 Written: floats in full precision (repr: a 2 µs stat must survive), NaN and None as
-empty, booleans as true/false. Read: an empty cell is "no value" (NaN, 0 or ""), never
-an error; a cell that is not what its column holds (a hand-edited archive) is one
+empty, booleans as true/false. Read: an empty cell is "no value" (NaN, 0, False or ""),
+never an error; a cell that is not what its column holds (a hand-edited archive) is one
 UsageError naming the archive, its line, the column and the value.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from stampede.errors import UsageError
 from stampede.results.columns import BY_NAME, KINDS
 
-Row = Mapping[str, str]
 # Set by archive.read_rows on every row it returns: where the row came from, for errors.
 SOURCE, LINE = "_source", "_line"
 
@@ -32,57 +32,68 @@ def cell(value: object) -> str:
     return str(value)
 
 
-def text(row: Row, column: str) -> str:
-    _registered(column, "text", "number", "whole", "flag")
-    return row.get(column) or ""
+def typed(row: Mapping[str, object]) -> Row:
+    """The row as the read side sees it: every registered column present and holding what
+    the column registry says (a float, NaN when empty; an int, 0 when empty; a bool, False
+    when empty; a str), other keys (SOURCE, LINE, a column of a newer stampede) as given.
+    A cell that is not what its column holds is bad_cell's one UsageError. A Row is typed
+    already and comes back as it is."""
+    if isinstance(row, Row):
+        return row
+    found = Row(row)
+    for name, column in BY_NAME.items():
+        value = row.get(name)
+        found[name] = _READ[column.kind](row, name, value if value is not None else "")
+    return found
 
 
-def number(row: Row, column: str) -> float:
-    """A cell of a number column (or a whole-number one) as a float; NaN when empty."""
-    kind = _registered(column, "number", "whole")
-    value = row.get(column) or ""
-    if not value:
+class Row(dict[str, Any]):
+    """A row whose cells are typed (`typed`): what every reader of an archive gets (an
+    empty Row: no such row)."""
+
+
+def _number(row: Mapping[str, object], column: str, value: object) -> float:
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        return float(value)
+    if value == "":
         return math.nan
     try:
-        return float(value)
+        return float(str(value))
     except ValueError:
-        raise bad_cell(row, column, kind) from None
+        raise bad_cell(row, column) from None
 
 
-def whole(row: Row, column: str) -> int:
-    """A cell of a whole-number column; 0 when empty."""
-    kind = _registered(column, "whole")
-    value = row.get(column) or ""
-    if not value:
+def _whole(row: Mapping[str, object], column: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if value == "":
         return 0
     try:
-        return int(value)
+        return int(str(value))
     except ValueError:
-        raise bad_cell(row, column, kind) from None
+        raise bad_cell(row, column) from None
 
 
-def flag(row: Row, column: str) -> bool:
-    """A cell of a true/false column; False when empty."""
-    kind = _registered(column, "flag")
-    value = row.get(column) or "false"
-    if value not in ("true", "false"):
-        raise bad_cell(row, column, kind)
+def _flag(row: Mapping[str, object], column: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value not in ("", "true", "false"):
+        raise bad_cell(row, column)
     return value == "true"
 
 
-def _registered(column: str, *kinds: str) -> str:
-    """The column's kind, which must be one of `kinds`: reading a cell as what its column
-    does not hold is a bug here, not in the archive."""
-    kind = BY_NAME[column].kind
-    if kind not in kinds:
-        raise TypeError(f"archive column {column} holds {kind}, not {' or '.join(kinds)}")
-    return kind
+def _text(row: Mapping[str, object], column: str, value: object) -> str:
+    return value if isinstance(value, str) else cell(value)
 
 
-def bad_cell(row: Row, column: str, kind: str) -> UsageError:
+_READ: dict[str, Callable[[Mapping[str, object], str, object], object]] = {
+    "number": _number, "whole": _whole, "flag": _flag, "text": _text}
+
+
+def bad_cell(row: Mapping[str, object], column: str) -> UsageError:
     """One error for a cell that is not what its column holds: where, which, what."""
     where = f"{row[SOURCE]}, line {row[LINE]}" if SOURCE in row else "an archive row"
-    unit = BY_NAME[column].unit
+    kind, unit = BY_NAME[column].kind, BY_NAME[column].unit
     allowed = KINDS[kind] + (f" (in {unit})" if unit else "") + ", or empty"
     return UsageError(f"{where}: column {column} = {row.get(column)!r}: not {KINDS[kind]}; "
                       f"allowed: {allowed}",

@@ -28,8 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from stampede.ops import PSEUDO_OPS
-from stampede.results.cells import Row as CellRow
-from stampede.results.cells import flag, number, text
+from stampede.results.cells import Row, cell
 from stampede.results.columns import IDENTITY_COLUMNS
 from stampede.results.tiers import TIER_SAVES
 
@@ -46,7 +45,6 @@ METRICS = (
 )
 
 Key = tuple[tuple[str, str], ...]
-Row = dict[str, str]
 
 
 def within_spread(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
@@ -134,7 +132,7 @@ class Comparison:
 
 
 def _key(row: Row, match: tuple[str, ...], skip: str) -> Key:
-    return tuple((column, text(row, column)) for column in match if column != skip)
+    return tuple((column, cell(row[column])) for column in match if column != skip)
 
 
 def runs_by_config(rows: Iterable[Row], skip: str = "", match: tuple[str, ...] = MATCH_COLUMNS
@@ -144,9 +142,9 @@ def runs_by_config(rows: Iterable[Row], skip: str = "", match: tuple[str, ...] =
     apart (e.g. layout)."""
     found: dict[Key, dict[str, list[Row]]] = {}
     for row in rows:
-        if text(row, "valid") == "false":
+        if not row["valid"]:
             continue
-        found.setdefault(_key(row, match, skip), {}).setdefault(text(row, "run_id"), []).append(row)
+        found.setdefault(_key(row, match, skip), {}).setdefault(row["run_id"], []).append(row)
     return found
 
 
@@ -155,13 +153,13 @@ def _side(runs: dict[str, list[Row]], metric: str, spread: tuple[str, str] | Non
     has the metric."""
     values, lows, highs = [], [], []
     for rows in runs.values():
-        measured = [value for value in (number(row, metric) for row in rows) if not math.isnan(value)]
+        measured = [value for value in (row[metric] for row in rows) if not math.isnan(value)]
         if not measured:
             continue
         values.append(statistics.median(measured))
         if spread is not None:
-            lows += [number(row, spread[0]) for row in rows]
-            highs += [number(row, spread[1]) for row in rows]
+            lows += [row[spread[0]] for row in rows]
+            highs += [row[spread[1]] for row in rows]
     if not values:
         return None
     low = min((value for value in lows if not math.isnan(value)), default=math.nan)
@@ -184,7 +182,7 @@ def compare_rows(base_rows: list[Row], other_rows: list[Row], skip: str = "",
     other = runs_by_config(other_rows, skip, match)
     result: list[Comparison] = []
     for key in base.keys() & other.keys():
-        op = text(next(iter(base[key].values()))[0], "op")
+        op = next(iter(base[key].values()))[0]["op"]
         found = {}
         for metric, spread, higher in _metrics_of(op):
             side_a, side_b = _side(base[key], metric, spread), _side(other[key], metric, spread)
@@ -200,7 +198,7 @@ INVALID = "INVALID"   # the standing of a layout whose run was not valid
 LOW, HIGH = "time_to_last_rank_min_s", "time_to_last_rank_max_s"   # a row's spread
 
 
-def ranked(rows: Sequence[CellRow], op: str = "restore") -> list[tuple[CellRow, str]]:
+def ranked(rows: Sequence[Row], op: str = "restore") -> list[tuple[Row, str]]:
     """Rows of the completion op (restore, save), valid ones by time to last rank first,
     each with how it stands against the best: a tie when their per-iteration min-max
     ranges overlap (within_spread, the rule of `stampede compare` too), else how much
@@ -208,21 +206,21 @@ def ranked(rows: Sequence[CellRow], op: str = "restore") -> list[tuple[CellRow, 
     come in their order, nearest first, each standing "-"."""
     restores = [row for row in rows if row["op"] == op]
     if restores and all(row["layout"] in TIER_SAVES for row in restores):
-        return [(row, "-" if flag(row, "valid") else INVALID) for row in
+        return [(row, "-" if row["valid"] else INVALID) for row in
                 sorted(restores, key=lambda row: TIER_SAVES.index(row["layout"]))]
-    valid = sorted((row for row in restores if flag(row, "valid")),
-                   key=lambda row: number(row, "time_to_last_rank_s"))
-    ranked: list[tuple[CellRow, str]] = []
+    valid = sorted((row for row in restores if row["valid"]),
+                   key=lambda row: row["time_to_last_rank_s"])
+    ranked: list[tuple[Row, str]] = []
     for row in valid:
         best = valid[0]
         if row is best:
             standing = "best" if len(valid) > 1 else "-"
-        elif within_spread(number(row, LOW), number(row, HIGH), number(best, LOW),
-                           number(best, HIGH)):
+        elif within_spread(row[LOW], row[HIGH], best[LOW],
+                           best[HIGH]):
             standing = "tie (within spread)"
         else:
-            ratio = number(row, "time_to_last_rank_s") / number(best, "time_to_last_rank_s")
+            ratio = row["time_to_last_rank_s"] / best["time_to_last_rank_s"]
             standing = f"+{ratio - 1:.0%}"
         ranked.append((row, standing))
-    ranked += [(row, INVALID) for row in restores if row["valid"] != "true"]
+    ranked += [(row, INVALID) for row in restores if not row["valid"]]
     return ranked

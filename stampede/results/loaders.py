@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stampede.ops import LOADER_OPS
-from stampede.results.cells import Row, number, text, whole
+from stampede.results.cells import Row
 from stampede.results.columns import OWN_TOOL
 
 
@@ -42,37 +42,37 @@ class LoaderLine:
 
 def loader_lines(rows: Sequence[Row]) -> list[LoaderLine]:
     """The ceiling first, then every loader, per (policy, cache, rank count), in row order."""
-    ceilings = {_key(row): number(row, "agg_gbps") for row in rows
-                if row["op"] == "restore" and text(row, "tool") == OWN_TOOL}
+    ceilings = {_key(row): row["agg_gbps"] for row in rows
+                if row["op"] == "restore" and row["tool"] == OWN_TOOL}
     lines = []
     for row in rows:
         if row["op"] != "restore":
             continue
-        ceiling = text(row, "tool") == OWN_TOOL
+        ceiling = row["tool"] == OWN_TOOL
         phases = () if ceiling else _phases(rows, row)
-        gbps = number(row, "agg_gbps")
+        gbps = row["agg_gbps"]
         lines.append(LoaderLine(
-            loader=f"{OWN_TOOL} ({text(row, 'backend')})" if ceiling else text(row, "tool"),
-            policy=text(row, "layout"), cache=text(row, "cache"), device=text(row, "device"),
-            nranks=whole(row, "nranks"), bytes_total=whole(row, "bytes_total"),
-            time_to_last_rank_s=number(row, "time_to_last_rank_s"), gbps=gbps,
+            loader=f"{OWN_TOOL} ({row['backend']})" if ceiling else row["tool"],
+            policy=row["layout"], cache=row["cache"], device=row["device"],
+            nranks=row["nranks"], bytes_total=row["bytes_total"],
+            time_to_last_rank_s=row["time_to_last_rank_s"], gbps=gbps,
             efficiency=math.nan if ceiling else gbps / ceilings.get(_key(row), math.nan),
-            dominant="" if ceiling else _dominant(phases, number(row, "lat_p50_s")),
-            phases=phases, valid=text(row, "valid") != "false"))
+            dominant="" if ceiling else _dominant(phases, row["lat_p50_s"]),
+            phases=phases, valid=row["valid"]))
     lines.sort(key=lambda line: (line.policy, line.cache, line.nranks,
                                  not line.loader.startswith("stampede")))
     return lines
 
 
 def _key(row: Row) -> tuple[str, str, str, str]:
-    return text(row, "run_id"), text(row, "layout"), text(row, "cache"), text(row, "nranks")
+    return row["run_id"], row["layout"], row["cache"], row["nranks"]
 
 
 def _phases(rows: Sequence[Row], restore: Row) -> tuple[tuple[str, float], ...]:
     same = [row for row in rows if row["op"] in LOADER_OPS and _key(row) == _key(restore)
-            and text(row, "tool") == text(restore, "tool")
-            and text(row, "device") == text(restore, "device")]
-    return tuple((row["op"], number(row, "lat_p50_s")) for row in same)
+            and row["tool"] == restore["tool"]
+            and row["device"] == restore["device"]]
+    return tuple((row["op"], row["lat_p50_s"]) for row in same)
 
 
 def _dominant(phases: tuple[tuple[str, float], ...], restore_s: float) -> str:

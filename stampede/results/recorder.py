@@ -24,13 +24,16 @@ from typing import Any
 
 from stampede.errors import RunFailed
 from stampede.results.archive import append_rows, sidecar_path, write_sidecar
+from stampede.results.cells import Row as Typed
+from stampede.results.cells import typed
 from stampede.results.columns import ARCHIVE_SCHEMA
 from stampede.results.trace import trace_path
 
 Row = dict[str, str]
-# The renderer of a part: its rows and the sidecar about to be written (the facts the
-# rows cannot hold, such as an NFS target's RPCs, are shown from it).
-Show = Callable[[Sequence[Row], Mapping[str, Any]], None]
+# The renderer of a part: its rows (typed, as a reader of the archive gets them) and the
+# sidecar about to be written (the facts the rows cannot hold, such as an NFS target's RPCs,
+# are shown from it).
+Show = Callable[[Sequence[Typed], Mapping[str, Any]], None]
 # A file that describes a part's rows (the sidecar; the trace so far, --trace), written
 # whole into the path it is given.
 Write = Callable[[Path], object]
@@ -41,7 +44,7 @@ class Recorder:
 
     def __init__(self, archive: str | Path, run_id: str, command: str, show: Show) -> None:
         self.archive, self.run_id, self.command, self.show = str(archive), run_id, command, show
-        self.rows: list[Row] = []
+        self.rows: list[Typed] = []   # what was recorded so far, as a reader gets it
         self.sidecar_file: Path | None = None
 
     def record(self, rows: Sequence[Row], sidecar: Mapping[str, object],
@@ -51,7 +54,8 @@ class Recorder:
         files put in place; returns the sidecar's path."""
         document = {**sidecar, "schema": ARCHIVE_SCHEMA, "run_id": self.run_id,
                     "command": self.command}
-        self.show(rows, document)
+        read = [typed(row) for row in rows]   # shown as a reader of the archive gets them
+        self.show(read, document)
         path = sidecar_path(self.archive, self.run_id)
         writers: list[tuple[str, Path, Write]] = [
             ("sidecar", path, lambda temporary: write_sidecar(temporary, document))]
@@ -66,7 +70,7 @@ class Recorder:
             for temporary, _ in staged:
                 temporary.unlink(missing_ok=True)
             raise
-        self.rows += rows
+        self.rows += read
         for temporary, place in staged:   # a rename in one directory: it needs no space
             try:
                 os.replace(temporary, place)

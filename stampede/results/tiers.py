@@ -7,7 +7,7 @@ and the full restart from storage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 TIER_SAVES = ("tier-local", "tier-peer", "tier-storage")   # one save, tier by tier
 REJOIN, RESTART = "rejoin", "restart"
@@ -20,7 +20,7 @@ def tier_column(tier: str) -> str:
     return f"tier_{tier}_bytes"
 
 
-def rejoin_run_ids(rows: Sequence[dict[str, str]]) -> list[str]:
+def rejoin_run_ids(rows: Sequence[Mapping[str, str]]) -> list[str]:   # op, run_id, layout
     """The runs of `stampede rejoin` among the rows (those holding both restores), in order."""
     restores: dict[str, set[str]] = {}
     for row in rows:

@@ -388,13 +388,14 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
     """Wait (politely, timed as `wait`) for the group's storage readers, learning whether
     every one of them holds its bytes, then move the shard over MPI (timed as `bcast` or
     `allgather`). Returns (the stop stamp, whether the group's bytes are complete)."""
-    plan, clock = setup.plan, time.perf_counter_ns
+    plan, clock, group = setup.plan, time.perf_counter_ns, setup.group
+    assert group is not None   # build_setup split it: the layout exchanges
     start = clock()
     timeout_s = max(deadline_ns - start, 0) / NS_PER_S + 10.0
-    missing = mpi.allreduce_sum(setup.group, np.array([int(not complete)]), timeout_s=timeout_s)
-    if missing is None or not mpi.barrier(setup.group, timeout_s=timeout_s):
-        mpi.abort(setup.group, f"rank {plan.rank}: its {plan.exchange} group did not gather "
-                               f"within {timeout_s:.3g} s")
+    missing = mpi.allreduce_sum(group, np.array([int(not complete)]), timeout_s=timeout_s)
+    if missing is None or not mpi.barrier(group, timeout_s=timeout_s):
+        mpi.abort(group, f"rank {plan.rank}: its {plan.exchange} group did not gather "
+                         f"within {timeout_s:.3g} s")
         raise AssertionError("unreachable")
     start_exchange = clock()   # the barrier aligned the members' exits: they start together
     log.append((iteration, WAIT, start, start_exchange, 0, 1))
@@ -407,12 +408,12 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
         log.append((iteration, BCAST if plan.exchange == "bcast" else ALLGATHER, start_exchange,
                     stop, received_bytes(setup), 1))
     elif plan.exchange == "bcast":
-        mpi.bcast_bytes(setup.group, view)
+        mpi.bcast_bytes(group, view)
         stop = clock()
         received = 0 if setup.leads else plan.hold.length
         log.append((iteration, BCAST, start_exchange, stop, received, 1))
     else:
-        mpi.allgather_bytes(setup.group, view, setup.stripes)
+        mpi.allgather_bytes(group, view, setup.stripes)
         stop = clock()
         own = sum(extent.length for extent in plan.extents)
         log.append((iteration, ALLGATHER, start_exchange, stop, plan.hold.length - own, 1))

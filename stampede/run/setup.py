@@ -30,9 +30,9 @@ class RankSetup(NamedTuple):
     paths: dict[str, str | bytes]   # relpath -> backend path (and the listed directory)
     buffer: AlignedBuffer           # one block (read and discard), or the whole held shard
     direct: bool
+    world: mpi.Comm                 # communicator for list-bcast
     leads: bool = True              # False: a broadcast member that reads no storage
-    group: Any = None               # communicator of the exchange group
-    world: Any = None               # communicator for list-bcast
+    group: mpi.Comm | None = None   # communicator of the exchange group (exchange layouts)
     stripes: tuple[tuple[int, int], ...] = ()
     format: str = "raw"             # checkpoint.format: formatted files start with a header
     verify: str = "none"            # run.verify: the hash algorithm

@@ -23,7 +23,8 @@ from stampede.model.contention import (
 from stampede.model.fit import Known, Point, fit_points
 from stampede.model.projection import Scale, bytes_per_rank_at, ops_per_rank_at, project
 from stampede.model.series import series_from_rows
-from stampede.results.archive import append_rows, read_rows
+from stampede.results.archive import append_rows
+from stampede.results.archived import Archive
 from tests.helpers.jobs import small_job
 
 TRUE = Params(rtt_s=50e-6, service_s=200e-6, threads=8, agg_bps=20e9, client_bps=2e9,
@@ -161,7 +162,7 @@ def synthetic_archive(path: Path, params: Params, ranks: tuple[int, ...],
 def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
     archive = tmp_path / "sweep.csv"
     synthetic_archive(archive, TRUE, RANKS)
-    series = {item.layout: item for item in series_from_rows(read_rows(archive))}
+    series = {item.layout: item for item in series_from_rows(Archive.open(archive).rows)}
     assert set(series) == {"shared", "sharded"} and series["sharded"].per_rank_size
     assert [p.nranks for p in series["sharded"].points] == list(RANKS)
     assert series["sharded"].points[3].ops_per_rank == pytest.approx(2.0)
@@ -248,7 +249,7 @@ def test_a_save_sweep_is_fitted_and_projected_apart_from_the_restore(stampede, t
     restore = replace(TRUE, service_s=50e-6)
     synthetic_archive(archive, restore, RANKS, (layout,))
     synthetic_archive(archive, TRUE, RANKS, (layout,), phase="save", ops=("create", "open"))
-    rows = read_rows(archive)
+    rows = Archive.open(archive).rows
     (saved,) = series_from_rows(rows, ops=SAVE_METADATA_OPS, phase="save")
     (restored,) = series_from_rows(rows)
     assert saved.phase == "save" and saved.locks == (4 if layout == "fan-out" else 1)
@@ -351,7 +352,7 @@ def test_runs_are_matched_on_bytes_per_rank_and_the_rows_left_out_are_named(
                           for row in rows if row["run_id"] != "03"])
     append_rows(archive, [{**row, "timestamp": "2025-12-31T00:00:00"} for row in rows
                           if row["run_id"] == "03"])
-    (series,) = series_from_rows(read_rows(archive))
+    (series,) = series_from_rows(Archive.open(archive).rows)
     assert [p.nranks for p in series.points] == [1, 2, 4] and series.per_rank_size
     notes = " | ".join(series.notes)
     assert "fitted: 3 restore run(s) at ranks@nodes 1@1 (05), 2@1 (01), 4@1 (02)" in notes
@@ -383,7 +384,7 @@ def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
                       nnodes=nodes, ranks_per_node=2, replicas=replicas,
                       broadcast_group="replica")
     append_rows(archive, rows)
-    (series,) = series_from_rows(read_rows(archive))
+    (series,) = series_from_rows(Archive.open(archive).rows)
     assert [p.nnodes for p in series.points] == [1, 2, 3, 4]
     assert series.scaling.replicas_per_node and series.scaling.ranks_per_node == 2
     result = stampede("project", str(archive), "--target-ranks", "16")

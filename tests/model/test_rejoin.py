@@ -17,18 +17,19 @@ from stampede.model.rejoin import (
 )
 from stampede.model.workload import Workload
 from stampede.results.archived import Archive
+from stampede.results.cells import Row, typed
 
 MIB = 2**20
 
 
-def rows(run_id: str = "r1", storage: int = 0, lost: int = 1) -> list[dict[str, str]]:
-    """A rejoin run as archived: 4 ranks restored (2 per node), 8 MiB each, 2 iterations;
-    the spares received 2 x 8 MiB per iteration from peers in 0.1 s."""
+def rows(run_id: str = "r1", storage: int = 0, lost: int = 1) -> list[Row]:
+    """A rejoin run as archived and read back (typed): 4 ranks restored (2 per node), 8 MiB
+    each, 2 iterations; the spares received 2 x 8 MiB per iteration from peers in 0.1 s."""
     common = {"run_id": run_id, "valid": "true", "bytes_per_rank": str(8 * MIB), "nranks": "4",
               "ranks_per_node": "2", "lost_nodes": str(lost), "iterations": "2"}
     fell = "rank 5: position 3's replica missing on its peer on rank 1: read from storage" \
         if storage else ""
-    return [
+    return [typed(row) for row in (
         {**common, "op": "peer", "layout": "rejoin", "op_bytes": str(2 * 2 * 8 * MIB),
          "elapsed_s": "0.1"},
         {**common, "op": "restore", "layout": "rejoin", "time_to_last_rank_s": "0.2",
@@ -37,7 +38,7 @@ def rows(run_id: str = "r1", storage: int = 0, lost: int = 1) -> list[dict[str, 
          "notes": " | ".join(filter(None, ["tier by rank: 0@a local", fell]))},
         {**common, "op": "restore", "layout": "restart", "time_to_last_rank_s": "0.5",
          "first_done_s": "0.4", "tier_storage_bytes": str(4 * 8 * MIB)},
-    ]
+    )]
 
 
 def test_the_rates_come_from_the_peer_transfer_the_restart_and_the_first_survivor() -> None:
@@ -58,7 +59,7 @@ def test_a_fall_back_to_storage_is_said_and_the_latest_valid_run_is_taken() -> N
     assert run is not None and run.run_id == "r2"
     assert run.fallback == ("rank 5: position 3's replica missing on its peer on rank 1: "
                             "read from storage",)
-    archive[-1]["valid"] = "false"        # r2's restart failed: r1 is the latest whole run
+    archive[-1]["valid"] = False          # r2's restart failed: r1 is the latest whole run
     latest = rejoin_run(archive)
     assert latest is not None and latest.run_id == "r1"
     assert rejoin_run([row for row in rows() if row["layout"] != "restart"]) is None

@@ -5,10 +5,12 @@ checked against the archive's and sidecars' numbers, and the PNGs against their 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 
 from stampede.results.archive import read_rows, sidecar_path
 from stampede.results.archived import Archive
+from stampede.results.cells import Row
 from tests.helpers import requires
 from tests.helpers.jobs import RUN_TIMEOUT_S, small_job
 
@@ -71,8 +74,8 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def restore_row(rows: list[dict[str, str]], layout: str, nranks: int, op: str = "restore") -> dict[str, str]:
-    (row,) = [r for r in rows if r["layout"] == layout and r["nranks"] == str(nranks) and r["op"] == op]
+def restore_row(rows: Sequence[Row], layout: str, nranks: int, op: str = "restore") -> Row:
+    (row,) = [r for r in rows if r["layout"] == layout and r["nranks"] == nranks and r["op"] == op]
     return row
 
 
@@ -107,8 +110,9 @@ def test_plot_writes_three_readable_pngs(sweep: Path, tmp_path: Path) -> None:
 def test_scaling_lines_are_the_archives_medians_and_spreads(sweep: Path) -> None:
     from stampede.units import seconds_unit
 
-    rows = read_rows(sweep)
-    unit, factor = seconds_unit(max(float(row["time_to_last_rank_s"] or 0) for row in rows))
+    rows = Archive.open(sweep).rows
+    unit, factor = seconds_unit(max(row["time_to_last_rank_s"] for row in rows
+                                    if math.isfinite(row["time_to_last_rank_s"])))
     figure, notes = build(sweep, "scaling")
     assert notes == []
     gbps_ax, ttlr_ax = figure.axes
@@ -125,7 +129,7 @@ def test_scaling_lines_are_the_archives_medians_and_spreads(sweep: Path) -> None
         assert_series(container, rows, op, "agg_gbps")
 
 
-def assert_series(container: Any, rows: list[dict[str, str]], op: str, column: str,
+def assert_series(container: Any, rows: Sequence[Row], op: str, column: str,
                   factor: float = 1.0) -> None:
     """One plotted line = the archive's value at each rank count, error bars = its spread."""
     data, _caps, (bars,) = container.lines
@@ -140,7 +144,7 @@ def assert_series(container: Any, rows: list[dict[str, str]], op: str, column: s
 @needs_matplotlib
 @pytest.mark.mpi
 def test_cdf_has_a_panel_per_op_and_a_line_per_layout_spanning_the_samples(sweep: Path) -> None:
-    rows = [row for row in read_rows(sweep) if row["nranks"] == "2"]
+    rows = [row for row in Archive.open(sweep).rows if row["nranks"] == 2]
     figure, _ = build(sweep, "cdf")
     panels = [ax for ax in figure.axes if ax.get_visible()]
     ops = sorted({row["op"] for row in rows})

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from stampede.present.report import make_console, render_archive
-from stampede.results.archive import append_rows, read_rows
+from stampede.results.archive import append_rows
+from stampede.results.archived import Archive
 from tests.helpers.jobs import small_job
 
 
@@ -37,7 +38,7 @@ def archive(tmp_path: Path) -> Path:
 
 def rendered(path: Path, width: int) -> str:
     stream = io.StringIO()
-    render_archive(read_rows(path), make_console(stream, width=width))
+    render_archive(Archive.open(path).rows, make_console(stream, width=width))
     return stream.getvalue()
 
 
@@ -82,12 +83,14 @@ def test_a_run_is_reported_as_recorded_with_the_sidecars_facts(tmp_path: Path) -
     per op and a kernel NFS mount's RPCs from the sidecar beside the rows; then the
     summary and where it was archived."""
     from stampede.present.report import RunReport
-    from stampede.results.cells import cell
+    from stampede.results.cells import cell, typed
 
     stream = io.StringIO()
     report = RunReport(make_console(stream, width=120))
-    rows = [{key: cell(value) for key, value in {**restore(layout, 0.1, 0.09, 0.11, ""),
-                                                 "phase": "restore", "slowest_ranks": ""}.items()}
+    # as the Recorder shows them: archived cells, typed as a reader gets them
+    rows = [typed({key: cell(value) for key, value in {**restore(layout, 0.1, 0.09, 0.11, ""),
+                                                       "phase": "restore",
+                                                       "slowest_ranks": ""}.items()})
             for layout in ("shared", "sharded")]
     counted = {"mount": "/mnt", "scope": "rank 0's node",
                "ops": {"READ": {"ops": 10, "transmissions": 10, "timeouts": 0, "rtt_ms": 100,

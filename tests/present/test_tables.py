@@ -18,7 +18,7 @@ from stampede.present.report import (
     render_table,
 )
 from stampede.present.tables import RESTORE, SAVE, TableSpec
-from stampede.results.cells import cell
+from stampede.results.cells import Row, cell, typed
 
 COMMON = {"run_id": "r1", "job": "j", "nranks": 4, "nnodes": 1, "ranks_per_node": 4,
           "backend": "posix", "iterations": 3, "bytes_per_rank": 2**20,
@@ -26,13 +26,14 @@ COMMON = {"run_id": "r1", "job": "j", "nranks": 4, "nnodes": 1, "ranks_per_node"
 
 
 def row(layout: str, op: str, phase: str = "restore", valid: bool = True,
-        **values: object) -> dict[str, str]:
-    return {key: cell(value) for key, value in {
-        **COMMON, "layout": layout, "op": op, "phase": phase, "valid": valid, **values}.items()}
+        **values: object) -> Row:
+    """A row as archived and read back (typed)."""
+    return typed({key: cell(value) for key, value in {
+        **COMMON, "layout": layout, "op": op, "phase": phase, "valid": valid, **values}.items()})
 
 
 def completion(layout: str, phase: str, median: float, valid: bool = True,
-               **values: object) -> dict[str, str]:
+               **values: object) -> Row:
     return row(layout, phase, phase, valid, time_to_last_rank_s=median,
                time_to_last_rank_min_s=median * 0.95, time_to_last_rank_max_s=median * 1.05,
                first_done_s=median / 2, straggler_ratio=1.25, agg_gbps=12.5,

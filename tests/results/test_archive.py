@@ -11,6 +11,7 @@ import pytest
 from stampede.errors import UsageError
 from stampede.present.report import make_console, render_archive
 from stampede.results.archive import COLUMNS, REQUIRED_COLUMNS, append_rows, cell, read_rows
+from stampede.results.archived import Archive
 from stampede.results.columns import OPTION_BEFORE
 from stampede.spec import load_job
 from tests.helpers.jobs import write_job
@@ -98,7 +99,8 @@ def test_report_renders_from_the_archive_alone(tmp_path: Path) -> None:
                           row("run-1", layout="sharded", time_to_last_rank_s=0.25),
                           row("run-2", valid=False, invalid_reason="ops failed in iteration 0")])
     stream = io.StringIO()
-    render_archive(read_rows(archive), make_console(stream, width=100), run_ids=["run-1"])
+    render_archive(Archive.open(archive).rows, make_console(stream, width=100),
+                   run_ids=["run-1"])
     text = stream.getvalue()
     assert "Restore: time until every rank holds its bytes" in text
     assert text.index("sharded") < text.index("shared ")  # best (0.25 s) first
@@ -106,7 +108,7 @@ def test_report_renders_from_the_archive_alone(tmp_path: Path) -> None:
     assert "2.12" in text  # stat p50 in µs
     assert "Every run in the archive" in text and "run-2" in text
     with pytest.raises(UsageError, match="not in the archive"):
-        render_archive(read_rows(archive), make_console(io.StringIO()), run_ids=["nope"])
+        render_archive(Archive.open(archive).rows, make_console(io.StringIO()), run_ids=["nope"])
 
 
 def _append_forever(path: str) -> None:

@@ -1,9 +1,10 @@
 """The read side's one way in (stampede.results.archived): an archive parsed once per command,
-its cells checked once (one error naming the file, line, column and value), the run a verdict
+its cells typed once (one error naming the file, line, column and value), the run a verdict
 uses chosen in one place, several archives composed, sidecars read on demand and once."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,17 @@ def test_a_bad_cell_anywhere_is_one_error_before_anything_is_rendered(tmp_path: 
         Archive.open(path)
     assert str(error.value).startswith(f"{path}, line 3: column time_to_last_rank_s = 'fast': "
                                        "not a number; allowed: a number (in s), or empty")
+
+
+def test_rows_are_typed_once_when_the_archive_opens(tmp_path: Path) -> None:
+    """Every reader gets the cells as what their columns hold: nothing re-parses a cell."""
+    path = tmp_path / "a.csv"
+    append_rows(path, [{**row("r1"), "schema": 6}])
+    (read,) = Archive.open(path).rows
+    assert (read["time_to_last_rank_s"], read["valid"], read["schema"]) == (1.5, True, 6)
+    assert type(read["schema"]) is int and math.isnan(read["lat_p50_s"])
+    in_memory = Archive([row("r1")])   # built in memory: typed the same way
+    assert in_memory.rows[0]["time_to_last_rank_s"] == 1.5 and in_memory.rows[0]["valid"] is True
 
 
 def test_the_latest_valid_run_of_an_op_and_layout_is_chosen_in_one_place() -> None:

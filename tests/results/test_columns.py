@@ -14,7 +14,7 @@ import pytest
 
 from stampede.errors import UsageError
 from stampede.results.archive import append_rows, read_rows
-from stampede.results.cells import flag, number, whole
+from stampede.results.cells import typed
 from stampede.results.columns import (
     ARCHIVE_SCHEMA,
     BEGIN,
@@ -74,24 +74,30 @@ def test_the_written_header_is_the_registry(tmp_path: Path) -> None:
 
 def test_a_bad_cell_is_one_error_naming_where_what_and_what_is_allowed(tmp_path: Path) -> None:
     archive = tmp_path / "a.csv"
-    append_rows(archive, [{"run_id": "r", "op": "restore", "nranks": "2.5", "valid": "yes",
-                           "agg_gbps": "fast"}])
-    row, = read_rows(archive)
-    cases = (("nranks", whole, "'2.5': not a whole number; allowed: a whole number, or empty"),
-             ("valid", flag, "'yes': not true or false; allowed: true or false, or empty"),
-             ("agg_gbps", number, "'fast': not a number; allowed: a number (in GB/s), or empty"))
-    for column, read, said in cases:
+    cases = (("nranks", "2.5", "'2.5': not a whole number; allowed: a whole number, or empty"),
+             ("valid", "yes", "'yes': not true or false; allowed: true or false, or empty"),
+             ("agg_gbps", "fast",
+              "'fast': not a number; allowed: a number (in GB/s), or empty"))
+    for column, value, said in cases:
+        archive.unlink(missing_ok=True)
+        append_rows(archive, [{"run_id": "r", "op": "restore", column: value}])
+        row, = read_rows(archive)
         with pytest.raises(UsageError) as error:
-            read(row, column)
+            typed(row)
         assert error.value.message == f"{archive}, line 2: column {column} = {said}"
 
 
-def test_reading_a_column_as_what_it_does_not_hold_is_a_bug() -> None:
-    with pytest.raises(TypeError, match="archive column agg_gbps holds number, not whole"):
-        whole({"agg_gbps": "1"}, "agg_gbps")
-    with pytest.raises(KeyError):
-        number({}, "no_such_column")
-    assert math.isnan(number({"agg_gbps": ""}, "agg_gbps")) and whole({}, "nranks") == 0
+def test_a_row_is_typed_once_as_its_columns_hold() -> None:
+    row = typed({"run_id": "r", "agg_gbps": "1.5", "nranks": "4", "valid": "true",
+                 "mine": "kept"})
+    assert (row["agg_gbps"], row["nranks"], row["valid"], row["mine"]) == (1.5, 4, True, "kept")
+    assert type(row["nranks"]) is int and type(row["agg_gbps"]) is float
+    # every registered column is there, empty as "no value" of its kind
+    assert math.isnan(row["lat_p50_s"]) and row["bytes_total"] == 0 and row["subset"] is False
+    assert row["job"] == "" and set(BY_NAME) <= set(row)
+    assert typed(row) is row   # a typed row comes back as it is
+    # a value held already (a row built in memory) is kept as its kind
+    assert typed({"nranks": 2, "agg_gbps": 3, "valid": False})["agg_gbps"] == 3.0
 
 
 def test_rows_of_schema_4_read_as_what_they_measured() -> None:
@@ -104,7 +110,7 @@ def test_rows_of_schema_4_read_as_what_they_measured() -> None:
     assert {row["layout"] for row in rows if row["phase"] == "h2d" and row["backend"] == "-"} \
         == {"pageable"}
     assert all(row["schema"] == "4" for row in rows)   # as written: the derivation is on read
-    lines = loader_lines([row for row in rows if row["job"] == "loaders"])
+    lines = loader_lines([typed(row) for row in rows if row["job"] == "loaders"])
     assert [(line.loader, line.policy) for line in lines] == \
         [("stampede (posix)", "files"), ("safetensors", "files")]
     assert math.isnan(lines[0].efficiency) and lines[1].efficiency > 0

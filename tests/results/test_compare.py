@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stampede.results.archive import read_rows
+from stampede.results.archived import Archive
+from stampede.results.cells import Row, typed
 from stampede.results.compare import Comparison, Side, compare_rows, within_spread
 from tests.helpers.jobs import read_archive, small_job
 
@@ -16,12 +17,13 @@ IOR = DATA / "ior-4.1-read-F-n2-warm.json"      # real IOR 4.1: ior -r -F -t 4m 
 MDTEST = DATA / "mdtest-4.1-n2-CTr.txt"          # real mdtest 4.1: -F -C -T -r -n 1000 -i 3, 2 tasks
 
 
-def row(run: str = "r1", **values: str) -> dict[str, str]:
+def row(run: str = "r1", **values: str) -> Row:
     base = {"run_id": run, "layout": "shared", "op": "restore", "nranks": "2", "cache": "warm",
+            "valid": "true",
             "agg_gbps": "10", "agg_gbps_min": "9", "agg_gbps_max": "11",
             "time_to_last_rank_s": "0.5", "time_to_last_rank_min_s": "0.45",
             "time_to_last_rank_max_s": "0.55"}
-    return {**base, **values}
+    return typed({**base, **values})
 
 
 def test_within_spread_is_overlap_of_the_two_ranges() -> None:
@@ -70,7 +72,7 @@ def test_every_run_counts_not_the_latest_alone() -> None:
     assert (gbps.judged_by, gbps.verdict) == ("runs", "within spread")
     # runs that do not overlap are a verdict, without "(n=1)"; p99 is judged by runs too
     slower = [row(f"c{i}", agg_gbps=str(v / 2), lat_p99_s=str(v)) for i, v in enumerate(a)]
-    base_p99 = [{**r, "lat_p99_s": "1", "op": "read"} for r in base]
+    base_p99 = [typed({**r, "lat_p99_s": "1", "op": "read"}) for r in base]
     verdicts = {c.metric: c.verdict for c in compare_rows(
         base_p99, [{**r, "op": "read"} for r in slower])}
     assert verdicts == {"agg_gbps": "worse", "lat_p99_s": "worse", "time_to_last_rank_s": "within spread"}
@@ -98,8 +100,9 @@ def test_sweep_then_compare_two_real_archives(stampede, tmp_path: Path) -> None:
     assert "time_to_last_rank_s" in compared.stdout and "B / A" in compared.stdout
     assert "n=1" in compared.stdout and "n=2" in compared.stdout and "(n=1)" in compared.stdout
     # B's two runs both count: its value is their median, its range theirs
-    restores = [row for row in read_rows(other) if row["op"] == "restore" and row["layout"] == "shared"]
-    ttlr = next(c for c in compare_rows(read_rows(tmp_path / "results" / "job.csv"), read_rows(other))
+    base, theirs = (Archive.open(path).rows for path in (tmp_path / "results" / "job.csv", other))
+    restores = [row for row in theirs if row["op"] == "restore" and row["layout"] == "shared"]
+    ttlr = next(c for c in compare_rows(base, theirs)
                 if c.metric == "time_to_last_rank_s" and dict(c.key)["layout"] == "shared")
     values = sorted(float(row["time_to_last_rank_s"]) for row in restores)
     assert (ttlr.base.n, ttlr.other.n) == (1, 2) and ttlr.verdict.endswith("(n=1)")
@@ -171,7 +174,8 @@ def test_mdtest_stat_rows_pair_with_a_stat_storm(stampede, tmp_path: Path) -> No
     compared = stampede("compare", str(ours), str(theirs), "--match", "op,nranks,cache")
     assert compared.returncode == 0, compared.stderr
     assert "stat" in compared.stdout and "ops_per_s" in compared.stdout
-    (stat,) = compare_rows(read_rows(ours), read_rows(theirs), match=("op", "nranks", "cache"))
+    (stat,) = compare_rows(Archive.open(ours).rows, Archive.open(theirs).rows,
+                           match=("op", "nranks", "cache"))
     assert (dict(stat.key), stat.metric) == ({"op": "stat", "nranks": "2", "cache": "warm"},
                                              "ops_per_s")
     assert (stat.base.n, stat.other.n, stat.other.median) == (2, 1, 1295013.314)

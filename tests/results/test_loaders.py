@@ -11,7 +11,8 @@ from pathlib import Path
 
 from stampede.present.report import make_console
 from stampede.present.report_loaders import render_loaders
-from stampede.results.archive import append_rows, read_rows
+from stampede.results.archive import append_rows
+from stampede.results.archived import Archive
 from stampede.results.loaders import loader_lines
 
 
@@ -38,7 +39,7 @@ def _archive(tmp_path: Path) -> list[dict[str, str]]:
         _row("runai", "restore", 0.40, 2.5, cache="warm", device="cpu"),
         _row("runai", "restore", 0.40, 2.5, run_id="r2", device="cpu"),
     ])
-    return read_rows(path)
+    return Archive.open(path).rows
 
 
 def test_efficiency_is_against_the_same_runs_same_cache_ceiling(tmp_path: Path) -> None:
