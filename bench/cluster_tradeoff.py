@@ -51,6 +51,7 @@ from common import (
     docstring_parser,
     load_average_text,
     machine_text,
+    read_archive,
     scratch_directory,
     write_job_toml,
 )
@@ -165,19 +166,20 @@ def _disagreement(times: dict[tuple[str, int], tuple[float, float, float]], real
 def report(system: System, archive: Path, args: argparse.Namespace) -> None:
     k, largest = args.ranks_per_node, max(args.nodes)
     times = measured(archive)
-    rows = archive_rows(archive)
+    rows = read_archive(archive)
     print(f"\n{system.name}: B_s = {system.storage_gbps:g} GB/s, B_n = {system.node_gbps:g} GB/s,"
           f" {k} rank(s) per node, {args.size_per_rank} per rank, one replica per node")
     print(f"  {'nodes':>5} {'layout':<10} {'measured (min-max)':>22} {'fit':>8} {'err':>7}   "
           f"{'out of sample (band)':>28} {'err':>7}  bound by")
     predicted: dict[tuple[str, int], float] = {}
     for series in series_from_rows(rows, LAYOUTS):
-        fit = fit_points(series.points, series.layout)
+        fit = fit_points(series.points, series.layout, series.locks)
         for point, model in zip(fit.points, fit.last_model_s):
             predicted[series.layout, point.nnodes] = model
         fewer = [point for point in series.points if point.nnodes < largest]
         outside = project(fewer, series.layout, Scale(k * largest, k, largest),
-                          per_rank_size=True) if len({p.key for p in fewer}) >= 3 else None
+                          per_rank_size=True, locks=series.locks) \
+            if len({p.key for p in fewer}) >= 3 else None
         for point, model in zip(fit.points, fit.last_model_s):
             median, low, high = times[series.layout, point.nnodes]
             error = (median - model) / median

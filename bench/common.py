@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from stampede.results.cells import Row
 from stampede.sysinfo import mount_of
 
 VENV_BIN = Path(sys.executable).parent   # the venv's python, mpiexec and stampede
@@ -115,6 +116,14 @@ def archive_rows(archive: Path) -> list[dict[str, str]]:
     """Every row of a stampede CSV archive, as column -> text."""
     with archive.open() as file:
         return list(csv.DictReader(file))
+
+
+def read_archive(archive: Path) -> list[Row]:
+    """Every row of a stampede CSV archive as stampede's model and reports read it (typed
+    by the column registry: stampede.results.archived)."""
+    from stampede.results.archived import Archive
+
+    return Archive.open(archive).rows
 
 
 def median_min_max(values: Iterable[float]) -> MedianMinMax:

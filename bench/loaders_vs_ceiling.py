@@ -34,12 +34,12 @@ from pathlib import Path
 
 from common import (
     add_scratch_parent_option,
-    archive_rows,
     comma_separated,
     docstring_parser,
     load_average_text,
     machine_text,
     mpiexec_command,
+    read_archive,
     run_checked,
     scratch_directory,
     scratch_text,
@@ -48,6 +48,7 @@ from common import (
 
 from stampede.existing.assign import balance
 from stampede.existing.scan import scan
+from stampede.results.cells import Row
 from stampede.units import parse_size
 
 TENSOR_BYTES = 64 * 2**20
@@ -201,7 +202,7 @@ def dd_gbps(files_by_rank: list[list[Path]], cold: bool, repeats: int) -> float:
 
 
 def run_loaders(scratch: Path, root: Path, nranks: int, cache: str, iterations: int,
-                tag: str) -> list[dict[str, str]]:
+                tag: str) -> list[Row]:
     archive = scratch / f"loaders-{tag}.csv"
     job = write_job_toml(scratch / f"loaders-{tag}.toml", {
         "target": {"path": root},
@@ -211,7 +212,7 @@ def run_loaders(scratch: Path, root: Path, nranks: int, cache: str, iterations: 
     })
     run_checked(mpiexec_command(nranks, str(VENV_PYTHON), "-m", "stampede", "loaders", str(job),
                                 "--devices", "cpu"))
-    return archive_rows(archive)
+    return read_archive(archive)
 
 
 def measure(scratch: Path, written: dict[str, Path], args: argparse.Namespace) -> list[tuple[object, ...]]:

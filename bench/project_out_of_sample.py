@@ -35,12 +35,12 @@ from pathlib import Path
 
 from common import (
     add_scratch_parent_option,
-    archive_rows,
     comma_separated,
     docstring_parser,
     load_average_text,
     machine_text,
     mpiexec_command,
+    read_archive,
     run_checked,
     scratch_directory,
     write_job_toml,
@@ -118,7 +118,7 @@ def main() -> int:
           f"{args.fit_up_to}")
     with scratch_directory("stampede-out-of-sample-", args.dir) as scratch:
         archive, requests = measure(args, scratch)
-        rows = archive_rows(archive)
+        rows = read_archive(archive)
     (series,) = series_from_rows(rows, ("sharded",))
     measured = {p.nranks: p for p in series.points}
     fitted = [p for p in series.points if p.nranks <= args.fit_up_to]
@@ -126,7 +126,8 @@ def main() -> int:
     print(f"emulator requests per op (counted in its log): {requests}")
     print(f"{'N':>6} {'measured':>10} {'projected':>10} {'band':>21} {'error':>7}  verdict")
     for nranks in [n for n in args.ranks if n > args.fit_up_to] + [LARGE]:
-        projection = project(fitted, "sharded", Scale(nranks), per_rank_size=series.per_rank_size)
+        projection = project(fitted, "sharded", Scale(nranks), per_rank_size=series.per_rank_size,
+                             locks=series.locks)
         if nranks == LARGE:
             params = replace(projection.params, service_s=args.service_s, threads=args.threads,
                              ops_per_rank=K * per_op, whole_rounds=True,
@@ -141,7 +142,8 @@ def main() -> int:
         print(f"{nranks:>6} {truth:>9.4g}s {central:>9.4g}s {low:>9.4g}-{high:<9.4g}s "
               f"{error:>+7.1%}  {'PASS' if ok else 'FAIL'} ({what}; band "
               f"{'holds' if held else 'misses'} it)")
-    fit = project(fitted, "sharded", Scale(LARGE), per_rank_size=series.per_rank_size).fit
+    fit = project(fitted, "sharded", Scale(LARGE), per_rank_size=series.per_rank_size,
+                  locks=series.locks).fit
     drain = fit.params.service_s / fit.params.threads
     print(f"fitted s/c {drain * 1e3:.3g} ms per op; the emulator's S r / C = "
           f"{args.service_s * per_op / args.threads * 1e3:.3g} ms per op (r = {per_op:g})")
@@ -156,7 +158,7 @@ def main() -> int:
     known = {n: args.service_s * math.ceil(n * K * per_op / args.threads) for n in measured}
     print("the emulator's drain S ceil(N k r / C): " + ", ".join(
         f"N={n} {s * 1e3:.1f} ms" for n, s in known.items()))
-    print(f"band from: {project(fitted, 'sharded', Scale(LARGE)).band_from}")
+    print(f"band from: {project(fitted, 'sharded', Scale(LARGE), locks=series.locks).band_from}")
     return 0
 
 

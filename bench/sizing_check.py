@@ -33,12 +33,12 @@ from pathlib import Path
 
 from common import (
     add_scratch_parent_option,
-    archive_rows,
     comma_separated,
     docstring_parser,
     load_average_text,
     machine_text,
     mpiexec_command,
+    read_archive,
     run_checked,
     scratch_directory,
     write_job_toml,
@@ -110,9 +110,9 @@ def main() -> int:
         for nranks in args.ranks:
             requests = run_at(job, backing, mountpoint, nranks, per_rank, args.service_s,
                               args.threads, f"archive.path={fitted_archive}")
-        (series,) = series_from_rows(archive_rows(fitted_archive), ("sharded",))
+        (series,) = series_from_rows(read_archive(fitted_archive), ("sharded",))
         projection = project(series.points, "sharded", Scale(args.target_n),
-                             per_rank_size=series.per_rank_size)
+                             per_rank_size=series.per_rank_size, locks=series.locks)
         projected_s = projection.prediction.total_s
         low, high = projection.band
         asked_s = projected_s * args.fraction
@@ -126,7 +126,7 @@ def main() -> int:
         service_s = args.threads / (drain.needed * per_op)
         run_at(job, backing, mountpoint, args.target_n, per_rank, service_s, args.threads,
                f"archive.path={checked_archive}")
-        (checked,) = series_from_rows(archive_rows(checked_archive), ("sharded",))
+        (checked,) = series_from_rows(read_archive(checked_archive), ("sharded",))
         measured_s = checked.points[0].last_s
     print(f"emulator C = {args.threads}; requests per stampede op (its log): {per_op:g}; "
           f"sharded, {args.size_per_rank} per rank, fitted on N = "

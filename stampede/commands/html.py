@@ -14,13 +14,11 @@ from stampede.commands.flags import add_target_ranks, add_workload_arguments, wo
 from stampede.commands.outputs import add_output
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
 
     from stampede.commands import Subparsers
     from stampede.model.assessment import Assessment
     from stampede.model.workload import Workload
     from stampede.results.archived import Archive
-    from stampede.results.trace import Trace
 
 DEFAULT_TARGET_RANKS = 16384
 DEFAULT_TARGET_MTTR = "60s"   # the seed's sub-minute recovery
@@ -78,49 +76,27 @@ def write_report(archive: Archive, output: str, workload: Workload, target_mttr_
     from stampede.errors import UsageError
     from stampede.model.assessment import assess
     from stampede.present.html import render_html
-    from stampede.present.plot import sidecar_of
 
     path = Path(output or archive.paths[0].with_suffix(".html"))
     rows = archive.rows
     if not rows:
         raise UsageError(f"{archive.label}: the archive holds no runs")
     assessment = assess(archive, workload, target_mttr_s)
-    missing: list[str] = []
-    sidecars = {}
-    for run_id in dict.fromkeys([rows[-1]["run_id"],
-                                 *(verdict.run_id for verdict in assessment.phases.values())]):
-        sidecar = sidecar_of(archive, run_id, missing)
-        if sidecar is not None:
-            sidecars[run_id] = sidecar
-    if not sidecars and rows[-1].get("warnings", "").startswith("imported from"):
+    shown = archive.beside([rows[-1]["run_id"],
+                            *(verdict.run_id for verdict in assessment.phases.values())])
+    missing = shown.notes
+    if not shown.sidecars and rows[-1]["warnings"].startswith("imported from"):
         missing = []   # an import has no sidecar by design
-    traces, damaged = traces_of(archive, sidecars)
-    for note in (*missing, *damaged):   # the page says them too
+    for note in (*missing, *shown.damaged):   # the page says them too
         print(f"stampede: note: {note}", file=sys.stderr)
-    page = render_html(archive.label, rows, sidecars, assessment, (*notes, *missing, *damaged),
-                       traces)
+    page = render_html(archive.label, rows, shown.sidecars, assessment,
+                       (*notes, *missing, *shown.damaged), shown.traces)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"-o {path}: cannot write it ({error.strerror})") from None
     return path, assessment
-
-
-def traces_of(archive: Archive, sidecars: Mapping[str, object]
-              ) -> tuple[dict[str, Trace], list[str]]:
-    """The traces (--trace) of the runs shown, where they have one and it reads (a damaged
-    one in part: the layouts that read); and the notes on those that do not read whole."""
-    found: dict[str, Trace] = {}
-    notes: list[str] = []
-    for run_id in sidecars:
-        read = archive.trace(run_id)
-        if read is None:
-            continue   # a run without --trace
-        notes += read.notes
-        if read.value is not None:
-            found[run_id] = read.value
-    return found, notes
 
 
 def cmd_html(args: argparse.Namespace) -> int:

@@ -149,7 +149,6 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     from stampede.present.report import make_console
     from stampede.present.report_models import render_mttr
     from stampede.results.archived import Archive
-    from stampede.results.tiers import rejoin_run_ids
 
     _check_flags(args)
     at_target_rejoin = rejoin_options(args)
@@ -164,7 +163,7 @@ def cmd_mttr(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
     workload_line, nodes, layout, projected = "", 0, args.layout, None
-    rejoin = not args.layout and archive is not None and bool(rejoin_run_ids(archive.rows))
+    rejoin = not args.layout and archive is not None and bool(archive.rejoin_runs())
     if args.target_ranks is not None and not rejoin:
         layout, projected = target_projection(args, archive)
     model, measured = measured_model(archive, layout, inputs, sources)

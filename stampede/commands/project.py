@@ -132,7 +132,6 @@ def cmd_project(args: argparse.Namespace) -> int:
     from stampede.present.report import make_console
     from stampede.present.report_models import render_projection, render_rejoin
     from stampede.results.archived import Archive
-    from stampede.results.tiers import rejoin_run_ids
 
     if args.target_ranks < 1:
         raise UsageError(f"--target-ranks {args.target_ranks}: must be at least 1")
@@ -144,9 +143,8 @@ def cmd_project(args: argparse.Namespace) -> int:
     archive = Archive.open(*args.archives)
     rows = archive.rows
     # a rejoin run (one rank count, two ways back from a lost node) has a model of its own
-    rejoin_ids = set(rejoin_run_ids(rows))
-    series = series_from_rows([row for row in rows if row["run_id"] not in rejoin_ids],
-                              layouts, ops, args.phase)
+    series = series_from_rows(archive.without(archive.rejoin_runs()).rows, layouts, ops,
+                              args.phase)
     rejoin = rejoin_verdict(archive, workload, *at_target_rejoin) \
         if args.phase == "restore" and not layouts else None
     if rejoin is not None:

@@ -14,7 +14,7 @@ the one `stampede project` prints. Pure: it takes an opened Archive
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,6 @@ from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
 from stampede.model.workload import Workload
 from stampede.results import compare
 from stampede.results.cells import Row
-from stampede.results.tiers import rejoin_run_ids
 from stampede.units import format_duration, format_rate
 
 if TYPE_CHECKING:
@@ -200,20 +199,13 @@ def phase_verdict(rows: Sequence[Row], phase: str, workload: Workload
     return PhaseVerdict(phase, run_id, ranking, tuple(projections), "" if projections else why)
 
 
-def measured_breakdown(archive: Archive, layout: str) -> Breakdown | None:
-    """`stampede mttr ARCHIVES --layout L` with no other input: the worked example's terms
-    with those the archives measured; None when they measured none."""
-    model, measured = measured_model(archive, layout)
-    return model if measured else None
-
-
-def at_target(archive: Archive, verdict: PhaseVerdict, workload: Workload,
-              target_mttr_s: float) -> tuple[AtTarget, ...]:
-    """Each projected restore layout at the workload, ranked by T_MTTR there."""
+def at_target(measured: Mapping[str, tuple[Breakdown, bool]], verdict: PhaseVerdict,
+              workload: Workload, target_mttr_s: float) -> tuple[AtTarget, ...]:
+    """Each projected restore layout at the workload (its terms as `measured`: by layout),
+    ranked by T_MTTR there."""
     found = []
     for series, projection, _ in verdict.projections:
-        model, _ = measured_model(archive, series.layout)
-        mttr = mttr_at_target(model, projection, workload)
+        mttr = mttr_at_target(measured[series.layout][0], projection, workload)
         if mttr is None:
             continue
         others_s = mttr.total_s - projection.prediction.total_s
@@ -231,16 +223,18 @@ def assess(archive: Archive, workload: Workload | int,
         workload = Workload(workload)
     if not (target_mttr_s > 0 and math.isfinite(target_mttr_s)):
         raise UsageError(f"--target-mttr {target_mttr_s:g}: must be a duration above 0")
-    rows = archive.rows
     # a rejoin run's save layouts are the tiers of one save, its restores two ways back
     # from a lost node: its own verdict, not layouts to rank among the others
-    rejoin_ids = set(rejoin_run_ids(rows))
-    alternatives = [row for row in rows if row["run_id"] not in rejoin_ids]
+    alternatives = archive.without(archive.rejoin_runs()).rows
     phases = {phase: verdict for phase in PHASE_OPS
               if (verdict := phase_verdict(alternatives, phase, workload)) is not None}
     restore = phases.get("restore")
     layout = restore.best if restore else ""
-    model = measured_breakdown(archive, layout) if layout else None
-    targets = at_target(archive, restore, workload, target_mttr_s) if restore else ()
+    # `stampede mttr ARCHIVES --layout L` of each restore layout the verdict names: the
+    # worked example's terms with those the archives measured (read once per layout)
+    measured = {name: measured_model(archive, name) for name in dict.fromkeys(
+        [layout, *(series.layout for series, _, _ in restore.projections)] if restore else [])}
+    model = measured[layout][0] if layout and measured[layout][1] else None
+    targets = at_target(measured, restore, workload, target_mttr_s) if restore else ()
     return Assessment(workload, phases, model, layout, targets, target_mttr_s,
                       rejoin_verdict(archive, workload))

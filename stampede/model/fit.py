@@ -13,7 +13,6 @@ from stampede.model.contention import (
     Params,
     effective_threads,
     is_saturated,
-    lock_count,
     metadata_stall,
 )
 from stampede.model.traffic import Geometry, data_seconds, fit_rates, traffic
@@ -181,11 +180,10 @@ def _thread_grid(locks: float, known: Known) -> list[float]:
     return [float(c) for c in np.geomspace(*THREAD_GRID[:2], int(THREAD_GRID[2]))]
 
 
-def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
-                 locks: float | None = None) -> tuple[float, float, float]:
+def fit_metadata(points: Sequence[Point], layout: str, known: Known, locks: float
+                 ) -> tuple[float, float, float]:
     """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
-    `locks`, the restore's of the layout when None)."""
-    locks = lock_count(layout) if locks is None else locks
+    `locks`, what the phase's metadata ops spread over: contention.lock_count)."""
     stalls = _stalls_of(points, known)
     if stalls is None:
         return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
@@ -203,12 +201,10 @@ def fit_metadata(points: Sequence[Point], layout: str, known: Known = Known(),
 
 
 def metadata_alternatives(points: Sequence[Point], layout: str, known: Known,
-                          tolerance: float, locks: float | None = None
-                          ) -> list[tuple[float, float, float]]:
+                          tolerance: float, locks: float) -> list[tuple[float, float, float]]:
     """Fits (RTT, s, c) that saturate the server and whose error (the sum of squared
     relative misses) is within `tolerance` of the best: the runs cannot tell them apart.
     The fastest and the slowest drain s/c among them."""
-    locks = lock_count(layout) if locks is None else locks
     stalls = _stalls_of(points, known)
     grid = _thread_grid(locks, known)
     if stalls is None or len(grid) == 1 or tolerance <= 0:
@@ -344,15 +340,13 @@ def _fit_rates(points: Sequence[Point], layout: str, data: Sequence[float],
             _inverse(rates.client_s_per_byte), rates.bound, node != 0.0)
 
 
-def fit_points(points: Sequence[Point], layout: str, known: Known = Known(),
+def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known = Known(),
                last: Callable[[Point], float] = lambda point: point.last_s,
-               meta: tuple[float, float, float] | None = None,
-               locks: float | None = None) -> Fit:
+               meta: tuple[float, float, float] | None = None) -> Fit:
     """Both stages: the metadata fit on the stalls, then the data fit on what remains of
     the time to last rank. `last` picks the measurement (median, min or max of the
     iterations); `meta` reuses a metadata fit; `locks` as fit_metadata's."""
     points = tuple(sorted(points, key=lambda p: p.key))
-    locks = lock_count(layout) if locks is None else locks
     rtt, service, threads = meta if meta is not None else fit_metadata(points, layout, known,
                                                                         locks)
     whole = known.threads is not None

@@ -151,10 +151,10 @@ def scale_for(series: Grown, nranks: int, ranks_per_node: int | None = None,
 
 
 def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Known | None = None,
-            per_rank_size: bool = False, bytes_per_rank: float | None = None,
-            locks: float | None = None, phase: str = "restore") -> Projection:
+            per_rank_size: bool = False, bytes_per_rank: float | None = None, *,
+            locks: float, phase: str = "restore") -> Projection:
     """Fit, predict at `nranks` (or a Scale), and the band (the module's list); `locks` as
-    fit_metadata's, `phase` names the runs in a refusal."""
+    fit_metadata's (the runs' Series.locks), `phase` names the runs in a refusal."""
     known = known or Known()
     scale = nranks if isinstance(nranks, Scale) else Scale(nranks, bytes_per_rank=bytes_per_rank)
     nranks = scale.nranks
@@ -182,20 +182,19 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
     def at(fit: Fit) -> Prediction:
         return predict(at_n(fit), nranks, layout)
 
-    central = fit_points(points, layout, known, locks=locks)
+    central = fit_points(points, layout, locks, known)
     prediction = at(central)
     meta = (central.params.rtt_s, central.params.service_s, central.params.threads)
     others: list[Prediction] = []
     sources = []
-    spread = [fit_points(points, layout, known, last=_measured(column), meta=meta, locks=locks)
+    spread = [fit_points(points, layout, locks, known, last=_measured(column), meta=meta)
               for column in ("last_min_s", "last_max_s")
               if all(math.isfinite(getattr(p, column)) for p in points)]
     if spread:
         others += [at(fit) for fit in spread]
         sources.append("refit on the min/max iteration")
     if len(keys) > MIN_RANK_COUNTS:
-        others += [at(fit_points([p for p in points if p.key != dropped], layout, known,
-                                 locks=locks))
+        others += [at(fit_points([p for p in points if p.key != dropped], layout, locks, known))
                    for dropped in keys]
         sources.append("leave-one-out")
     halves = [(p.last_max_s - p.last_min_s) / (2 * p.last_s) for p in points
@@ -203,7 +202,7 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
     # fits of the stalls that miss no run by more than its own iteration spread
     alternatives = metadata_alternatives(points, layout, known, sum(d * d for d in halves), locks)
     if alternatives:
-        others += [at(fit_points(points, layout, known, meta=meta, locks=locks))
+        others += [at(fit_points(points, layout, locks, known, meta=meta))
                    for meta in alternatives]
         sources.append("the metadata fits within the runs' spread")
     unreached = _unreached(central)

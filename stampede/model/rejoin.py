@@ -27,15 +27,14 @@ other than the load as stampede.model.mttr measures them for that layout (T_pod_
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 from stampede.model.mttr import EXAMPLE, Breakdown, Term, measured_model
 from stampede.model.workload import Workload
-from stampede.results.cells import Row
-from stampede.results.tiers import REJOIN, RESTART, TIER_RESTORES, TIERS, rejoin_run_ids, tier_column
+from stampede.results.tiers import REJOIN, RESTART, TIER_RESTORES, TIERS, tier_column
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_percent, format_rate
 
 if TYPE_CHECKING:
@@ -77,10 +76,10 @@ class RejoinRun:
         return tuple(note for note in self.notes[REJOIN] if note.endswith("read from storage"))
 
 
-def rejoin_run(rows: Sequence[Row]) -> RejoinRun | None:
-    """The latest rejoin run among the rows, valid both ways; None without one."""
-    for run_id in reversed(rejoin_run_ids(rows)):
-        mine = [row for row in rows if row["run_id"] == run_id]
+def rejoin_run(archive: Archive) -> RejoinRun | None:
+    """The archive's latest rejoin run, valid both ways; None without one."""
+    for run_id in reversed(archive.rejoin_runs()):
+        mine = archive.run_rows(run_id)
         done = {row["layout"]: row for row in mine if row["op"] == "restore"
                 and row["layout"] in TIER_RESTORES and row["valid"]}
         if len(done) < len(TIER_RESTORES):
@@ -201,12 +200,11 @@ def with_load(model: Breakdown, name: str, seconds: float, source: str, size: fl
                    bw_rank_gbps=size / seconds / BYTES_PER_GB if seconds > 0 else math.inf)
 
 
-def _side(archive: Archive, layout: str, seconds: float, source: str, size: float,
-          inputs: Mapping[str, float], sources: Mapping[str, str] | None) -> Side:
+def _side(model: Breakdown, layout: str, seconds: float, source: str, size: float) -> Side:
+    """One way back: `model` (the layout's measured terms) with the load term `seconds`."""
     if not (seconds > 0 and math.isfinite(seconds)):
         return Side(layout, None, "no peer transfer measured (every spare fell back to "
                                   "storage)" if layout == REJOIN else "no restore time")
-    model, _ = measured_model(archive, layout, inputs, sources)
     name = PEER_TERM if layout == REJOIN else STORAGE_TERM
     return Side(layout, with_load(model, name, seconds, source, size))
 
@@ -220,11 +218,12 @@ def rejoin_verdict(archive: Archive, workload: Workload,
     given), the other terms `inputs` (from `sources`) where not measured; None without a
     rejoin run. Every term comes from that run (and the archives' other runs: startup's),
     never from another rejoin run's restores."""
-    run = rejoin_run(archive.rows)
+    run = rejoin_run(archive)
     if run is None:
         return None
-    archive = archive.without(run_id for run_id in rejoin_run_ids(archive.rows)
-                              if run_id != run.run_id)
+    archive = archive.without(run_id for run_id in archive.rejoin_runs() if run_id != run.run_id)
+    models = {layout: measured_model(archive, layout, inputs, sources)[0]
+              for layout in TIER_RESTORES}   # each way's terms, read once
     k = workload.ranks_per_node or run.ranks_per_node
     size = workload.bytes_per_rank or float(run.bytes_per_rank)
     lost = lost_nodes or run.lost_nodes
@@ -232,19 +231,18 @@ def rejoin_verdict(archive: Archive, workload: Workload,
         raise UsageError(f"--lost-nodes {lost}: more than the target's {workload.nodes(k):,} "
                          f"node(s) ({workload.ranks} ranks, {k} per node)")
     spares = spare_pool(workload.nodes(k), spare_fraction)
-    measured = tuple(_side(archive, layout, run.time_to_last_rank_s[layout],
+    measured = tuple(_side(models[layout], layout, run.time_to_last_rank_s[layout],
                            f"measured: run {run.run_id} {layout}, time to last rank of "
-                           f"{run.nranks} ranks", run.bytes_per_rank, inputs, sources)
+                           f"{run.nranks} ranks", run.bytes_per_rank)
                      for layout in TIER_RESTORES)
-    rejoin = _side(archive, REJOIN, rejoin_load_s(k, size, run.rates),
-                   f"projected: {k} x {format_bytes(size)} into a spare node at B_node",
-                   size, inputs, sources)
+    rejoin = _side(models[REJOIN], REJOIN, rejoin_load_s(k, size, run.rates),
+                   f"projected: {k} x {format_bytes(size)} into a spare node at B_node", size)
     if lost > spares:
         rejoin = Side(REJOIN, None, f"{lost} lost node(s) and {spares} spare(s) in the pool: "
                                     "the lost ranks have no node to rejoin on")
-    restart = _side(archive, RESTART, restart_load_s(workload.ranks, k, size, run.rates),
+    restart = _side(models[RESTART], RESTART, restart_load_s(workload.ranks, k, size, run.rates),
                     f"projected: {workload.ranks} x {format_bytes(size)} at B_storage as "
-                    "measured", size, inputs, sources)
+                    "measured", size)
     return RejoinVerdict(run, workload, k, size, lost, spares, spare_fraction,
                          (measured[0], measured[1]), (rejoin, restart))
 

@@ -109,7 +109,9 @@ def build_figures(archive: Archive, kinds: Sequence[str], run_id: str | None = N
     if "scaling" in kinds:
         figures["scaling"] = scaling_figure(rows, notes)
     if "cdf" in kinds or "timeline" in kinds:
-        document = sidecar_of(archive, run_id, notes)
+        beside = archive.beside([run_id], traces=False)
+        notes += beside.notes
+        document = beside.sidecars.get(run_id)
         if "cdf" in kinds:
             figures["cdf"] = cdf_figure(run_rows, document, notes) if document else None
         if "timeline" in kinds:
@@ -132,15 +134,6 @@ def select_run(archive: Archive, run_id: str | None) -> str:
         raise UsageError(f"--run {run_id}: no such run in {archive.label}",
                          hint="runs there: " + ", ".join(runs[-5:]))
     return run_id
-
-
-def sidecar_of(archive: Archive, run_id: str, notes: list[str]) -> dict[str, object] | None:
-    """The run's JSON sidecar, or None (with a note: the file and what is wrong) when it
-    is missing or does not read."""
-    found = archive.sidecar(run_id)
-    notes += [f"run {run_id}: no readable sidecar: {note}: skipping the cdf and timeline "
-              "figures" for note in found.notes]
-    return found.value
 
 
 def new_figure(nrows: int, ncols: int, width_in: float, height_in: float,

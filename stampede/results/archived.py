@@ -26,9 +26,21 @@ from typing import TYPE_CHECKING
 
 from stampede.results.cells import SOURCE, Row, typed
 from stampede.results.readback import Document, Read
+from stampede.results.tiers import TIER_RESTORES
 
 if TYPE_CHECKING:
     from stampede.results.trace import Trace
+
+
+@dataclass(frozen=True)
+class Beside:
+    """The sidecars and traces of some runs (Archive.beside), by run id, and the notes on
+    those that are missing (a run without a sidecar) or damaged."""
+
+    sidecars: dict[str, Document]
+    traces: dict[str, Trace]
+    notes: list[str]   # a sidecar missing or not readable
+    damaged: list[str] = field(default_factory=list)   # a trace that does not read whole
 
 
 @dataclass(eq=False)
@@ -44,6 +56,7 @@ class Archive:
     # make: a sidecar is read once per command)
     _sidecars: dict[str, Read[Document]] = field(default_factory=dict, repr=False)
     _traces: dict[str, Read[Trace] | None] = field(default_factory=dict, repr=False)
+    _rejoin_runs: list[str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.rows = [typed(row) for row in self.rows]   # a typed Row comes back as it is
@@ -74,6 +87,18 @@ class Archive:
 
     def run_rows(self, run_id: str) -> list[Row]:
         return [row for row in self.rows if row["run_id"] == run_id]
+
+    def rejoin_runs(self) -> list[str]:
+        """The runs of `stampede rejoin` (those holding both of its restores, a verdict of
+        their own, never layouts to rank among the others), in order; found once."""
+        if self._rejoin_runs is None:
+            restores: dict[str, set[str]] = {}
+            for row in self.rows:
+                if row["op"] == "restore":
+                    restores.setdefault(row["run_id"], set()).add(row["layout"])
+            self._rejoin_runs = [run_id for run_id, layouts in restores.items()
+                                 if set(TIER_RESTORES) <= layouts]
+        return self._rejoin_runs
 
     def latest(self, op: str, layout: str = "") -> Row | None:
         """The last valid row of `op` (of `layout`, when given) with a time to last rank:
@@ -129,6 +154,24 @@ class Archive:
             self._traces[run_id] = (read_trace(path) if path.exists() or path.is_symlink()
                                     else None)
         return self._traces[run_id]
+
+    def beside(self, run_ids: Iterable[str], traces: bool = True) -> Beside:
+        """What the rows of the runs a page shows cannot hold, read once: each run's sidecar
+        and (`traces`) its trace where it has one; a note on each that does not read whole."""
+        found = Beside({}, {}, [])
+        for run_id in dict.fromkeys(run_ids):
+            sidecar = self.sidecar(run_id)
+            found.notes.extend(f"run {run_id}: no readable sidecar: {note}: skipping the cdf "
+                               "and timeline figures" for note in sidecar.notes)
+            if sidecar.value is None:
+                continue
+            found.sidecars[run_id] = sidecar.value
+            trace = self.trace(run_id) if traces else None
+            if trace is not None:   # None: a run without --trace
+                found.damaged.extend(trace.notes)
+                if trace.value is not None:   # a damaged one in part: the layouts that read
+                    found.traces[run_id] = trace.value
+        return found
 
     def _sidecar_path(self, run_id: str) -> Path:
         from stampede.results.archive import sidecar_path

@@ -73,7 +73,7 @@ def test_the_model_terms() -> None:
 @pytest.mark.parametrize("layout", ["sharded", "shared"])
 @pytest.mark.parametrize("noise, tolerance", [(0.0, 1e-4), (0.01, 0.05)])
 def test_the_fit_recovers_known_parameters(layout: str, noise: float, tolerance: float) -> None:
-    fit = fit_points(points_from(TRUE, layout, noise=noise), layout)
+    fit = fit_points(points_from(TRUE, layout, noise=noise), layout, lock_count(layout))
     got = fit.params
     # RTT is the small intercept of the saturated line: the least determined of them
     assert got.rtt_s == pytest.approx(TRUE.rtt_s, rel=3 * tolerance if not noise else 0.1)
@@ -88,7 +88,8 @@ def test_the_fit_recovers_known_parameters(layout: str, noise: float, tolerance:
     assert fit.agg_limited == (16, 32, 64, 128)          # 2 GB/s x N > 20 GB/s from 16
     assert max(abs(r) for r in fit.residuals) <= 3 * noise + 1e-6
     assert not fit.stall_bound and not fit.agg_bound
-    projected = project(points_from(TRUE, layout, noise=noise), layout, 16384, per_rank_size=True)
+    projected = project(points_from(TRUE, layout, noise=noise), layout, 16384, per_rank_size=True,
+                        locks=lock_count(layout))
     truth = predict(replace(TRUE, ops_per_rank=2), 16384, layout)
     assert projected.prediction.total_s == pytest.approx(truth.total_s, rel=tolerance + noise)
     assert projected.prediction.meta_s == pytest.approx(truth.meta_s, rel=tolerance + 2 * noise)
@@ -100,7 +101,7 @@ def test_the_fit_recovers_known_parameters(layout: str, noise: float, tolerance:
 def test_known_service_time_and_threads_are_held_fixed() -> None:
     server = replace(TRUE, rtt_s=30e-6, service_s=1e-3, threads=4, whole_rounds=True)
     points = points_from(server, "sharded", ranks=(1, 2, 3, 4, 5, 6, 7, 8))
-    fit = fit_points(points, "sharded", Known(service_s=1e-3, threads=4))
+    fit = fit_points(points, "sharded", math.inf, Known(service_s=1e-3, threads=4))
     assert (fit.params.service_s, fit.params.threads) == (1e-3, 4)
     assert fit.params.whole_rounds
     assert fit.params.rtt_s == pytest.approx(30e-6, rel=1e-6)
@@ -115,7 +116,7 @@ def test_unreached_limits_are_pessimistic_bounds() -> None:
     # a fast server and slow clients: no run saturates metadata or reaches B_agg
     quiet = Params(rtt_s=10e-6, service_s=40e-6, threads=1000, agg_bps=1e15, client_bps=1e9,
                    bytes_per_rank=1e8)
-    fit = fit_points(points_from(quiet, "sharded", ranks=(1, 2, 4, 8)), "sharded")
+    fit = fit_points(points_from(quiet, "sharded", ranks=(1, 2, 4, 8)), "sharded", math.inf)
     assert fit.stall_bound and fit.agg_bound and not fit.saturated
     assert fit.params.agg_bps == pytest.approx(8 * 1e9, rel=1e-6)   # the largest run at the limit
     assert fit.params.rtt_s == 0.0                                   # all latency is server time
@@ -167,7 +168,8 @@ def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
     assert [p.nranks for p in series["sharded"].points] == list(RANKS)
     assert series["sharded"].points[3].ops_per_rank == pytest.approx(2.0)
     for layout, item in series.items():
-        projected = project(item.points, layout, 16384, per_rank_size=item.per_rank_size)
+        projected = project(item.points, layout, 16384, per_rank_size=item.per_rank_size,
+                            locks=item.locks)
         truth = predict(replace(TRUE, ops_per_rank=2), 16384, layout)
         assert projected.prediction.total_s == pytest.approx(truth.total_s, rel=1e-3)
     result = stampede("project", str(archive), "--target-ranks", "16384")
@@ -193,7 +195,7 @@ def test_two_rank_counts_are_refused(stampede, tmp_path: Path) -> None:
     assert "2 distinct rank count(s) (2, 4); projecting needs at least 3" in lines[0]
     assert result.stdout == ""
     with pytest.raises(UsageError, match="at least 3"):
-        project(points_from(TRUE, "sharded", ranks=(1, 1, 2)), "sharded", 64)
+        project(points_from(TRUE, "sharded", ranks=(1, 1, 2)), "sharded", 64, locks=math.inf)
     for args, message in [(("--layout", "striped"), "no valid restore run of it"),
                           (("--op", "read"), "--op 'read': 'read' is not one of the restore's "
                                              "metadata ops"),
@@ -258,7 +260,8 @@ def test_a_save_sweep_is_fitted_and_projected_apart_from_the_restore(stampede, t
     projected = project(saved.points, layout, 16384, per_rank_size=True, locks=saved.locks)
     assert projected.fit.params.service_s == pytest.approx(TRUE.service_s, rel=1e-3)
     assert projected.prediction.total_s == pytest.approx(truth.total_s, rel=1e-3)
-    fitted_restore = project(restored.points, layout, 16384, per_rank_size=True)
+    fitted_restore = project(restored.points, layout, 16384, per_rank_size=True,
+                             locks=restored.locks)
     assert fitted_restore.fit.params.service_s == pytest.approx(restore.service_s, rel=1e-3)
     result = stampede("project", str(archive), "--target-ranks", "16384", "--phase", "save")
     assert result.returncode == 0, result.stderr
@@ -395,7 +398,8 @@ def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
     assert "bound by the reads, through B_agg" in result.stdout
     assert "one replica per node: projected so" in result.stdout.replace("\n", " ")
     # 8 nodes: MPICH's scatter + allgather, 2 x 7/8 shards through node 0's NIC, 2 groups
-    projection = project(series.points, "broadcast", Scale(16, 2, 8), per_rank_size=True)
+    projection = project(series.points, "broadcast", Scale(16, 2, 8), per_rank_size=True,
+                         locks=series.locks)
     expected = 2e-3 + 2 * per_rank / agg + 2 * (2 * 7 / 8) * per_rank / node
     assert projection.prediction.total_s == pytest.approx(expected, rel=0.02)
     bad = stampede("project", str(archive), "--target-ranks", "16", "--replicas", "3")
@@ -408,7 +412,7 @@ def test_a_drain_resting_on_one_saturated_run_widens_the_band() -> None:
     server = Params(rtt_s=0.5e-3, service_s=10e-3, threads=2, agg_bps=1e12, client_bps=1e9,
                     bytes_per_rank=2e6, whole_rounds=True)
     points = points_from(server, "sharded", ranks=(1, 2, 4), noise=0.03)
-    projection = project(points, "sharded", 16384, per_rank_size=True)
+    projection = project(points, "sharded", 16384, per_rank_size=True, locks=math.inf)
     assert "the metadata fits within the runs' spread" in projection.band_from
     truth = predict(replace(server, ops_per_rank=2), 16384, "sharded")
     low, high = projection.meta_band

@@ -42,27 +42,27 @@ def rows(run_id: str = "r1", storage: int = 0, lost: int = 1) -> list[Row]:
 
 
 def test_the_rates_come_from_the_peer_transfer_the_restart_and_the_first_survivor() -> None:
-    run = rejoin_run(rows())
+    run = rejoin_run(Archive(rows()))
     assert run is not None and run.run_id == "r1"
     assert run.rates.node_bps == pytest.approx(2 * 8 * MIB / 0.1)      # one spare node
     assert run.rates.storage_bps == pytest.approx(4 * 8 * MIB / 0.5)
     assert run.rates.local_bps == pytest.approx(8 * MIB / 0.008)
     assert run.tier_bytes["rejoin"] == {"local": 16 * MIB, "peer": 16 * MIB, "storage": 0}
     assert run.fallback == ()
-    two_lost = rejoin_run(rows(lost=2))   # two spare nodes share the bytes received
+    two_lost = rejoin_run(Archive(rows(lost=2)))   # two spare nodes share the bytes received
     assert two_lost is not None and two_lost.rates.node_bps == pytest.approx(8 * MIB / 0.1)
 
 
 def test_a_fall_back_to_storage_is_said_and_the_latest_valid_run_is_taken() -> None:
-    archive = rows("r1") + rows("r2", storage=8 * MIB)
-    run = rejoin_run(archive)
+    read = rows("r1") + rows("r2", storage=8 * MIB)
+    run = rejoin_run(Archive(read))
     assert run is not None and run.run_id == "r2"
     assert run.fallback == ("rank 5: position 3's replica missing on its peer on rank 1: "
                             "read from storage",)
-    archive[-1]["valid"] = False          # r2's restart failed: r1 is the latest whole run
-    latest = rejoin_run(archive)
+    read[-1]["valid"] = False          # r2's restart failed: r1 is the latest whole run
+    latest = rejoin_run(Archive(read))
     assert latest is not None and latest.run_id == "r1"
-    assert rejoin_run([row for row in rows() if row["layout"] != "restart"]) is None
+    assert rejoin_run(Archive([row for row in rows() if row["layout"] != "restart"])) is None
 
 
 def test_the_load_terms_at_the_target() -> None:

@@ -208,13 +208,13 @@ def test_a_trace_cut_anywhere_or_with_any_byte_flipped_is_what_was_written_or_a_
 
 def test_the_sidecar_a_report_reads_is_a_note_and_the_figures_are_skipped(
         tmp_path: Path) -> None:
-    from stampede.present.plot import sidecar_of
     from stampede.results.archived import Archive
 
     path = write_sidecar(tmp_path)
     path.write_bytes(truncated(path.read_bytes()))
-    notes: list[str] = []
-    assert sidecar_of(Archive([{"run_id": "r1"}], (tmp_path / "a.csv",)), "r1", notes) is None
+    shown = Archive([{"run_id": "r1"}], (tmp_path / "a.csv",)).beside(["r1"])
+    assert shown.sidecars == {} and shown.traces == {}
+    notes = shown.notes
     assert len(notes) == 1, notes
     assert notes[0].startswith(f"run r1: no readable sidecar: {path}: the sidecar is truncated")
     assert notes[0].endswith(": skipping the cdf and timeline figures")
