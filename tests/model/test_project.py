@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,12 +135,17 @@ def test_ops_and_bytes_at_the_projected_rank_count() -> None:
     assert bytes_per_rank_at(points, 1000, per_rank_size=True) == pytest.approx(1e9 / 4)
 
 
-def synthetic_archive(path: Path, params: Params, ranks: tuple[int, ...],
-                      layouts: tuple[str, ...] = ("shared", "sharded"), iterations: int = 3,
-                      phase: str = "restore", ops: tuple[str, ...] = ("stat", "open"),
-                      fanout: int = 4) -> None:
-    """An archive holding what runs of the model would have measured (`phase`'s rows,
-    each op in `ops` half the stall)."""
+def synthetic_archive(path: Path, *args: Any, **options: Any) -> None:
+    """synthetic_rows, archived at `path` (for the command line)."""
+    append_rows(path, synthetic_rows(*args, **options))
+
+
+def synthetic_rows(params: Params, ranks: tuple[int, ...],
+                   layouts: tuple[str, ...] = ("shared", "sharded"), iterations: int = 3,
+                   phase: str = "restore", ops: tuple[str, ...] = ("stat", "open"),
+                   fanout: int = 4) -> list[dict[str, object]]:
+    """The rows of an archive holding what runs of the model would have measured
+    (`phase`'s rows, each op in `ops` half the stall)."""
     rows: list[dict[str, object]] = []
     for nranks in ranks:
         for layout in layouts:
@@ -157,13 +163,14 @@ def synthetic_archive(path: Path, params: Params, ranks: tuple[int, ...],
             rows.append({**common, "op": phase, "count": nranks * iterations,
                          "time_to_last_rank_s": point.last_s, "time_to_last_rank_min_s": point.last_min_s,
                          "time_to_last_rank_max_s": point.last_max_s})
-    append_rows(path, rows)
+    return rows
 
 
 def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
     archive = tmp_path / "sweep.csv"
-    synthetic_archive(archive, TRUE, RANKS)
-    series = {item.layout: item for item in series_from_rows(Archive.open(archive).rows)}
+    rows = synthetic_rows(TRUE, RANKS)
+    append_rows(archive, rows)   # for the command line below; the model reads them in memory
+    series = {item.layout: item for item in series_from_rows(Archive(rows).rows)}
     assert set(series) == {"shared", "sharded"} and series["sharded"].per_rank_size
     assert [p.nranks for p in series["sharded"].points] == list(RANKS)
     assert series["sharded"].points[3].ops_per_rank == pytest.approx(2.0)
@@ -249,9 +256,10 @@ def test_a_save_sweep_is_fitted_and_projected_apart_from_the_restore(stampede, t
     Each phase is fitted on its own rows: the save's parameters come back from its own."""
     archive = tmp_path / "cycle.csv"
     restore = replace(TRUE, service_s=50e-6)
-    synthetic_archive(archive, restore, RANKS, (layout,))
-    synthetic_archive(archive, TRUE, RANKS, (layout,), phase="save", ops=("create", "open"))
-    rows = Archive.open(archive).rows
+    written = [*synthetic_rows(restore, RANKS, (layout,)),
+               *synthetic_rows(TRUE, RANKS, (layout,), phase="save", ops=("create", "open"))]
+    append_rows(archive, written)   # for the command line below
+    rows = Archive(written).rows
     (saved,) = series_from_rows(rows, ops=SAVE_METADATA_OPS, phase="save")
     (restored,) = series_from_rows(rows)
     assert saved.phase == "save" and saved.locks == (4 if layout == "fan-out" else 1)
@@ -351,11 +359,12 @@ def test_runs_are_matched_on_bytes_per_rank_and_the_rows_left_out_are_named(
     rows.sort(key=lambda row: str(row["run_id"]))
     rows = [row for row in rows if row["run_id"] != "03"] + \
         [row for row in rows if row["run_id"] == "03"]
-    append_rows(archive, [{**row, "timestamp": f"2026-01-01T00:00:{row['run_id']}"}
-                          for row in rows if row["run_id"] != "03"])
-    append_rows(archive, [{**row, "timestamp": "2025-12-31T00:00:00"} for row in rows
-                          if row["run_id"] == "03"])
-    (series,) = series_from_rows(Archive.open(archive).rows)
+    written = [{**row, "timestamp": f"2026-01-01T00:00:{row['run_id']}"} for row in rows
+               if row["run_id"] != "03"]
+    written += [{**row, "timestamp": "2025-12-31T00:00:00"} for row in rows
+                if row["run_id"] == "03"]
+    append_rows(archive, written)   # for the command line below
+    (series,) = series_from_rows(Archive(written).rows)
     assert [p.nranks for p in series.points] == [1, 2, 4] and series.per_rank_size
     notes = " | ".join(series.notes)
     assert "fitted: 3 restore run(s) at ranks@nodes 1@1 (05), 2@1 (01), 4@1 (02)" in notes
@@ -386,8 +395,8 @@ def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
                       bytes_per_rank=int(per_rank), size_per_rank_requested=int(per_rank),
                       nnodes=nodes, ranks_per_node=2, replicas=replicas,
                       broadcast_group="replica")
-    append_rows(archive, rows)
-    (series,) = series_from_rows(Archive.open(archive).rows)
+    append_rows(archive, rows)   # for the command line below
+    (series,) = series_from_rows(Archive(rows).rows)
     assert [p.nnodes for p in series.points] == [1, 2, 3, 4]
     assert series.scaling.replicas_per_node and series.scaling.ranks_per_node == 2
     result = stampede("project", str(archive), "--target-ranks", "16")
