@@ -166,7 +166,8 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     rejoin = not args.layout and archive is not None and bool(archive.rejoin_runs())
     if args.target_ranks is not None and not rejoin:
         layout, projected = target_projection(args, archive)
-    model, measured = measured_model(archive, layout, inputs, sources)
+    model, measured = measured_model(archive.term_runs(layout) if archive is not None else None,
+                                     inputs, sources)
     if projected is not None:
         model, workload_line, nodes = at_target(model, *projected)
     cost_s, cost_source = (measured_checkpoint_cost(archive, args.save_layout)

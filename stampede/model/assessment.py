@@ -231,9 +231,10 @@ def assess(archive: Archive, workload: Workload | int,
     restore = phases.get("restore")
     layout = restore.best if restore else ""
     # `stampede mttr ARCHIVES --layout L` of each restore layout the verdict names: the
-    # worked example's terms with those the archives measured (read once per layout)
-    measured = {name: measured_model(archive, name) for name in dict.fromkeys(
+    # worked example's terms with those its runs measured (the runs chosen once per layout)
+    runs = {name: archive.term_runs(name) for name in dict.fromkeys(
         [layout, *(series.layout for series, _, _ in restore.projections)] if restore else [])}
+    measured = {name: measured_model(chosen) for name, chosen in runs.items()}
     model = measured[layout][0] if layout and measured[layout][1] else None
     targets = at_target(measured, restore, workload, target_mttr_s) if restore else ()
     return Assessment(workload, phases, model, layout, targets, target_mttr_s,

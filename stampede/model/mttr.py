@@ -42,18 +42,17 @@ T_cordon_swap on average.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
-from stampede.results.cells import Row
 from stampede.units import BYTES_PER_GB, format_bytes
 
 if TYPE_CHECKING:
     from stampede.model.projection import Projection
     from stampede.model.workload import Workload
-    from stampede.results.archived import Archive
+    from stampede.results.archived import Archive, TermRuns
 
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
@@ -266,68 +265,47 @@ def measured_checkpoint_cost(archive: Archive, layout: str) -> tuple[float, str]
     return found
 
 
-def measured_model(archive: Archive | None, layout: str, inputs: Mapping[str, float] = EXAMPLE,
+def measured_model(runs: TermRuns | None, inputs: Mapping[str, float] = EXAMPLE,
                    sources: Mapping[str, str] | None = None) -> tuple[Breakdown, bool]:
     """The breakdown of `inputs` (the worked example unless given; `sources` says where
-    each came from) with the terms the archives measured laid over them, and whether they
-    measured any: `stampede mttr` and the HTML verdict alike."""
-    values, measured, stall = (measured_terms(archive, layout) if archive
-                               else ({}, {}, math.nan))
+    each came from) with the terms measured by the runs an Archive chose (its term_runs)
+    laid over them, and whether they measured any: `stampede mttr` and the HTML verdict
+    alike."""
+    values, measured, stall = measured_terms(runs) if runs else ({}, {}, math.nan)
     named = dict(sources or {key: "assumed (worked example)" for key in inputs}) | measured
     return breakdown(**{**inputs, **values}, sources=named, metadata_stall_s=stall), bool(values)
 
 
-def measured_terms(archive: Archive, layout: str) -> tuple[dict[str, float], dict[str, str], float]:
-    """Values and sources of the terms the archives hold, and the metadata stall."""
+def measured_terms(runs: TermRuns) -> tuple[dict[str, float], dict[str, str], float]:
+    """Values and sources of the terms the chosen runs measured, and the metadata stall."""
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
     stall = math.nan
-    for part in archive.parts():
-        rows = part.rows
-        startup = part.latest("startup")
-        if startup is not None:
-            name = part.name_of(startup)
-            values["init_s"] = startup["time_to_last_rank_s"]
-            sources["init_s"] = f"measured: {name} run {startup['run_id']}, last rank up"
-            barrier = next((row for row in reversed(rows) if row["op"] == "barrier"
-                            and row["run_id"] == startup["run_id"]), None)
-            if barrier is not None and math.isfinite(barrier["lat_p50_s"]):
-                values["barrier_s"] = barrier["lat_p50_s"]
-                sources["barrier_s"] = (f"{name} run {startup['run_id']}, MPI barrier p50 over "
-                                        f"{barrier['nranks']} ranks")
-        # a checkpoint's restores (not `stampede gpu`'s copies: phase h2d)
-        restores = [row for row in rows if row["op"] == "restore" and row["valid"]
-                    and row["phase"] == "restore" and math.isfinite(row["slowest_rank_gbps"])
-                    and (not layout or row["layout"] == layout)]
-        storage = [row for row in restores if row["cache"] != "warm"] or restores
-        if storage:
-            run_id = storage[-1]["run_id"]
-            best = min((row for row in storage if row["run_id"] == run_id),
-                       key=lambda row: row["time_to_last_rank_s"])
-            name = part.name_of(best)
-            warm = " (WARM: page cache, not storage)" if best["cache"] == "warm" else ""
-            values["bw_rank_gbps"] = best["slowest_rank_gbps"]
-            sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
-                                       f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
-            values["straggler_s"] = (best["time_to_last_rank_s"]
-                                     - best["first_done_s"])
-            sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
-            stall = _time_to_first_byte(part.sidecar(run_id).value, best["layout"])
-            _process_group(rows, best, name, values, sources)
+    if runs.startup is not None:
+        startup, name = runs.startup.row, runs.startup.name
+        values["init_s"] = startup["time_to_last_rank_s"]
+        sources["init_s"] = f"measured: {name} run {startup['run_id']}, last rank up"
+    if runs.barrier is not None:
+        barrier = runs.barrier.row
+        values["barrier_s"] = barrier["lat_p50_s"]
+        sources["barrier_s"] = (f"{runs.barrier.name} run {barrier['run_id']}, MPI barrier p50 "
+                                f"over {barrier['nranks']} ranks")
+    if runs.restore is not None:
+        best, name = runs.restore.row, runs.restore.name
+        run_id = best["run_id"]
+        warm = " (WARM: page cache, not storage)" if best["cache"] == "warm" else ""
+        values["bw_rank_gbps"] = best["slowest_rank_gbps"]
+        sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
+                                   f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
+        values["straggler_s"] = best["time_to_last_rank_s"] - best["first_done_s"]
+        sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
+        stall = _time_to_first_byte(runs.sidecar, best["layout"])
+        found = runs.pg_init
+        if found is not None:   # the restore's own (run.exchange = torch)
+            values["pg_init_s"] = found["elapsed_s"]
+            sources["pg_init_s"] = (f"{name} run {found['run_id']} {found['layout']} pg_init "
+                                    f"(torch.distributed process group, {found['nranks']} ranks)")
     return _sync(values, sources), sources, stall
-
-
-def _process_group(rows: Sequence[Row], restore: Row, name: str,
-                   values: dict[str, float], sources: dict[str, str]) -> None:
-    """The restore's own pg_init (run.exchange = torch), when its layout has one."""
-    values.pop("pg_init_s", None)   # a later archive's restore replaces an earlier one's
-    found = next((row for row in rows if row["op"] == "pg_init" and math.isfinite(row["elapsed_s"])
-                  and row["run_id"] == restore["run_id"]
-                  and row["layout"] == restore["layout"]), None)
-    if found is not None:
-        values["pg_init_s"] = found["elapsed_s"]
-        sources["pg_init_s"] = (f"{name} run {found['run_id']} {found['layout']} pg_init "
-                                f"(torch.distributed process group, {found['nranks']} ranks)")
 
 
 def _sync(values: dict[str, float], sources: dict[str, str]) -> dict[str, float]:

@@ -222,8 +222,8 @@ def rejoin_verdict(archive: Archive, workload: Workload,
     if run is None:
         return None
     archive = archive.without(run_id for run_id in archive.rejoin_runs() if run_id != run.run_id)
-    models = {layout: measured_model(archive, layout, inputs, sources)[0]
-              for layout in TIER_RESTORES}   # each way's terms, read once
+    runs = {layout: archive.term_runs(layout) for layout in TIER_RESTORES}   # chosen once
+    models = {layout: measured_model(chosen, inputs, sources)[0] for layout, chosen in runs.items()}
     k = workload.ranks_per_node or run.ranks_per_node
     size = workload.bytes_per_rank or float(run.bytes_per_rank)
     lost = lost_nodes or run.lost_nodes

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,26 @@ from stampede.results.tiers import TIER_RESTORES
 
 if TYPE_CHECKING:
     from stampede.results.trace import Trace
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A row a verdict term comes from, and the file it came from (the name the page says)."""
+
+    row: Row
+    name: str
+
+
+@dataclass(frozen=True)
+class TermRuns:
+    """The runs the measured T_MTTR terms of one restore layout come from (Archive.term_runs),
+    chosen once: each from the last archive file that holds it."""
+
+    startup: Chosen | None = None   # the latest startup run: T_pod_init
+    barrier: Chosen | None = None   # its MPI barrier: part of T_barrier_sync
+    restore: Chosen | None = None   # the latest restore from storage, its fastest row: BW_rank
+    pg_init: Row | None = None      # that restore's process-group set-up (run.exchange = torch)
+    sidecar: Document | None = None   # that restore's run's sidecar: its time to first byte
 
 
 @dataclass(frozen=True)
@@ -108,6 +128,37 @@ class Archive:
                   and (not layout or row["layout"] == layout)]
         return chosen[-1] if chosen else None
 
+    def term_runs(self, layout: str) -> TermRuns:
+        """The runs T_MTTR's measured terms of restore `layout` ("": any) come from, file by
+        file, a later file's run replacing an earlier's term by term: the latest startup
+        and its barrier; the latest valid restore of a checkpoint (not `stampede gpu`'s
+        copies) from storage (a warm one only where no other is), its least time to last
+        rank, with its pg_init row and its run's sidecar."""
+        found = TermRuns()
+        for part in self.parts():
+            startup = part.latest("startup")
+            if startup is not None:
+                name = part.name_of(startup)
+                found = replace(found, startup=Chosen(startup, name))
+                barrier = next((row for row in reversed(part.rows) if row["op"] == "barrier"
+                                and row["run_id"] == startup["run_id"]), None)
+                if barrier is not None and math.isfinite(barrier["lat_p50_s"]):
+                    found = replace(found, barrier=Chosen(barrier, name))
+            restores = [row for row in part.rows if row["op"] == "restore" and row["valid"]
+                        and row["phase"] == "restore" and math.isfinite(row["slowest_rank_gbps"])
+                        and (not layout or row["layout"] == layout)]
+            storage = [row for row in restores if row["cache"] != "warm"] or restores
+            if storage:
+                run_id = storage[-1]["run_id"]
+                best = min((row for row in storage if row["run_id"] == run_id),
+                           key=lambda row: row["time_to_last_rank_s"])
+                pg_init = next((row for row in part.rows if row["op"] == "pg_init"
+                                and math.isfinite(row["elapsed_s"]) and row["run_id"] == run_id
+                                and row["layout"] == best["layout"]), None)
+                found = replace(found, restore=Chosen(best, part.name_of(best)), pg_init=pg_init,
+                                sidecar=part.sidecar(run_id).value)
+        return found
+
     def parts(self) -> list[Archive]:
         """One Archive per file (a verdict term read file by file, the later file's winning),
         sharing this one's sidecars."""
@@ -139,7 +190,8 @@ class Archive:
         if run_id not in self._sidecars:
             from stampede.results.readback import read_sidecar
 
-            self._sidecars[run_id] = read_sidecar(self._sidecar_path(run_id))
+            path = self._sidecar_path(run_id)
+            self._sidecars[run_id] = read_sidecar(path)
         return self._sidecars[run_id]
 
     def trace(self, run_id: str) -> Read[Trace] | None:
