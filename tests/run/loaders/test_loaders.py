@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from stampede.existing.scan import scan
+from stampede.results.cells import typed
 from stampede.results.loaders import loader_lines
 from tests.helpers import checkpoints
 from tests.helpers.jobs import read_archive, write_job
@@ -68,7 +69,7 @@ def _beside_the_ceiling(rows: list[dict[str, str]], loader: str, policy: str,
     assert int(restores[loader]["bytes_total"]) == int(restores["stampede"]["bytes_total"]) \
         == total_bytes
     assert restores[loader]["valid"] == "true" and restores[loader]["device"] == "cpu"
-    line = next(line for line in loader_lines(rows)
+    line = next(line for line in loader_lines([typed(row) for row in rows])
                 if line.loader == loader and line.policy == policy)
     assert math.isfinite(line.efficiency) and line.efficiency > 0 and line.dominant
 
