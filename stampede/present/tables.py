@@ -13,9 +13,9 @@ column says so (`alarm`), so that no renderer has to strip another's markup.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from stampede.results.cells import Row, flag, number, whole
 from stampede.results.columns import OWN_TOOL
@@ -218,3 +218,39 @@ HISTORY = TableSpec(
      Column("valid", lambda line: "yes" if flag(line.row, "valid") else "NO",
             alarm=lambda line: not flag(line.row, "valid"))),
     keeps=lambda row: bool(row.get("time_to_last_rank_s")))
+
+
+# --- tables of objects: the models' (report_models) and the plan's (report_plan) -----------
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ItemColumn(Generic[T]):
+    """A column of a table of objects (a comparison, a term, a rank's read): its header and
+    its cell from one object, written together so that neither moves without the other."""
+
+    header: str
+    cell: Callable[[T], str]                # rich markup kept as it is
+    left: bool = False                      # names and words: left, folded; numbers: right
+
+
+@dataclass(frozen=True)
+class Verbatim:
+    """A line of a table of objects that is no object: a total, or '...' for the ranks not
+    shown; its first cells as given, the rest blank."""
+
+    cells: tuple[str, ...]
+
+
+def item_table(title: str, columns: Sequence[ItemColumn[T]],
+               items: Iterable[T | Verbatim]) -> Table:
+    """A terminal table (new_table) with a line per item, each cell its column's."""
+    table = new_table(title, [column.header for column in columns],
+                      left=[column.header for column in columns if column.left])
+    for item in items:
+        if isinstance(item, Verbatim):
+            table.add_row(*item.cells, *[""] * (len(columns) - len(item.cells)))
+        else:
+            table.add_row(*(column.cell(item) for column in columns))
+    return table
