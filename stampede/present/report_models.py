@@ -5,10 +5,10 @@ fitted contention model and its projection). Values come computed; this only for
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
-from stampede.present.tables import new_table
+from stampede.present.tables import ItemColumn, Verbatim, item_table
 from stampede.units import (
     BYTES_PER_GB,
     format_bytes,
@@ -25,9 +25,11 @@ from stampede.units import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from stampede.model.mttr import Breakdown, Checkpointing, Costs, SparePool
+    from stampede.model.fit import Point
+    from stampede.model.mttr import Breakdown, Checkpointing, Costs, Interval, SparePool, Term
     from stampede.model.projection import Projection
     from stampede.model.rejoin import RejoinVerdict
+    from stampede.model.rejoin import Side as RejoinSide
     from stampede.model.series import Series
     from stampede.model.workload import Workload
     from stampede.results.compare import Comparison, Side
@@ -39,28 +41,45 @@ def render_comparison(title: str, comparisons: Sequence[Comparison], console: Co
     of the medians; the verdict."""
     # the phase (restore, save) only where both are compared: a cycle's archive
     phased = len({dict(comparison.key).get("phase", "") for comparison in comparisons}) > 1
-    table = new_table(f"{title}: B / A of the medians over each side's runs",
-                      ("phase",) * phased + ("layout", "op", "ranks", "cache", "metric", "A", "B",
-                                             "B / A", "verdict"),
-                      left=("phase", "layout", "op", "cache", "metric", "verdict"))
-    for comparison in comparisons:
-        key = dict(comparison.key)
-        seconds = comparison.metric.endswith("_s") and not comparison.metric.endswith("_per_s")
-        word = comparison.verdict.split("?")[0].split(" (")[0]
-        colour = {"better": "green", "worse": "red"}.get(word, "dim")
-        table.add_row(*(key.get("phase", "*"),) * phased, key.get("layout", "*"),
-                      key.get("op", ""), key.get("nranks", ""),
-                      key.get("cache", "*"), comparison.metric,
-                      _side_cell(comparison.base, seconds), _side_cell(comparison.other, seconds),
-                      f"{comparison.ratio:.3f}",
-                      f"[{colour}]{comparison.verdict.replace(' (n=1)', chr(10) + '(n=1)')}[/]")
-    console.print(table)
+    console.print(item_table(f"{title}: B / A of the medians over each side's runs",
+                             ((PHASE,) if phased else ()) + COMPARISON, comparisons))
     console.print("[dim]A, B: the median over the side's runs (each run's value: its median over "
                   "iterations); n: runs, with the min-max of their values; it.: the lowest to the "
                   "highest iteration of any run. within spread = the two sides' ranges of runs "
                   "overlap (n >= 2 on both sides). (n=1): a side has one run, so how much runs "
                   "differ is unknown: the verdict rests on the iteration ranges, or where there "
                   "are none (p99) on direction only ('?'; 'similar?' under 5%).[/]")
+
+
+def _keyed(column: str, missing: str) -> Callable[[Comparison], str]:
+    """A value of the configuration compared; `missing` where the comparison spans them."""
+    return lambda comparison: dict(comparison.key).get(column, missing)
+
+
+def _sides(pick: Callable[[Comparison], Side]) -> Callable[[Comparison], str]:
+    """A side's cell (A or B): a duration metric's in its unit, another's as a number."""
+    def cell(comparison: Comparison) -> str:
+        metric = comparison.metric
+        return _side_cell(pick(comparison), metric.endswith("_s") and not metric.endswith("_per_s"))
+    return cell
+
+
+def _verdict(comparison: Comparison) -> str:
+    word = comparison.verdict.split("?")[0].split(" (")[0]
+    colour = {"better": "green", "worse": "red"}.get(word, "dim")
+    return f"[{colour}]{comparison.verdict.replace(' (n=1)', chr(10) + '(n=1)')}[/]"
+
+
+PHASE: ItemColumn[Comparison] = ItemColumn("phase", _keyed("phase", "*"), left=True)
+COMPARISON: tuple[ItemColumn[Comparison], ...] = (
+    ItemColumn("layout", _keyed("layout", "*"), left=True),
+    ItemColumn("op", _keyed("op", ""), left=True), ItemColumn("ranks", _keyed("nranks", "")),
+    ItemColumn("cache", _keyed("cache", "*"), left=True),
+    ItemColumn("metric", lambda comparison: comparison.metric, left=True),
+    ItemColumn("A", _sides(lambda comparison: comparison.base)),
+    ItemColumn("B", _sides(lambda comparison: comparison.other)),
+    ItemColumn("B / A", lambda comparison: f"{comparison.ratio:.3f}"),
+    ItemColumn("verdict", _verdict, left=True))
 
 
 def _side_cell(side: Side, seconds: bool) -> str:
@@ -84,15 +103,18 @@ def render_mttr(model: Breakdown, costs: Costs, pools: Sequence[SparePool], pool
                 console: Console, saving: Checkpointing | None = None) -> None:
     """`stampede mttr`: the breakdown, which term dominates, what it costs, what
     checkpointing costs (`saving`, when C is known), spares."""
-    terms = new_table("T_MTTR = T_detect + T_cordon_swap + T_pod_init + S_weights/BW_rank_io + "
-                  "T_barrier_sync", ("term", "time", "share", "source"), left=("term", "source"))
     dominant = model.dominant
-    for term in model.terms:
-        name = f"[bold]{term.name}[/]" if term in dominant else term.name
-        terms.add_row(name, format_duration(term.seconds), f"{term.seconds / model.total_s:.0%}",
-                      ("[green]" if term.measured else "[dim]") + term.source + "[/]")
-    terms.add_row("[bold]T_MTTR[/]", f"[bold]{format_duration(model.total_s)}[/]", "100%", "")
-    console.print(terms)
+    terms: tuple[ItemColumn[Term], ...] = (
+        ItemColumn("term", lambda term: f"[bold]{term.name}[/]" if term in dominant else term.name,
+                   left=True),
+        ItemColumn("time", lambda term: format_duration(term.seconds)),
+        ItemColumn("share", lambda term: f"{term.seconds / model.total_s:.0%}"),
+        ItemColumn("source", lambda term: ("[green]" if term.measured else "[dim]") + term.source
+                   + "[/]", left=True))
+    lines: list[Term | Verbatim] = [*model.terms, Verbatim(
+        ("[bold]T_MTTR[/]", f"[bold]{format_duration(model.total_s)}[/]", "100%"))]
+    console.print(item_table("T_MTTR = T_detect + T_cordon_swap + T_pod_init + "
+                             "S_weights/BW_rank_io + T_barrier_sync", terms, lines))
     console.print(f"load term: {format_bytes(model.weights_gb * BYTES_PER_GB)} / "
                   f"{format_rate(model.bw_rank_gbps * BYTES_PER_GB, 'B/s')} per rank; "
                   f"dominant term{'s (tied)' if len(dominant) > 1 else ''}: "
@@ -110,34 +132,36 @@ def render_mttr(model: Breakdown, costs: Costs, pools: Sequence[SparePool], pool
     console.print(line)
     if saving is not None:
         _render_checkpointing(saving, costs.gpus, console)
-    spares = new_table(f"Hot spares: {pool_context}",
-                   ("pool", "spares", "P(no warm spare)", "adds to T_cordon_swap"))
-    for pool in pools:
-        probability = pool.no_spare_probability
-        spares.add_row(pool.label, str(pool.spares),
-                       format_probability(probability),
-                       format_seconds(pool.added_swap_s) if pool.added_swap_s >= 1e-6
-                       else "< 1 µs")
-    console.print(spares)
+    console.print(item_table(f"Hot spares: {pool_context}", SPARES, pools))
+
+
+SPARES: tuple[ItemColumn[SparePool], ...] = (
+    ItemColumn("pool", lambda pool: pool.label),
+    ItemColumn("spares", lambda pool: str(pool.spares)),
+    ItemColumn("P(no warm spare)", lambda pool: format_probability(pool.no_spare_probability)),
+    ItemColumn("adds to T_cordon_swap", lambda pool: format_seconds(pool.added_swap_s)
+               if pool.added_swap_s >= 1e-6 else "< 1 µs"))
 
 
 def render_rejoin(verdict: RejoinVerdict, console: Console) -> None:
     """`stampede mttr` and `project` on a `stampede rejoin` archive (stampede.model.rejoin):
     T_MTTR of the rejoin and of the full restart, as measured and at the workload, with
     the terms that differ and what dominates there."""
-    ranks = verdict.workload.ranks
-    table = new_table("A node lost: rejoin from the tiers (stampede rejoin) beside a full "
-                      "restart from storage", ("restore", "T_MTTR as measured",
-                                               f"T_MTTR at {ranks} ranks", "load term there",
-                                               "T_pod_init", "T_barrier_sync", "dominant there"),
-                      left=("restore", "load term there", "dominant there"))
-    for measured, target in zip(verdict.measured, verdict.at_target):
-        table.add_row(target.layout, format_duration(measured.model.total_s)
-                      if measured.model else "-",
-                      format_duration(target.model.total_s) if target.model else "not possible",
-                      target.load, target.term("T_pod_init"), target.term("T_barrier_sync"),
-                      target.dominant or target.why_not)
-    console.print(table)
+    # a line per restore (rejoin, restart): its side as measured, and at the workload
+    sides: tuple[ItemColumn[tuple[RejoinSide, RejoinSide]], ...] = (
+        ItemColumn("restore", lambda pair: pair[1].layout, left=True),
+        ItemColumn("T_MTTR as measured", lambda pair: format_duration(pair[0].model.total_s)
+                   if pair[0].model else "-"),
+        ItemColumn(f"T_MTTR at {verdict.workload.ranks} ranks",
+                   lambda pair: format_duration(pair[1].model.total_s) if pair[1].model
+                   else "not possible"),
+        ItemColumn("load term there", lambda pair: pair[1].load, left=True),
+        ItemColumn("T_pod_init", lambda pair: pair[1].term("T_pod_init")),
+        ItemColumn("T_barrier_sync", lambda pair: pair[1].term("T_barrier_sync")),
+        ItemColumn("dominant there", lambda pair: pair[1].dominant or pair[1].why_not, left=True))
+    console.print(item_table("A node lost: rejoin from the tiers (stampede rejoin) beside a full "
+                             "restart from storage", sides,
+                             zip(verdict.measured, verdict.at_target)))
     console.print(verdict.describe(), markup=False)
     for note in verdict.run.fallback:
         console.print(f"fell back to storage: {note}", markup=False)
@@ -152,18 +176,26 @@ def _render_checkpointing(saving: Checkpointing, gpus: float, console: Console) 
         console.print("  give --mtbf-h (the Young/Daly interval) or --checkpoint-interval-s "
                       "to price it")
         return
-    table = new_table(f"Checkpointing at {format_plain(gpus)} GPUs: GPU-hours per day",
-                      ("interval", "seconds", "saving", "failures", "total"), left=("interval",))
-    for interval in saving.intervals:
-        failures = interval.failures_h_per_day
-        table.add_row(interval.label, f"{interval.interval_s:.6g}",
-                      f"{interval.saving_h_per_day:.4g}",
-                      f"{failures:.4g}" if math.isfinite(failures) else "- (no --mtbf-h)",
-                      f"{interval.total_h_per_day:.4g}" if math.isfinite(failures) else "-")
-    console.print(table)
+    console.print(item_table(f"Checkpointing at {format_plain(gpus)} GPUs: GPU-hours per day",
+                             INTERVALS, saving.intervals))
     if math.isfinite(saving.young_daly_s):
         console.print("[dim]Young/Daly: tau = sqrt(2 C MTBF); saving = GPUs x 86,400/tau x C; "
                       "failures = GPUs x 24/MTBF_h x (T_MTTR + tau/2)[/]")
+
+
+def _priced(interval: Interval) -> bool:
+    """Whether the failures are priced (an MTBF given)."""
+    return math.isfinite(interval.failures_h_per_day)
+
+
+INTERVALS: tuple[ItemColumn[Interval], ...] = (
+    ItemColumn("interval", lambda interval: interval.label, left=True),
+    ItemColumn("seconds", lambda interval: f"{interval.interval_s:.6g}"),
+    ItemColumn("saving", lambda interval: f"{interval.saving_h_per_day:.4g}"),
+    ItemColumn("failures", lambda interval: f"{interval.failures_h_per_day:.4g}"
+               if _priced(interval) else "- (no --mtbf-h)"),
+    ItemColumn("total", lambda interval: f"{interval.total_h_per_day:.4g}"
+               if _priced(interval) else "-"))
 
 
 def _gbps(rate: float) -> str:
@@ -213,15 +245,8 @@ def _render_layout(series: Series, projection: Projection, notes: Sequence[str],
                   f"{format_seconds(params.service_s)}, c {threads}, B_agg {_gbps(params.agg_bps)}"
                   f", B_client {_gbps(params.client_bps)}{node}"
                   + (f"  (given: {', '.join(given)})" if given else ""))
-    points = new_table("", ("ranks", "nodes", "k", "stall meas", "stall model", "last rank meas",
-                            "model", "residual", "data limited by"))
-    for point, stall, model, residual, limit in zip(fit.points, fit.meta_model_s, fit.last_model_s,
-                                                    fit.residuals, fit.limits):
-        points.add_row(str(point.nranks), str(point.nnodes), f"{point.ops_per_rank:.3g}",
-                       format_seconds(point.meta_s), format_seconds(stall),
-                       format_seconds(point.last_s), format_seconds(model), f"{residual:+.1%}",
-                       limit if point.bytes_per_rank > 0 else "-")
-    console.print(points)
+    console.print(item_table("", FITTED, map(Fitted, fit.points, fit.meta_model_s,
+                                             fit.last_model_s, fit.residuals, fit.limits)))
     console.print(f"  residuals (measured - model) / measured: rms {fit.rms_residual:.1%}, max "
                   f"{fit.max_residual:.1%}; metadata saturated at "
                   f"{', '.join(map(str, fit.saturated)) or 'no measured rank count'}; B_agg "
@@ -253,3 +278,26 @@ def _render_layout(series: Series, projection: Projection, notes: Sequence[str],
     for note in notes:
         console.print(f"  note: {note}", markup=False)
     console.print()
+
+
+class Fitted(NamedTuple):
+    """A measured point of a fit beside what the fitted model says of it."""
+
+    point: Point
+    stall_model_s: float
+    last_model_s: float
+    residual: float                   # (measured - model) / measured
+    limit: str                        # what limits its data
+
+
+FITTED: tuple[ItemColumn[Fitted], ...] = (
+    ItemColumn("ranks", lambda fitted: str(fitted.point.nranks)),
+    ItemColumn("nodes", lambda fitted: str(fitted.point.nnodes)),
+    ItemColumn("k", lambda fitted: f"{fitted.point.ops_per_rank:.3g}"),
+    ItemColumn("stall meas", lambda fitted: format_seconds(fitted.point.meta_s)),
+    ItemColumn("stall model", lambda fitted: format_seconds(fitted.stall_model_s)),
+    ItemColumn("last rank meas", lambda fitted: format_seconds(fitted.point.last_s)),
+    ItemColumn("model", lambda fitted: format_seconds(fitted.last_model_s)),
+    ItemColumn("residual", lambda fitted: f"{fitted.residual:+.1%}"),
+    ItemColumn("data limited by", lambda fitted: fitted.limit
+               if fitted.point.bytes_per_rank > 0 else "-"))

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from stampede.ops import OPS
-from stampede.present.tables import new_table
+from stampede.present.tables import ItemColumn, Verbatim, item_table
 from stampede.units import BYTES_PER_GIB, format_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from stampede.checkpoint.plan import Extent, RankPlan
-    from stampede.checkpoint.save_plan import SavePlan
+    from stampede.checkpoint.save_plan import FileWrite, SavePlan
     from stampede.spec import JobSpec
 
     # per layout: its name, its files (name, bytes), (rank, plan, whether it reads storage)
@@ -61,34 +61,41 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Plan
     """`stampede plan`: the validated options and who reads what; touches no storage.
     `layouts`: per layout (name, files, [(rank, plan, reads storage)]); rank -1 stands for
     the ranks not shown."""
-    options = new_table(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s), "
-                        f"backend {backend}", ("key", "value"), left=("key", "value"))
-    for key, value in spec.values.items():
-        text = "+".join(value) if isinstance(value, tuple) else "-" if value is None else str(value)
-        options.add_row(key, text)
-    console.print(options)
+    console.print(item_table(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s), "
+                             f"backend {backend}", OPTIONS, spec.values.items()))
+
+    def afterwards(read: RankRead) -> str:
+        """What the rank does after its reads: the exchange, or how it learns the names."""
+        plan = read.plan
+        if plan.list_on_root and read.rank:
+            return "gets rank 0's listing"
+        exchange = {"bcast": "Bcast", "allgather": "Allgatherv"}.get(plan.exchange, "-")
+        if plan.leader_reads and spec.broadcast_group == "node":
+            exchange += " (reads if first of its group on its node)"
+        return exchange
+
+    columns: tuple[ItemColumn[RankRead], ...] = (
+        ItemColumn("rank", lambda read: str(read.rank)),
+        ItemColumn("reads from storage", lambda read: read.extent.relpath if read.extent else "-",
+                   left=True),
+        ItemColumn("offset", lambda read: f"{read.extent.offset:,}" if read.extent else ""),
+        ItemColumn("bytes", lambda read: format_bytes(read.extent.length) if read.extent else ""),
+        ItemColumn("storage ops", lambda read: _counts(read.plan.op_counts(read.leads)),
+                   left=True),
+        ItemColumn("then", afterwards, left=True),
+        ItemColumn("holds", lambda read: f"shard {read.plan.group}", left=True))
     for layout, files, shown in layouts:
         total = sum(size for _, size in files)
-        table = new_table(f"{layout}: {len(files)} file(s), {format_bytes(total)} ({total:,} B); "
-                          "per iteration each rank:",
-                          ("rank", "reads from storage", "offset", "bytes", "storage ops", "then",
-                           "holds"), left=("reads from storage", "storage ops", "then", "holds"))
+        lines: list[RankRead | Verbatim] = []
         for rank, plan, leads in shown:
             if rank < 0 or plan is None:   # the two go together
-                table.add_row("...", f"({nranks - len(shown) + 1} more ranks)", *[""] * 5)
+                lines.append(_more_ranks(nranks, len(shown)))
                 continue
-            then = {"bcast": "Bcast", "allgather": "Allgatherv"}.get(plan.exchange, "-")
-            if plan.leader_reads and spec.broadcast_group == "node":
-                then += " (reads if first of its group on its node)"
-            if plan.list_on_root and rank:
-                then = "gets rank 0's listing"
-            read: list[Extent | None] = [extent for extent in plan.extents if leads]
-            for extent in read or [None]:
-                table.add_row(str(rank), extent.relpath if extent else "-",
-                              f"{extent.offset:,}" if extent else "",
-                              format_bytes(extent.length) if extent else "",
-                              _counts(plan.op_counts(leads)), then, f"shard {plan.group}")
-        console.print(table)
+            # a line per extent it reads; one where it reads none (it receives its shard)
+            extents: list[Extent | None] = [extent for extent in plan.extents if leads]
+            lines += [RankRead(rank, plan, leads, extent) for extent in extents or [None]]
+        console.print(item_table(f"{layout}: {len(files)} file(s), {format_bytes(total)} "
+                                 f"({total:,} B); per iteration each rank:", columns, lines))
     console.print(f"space: {space}", markup=False)
     console.print(f"[dim]no storage was touched (the target's free space was asked); "
                   f"`stampede prepare` writes these files, `stampede run` reads them (cache "
@@ -104,30 +111,22 @@ def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave],
                   f"validate {spec.validate}, keep {spec.keep}, mkdir by {spec.mkdir_by}")
     for layout, files, directories, shown in layouts:
         total = sum(size for _, size in files)
-        table = new_table(f"{layout} save: {len(files)} file(s), {format_bytes(total)} "
-                          f"({total:,} B), {len(directories)} directories per version; each "
-                          "rank:", ("rank", "writes into", "offset", "bytes", "does"),
-                          left=("writes into", "does"))
+        lines: list[RankWrite | Verbatim] = []
         for rank, plan in shown:
             if plan is None:
-                table.add_row("...", f"({nranks - len(shown) + 1} more ranks)", "", "", "")
+                lines.append(_more_ranks(nranks, len(shown)))
                 continue
-            for file in plan.files or [None]:
-                if file is None:
-                    table.add_row(str(rank), "-", "", "", "holds its shard; writes nothing")
-                    continue
-                extent = file.extents[0]
-                does = ("create, " if file.creates else "open, ") + \
-                    f"{-(-extent.length // spec.block_bytes)} write, fsync, close" + \
-                    (", rename" if file.creates else "")
-                table.add_row(str(rank), file.relpath, f"{extent.offset:,}",
-                              format_bytes(extent.length), does)
+            lines += [RankWrite(rank, file.relpath, file.extents[0].offset, file.extents[0].length,
+                            _does(file, spec.block_bytes)) for file in plan.files] or \
+                [RankWrite(rank, "-", None, None, "holds its shard; writes nothing")]
             if plan.index is not None:
-                table.add_row(str(rank), plan.index.relpath, "0", format_bytes(spec.index_bytes),
-                              "the index, once every shard is durable; then publishes")
+                lines.append(RankWrite(rank, plan.index.relpath, 0, spec.index_bytes,
+                                   "the index, once every shard is durable; then publishes"))
             elif rank == 0:
-                table.add_row("0", "saves/" + layout + "/latest", "", "", "publishes")
-        console.print(table)
+                lines.append(RankWrite(0, "saves/" + layout + "/latest", None, None, "publishes"))
+        console.print(item_table(f"{layout} save: {len(files)} file(s), {format_bytes(total)} "
+                                 f"({total:,} B), {len(directories)} directories per version; "
+                                 "each rank:", WRITES, lines))
     console.print(f"space: {space}", markup=False)
     console.print("[dim]no storage was touched (the target's free space was asked); "
                   "`stampede save` writes these versions, `stampede run` restores the "
@@ -143,23 +142,83 @@ def render_existing_plan(catalogue: ExistingCheckpoint, nranks: int,
         console.print(line)
     for policy, plans, shown in policies:
         shares = [sum(extent.length for extent in plan.extents) for plan in plans]
-        table = new_table(f"assign {policy}: {nranks} rank(s), largest share "
-                          f"{format_bytes(max(shares))}, smallest {format_bytes(min(shares))}; "
-                          "per iteration each rank:",
-                          ("rank", "files", "tensors", "bytes", "storage ops"),
-                          left=("files", "storage ops"))
-        for rank in shown:
-            if rank < 0:
-                table.add_row("...", f"({nranks - len(shown) + 1} more ranks)", "", "", "")
-                continue
-            plan = plans[rank]
-            files = plan.files
-            table.add_row(str(rank), f"{len(files)}: {', '.join(files[:2])}"
-                          + (" ..." if len(files) > 2 else ""),
-                          str(len(plan.extents)), f"{shares[rank]:,}", _counts(plan.op_counts()))
-        console.print(table)
+        lines = [RankShare(rank, plans[rank], shares[rank]) if rank >= 0
+                 else _more_ranks(nranks, len(shown)) for rank in shown]
+        console.print(item_table(f"assign {policy}: {nranks} rank(s), largest share "
+                                 f"{format_bytes(max(shares))}, smallest "
+                                 f"{format_bytes(min(shares))}; per iteration each rank:",
+                                 SHARES, lines))
     console.print("[dim]only the headers were read; `stampede run --checkpoint PATH` restores "
                   "it read-only[/]")
+
+
+class RankRead(NamedTuple):
+    """A line of a layout's restore plan: a rank and one extent it reads (None: none)."""
+
+    rank: int
+    plan: RankPlan
+    leads: bool                       # it reads storage (not only its group's first rank)
+    extent: Extent | None
+
+
+class RankWrite(NamedTuple):
+    """A line of a layout's save plan: a file a rank writes into, or what it does instead."""
+
+    rank: int
+    relpath: str
+    offset_bytes: int | None          # None: it writes no bytes of it
+    length_bytes: int | None
+    does: str
+
+
+class RankShare(NamedTuple):
+    """A line of an existing checkpoint's restore plan: a rank's share under one policy."""
+
+    rank: int
+    plan: RankPlan
+    share_bytes: int
+
+
+OPTIONS: tuple[ItemColumn[tuple[str, object]], ...] = (
+    ItemColumn("key", lambda option: option[0], left=True),
+    ItemColumn("value", lambda option: _option_text(option[1]), left=True))
+
+WRITES: tuple[ItemColumn[RankWrite], ...] = (
+    ItemColumn("rank", lambda write: str(write.rank)),
+    ItemColumn("writes into", lambda write: write.relpath, left=True),
+    ItemColumn("offset", lambda write: "" if write.offset_bytes is None
+               else f"{write.offset_bytes:,}"),
+    ItemColumn("bytes", lambda write: "" if write.length_bytes is None
+               else format_bytes(write.length_bytes)),
+    ItemColumn("does", lambda write: write.does, left=True))
+
+SHARES: tuple[ItemColumn[RankShare], ...] = (
+    ItemColumn("rank", lambda share: str(share.rank)),
+    ItemColumn("files", lambda share: f"{len(share.plan.files)}: "
+               f"{', '.join(share.plan.files[:2])}" + (" ..." if len(share.plan.files) > 2 else ""),
+               left=True),
+    ItemColumn("tensors", lambda share: str(len(share.plan.extents))),
+    ItemColumn("bytes", lambda share: f"{share.share_bytes:,}"),
+    ItemColumn("storage ops", lambda share: _counts(share.plan.op_counts()), left=True))
+
+
+def _option_text(value: object) -> str:
+    """A job key's value: a list joined by '+', an unset one '-'."""
+    if isinstance(value, tuple):
+        return "+".join(value)
+    return "-" if value is None else str(value)
+
+
+def _more_ranks(nranks: int, shown: int) -> Verbatim:
+    """The line standing for the ranks not shown (`shown` counts it)."""
+    return Verbatim(("...", f"({nranks - shown + 1} more ranks)"))
+
+
+def _does(file: FileWrite, block_bytes: int) -> str:
+    """A rank's ops on a file it writes: 'create, 4 write, fsync, close, rename'."""
+    length = file.extents[0].length
+    return ("create, " if file.creates else "open, ") + \
+        f"{-(-length // block_bytes)} write, fsync, close" + (", rename" if file.creates else "")
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -3,9 +3,11 @@ ranked by results.compare; or the rows it keeps, as archived), and its columns (
 cell from a row, alignment, whether a narrow terminal keeps it), and the notes under it.
 The restore and save tables are the terminal's and the HTML report's alike; a layout's ops
 and the archive's history are the terminal's. present.report renders a spec with rich,
-present.html with html_tags. And the one way a terminal table is made (new_table), which every rich renderer
-(present.report, report_loaders, report_models, report_plan, commands.analyze) uses:
-rich is imported when it is called, never by this module.
+present.html with html_tags. The tables of objects (the models' in present.report_models,
+the plan's in present.report_plan) are ItemColumn specs drawn by item_table. And the one
+way a terminal table is made (new_table), which every rich renderer (present.report,
+report_loaders, report_models, report_plan, commands.analyze) uses: rich is imported when
+it is called, never by this module.
 
 A cell is plain text; where the terminal colours one (an invalid layout in red) the
 column says so (`alarm`), so that no renderer has to strip another's markup.
@@ -14,9 +16,9 @@ column says so (`alarm`), so that no renderer has to strip another's markup.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from stampede.results.cells import Row, cell
 from stampede.results.columns import OWN_TOOL
@@ -220,3 +222,39 @@ HISTORY = TableSpec(
      Column("valid", lambda line: "yes" if line.row["valid"] else "NO",
             alarm=lambda line: not line.row["valid"])),
     keeps=lambda row: math.isfinite(row["time_to_last_rank_s"]))
+
+
+# --- tables of objects: the models' (report_models) and the plan's (report_plan) -----------
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ItemColumn(Generic[T]):
+    """A column of a table of objects (a comparison, a term, a rank's read): its header and
+    its cell from one object, written together so that neither moves without the other."""
+
+    header: str
+    cell: Callable[[T], str]                # rich markup kept as it is
+    left: bool = False                      # names and words: left, folded; numbers: right
+
+
+@dataclass(frozen=True)
+class Verbatim:
+    """A line of a table of objects that is no object: a total, or '...' for the ranks not
+    shown; its first cells as given, the rest blank."""
+
+    cells: tuple[str, ...]
+
+
+def item_table(title: str, columns: Sequence[ItemColumn[T]],
+               items: Iterable[T | Verbatim]) -> Table:
+    """A terminal table (new_table) with a line per item, each cell its column's."""
+    table = new_table(title, [column.header for column in columns],
+                      left=[column.header for column in columns if column.left])
+    for item in items:
+        if isinstance(item, Verbatim):
+            table.add_row(*item.cells, *[""] * (len(columns) - len(item.cells)))
+        else:
+            table.add_row(*(column.cell(item) for column in columns))
+    return table
