@@ -222,6 +222,20 @@ def test_an_archive_is_parsed_in_one_place() -> None:
     assert not wrong, "\n".join(sorted(wrong))
 
 
+def test_a_row_is_typed_in_one_place() -> None:
+    """Readers get rows typed when the Archive opens (stampede.results.cells.typed): none
+    reads a true/false cell as its text again ("true" is a bool there, and a string is
+    always truthy)."""
+    readers = [*(PACKAGE / "model").rglob("*.py"), *(PACKAGE / "present").rglob("*.py"),
+               *(PACKAGE / "results" / name for name in ("compare.py", "loaders.py",
+                                                         "archived.py"))]
+    as_text = re.compile(r"""\]\s*[!=]=\s*["'](true|false)["']""")
+    wrong = [f"{path.relative_to(PACKAGE)}:{number}" for path in sorted(readers)
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if as_text.search(line)]
+    assert not wrong, "\n".join(wrong)
+
+
 # --- honest types (stampede.mpi.Comm, no Any where the type is known) ----------------------
 
 # Lines of stampede/ that say Any (as `grep -rn '\bAny\b' stampede` counts them): 627 before the
