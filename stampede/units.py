@@ -144,6 +144,21 @@ def format_plain(value: float) -> str:
     return "under 0.001" if value > 0 else "above -0.001"
 
 
+ALREADY_MET = "already met"
+MET_BELOW = 0.01   # a need under 1% of what the storage showed: met, not a tiny multiple
+
+
+def format_times(ratio: float, sign: str = "×") -> str:
+    """What a target needs over what the storage showed, as a person reads it: "12.9×",
+    "0.41×", "1,200×"; "already met" below MET_BELOW (never 3.36e-05×); "" where there
+    is no ratio (nothing measured, or no limit reached)."""
+    if not (ratio > 0 and math.isfinite(ratio)):
+        return ""
+    if ratio < MET_BELOW:
+        return ALREADY_MET
+    return f"{ratio:.3g}{sign}" if ratio < 1000 else f"{ratio:,.0f}{sign}"
+
+
 def format_probability(probability: float) -> str:
     """A probability: 0.0123, or "1 in 1,234,567" when smaller than 0.001 (never 1e-12)."""
     if probability != probability:

@@ -22,11 +22,11 @@ from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
 from stampede.model.mttr import Breakdown, measured_model, mttr_at_target
 from stampede.model.rejoin import RejoinVerdict, rejoin_verdict
-from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Sizing, size
+from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Need, Sizing, size
 from stampede.model.workload import Workload
 from stampede.results import compare
 from stampede.results.cells import Row
-from stampede.units import format_duration, format_rate
+from stampede.units import ALREADY_MET, format_duration, format_rate, format_times
 
 if TYPE_CHECKING:
     from stampede.model.projection import Projection
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from stampede.results.archived import Archive
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
+WIDE_BAND = 10.0   # a band whose ends differ more than this: no single time is the answer
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,24 @@ class PhaseVerdict:
     def best(self) -> str:
         """The layout to use: the fastest at the target where projected, else as measured."""
         return self.at_target[0][0].layout if self.projections else self.best_measured
+
+    @property
+    def band_spread(self) -> float:
+        """How many times the best layout's band's high end is its low end (1: unprojected)."""
+        if not self.projections:
+            return 1.0
+        low, high = self.at_target[0][1].band
+        return high / low if low > 0 else math.inf
+
+    @property
+    def too_wide(self) -> bool:
+        """The band spans more than WIDE_BAND: its ends, never one time, are the answer."""
+        return self.band_spread > WIDE_BAND
+
+    @property
+    def page_cache(self) -> bool:
+        """The latest run's restores read with cache warm: the page cache answered."""
+        return self.phase == "restore" and any(row["cache"] == "warm" for row, _ in self.ranked)
 
 
 @dataclass(frozen=True)
@@ -110,17 +129,41 @@ class Assessment:
         return self.workload.describe_projected(
             [item[1] for verdict in self.phases.values() for item in verdict.projections])
 
+    def cautions(self) -> list[str]:
+        """What the reader must know before any number: a measurement of the page cache,
+        a band too wide for one answer, the T_MTTR terms assumed rather than measured."""
+        said = []
+        for phase, verdict in self.phases.items():
+            if verdict.page_cache:
+                said.append(f"{phase} measured with cache warm: the page cache answered, not "
+                            "the storage (run.cache = cold measures it)")
+            if verdict.too_wide:
+                low, high = verdict.at_target[0][1].band
+                said.append(f"{phase} at {self.target_ranks} ranks: the band spans "
+                            f"{format_times(verdict.band_spread, 'x')} ({format_duration(low)} "
+                            f"to {format_duration(high)}): no single time is the answer")
+        model = self.mttr_at_target or self.mttr
+        assumed = [term.name for term in model.terms if term.source.startswith("assumed")] \
+            if model is not None else []
+        if assumed:
+            said.append("T_MTTR terms assumed, not measured: " + ", ".join(assumed))
+        return said
+
     def summary(self) -> list[str]:
-        """The verdict in a few terminal lines: the workload, the layout per phase, T_MTTR
-        at the workload and the chosen layout's sizing."""
+        """The verdict in a few terminal lines: the workload, what to read it with, the
+        layout per phase, T_MTTR at the workload and the chosen layout's sizing."""
         lines = [f"workload: {self.describe_workload()}"]
+        lines += [f"read with care: {caution}" for caution in self.cautions()]
         for phase, verdict in self.phases.items():
             line = f"{phase}: use {verdict.best} (measured best: {verdict.best_measured or '-'})"
             if verdict.projections:
                 projection = verdict.at_target[0][1]
-                line += (f"; at {self.target_ranks} ranks: time to last rank "
-                         f"{format_duration(projection.prediction.total_s)}, dominant: "
-                         f"{verdict.dominant}")
+                low, high = projection.band
+                said = (f"between {format_duration(low)} and {format_duration(high)}"
+                        if verdict.too_wide else
+                        format_duration(projection.prediction.total_s))
+                line += (f"; at {self.target_ranks} ranks: time to last rank {said}, "
+                         f"dominant: {verdict.dominant}")
             why = self.why_not_measured_best(phase)
             lines.append(line + (f"\n    why not {verdict.best_measured}: {why}" if why else ""))
         chosen = self.chosen
@@ -128,9 +171,8 @@ class Assessment:
             lines.append(f"T_MTTR at {self.target_ranks} ranks ({chosen.layout}): "
                          f"{format_duration(chosen.mttr.total_s)}")
             needs = [f"{need.resource} {format_rate(need.needed, need.unit)}"
-                     + (f" ({need.ratio:,.3g}x the fitted {format_rate(need.fitted, need.unit)})"
-                        if 0 < need.ratio < math.inf else "")
-                     for need in chosen.sizing.needs if need.reachable and need.needed > 0]
+                     + _against_fit(need) for need in chosen.sizing.needs
+                     if need.reachable and need.needed > 0]
             if chosen.sizing.allowed_s <= 0:
                 needs = ["nothing can: the other terms alone exceed it"]
             lines.append(f"for T_MTTR <= {format_duration(self.target_mttr_s)}, each alone: "
@@ -152,6 +194,15 @@ class Assessment:
                 f"{measured.prediction.nranks} it is bound by {measured.prediction.bound_by} "
                 f"({format_duration(measured.prediction.total_s)} against {verdict.best}'s "
                 f"{format_duration(best.prediction.total_s)})")
+
+
+def _against_fit(need: Need) -> str:
+    """ (12.9x the fitted 3.09 GB/s), (already met: the fitted 8.36 GB/s), or nothing."""
+    times, fitted = format_times(need.ratio, "x"), format_rate(need.fitted, need.unit)
+    if not times:
+        return ""
+    return f" ({times}: the fitted {fitted})" if times == ALREADY_MET else \
+        f" ({times} the fitted {fitted})"
 
 
 def dominant_part(projection: Projection) -> str:

@@ -10,7 +10,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from stampede.present.html_tags import table, tag
-from stampede.units import format_bytes, format_duration, format_rate
+from stampede.units import ALREADY_MET, format_bytes, format_duration, format_rate, format_times
 
 if TYPE_CHECKING:
     from stampede.model.assessment import Assessment
@@ -31,9 +31,12 @@ def verdict_section(assessment: Assessment) -> str:
             series, projection, notes = verdict.at_target[0]
             low, high = projection.band
             bound = " (upper bound)" if projection.fit.stall_bound or projection.fit.agg_bound else ""
+            said = (f"between {format_duration(low)} and {format_duration(high)} (no single "
+                    "time: the band is too wide)" if verdict.too_wide else
+                    f"{format_duration(projection.prediction.total_s)}{bound}")
             line += (f"; projected to {assessment.target_ranks} ranks: time to last rank "
-                     f"{format_duration(projection.prediction.total_s)}{bound}, band "
-                     f"{format_duration(low)}–{format_duration(high)} ({escape(projection.band_from)});"
+                     f"{said}, band {format_duration(low)}–{format_duration(high)} "
+                     f"({escape(projection.band_from)});"
                      f" dominant: {escape(verdict.dominant)}; fit residuals rms "
                      f"{projection.fit.rms_residual:.1%}" + tag("details", tag(
                          "summary", "how far to trust it") + tag("ul", "".join(
@@ -58,7 +61,10 @@ def verdict_section(assessment: Assessment) -> str:
         items.append(tag("li", "no restore or save run in the archive: nothing to rank "
                                "(imported rows are shown below)"))
     workload = tag("p", f"<b>Workload at the target:</b> {escape(assessment.describe_workload())}")
-    return tag("section", tag("h2", "Verdict") + workload
+    cautions = assessment.cautions()
+    trust = tag("p", "<b>Read with care:</b> " + "; ".join(map(escape, cautions)),
+                class_="trust") if cautions else ""
+    return tag("section", tag("h2", "Verdict") + trust + workload
                + (tag("ul", "".join(items)) if items else "") + rejoin_section(assessment.rejoin)
                + at_target_table(assessment) + sizing_table(assessment), class_="verdict",
                id="verdict")
@@ -158,7 +164,6 @@ def need_cell(need: Need) -> str:
     if need.needed == 0:
         return "any"
     have = format_rate(need.fitted, need.unit)
-    ratio = need.ratio
-    times = (f", {ratio:,.0f}× it" if ratio >= 10 else f", {ratio:.2g}× it") \
-        if 0 < ratio < float("inf") else ""
-    return f"{format_rate(need.needed, need.unit)} (have {have}{times})"
+    times = format_times(need.ratio)
+    said = "" if not times else f", {times}" if times == ALREADY_MET else f", {times} it"
+    return f"{format_rate(need.needed, need.unit)} (have {have}{said})"

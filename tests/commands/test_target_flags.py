@@ -25,6 +25,7 @@ from stampede.units import (
     format_percent,
     format_plain,
     format_probability,
+    format_times,
     parse_size,
 )
 from tests.model.test_project import RANKS, TRUE, synthetic_archive
@@ -206,6 +207,10 @@ def test_sizes_read_what_they_print_and_small_values_read_as_numbers() -> None:
     assert format_plain(8e9) == "8,000,000,000" and format_plain(2.5e-9) == "under 0.001"
     assert format_probability(2e-7) == "1 in 5,000,000"
     assert format_probability(0.0) == "under 1 in 10^15"
+    # what a target needs over what the storage showed: never 3.36e-05x
+    assert [format_times(ratio) for ratio in (3.36e-05, 0.00999, 0.0414, 12.94, 1234.5)] == \
+        ["already met", "already met", "0.0414×", "12.9×", "1,234×"]
+    assert format_times(math.inf) == format_times(0.0) == format_times(math.nan) == ""
 
 
 def test_nothing_a_person_reads_at_a_billion_nodes_is_in_e_notation(stampede, tmp_path: Path

@@ -1,0 +1,55 @@
+"""The verdict says what to read it with before any number (stampede.model.assessment): a
+measurement of the page cache, a band too wide for one answer, the T_MTTR terms assumed;
+and no ratio a person reads is in e-notation. Archives built in memory from the model's
+own synthetic runs (tests/model/test_project.py)."""
+
+from __future__ import annotations
+
+import re
+
+from stampede.model.assessment import WIDE_BAND, assess
+from stampede.results.archived import Archive
+from tests.model.test_project import RANKS, TRUE, synthetic_rows
+
+E_NOTATION = re.compile(r"\d[eE][-+]?\d")
+
+
+def verdict_of(**changed: object) -> list[str]:
+    """The terminal verdict of the synthetic sweep (shared and sharded at 1-128 ranks) with
+    `changed` cells in every row."""
+    rows = [{**row, **changed} for row in synthetic_rows(TRUE, RANKS)]
+    return assess(Archive(rows), 16384).summary()
+
+
+def test_a_cold_sweep_says_only_what_it_assumed() -> None:
+    lines = verdict_of()
+    cautions = [line for line in lines if line.startswith("read with care:")]
+    # no startup run: the worked example's terms but the load, projected, and said so
+    assert cautions == ["read with care: T_MTTR terms assumed, not measured: T_detect, "
+                        "T_cordon_swap, T_pod_init, T_barrier_sync"]
+    assert not any("page cache" in line or "band spans" in line for line in lines)
+    assert lines[1] == cautions[0]   # under the workload, before any number
+    assert not any(E_NOTATION.search(line) for line in lines), lines
+
+
+def test_a_warm_sweep_says_it_measured_the_page_cache() -> None:
+    lines = verdict_of(cache="warm")
+    assert "read with care: restore measured with cache warm: the page cache answered, not " \
+           "the storage (run.cache = cold measures it)" in lines
+
+
+def test_a_band_too_wide_gives_its_ends_never_one_time() -> None:
+    """Every run's slowest iteration 40x its median: the refit on the max iteration puts
+    the band's high end far above its low end, and the verdict says between what."""
+    rows = synthetic_rows(TRUE, RANKS)
+    for row in rows:
+        if row["op"] == "restore":
+            row["time_to_last_rank_max_s"] = 40 * float(str(row["time_to_last_rank_s"]))
+    assessment = assess(Archive(rows), 16384)
+    verdict = assessment.phases["restore"]
+    assert verdict.band_spread > WIDE_BAND and verdict.too_wide
+    lines = assessment.summary()
+    assert any("the band spans" in line and "no single time is the answer" in line
+               for line in lines if line.startswith("read with care:")), lines
+    (restore,) = [line for line in lines if line.startswith("restore: use")]
+    assert "time to last rank between " in restore, restore
