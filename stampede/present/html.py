@@ -51,7 +51,8 @@ svg.figure{width:100%;height:auto;max-width:760px;display:block;margin:6px 0 14p
 .grid svg.figure{margin:0}
 .legend span{margin-right:14px;white-space:nowrap}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:5px}
-.note{color:#555;font-size:.9em}.trust{border-left:4px solid #d62728;padding-left:.6em}pre{white-space:pre-wrap;font-size:.85em}
+.note{color:#555;font-size:.9em}pre{white-space:pre-wrap;font-size:.85em}
+.trust{border-left:4px solid #d62728;padding-left:.6em}
 details{margin:4px 0}summary{cursor:pointer}
 details.part{border-top:1px solid #ccc;margin-top:.6em}details.part>summary{padding:6px 0}
 details.part>summary h2{display:inline;border:0;font-size:1.1em}
