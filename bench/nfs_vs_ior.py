@@ -9,8 +9,10 @@ each of --rounds rounds, the order swapped every round:
              blocks, cache warm, verify none): the read row's agg GB/s, median over its
              iterations (bytes / first start to last stop of the reads)
   IOR        `ior -a LIBNFS --libnfs.url=nfs://127.0.0.1/export/?version=4&nfsport=P -r -E
-             -k -t BLOCK -b SIZE -i ITERATIONS -o /ck/sharded/<the file>`: its read rows'
-             bandwidth (bytes / open + reads + close), median over its iterations
+             -k -t BLOCK -b SIZE -i ITERATIONS -o /ck/sharded/<the file> -O
+             summaryFormat=JSON -O summaryFile=FILE`: its read bandwidth (bytes / open +
+             reads + close), median over its iterations' own results, read from the JSON
+             summary by `stampede import`'s reader (never the summary's max or mean)
 
 Both are one user-space libnfs client reading the same bytes in the same transfers. The
 ratio stampede / IOR is the median of the per-round ratios (paired). GB = 1e9 bytes.
@@ -20,13 +22,14 @@ nfs_read(nfs, fh, buf, count), libnfs 5's order, and Debian's libnfs 4.0 (libnfs
 nfs_read(nfs, fh, count, buf): built as is it compiles with int-conversion warnings and
 every read fails ("nfs_service failed"). The numbers below used IOR with those two calls'
 arguments swapped to 4.0's order (nfs_read and nfs_write in src/aiori-LIBNFS.c), nothing
-else changed. Give its binary with --ior. Needs root, nfs-ganesha, MPICH's mpiexec.mpich
-for IOR (Debian's mpich).
+else changed. Give its binary with --ior, and with --mpiexec the launcher of the MPI it was
+built with where that is not the `mpiexec` on PATH (Debian's mpich: mpiexec.mpich; the
+default, without one on PATH, is the venv's). Needs root and nfs-ganesha.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import shutil
 import statistics
 import subprocess
@@ -34,6 +37,7 @@ import sys
 from pathlib import Path
 
 from common import (
+    VENV_BIN,
     archive_rows,
     docstring_parser,
     load_average_text,
@@ -44,17 +48,35 @@ from common import (
     write_job_toml,
 )
 
+from stampede.results.importers import IOR_MEANS, ior_rows
 from stampede.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: tests/helpers
 from tests.helpers.nfsserver import running_server, unavailable  # noqa: E402
 
-IOR_READ = re.compile(r"^read\s+([0-9.]+)\s", re.MULTILINE)
+
+def ior_read_gbps(summary: Path) -> float:
+    """IOR's read GB/s from its JSON summary file: the median over its repetitions' own
+    results, as `stampede import` reads them. A file without them would give IOR's mean
+    instead (its summary of all tests): refused, as is one with no read or several."""
+    rows = [row for row in ior_rows(json.loads(summary.read_text()), "nfs_vs_ior", "warm",
+                                    str(summary)) if row["op"] == "read"]
+    if len(rows) != 1:
+        raise SystemExit(f"nfs_vs_ior: {summary}: {len(rows)} read results, not one")
+    (read,) = rows
+    if IOR_MEANS in str(read["warnings"]):
+        raise SystemExit(f"nfs_vs_ior: {summary}: no per-repetition results, only IOR's means")
+    gbps = read["agg_gbps"]
+    assert isinstance(gbps, float)
+    return gbps
 
 
 def main() -> int:
     parser = docstring_parser(__doc__)
     parser.add_argument("--ior", default=shutil.which("ior") or "ior")
+    # the launcher of IOR's MPI, never a fixed name: a link named mpiexec.mpich to the
+    # venv's hydra hangs
+    parser.add_argument("--mpiexec", default=shutil.which("mpiexec") or str(VENV_BIN / "mpiexec"))
     parser.add_argument("--size", default="256MiB")
     parser.add_argument("--block", default="1MiB")
     parser.add_argument("--iterations", type=int, default=3)
@@ -79,9 +101,9 @@ def main() -> int:
         run_checked(mpiexec_command(1, sys.executable, "-m", "stampede", "prepare", str(job)))
         shard = next((server.export / "ck" / "sharded").iterdir()).name
         url = f"nfs://127.0.0.1/export/?version=4&nfsport={server.port}"
-        ior = ["mpiexec.mpich", "-n", "1", args.ior, "-a", "LIBNFS", f"--libnfs.url={url}",
+        ior = [args.mpiexec, "-n", "1", args.ior, "-a", "LIBNFS", f"--libnfs.url={url}",
                "-r", "-E", "-k", "-t", str(block), "-b", str(size), "-i",
-               str(args.iterations), "-o", f"/ck/sharded/{shard}"]
+               str(args.iterations), "-o", f"/ck/sharded/{shard}", "-O", "summaryFormat=JSON"]
         sides: dict[str, list[float]] = {"stampede": [], "IOR": []}
         for round_number in range(args.rounds):
             order = ("stampede", "IOR") if round_number % 2 == 0 else ("IOR", "stampede")
@@ -94,12 +116,10 @@ def main() -> int:
                                 if row["op"] == "read")
                     sides[side].append(float(read["agg_gbps"]))
                 else:
-                    output = subprocess.run(ior, capture_output=True, text=True, check=True,
-                                            timeout=600).stdout
-                    rates = [float(value) * 2**20 / 1e9 for value in IOR_READ.findall(output)]
-                    if not rates:
-                        raise SystemExit(f"nfs_vs_ior: no read row in IOR's output:\n{output}")
-                    sides[side].append(statistics.median(rates))
+                    summary = scratch / f"ior-{round_number}.json"
+                    subprocess.run([*ior, "-O", f"summaryFile={summary}"], capture_output=True,
+                                   check=True, timeout=600)
+                    sides[side].append(ior_read_gbps(summary))
     ratio = statistics.median(a / b for a, b in zip(sides["stampede"], sides["IOR"]))
     print(f"ganesha 4.3 NFSv4 on 127.0.0.1, libnfs 4.0; one {args.size} file read in "
           f"{args.block} transfers, {args.iterations} iterations per run, {args.rounds} rounds")

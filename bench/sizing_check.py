@@ -15,10 +15,11 @@ does. Then:
               c_eff / s), turned into the emulator's service time: S = C / (drain x r),
               r the emulator's requests per stampede op, counted in its log
   run         the emulator at that S, the job at --target-n ranks: its measured time to
-              last rank (median over iterations) against the asked time: PASS when it
-              meets it, no later than the projection's band allows (its half-width at S0,
-              relative); how far it is, either side, is printed (a fit that drains slower
-              than the emulator sizes a faster server than needed: it over-delivers)
+              last rank (median over iterations) against the asked time: PASS within the
+              tolerance either side, the projection's band half-width at S0 (relative);
+              FAIL slower than that (the sized server misses the time) and FAIL faster
+              (it over-delivers: a fit that drains slower than the emulator sizes a far
+              larger server than the time needs). The exit status is 1 on FAIL.
 
 A wall-clock agreement, so a bench and not a test. Needs root, /dev/fuse, mfusepy and
 libfuse 3.
@@ -51,6 +52,17 @@ from stampede.model.sizing import size
 from stampede.units import format_rate, format_seconds, parse_size
 
 K = 2                      # stat + open per rank
+
+
+def verdict(error: float, tolerance: float) -> str:
+    """PASS when the measured time is within `tolerance` (relative) of the asked one either
+    side: a sizing that asks for far more server than the time needs is as wrong as one
+    that asks for too little."""
+    if error > tolerance:
+        return "FAIL: misses it"
+    if error < -tolerance:
+        return "FAIL: over-delivers, a larger server than needed"
+    return "PASS: meets it"
 
 
 def parse_args() -> argparse.Namespace:
@@ -137,14 +149,13 @@ def main() -> int:
     print(f"sized: metadata drain {format_rate(drain.needed, 'ops/s')} (the fit's "
           f"{format_rate(drain.fitted, 'ops/s')}: {drain.ratio:.3g}x) -> emulator S = "
           f"{service_s * 1e3:.3g} ms")
-    half_width = (high - low) / 2 / projected_s
+    tolerance = (high - low) / 2 / projected_s
     error = (measured_s - asked_s) / asked_s
-    verdict = "PASS: meets it" if error <= half_width else "FAIL: misses it"
-    side = " (over-delivers: beyond the band)" if error < -half_width else ""
+    said = verdict(error, tolerance)
     print(f"ran at N = {args.target_n}, S = {service_s * 1e3:.3g} ms: time to last rank "
           f"{format_seconds(measured_s)} against {format_seconds(asked_s)} asked: "
-          f"{error:+.1%}{side} ({verdict}; the band's half-width is {half_width:.1%})")
-    return 0
+          f"{error:+.1%} ({said}; tolerance ±{tolerance:.1%}, the band's half-width)")
+    return 0 if said.startswith("PASS") else 1
 
 
 if __name__ == "__main__":

@@ -51,6 +51,9 @@ MDTEST_OPS = {"File stat": "stat", "File read": "read"}
 # Which ops the items of the "N tasks, M <kind>" line are: tree ops are neither.
 MDTEST_COUNTED = {"files": ("file",), "directories": ("directory",),
                   "files/directories": ("file", "directory")}
+# In an IOR row's warnings when a file lacks its repetitions' results: what a reader that
+# needs the per-repetition median (bench/nfs_vs_ior.py) must refuse.
+IOR_MEANS = "IOR's mean over repetitions, not a median"
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def _ior_row(entry: dict[str, Any], repetitions: list[dict[str, object]], origin
                   "ops_per_s_min": _number(entry, "OPsMin", where),
                   "ops_per_s_max": _number(entry, "OPsMax", where)}
         elapsed_s = _number(entry, "MeanTime", where)
-        how = "IOR's mean over repetitions, not a median"
+        how = IOR_MEANS
     notes = (f"count = transfers asked for (blockSize/transferSize x segmentCount x numTasks "
              f"x repetitions = {block // transfer} x {segments} x {nranks} x {reps})",
              f"agg_gbps, ops_per_s, elapsed_s: {how}; IOR's time spans open to close")
