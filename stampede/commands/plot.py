@@ -22,7 +22,8 @@ output: with --kind all (the default) -o is a stem: -o out.png (or -o out) write
   Default -o: the archive's path with .png (results/job.csv -> results/job-cdf.png, ...).
 figures:
   cdf       latency CDF per op (panel) and layout (line) of one run, from the sidecar's
-            log-bucket histograms (each bucket 2% wide, iterations and ranks pooled)
+            histograms (buckets 1 ns wide below 100 ns, then 2%; iterations and ranks
+            pooled)
   scaling   aggregate GB/s (restore, and read) and time to last rank against ranks, one
             line per layout, over every valid run in the archive; median where runs share
             a rank count, error bars from the *_min/*_max (iteration spread) columns

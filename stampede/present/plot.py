@@ -2,9 +2,10 @@
 
 Three figures, one PNG each (matplotlib, Agg backend, never a display):
 - cdf: latency CDF of every op, one panel per op, one line per layout, of one run. Drawn
-  from the sidecar's log-bucket histograms (the edges it holds: histogram.HISTOGRAM_EDGES_S,
-  each bucket 2% wide; older sidecars 12%; all measured iterations and ranks pooled): at
-  each bucket edge the curve is the exact fraction of samples below it, flat between.
+  from the sidecar's histograms (the edges it holds: histogram.HISTOGRAM_EDGES_S, 1 ns
+  wide below 100 ns, then 2%; older sidecars' 2% or 12%, from 100 ns to 10^4 s; all
+  measured iterations and ranks pooled): at each bucket edge the curve is the exact
+  fraction of samples below it, flat between.
 - scaling: aggregate GB/s (restore and read rows) and time to last rank against the rank
   count, one line per layout, over every valid run of the archive (CSV only). Where
   several runs share a rank count the point is the median of their medians, and the error

@@ -10,9 +10,10 @@ rank turns its samples into fixed-size arrays that MPI then reduces, with a cost
   - per op and iteration, the count of successful and failed ops and their bytes (SUM),
     the first start and the last stop (MIN, MAX): elapsed, ops/s and GB/s stay exact.
 The restore samples (one per rank and iteration) and each rank's timeline still reach
-rank 0 whole. Percentiles other than min and max are then read from the buckets
-(DDSketch's logarithmic mapping: each order statistic at its bucket's relative midpoint),
-within BUCKET_ERROR (1%) of the exact ones, and every row they appear in says
+rank 0 whole. Percentiles other than min and max are then read from the buckets (1 ns
+wide below 100 ns, DDSketch's logarithmic mapping above: each order statistic at the
+relative midpoint of the nanoseconds its bucket holds), within BUCKET_ERROR (1%) of the
+exact ones whatever the durations, and every row they appear in says
 `samples = histogram`.
 
 This module is the arithmetic alone (per rank: summarize; on rank 0: the statistics from
@@ -32,11 +33,18 @@ from stampede.results.samples import ITER, NBYTES, OK, OP, START, STOP
 from stampede.results.summaries import EMPTY_LATENCY, Histogram, Latency
 from stampede.units import NS_PER_S
 
-# Edges GAMMA^k from 100 ns to 10^4 s (about 1,270 buckets, each 2% wide): the
-# resolution of a CDF drawn from the sidecar, whatever the number of samples.
-HISTOGRAM_EDGES_S = tuple(GAMMA ** exponent for exponent in range(
-    math.floor(math.log(1e-7) / math.log(GAMMA)), math.ceil(math.log(1e4) / math.log(GAMMA)) + 1))
-EDGES_NS = np.array(HISTOGRAM_EDGES_S) * NS_PER_S
+# Bucket edges in nanoseconds, the int64 unit every duration is measured in, spanning all
+# of them (np.histogram drops a sample outside its edges without a word, and every order
+# statistic above it shifts): below 100 ns one bucket per nanosecond, [k, k + 1), each
+# holding a single possible duration, read exactly (a coarse clock's zeros among them);
+# from there GAMMA^k, each bucket 2% wide, up to 2^63 ns (292 years), past the longest
+# int64 duration. About 2,050 buckets: the resolution of a CDF drawn from the sidecar,
+# whatever the number of samples.
+_LOG_EDGES_NS = [GAMMA ** exponent * NS_PER_S for exponent in range(
+    math.floor(math.log(1e-7) / math.log(GAMMA)),
+    math.ceil(math.log(2.0 ** 63 / NS_PER_S) / math.log(GAMMA)) + 1)]
+EDGES_NS = np.array([*range(math.ceil(_LOG_EDGES_NS[0])), *_LOG_EDGES_NS], dtype=np.float64)
+HISTOGRAM_EDGES_S = tuple(float(edge) for edge in EDGES_NS / NS_PER_S)
 BIG = np.iinfo(np.int64).max
 
 
@@ -96,16 +104,17 @@ REDUCTIONS = {"histograms": "sum", "latency_min_ns": "min", "latency_max_ns": "m
 
 
 def histogram(durations_ns: np.ndarray) -> Histogram:
-    counts, _ = np.histogram(durations_ns.astype(np.float64) / NS_PER_S, bins=HISTOGRAM_EDGES_S)
+    counts, _ = np.histogram(durations_ns, bins=EDGES_NS)
     return Histogram(counts=tuple(int(count) for count in counts), edges_s=HISTOGRAM_EDGES_S)
 
 
 def latency_from_histogram(counts: np.ndarray, min_ns: int, max_ns: int) -> Latency:
-    """Percentiles of the pooled samples from log-bucket counts, by numpy's linear
-    definition: the two order statistics around the percentile are each read at their
-    bucket's relative midpoint 2 lo hi / (lo + hi) (within BUCKET_ERROR of any value in the
-    bucket, the true one among them) and clamped to the exact min and max, then
-    interpolated linearly, which keeps the bound."""
+    """Percentiles of the pooled samples from the buckets' counts, by numpy's linear
+    definition: the two order statistics around the percentile are each read at the
+    relative midpoint 2 a b / (a + b) of the whole nanoseconds a..b their bucket holds
+    (within BUCKET_ERROR of each of them, the true one among them; exact in a bucket of
+    one nanosecond, 0 in [0, 1)) and clamped to the exact min and max, then interpolated
+    linearly, which keeps the bound."""
     total = int(counts.sum())
     if total == 0:
         return EMPTY_LATENCY
@@ -114,8 +123,9 @@ def latency_from_histogram(counts: np.ndarray, min_ns: int, max_ns: int) -> Late
 
     def order_statistic(index: int) -> float:
         bucket = int(np.searchsorted(cumulative, index, side="right"))
-        lo, hi = HISTOGRAM_EDGES_S[bucket], HISTOGRAM_EDGES_S[bucket + 1]
-        return min(max(2 * lo * hi / (lo + hi), low_s), high_s)
+        first_ns, last_ns = math.ceil(EDGES_NS[bucket]), math.ceil(EDGES_NS[bucket + 1]) - 1
+        middle_ns = 2 * first_ns * last_ns / (first_ns + last_ns) if last_ns else 0.0
+        return min(max(middle_ns / NS_PER_S, low_s), high_s)
 
     def at(percent: float) -> float:
         position = percent / 100 * (total - 1)            # 0-based, in sorted order

@@ -78,7 +78,8 @@ class RestoreStats:
 
 @dataclass(frozen=True)
 class Histogram:
-    """Latency counts in log-spaced buckets: edges_s[i] <= latency < edges_s[i + 1].
+    """Latency counts in buckets, 1 ns wide below 100 ns and log-spaced above:
+    edges_s[i] <= latency < edges_s[i + 1].
     Fixed edges (HISTOGRAM_EDGES_S), so histograms of any runs add up bucket by bucket."""
 
     counts: tuple[int, ...]

@@ -62,6 +62,15 @@ def test_cdf_panels_share_one_axis_and_name_the_op_that_took_most_time() -> None
         assert xs == sorted(xs) and xs[0] < 1e-3 < xs[-1], layout       # brackets the samples
 
 
+def test_a_clocks_zeros_start_the_cdf_at_the_first_positive_edge() -> None:
+    """Zero durations (a coarse clock) fall in the [0, 1 ns) bucket: on a log axis the
+    curve starts at 1 ns at their share, and every sample is in the panel."""
+    panel = figures.cdf_panels({"shared": {"stat": histogram_of(*[0.0] * 3, 2e-6)}})[0]
+    xs, ys = panel.steps["shared"]
+    assert xs[0] == 1e-9 and ys[0] == 0.75 and ys[-1] == 1.0 and min(xs) > 0
+    assert panel.samples == {"shared": 4} and panel.busy_s["shared"] == pytest.approx(2e-6, rel=0.01)
+
+
 def test_matplotlib_and_the_svg_draw_the_same_ticks_from_the_same_panels() -> None:
     requires.module("matplotlib", "PLOT", "pip install -e '.[plot]'")
     from stampede.present.plot import cdf_figure

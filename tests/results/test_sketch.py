@@ -8,8 +8,17 @@ import ddsketch  # the test extra's: the mapping's reference implementation
 import numpy as np
 import pytest
 
+from stampede.ops import OPS
 from stampede.results.definitions import BUCKET_ERROR, GAMMA, PERCENTILES
-from stampede.results.histogram import EDGES_NS, HISTOGRAM_EDGES_S, latency_from_histogram
+from stampede.results.histogram import (
+    EDGES_NS,
+    HISTOGRAM_EDGES_S,
+    histogram,
+    latency_from_histogram,
+    summarize,
+)
+from stampede.results.samples import OK, OP, RANK, STOP
+from stampede.results.stats import latency
 
 
 def counts_of(durations_ns: np.ndarray) -> np.ndarray:
@@ -39,12 +48,14 @@ def test_percentiles_from_the_buckets_are_within_one_percent(name: str, seed: in
 
 
 def test_the_mapping_is_ddsketchs_and_so_are_its_estimates() -> None:
-    """The edges grow by gamma = 1.01 / 0.99 over 100 ns to 10^4 s; DDSketch (relative
-    accuracy 1%) on the same samples gives quantiles our estimates agree with to within
-    the two bounds together."""
-    ratios = np.array(HISTOGRAM_EDGES_S[1:]) / np.array(HISTOGRAM_EDGES_S[:-1])
-    assert np.allclose(ratios, GAMMA) and HISTOGRAM_EDGES_S[0] <= 1e-7 <= HISTOGRAM_EDGES_S[1]
-    assert HISTOGRAM_EDGES_S[-2] <= 1e4 <= HISTOGRAM_EDGES_S[-1] and len(ratios) < 1300
+    """The edges: one per nanosecond from 0 to 100 ns, then growing by gamma = 1.01 / 0.99
+    to past the longest int64 duration; DDSketch (relative accuracy 1%) on the same
+    samples gives quantiles our estimates agree with to within the two bounds together."""
+    below = int(np.searchsorted(EDGES_NS, 100))
+    assert np.array_equal(EDGES_NS[:below - 1], np.arange(below - 1)) and EDGES_NS[below - 1] < 100
+    ratios = EDGES_NS[below:] / EDGES_NS[below - 1:-1]
+    assert np.allclose(ratios, GAMMA) and EDGES_NS[-2] < 2.0 ** 63 <= EDGES_NS[-1]
+    assert len(EDGES_NS) < 2100 and np.allclose(HISTOGRAM_EDGES_S, EDGES_NS / 1e9, rtol=1e-15)
     rng = np.random.default_rng(7)
     durations = rng.lognormal(np.log(2e6), 1.0, 100_000).astype(np.int64)
     sketch = ddsketch.DDSketch(relative_accuracy=BUCKET_ERROR)
@@ -56,3 +67,43 @@ def test_the_mapping_is_ddsketchs_and_so_are_its_estimates() -> None:
     for percent, mine in zip(PERCENTILES, ours):
         theirs = sketch.get_quantile_value(percent / 100) / 1e9
         assert abs(mine - theirs) <= 2 * BUCKET_ERROR * theirs, (percent, mine, theirs)
+
+
+def lognormal_ns(rng: np.random.Generator, median_ns: float, sigma: float, n: int) -> np.ndarray:
+    return rng.lognormal(np.log(median_ns), sigma, n).astype(np.int64)
+
+
+@pytest.mark.parametrize("name", ["under-100ns", "zeros", "mostly-zeros", "1us-clock",
+                                  "above-1e4s", "whole-int64"])
+def test_every_sample_is_counted_and_every_percentile_within_one_percent(name: str) -> None:
+    """Whatever the durations (int64 ns): no sample is left out of the buckets, and p50 to
+    p99.9 from them are within BUCKET_ERROR of the exact path's (stats.latency) on the
+    same samples: those under 100 ns, a coarse clock's ties and zeros, those past 10^4 s."""
+    rng = np.random.default_rng(11)
+    if name == "under-100ns":     # a cached stat: 60% of the samples under 100 ns
+        durations = lognormal_ns(rng, 80, 1.0, 100_000)
+    elif name == "zeros":         # a clock too coarse to see the op at all
+        durations = np.zeros(1_000, dtype=np.int64)
+    elif name == "mostly-zeros":
+        durations = np.concatenate([np.zeros(7_000, dtype=np.int64),
+                                    lognormal_ns(rng, 1e3, 1.0, 3_000)])
+    elif name == "1us-clock":     # every sample a multiple of 1 µs: ties, and zeros below 0.5 µs
+        durations = np.round(lognormal_ns(rng, 3e3, 1.5, 100_000), -3)
+    elif name == "above-1e4s":    # a hung op: hours to days
+        durations = lognormal_ns(rng, 1e13, 1.0, 10_000)
+    else:                         # log-uniform over every int64 duration, its largest among them
+        durations = np.append((2.0 ** rng.uniform(0, 62.9, 10_000)).astype(np.int64),
+                              np.iinfo(np.int64).max)
+    rows = np.zeros((len(durations), RANK + 1), dtype=np.int64)
+    rows[:, OP], rows[:, STOP], rows[:, OK] = OPS.index("read"), durations, 1
+    summary = summarize(rows, (0,))
+    counts = summary["histograms"][OPS.index("read")]
+    assert counts.sum() == len(durations) == sum(histogram(durations).counts)
+    approximate = latency_from_histogram(counts, int(summary["latency_min_ns"][OPS.index("read")]),
+                                         int(summary["latency_max_ns"][OPS.index("read")]))
+    exact = latency(durations)
+    assert approximate.count == exact.count == len(durations)
+    for field in ("p50_s", "p90_s", "p99_s", "p999_s"):
+        got, want = getattr(approximate, field), getattr(exact, field)
+        assert abs(got - want) <= BUCKET_ERROR * want * (1 + 1e-9), (field, got, want)
+    assert (approximate.min_s, approximate.max_s) == (exact.min_s, exact.max_s)
