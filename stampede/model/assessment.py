@@ -143,8 +143,8 @@ class Assessment:
                             f"{format_times(verdict.band_spread, 'x')} ({format_duration(low)} "
                             f"to {format_duration(high)}): no single time is the answer")
         model = self.mttr_at_target or self.mttr
-        assumed = [term.name for term in model.terms if term.source.startswith("assumed")] \
-            if model is not None else []
+        assumed = ([term.name for term in model.terms if term.source.startswith("assumed")]
+                   if model is not None else [])
         if assumed:
             said.append("T_MTTR terms assumed, not measured: " + ", ".join(assumed))
         return said
@@ -201,8 +201,8 @@ def _against_fit(need: Need) -> str:
     times, fitted = format_times(need.ratio, "x"), format_rate(need.fitted, need.unit)
     if not times:
         return ""
-    return f" ({times}: the fitted {fitted})" if times == ALREADY_MET else \
-        f" ({times} the fitted {fitted})"
+    said = f"{times}:" if times == ALREADY_MET else times
+    return f" ({said} the fitted {fitted})"
 
 
 def dominant_part(projection: Projection) -> str:
