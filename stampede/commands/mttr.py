@@ -175,9 +175,16 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     if archive is not None and not measured and not cost_s:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore, startup or save run "
                          "to measure from")
+    # the rejoin's verdict before any line is printed: a flag it refuses (--lost-nodes above
+    # the target's nodes) is one line, not the restart's answer and then the error
+    verdict = (_rejoin_beside_restart(args, archive, at_target_rejoin, inputs, sources)
+               if rejoin and archive is not None else None)
     # a flag beats the [mttr] section, which beats the built-in default
     defaults = dict(EXTRA_DEFAULTS)
-    if args.target_ranks is not None:   # the workload's GPUs and nodes
+    if verdict is not None:   # one target for the spare pools and the rejoin: the rejoin's
+        defaults["gpus"] = float(verdict.workload.ranks)
+        defaults["nodes"] = float(verdict.workload.nodes(verdict.per_node))
+    elif args.target_ranks is not None:   # the workload's GPUs and nodes
         defaults["gpus"] = float(args.target_ranks)
         defaults["nodes"] = float(nodes)
     extras = {key: float(getattr(args, key)) if getattr(args, key) is not None
@@ -193,10 +200,6 @@ def cmd_mttr(args: argparse.Namespace) -> int:
             f"assumed ({args.job} [mttr])"
     saving = checkpointing(model, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
                            extras["checkpoint_interval_s"])
-    # the rejoin's verdict before any line is printed: a flag it refuses (--lost-nodes above
-    # the target's nodes) is one line, not the restart's answer and then the error
-    verdict = (_rejoin_beside_restart(args, archive, at_target_rejoin, inputs, sources)
-               if rejoin and archive is not None else None)
     console = make_console()
     if workload_line:
         console.print(f"workload: {workload_line}", markup=False)

@@ -4,6 +4,8 @@ rejoin run's rows, the load terms at the target, the spare pool, a fall-back sai
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +136,19 @@ def test_every_term_of_the_verdict_comes_from_the_run_it_chose() -> None:
         assert side.model is not None
         sources = " ".join(term.source for term in side.model.terms)
         assert " run r2" not in sources and "run r1" in sources, sources
+
+
+@pytest.mark.parametrize(("flags", "nodes", "pool"), [((), "16,384", 328),
+                                                    (("--target-ranks", "1024"), "1,024", 20)])
+def test_mttr_of_a_rejoin_prices_one_target_in_both_spare_tables(
+        stampede: Any, tmp_path: Path, flags: tuple[str, ...], nodes: str, pool: int) -> None:
+    """The hot spares and the rejoin's pool are of the same nodes (the table once said
+    "Hot spares: 0 nodes" above "a pool of 20 spare node(s)" at --target-ranks)."""
+    from tests.present.test_golden import unpack
+
+    unpack(tmp_path)
+    result = stampede("mttr", str(tmp_path / "rejoin.csv"), *flags)
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stdout.split())
+    assert f"Hot spares: {nodes} nodes" in said and f"a pool of {pool} spare node(s)" in said
+    assert f"2% {pool} " in said, said   # the hot spares' 2% row: the rejoin's pool
