@@ -8,10 +8,12 @@ and the presenters, which never read a file themselves (tests/test_house.py):
   float, an int, a bool or a str as the column holds): a cell that is not what its column
   holds is the one error naming the file, its line, the column and the value, before
   anything is rendered; readers take `row["column"]` as it is;
-- the run a verdict uses chosen in one place (`latest`: the last valid run of an op, by
-  layout), and a verdict restricted to one set of runs (`without`);
+- the runs a verdict uses chosen in one place, once: `latest` (the last valid run of an op,
+  by layout), `rejoin_runs` (stampede rejoin's, a verdict of their own), `term_runs` (the
+  runs behind T_MTTR's measured terms of a layout), and a verdict restricted to one set of
+  runs (`without`); the model is handed what they chose and reads nothing;
 - each run's sidecar and trace read on demand, cached, through stampede.results.readback
-  (a damaged one is a Read with a note: the caller says it).
+  (a damaged one is a Read with a note: the caller says it); `beside`: a page's at once.
 
 An Archive is also built in memory (`Archive(rows)`, typed there too; sidecars by run id):
 the model's tests give it rows, never a CSV."""
