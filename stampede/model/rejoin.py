@@ -222,8 +222,6 @@ def rejoin_verdict(archive: Archive, workload: Workload,
     if run is None:
         return None
     archive = archive.without(run_id for run_id in archive.rejoin_runs() if run_id != run.run_id)
-    runs = {layout: archive.term_runs(layout) for layout in TIER_RESTORES}   # chosen once
-    models = {layout: measured_model(chosen, inputs, sources)[0] for layout, chosen in runs.items()}
     k = workload.ranks_per_node or run.ranks_per_node
     size = workload.bytes_per_rank or float(run.bytes_per_rank)
     lost = lost_nodes or run.lost_nodes
@@ -231,6 +229,9 @@ def rejoin_verdict(archive: Archive, workload: Workload,
         raise UsageError(f"--lost-nodes {lost}: more than the target's {workload.nodes(k):,} "
                          f"node(s) ({workload.ranks} ranks, {k} per node)")
     spares = spare_pool(workload.nodes(k), spare_fraction)
+    # after the refusal above: choosing the runs reads their sidecars
+    runs = {layout: archive.term_runs(layout) for layout in TIER_RESTORES}   # chosen once
+    models = {layout: measured_model(chosen, inputs, sources)[0] for layout, chosen in runs.items()}
     measured = tuple(_side(models[layout], layout, run.time_to_last_rank_s[layout],
                            f"measured: run {run.run_id} {layout}, time to last rank of "
                            f"{run.nranks} ranks", run.bytes_per_rank)

@@ -152,3 +152,18 @@ def test_mttr_of_a_rejoin_prices_one_target_in_both_spare_tables(
     said = " ".join(result.stdout.split())
     assert f"Hot spares: {nodes} nodes" in said and f"a pool of {pool} spare node(s)" in said
     assert f"2% {pool} " in said, said   # the hot spares' 2% row: the rejoin's pool
+
+
+def test_lost_nodes_above_the_target_are_refused_before_a_sidecar_is_read(tmp_path: Path
+                                                                            ) -> None:
+    """Bad input before any I/O: the refusal comes before the runs behind the terms are
+    chosen (choosing reads the chosen restore's sidecar)."""
+    from stampede.errors import UsageError
+
+    measured = [{**row, "slowest_rank_gbps": "1.0", "phase": "restore"} for row in rows()]
+    archive = Archive(measured, (tmp_path / "rejoin.csv",))   # its sidecars would be on disk
+    with pytest.raises(UsageError, match="--lost-nodes 9: more than the target's 8 node"):
+        rejoin_verdict(archive, Workload(16, ranks_per_node=2), lost_nodes=9)
+    assert archive._sidecars == {}
+    assert rejoin_verdict(archive, Workload(16, ranks_per_node=2)) is not None
+    assert set(archive._sidecars) == {"r1"}   # read once the verdict is computed
