@@ -23,6 +23,7 @@ from stampede.units import format_plain
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
+    from stampede.model.assessment import PhaseVerdict
     from stampede.model.mttr import Breakdown
     from stampede.model.projection import Projection
     from stampede.model.rejoin import RejoinVerdict
@@ -140,6 +141,7 @@ def _check_layouts(args: argparse.Namespace, archive: Archive | None) -> None:
 
 def cmd_mttr(args: argparse.Namespace) -> int:
     from stampede.model.mttr import (
+        checkpoint_cost_at_target,
         checkpointing,
         costs,
         measured_checkpoint_cost,
@@ -162,16 +164,21 @@ def cmd_mttr(args: argparse.Namespace) -> int:
             inputs[key], sources[key] = section[key], f"assumed ({args.job} [mttr])"
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
-    workload_line, nodes, layout, projected = "", 0, args.layout, None
+    workload_line, nodes, layout, projected, save = "", 0, args.layout, None, None
     rejoin = not args.layout and archive is not None and bool(archive.rejoin_runs())
     if args.target_ranks is not None and not rejoin:
-        layout, projected = target_projection(args, archive)
+        layout, projected, save = target_projection(args, archive)
     model, measured = measured_model(archive.term_runs(layout) if archive is not None else None,
                                      inputs, sources)
     if projected is not None:
         model, workload_line, nodes = at_target(model, *projected)
-    cost_s, cost_source = (measured_checkpoint_cost(archive, args.save_layout)
-                           if archive is not None else (0.0, ""))
+    if archive is None:
+        cost_s, cost_source = 0.0, ""
+    elif projected is not None:   # Young/Daly at the target: the save there, not 4 ranks'
+        cost_s, cost_source = checkpoint_cost_at_target(archive, args.save_layout, save,
+                                                        projected[1])
+    else:
+        cost_s, cost_source = measured_checkpoint_cost(archive, args.save_layout)
     if archive is not None and not measured and not cost_s:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore, startup or save run "
                          "to measure from")
@@ -227,9 +234,10 @@ def _rejoin_beside_restart(args: argparse.Namespace, archive: Archive,
 
 
 def target_projection(args: argparse.Namespace, archive: Archive | None
-                      ) -> tuple[str, tuple[Projection, Workload]]:
-    """(the restore layout, (its projection at the workload, the workload)): --layout, or
-    the HTML verdict's (stampede.model.assessment), projected as the verdict projects it."""
+                      ) -> tuple[str, tuple[Projection, Workload], PhaseVerdict | None]:
+    """(the restore layout, (its projection at the workload, the workload), the save's
+    verdict there): --layout, or the HTML verdict's (stampede.model.assessment), projected
+    as the verdict projects it."""
     from stampede.model.assessment import assess
 
     if archive is None:
@@ -249,7 +257,7 @@ def target_projection(args: argparse.Namespace, archive: Archive | None
         why = verdict.why_no_projection if verdict else "no restore run"
         raise UsageError(f"--target-ranks {args.target_ranks}: no projection of restore layout "
                          f"{layout or '-'} ({why or 'not projected'})")
-    return layout, (found[0], workload)
+    return layout, (found[0], workload), assessment.phases.get("save")
 
 
 def at_target(model: Breakdown, projection: Projection, workload: Workload) -> tuple[Breakdown, str, int]:

@@ -20,7 +20,11 @@ From archives it takes:
   C               a save run's blocking time per checkpoint: time until the last rank could
                   train again (the pseudo-op blocked: the collective save when sync, the
                   snapshot when async); a buffered save (durability none) only with a
-                  warning in its source
+                  warning in its source. With --target-ranks, C at the target: a sync
+                  save's time to last rank projected there (stampede project --phase
+                  save, its band said), an async snapshot scaled by the bytes per rank
+                  (a copy in each rank's memory); the measured C, saying why, where the
+                  save is not projected
 A restore measured with a warm page cache is not a storage measurement: cold or direct
 runs are preferred, and a warm one is used only with a warning in its source.
 Every other term is an assumption from the flags (or an [mttr] section of a job file),
@@ -47,12 +51,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
-from stampede.units import BYTES_PER_GB, format_bytes
+from stampede.units import BYTES_PER_GB, format_bytes, format_seconds
 
 if TYPE_CHECKING:
+    from stampede.model.assessment import PhaseVerdict
     from stampede.model.projection import Projection
     from stampede.model.workload import Workload
     from stampede.results.archived import Archive, TermRuns
+    from stampede.results.cells import Row
 
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
@@ -249,20 +255,68 @@ def measured_checkpoint_cost(archive: Archive, layout: str) -> tuple[float, str]
     """C from the latest valid save run of the archives: the blocked pseudo-op's time to
     its last rank (the layout given, else the run's least blocking layout); (0, "") when
     there is none."""
-    found: tuple[float, str] = (0.0, "")
+    found = _latest_blocked(archive, layout)
+    if found is None:
+        return 0.0, ""
+    best, name = found
+    buffered = " (BUFFERED: durability none)" if best["durability"] == "none" else ""
+    return (best["elapsed_s"], f"measured: {name} run {best['run_id']} {best['layout']}, last of "
+            f"{best['nranks']} ranks blocked, save {best['save_mode'] or '?'}{buffered}")
+
+
+def _latest_blocked(archive: Archive, layout: str) -> tuple[Row, str] | None:
+    """The latest valid save run's least blocking `blocked` row (of `layout` where given)
+    and the name of the file it is in."""
+    found = None
     for part in archive.parts():
         blocked = [row for row in part.rows if row["op"] == "blocked" and row["valid"]
                    and math.isfinite(row["elapsed_s"]) and (not layout or row["layout"] == layout)]
-        if not blocked:
-            continue
-        run_id = blocked[-1]["run_id"]
-        best = min((row for row in blocked if row["run_id"] == run_id),
-                   key=lambda row: row["elapsed_s"])
-        buffered = " (BUFFERED: durability none)" if best["durability"] == "none" else ""
-        found = (best["elapsed_s"],
-                 f"measured: {part.name_of(best)} run {run_id} {best['layout']}, last of "
-                 f"{best['nranks']} ranks blocked, save {best['save_mode'] or '?'}{buffered}")
+        if blocked:
+            run_id = blocked[-1]["run_id"]
+            found = (min((row for row in blocked if row["run_id"] == run_id),
+                         key=lambda row: row["elapsed_s"]), part.name_of(blocked[-1]))
     return found
+
+
+def checkpoint_cost_at_target(archive: Archive, layout: str, save: PhaseVerdict | None,
+                              workload: Workload) -> tuple[float, str]:
+    """C at the workload, for Young/Daly at the target (the measured C is a few ranks'
+    save). A sync save blocks until the save is durable: C is the save layout's projected
+    time to last rank there (as `stampede project --phase save`). An async save blocks for
+    its snapshot, a copy into each rank's own memory that the rank count does not enter:
+    the measured snapshot scaled by the bytes per rank. Where the save is not projected,
+    the measured C, saying why; (0, "") without a save run."""
+    found = _latest_blocked(archive, layout)
+    if found is None:
+        return 0.0, ""
+    best, name = found
+    chosen = layout or (save.best if save is not None else "") or best["layout"]
+    projection = next((item[1] for item in (save.projections if save else ())
+                       if item[0].layout == chosen), None)
+    if projection is None:
+        why = (save.why_no_projection if save is not None else "") or "no save projection"
+        measured_s, source = measured_checkpoint_cost(archive, layout)
+        return measured_s, f"{source}; as measured, not at {workload.ranks} ranks ({why})"
+    if best["save_mode"] == "async":
+        if chosen != best["layout"]:
+            found = _latest_blocked(archive, chosen)
+            assert found is not None   # the projection is of a layout the archives saved
+            best, name = found
+        scale = projection.params.bytes_per_rank / best["bytes_per_rank"]
+        return (best["elapsed_s"] * scale,
+                f"scaled: {name} run {best['run_id']} {chosen} async snapshot "
+                f"{format_seconds(best['elapsed_s'])} x {format_bytes(projection.params.bytes_per_rank)}"
+                f" / {format_bytes(best['bytes_per_rank'])} per rank (a copy in each rank's "
+                f"memory: the rank count does not enter it)")
+    from stampede.model.assessment import WIDE_BAND
+
+    low, high = projection.band
+    wide = (f": more than {WIDE_BAND:g}x wide, C lies anywhere between"
+            if low > 0 and high / low > WIDE_BAND else "")
+    return (projection.prediction.total_s,
+            f"projected: {chosen} save (sync: blocks until durable) at {workload.ranks} ranks, "
+            f"{format_bytes(projection.params.bytes_per_rank)} per rank, band "
+            f"{format_seconds(low)} - {format_seconds(high)}{wide} (stampede project --phase save)")
 
 
 def measured_model(runs: TermRuns | None, inputs: Mapping[str, float] = EXAMPLE,

@@ -61,7 +61,7 @@ def test_mttr_takes_the_checkpoint_cost_from_a_save_run(stampede, tmp_path: Path
     cost_s = float(blocked["elapsed_s"])
     text = " ".join(result.stdout.split())
     assert "sharded, last of 2 ranks blocked, save async" in text
-    assert f"Young/Daly {math.sqrt(2 * cost_s * 7200):.6g}" in text
+    assert f"Young/Daly {format_duration(math.sqrt(2 * cost_s * 7200))}" in text
 
 
 @pytest.mark.mpi
