@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from stampede.model.projection import Projection
     from stampede.model.rejoin import RejoinVerdict
     from stampede.model.workload import Workload
-    from stampede.results.archived import Archive
+    from stampede.results.archived import Archive, TermRuns
 
 
 def _section(path: str) -> dict[str, float]:
@@ -168,10 +168,10 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     rejoin = not args.layout and archive is not None and bool(archive.rejoin_runs())
     if args.target_ranks is not None and not rejoin:
         layout, projected, save = target_projection(args, archive)
-    model, measured = measured_model(archive.term_runs(layout) if archive is not None else None,
-                                     inputs, sources)
+    runs = archive.term_runs(layout) if archive is not None else None
+    model, measured = measured_model(runs, inputs, sources)
     if projected is not None:
-        model, workload_line, nodes = at_target(model, *projected)
+        model, workload_line, nodes = at_target(model, *projected, runs)
     if archive is None:
         cost_s, cost_source = 0.0, ""
     elif projected is not None:   # Young/Daly at the target: the save there, not 4 ranks'
@@ -260,12 +260,14 @@ def target_projection(args: argparse.Namespace, archive: Archive | None
     return layout, (found[0], workload), assessment.phases.get("save")
 
 
-def at_target(model: Breakdown, projection: Projection, workload: Workload) -> tuple[Breakdown, str, int]:
+def at_target(model: Breakdown, projection: Projection, workload: Workload,
+              runs: TermRuns | None) -> tuple[Breakdown, str, int]:
     """`model` with its load term the projection's time to last rank at the workload
-    (the verdict's mttr_at_target); the workload's line and its node count."""
+    and T_barrier_sync there (the verdict's mttr_at_target); the workload's line and its
+    node count."""
     from stampede.model.mttr import mttr_at_target
 
-    at_workload = mttr_at_target(model, projection, workload)
+    at_workload = mttr_at_target(model, projection, workload, runs)
     if at_workload is None:
         raise UsageError(f"--target-ranks {workload.ranks}: layout {projection.fit.layout} "
                          "projects no restore time there (no bytes per rank)")

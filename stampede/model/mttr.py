@@ -16,7 +16,10 @@ From archives it takes:
                   made eagerly: the NCCL initialisation the worked example's 10 s stands
                   for), as its elapsed time (first start -> last rank's group ready,
                   median over iterations); the group's first collective (bcast_first)
-                  is reported beside the restore, not added
+                  is reported beside the restore, not added. At --target-ranks: the
+                  barrier projected as a + b log2 N from startup barriers at 3+ rank
+                  counts (else the worked example's 10 s, assumed), no straggler wait
+                  (the projected time to last rank holds it)
   C               a save run's blocking time per checkpoint: time until the last rank could
                   train again (the pseudo-op blocked: the collective save when sync, the
                   snapshot when async); a buffered save (durability none) only with a
@@ -231,22 +234,73 @@ def no_spare_probability(nodes: int, node_failures_per_day: float, spares: int,
             return min(tail, 1.0)
 
 
-def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload) -> Breakdown | None:
+def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload,
+                   runs: TermRuns | None) -> Breakdown | None:
     """`model`'s T_MTTR with its load term `projection`'s time to last rank at the
-    workload (S_weights its bytes per rank); None where it projects no time."""
+    workload (S_weights its bytes per rank) and T_barrier_sync there (sync_at_target, from
+    `runs`); None where it projects no time."""
     size_bytes = projection.params.bytes_per_rank
     total_s = projection.prediction.total_s
     if not (total_s > 0 and math.isfinite(total_s)) or size_bytes <= 0:
         return None
     terms = {term.name: term for term in model.terms}
+    sync_s, sync_source = sync_at_target(runs, workload.ranks)
     sources = {"detect_s": terms["T_detect"].source, "swap_s": terms["T_cordon_swap"].source,
-               "init_s": terms["T_pod_init"].source, "sync_s": terms["T_barrier_sync"].source,
+               "init_s": terms["T_pod_init"].source, "sync_s": sync_source,
                "bw_rank_gbps": f"projected: {projection.fit.layout} at {workload.ranks} ranks, "
                                f"{format_bytes(size_bytes)} per rank (stampede project)"}
     return breakdown(terms["T_detect"].seconds, terms["T_cordon_swap"].seconds,
                      terms["T_pod_init"].seconds, size_bytes / BYTES_PER_GB,
                      size_bytes / total_s / BYTES_PER_GB,
-                     terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s)
+                     sync_s, sources, projection.prediction.meta_s)
+
+
+BARRIER_COUNTS = 3   # distinct rank counts of startup barriers that project one, as project's
+
+
+def sync_at_target(runs: TermRuns | None, ranks: int) -> tuple[float, str]:
+    """T_barrier_sync at `ranks`, and its source. The straggler wait is left out: at the
+    target the load term is the projected time to LAST rank, which holds it already. The
+    MPI barrier is projected from `stampede startup`'s barriers at 3 or more rank counts
+    as a + b log2 N (a tree's depth; b >= 0, least squares on each count's median p50);
+    else it is the worked example's 10 s, assumed, saying what would measure it. A torch
+    restore's process-group set-up is added as measured, at its own rank count."""
+    import statistics
+
+    by_count: dict[int, list[float]] = {}
+    for row in runs.barriers if runs else ():
+        by_count.setdefault(row["nranks"], []).append(row["lat_p50_s"])
+    pg_init = runs.pg_init if runs else None
+    if len(by_count) < BARRIER_COUNTS:
+        seen = f" (startup barriers at {', '.join(map(str, sorted(by_count)))} ranks)" \
+            if by_count else ""
+        value, source = EXAMPLE["sync_s"], (
+            f"assumed (worked example): no barrier measured at {BARRIER_COUNTS}+ rank counts to "
+            f"project to {ranks}{seen}; stampede startup --np N at several N measures it")
+    else:
+        points = [(math.log2(count), statistics.median(values))
+                  for count, values in sorted(by_count.items())]
+        slope, intercept = _line(points)
+        if slope < 0:   # a barrier is not faster on more ranks: the noise's flat line
+            slope, intercept = 0.0, statistics.mean(y for _, y in points)
+        value = max(0.0, intercept + slope * math.log2(ranks))
+        source = (f"projected: MPI barrier p50 {format_seconds(intercept)} + "
+                  f"{format_seconds(slope)} x log2 N from stampede startup at "
+                  f"{', '.join(map(str, sorted(by_count)))} ranks")
+    if pg_init is not None:
+        value += pg_init["elapsed_s"]
+        source += (f" + pg_init {format_seconds(pg_init['elapsed_s'])} as measured at "
+                   f"{pg_init['nranks']} ranks (not projected)")
+    return value, source
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through (x, y) points."""
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+    return slope, mean_y - slope * mean_x
 
 
 # --- measurements from archives ---
