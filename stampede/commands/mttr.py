@@ -17,7 +17,7 @@ from stampede.commands.flags import (
 )
 from stampede.errors import UsageError
 from stampede.model import mttr as model
-from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
+from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS, WORKED
 from stampede.spec import JOB_LIMIT_BYTES
 from stampede.units import format_plain
 
@@ -157,7 +157,7 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     archive = Archive.open(*args.archives) if args.archives else None   # read once, here
     _check_layouts(args, archive)
     inputs = dict(EXAMPLE)
-    sources = {key: "assumed (worked example)" for key in EXAMPLE}
+    sources = dict.fromkeys(EXAMPLE, WORKED)
     section = _section(args.job) if args.job else {}
     for key in EXAMPLE:
         if key in section:

@@ -7,6 +7,9 @@ From archives it takes:
   BW_rank_io      a restore run's slowest-rank GB/s (bytes per rank / time to last rank):
                   the slowest rank sets the restart, not the mean; its time to first byte
                   (metadata stall) is shown as the part of the load term before data flows
+  S_weights       that run's own bytes per rank (as measured: its checkpoint at its scale;
+                  --weights-gb or [mttr] weights_gb replace it); at --target-ranks the
+                  workload's (--target-model, --target-bytes-per-rank, --target-size)
   T_pod_init      `stampede startup`: time until the last rank is up (launch -> MPI ready)
   T_barrier_sync  the restore's straggler wait (time to last rank - first done: what the
                   ranks that finished wait at the sync), plus the median MPI barrier of
@@ -50,11 +53,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
-from stampede.units import BYTES_PER_GB, format_bytes, format_seconds
+from stampede.units import BYTES_PER_GB, format_bytes, format_plain, format_seconds
 
 if TYPE_CHECKING:
     from stampede.model.assessment import PhaseVerdict
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
     from stampede.results.archived import Archive, TermRuns
     from stampede.results.cells import Row
 
+WORKED = "assumed (worked example)"   # the source of a term nobody measured or gave
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
 EXTRA_DEFAULTS = {"gpus": 16384.0, "mtbf_h": 0.0, "checkpoint_interval_s": 0.0, "nodes": 2048.0,
@@ -114,6 +118,10 @@ def breakdown(detect_s: float, swap_s: float, init_s: float, weights_gb: float,
         return sources.get(key, "assumed")
 
     load_source = sources.get("bw_rank_gbps", "assumed")
+    weights = sources.get("weights_gb", "")
+    if weights:   # whose bytes the load term moves
+        load_source += "; S_weights " + (weights if weights.startswith("the run's own") else
+                                         f"{format_plain(weights_gb)} GB {weights}")
     return Breakdown(terms=(
         Term("T_detect", detect_s, source("detect_s")),
         Term("T_cordon_swap", swap_s, source("swap_s")),
@@ -255,6 +263,15 @@ def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload,
                      sync_s, sources, projection.prediction.meta_s)
 
 
+def synced_at_target(model: Breakdown, runs: TermRuns | None, ranks: int) -> Breakdown:
+    """`model` with its T_barrier_sync at `ranks` (sync_at_target): a way back whose load
+    term is already at the target (the rejoin's and the restart's)."""
+    seconds, source = sync_at_target(runs, ranks)
+    return replace(model, terms=tuple(Term(term.name, seconds, source)
+                                      if term.name == "T_barrier_sync" else term
+                                      for term in model.terms))
+
+
 BARRIER_COUNTS = 3   # distinct rank counts of startup barriers that project one, as project's
 
 
@@ -380,7 +397,10 @@ def measured_model(runs: TermRuns | None, inputs: Mapping[str, float] = EXAMPLE,
     laid over them, and whether they measured any: `stampede mttr` and the HTML verdict
     alike."""
     values, measured, stall = measured_terms(runs) if runs else ({}, {}, math.nan)
-    named = dict(sources or {key: "assumed (worked example)" for key in inputs}) | measured
+    named = dict(sources or {key: WORKED for key in inputs})
+    if "weights_gb" in values and not named.get("weights_gb", WORKED).startswith(WORKED):
+        del values["weights_gb"], measured["weights_gb"]   # S_weights given: the user's
+    named |= measured
     return breakdown(**{**inputs, **values}, sources=named, metadata_stall_s=stall), bool(values)
 
 
@@ -405,6 +425,11 @@ def measured_terms(runs: TermRuns) -> tuple[dict[str, float], dict[str, str], fl
         values["bw_rank_gbps"] = best["slowest_rank_gbps"]
         sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
                                    f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
+        # "as measured" is the run's own checkpoint at the run's own scale, never the worked
+        # example's 30 GB over the run's rate (a T_MTTR no run and no workload had)
+        values["weights_gb"] = best["bytes_per_rank"] / BYTES_PER_GB
+        sources["weights_gb"] = (f"the run's own {format_bytes(best['bytes_per_rank'])} per "
+                                 f"rank at {best['nranks']} ranks")
         values["straggler_s"] = best["time_to_last_rank_s"] - best["first_done_s"]
         sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
         stall = _time_to_first_byte(runs.sidecar, best["layout"])

@@ -77,9 +77,10 @@ def test_mttr_takes_measured_terms_from_real_runs(stampede, tmp_path: Path) -> N
     restore = next(row for row in read_archive(restore_archive)
                    if row["op"] == "restore" and row["layout"] == "sharded")
     slowest_gbps = float(restore["slowest_rank_gbps"])
-    load_s = 30 / slowest_gbps
+    load_s = float(restore["bytes_per_rank"]) / 1e9 / slowest_gbps
     text = " ".join(result.stdout.split())                       # table cells wrap
-    assert f" {format_duration(load_s)} " in text                # 30 GB / measured GB/s
+    assert f" {format_duration(load_s)} " in text                # its own bytes / its GB/s
+    assert "S_weights the run's own 8 MiB per rank at 2 ranks" in text   # never 30 GB
     assert "sharded, slowest of 2 ranks, cache warm" in text
     assert "last rank up" in text and "MPI barrier p50 over 2 ranks" in text
     assert "sharded straggler wait +" in text                   # T_barrier_sync's two parts
