@@ -333,9 +333,23 @@ def render_warnings(rows: Sequence[Row], console: Console) -> None:
         common, by_layout = grouped_warnings(rows, column)
         for text in common:
             console.print(f"[{colour}]{word}:[/] {_escaped(text)}")
+        kinds: dict[str, list[tuple[str, str]]] = {}   # a kind: (layout, its text), in order
         for layout, texts in by_layout.items():
             for text in texts:
-                console.print(f"[{colour}]{layout}: {word}:[/] {_escaped(text)}")
+                kinds.setdefault(warning_kind(text), []).append((layout, text))
+        for said in kinds.values():
+            layouts = ", ".join(layout for layout, _ in said)
+            figures = f" (figures: {said[0][0]}'s; each layout's in its table)" \
+                if len({text for _, text in said}) > 1 else ""
+            console.print(f"[{colour}]{layouts}: {word}:[/] {_escaped(said[0][1])}{figures}")
+
+
+def warning_kind(text: str) -> str:
+    """What a warning says, without its figures: the same warning of several layouts
+    (time to last rank varies 111% / 160%) is one line."""
+    import re
+
+    return re.sub(r"[\d.,%-]+", "#", re.sub(r"\([^)]*\)", "", text))
 
 
 def _escaped(text: str) -> str:

@@ -66,6 +66,20 @@ def test_a_warning_every_layout_has_is_said_once(archive: Path) -> None:
     assert "broadcast: warning: only here" in text
 
 
+def test_the_same_warning_of_several_layouts_is_one_line(tmp_path: Path) -> None:
+    """A warning two layouts have with their own figures is said once, naming both and
+    whose figures it shows; one that only one layout has keeps its layout's name."""
+    varies = "time to last rank varies {}% across iterations ({}-{} s): run more iterations"
+    path = tmp_path / "a.csv"
+    append_rows(path, [
+        restore("shared", 0.2, 0.1, 0.3, varies.format(111, 0.1, 0.3)),
+        restore("sharded", 0.2, 0.1, 0.4, f"{varies.format(160, 0.1, 0.4)} | only sharded"),
+        restore("broadcast", 0.2, 0.2, 0.2, "")])
+    lines = [line for line in rendered(path, 200).splitlines() if "warning:" in line]
+    assert lines == [f"shared, sharded: warning: {varies.format(111, 0.1, 0.3)} (figures: "
+                     "shared's; each layout's in its table)", "sharded: warning: only sharded"]
+
+
 @pytest.mark.mpi
 def test_rank_0_says_how_far_a_run_is_in_a_batch_log(stampede, tmp_path: Path) -> None:
     job = small_job(tmp_path, run={"iterations": 2})
