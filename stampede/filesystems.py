@@ -11,6 +11,8 @@ counters). tests/test_house.py fails on a kind's name compared anywhere else.
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -101,29 +103,45 @@ def _llite_since(mount: Mount, before: object) -> dict[str, object] | None:
 CEPH_DEFAULT_OBJECT = 4 << 20   # CephFS's default object size (and stripe unit)
 
 
+def _ceph_effective(directory: Path, name: str) -> int:
+    """A directory's layout field as its new files get it: its own, else the nearest
+    ancestor's that has one (ENODATA: none set there), else CephFS's default."""
+    for where in (directory, *directory.parents):
+        try:
+            return int(os.getxattr(where, f"ceph.dir.layout.{name}"))
+        except OSError as error:
+            if error.errno != errno.ENODATA:   # left the file system, or not CephFS
+                break
+    return CEPH_DEFAULT_OBJECT
+
+
 def _ceph_apply(directory: Path, count: int, size_bytes: int | None) -> str:
     wanted = f"stripe_count={count or 'default'}, stripe_unit={size_bytes or 'default'}"
     if count < 0:   # Lustre's "every OST": CephFS stripes over objects, not a server count
         return (f"target.stripe_count = {count} not applied on CephFS: give a number of "
                 "objects to stripe over")
     try:
-        if size_bytes:
-            # object_size must stay a multiple of stripe_unit at every step: grow the
-            # object first when the unit outgrows it, else set the unit first.
-            try:
-                current = int(os.getxattr(directory, "ceph.dir.layout.object_size"))
-            except OSError:   # no layout of its own yet: the file system's default
-                current = CEPH_DEFAULT_OBJECT
-            objects = -(-max(current, size_bytes) // size_bytes) * size_bytes
-            steps = [("object_size", objects), ("stripe_unit", size_bytes)] \
-                if objects > current else [("stripe_unit", size_bytes), ("object_size", objects)]
-            for name, value in steps:
-                os.setxattr(directory, f"ceph.dir.layout.{name}", str(value).encode())
+        for name, value in _ceph_steps(directory, size_bytes):
+            os.setxattr(directory, f"ceph.dir.layout.{name}", str(value).encode())
         if count:
             os.setxattr(directory, "ceph.dir.layout.stripe_count", str(count).encode())
     except OSError as error:
         return f"ceph.dir.layout {wanted} on {directory} failed: {error.strerror or error}"
     return f"ceph.dir.layout {wanted} applied to {directory}"
+
+
+def _ceph_steps(directory: Path, unit: int | None) -> list[tuple[str, int]]:
+    """The xattrs that set a stripe unit, in an order CephFS accepts: it refuses any step
+    after which object_size is not a multiple of stripe_unit. The object size ends as the
+    smallest multiple of the new unit not below the current one."""
+    if not unit:
+        return []
+    old_unit = _ceph_effective(directory, "stripe_unit")
+    objects = -(-_ceph_effective(directory, "object_size") // unit) * unit
+    if objects % old_unit == 0:   # a multiple of both units: object first, then unit
+        return [("object_size", objects), ("stripe_unit", unit)]
+    both = math.lcm(old_unit, unit)   # through an object size that fits both units
+    return [("object_size", both), ("stripe_unit", unit), ("object_size", objects)]
 
 
 def parse_ceph_layout(text: str) -> dict[str, object]:

@@ -72,7 +72,7 @@ OPTIONS: tuple[Option, ...] = (
            "(prepare's, and each save series' before its versions; Lustre `lfs setstripe "
            "-c`, CephFS ceph.dir.layout.stripe_count) (0 = leave the file system's default, "
            "-1 = every OST)", "stripe_count"),
-    Option("target.stripe_size", "stripe_size_bytes", values.optional_size, "",
+    Option("target.stripe_size", "stripe_size_bytes", values.stripe_size, "",
            "Lustre and CephFS: the stripe size (Lustre `lfs setstripe -S`, CephFS "
            "ceph.dir.layout.stripe_unit) (empty = the file system's default)", "stripe_size"),
     Option("checkpoint.source", "checkpoint_source", values.choice(SOURCES), "synthetic",

@@ -12,6 +12,7 @@ from stampede.filesystems import (
     KERNEL_NFS_RPCS,
     OTHER,
     TABLE,
+    _ceph_steps,
     kind_for,
     kind_of,
     mount_facts,
@@ -103,3 +104,15 @@ def test_a_cold_run_where_nothing_can_be_evicted_is_said_warm(fs_type: str, said
     assert said in warnings_for(stats, "cold", 1, 1, fs_type, True)
     assert not [note for note in warnings_for(stats, "cold", 1, 1, "ext4", True)
                 if "cache=cold" in note]
+
+
+def test_cephs_stripe_unit_steps_keep_the_object_a_multiple_of_the_unit(tmp_path: Path) -> None:
+    """The order of CephFS's xattrs (no cluster here: the directory has no ceph.dir.layout,
+    so CephFS's defaults, 4 MiB units and objects, are the starting point): each step
+    leaves object_size a multiple of stripe_unit, as CephFS demands of every one."""
+    mib = 1 << 20
+    assert _ceph_steps(tmp_path, mib) == [("object_size", 4 * mib), ("stripe_unit", mib)]
+    assert _ceph_steps(tmp_path, 8 * mib) == [("object_size", 8 * mib), ("stripe_unit", 8 * mib)]
+    assert _ceph_steps(tmp_path, 3 * mib) == [
+        ("object_size", 12 * mib), ("stripe_unit", 3 * mib), ("object_size", 6 * mib)]
+    assert _ceph_steps(tmp_path, None) == []
