@@ -210,9 +210,9 @@ Offsets = dict[str, dict[str, int]]   # relpath -> tensor -> file offset of its 
 
 def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, Any],
                   backend: Backend) -> tuple[Offsets, list[str]]:
-    """Rank 0: directories (striped when the job asks and the file system stripes), and the shared file at its
-    full size, header included, before ranks write into it (POSIX). Returns the shared
-    file's tensor offsets and notes for the user.
+    """Rank 0: directories (striped when the job asks, by the striper of the file
+    system's kind), and the shared file at its full size, header included, before ranks
+    write into it (POSIX). Returns the shared file's tensor offsets and notes for the user.
 
     Files of an earlier prepare of this layout that no layout needs any more (shards of
     another rank count) are removed: they were ours, and the manifest is about to forget
