@@ -148,9 +148,11 @@ class RunReport:
             render_rpcs((sidecar.get("storage") or {}).get("rpcs_per_op"), console)
         render_layout(rows, console)
         part = "layouts" if first.get("phase") == "restore" else "saves"
-        counted = (sidecar.get(part) or {}).get(first["layout"], {}).get("kernel_nfs_rpcs")
+        entry = (sidecar.get(part) or {}).get(first["layout"], {})
+        counted = entry.get("kernel_nfs_rpcs")
         render_kernel_nfs(first["layout"], counted if isinstance(counted, dict) else None,
                           console)
+        render_file_system(first["layout"], entry, console)
 
     def finish(self, rows: Sequence[Row], messages: Sequence[str], archived: str) -> None:
         if not self.begun:   # nothing measured
@@ -208,7 +210,7 @@ def render_rpcs(probed: Any, console: Console) -> None:
 
 
 def render_kernel_nfs(layout: str, counted: Any, console: Console) -> None:
-    """A kernel NFS mount's RPCs during a layout (stampede.run.kernel_nfs), busiest first:
+    """A kernel NFS mount's RPCs during a layout (stampede.run.file_system), busiest first:
     calls, and the average round trip and execution time of each."""
     ops = (counted or {}).get("ops") or {}
     if not counted:
@@ -222,6 +224,30 @@ def render_kernel_nfs(layout: str, counted: Any, console: Console) -> None:
     console.print(f"{layout}: kernel NFS RPCs on {counted['mount']} ({counted['scope']}): "
                   + (", ".join(parts) or "none") + f"; retransmissions {retried}, major "
                   f"timeouts {timeouts}", markup=False)
+
+
+def render_file_system(layout: str, entry: Mapping[str, object], console: Console) -> None:
+    """What the file system's client said around a layout (stampede.run.file_system),
+    beside the kernel NFS RPCs: a Lustre client's llite counters, busiest first (bytes
+    where they count bytes), and the layout a few of its files got."""
+    llite = entry.get("lustre_llite")
+    if isinstance(llite, dict):
+        ops = llite.get("ops") or {}
+        parts = [f"{name} {moved['count']}" + (f" ({format_bytes(moved['sum'])})"
+                                               if "sum" in moved else "")
+                 for name, moved in sorted(ops.items(), key=lambda item: -item[1]["count"])]
+        console.print(f"{layout}: Lustre llite on {llite.get('mount')} ({llite.get('scope')}): "
+                      + (", ".join(parts) or "none"), markup=False)
+    layouts = entry.get("file_layouts")
+    if isinstance(layouts, str):
+        console.print(f"{layout}: file layouts {layouts}", markup=False)
+    elif isinstance(layouts, dict):
+        for path, got in (layouts.get("files") or {}).items():
+            said = got if isinstance(got, str) else " ".join(
+                f"{key}={value}" for key, value in got.items()
+                if key != "path" and not isinstance(value, list | dict)) + (
+                f" osts={','.join(map(str, got['osts']))}" if "osts" in got else "")
+            console.print(f"{layout}: {path}: {said} ({layouts.get('how')})", markup=False)
 
 
 def render_summary(rows: Sequence[Row], console: Console, messages: Sequence[str] = ()) -> None:
