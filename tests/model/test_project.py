@@ -500,7 +500,7 @@ def test_young_daly_takes_the_save_at_the_target(mode: str) -> None:
     assert save is not None and [item[0].layout for item in save.projections] == ["sharded"]
     projection = save.projections[0][1]
     assert projection.params.bytes_per_rank == 4 << 20
-    cost_s, source = checkpoint_cost_at_target(archive, "", save, workload)
+    cost_s, source = checkpoint_cost_at_target(archive, "", save.saves_at_target, workload)
     if mode == "sync":
         assert cost_s == projection.prediction.total_s != 0.25
         assert source.startswith("projected: sharded save (sync: blocks until durable) at 16384")
@@ -510,7 +510,8 @@ def test_young_daly_takes_the_save_at_the_target(mode: str) -> None:
     assert measured_checkpoint_cost(archive, "")[0] == 0.25   # without a target: as measured
     # two rank counts do not project: the measured C, and why not at the target
     few = Archive([row for row in rows if row["nranks"] in (1, 2)])
-    cost_s, source = checkpoint_cost_at_target(
-        few, "", phase_verdict(few.rows, "save", workload), workload)
+    unprojected = phase_verdict(few.rows, "save", workload)
+    assert unprojected is not None
+    cost_s, source = checkpoint_cost_at_target(few, "", unprojected.saves_at_target, workload)
     assert cost_s == 0.25
     assert "; as measured, not at 16384 ranks (layout sharded: save runs at 2 distinct" in source
