@@ -18,6 +18,7 @@ busiest instance, in units of b:
 
   layout                      storage       node            rank   exchange
   shared, sharded, ...        N             k               1      0
+  whole-file                  N S           k S             S      0
   broadcast (by replica)      S             leaders on a    1      rounds(g) x groups rooted
                                             node (<= k)            on the busiest node
   broadcast (by node)         per node the  min(k, S)       1      0 (within the node)
@@ -49,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stampede.layouts import EACH_READS, LEADER_BCAST, STRIPE_ALLGATHER, TABLE
+from stampede.layouts import EACH_READS, EACH_READS_ALL, LEADER_BCAST, STRIPE_ALLGATHER, TABLE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -178,9 +179,17 @@ def _each_reads(geometry: Geometry) -> Traffic:
                    rank=1.0, exchange=0.0)
 
 
+def _each_reads_all(geometry: Geometry) -> Traffic:
+    """Every rank reads every shard (the naive whole-file load), keeping its own."""
+    shards = float(geometry.shards)
+    return Traffic(storage=geometry.nranks * shards, node=geometry.per_node * shards,
+                   rank=shards, exchange=0.0)
+
+
 # stampede.layouts names each layout's model (Layout.traffic)
 MODELS: dict[str, Callable[[Geometry], Traffic]] = {
-    EACH_READS: _each_reads, LEADER_BCAST: _broadcast, STRIPE_ALLGATHER: _striped}
+    EACH_READS: _each_reads, EACH_READS_ALL: _each_reads_all, LEADER_BCAST: _broadcast,
+    STRIPE_ALLGATHER: _striped}
 
 
 def traffic(layout: str, geometry: Geometry) -> Traffic:

@@ -37,6 +37,15 @@ def test_the_table_at_four_nodes_of_two() -> None:
     assert traffic("broadcast", Geometry(8, replicas=4)).exchange == 0   # shared memory
 
 
+def test_whole_file_carries_every_shard_to_every_rank() -> None:
+    # 4 ranks on 2 nodes of 2, one replica: each rank reads the 4 shards, each node 8
+    geometry = Geometry(nranks=4, ranks_per_node=2)
+    assert traffic("whole-file", geometry) == Traffic(storage=16, node=8, rank=4, exchange=0)
+    assert traffic("shared", geometry) == Traffic(storage=4, node=2, rank=1, exchange=0)
+    # with replicas the file holds S = N / R shards: what each rank reads
+    assert traffic("whole-file", Geometry(8, 2, replicas=4)).rank == 2
+
+
 def test_broadcast_rounds_follow_mpichs_algorithms() -> None:
     assert [bcast_rounds(g) for g in (1, 2, 3, 4, 5, 7)] == [0, 1, 2, 2, 3, 3]
     assert bcast_rounds(8) == pytest.approx(2 * 7 / 8)      # scatter + ring allgather
