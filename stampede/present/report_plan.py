@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from stampede.ops import OPS
 from stampede.present.tables import ItemColumn, Verbatim, item_table
-from stampede.units import BYTES_PER_GIB, format_bytes
+from stampede.units import BYTES_PER_GIB, format_amplification, format_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,15 +52,18 @@ if TYPE_CHECKING:
         @property
         def total_bytes(self) -> int: ...
 
+SHOWN_EXTENTS = 4   # a rank reading more extents (whole-file) shows its first and last
 # What a catalogue's items are called, by format (the others hold tensors).
 ITEMS = {"dcp": "saved items", "torch": "storages", "tensorizer": "files (whole)"}
 
 
 def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[PlannedRestore], space: str,
-                console: Console) -> None:
+                console: Console, served: Sequence[LayoutBytes] = (), where: str = "") -> None:
     """`stampede plan`: the validated options and who reads what; touches no storage.
     `layouts`: per layout (name, files, [(rank, plan, reads storage)]); rank -1 stands for
-    the ranks not shown."""
+    the ranks not shown. `served`: what storage would serve every layout at this rank
+    count (`where`: how the ranks sit on nodes), so that a layout's N-fold reads show
+    before it runs."""
     console.print(item_table(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s), "
                              f"backend {backend}", OPTIONS, spec.values.items()))
 
@@ -93,9 +96,19 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Plan
                 continue
             # a line per extent it reads; one where it reads none (it receives its shard)
             extents: list[Extent | None] = [extent for extent in plan.extents if leads]
+            if len(extents) > SHOWN_EXTENTS:   # whole-file: every slice; the first, the last
+                lines += [RankRead(rank, plan, leads, extents[0]),
+                          Verbatim(("", f"... {len(extents) - 2:,} more slices")),
+                          RankRead(rank, plan, leads, extents[-1])]
+                continue
             lines += [RankRead(rank, plan, leads, extent) for extent in extents or [None]]
         console.print(item_table(f"{layout}: {len(files)} file(s), {format_bytes(total)} "
                                  f"({total:,} B); per iteration each rank:", columns, lines))
+    if served:
+        console.print(item_table(f"every layout at {nranks} rank(s), {where}: bytes from "
+                                 "storage per iteration and their read amplification (over "
+                                 f"the {format_bytes(served[0].needed_bytes)} the job needs)",
+                                 SERVED, served))
     console.print(f"space: {space}", markup=False)
     console.print(f"[dim]no storage was touched (the target's free space was asked); "
                   f"`stampede prepare` writes these files, `stampede run` reads them (cache "
@@ -161,6 +174,22 @@ class RankRead(NamedTuple):
     extent: Extent | None
 
 
+class LayoutBytes(NamedTuple):
+    """What storage serves one layout's restore at the plan's rank count (the traffic
+    model's bytes of one phase, stampede.model.traffic), beside what the job needs."""
+
+    layout: str
+    storage_bytes: float      # read from storage by all ranks, per iteration
+    node_bytes: float         # read from storage into the busiest node
+    reader_bytes: float       # read from storage by one reader
+    exchange_bytes: float     # through the busiest NIC between nodes, after the reads
+    needed_bytes: int         # the unique bytes the job needs (the plan's)
+
+    @property
+    def amplification(self) -> float:
+        return self.storage_bytes / self.needed_bytes if self.needed_bytes else float("nan")
+
+
 class RankWrite(NamedTuple):
     """A line of a layout's save plan: a file a rank writes into, or what it does instead."""
 
@@ -191,6 +220,15 @@ WRITES: tuple[ItemColumn[RankWrite], ...] = (
     ItemColumn("bytes", lambda write: "" if write.length_bytes is None
                else format_bytes(write.length_bytes)),
     ItemColumn("does", lambda write: write.does, left=True))
+
+SERVED: tuple[ItemColumn[LayoutBytes], ...] = (
+    ItemColumn("layout", lambda served: served.layout, left=True),
+    ItemColumn("from storage", lambda served: format_bytes(served.storage_bytes)),
+    ItemColumn("read ampl", lambda served: format_amplification(served.amplification)),
+    ItemColumn("busiest node", lambda served: format_bytes(served.node_bytes)),
+    ItemColumn("a reader", lambda served: format_bytes(served.reader_bytes)),
+    ItemColumn("NIC exchange", lambda served: format_bytes(served.exchange_bytes)
+               if served.exchange_bytes else "-"))
 
 SHARES: tuple[ItemColumn[RankShare], ...] = (
     ItemColumn("rank", lambda share: str(share.rank)),
