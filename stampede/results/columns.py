@@ -182,7 +182,8 @@ OWN: tuple[Column, ...] = (
     _column("read_amplification", "number", "", 7, "restore rows: "
             "storage_bytes_per_iteration / needed_bytes: 1 when each needed byte was read once, "
             "N when N ranks each read the whole file (layout whole-file); below 1 where "
-            "ranks take bytes from each other rather than from storage"),
+            "ranks take bytes from each other rather than from storage; a loader's rows "
+            "(`stampede loaders`): the bytes it loaded (op `load`) over those assigned"),
     _column("read_amplification_node_max", "number", "", 7, "restore rows: the most over "
             "nodes (hosts) of a node's bytes read from storage per iteration over the bytes its "
             "ranks need (a shard two of its ranks hold counts once)"),
