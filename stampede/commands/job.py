@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
     from stampede.checkpoint.lock import Access
     from stampede.commands import Subparsers
+    from stampede.model.traffic import LayoutBytes
     from stampede.mpi import Comm
     from stampede.present.report import RunReport
-    from stampede.present.report_plan import LayoutBytes
     from stampede.results.model import LayoutRun, LayoutTrace, RunContext
     from stampede.results.recorder import Recorder
     from stampede.spec import JobSpec
@@ -335,24 +335,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def served_bytes(spec: JobSpec, nranks: int, per_node: int) -> list[LayoutBytes]:
     """What storage would serve every layout's restore at this rank count (the traffic
-    model's bytes), beside the bytes the job needs: every layout the job's checkpoint can
-    be laid out as (those that need replicas, where it has them; not MLPerf's files)."""
+    model's bytes), beside the bytes the job needs (the plan's)."""
     from stampede.checkpoint.plan import bytes_per_rank, needed_bytes
-    from stampede.layouts import TABLE
-    from stampede.model.traffic import Geometry, traffic
-    from stampede.present.report_plan import LayoutBytes
+    from stampede.model.traffic import Geometry, layout_bytes
 
     geometry = Geometry(nranks, per_node, spec.replicas, spec.broadcast_group)
-    per_rank = bytes_per_rank(spec, nranks)
-    served = []
-    for name, layout in TABLE.items():
-        if layout.workload_files or (layout.replica_aware and spec.replicas < 2):
-            continue
-        flow = traffic(name, geometry)
-        served.append(LayoutBytes(name, flow.storage * per_rank, flow.node * per_rank,
-                                  flow.rank * per_rank, flow.exchange * per_rank,
-                                  needed_bytes(spec, name, nranks)))
-    return served
+    return [served._replace(needed_bytes=needed_bytes(spec, served.layout, nranks))
+            for served in layout_bytes(geometry, bytes_per_rank(spec, nranks))]
 
 
 def trace_estimate(spec: JobSpec, nranks: int) -> str:

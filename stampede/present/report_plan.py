@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from stampede.checkpoint.plan import Extent, RankPlan
     from stampede.checkpoint.save_plan import FileWrite, SavePlan
+    from stampede.model.traffic import LayoutBytes
     from stampede.spec import JobSpec
 
     # per layout: its name, its files (name, bytes), (rank, plan, whether it reads storage)
@@ -105,14 +106,20 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Plan
         console.print(item_table(f"{layout}: {len(files)} file(s), {format_bytes(total)} "
                                  f"({total:,} B); per iteration each rank:", columns, lines))
     if served:
-        console.print(item_table(f"every layout at {nranks} rank(s), {where}: bytes from "
-                                 "storage per iteration and their read amplification (over "
-                                 f"the {format_bytes(served[0].needed_bytes)} the job needs)",
-                                 SERVED, served))
+        render_served(served, f"{nranks} rank(s), {where}", console)
     console.print(f"space: {space}", markup=False)
     console.print(f"[dim]no storage was touched (the target's free space was asked); "
                   f"`stampede prepare` writes these files, `stampede run` reads them (cache "
                   f"{spec.cache}, {spec.iterations} iterations + {spec.warmup} warmup)[/]")
+
+
+def render_served(served: Sequence[LayoutBytes], where: str, console: Console) -> None:
+    """Every layout's bytes from storage per restore at a scale (`where`), and their read
+    amplification: `plan` at its rank count, `project` at the target."""
+    console.print(item_table(f"every layout at {where}: bytes from storage per restore and "
+                             f"their read amplification (over the "
+                             f"{format_bytes(served[0].needed_bytes)} the job needs)",
+                             SERVED, served))
 
 
 def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave], space: str,
@@ -172,22 +179,6 @@ class RankRead(NamedTuple):
     plan: RankPlan
     leads: bool                       # it reads storage (not only its group's first rank)
     extent: Extent | None
-
-
-class LayoutBytes(NamedTuple):
-    """What storage serves one layout's restore at the plan's rank count (the traffic
-    model's bytes of one phase, stampede.model.traffic), beside what the job needs."""
-
-    layout: str
-    storage_bytes: float      # read from storage by all ranks, per iteration
-    node_bytes: float         # read from storage into the busiest node
-    reader_bytes: float       # read from storage by one reader
-    exchange_bytes: float     # through the busiest NIC between nodes, after the reads
-    needed_bytes: int         # the unique bytes the job needs (the plan's)
-
-    @property
-    def amplification(self) -> float:
-        return self.storage_bytes / self.needed_bytes if self.needed_bytes else float("nan")
 
 
 class RankWrite(NamedTuple):
