@@ -235,8 +235,12 @@ def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]
     if served is not None:
         from stampede.present.report_plan import render_served
 
+        best = min(projections, key=lambda item: item[1].prediction.total_s)
+        params, fit = best[1].params, best[1].fit
         console.print()
-        render_served(served[1], served[0], console)
+        render_served(served[1], served[0], console,
+                      (best[0].layout, params.agg_bps,
+                       params.node_bps if fit.node_measured else math.inf))
 
 
 def _render_layout(series: Series, projection: Projection, notes: Sequence[str], nranks: int,

@@ -3,13 +3,14 @@ options and who reads what), and what an existing checkpoint holds (from its hea
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from stampede.ops import OPS
 from stampede.present.tables import ItemColumn, Verbatim, item_table
-from stampede.units import BYTES_PER_GIB, format_amplification, format_bytes
+from stampede.units import BYTES_PER_GIB, format_amplification, format_bytes, format_duration
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -113,13 +114,32 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Plan
                   f"{spec.cache}, {spec.iterations} iterations + {spec.warmup} warmup)[/]")
 
 
-def render_served(served: Sequence[LayoutBytes], where: str, console: Console) -> None:
+def render_served(served: Sequence[LayoutBytes], where: str, console: Console,
+                  rates: tuple[str, float, float] | None = None) -> None:
     """Every layout's bytes from storage per restore at a scale (`where`), and their read
-    amplification: `plan` at its rank count, `project` at the target."""
+    amplification: `plan` at its rank count, `project` at the target. `rates`: (the layout
+    fitted, B_agg, B_node in bytes/s; inf: not measured) price the bytes in seconds: the
+    storage's share of them and the busiest NIC's (its reads, then its exchange)."""
+    columns = list(SERVED)
+    note = ""
+    if rates is not None:
+        fitted, agg_bps, node_bps = rates
+        columns += [
+            ItemColumn("storage s", lambda item: _seconds_at(item.storage_bytes, agg_bps)),
+            ItemColumn("NIC s", lambda item: _seconds_at(item.node_bytes + item.exchange_bytes,
+                                                         node_bps))]
+        note = f"; seconds at {fitted}'s fitted B_agg" + \
+            (" and B_node" if math.isfinite(node_bps) else " (B_node not measured)")
     console.print(item_table(f"every layout at {where}: bytes from storage per restore and "
                              f"their read amplification (over the "
-                             f"{format_bytes(served[0].needed_bytes)} the job needs)",
-                             SERVED, served))
+                             f"{format_bytes(served[0].needed_bytes)} the job needs){note}",
+                             columns, served))
+
+
+def _seconds_at(nbytes: float, rate_bps: float) -> str:
+    """Bytes at a rate, in seconds ('-' where the rate is not known)."""
+    return format_duration(nbytes / rate_bps) if math.isfinite(rate_bps) and rate_bps > 0 \
+        else "-"
 
 
 def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave], space: str,
