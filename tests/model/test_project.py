@@ -192,6 +192,24 @@ def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
     assert "limited by B_net" in only.stdout and "within the measured range" in only.stdout
 
 
+
+def test_project_lists_every_layouts_bytes_from_storage_at_the_target(stampede,
+                                                                      tmp_path: Path) -> None:
+    archive = tmp_path / "sweep.csv"
+    append_rows(archive, synthetic_rows(TRUE, RANKS))   # 1 GB per rank, B_agg 20 GB/s
+    result = stampede("project", str(archive), "--target-ranks", "16384",
+                      "--target-ranks-per-node", "8", "--node-gbps", "25",
+                      env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("every layout at 16384 ranks, 2,048 node(s) of 8: ", 1)[1]
+    assert "seconds at sharded's fitted B_agg and B_node" in table
+    rows = {words[0]: " ".join(words[1:]) for line in table.split("─")[-1].splitlines()
+            if (words := line.split())}
+    # every rank reads the whole 16.4 TB: 16,384x, 16,384 x 819 s at B_agg, 8 x 16.4 TB a node
+    assert rows["whole-file"] == "238.4 PiB 16,384x 119.2 TiB 14.9 TiB - 155 days 87.4 min"
+    assert rows["sharded"] == "14.9 TiB 1.0x 7.451 GiB 953.7 MiB - 13.7 min 320 ms"
+
+
 def test_two_rank_counts_are_refused(stampede, tmp_path: Path) -> None:
     archive = tmp_path / "two.csv"
     synthetic_archive(archive, TRUE, (2, 4))
