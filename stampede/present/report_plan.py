@@ -74,7 +74,8 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Plan
         plan = read.plan
         if plan.list_on_root and read.rank:
             return "gets rank 0's listing"
-        exchange = {"bcast": "Bcast", "allgather": "Allgatherv"}.get(plan.exchange, "-")
+        exchange = {"bcast": "Bcast", "allgather": "Allgatherv",
+                    "scatter": "to its node"}.get(plan.exchange, "-")
         if plan.leader_reads and spec.broadcast_group == "node":
             exchange += " (reads if first of its group on its node)"
         return exchange
