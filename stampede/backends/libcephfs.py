@@ -10,6 +10,7 @@ it, and nothing forks after that but to exec.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import errno
 import json
@@ -144,6 +145,10 @@ class Mount:
             if code < 0:
                 raise failed(code, f"mount (monitors {settings.get('mon_host', '?')})")
             self.mounted = True
+            # a client that exits without unmounting keeps its caps until the MDS's
+            # session timeout (60 s): the next command's opens of the files it wrote wait
+            # that long for them. So every process gives its caps back as it exits.
+            atexit.register(self.release)
         except BaseException:
             self.release()
             raise
@@ -151,6 +156,7 @@ class Mount:
     def release(self) -> None:
         """Unmounted (its session closed, its capabilities given back) and freed."""
         if self.cmount:
+            atexit.unregister(self.release)
             if self.mounted:
                 self.lib.ceph_unmount(self.cmount)
                 self.mounted = False

@@ -14,6 +14,7 @@ from stampede.backends import open_backend
 from stampede.backends.cephfs import parse_target
 from stampede.errors import UsageError
 from tests.helpers.cephcluster import CephCluster, is_mounted
+from tests.helpers.jobs import read_archive
 
 
 @pytest.mark.parametrize(("target", "options", "parsed"), [
@@ -86,3 +87,92 @@ def test_the_cluster_serves_a_ceph_fuse_mount_and_the_mds_counts_its_requests(
         assert fs_types[str(mounted)] == "fuse.ceph-fuse"
         assert (mounted / f"fuse-{os.getpid()}" / "b.raw").read_bytes() == b"ceph" * 1024
     assert not is_mounted(mountpoint)
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "jobs" / "quickstart.toml"
+
+
+def quickstart(target: str, archive: Path, *more: str) -> list[str]:
+    """jobs/quickstart.toml made small (16 MiB, 1 MiB blocks, 2 iterations + a warmup,
+    every byte checked) on `target`, archived to `archive`."""
+    return [str(QUICKSTART), "--set", f"target.path={target}", "--set", "checkpoint.size=16MiB",
+            "--set", "checkpoint.block_size=1MiB", "--set", "run.iterations=2",
+            "--set", "run.warmup=1", "--set", "run.verify=sha256",
+            "--set", f"archive.path={archive}", *more]
+
+
+def completions(rows: list[dict[str, str]]) -> list[tuple[str, str]]:
+    return [(row["op"], row["layout"]) for row in rows if row["op"] in ("restore", "save")]
+
+
+@pytest.mark.mpi
+def test_prepare_run_save_restore_and_clean_through_cephfs(
+        stampede, ceph_cluster: CephCluster, cephfs_target: str, tmp_path: Path) -> None:
+    """Two ranks, each a libcephfs client of its own: quickstart's shared and sharded
+    prepared, restored, saved, the saved version restored, then cleaned away."""
+    archive = tmp_path / "results" / "ck.csv"
+    job = quickstart(cephfs_target, archive)
+    for command in ("prepare", "run", "save", "run"):
+        result = stampede(command, *job, np=2)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert "backend cephfs (cephfs (libcephfs))" in " ".join(result.stdout.split())
+    rows = read_archive(archive)
+    assert completions(rows) == [
+        ("restore", "shared"), ("restore", "sharded"), ("save", "shared"), ("save", "sharded"),
+        ("restore", "shared"), ("restore", "sharded")]
+    done = [row for row in rows if row["op"] in ("restore", "save")]
+    assert all(row["valid"] == "true" and row["backend"] == "cephfs" and
+               row["fs_type"] == "cephfs (libcephfs)" and row["nranks"] == "2" for row in done)
+    reads = [row for row in rows if row["op"] == "read"]
+    # 2 measured iterations of 16 MiB, in 1 MiB blocks: 32 reads of 1 MiB per layout
+    assert [(row["count"], row["op_bytes"], row["errors"]) for row in reads] == \
+        [("32", str(32 * 2**20), "0")] * 4
+    writes = [row for row in rows if row["op"] == "write"]
+    assert {int(row["op_bytes"]) for row in writes} == {2 * 16 * 2**20}
+    cleaned = stampede("clean", *job)
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    backend = open_backend(cephfs_target)
+    try:
+        assert backend.names() == []
+    finally:
+        backend.client.release()
+
+
+@pytest.mark.mpi
+def test_four_ranks_restore_shared_and_sharded_through_cephfs(
+        stampede, cephfs_target: str, tmp_path: Path) -> None:
+    """Four clients of one MDS: every rank's bytes restored and checked, both layouts."""
+    archive = tmp_path / "results" / "ck.csv"
+    job = quickstart(cephfs_target, archive)
+    for command in ("prepare", "run"):
+        result = stampede(command, *job, np=4)
+        assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_archive(archive)
+    assert completions(rows) == [("restore", "shared"), ("restore", "sharded")]
+    restores = [row for row in rows if row["op"] == "restore"]
+    assert [(row["nranks"], row["valid"], row["bytes_total"]) for row in restores] == \
+        [("4", "true", str(16 * 2**20))] * 2
+    assert [row["count"] for row in rows if row["op"] == "read"] == ["32", "32"]
+    assert stampede("clean", *job).returncode == 0
+
+
+@pytest.mark.mpi
+def test_a_posix_target_on_a_ceph_fuse_mount_is_said_to_be_one(
+        stampede, ceph_cluster: CephCluster, tmp_path: Path, no_mount_left: None) -> None:
+    """The plain path backend on a ceph-fuse mount: shared and sharded at two ranks, the
+    archive's fs_type the mount's own (/proc/mounts: fuse.ceph-fuse)."""
+    archive = tmp_path / "results" / "fuse.csv"
+    with ceph_cluster.mounted(tmp_path / "mnt") as mountpoint:
+        target = mountpoint / f"fuse-ck-{os.getpid()}"
+        job = quickstart(str(target), archive)
+        for command in ("prepare", "run"):
+            result = stampede(command, *job, np=2)
+            assert result.returncode == 0, result.stdout + result.stderr
+        rows = read_archive(archive)
+        assert completions(rows) == [("restore", "shared"), ("restore", "sharded")]
+        assert {(row["backend"], row["fs_type"], row["valid"]) for row in rows
+                if row["op"] == "restore"} == {("posix", "fuse.ceph-fuse", "true")}
+        assert [row["count"] for row in rows if row["op"] == "read"] == ["32", "32"]
+        cleaned = stampede("clean", *job)
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+        assert not target.exists()
