@@ -177,10 +177,13 @@ class CephfsBackend:
                 "timeout_s": self.timeout_s, "client_cache": "metadata under caps only"}
 
     def mds_perf(self, mds_spec: str = "*") -> dict[str, object]:
-        """Untimed: the MDS's `perf dump` over the wire (as `ceph tell mds.X perf dump`)."""
+        """Untimed: the MDS's `perf dump` over the wire (as `ceph tell mds.* perf dump`;
+        one active MDS: a cluster of several answers with the first's)."""
         import json
 
-        return dict(json.loads(self.client.mds_command(mds_spec, {"prefix": "perf dump"})))
+        text = self.client.mds_command(mds_spec, {"prefix": "perf dump"})
+        found, _ = json.JSONDecoder().raw_decode(text.lstrip())
+        return dict(found)
 
     def ensure_root(self) -> None:
         self.makedirs(self.root)

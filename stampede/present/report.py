@@ -151,6 +151,8 @@ class RunReport:
         counted = (sidecar.get(part) or {}).get(first["layout"], {}).get("kernel_nfs_rpcs")
         render_kernel_nfs(first["layout"], counted if isinstance(counted, dict) else None,
                           console)
+        render_mds(rows, (sidecar.get(part) or {}).get(first["layout"], {}).get("mds_requests"),
+                   console)
 
     def finish(self, rows: Sequence[Row], messages: Sequence[str], archived: str) -> None:
         if not self.begun:   # nothing measured
@@ -222,6 +224,24 @@ def render_kernel_nfs(layout: str, counted: Any, console: Console) -> None:
     console.print(f"{layout}: kernel NFS RPCs on {counted['mount']} ({counted['scope']}): "
                   + (", ".join(parts) or "none") + f"; retransmissions {retried}, major "
                   f"timeouts {timeouts}", markup=False)
+
+
+def render_mds(rows: Sequence[Row], counted: object, console: Console) -> None:
+    """A CephFS MDS's own requests during a layout (stampede.run.mds_counts), busiest
+    first with their mean latency, its capability messages, and beside them stampede's
+    own count of each metadata op (its measured iterations; the MDS's include the warmup)."""
+    if not isinstance(counted, dict):
+        return
+    layout = rows[0]["layout"]
+    ops = counted.get("ops")
+    parts = [f"{name} {moved['requests']} ({moved['mean_ms']:.3g} ms)"
+             for name, moved in (ops.items() if isinstance(ops, dict) else ())]
+    own = ", ".join(f"{row['op']} {row['count']}" for row in rows
+                    if row.get("op") not in ("restore", "save") and row.get("count"))
+    console.print(f"{layout}: MDS requests (its own counters, every client, warmup included): "
+                  + (", ".join(parts) or "none")
+                  + f"; caps revoked {counted.get('caps_revoked', 0)}, granted "
+                  f"{counted.get('caps_granted', 0)}; stampede's ops: {own or '-'}", markup=False)
 
 
 def render_summary(rows: Sequence[Row], console: Console, messages: Sequence[str] = ()) -> None:

@@ -100,6 +100,8 @@ class LayoutRun:
     cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)
     kernel_nfs: dict[str, object] = field(default_factory=dict)   # a kernel NFS mount's per-op
                                  # RPC deltas around the layout (stampede.run.kernel_nfs)
+    mds: dict[str, object] = field(default_factory=dict)   # a CephFS MDS's own per-op
+                                 # request deltas around the layout (stampede.run.mds_counts)
     trace: LayoutTrace | None = None   # --trace: every op's row on rank 0
     said: tuple[str, ...] = ()   # what the run says beside its numbers, not a warning
     tier_bytes: dict[str, int] = field(default_factory=dict)   # a rejoin's restores: tier ->

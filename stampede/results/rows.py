@@ -176,6 +176,8 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 # a kernel NFS mount's RPCs per op around the layout (stampede.run.kernel_nfs)
                 "kernel_nfs_rpcs": run.kernel_nfs or (
                     f"not counted: the target is not on a kernel NFS mount ({context.fs_type})"),
+                # the MDS's own requests per op around the layout (stampede.run.mds_counts)
+                **({"mds_requests": run.mds} if run.mds else {}),
             }
             for run in runs if run.phase == phase
         } for phase in dict.fromkeys(("restore", *(run.phase for run in runs)))},

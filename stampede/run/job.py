@@ -18,7 +18,7 @@ from stampede.backends.base import Backend, rpc_prober
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
-from stampede.run import kernel_nfs
+from stampede.run import kernel_nfs, mds_counts
 from stampede.run.interrupt import Interrupts
 from stampede.run.layout import Tick, plan_for, run_layout
 from stampede.spec import JobSpec
@@ -67,9 +67,11 @@ def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = No
         nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
         for layout in strategies:
             start = kernel_nfs.before(nfs_mount)
+            mds_start = mds_counts.before(comm, backend)
             run = run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts,
                              catalogue, interrupts, tick)
             run = kernel_nfs.counted(run, nfs_mount, start)
+            run = mds_counts.counted(run, backend, mds_start)
             runs.append(run)
             if after_layout is not None:
                 mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))

@@ -36,7 +36,7 @@ from stampede.errors import CheckpointError, StampedeError, UsageError
 from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import ClientCounts, LayoutRun, RunContext, node_counts
-from stampede.run import gather, kernel_nfs
+from stampede.run import gather, kernel_nfs, mds_counts
 from stampede.run.digests import new_digest
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import AfterLayout, new_context
@@ -77,8 +77,10 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
     nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
     for layout in spec.layouts:
         start = kernel_nfs.before(nfs_mount)
+        mds_start = mds_counts.before(comm, backend)
         run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
         run = kernel_nfs.counted(run, nfs_mount, start)
+        run = mds_counts.counted(run, backend, mds_start)
         runs.append(run)
         if after_layout is not None:
             mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))

@@ -5,6 +5,7 @@ rank under a real mpiexec, and a POSIX target on a ceph-fuse mount."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -129,6 +130,16 @@ def test_prepare_run_save_restore_and_clean_through_cephfs(
         [("32", str(32 * 2**20), "0")] * 4
     writes = [row for row in rows if row["op"] == "write"]
     assert {int(row["op_bytes"]) for row in writes} == {2 * 16 * 2**20}
+    # the MDS's own counts around each layout, in the sidecar and under the report
+    runs = sorted((archive.parent / "ck.runs").glob("*.json"))
+    restore, save = (json.loads(path.read_text()) for path in runs[:2])
+    for layout in ("shared", "sharded"):
+        saved = save["saves"][layout]["mds_requests"]
+        # each rank's new file (one shared file: created once, opened by the other)
+        assert saved["ops"]["create"]["requests"] >= (1 if layout == "shared" else 2)
+        assert saved["requests"] > 0 and saved["scope"].startswith("the MDS")
+        assert restore["layouts"][layout]["mds_requests"]["requests"] >= 0
+    assert "sharded: MDS requests (its own counters" in result.stdout
     cleaned = stampede("clean", *job)
     assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     backend = open_backend(cephfs_target)

@@ -1,0 +1,83 @@
+"""What a layout cost a CephFS metadata server: the MDS's own per-op request counts and
+latencies (its `perf dump`: mds_server's req_<op>_latency, mds's requests and capability
+messages), read by rank 0 before and after the layout ran, the deltas kept in the run
+(LayoutRun.mds, the sidecar's `mds_requests`). A backend that can ask its MDS
+(`capabilities.mds_counters`, stampede.backends.base.MdsCounter) reads them over the wire,
+as `ceph tell mds.* perf dump` does; untimed, so nothing is added to a timed op. The
+counters are the server's: every client's requests while the layout ran, the warmup's too."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from stampede.backends.base import mds_counter
+from stampede.results.model import LayoutRun
+
+if TYPE_CHECKING:
+    from stampede.backends.base import Backend
+    from stampede.mpi import Comm
+
+SCOPE = ("the MDS's own counters: every client's requests while the layout ran (its warmup "
+         "included), not only this run's")
+HOW = "perf dump over the wire (as `ceph tell mds.* perf dump`) by rank 0, before and after"
+# the mds section's totals kept beside the per-op requests: a shared-file storm shows in
+# the capabilities the MDS had to revoke from one client to grant another
+TOTALS = {"request": "requests", "reply": "replies", "ceph_cap_op_revoke": "caps_revoked",
+          "ceph_cap_op_grant": "caps_granted", "handle_client_caps": "cap_messages"}
+Counters = dict[str, object]
+
+
+def before(comm: Comm, backend: Backend) -> Counters | None:
+    """Rank 0, a backend that asks its MDS: the counters now (None elsewhere, or where the
+    MDS does not answer: the layout runs without them)."""
+    counter = mds_counter(backend)
+    if counter is None or comm.Get_rank() != 0:
+        return None
+    try:
+        return counter.mds_perf()
+    except (OSError, ValueError):
+        return None
+
+
+def counted(run: LayoutRun, backend: Backend, start: Counters | None) -> LayoutRun:
+    """The run with the MDS's deltas since `start` (unchanged where none)."""
+    counter = mds_counter(backend)
+    if counter is None or start is None:
+        return run
+    try:
+        end = counter.mds_perf()
+    except (OSError, ValueError):
+        return run
+    return replace(run, mds={"scope": SCOPE, "how": HOW, **deltas(start, end)})
+
+
+def deltas(start: Counters, end: Counters) -> dict[str, object]:
+    """Pure: per op the requests the MDS handled between two perf dumps and their mean
+    latency (ms), busiest first; the mds section's TOTALS moved."""
+    first, last = _section(start, "mds_server"), _section(end, "mds_server")
+    ops: dict[str, dict[str, float]] = {}
+    for key, now in last.items():
+        if not (key.startswith("req_") and key.endswith("_latency") and isinstance(now, dict)):
+            continue
+        then = first.get(key)
+        then = then if isinstance(then, dict) else {}
+        count = int(now.get("avgcount", 0)) - int(then.get("avgcount", 0))
+        if count > 0:
+            seconds = float(now.get("sum", 0.0)) - float(then.get("sum", 0.0))
+            ops[key[len("req_"):-len("_latency")]] = {
+                "requests": count, "mean_ms": round(seconds / count * 1e3, 6)}
+    before_mds, after_mds = _section(start, "mds"), _section(end, "mds")
+    totals = {name: _count(after_mds, key) - _count(before_mds, key)
+              for key, name in TOTALS.items()}
+    return {"ops": dict(sorted(ops.items(), key=lambda item: -item[1]["requests"])), **totals}
+
+
+def _section(dump: Counters, name: str) -> dict[str, object]:
+    found = dump.get(name)
+    return found if isinstance(found, dict) else {}
+
+
+def _count(section: dict[str, object], key: str) -> int:
+    value = section.get(key, 0)
+    return value if isinstance(value, int) else 0
