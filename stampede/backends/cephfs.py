@@ -71,6 +71,8 @@ class CephfsBackend:
             # a dead monitor, OSD or mount is an error after timeout_s, never a wait
             "client_mount_timeout": str(timeout_s), "rados_mon_op_timeout": str(timeout_s),
             "rados_osd_op_timeout": str(timeout_s),
+            # a process's exit (its caps given back) waits this long for a dead MDS at most
+            "client_shutdown_timeout": str(timeout_s),
             # every read reaches the OSDs, every write leaves before the call returns
             "client_oc": "false",
             # its errors are stampede's OSErrors, not lines on the rank's stderr
