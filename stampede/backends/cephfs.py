@@ -180,11 +180,31 @@ class CephfsBackend:
 
     def mds_perf(self, mds_spec: str = "*") -> dict[str, object]:
         """Untimed: the MDS's `perf dump` over the wire (as `ceph tell mds.* perf dump`;
-        one active MDS: a cluster of several answers with the first's)."""
+        one active MDS: a cluster of several answers with the first's). libcephfs waits
+        for a command's answer without a limit (a dead MDS stays in the map until its
+        beacons are missed): asked from a thread, TimeoutError after timeout_s, the thread
+        left waiting (a daemon: it keeps no process alive)."""
         import json
+        import threading
 
-        text = self.client.mds_command(mds_spec, {"prefix": "perf dump"})
-        found, _ = json.JSONDecoder().raw_decode(text.lstrip())
+        answer: list[object] = []
+
+        def ask() -> None:
+            try:
+                answer.append(self.client.mds_command(mds_spec, {"prefix": "perf dump"}))
+            except OSError as error:
+                answer.append(error)
+
+        asking = threading.Thread(target=ask, name="stampede-mds-perf", daemon=True)
+        asking.start()
+        asking.join(self.timeout_s)
+        if not answer:
+            raise TimeoutError(errno.ETIMEDOUT, f"no answer from the MDS within "
+                               f"{self.timeout_s} s (target.storage_options.timeout_s)",
+                               "perf dump")
+        if isinstance(answer[0], OSError):
+            raise answer[0]
+        found, _ = json.JSONDecoder().raw_decode(str(answer[0]).lstrip())
         return dict(found)
 
     def ensure_root(self) -> None:

@@ -55,6 +55,9 @@ def counted(run: LayoutRun, backend: Backend, start: Counters | None) -> LayoutR
 def deltas(start: Counters, end: Counters) -> dict[str, object]:
     """Pure: per op the requests the MDS handled between two perf dumps and their mean
     latency (ms), busiest first; the mds section's TOTALS moved."""
+    restarted = _count(_section(end, "mds"), "request") < _count(_section(start, "mds"), "request")
+    if restarted:   # a new MDS process: its counters began at zero after `start`
+        start = {}
     first, last = _section(start, "mds_server"), _section(end, "mds_server")
     ops: dict[str, dict[str, float]] = {}
     for key, now in last.items():
@@ -70,7 +73,9 @@ def deltas(start: Counters, end: Counters) -> dict[str, object]:
     before_mds, after_mds = _section(start, "mds"), _section(end, "mds")
     totals = {name: _count(after_mds, key) - _count(before_mds, key)
               for key, name in TOTALS.items()}
-    return {"ops": dict(sorted(ops.items(), key=lambda item: -item[1]["requests"])), **totals}
+    return {"ops": dict(sorted(ops.items(), key=lambda item: -item[1]["requests"])), **totals,
+            **({"restarted": "the MDS restarted during the layout: counts since its restart"}
+               if restarted else {})}
 
 
 def _section(dump: Counters, name: str) -> dict[str, object]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,9 @@ import pytest
 from stampede.backends import open_backend
 from stampede.backends.cephfs import parse_target
 from stampede.errors import UsageError
+from stampede.launcher import find_mpiexec
 from tests.helpers.cephcluster import CephCluster, is_mounted
-from tests.helpers.jobs import read_archive
+from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive
 
 
 @pytest.mark.parametrize(("target", "options", "parsed"), [
@@ -187,3 +191,45 @@ def test_a_posix_target_on_a_ceph_fuse_mount_is_said_to_be_one(
         cleaned = stampede("clean", *job)
         assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
         assert not target.exists()
+
+
+@pytest.mark.mpi
+def test_an_mds_killed_mid_restore_and_started_again_ends_a_valid_run(
+        stampede, tmp_path: Path) -> None:
+    """A cluster of its own: the MDS SIGKILLed while two ranks restore, started again 10 s
+    later. Each client holds the caps of the files it reads, so its reads (from the OSDs)
+    and its stats and opens (from its caps) go on without the MDS; what needs the MDS (the
+    lock's release at the end) waits for it, as every CephFS client's request does, and
+    the run ends valid once it is back."""
+    from tests.helpers.cephcluster import require, running_cluster
+
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_cluster(tmp_path / "cluster") as cluster:
+        archive = tmp_path / "results" / "kill.csv"
+        job = quickstart(cluster.url("kill"), archive, "--set", "checkpoint.layout=['sharded']",
+                         "--set", "run.warmup=0", "--set", "run.verify=none",
+                         "--set", "target.storage_options={timeout_s=5}")
+        prepared = stampede("prepare", *job, np=2)
+        assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "run",
+                                    *job, "--set", "run.iterations=1500"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   cwd=tmp_path)
+        try:
+            assert running.stderr is not None
+            while " took " not in (line := running.stderr.readline()):   # restoring now
+                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+            cluster.kill_mds()
+            time.sleep(10)
+            cluster.start_mds()
+            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if running.poll() is None:
+                running.kill()
+                running.communicate()
+    said = " ".join((out + err).split())
+    assert running.returncode == 0, said
+    restores = [row for row in read_archive(archive) if row["op"] == "restore"]
+    assert [(row["valid"], row["errors"]) for row in restores] == [("true", "0")]

@@ -88,6 +88,16 @@ class CephCluster:
             [section] if section else [])))
         return dict(dump.get(section, dump) if section else dump)
 
+    def kill_mds(self) -> None:
+        """The MDS SIGKILLed (a crash), reaped."""
+        process = self.processes["mds"]
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def start_mds(self) -> None:
+        """The MDS started again (it replays its journal, and the clients reconnect)."""
+        _spawn(self, "mds", ["ceph-mds", "-i", "a"])
+
     @contextmanager
     def mounted(self, mountpoint: Path) -> Iterator[Path]:
         """A ceph-fuse mount of the file system's root at `mountpoint` (made), in the

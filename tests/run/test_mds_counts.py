@@ -25,3 +25,11 @@ def test_an_op_the_first_dump_lacked_counts_from_zero() -> None:
     start = {"mds_server": {}, "mds": {}}
     moved = deltas(start, dump(0, 0.0, 3, 0))
     assert moved["ops"] == {"lookup": {"requests": 3, "mean_ms": 166.666667}}   # 0.5 s / 3
+
+
+def test_an_mds_restarted_in_between_counts_from_its_restart() -> None:
+    """A new MDS process's counters start at zero: no negative counts, the restart said."""
+    moved = deltas(dump(100, 1.0, 50, 9), dump(2, 0.002, 1, 0))
+    assert moved["ops"] == {"open": {"requests": 2, "mean_ms": 1.0},
+                            "lookup": {"requests": 1, "mean_ms": 500.0}}
+    assert moved["requests"] == 3 and "restarted" in moved
