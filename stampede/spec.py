@@ -70,10 +70,13 @@ OPTIONS: tuple[Option, ...] = (
            "credentials never go here: they come "
            "from the environment", "storage_options"),
     Option("target.stripe_count", "stripe_count", values.stripe_count, 0,
-           "Lustre: `lfs setstripe -c` on the checkpoint directories before prepare writes "
-           "(0 = leave the file system's default, -1 = every OST)", "stripe_count"),
-    Option("target.stripe_size", "stripe_size_bytes", values.optional_size, "",
-           "Lustre: `lfs setstripe -S` (empty = the file system's default)", "stripe_size"),
+           "Lustre and CephFS: the stripe count set on every directory stampede makes "
+           "(prepare's, and each save series' before its versions; Lustre `lfs setstripe "
+           "-c`, CephFS ceph.dir.layout.stripe_count) (0 = leave the file system's default, "
+           "-1 = every OST)", "stripe_count"),
+    Option("target.stripe_size", "stripe_size_bytes", values.stripe_size, "",
+           "Lustre and CephFS: the stripe size (Lustre `lfs setstripe -S`, CephFS "
+           "ceph.dir.layout.stripe_unit) (empty = the file system's default)", "stripe_size"),
     Option("checkpoint.source", "checkpoint_source", values.choice(SOURCES), "synthetic",
            "synthetic = the checkpoint prepare writes; existing = a checkpoint stampede did "
            "not write (safetensors with or without an index, PyTorch DCP, HDF5) at "

@@ -1,15 +1,15 @@
-"""Facts about where a run happened, recorded in the sidecar: mounts, Slurm, the node."""
+"""Facts about where a run happened, recorded in the sidecar: mounts, Slurm, the node,
+and a kernel NFS mount's per-op counters (what a mount's type means: stampede.filesystems)."""
 
 from __future__ import annotations
 
 import os
 import platform
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from stampede.targets import capabilities_for
 from stampede.units import BYTES_PER_KIB
 
 
@@ -85,19 +85,10 @@ def nfs_options(options: str) -> dict[str, str]:
     return found
 
 
-def node_facts(target: str) -> dict[str, object]:
-    """What rank 0 records about its node and the target's file system."""
-    facts: dict[str, object] = {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-    }
-    if capabilities_for(target).local_files:   # object stores have no mount
-        mount = mount_of(target)
-        facts["target_mount"] = asdict(mount)
-        if mount.fs_type.startswith("nfs"):
-            facts["nfs_options"] = nfs_options(mount.options)
-    return facts
+def node_facts() -> dict[str, object]:
+    """What rank 0 records about its node (the target's mount: stampede.filesystems)."""
+    return {"python": sys.version.split()[0], "platform": platform.platform(),
+            "cpu_count": os.cpu_count()}
 
 
 class OpCounters(NamedTuple):

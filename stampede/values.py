@@ -366,6 +366,20 @@ def stripe_count(value: object) -> int:
     return value
 
 
+# Lustre's smallest stripe (LOV_MIN_STRIPE_SIZE) and CephFS's smallest stripe unit
+# (CEPH_MIN_STRIPE_UNIT): both file systems refuse a stripe size that is not a multiple.
+STRIPE_SIZE_UNIT = 64 * 1024
+
+
+def stripe_size(value: object) -> int | None:
+    """target.stripe_size: "" (the file system's default), or a multiple of 64 KiB."""
+    size = optional_size(value)
+    if size is not None and size % STRIPE_SIZE_UNIT:
+        raise ValueError(f"must be a multiple of 64 KiB (Lustre and CephFS stripe in 64 KiB "
+                         f"units), not {size} bytes")
+    return size
+
+
 def looks_like_credential(key: str) -> bool:
     lowered = key.lower()
     return lowered not in SECRET_EXCEPTIONS and any(word in lowered for word in SECRET_WORDS)

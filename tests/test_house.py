@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "stampede"
 # Each folder (or top-level module) and what it may import from stampede, besides itself
 # and the bottom (BOTTOM: spec, ops, layouts, targets, values, units, errors, mpi, ...).
 BOTTOM = {"spec", "spec_fields", "spec_rules", "ops", "layouts", "targets", "values", "units",
-          "errors", "mpi", "launcher", "sysinfo", "buffers", "bundled", "dtypes", "__init__", "__version__",
-          "FIRST_LINE_NS"}
+          "errors", "mpi", "launcher", "sysinfo", "filesystems", "lustre", "buffers", "bundled",
+          "dtypes", "__init__", "__version__", "FIRST_LINE_NS"}
 MAY_IMPORT = {
     "__main__": {"cli"},
     "results": set(),
@@ -166,6 +166,38 @@ def test_no_backend_name_or_scheme_is_tested_outside_the_registry() -> None:
                 "target" in text
             if scheme_list or prefix or probe or url_test:
                 wrong.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    assert not wrong, "\n".join(wrong)
+
+
+KIND_TABLE = PACKAGE / "filesystems.py"
+KIND_SUBJECT = ("fs_type", "mount", "kind", "type")
+
+
+def _kind_tests(tree: ast.AST, names: set[str]) -> list[ast.AST]:
+    """A kind's name compared (==, in) with a mount's type, a prefix of one tested
+    (startswith("nfs")), and a literal list of two or more kinds' names."""
+    found = _named_tests(tree, names, KIND_SUBJECT)
+    for node in ast.walk(tree):
+        prefix = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in ("startswith", "endswith") and \
+            any(word in ast.unparse(node.func.value) for word in KIND_SUBJECT) and \
+            any(name.startswith(value) or name.endswith(value) for arg in node.args
+                for value in _strings(arg) for name in names)
+        listed = isinstance(node, (ast.Tuple, ast.List, ast.Set)) and \
+            len(_strings(node) & names) > 1
+        if prefix or listed:
+            found.append(node)
+    return found
+
+
+def test_no_file_system_kind_is_compared_outside_its_table() -> None:
+    """Callers ask a mount type's entry (stampede.filesystems: evictable, durable_fsync,
+    its striper, its counters), never the type's name: a new kind is an entry there."""
+    from stampede.filesystems import TABLE
+
+    wrong = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}"
+             for path, tree in _sources() if path != KIND_TABLE
+             for node in _kind_tests(tree, set(TABLE))]
     assert not wrong, "\n".join(wrong)
 
 

@@ -92,6 +92,7 @@ def test_overrides_parse_as_toml_or_string() -> None:
     (MINIMAL, ["checkpoint.format=npz"], "must be one of raw, safetensors, hdf5"),
     (MINIMAL, ["run.verify=md5"], "must be one of none, sha256, xxh3"),
     (MINIMAL, ["target.stripe_count=-2"], "0 = the file system's default, -1 = every OST"),
+    (MINIMAL, ["target.stripe_size=100KiB"], "must be a multiple of 64 KiB"),
 ])
 def test_errors_name_key_value_and_what_is_allowed(document: dict, overrides: list[str],
                                                    message: str) -> None:

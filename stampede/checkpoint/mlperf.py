@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from stampede.errors import UsageError
 from stampede.results.mlperf import NOT_COMPARABLE
 from stampede.spec import WORKLOAD_RANKS
 from stampede.units import ALIGN_BYTES
@@ -113,8 +114,16 @@ def stage_layers(model: Model, stage: int) -> range:
 
 
 def data_parallel(model: Model, nranks: int, subset: bool) -> int:
-    """DP: the closed run's in subset mode, else what the rank count allows."""
-    return model.closed_dp if subset else nranks // model.model_parallel
+    """DP: the closed run's in subset mode, else what the rank count allows (UsageError for
+    a rank count the model's TP x PP does not divide: no rank would hold a whole share)."""
+    if subset:
+        return model.closed_dp
+    if nranks % model.model_parallel:
+        raise UsageError(f"checkpoint.workload = {model.name!r} on {nranks} rank(s): its TP x PP "
+                         f"= {model.tp} x {model.pp} = {model.model_parallel} must divide the "
+                         f"rank count", hint="run on a multiple of it, or set checkpoint.subset "
+                         f"= true (the first ranks of the closed run's {model.closed_ranks})")
+    return nranks // model.model_parallel
 
 
 def rank_files(model: Model, rank: int, nranks: int, subset: bool = False,

@@ -27,7 +27,6 @@ from stampede.checkpoint import versions
 from stampede.checkpoint.content import ContentSource, CopiedContent, content_label
 from stampede.checkpoint.formats import create_file, safetensors_prefix
 from stampede.checkpoint.lock import LOCK_NAME, TargetLock, writer_lock
-from stampede.checkpoint.lustre import apply_stripe
 from stampede.checkpoint.manifest import (
     MANIFEST_NAME,
     layout_entry,
@@ -44,6 +43,7 @@ from stampede.checkpoint.plan import (
     writes_of_rank,
 )
 from stampede.errors import CheckpointError, StampedeError, UsageError
+from stampede.filesystems import stripe
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
 from stampede.units import BYTES_PER_MIB, format_bytes
@@ -210,9 +210,9 @@ Offsets = dict[str, dict[str, int]]   # relpath -> tensor -> file offset of its 
 
 def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, Any],
                   backend: Backend) -> tuple[Offsets, list[str]]:
-    """Rank 0: directories (striped on Lustre when the job asks), and the shared file at its
-    full size, header included, before ranks write into it (POSIX). Returns the shared
-    file's tensor offsets and notes for the user.
+    """Rank 0: directories (striped when the job asks, by the striper of the file
+    system's kind), and the shared file at its full size, header included, before ranks
+    write into it (POSIX). Returns the shared file's tensor offsets and notes for the user.
 
     Files of an earlier prepare of this layout that no layout needs any more (shards of
     another rank count) are removed: they were ours, and the manifest is about to forget
@@ -248,7 +248,7 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
         if not directory.exists():
             directory.mkdir(mode=DIR_MODE)
             if striping:
-                notes.append(apply_stripe(directory, spec.stripe_count, spec.stripe_size_bytes))
+                notes.append(stripe(directory, spec.stripe_count, spec.stripe_size_bytes))
         elif striping:
             notes.append(f"{directory} exists: its striping is left as it is (clean, then "
                          "prepare again to apply target.stripe_*)")

@@ -24,7 +24,8 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.add_argument("archives", nargs="+", metavar="ARCHIVE", help="one or two CSV archives")
     sub.add_argument("--by", default="", metavar="COLUMN",
                      help="with one archive: compare the groups of this column (e.g. layout, "
-                          "cache, job); the first value seen is the baseline")
+                          "cache, job); the baseline is the first value seen whose runs share a "
+                          "configuration with another value's")
     sub.add_argument("--match", default=",".join(MATCH_COLUMNS), metavar="COLUMNS",
                      help="columns that must be equal for rows to be compared (default: the "
                           "whole configuration); e.g. --match op,layout,nranks to set IOR rows "
@@ -53,13 +54,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.by not in COLUMNS:
             raise UsageError(f"--by {args.by!r}: not an archive column (e.g. layout, cache, job)")
         rows = Archive.open(args.archives[0]).rows
-        values = list(dict.fromkeys(cell(row[args.by]) for row in rows))
+        # a row without a value of the column (a startup run has no layout) is in no group
+        values = [value for value in dict.fromkeys(cell(row[args.by]) for row in rows) if value]
         if len(values) < 2:
             raise UsageError(f"--by {args.by}: the archive holds one value only ({values})")
-        base = [row for row in rows if cell(row[args.by]) == values[0]]
-        sections = [(f"A = {args.by} {values[0]}, B = {args.by} {value}",
-                     compare_rows(base, [row for row in rows if cell(row[args.by]) == value],
-                                  skip=args.by, match=match)) for value in values[1:]]
+        groups = {value: [row for row in rows if cell(row[args.by]) == value] for value in values}
+        # the baseline: the first value whose rows share a configuration with another's (a
+        # demo's archive starts with startup runs, layout "startup", which match no restore)
+        sections = []
+        for first in values:
+            sections = [(f"A = {args.by} {first}, B = {args.by} {value}",
+                         compare_rows(groups[first], groups[value], skip=args.by, match=match))
+                        for value in values[values.index(first) + 1:]]
+            if any(comparisons for _, comparisons in sections):
+                break
     else:
         raise UsageError("compare takes two archives, or one archive and --by COLUMN")
     if not any(comparisons for _, comparisons in sections):

@@ -17,17 +17,18 @@ from stampede.commands.flags import (
 )
 from stampede.errors import UsageError
 from stampede.model import mttr as model
-from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS
+from stampede.model.mttr import EXAMPLE, EXTRA_DEFAULTS, SECTION_KEYS, WORKED
 from stampede.spec import JOB_LIMIT_BYTES
 from stampede.units import format_plain
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
+    from stampede.model.assessment import PhaseVerdict
     from stampede.model.mttr import Breakdown
     from stampede.model.projection import Projection
     from stampede.model.rejoin import RejoinVerdict
     from stampede.model.workload import Workload
-    from stampede.results.archived import Archive
+    from stampede.results.archived import Archive, TermRuns
 
 
 def _section(path: str) -> dict[str, float]:
@@ -140,6 +141,7 @@ def _check_layouts(args: argparse.Namespace, archive: Archive | None) -> None:
 
 def cmd_mttr(args: argparse.Namespace) -> int:
     from stampede.model.mttr import (
+        checkpoint_cost_at_target,
         checkpointing,
         costs,
         measured_checkpoint_cost,
@@ -155,23 +157,28 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     archive = Archive.open(*args.archives) if args.archives else None   # read once, here
     _check_layouts(args, archive)
     inputs = dict(EXAMPLE)
-    sources = {key: "assumed (worked example)" for key in EXAMPLE}
+    sources = dict.fromkeys(EXAMPLE, WORKED)
     section = _section(args.job) if args.job else {}
     for key in EXAMPLE:
         if key in section:
             inputs[key], sources[key] = section[key], f"assumed ({args.job} [mttr])"
         if getattr(args, key) is not None:
             inputs[key], sources[key] = getattr(args, key), "assumed (flag)"
-    workload_line, nodes, layout, projected = "", 0, args.layout, None
+    workload_line, nodes, layout, projected, save = "", 0, args.layout, None, None
     rejoin = not args.layout and archive is not None and bool(archive.rejoin_runs())
     if args.target_ranks is not None and not rejoin:
-        layout, projected = target_projection(args, archive)
-    model, measured = measured_model(archive.term_runs(layout) if archive is not None else None,
-                                     inputs, sources)
+        layout, projected, save = target_projection(args, archive)
+    runs = archive.term_runs(layout) if archive is not None else None
+    model, measured = measured_model(runs, inputs, sources)
     if projected is not None:
-        model, workload_line, nodes = at_target(model, *projected)
-    cost_s, cost_source = (measured_checkpoint_cost(archive, args.save_layout)
-                           if archive is not None else (0.0, ""))
+        model, workload_line, nodes = at_target(model, *projected, runs)
+    if archive is None:
+        cost_s, cost_source = 0.0, ""
+    elif projected is not None:   # Young/Daly at the target: the save there, not 4 ranks'
+        cost_s, cost_source = checkpoint_cost_at_target(archive, args.save_layout, save,
+                                                        projected[1])
+    else:
+        cost_s, cost_source = measured_checkpoint_cost(archive, args.save_layout)
     if archive is not None and not measured and not cost_s:
         raise UsageError(f"{', '.join(args.archives)}: no valid restore, startup or save run "
                          "to measure from")
@@ -227,9 +234,10 @@ def _rejoin_beside_restart(args: argparse.Namespace, archive: Archive,
 
 
 def target_projection(args: argparse.Namespace, archive: Archive | None
-                      ) -> tuple[str, tuple[Projection, Workload]]:
-    """(the restore layout, (its projection at the workload, the workload)): --layout, or
-    the HTML verdict's (stampede.model.assessment), projected as the verdict projects it."""
+                      ) -> tuple[str, tuple[Projection, Workload], PhaseVerdict | None]:
+    """(the restore layout, (its projection at the workload, the workload), the save's
+    verdict there): --layout, or the HTML verdict's (stampede.model.assessment), projected
+    as the verdict projects it."""
     from stampede.model.assessment import assess
 
     if archive is None:
@@ -249,15 +257,17 @@ def target_projection(args: argparse.Namespace, archive: Archive | None
         why = verdict.why_no_projection if verdict else "no restore run"
         raise UsageError(f"--target-ranks {args.target_ranks}: no projection of restore layout "
                          f"{layout or '-'} ({why or 'not projected'})")
-    return layout, (found[0], workload)
+    return layout, (found[0], workload), assessment.phases.get("save")
 
 
-def at_target(model: Breakdown, projection: Projection, workload: Workload) -> tuple[Breakdown, str, int]:
+def at_target(model: Breakdown, projection: Projection, workload: Workload,
+              runs: TermRuns | None) -> tuple[Breakdown, str, int]:
     """`model` with its load term the projection's time to last rank at the workload
-    (the verdict's mttr_at_target); the workload's line and its node count."""
+    and T_barrier_sync there (the verdict's mttr_at_target); the workload's line and its
+    node count."""
     from stampede.model.mttr import mttr_at_target
 
-    at_workload = mttr_at_target(model, projection, workload)
+    at_workload = mttr_at_target(model, projection, workload, runs)
     if at_workload is None:
         raise UsageError(f"--target-ranks {workload.ranks}: layout {projection.fit.layout} "
                          "projects no restore time there (no bytes per rank)")

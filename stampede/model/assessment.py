@@ -31,7 +31,7 @@ from stampede.units import ALREADY_MET, format_duration, format_rate, format_tim
 if TYPE_CHECKING:
     from stampede.model.projection import Projection
     from stampede.model.series import Series
-    from stampede.results.archived import Archive
+    from stampede.results.archived import Archive, TermRuns
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
 WIDE_BAND = 10.0   # a band whose ends differ more than this: no single time is the answer
@@ -250,13 +250,15 @@ def phase_verdict(rows: Sequence[Row], phase: str, workload: Workload
     return PhaseVerdict(phase, run_id, ranking, tuple(projections), "" if projections else why)
 
 
-def at_target(measured: Mapping[str, tuple[Breakdown, bool]], verdict: PhaseVerdict,
-              workload: Workload, target_mttr_s: float) -> tuple[AtTarget, ...]:
-    """Each projected restore layout at the workload (its terms as `measured`: by layout),
-    ranked by T_MTTR there."""
+def at_target(measured: Mapping[str, tuple[Breakdown, bool]], runs: Mapping[str, TermRuns],
+              verdict: PhaseVerdict, workload: Workload, target_mttr_s: float
+              ) -> tuple[AtTarget, ...]:
+    """Each projected restore layout at the workload (its terms as `measured`, from `runs`:
+    by layout), ranked by T_MTTR there."""
     found = []
     for series, projection, _ in verdict.projections:
-        mttr = mttr_at_target(measured[series.layout][0], projection, workload)
+        mttr = mttr_at_target(measured[series.layout][0], projection, workload,
+                              runs[series.layout])
         if mttr is None:
             continue
         others_s = mttr.total_s - projection.prediction.total_s
@@ -287,6 +289,6 @@ def assess(archive: Archive, workload: Workload | int,
         [layout, *(series.layout for series, _, _ in restore.projections)] if restore else [])}
     measured = {name: measured_model(chosen) for name, chosen in runs.items()}
     model = measured[layout][0] if layout and measured[layout][1] else None
-    targets = at_target(measured, restore, workload, target_mttr_s) if restore else ()
+    targets = at_target(measured, runs, restore, workload, target_mttr_s) if restore else ()
     return Assessment(workload, phases, model, layout, targets, target_mttr_s,
                       rejoin_verdict(archive, workload))

@@ -7,6 +7,9 @@ From archives it takes:
   BW_rank_io      a restore run's slowest-rank GB/s (bytes per rank / time to last rank):
                   the slowest rank sets the restart, not the mean; its time to first byte
                   (metadata stall) is shown as the part of the load term before data flows
+  S_weights       that run's own bytes per rank (as measured: its checkpoint at its scale;
+                  --weights-gb or [mttr] weights_gb replace it); at --target-ranks the
+                  workload's (--target-model, --target-bytes-per-rank, --target-size)
   T_pod_init      `stampede startup`: time until the last rank is up (launch -> MPI ready)
   T_barrier_sync  the restore's straggler wait (time to last rank - first done: what the
                   ranks that finished wait at the sync), plus the median MPI barrier of
@@ -16,11 +19,18 @@ From archives it takes:
                   made eagerly: the NCCL initialisation the worked example's 10 s stands
                   for), as its elapsed time (first start -> last rank's group ready,
                   median over iterations); the group's first collective (bcast_first)
-                  is reported beside the restore, not added
+                  is reported beside the restore, not added. At --target-ranks: the
+                  barrier projected as a + b log2 N from startup barriers at 3+ rank
+                  counts (else the worked example's 10 s, assumed), no straggler wait
+                  (the projected time to last rank holds it)
   C               a save run's blocking time per checkpoint: time until the last rank could
                   train again (the pseudo-op blocked: the collective save when sync, the
                   snapshot when async); a buffered save (durability none) only with a
-                  warning in its source
+                  warning in its source. With --target-ranks, C at the target: a sync
+                  save's time to last rank projected there (stampede project --phase
+                  save, its band said), an async snapshot scaled by the bytes per rank
+                  (a copy in each rank's memory); the measured C, saying why, where the
+                  save is not projected
 A restore measured with a warm page cache is not a storage measurement: cold or direct
 runs are preferred, and a warm one is used only with a warning in its source.
 Every other term is an assumption from the flags (or an [mttr] section of a job file),
@@ -43,17 +53,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
-from stampede.units import BYTES_PER_GB, format_bytes
+from stampede.units import BYTES_PER_GB, format_bytes, format_plain, format_seconds
 
 if TYPE_CHECKING:
+    from stampede.model.assessment import PhaseVerdict
     from stampede.model.projection import Projection
     from stampede.model.workload import Workload
     from stampede.results.archived import Archive, TermRuns
+    from stampede.results.cells import Row
 
+WORKED = "assumed (worked example)"   # the source of a term nobody measured or gave
 EXAMPLE = {"detect_s": 15.0, "swap_s": 10.0, "init_s": 5.0, "weights_gb": 30.0,
            "bw_rank_gbps": 2.0, "sync_s": 10.0}
 EXTRA_DEFAULTS = {"gpus": 16384.0, "mtbf_h": 0.0, "checkpoint_interval_s": 0.0, "nodes": 2048.0,
@@ -105,6 +118,10 @@ def breakdown(detect_s: float, swap_s: float, init_s: float, weights_gb: float,
         return sources.get(key, "assumed")
 
     load_source = sources.get("bw_rank_gbps", "assumed")
+    weights = sources.get("weights_gb", "")
+    if weights:   # whose bytes the load term moves
+        load_source += "; S_weights " + (weights if weights.startswith("the run's own") else
+                                         f"{format_plain(weights_gb)} GB {weights}")
     return Breakdown(terms=(
         Term("T_detect", detect_s, source("detect_s")),
         Term("T_cordon_swap", swap_s, source("swap_s")),
@@ -225,22 +242,82 @@ def no_spare_probability(nodes: int, node_failures_per_day: float, spares: int,
             return min(tail, 1.0)
 
 
-def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload) -> Breakdown | None:
+def mttr_at_target(model: Breakdown, projection: Projection, workload: Workload,
+                   runs: TermRuns | None) -> Breakdown | None:
     """`model`'s T_MTTR with its load term `projection`'s time to last rank at the
-    workload (S_weights its bytes per rank); None where it projects no time."""
+    workload (S_weights its bytes per rank) and T_barrier_sync there (sync_at_target, from
+    `runs`); None where it projects no time."""
     size_bytes = projection.params.bytes_per_rank
     total_s = projection.prediction.total_s
     if not (total_s > 0 and math.isfinite(total_s)) or size_bytes <= 0:
         return None
     terms = {term.name: term for term in model.terms}
+    sync_s, sync_source = sync_at_target(runs, workload.ranks)
     sources = {"detect_s": terms["T_detect"].source, "swap_s": terms["T_cordon_swap"].source,
-               "init_s": terms["T_pod_init"].source, "sync_s": terms["T_barrier_sync"].source,
+               "init_s": terms["T_pod_init"].source, "sync_s": sync_source,
                "bw_rank_gbps": f"projected: {projection.fit.layout} at {workload.ranks} ranks, "
                                f"{format_bytes(size_bytes)} per rank (stampede project)"}
     return breakdown(terms["T_detect"].seconds, terms["T_cordon_swap"].seconds,
                      terms["T_pod_init"].seconds, size_bytes / BYTES_PER_GB,
                      size_bytes / total_s / BYTES_PER_GB,
-                     terms["T_barrier_sync"].seconds, sources, projection.prediction.meta_s)
+                     sync_s, sources, projection.prediction.meta_s)
+
+
+def synced_at_target(model: Breakdown, runs: TermRuns | None, ranks: int) -> Breakdown:
+    """`model` with its T_barrier_sync at `ranks` (sync_at_target): a way back whose load
+    term is already at the target (the rejoin's and the restart's)."""
+    seconds, source = sync_at_target(runs, ranks)
+    return replace(model, terms=tuple(Term(term.name, seconds, source)
+                                      if term.name == "T_barrier_sync" else term
+                                      for term in model.terms))
+
+
+BARRIER_COUNTS = 3   # distinct rank counts of startup barriers that project one, as project's
+
+
+def sync_at_target(runs: TermRuns | None, ranks: int) -> tuple[float, str]:
+    """T_barrier_sync at `ranks`, and its source. The straggler wait is left out: at the
+    target the load term is the projected time to LAST rank, which holds it already. The
+    MPI barrier is projected from `stampede startup`'s barriers at 3 or more rank counts
+    as a + b log2 N (a tree's depth; b >= 0, least squares on each count's median p50);
+    else it is the worked example's 10 s, assumed, saying what would measure it. A torch
+    restore's process-group set-up is added as measured, at its own rank count."""
+    import statistics
+
+    by_count: dict[int, list[float]] = {}
+    for row in runs.barriers if runs else ():
+        by_count.setdefault(row["nranks"], []).append(row["lat_p50_s"])
+    pg_init = runs.pg_init if runs else None
+    if len(by_count) < BARRIER_COUNTS:
+        seen = f" (startup barriers at {', '.join(map(str, sorted(by_count)))} ranks)" \
+            if by_count else ""
+        value, source = EXAMPLE["sync_s"], (
+            f"assumed (worked example): no barrier measured at {BARRIER_COUNTS}+ rank counts to "
+            f"project to {ranks}{seen}; stampede startup --np N at several N measures it")
+    else:
+        points = [(math.log2(count), statistics.median(values))
+                  for count, values in sorted(by_count.items())]
+        slope, intercept = _line(points)
+        if slope < 0:   # a barrier is not faster on more ranks: the noise's flat line
+            slope, intercept = 0.0, statistics.mean(y for _, y in points)
+        value = max(0.0, intercept + slope * math.log2(ranks))
+        source = (f"projected: MPI barrier p50 {format_seconds(intercept)} + "
+                  f"{format_seconds(slope)} x log2 N from stampede startup at "
+                  f"{', '.join(map(str, sorted(by_count)))} ranks")
+    if pg_init is not None:
+        value += pg_init["elapsed_s"]
+        source += (f" + pg_init {format_seconds(pg_init['elapsed_s'])} as measured at "
+                   f"{pg_init['nranks']} ranks (not projected)")
+    return value, source
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through (x, y) points."""
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+    return slope, mean_y - slope * mean_x
 
 
 # --- measurements from archives ---
@@ -249,20 +326,68 @@ def measured_checkpoint_cost(archive: Archive, layout: str) -> tuple[float, str]
     """C from the latest valid save run of the archives: the blocked pseudo-op's time to
     its last rank (the layout given, else the run's least blocking layout); (0, "") when
     there is none."""
-    found: tuple[float, str] = (0.0, "")
+    found = _latest_blocked(archive, layout)
+    if found is None:
+        return 0.0, ""
+    best, name = found
+    buffered = " (BUFFERED: durability none)" if best["durability"] == "none" else ""
+    return (best["elapsed_s"], f"measured: {name} run {best['run_id']} {best['layout']}, last of "
+            f"{best['nranks']} ranks blocked, save {best['save_mode'] or '?'}{buffered}")
+
+
+def _latest_blocked(archive: Archive, layout: str) -> tuple[Row, str] | None:
+    """The latest valid save run's least blocking `blocked` row (of `layout` where given)
+    and the name of the file it is in."""
+    found = None
     for part in archive.parts():
         blocked = [row for row in part.rows if row["op"] == "blocked" and row["valid"]
                    and math.isfinite(row["elapsed_s"]) and (not layout or row["layout"] == layout)]
-        if not blocked:
-            continue
-        run_id = blocked[-1]["run_id"]
-        best = min((row for row in blocked if row["run_id"] == run_id),
-                   key=lambda row: row["elapsed_s"])
-        buffered = " (BUFFERED: durability none)" if best["durability"] == "none" else ""
-        found = (best["elapsed_s"],
-                 f"measured: {part.name_of(best)} run {run_id} {best['layout']}, last of "
-                 f"{best['nranks']} ranks blocked, save {best['save_mode'] or '?'}{buffered}")
+        if blocked:
+            run_id = blocked[-1]["run_id"]
+            found = (min((row for row in blocked if row["run_id"] == run_id),
+                         key=lambda row: row["elapsed_s"]), part.name_of(blocked[-1]))
     return found
+
+
+def checkpoint_cost_at_target(archive: Archive, layout: str, save: PhaseVerdict | None,
+                              workload: Workload) -> tuple[float, str]:
+    """C at the workload, for Young/Daly at the target (the measured C is a few ranks'
+    save). A sync save blocks until the save is durable: C is the save layout's projected
+    time to last rank there (as `stampede project --phase save`). An async save blocks for
+    its snapshot, a copy into each rank's own memory that the rank count does not enter:
+    the measured snapshot scaled by the bytes per rank. Where the save is not projected,
+    the measured C, saying why; (0, "") without a save run."""
+    found = _latest_blocked(archive, layout)
+    if found is None:
+        return 0.0, ""
+    best, name = found
+    chosen = layout or (save.best if save is not None else "") or best["layout"]
+    projection = next((item[1] for item in (save.projections if save else ())
+                       if item[0].layout == chosen), None)
+    if projection is None:
+        why = (save.why_no_projection if save is not None else "") or "no save projection"
+        measured_s, source = measured_checkpoint_cost(archive, layout)
+        return measured_s, f"{source}; as measured, not at {workload.ranks} ranks ({why})"
+    if best["save_mode"] == "async":
+        if chosen != best["layout"]:
+            found = _latest_blocked(archive, chosen)
+            assert found is not None   # the projection is of a layout the archives saved
+            best, name = found
+        scale = projection.params.bytes_per_rank / best["bytes_per_rank"]
+        return (best["elapsed_s"] * scale,
+                f"scaled: {name} run {best['run_id']} {chosen} async snapshot "
+                f"{format_seconds(best['elapsed_s'])} x {format_bytes(projection.params.bytes_per_rank)}"
+                f" / {format_bytes(best['bytes_per_rank'])} per rank (a copy in each rank's "
+                f"memory: the rank count does not enter it)")
+    from stampede.model.assessment import WIDE_BAND
+
+    low, high = projection.band
+    wide = (f": more than {WIDE_BAND:g}x wide, C lies anywhere between"
+            if low > 0 and high / low > WIDE_BAND else "")
+    return (projection.prediction.total_s,
+            f"projected: {chosen} save (sync: blocks until durable) at {workload.ranks} ranks, "
+            f"{format_bytes(projection.params.bytes_per_rank)} per rank, band "
+            f"{format_seconds(low)} - {format_seconds(high)}{wide} (stampede project --phase save)")
 
 
 def measured_model(runs: TermRuns | None, inputs: Mapping[str, float] = EXAMPLE,
@@ -272,7 +397,10 @@ def measured_model(runs: TermRuns | None, inputs: Mapping[str, float] = EXAMPLE,
     laid over them, and whether they measured any: `stampede mttr` and the HTML verdict
     alike."""
     values, measured, stall = measured_terms(runs) if runs else ({}, {}, math.nan)
-    named = dict(sources or {key: "assumed (worked example)" for key in inputs}) | measured
+    named = dict(sources or {key: WORKED for key in inputs})
+    if "weights_gb" in values and not named.get("weights_gb", WORKED).startswith(WORKED):
+        del values["weights_gb"], measured["weights_gb"]   # S_weights given: the user's
+    named |= measured
     return breakdown(**{**inputs, **values}, sources=named, metadata_stall_s=stall), bool(values)
 
 
@@ -297,6 +425,11 @@ def measured_terms(runs: TermRuns) -> tuple[dict[str, float], dict[str, str], fl
         values["bw_rank_gbps"] = best["slowest_rank_gbps"]
         sources["bw_rank_gbps"] = (f"measured: {name} run {run_id} {best['layout']}, slowest "
                                    f"of {best['nranks']} ranks, cache {best['cache']}{warm}")
+        # "as measured" is the run's own checkpoint at the run's own scale, never the worked
+        # example's 30 GB over the run's rate (a T_MTTR no run and no workload had)
+        values["weights_gb"] = best["bytes_per_rank"] / BYTES_PER_GB
+        sources["weights_gb"] = (f"the run's own {format_bytes(best['bytes_per_rank'])} per "
+                                 f"rank at {best['nranks']} ranks")
         values["straggler_s"] = best["time_to_last_rank_s"] - best["first_done_s"]
         sources["straggler_s"] = f"{name} run {run_id} {best['layout']} straggler wait"
         stall = _time_to_first_byte(runs.sidecar, best["layout"])

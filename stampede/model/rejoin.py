@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
-from stampede.model.mttr import EXAMPLE, Breakdown, Term, measured_model
+from stampede.model.mttr import EXAMPLE, Breakdown, Term, measured_model, synced_at_target
 from stampede.model.workload import Workload
 from stampede.results.tiers import REJOIN, RESTART, TIER_RESTORES, TIERS, tier_column
 from stampede.units import BYTES_PER_GB, format_bytes, format_duration, format_percent, format_rate
@@ -236,14 +236,18 @@ def rejoin_verdict(archive: Archive, workload: Workload,
                            f"measured: run {run.run_id} {layout}, time to last rank of "
                            f"{run.nranks} ranks", run.bytes_per_rank)
                      for layout in TIER_RESTORES)
+    # the whole job syncs again either way back: the barrier at the target's ranks
+    models = {layout: synced_at_target(model, runs[layout], workload.ranks)
+              for layout, model in models.items()}
     rejoin = _side(models[REJOIN], REJOIN, rejoin_load_s(k, size, run.rates),
-                   f"projected: {k} x {format_bytes(size)} into a spare node at B_node", size)
+                   f"projected: {k} x {format_bytes(size)} into a spare node at B_node as run "
+                   f"{run.run_id} measured it", size)
     if lost > spares:
         rejoin = Side(REJOIN, None, f"{lost} lost node(s) and {spares} spare(s) in the pool: "
                                     "the lost ranks have no node to rejoin on")
     restart = _side(models[RESTART], RESTART, restart_load_s(workload.ranks, k, size, run.rates),
-                    f"projected: {workload.ranks} x {format_bytes(size)} at B_storage as "
-                    "measured", size)
+                    f"projected: {workload.ranks} x {format_bytes(size)} at B_storage as run "
+                    f"{run.run_id} measured it", size)
     return RejoinVerdict(run, workload, k, size, lost, spares, spare_fraction,
                          (measured[0], measured[1]), (rejoin, restart))
 

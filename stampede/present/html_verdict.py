@@ -48,7 +48,8 @@ def verdict_section(assessment: Assessment) -> str:
             line += f"; no projection: {escape(verdict.why_no_projection or 'no fit')}"
         items.append(tag("li", line))
     if assessment.mttr is not None:
-        items.append(tag("li", mttr_line("T_MTTR as measured", assessment.mttr,
+        items.append(tag("li", mttr_line("T_MTTR as measured (the run's own checkpoint and "
+                                         "ranks)", assessment.mttr,
                                          assessment.mttr_layout)))
     chosen = assessment.load_projection   # None exactly when mttr_at_target is
     if assessment.mttr_at_target is not None and chosen is not None:

@@ -148,11 +148,12 @@ class RunReport:
             render_rpcs((sidecar.get("storage") or {}).get("rpcs_per_op"), console)
         render_layout(rows, console)
         part = "layouts" if first.get("phase") == "restore" else "saves"
-        counted = (sidecar.get(part) or {}).get(first["layout"], {}).get("kernel_nfs_rpcs")
+        entry = (sidecar.get(part) or {}).get(first["layout"], {})
+        counted = entry.get("kernel_nfs_rpcs")
         render_kernel_nfs(first["layout"], counted if isinstance(counted, dict) else None,
                           console)
-        render_mds(rows, (sidecar.get(part) or {}).get(first["layout"], {}).get("mds_requests"),
-                   console)
+        render_file_system(first["layout"], entry, console)
+        render_mds(rows, entry.get("mds_requests"), console)
 
     def finish(self, rows: Sequence[Row], messages: Sequence[str], archived: str) -> None:
         if not self.begun:   # nothing measured
@@ -210,7 +211,7 @@ def render_rpcs(probed: Any, console: Console) -> None:
 
 
 def render_kernel_nfs(layout: str, counted: Any, console: Console) -> None:
-    """A kernel NFS mount's RPCs during a layout (stampede.run.kernel_nfs), busiest first:
+    """A kernel NFS mount's RPCs during a layout (stampede.run.file_system), busiest first:
     calls, and the average round trip and execution time of each."""
     ops = (counted or {}).get("ops") or {}
     if not counted:
@@ -224,6 +225,30 @@ def render_kernel_nfs(layout: str, counted: Any, console: Console) -> None:
     console.print(f"{layout}: kernel NFS RPCs on {counted['mount']} ({counted['scope']}): "
                   + (", ".join(parts) or "none") + f"; retransmissions {retried}, major "
                   f"timeouts {timeouts}", markup=False)
+
+
+def render_file_system(layout: str, entry: Mapping[str, object], console: Console) -> None:
+    """What the file system's client said around a layout (stampede.run.file_system),
+    beside the kernel NFS RPCs: a Lustre client's llite counters, busiest first (bytes
+    where they count bytes), and the layout a few of its files got."""
+    llite = entry.get("lustre_llite")
+    if isinstance(llite, dict):
+        ops = llite.get("ops") or {}
+        parts = [f"{name} {moved['count']}" + (f" ({format_bytes(moved['sum'])})"
+                                               if "sum" in moved else "")
+                 for name, moved in sorted(ops.items(), key=lambda item: -item[1]["count"])]
+        console.print(f"{layout}: Lustre llite on {llite.get('mount')} ({llite.get('scope')}): "
+                      + (", ".join(parts) or "none"), markup=False)
+    layouts = entry.get("file_layouts")
+    if isinstance(layouts, str):
+        console.print(f"{layout}: file layouts {layouts}", markup=False)
+    elif isinstance(layouts, dict):
+        for path, got in (layouts.get("files") or {}).items():
+            said = got if isinstance(got, str) else " ".join(
+                f"{key}={value}" for key, value in got.items()
+                if key != "path" and not isinstance(value, list | dict)) + (
+                f" osts={','.join(map(str, got['osts']))}" if "osts" in got else "")
+            console.print(f"{layout}: {path}: {said} ({layouts.get('how')})", markup=False)
 
 
 def render_mds(rows: Sequence[Row], counted: object, console: Console) -> None:
@@ -353,9 +378,23 @@ def render_warnings(rows: Sequence[Row], console: Console) -> None:
         common, by_layout = grouped_warnings(rows, column)
         for text in common:
             console.print(f"[{colour}]{word}:[/] {_escaped(text)}")
+        kinds: dict[str, list[tuple[str, str]]] = {}   # a kind: (layout, its text), in order
         for layout, texts in by_layout.items():
             for text in texts:
-                console.print(f"[{colour}]{layout}: {word}:[/] {_escaped(text)}")
+                kinds.setdefault(warning_kind(text), []).append((layout, text))
+        for said in kinds.values():
+            layouts = ", ".join(layout for layout, _ in said)
+            figures = f" (figures: {said[0][0]}'s; each layout's in its table)" \
+                if len({text for _, text in said}) > 1 else ""
+            console.print(f"[{colour}]{layouts}: {word}:[/] {_escaped(said[0][1])}{figures}")
+
+
+def warning_kind(text: str) -> str:
+    """What a warning says, without its figures: the same warning of several layouts
+    (time to last rank varies 111% / 160%) is one line."""
+    import re
+
+    return re.sub(r"[\d.,%-]+", "#", re.sub(r"\([^)]*\)", "", text))
 
 
 def _escaped(text: str) -> str:

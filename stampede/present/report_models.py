@@ -190,11 +190,11 @@ def _priced(interval: Interval) -> bool:
 
 INTERVALS: tuple[ItemColumn[Interval], ...] = (
     ItemColumn("interval", lambda interval: interval.label, left=True),
-    ItemColumn("seconds", lambda interval: f"{interval.interval_s:.6g}"),
-    ItemColumn("saving", lambda interval: f"{interval.saving_h_per_day:.4g}"),
-    ItemColumn("failures", lambda interval: f"{interval.failures_h_per_day:.4g}"
+    ItemColumn("every", lambda interval: format_duration(interval.interval_s)),
+    ItemColumn("saving", lambda interval: format_plain(interval.saving_h_per_day)),
+    ItemColumn("failures", lambda interval: format_plain(interval.failures_h_per_day)
                if _priced(interval) else "- (no --mtbf-h)"),
-    ItemColumn("total", lambda interval: f"{interval.total_h_per_day:.4g}"
+    ItemColumn("total", lambda interval: format_plain(interval.total_h_per_day)
                if _priced(interval) else "-"))
 
 

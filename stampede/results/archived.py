@@ -52,6 +52,8 @@ class TermRuns:
     restore: Chosen | None = None   # the latest restore from storage, its fastest row: BW_rank
     pg_init: Row | None = None      # that restore's process-group set-up (run.exchange = torch)
     sidecar: Document | None = None   # that restore's run's sidecar: its time to first byte
+    # every startup run's barrier, all rank counts, all files: T_barrier_sync at a target
+    barriers: tuple[Row, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,10 @@ class Archive:
         file, a later file's run replacing an earlier's term by term: the latest startup
         and its barrier; the latest valid restore of a checkpoint (not `stampede gpu`'s
         copies) from storage (a warm one only where no other is), its least time to last
-        rank, with its pg_init row and its run's sidecar."""
-        found = TermRuns()
+        rank, with its pg_init row and its run's sidecar; every startup's barrier."""
+        found = TermRuns(barriers=tuple(
+            row for row in self.rows if row["op"] == "barrier" and row["valid"]
+            and math.isfinite(row["lat_p50_s"]) and row["nranks"] >= 1))
         for part in self.parts():
             startup = part.latest("startup")
             if startup is not None:

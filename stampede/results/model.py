@@ -98,10 +98,9 @@ class LayoutRun:
     phase: str = "restore"       # or "save" (stampede.run.save)
     restored_from: str = ""      # a saved version's directory (stampede.checkpoint.versions)
     cache_drops: tuple[int, ...] = ()   # per rank: page-cache drops it made (run.drop_caches)
-    kernel_nfs: dict[str, object] = field(default_factory=dict)   # a kernel NFS mount's per-op
-                                 # RPC deltas around the layout (stampede.run.kernel_nfs)
-    mds: dict[str, object] = field(default_factory=dict)   # a CephFS MDS's own per-op
-                                 # request deltas around the layout (stampede.run.mds_counts)
+    file_system: dict[str, object] = field(default_factory=dict)   # what the target's file-
+                                 # system client said around the layout, by sidecar key: its
+                                 # counters' deltas, its files' layouts (stampede.run.file_system)
     trace: LayoutTrace | None = None   # --trace: every op's row on rank 0
     said: tuple[str, ...] = ()   # what the run says beside its numbers, not a warning
     tier_bytes: dict[str, int] = field(default_factory=dict)   # a rejoin's restores: tier ->

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 from stampede import __version__
+from stampede.filesystems import KERNEL_NFS_RPCS, mount_facts
 from stampede.ops import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.archive import ARCHIVE_SCHEMA
 from stampede.results.cells import cell
@@ -156,7 +157,7 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
         "mpi_library": context.mpi_library,
         "backend": context.backend,
         "storage": context.storage,
-        "node": node_facts(spec.target_path),
+        "node": {**node_facts(), **mount_facts(spec.target_path)},
         "slurm": slurm_variables(),
         **{"layouts" if phase == "restore" else "saves": {
             run.layout: {
@@ -173,11 +174,12 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
                 # which ranks dropped the page cache, and how often (one rank per node)
                 "cache_drops_by_rank": list(run.cache_drops),
                 "stats": asdict(run.stats) if run.stats else None,
-                # a kernel NFS mount's RPCs per op around the layout (stampede.run.kernel_nfs)
-                "kernel_nfs_rpcs": run.kernel_nfs or (
+                # what the file-system client said around the layout (stampede.run.file_system):
+                # a kernel NFS mount's RPCs per op (always said, or why not), Lustre's llite
+                # counters, the layout the files got (Lustre, CephFS)
+                KERNEL_NFS_RPCS: (
                     f"not counted: the target is not on a kernel NFS mount ({context.fs_type})"),
-                # the MDS's own requests per op around the layout (stampede.run.mds_counts)
-                **({"mds_requests": run.mds} if run.mds else {}),
+                **run.file_system,
             }
             for run in runs if run.phase == phase
         } for phase in dict.fromkeys(("restore", *(run.phase for run in runs)))},

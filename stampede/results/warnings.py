@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from stampede.filesystems import kind_of
 from stampede.layouts import exchanges
 from stampede.ops import BEFORE_PHASE_OPS
 from stampede.results.definitions import BUCKET_ERROR
@@ -57,8 +58,8 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
                      "checks each rank's bytes once, before its restore ends)")
     if cache == "warm" and page_cache:
         notes.append("cache=warm: reads may come from the page cache, not the storage")
-    if cache == "cold" and fs_type in ("tmpfs", "ramfs"):
-        notes.append(f"cache=cold on {fs_type}: pages cannot be evicted, the run is warm")
+    if cache == "cold" and not kind_of(fs_type).evictable:
+        notes.append(f"cache=cold on {fs_type}: {kind_of(fs_type).unevictable}, the run is warm")
     if ranks_per_node > cpus_per_node:
         notes.append(f"{ranks_per_node} ranks per node on {cpus_per_node} CPUs: oversubscribed, "
                      "ranks compete for cores")
@@ -143,9 +144,8 @@ def save_warnings(spec: JobSpec, context: RunContext, stats: LayoutStats) -> tup
         if spec.validate != "none":
             notes += ("save.validate with durability none: the re-reads find the unflushed "
                       "pages in the page cache, not the storage",)
-    if context.fs_type in ("tmpfs", "ramfs"):
-        notes += (f"saved to {context.fs_type}: fsync has nothing to flush; durable means in "
-                  "this node's memory",)
+    if not kind_of(context.fs_type).durable_fsync:
+        notes += (f"saved to {context.fs_type}: {kind_of(context.fs_type).volatile}",)
     if stats.samples == "histogram":
         notes += (f"p50-p99.9 from log buckets (run.samples = histogram): within "
                   f"{BUCKET_ERROR:.0%} of the exact values",)

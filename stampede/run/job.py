@@ -18,7 +18,8 @@ from stampede.backends.base import Backend, rpc_prober
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
-from stampede.run import kernel_nfs, mds_counts
+from stampede.run import mds_counts
+from stampede.run.file_system import AfterLayout, layouts_in_turn
 from stampede.run.interrupt import Interrupts
 from stampede.run.layout import Tick, plan_for, run_layout
 from stampede.spec import JobSpec
@@ -27,10 +28,6 @@ from stampede.targets import capabilities_for
 if TYPE_CHECKING:
     from stampede.existing.catalogue import Catalogue
     from stampede.run.devices import Device
-
-
-# Called on rank 0 after each layout, collectively (its error is every rank's): archive it.
-AfterLayout = Callable[[RunContext, LayoutRun], None]
 
 
 def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = None,
@@ -62,21 +59,14 @@ def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = No
         device = mpi.collective(comm, "opening the device",
                                 partial(open_device, spec.h2d.split("-")[0], local_rank))
     context = context or new_context(comm, spec, backend, device, catalogue)
-    runs: list[LayoutRun] = []
     try:
-        nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
-        for layout in strategies:
-            start = kernel_nfs.before(nfs_mount)
-            mds_start = mds_counts.before(comm, backend)
-            run = run_layout(comm, spec, layout, backend, entries[layout], device, context.hosts,
-                             catalogue, interrupts, tick)
-            run = kernel_nfs.counted(run, nfs_mount, start)
-            run = mds_counts.counted(run, backend, mds_start)
-            runs.append(run)
-            if after_layout is not None:
-                mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
-            if run.interrupted:
-                break
+        hosts = context.hosts
+        runs = layouts_in_turn(
+            comm, spec.target_path, strategies,
+            mds_counts.measured(comm, backend, lambda layout: run_layout(
+                comm, spec, layout, backend, entries[layout], device, hosts, catalogue,
+                interrupts, tick)),
+            partial(_restored_files, spec, nranks, catalogue, entries), context, after_layout)
     finally:
         if device is not None:
             device.close()
@@ -102,21 +92,25 @@ def new_context(comm: mpi.Comm, spec: JobSpec, backend: Backend, device: Device 
         prober = rpc_prober(backend)   # NFS: what each op costs on the wire
         if prober is not None:
             storage["rpcs_per_op"] = _probed(prober.rpc_probe, spec, comm.Get_size(), catalogue, save)
-        if fs_type == "lustre":
-            from stampede.checkpoint.lustre import stripe_layout
-            from stampede.checkpoint.plan import checkpoint_files
-            root = catalogue.root if catalogue else spec.target_path
-            files = [relpath for relpath, _ in catalogue.files] if catalogue else [
-                relpath for layout in spec.layouts
-                for relpath, _ in checkpoint_files(spec, layout, comm.Get_size())]
-            storage["lfs_getstripe"] = stripe_layout(
-                [Path(root) / relpath for relpath in dict.fromkeys(files)][:4])
     return RunContext(run_id=run_id, timestamp=timestamp,
                       nranks=comm.Get_size(), hosts=tuple(hosts or ()),
                       backend=backend_name_for(spec.target_path), fs_type=fs_type,
                       mpi_library=mpi.library_version(comm),
                       device=" ".join(sorted(set(labels or ()))), storage=storage,
                       checkpoint_format=catalogue.format if catalogue else "")
+
+
+def _restored_files(spec: JobSpec, nranks: int, catalogue: Catalogue | None,
+                    entries: dict[str, dict[str, object]], layout: str) -> list[Path]:
+    """Rank 0: the files a layout read (a saved version's, the prepared checkpoint's, or
+    an existing checkpoint's), whose layout on the file system is read back."""
+    if catalogue is not None:
+        return [Path(catalogue.root) / relpath for relpath, _ in catalogue.files]
+    from stampede.checkpoint.plan import checkpoint_files
+
+    root = str(entries[layout].get("root", ""))
+    return [Path(spec.target_path) / relpath
+            for relpath, _ in checkpoint_files(spec, layout, nranks, root)]
 
 
 def _probed(probe: Callable[[str | None, int, bool], dict[str, object]], spec: JobSpec,

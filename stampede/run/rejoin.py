@@ -62,8 +62,9 @@ from stampede.errors import UsageError
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext
 from stampede.results.tiers import REJOIN, TIER_RESTORES, TIERS
+from stampede.run.file_system import AfterLayout
 from stampede.run.interrupt import Interrupts
-from stampede.run.job import AfterLayout, new_context
+from stampede.run.job import new_context
 from stampede.run.layout import Tick
 from stampede.run.roles import plan_roles
 from stampede.run.tier_dirs import (

@@ -33,13 +33,15 @@ from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, f
 from stampede.checkpoint.prepare import save_space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, StampedeError, UsageError
+from stampede.filesystems import stripe
 from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import ClientCounts, LayoutRun, RunContext, node_counts
-from stampede.run import gather, kernel_nfs, mds_counts
+from stampede.run import gather, mds_counts
 from stampede.run.digests import new_digest
+from stampede.run.file_system import AfterLayout, layouts_in_turn
 from stampede.run.interrupt import Interrupts
-from stampede.run.job import AfterLayout, new_context
+from stampede.run.job import new_context
 from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, start_phase
 from stampede.run.outcome import MAX_MESSAGES, PhaseOutcome
 from stampede.run.save_files import FileSave
@@ -67,26 +69,30 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
     if object_store(backend) is not None:   # pure: before any request
         mpi.on_root(comm, "checking the save", partial(check_object_save, spec, nranks))
     hosts = mpi.gather(comm, mpi.processor_name(comm))
-    runs: list[LayoutRun] = []
     for layout in spec.layouts:   # --trace: refused before the target is touched
         gather.check_trace(comm, spec, save_plan(spec, layout, nranks, comm.Get_rank(),
                                                  versions.version_dir(layout, 0)))
     mpi.on_root(comm, "checking the target",   # lock held: commands.flags.job_world
                 partial(open_target, spec, backend, nranks, hosts, writer_lock(spec.target_path)))
-    context = context or new_context(comm, spec, backend, save=True)
-    nfs_mount = kernel_nfs.mountpoint(comm, spec.target_path)
-    for layout in spec.layouts:
-        start = kernel_nfs.before(nfs_mount)
-        mds_start = mds_counts.before(comm, backend)
-        run = save_layout(comm, spec, layout, backend, context.hosts, interrupts, tick)
-        run = kernel_nfs.counted(run, nfs_mount, start)
-        run = mds_counts.counted(run, backend, mds_start)
-        runs.append(run)
-        if after_layout is not None:
-            mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))
-        if run.interrupted:
-            break
-    return context, runs
+    run_context = context or new_context(comm, spec, backend, save=True)
+    runs = layouts_in_turn(
+        comm, spec.target_path, spec.layouts,
+        mds_counts.measured(comm, backend, lambda layout: save_layout(
+            comm, spec, layout, backend, run_context.hosts, interrupts, tick)),
+        partial(_saved_files, spec, backend, nranks), run_context, after_layout)
+    return run_context, runs
+
+
+def _saved_files(spec: JobSpec, backend: Backend, nranks: int, layout: str) -> list[Path]:
+    """Rank 0, after a layout's saves: the files of its published version (none: no
+    version was published), whose layout on the file system is read back."""
+    journal = versions.read_journal(backend, spec.target_path)
+    published = versions.published_version(backend, journal, layout)
+    if published is None:
+        return []
+    root = versions.version_dir(layout, published)
+    return [Path(spec.target_path) / relpath
+            for relpath, _ in checkpoint_files(spec, layout, nranks, root)]
 
 
 def open_target(spec: JobSpec, backend: Backend, nranks: int, hosts: list[str] | None,
@@ -189,8 +195,8 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
     phases, client_before = Phases(), gather.client_before(backend)
     where = Where() if spec.trace_limit else None   # --trace: kept over the versions
     try:
-        mpi.collective(comm, f"making the {layout} series' directories",
-                       partial(_series_directories, spec, backend, layout, rank))
+        phases.notes += mpi.collective(comm, f"making the {layout} series' directories",
+                                       partial(_series_directories, spec, backend, layout, rank))
         for iteration in range(-spec.warmup, spec.iterations):
             try:
                 setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
@@ -240,10 +246,13 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
                          gather.client_counts(comm, backend, client_before), where)
 
 
-def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> None:
-    """Rank 0, untimed: saves/ and saves/LAYOUT, recorded in the journal when made here."""
+def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> list[str]:
+    """Rank 0, untimed: saves/ and saves/LAYOUT, recorded in the journal when made here;
+    on a local file system, target.stripe_* set on saves/LAYOUT at every save (the
+    version directories the timed phase makes in it inherit them, and the files in
+    those). Returns what the striping said."""
     if rank != 0 or not backend.capabilities.has_directories:
-        return
+        return []
     journal = versions.journal_of_save(backend, spec.target_path)
     made = journal.setdefault("directories", [])
     for directory in (versions.SAVES_DIR, versions.layout_dir(layout)):
@@ -253,6 +262,10 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
             continue
         made.append(directory)
     versions.write_journal(backend, journal)
+    series = backend.local_path(versions.layout_dir(layout))
+    if series is None or not (spec.stripe_count or spec.stripe_size_bytes):
+        return []
+    return [stripe(Path(series), spec.stripe_count, spec.stripe_size_bytes)]
 
 
 PUBLISHED = OP_CODE["published"]

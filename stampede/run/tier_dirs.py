@@ -19,13 +19,11 @@ from stampede import mpi
 from stampede.backends import open_backend
 from stampede.backends.base import Backend, missing_root
 from stampede.errors import UsageError
+from stampede.filesystems import kind_for
 from stampede.run.tiers import Rank, local_tier, storage_dir
 from stampede.spec import JobSpec
-from stampede.sysinfo import mount_of
 
 CLEAN_HINT = "stampede rejoin JOB --clean, launched on the same nodes, removes it"
-PSEUDO_FILE_SYSTEMS = ("proc", "sysfs", "cgroup", "cgroup2", "devpts", "securityfs",
-                       "debugfs", "tracefs", "configfs", "pstore", "bpf")   # no tier there
 LOCAL_NAMES = re.compile(r"(replica-)?(v\d+-)?p\d{5}")       # what a rejoin writes on a local
 STORAGE_NAMES = re.compile(r"(v\d+-)?p\d{5}|manifest\.json")  # tier, and on the storage tier
 
@@ -54,10 +52,10 @@ def check_local_dir(spec: JobSpec) -> None:
     said = f"{spec.source}: tiers.local_dir = {spec.tier_dir!r}"
     if not existing.is_dir():
         raise UsageError(f"{said}: {existing} is not a directory")
-    mount = mount_of(existing)
-    if mount.fs_type in PSEUDO_FILE_SYSTEMS or "ro" in mount.options.split(","):
-        kind = "read-only" if mount.fs_type not in PSEUDO_FILE_SYSTEMS else mount.fs_type
-        raise UsageError(f"{said}: {existing} is on {mount.mountpoint} ({kind}), where no "
+    kind, mount = kind_for(existing)
+    if not kind.holds_files or "ro" in mount.options.split(","):
+        what = "read-only" if kind.holds_files else mount.fs_type
+        raise UsageError(f"{said}: {existing} is on {mount.mountpoint} ({what}), where no "
                          "tier can be written: a directory on node-local disk or memory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{said}: {existing} is not writable")

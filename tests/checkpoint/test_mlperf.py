@@ -2,6 +2,7 @@
 rules' own numbers (mlpstorage's LLM_SIZE_BY_RANK, GB of 2**30 bytes, and the issue's
 totals), the scale, subset mode, and the generated job files."""
 
+import tomllib
 from fractions import Fraction
 from pathlib import Path
 
@@ -86,3 +87,18 @@ def test_job_files_are_the_generators():
     for model in MODELS.values():
         path = JOBS / f"mlperf-checkpoint-{model.name.removeprefix('llama3-')}.toml"
         assert path.read_text() == job_text(model), f"regenerate {path}"
+
+
+@pytest.mark.parametrize("job", sorted(JOBS.glob("mlperf-checkpoint-*.toml")), ids=lambda p: p.stem)
+def test_plan_on_too_few_ranks_is_one_clear_error(job, tmp_path):
+    """`stampede plan` on 1 rank of a model whose TP x PP is larger: exit 2 naming the
+    workload and TP x PP (it was a ZeroDivisionError), nothing written; 8B's TP x PP is 8,
+    so 8 ranks plan."""
+    from stampede.cli import main
+
+    model = MODELS[build_job("t", str(job), tomllib.loads(job.read_text())).workload]
+    target = f"target.path={tmp_path / 'ck'}"
+    if model.model_parallel > 1:
+        assert main(["plan", str(job), "--set", target]) == 2
+    assert main(["plan", str(job), "--set", target, "--np", str(model.model_parallel)]) == 0
+    assert not (tmp_path / "ck").exists()

@@ -32,7 +32,7 @@ def verdict_of(page: str) -> tuple[str, str]:
     """(the restore layout the verdict names, its measured T_MTTR as printed) from the
     HTML."""
     layout = re.search(r"<b>restore: use ([\w-]+)</b>", page)
-    mttr = re.search(rf"<b>T_MTTR as measured: ({DURATION})</b>", page)
+    mttr = re.search(rf"<b>T_MTTR as measured[^:<]*: ({DURATION})</b>", page)
     assert layout and mttr, page[:3000]
     return layout.group(1), mttr.group(1)
 

@@ -61,7 +61,7 @@ def test_mttr_takes_the_checkpoint_cost_from_a_save_run(stampede, tmp_path: Path
     cost_s = float(blocked["elapsed_s"])
     text = " ".join(result.stdout.split())
     assert "sharded, last of 2 ranks blocked, save async" in text
-    assert f"Young/Daly {math.sqrt(2 * cost_s * 7200):.6g}" in text
+    assert f"Young/Daly {format_duration(math.sqrt(2 * cost_s * 7200))}" in text
 
 
 @pytest.mark.mpi
@@ -77,9 +77,10 @@ def test_mttr_takes_measured_terms_from_real_runs(stampede, tmp_path: Path) -> N
     restore = next(row for row in read_archive(restore_archive)
                    if row["op"] == "restore" and row["layout"] == "sharded")
     slowest_gbps = float(restore["slowest_rank_gbps"])
-    load_s = 30 / slowest_gbps
+    load_s = float(restore["bytes_per_rank"]) / 1e9 / slowest_gbps
     text = " ".join(result.stdout.split())                       # table cells wrap
-    assert f" {format_duration(load_s)} " in text                # 30 GB / measured GB/s
+    assert f" {format_duration(load_s)} " in text                # its own bytes / its GB/s
+    assert "S_weights the run's own 8 MiB per rank at 2 ranks" in text   # never 30 GB
     assert "sharded, slowest of 2 ranks, cache warm" in text
     assert "last rank up" in text and "MPI barrier p50 over 2 ranks" in text
     assert "sharded straggler wait +" in text                   # T_barrier_sync's two parts
@@ -162,3 +163,35 @@ def test_a_layout_the_archives_do_not_hold_is_refused(stampede, tmp_path: Path) 
     alone = stampede("mttr", "--layout", "sharded")
     assert alone.returncode == 2 and "no ARCHIVE is given" in alone.stderr
     assert stampede("mttr", str(archive), "--layout", "sharded").returncode == 0
+
+
+def barrier_rows(counts: tuple[int, ...], base_s: float, per_level_s: float) -> list[dict[str, object]]:
+    """`stampede startup`'s barrier rows: p50 = base + per_level x log2 N, two runs each
+    (the second a little slower, so each count's median lies between them)."""
+    return [{"schema": 3, "run_id": f"startup-{count}-{repeat}", "job": "startup",
+             "op": "barrier", "phase": "", "valid": True, "nranks": count,
+             "lat_p50_s": base_s + per_level_s * math.log2(count) + repeat * 1e-6}
+            for count in counts for repeat in (0, 2)]
+
+
+def test_barrier_sync_at_the_target_is_projected_or_assumed() -> None:
+    """T_barrier_sync at 16,384 ranks: from startup barriers at 3+ rank counts, a + b log2 N
+    (b = 2 ms a tree level here: 1 ms + 14 x 2 ms); from fewer, the worked example's 10 s,
+    assumed and saying why; never the few ranks' own barrier."""
+    from stampede.model.mttr import sync_at_target
+    from stampede.results.archived import Archive
+
+    runs = Archive(barrier_rows((1, 2, 4, 8), 1e-3, 2e-3)).term_runs("")
+    seconds, source = sync_at_target(runs, 16384)
+    assert seconds == pytest.approx(1e-3 + 1e-6 + 14 * 2e-3)
+    assert source.startswith("projected: MPI barrier p50 1 ms + 2 ms x log2 N from stampede "
+                             "startup at 1, 2, 4, 8 ranks")
+    few = Archive(barrier_rows((2, 4), 1e-3, 2e-3)).term_runs("")
+    seconds, source = sync_at_target(few, 16384)
+    assert seconds == 10.0
+    assert source.startswith("assumed (worked example): no barrier measured at 3+ rank counts")
+    assert "(startup barriers at 2, 4 ranks)" in source
+    assert sync_at_target(None, 16384)[0] == 10.0
+    # a barrier faster on more ranks is noise: a flat line at their mean, never negative
+    falling = Archive(barrier_rows((1, 2, 4), 5e-3, -1e-3)).term_runs("")
+    assert sync_at_target(falling, 16384)[0] == pytest.approx(4e-3 + 1e-6)

@@ -471,3 +471,46 @@ def test_the_old_names_of_the_target_still_work_and_warn(stampede, tmp_path: Pat
     assert given_new.stderr == ""
     assert given_old.stderr == (f"stampede: {old} is now {new} for project; the old name goes in "
                                 "the next release\n")
+
+
+def blocked_rows(ranks: tuple[int, ...], mode: str, blocked_s: float) -> list[dict[str, object]]:
+    """The save's `blocked` pseudo-op of each run of synthetic_rows' save phase."""
+    return [{"schema": 3, "run_id": f"run-{nranks}", "timestamp": f"2026-01-01T00:{nranks:02d}",
+             "job": "synthetic", "backend": "posix", "layout": "sharded", "cache": "cold",
+             "nranks": nranks, "op": "blocked", "phase": "save", "valid": True,
+             "save_mode": mode, "durability": "fsync", "elapsed_s": blocked_s,
+             "bytes_per_rank": 1 << 20} for nranks in ranks]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_young_daly_takes_the_save_at_the_target(mode: str) -> None:
+    """C at the target: a sync save blocks for the save projected there (its time to last
+    rank at 16,384 ranks, not the 4-rank run's); an async save for its snapshot, the
+    measured one scaled by the bytes per rank (the rank count does not enter it)."""
+    from stampede.model.assessment import phase_verdict
+    from stampede.model.mttr import checkpoint_cost_at_target, measured_checkpoint_cost
+    from stampede.model.workload import Workload
+
+    ranks = (1, 2, 4, 8)
+    rows = [*synthetic_rows(TRUE, ranks, layouts=("sharded",), phase="save",
+                            ops=("create", "open")), *blocked_rows(ranks, mode, 0.25)]
+    archive = Archive(rows)
+    workload = Workload(16384, 8, bytes_per_rank=float(4 << 20))
+    save = phase_verdict(archive.rows, "save", workload)
+    assert save is not None and [item[0].layout for item in save.projections] == ["sharded"]
+    projection = save.projections[0][1]
+    assert projection.params.bytes_per_rank == 4 << 20
+    cost_s, source = checkpoint_cost_at_target(archive, "", save, workload)
+    if mode == "sync":
+        assert cost_s == projection.prediction.total_s != 0.25
+        assert source.startswith("projected: sharded save (sync: blocks until durable) at 16384")
+    else:
+        assert cost_s == pytest.approx(0.25 * 4)
+        assert source.startswith("scaled: ") and "async snapshot 250 ms x 4 MiB / 1 MiB" in source
+    assert measured_checkpoint_cost(archive, "")[0] == 0.25   # without a target: as measured
+    # two rank counts do not project: the measured C, and why not at the target
+    few = Archive([row for row in rows if row["nranks"] in (1, 2)])
+    cost_s, source = checkpoint_cost_at_target(
+        few, "", phase_verdict(few.rows, "save", workload), workload)
+    assert cost_s == 0.25
+    assert "; as measured, not at 16384 ranks (layout sharded: save runs at 2 distinct" in source

@@ -66,6 +66,20 @@ def test_a_warning_every_layout_has_is_said_once(archive: Path) -> None:
     assert "broadcast: warning: only here" in text
 
 
+def test_the_same_warning_of_several_layouts_is_one_line(tmp_path: Path) -> None:
+    """A warning two layouts have with their own figures is said once, naming both and
+    whose figures it shows; one that only one layout has keeps its layout's name."""
+    varies = "time to last rank varies {}% across iterations ({}-{} s): run more iterations"
+    path = tmp_path / "a.csv"
+    append_rows(path, [
+        restore("shared", 0.2, 0.1, 0.3, varies.format(111, 0.1, 0.3)),
+        restore("sharded", 0.2, 0.1, 0.4, f"{varies.format(160, 0.1, 0.4)} | only sharded"),
+        restore("broadcast", 0.2, 0.2, 0.2, "")])
+    lines = [line for line in rendered(path, 200).splitlines() if "warning:" in line]
+    assert lines == [f"shared, sharded: warning: {varies.format(111, 0.1, 0.3)} (figures: "
+                     "shared's; each layout's in its table)", "sharded: warning: only sharded"]
+
+
 @pytest.mark.mpi
 def test_rank_0_says_how_far_a_run_is_in_a_batch_log(stampede, tmp_path: Path) -> None:
     job = small_job(tmp_path, run={"iterations": 2})
@@ -108,3 +122,29 @@ def test_a_run_is_reported_as_recorded_with_the_sidecars_facts(tmp_path: Path) -
         < text.index("Restore: time until every rank holds its bytes") \
         < text.index("error: rank 1: boom") < text.index("archived: a.csv (+ a.runs/r1.json)")
     assert "shared: kernel NFS" not in text
+
+
+def test_a_layouts_file_system_lines_on_real_lustre_text() -> None:
+    """A Lustre client's llite counters around a layout and a file's layout read back, as
+    the sidecar keeps them (parsed from real clients' text), one line each."""
+    from pathlib import Path
+
+    from stampede.lustre import llite_delta, parse_getstripe, parse_llite_stats
+    from stampede.present.report import render_file_system
+
+    data = Path(__file__).parents[1] / "data" / "lustre"
+    before = parse_llite_stats((data / "llite-stats-ffff88105db50000.txt").read_text())
+    after = parse_llite_stats((data / "llite-stats-ffff88082d691000.txt").read_text())
+    got = parse_getstripe((data / "getstripe-file-expanse.txt").read_text())
+    entry = {"lustre_llite": {"mount": "/lustre", "scope": "rank 0's node",
+                              "ops": llite_delta(before, after)},
+             "file_layouts": {"how": "lfs setstripe", "files": {"/lustre/ck/a": got}}}
+    stream = io.StringIO()
+    render_file_system("shared", entry, make_console(stream, width=400))
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("shared: Lustre llite on /lustre (rank 0's node): getxattr "
+                               "102494915, write_bytes 13016805 (12.41 TiB), statfs 57491, ")
+    assert "read_bytes 46317 (" in lines[0] and lines[0].endswith("unlink 20, readdir 18")
+    assert lines[1] == ("shared: /lustre/ck/a: stripe_count=4 stripe_size=1048576 "
+                        "pattern=raid0 layout_gen=0 stripe_offset=52 osts=52,15,5,53 "
+                        "(lfs setstripe)")

@@ -212,3 +212,24 @@ def test_import_refuses_what_is_not_the_tools_output(stampede, tmp_path: Path) -
     result = stampede("import", "mdtest", str(IOR), "--archive", str(archive))
     assert result.returncode == 2 and "not mdtest output" in result.stderr
     assert not archive.exists()
+
+
+def test_the_baseline_group_is_one_that_matches_another(stampede, tmp_path: Path) -> None:
+    """A demo's archive starts with startup runs (layout "startup", matching no restore) and
+    may hold rows without a layout: --by layout compares shared with sharded, not the
+    first value seen with each (that once found no configuration on both sides)."""
+    from stampede.results.archive import append_rows
+
+    def row(run_id: str, op: str, layout: str, seconds: float) -> dict[str, object]:
+        return {"run_id": run_id, "job": "demo", "op": op, "layout": layout, "nranks": 2,
+                "cache": "warm", "backend": "posix", "valid": "true", "count": 2,
+                "time_to_last_rank_s": seconds, "agg_gbps": 1.0 / seconds}
+
+    archive = tmp_path / "demo.csv"
+    append_rows(archive, [row("s1", "startup", "startup", 0.5), row("s2", "startup", "", 0.5),
+                          row("r1", "restore", "shared", 0.2),
+                          row("r1", "restore", "sharded", 0.1)])
+    grouped = stampede("compare", str(archive), "--by", "layout")
+    assert grouped.returncode == 0, grouped.stderr
+    assert "A = layout shared, B = layout sharded" in grouped.stdout
+    assert "layout  " not in grouped.stdout.split("A = layout shared")[0]

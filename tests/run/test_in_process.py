@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import pytest
 
 from stampede.checkpoint.prepare import prepare
 from stampede.commands.job import Archiver
+from stampede.filesystems import kind_for
 from stampede.mpi import SingleRank
-from stampede.results.archive import read_rows
-from stampede.results.rows import archive_rows
+from stampede.results.archive import read_rows, write_sidecar
+from stampede.results.rows import archive_rows, sidecar
+from stampede.results.warnings import save_warnings
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import run_job
 from stampede.run.save import save_job
@@ -152,3 +155,38 @@ def test_a_signal_mid_layout_archives_what_it_measured_as_incomplete(tmp_path: P
     entries = sidecar["layouts" if phase == "restore" else "saves"]
     assert {layout: entry["valid"] for layout, entry in entries.items()} == {
         "shared": True, "sharded": False}
+
+
+def test_a_save_asks_its_file_systems_kind(tmp_path: Path) -> None:
+    """target.stripe_* is set on each save series' directory before its versions (here a
+    local disk's file system, which does not stripe: said, once per layout's save), and
+    a save to memory (tmpfs, /dev/shm) is said durable in memory only; the sidecar keeps
+    what the file system said around each layout in its schema."""
+    kind, mount = kind_for(tmp_path)
+    if kind.striper is not None or kind.counters is not None:
+        pytest.skip(f"the test directory is on {mount.fs_type}, which stripes or counts")
+    spec = replace(job(tmp_path, iterations=1, warmup=0, verify="none"),
+                   target_path=str(tmp_path / "saves"), stripe_count=2)
+    comm = SingleRank()
+    context, runs = save_job(comm, spec)
+    for run in runs:
+        series = tmp_path / "saves" / "saves" / run.layout
+        assert run.notes == (f"target.stripe_* (stripe_count=2, stripe_size=default) not "
+                             f"applied: {series} is on {mount.fs_type}, which does not stripe "
+                             "(Lustre and CephFS do)",)
+        assert run.file_system == {}   # nothing to count or read back here
+    write_sidecar(tmp_path / "sidecar.json", sidecar(spec, context, runs))   # as a run writes it
+    document = json.loads((tmp_path / "sidecar.json").read_text())
+    assert sidecar_problems(document) == []
+    assert document["saves"]["shared"]["kernel_nfs_rpcs"] == (
+        f"not counted: the target is not on a kernel NFS mount ({mount.fs_type})")
+    memory = Path("/dev/shm")
+    if not memory.is_dir() or kind_for(memory)[0].durable_fsync:
+        pytest.skip("no tmpfs at /dev/shm")
+    with tempfile.TemporaryDirectory(dir=memory) as where:
+        in_memory = replace(spec, target_path=str(Path(where) / "saves"), stripe_count=0,
+                            layouts=("sharded",))
+        context, runs = save_job(comm, in_memory)
+        said = save_warnings(in_memory, context, runs[0].stats)
+        assert "saved to tmpfs: fsync has nothing to flush; durable means in this node's " \
+            "memory" in said

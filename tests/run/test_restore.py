@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -190,15 +191,29 @@ def test_clean_removes_only_what_prepare_wrote(stampede, tmp_path: Path) -> None
     assert again.returncode == 2 and "nothing here was prepared or saved by stampede" in again.stderr
 
 
-def test_demo_runs_both_layouts_with_the_venvs_mpiexec(stampede, tmp_path: Path,
-                                                       monkeypatch) -> None:
+def test_demo_sweeps_both_layouts_and_ends_in_the_verdict(stampede, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """--np 3: start-up and restore at 1, 2 and 3 ranks (three counts project), the save at
+    3, the verdict of these runs alone (an archive holding an earlier demo's runs of another
+    size is not one sweep), everything it wrote removed."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the demo's temporary directory, ours alone
     archive = tmp_path / "demo.csv"
-    result = stampede("demo", "--np", "2", "--size", "32MiB", "--archive", str(archive))
+    earlier = stampede("demo", "--np", "1", "--size", "4MiB", "--archive", str(archive))
+    assert earlier.returncode == 0, earlier.stderr + earlier.stdout
+    assert "restore: use " in earlier.stdout   # one rank count: ranked, not projected
+    before = {row["run_id"] for row in read_archive(archive)}
+    result = stampede("demo", "--np", "3", "--size", "24MiB", "--archive", str(archive))
     assert result.returncode == 0, result.stderr + result.stdout
-    rows = read_archive(archive)
-    assert {row["layout"] for row in rows} == {"shared", "sharded"}
-    assert {row["nranks"] for row in rows} == {"2"}
+    rows = [row for row in read_archive(archive) if row["run_id"] not in before]
+    restores = {(row["layout"], row["nranks"]) for row in rows if row["op"] == "restore"}
+    assert restores == {(layout, n) for layout in ("shared", "sharded") for n in ("1", "2", "3")}
+    assert {row["nranks"] for row in rows if row["op"] == "save"} == {"3"}
+    assert {row["nranks"] for row in rows if row["op"] == "startup"} == {"1", "2", "3"}
+    verdict = result.stdout[result.stdout.index("verdict of this demo's runs at 16384 ranks"):]
+    assert "workload: the job's checkpoint as archived, 24 MiB, 16384 ranks" in verdict
+    assert re.search(r"restore: use \w+ .*; at 16384 ranks: time to last rank", verdict)
+    assert "T_MTTR at 16384 ranks" in verdict
+    assert "T_pod_init" not in verdict.split("assumed, not measured:")[1].splitlines()[0]
     assert not list(tmp_path.glob("stampede-demo-*"))  # removed after the run
 
 

@@ -1,0 +1,236 @@
+"""File-system kinds, as data: what the type of the mount a POSIX target lies on means to
+stampede. The second axis beside the backends (stampede.targets): a POSIX target is one
+backend, yet a cold read on tmpfs is warm, an fsync there reaches no disk, Lustre and
+CephFS stripe a directory's new files over servers, and a kernel NFS or Lustre client
+keeps per-op counters of its own.
+
+Callers ask an entry (`kind_of(fs_type)`, `kind_for(path)`) what the kind does, never its
+name: a new kind is one entry of `TABLE` (and its hooks, where it has striping or
+counters). tests/test_house.py fails on a kind's name compared anywhere else.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
+
+from stampede import lustre
+from stampede.sysinfo import Mount, mount_of, mountstats_delta, nfs_options, read_mountstats
+from stampede.targets import capabilities_for
+
+# The counters are the whole mount's on rank 0's node, read before and after a layout.
+SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
+
+
+class Striper(NamedTuple):
+    """How a kind lays a directory's new files over its servers, and reads a file's back."""
+
+    how: str                                           # what applies it (notes, the sidecar)
+    apply: Callable[[Path, int, int | None], str]      # directory, count, size -> a note
+    read: Callable[[list[Path]], dict[str, object]]    # files -> each one's layout read back
+
+
+class Counters(NamedTuple):
+    """A client's own per-op counters, read around a layout on rank 0, untimed."""
+
+    key: str                                           # the sidecar's key, in each layout
+    read: Callable[[Mount], object]                    # a reading (None: cannot be read)
+    since: Callable[[Mount, object], dict[str, object] | None]   # what moved since one
+
+
+class FsKind(NamedTuple):
+    """What one mount type means to stampede; the callers trust it."""
+
+    name: str
+    describes: str
+    # Why posix_fadvise(DONTNEED) cannot empty what serves a read ("": it can, so a cold
+    # run reads the storage): run.cache = cold is then warm, and the row says why.
+    unevictable: str = ""
+    # Why an fsync there makes nothing outlive the node ("": it reaches the storage).
+    volatile: str = ""
+    striper: Striper | None = None
+    counters: Counters | None = None
+    # The mount options that change what a run measures, kept in the sidecar's node facts.
+    options: Callable[[str], dict[str, str]] | None = None
+    options_key: str = ""
+    # False: a pseudo file system (/proc, /sys): no file stampede writes can live there.
+    holds_files: bool = True
+
+    @property
+    def evictable(self) -> bool:
+        return not self.unevictable
+
+    @property
+    def durable_fsync(self) -> bool:
+        return not self.volatile
+
+
+# --- the hooks: kernel NFS -------------------------------------------------------------
+
+def _nfs_read(mount: Mount) -> object:
+    return read_mountstats(mount.mountpoint)
+
+
+def _nfs_since(mount: Mount, before: object) -> dict[str, object] | None:
+    after = read_mountstats(mount.mountpoint)
+    if not isinstance(before, dict) or after is None:
+        return None
+    return {"mount": mount.mountpoint, "scope": SCOPE, "ops": mountstats_delta(before, after)}
+
+
+# --- Lustre ------------------------------------------------------------------------------
+
+def _llite_read(mount: Mount) -> object:
+    return lustre.read_llite_stats(mount.device)
+
+
+def _llite_since(mount: Mount, before: object) -> dict[str, object] | None:
+    after = lustre.read_llite_stats(mount.device)
+    if not isinstance(before, dict) or after is None:
+        return None
+    return {"mount": mount.mountpoint, "scope": SCOPE, "ops": lustre.llite_delta(before, after)}
+
+
+# --- CephFS: a directory's layout is a virtual xattr (ceph.dir.layout.*), inherited by
+# the files and directories created in it afterwards; a file's, ceph.file.layout ---------
+
+CEPH_DEFAULT_OBJECT = 4 << 20   # CephFS's default object size (and stripe unit)
+
+
+def _ceph_effective(directory: Path, name: str) -> int:
+    """A directory's layout field as its new files get it: its own, else the nearest
+    ancestor's that has one (ENODATA: none set there), else CephFS's default."""
+    for where in (directory, *directory.parents):
+        try:
+            return int(os.getxattr(where, f"ceph.dir.layout.{name}"))
+        except OSError as error:
+            if error.errno != errno.ENODATA:   # left the file system, or not CephFS
+                break
+    return CEPH_DEFAULT_OBJECT
+
+
+def _ceph_apply(directory: Path, count: int, size_bytes: int | None) -> str:
+    wanted = f"stripe_count={count or 'default'}, stripe_unit={size_bytes or 'default'}"
+    if count < 0:   # Lustre's "every OST": CephFS stripes over objects, not a server count
+        return (f"target.stripe_count = {count} not applied on CephFS: give a number of "
+                "objects to stripe over")
+    try:
+        for name, value in _ceph_steps(directory, size_bytes):
+            os.setxattr(directory, f"ceph.dir.layout.{name}", str(value).encode())
+        if count:
+            os.setxattr(directory, "ceph.dir.layout.stripe_count", str(count).encode())
+    except OSError as error:
+        return f"ceph.dir.layout {wanted} on {directory} failed: {error.strerror or error}"
+    return f"ceph.dir.layout {wanted} applied to {directory}"
+
+
+def _ceph_steps(directory: Path, unit: int | None) -> list[tuple[str, int]]:
+    """The xattrs that set a stripe unit, in an order CephFS accepts: it refuses any step
+    after which object_size is not a multiple of stripe_unit. The object size ends as the
+    smallest multiple of the new unit not below the current one."""
+    if not unit:
+        return []
+    old_unit = _ceph_effective(directory, "stripe_unit")
+    objects = -(-_ceph_effective(directory, "object_size") // unit) * unit
+    if objects % old_unit == 0:   # a multiple of both units: object first, then unit
+        return [("object_size", objects), ("stripe_unit", unit)]
+    both = math.lcm(old_unit, unit)   # through an object size that fits both units
+    return [("object_size", both), ("stripe_unit", unit), ("object_size", objects)]
+
+
+def parse_ceph_layout(text: str) -> dict[str, object]:
+    """ceph.file.layout's value: stripe_unit=4194304 stripe_count=1 object_size=4194304
+    pool=cephfs_data."""
+    layout: dict[str, object] = {}
+    for word in text.split():
+        key, _, value = word.partition("=")
+        layout[key] = int(value) if value.isdigit() else value
+    return layout
+
+
+def _ceph_read(paths: list[Path]) -> dict[str, object]:
+    layouts: dict[str, object] = {}
+    for path in paths:
+        try:
+            layouts[str(path)] = parse_ceph_layout(os.getxattr(path, "ceph.file.layout").decode())
+        except OSError as error:
+            layouts[str(path)] = f"ceph.file.layout not read: {error.strerror or error}"
+    return layouts
+
+
+# --- the table -----------------------------------------------------------------------------
+
+_LUSTRE_STRIPES = Striper("lfs setstripe", lustre.apply_stripe, lustre.read_layouts)
+_LLITE = Counters("lustre_llite", _llite_read, _llite_since)
+_CEPH_STRIPES = Striper("ceph.dir.layout", _ceph_apply, _ceph_read)
+KERNEL_NFS_RPCS = "kernel_nfs_rpcs"   # the sidecar's key (readers: present.report)
+_KERNEL_NFS = Counters(KERNEL_NFS_RPCS, _nfs_read, _nfs_since)
+_IN_MEMORY = "pages cannot be evicted"
+_VOLATILE = "fsync has nothing to flush; durable means in this node's memory"
+_LOCAL = "a local disk's file system"
+_PSEUDO = "a pseudo file system: the kernel's, no files of stampede's"
+
+OTHER = FsKind("other", "any other mount type: evictable and durable, no striping, no counters")
+
+TABLE: Mapping[str, FsKind] = MappingProxyType({kind.name: kind for kind in (
+    FsKind("lustre", "Lustre's client (llite)", striper=_LUSTRE_STRIPES, counters=_LLITE),
+    FsKind("ceph", "CephFS's kernel client", striper=_CEPH_STRIPES),
+    # ceph-fuse keeps its own object cache in the daemon (client_oc), out of fadvise's reach
+    FsKind("fuse.ceph-fuse", "CephFS through ceph-fuse", striper=_CEPH_STRIPES,
+           unevictable="ceph-fuse's own object cache cannot be evicted"),
+    FsKind("nfs", "the kernel's NFS client (v2, v3)", counters=_KERNEL_NFS,
+           options=nfs_options, options_key="nfs_options"),
+    FsKind("nfs4", "the kernel's NFS client (v4.x)", counters=_KERNEL_NFS,
+           options=nfs_options, options_key="nfs_options"),
+    FsKind("tmpfs", "memory", unevictable=_IN_MEMORY, volatile=_VOLATILE),
+    FsKind("ramfs", "memory", unevictable=_IN_MEMORY, volatile=_VOLATILE),
+    # GPFS caches in its own pagepool, not the kernel's page cache
+    FsKind("gpfs", "IBM Storage Scale (GPFS)",
+           unevictable="GPFS's pagepool is not the page cache fadvise empties"),
+    FsKind("ext4", _LOCAL), FsKind("xfs", _LOCAL), FsKind("btrfs", _LOCAL),
+    *(FsKind(name, _PSEUDO, holds_files=False) for name in (
+        "proc", "sysfs", "cgroup", "cgroup2", "devpts", "securityfs", "debugfs", "tracefs",
+        "configfs", "pstore", "bpf")),
+)})
+
+
+def kind_of(fs_type: str) -> FsKind:
+    """The entry of a mount type (/proc/mounts' third field); OTHER for any not listed."""
+    return TABLE.get(fs_type, OTHER)
+
+
+def kind_for(path: str | Path) -> tuple[FsKind, Mount]:
+    """The kind of the mount that holds `path`, and that mount."""
+    mount = mount_of(path)
+    return kind_of(mount.fs_type), mount
+
+
+def stripe(directory: Path, count: int, size_bytes: int | None) -> str:
+    """target.stripe_* on a directory stampede just made, so that the files and
+    directories created in it afterwards inherit them: applied by its kind's striper, or
+    a line saying why not (a kind that does not stripe, a client without its tool)."""
+    kind, mount = kind_for(directory)
+    if kind.striper is None:
+        return (f"target.stripe_* (stripe_count={count or 'default'}, stripe_size="
+                f"{size_bytes or 'default'}) not applied: {directory} is on {mount.fs_type}, "
+                "which does not stripe (Lustre and CephFS do)")
+    return kind.striper.apply(directory, count, size_bytes)
+
+
+def mount_facts(target: str) -> dict[str, object]:
+    """What the sidecar's node facts keep about a POSIX target's mount: the mount, and
+    the options of its kind that change what a run measures (NFS's attribute caching);
+    nothing for an object store's (no mount)."""
+    if not capabilities_for(target).local_files:
+        return {}
+    kind, mount = kind_for(target)
+    facts: dict[str, object] = {"target_mount": asdict(mount)}
+    if kind.options is not None:
+        facts[kind.options_key] = kind.options(mount.options)
+    return facts
