@@ -19,6 +19,7 @@ from typing import NamedTuple
 EACH_READS = "each-reads"           # every rank reads its own bytes from storage
 LEADER_BCAST = "leader-bcast"       # one reader per group (or node), then a broadcast
 STRIPE_ALLGATHER = "stripe-allgather"   # each replica reads 1/R, then an allgather
+EACH_READS_ALL = "each-reads-all"   # every rank reads every shard from storage, keeps its own
 
 
 class Layout(NamedTuple):
@@ -33,6 +34,8 @@ class Layout(NamedTuple):
     replica_aware: bool = False     # meaningless with one replica: needs replicas >= 2
     stripes: bool = False           # each replica reads (and saves) 1/R of its shard
     leader_reads: bool = False      # only a group's leader reads storage
+    whole_file: bool = False        # every rank reads every shard, then keeps its own: the
+                                    # naive load, whose reads are N-fold what the job needs
     exchange: str = ""              # after the reads: "", "bcast" or "allgather" (MPI op)
     shared_inode: bool = False      # every rank's metadata ops hit one inode (one lock)
     listing: bool = False           # the shard directory is listed before the reads
@@ -63,6 +66,9 @@ TABLE: Mapping[str, Layout] = MappingProxyType({layout.name: layout for layout i
            "every replica 1/R of it; replica 0 creates and renames", replica_aware=True,
            stripes=True, exchange="allgather", traffic=STRIPE_ALLGATHER,
            models="Megatron's fully parallel load"),
+    Layout("whole-file", "the whole file (every slice); keeps slice r mod S", one_file=True,
+           shared_inode=True, whole_file=True, traffic=EACH_READS_ALL,
+           models="the naive safetensors load (HF's): every rank reads the whole file"),
     Layout("metadata-first", "the whole index, then its shard file",
            f"{_SHARD_SAVE}; rank 0 the index once every shard is durable", index_file=True,
            models="PyTorch DCP's `.metadata` (its size `checkpoint.index_size`)"),

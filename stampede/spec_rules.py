@@ -82,6 +82,12 @@ def _layout_rules(spec: SpecFields) -> None:
         raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(single)} needs "
                          f"checkpoint.replicas >= 2 (with one replica it is sharded)",
                          hint="e.g. --set checkpoint.replicas=2")
+    whole = [layout for layout in spec.layouts if layout_of(layout).whole_file]
+    if whole and spec.h2d != "none":
+        raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(whole)} with run.h2d = "
+                         f"{spec.h2d!r}: it reads every rank's slice and keeps its own, so "
+                         "only its own would go on to the device", hint="run it with "
+                         "run.h2d = \"none\", or the device copies with another layout")
     exchanging = [layout for layout in spec.layouts if layout_of(layout).exchange]
     if "read" not in spec.ops and exchanging:
         raise UsageError(f"{spec.source}: pattern.ops = {list(spec.ops)}: "

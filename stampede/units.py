@@ -159,6 +159,16 @@ def format_times(ratio: float, sign: str = "×") -> str:
     return f"{ratio:.3g}{sign}" if ratio < 1000 else f"{ratio:,.0f}{sign}"
 
 
+def format_amplification(ratio: float) -> str:
+    """Bytes read over bytes needed, as a person reads it: "8.0x", "1.0x", "0.50x" (a
+    broadcast's member reads none of its own), "2,048x"; "-" where nothing was measured."""
+    if not (ratio >= 0 and math.isfinite(ratio)):
+        return "-"
+    if ratio >= 100:
+        return f"{ratio:,.0f}x"
+    return f"{ratio:.1f}x" if ratio >= 1 or ratio == 0 else f"{ratio:.2g}x"
+
+
 def format_probability(probability: float) -> str:
     """A probability: 0.0123, or "1 in 1,234,567" when smaller than 0.001 (never 1e-12)."""
     if probability != probability:

@@ -144,3 +144,11 @@ def test_a_set_of_one_of_an_exclusive_pair_replaces_the_other() -> None:
     assert back.size_total_bytes == 2**30 and back.size_per_rank_bytes is None
     with pytest.raises(UsageError, match="give exactly one of checkpoint.size"):
         load_job(quickstart, ["checkpoint.size="])   # unset, and nothing in its place
+
+
+def test_whole_file_with_device_copies_is_refused_before_any_io() -> None:
+    # it reads every rank's slice: only its own has a place in the device buffer
+    with pytest.raises(UsageError, match="whole-file with run.h2d = 'host'"):
+        build_job("q", "q.toml", MINIMAL, ["checkpoint.layout=whole-file", "run.h2d=host"])
+    assert build_job("q", "q.toml", MINIMAL, ["checkpoint.layout=whole-file"]).layouts \
+        == ("whole-file",)

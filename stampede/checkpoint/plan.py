@@ -11,6 +11,7 @@ rank r must end up holding model shard r mod S. With R = 1 every rank holds its 
 | layout         | files                         | storage reads of rank r               | then        |
 |----------------|-------------------------------|----------------------------------------|-------------|
 | shared         | one file of S slices          | slice r mod S                          | -           |
+| whole-file     | one file of S slices          | every slice (keeps slice r mod S)      | -           |
 | sharded        | one file per shard            | shard file r mod S                     | -           |
 | replicated     | one file per shard            | shard file r mod S (R ranks read each) | -           |
 | broadcast      | one file per shard            | its shard file, if it leads its group  | Bcast       |
@@ -19,6 +20,11 @@ rank r must end up holding model shard r mod S. With R = 1 every rank holds its 
 | list-first     | one file per shard            | list the directory, then its shard     | -           |
 | list-bcast     | one file per shard            | rank 0 lists and broadcasts; its shard | -           |
 | fan-out        | one file per shard, in fanout/NNN (NNN = shard mod checkpoint.fanout) | its shard | - |
+
+What the job needs is what its ranks must end up holding: the union of their model shards
+(`needed_bytes`, S x the shard's bytes for a full restore), whatever the layout reads to
+get there. Read amplification (stampede.results.amplification) is the bytes read from
+storage over it: whole-file reads N x what it needs, broadcast reads each shard once.
 
 A group is the R ranks that hold the same shard (or, with broadcast_group = "node", those
 of them on one node: one storage read per node and shard). With `run.rank_shift` = k, rank
@@ -35,7 +41,7 @@ file's header locates at run time (the `header` op). Raw extents are file offset
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -99,6 +105,24 @@ class RankPlan(NamedTuple):
     list_dir: str = ""              # list-first / list-bcast: listed before reading
     list_on_root: bool = False      # list-bcast: rank 0 lists, then broadcasts the names
     formatted: bool = False         # files have headers: one header op per file read
+    needs: tuple[Extent, ...] | None = None   # the checkpoint's bytes this rank must end up
+                                    # holding (None: `hold`); two ranks' needs are the same
+                                    # bytes or disjoint ones (shards, an existing
+                                    # checkpoint's assignment), never in part the same
+
+    @property
+    def needed_bytes(self) -> int:
+        """Bytes of the checkpoint this rank must end up holding, whatever it reads."""
+        return self.hold.length if self.needs is None else sum(e.length for e in self.needs)
+
+    @property
+    def needed_key(self) -> tuple[object, ...]:
+        """Equal for two ranks that need the same bytes (one shard), else different: the
+        bytes a node or the job needs are the sum over its distinct keys."""
+        if self.needs is None:
+            hold = self.hold
+            return (hold.relpath, hold.tensor, hold.offset, hold.length)
+        return ("rank", self.rank)   # an existing checkpoint's assignment: no byte twice
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -223,6 +247,42 @@ def file_tensors(spec: JobSpec, layout: str, nranks: int,
     return files
 
 
+def union_bytes(extents: Iterable[Extent]) -> int:
+    """Bytes in the union of the extents: a byte several extents cover counts once
+    (offsets compared within one file and tensor)."""
+    by_place: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for extent in extents:
+        by_place.setdefault((extent.relpath, extent.tensor), []).append(
+            (extent.offset, extent.offset + extent.length))
+    total = 0
+    for ranges in by_place.values():
+        reached = -1
+        for start, end in sorted(ranges):
+            total += max(0, end - max(start, reached))
+            reached = max(reached, end)
+    return total
+
+
+def needed_extents(spec: JobSpec, layout: str, nranks: int) -> Iterator[Extent]:
+    """What each rank of the layout must end up holding (plan_rank's `hold`, or its files
+    for layout mlperf), rank by rank: a shard for every rank, never what it reads."""
+    described = layout_of(layout)
+    if described.workload_files:
+        for rank in range(nranks):
+            yield from mlperf_extents(spec, nranks, rank)
+        return
+    per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
+    for rank in range(nranks):
+        yield shard_extent(spec, layout, ((rank + spec.rank_shift) % nranks) % shards,
+                           shards, per_rank)
+
+
+def needed_bytes(spec: JobSpec, layout: str, nranks: int) -> int:
+    """The unique bytes the job needs: the union of what every rank must end up holding
+    (the checkpoint's size for a full restore, whatever the layout reads)."""
+    return union_bytes(needed_extents(spec, layout, nranks))
+
+
 def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
                    whole_files: bool = False) -> tuple[Extent, ...]:
     """What `prepare` writes on this rank: the first S ranks write one shard (or slice)
@@ -290,7 +350,10 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
     shard, replica = place % shards, place // shards
     hold = shard_extent(spec, layout, shard, shards, per_rank, root)
     extents: tuple[Extent, ...] = (hold,)
-    if described.stripes:
+    if described.whole_file:   # every slice, in file order: the whole file's data
+        extents = tuple(shard_extent(spec, layout, other, shards, per_rank, root)
+                        for other in range(shards))
+    elif described.stripes:
         stripe = stripe_extent(hold, replica, spec.replicas)
         extents = (stripe,) if stripe else ()
     return RankPlan(

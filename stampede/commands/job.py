@@ -16,6 +16,7 @@ from stampede.commands.flags import (
     hold_target,
     job_world,
     overrides,
+    target_count,
     traced,
 )
 from stampede.errors import CheckpointError, UsageError
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from stampede.checkpoint.lock import Access
     from stampede.commands import Subparsers
+    from stampede.model.traffic import LayoutBytes
     from stampede.mpi import Comm
     from stampede.present.report import RunReport
     from stampede.results.model import LayoutRun, LayoutTrace, RunContext
@@ -70,6 +72,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     plan.add_argument("--checkpoint", metavar="PATH", default=None,
                       help="plan the restore of an existing checkpoint: what it holds and who "
                            "reads what (reads its headers only)")
+    plan.add_argument("--ranks-per-node", type=target_count("--ranks-per-node"), default=None,
+                      metavar="K", help="ranks per node, for what every layout would read from "
+                      "storage into a node (default: every rank on one node)")
     plan.add_argument("--save", action="store_true",
                       help="plan `stampede save` instead: who writes what in one version, and "
                            "whether the versions kept at once fit")
@@ -319,10 +324,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         [(rank, plan, plan is not None and reads_storage(spec, plan))
                          for rank, plan in plans]))
     space = space_needed(spec, nranks).describe()
-    render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, space, make_console())
+    per_node = args.ranks_per_node or nranks
+    render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, space, make_console(),
+                served_bytes(spec, nranks, per_node),
+                f"{-(-nranks // per_node):,} node(s) of {min(per_node, nranks):,}")
     if args.trace:
         print(trace_estimate(traced(args, spec), nranks))
     return 0
+
+
+def served_bytes(spec: JobSpec, nranks: int, per_node: int) -> list[LayoutBytes]:
+    """What storage would serve every layout's restore at this rank count (the traffic
+    model's bytes), beside the bytes the job needs (the plan's)."""
+    from stampede.checkpoint.plan import bytes_per_rank, needed_bytes
+    from stampede.model.traffic import Geometry, layout_bytes
+
+    geometry = Geometry(nranks, per_node, spec.replicas, spec.broadcast_group)
+    return [served._replace(needed_bytes=needed_bytes(spec, served.layout, nranks))
+            for served in layout_bytes(geometry, bytes_per_rank(spec, nranks))]
 
 
 def trace_estimate(spec: JobSpec, nranks: int) -> str:

@@ -283,6 +283,7 @@ def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label:
                  assigned: list[int], hosts: tuple[str, ...]) -> list[dict[str, str]]:
     """Rank 0: one loader's rows (its phases and restore), as a layout's: the policy is
     the layout, the loader the tool, its phases the pattern; bytes are assigned bytes."""
+    from stampede.results.cells import cell
     from stampede.results.rows import op_rows
 
     stats = measured.stats
@@ -299,4 +300,10 @@ def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label:
                "warnings": " | ".join(notes),
                "invalid_reason": "a rank's loader raised (see the errors)" if measured.failed
                else ""}
-    return op_rows(columns, stats, max(assigned), hosts)
+    rows = op_rows(columns, stats, max(assigned), hosts)
+    if sum(assigned):   # what it loaded over what the ranks needed: the job's, per iteration
+        for row in rows:
+            if row["op"] == stats.completion_op:
+                row.update(needed_bytes=cell(sum(assigned)),
+                           read_amplification=cell(loaded / sum(assigned)))
+    return rows

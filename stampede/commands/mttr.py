@@ -141,6 +141,7 @@ def _check_layouts(args: argparse.Namespace, archive: Archive | None) -> None:
 
 def cmd_mttr(args: argparse.Namespace) -> int:
     from stampede.model.mttr import (
+        SavesAtTarget,
         checkpoint_cost_at_target,
         checkpointing,
         costs,
@@ -175,8 +176,9 @@ def cmd_mttr(args: argparse.Namespace) -> int:
     if archive is None:
         cost_s, cost_source = 0.0, ""
     elif projected is not None:   # Young/Daly at the target: the save there, not 4 ranks'
-        cost_s, cost_source = checkpoint_cost_at_target(archive, args.save_layout, save,
-                                                        projected[1])
+        cost_s, cost_source = checkpoint_cost_at_target(
+            archive, args.save_layout, save.saves_at_target if save else SavesAtTarget({}),
+            projected[1])
     else:
         cost_s, cost_source = measured_checkpoint_cost(archive, args.save_layout)
     if archive is not None and not measured and not cost_s:

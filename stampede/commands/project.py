@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from stampede.commands import Subparsers
+    from stampede.model.projection import Projection
+    from stampede.model.traffic import LayoutBytes
     from stampede.results.cells import Row
 
 # per phase: (the metadata ops fitted by default, those --op may name); what is projected
@@ -165,9 +167,22 @@ def cmd_project(args: argparse.Namespace) -> int:
     given = [name for name, value in (("RTT", known.rtt_s), ("s", known.service_s),
                                       ("c", known.threads), ("B_node", known.node_bps))
              if value is not None]
+    served = _bytes_at_target(projections[0][1], args.target_ranks) \
+        if args.phase == "restore" else None
     render_projection(projections, workload, args.archives, given, make_console(),
-                      WHAT[args.phase])
+                      WHAT[args.phase], served)
     return 0
+
+
+def _bytes_at_target(projection: Projection, nranks: int) -> tuple[str, list[LayoutBytes]]:
+    """Every layout's bytes from storage at the target, as the projection placed the
+    ranks (its ranks per node, replicas and bytes per rank), and where that is."""
+    from stampede.model.traffic import Geometry, layout_bytes
+
+    params = projection.params
+    geometry = Geometry(nranks, params.ranks_per_node, params.replicas, params.broadcast_group)
+    return (f"{nranks} ranks, {geometry.nnodes:,} node(s) of {geometry.per_node:,}",
+            layout_bytes(geometry, params.bytes_per_rank))
 
 
 def _other_phase(rows: Sequence[Row], phase: str) -> str:

@@ -105,7 +105,7 @@ def plan_existing(catalogue: Catalogue, spec: JobSpec, policy: str, nranks: int,
     hold = Extent(first, 0, max(sum(e.length for e in extents), 1))
     return RankPlan(rank=rank, nranks=nranks, layout=policy, ops=spec.ops, extents=extents,
                     block_bytes=spec.block_bytes, stat_count=spec.stat_count,
-                    open_count=spec.open_count, hold=hold,
+                    open_count=spec.open_count, hold=hold, needs=extents,
                     index_file=catalogue.index_file,
                     formatted=catalogue.format in ("safetensors", "hdf5"))
 

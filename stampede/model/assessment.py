@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from stampede.errors import UsageError
 from stampede.model.contention import METADATA_OPS, SAVE_METADATA_OPS
-from stampede.model.mttr import Breakdown, measured_model, mttr_at_target
+from stampede.model.mttr import Breakdown, SavesAtTarget, measured_model, mttr_at_target
 from stampede.model.rejoin import RejoinVerdict, rejoin_verdict
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Need, Sizing, size
 from stampede.model.workload import Workload
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from stampede.results.archived import Archive, TermRuns
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
-WIDE_BAND = 10.0   # a band whose ends differ more than this: no single time is the answer
 
 
 @dataclass(frozen=True)
@@ -67,17 +66,20 @@ class PhaseVerdict:
         return self.at_target[0][0].layout if self.projections else self.best_measured
 
     @property
+    def saves_at_target(self) -> SavesAtTarget:
+        """The projections by layout, the best and why none: what prices C at the target."""
+        return SavesAtTarget({series.layout: projection for series, projection, _ in
+                              self.projections}, self.best, self.why_no_projection)
+
+    @property
     def band_spread(self) -> float:
         """How many times the best layout's band's high end is its low end (1: unprojected)."""
-        if not self.projections:
-            return 1.0
-        low, high = self.at_target[0][1].band
-        return high / low if low > 0 else math.inf
+        return self.at_target[0][1].band_spread if self.projections else 1.0
 
     @property
     def too_wide(self) -> bool:
-        """The band spans more than WIDE_BAND: its ends, never one time, are the answer."""
-        return self.band_spread > WIDE_BAND
+        """The best layout's band spans more than WIDE_BAND (stampede.model.projection)."""
+        return bool(self.projections) and self.at_target[0][1].too_wide
 
     @property
     def page_cache(self) -> bool:

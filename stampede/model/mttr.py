@@ -60,7 +60,6 @@ from stampede.errors import UsageError
 from stampede.units import BYTES_PER_GB, format_bytes, format_plain, format_seconds
 
 if TYPE_CHECKING:
-    from stampede.model.assessment import PhaseVerdict
     from stampede.model.projection import Projection
     from stampede.model.workload import Workload
     from stampede.results.archived import Archive, TermRuns
@@ -335,6 +334,16 @@ def measured_checkpoint_cost(archive: Archive, layout: str) -> tuple[float, str]
             f"{best['nranks']} ranks blocked, save {best['save_mode'] or '?'}{buffered}")
 
 
+@dataclass(frozen=True)
+class SavesAtTarget:
+    """The save phase's projections at the workload, as its verdict made them
+    (stampede.model.assessment.PhaseVerdict): by layout, the best there, why none."""
+
+    projections: Mapping[str, Projection]
+    best: str = ""
+    why_not: str = ""
+
+
 def _latest_blocked(archive: Archive, layout: str) -> tuple[Row, str] | None:
     """The latest valid save run's least blocking `blocked` row (of `layout` where given)
     and the name of the file it is in."""
@@ -349,7 +358,7 @@ def _latest_blocked(archive: Archive, layout: str) -> tuple[Row, str] | None:
     return found
 
 
-def checkpoint_cost_at_target(archive: Archive, layout: str, save: PhaseVerdict | None,
+def checkpoint_cost_at_target(archive: Archive, layout: str, saves: SavesAtTarget,
                               workload: Workload) -> tuple[float, str]:
     """C at the workload, for Young/Daly at the target (the measured C is a few ranks'
     save). A sync save blocks until the save is durable: C is the save layout's projected
@@ -361,11 +370,10 @@ def checkpoint_cost_at_target(archive: Archive, layout: str, save: PhaseVerdict 
     if found is None:
         return 0.0, ""
     best, name = found
-    chosen = layout or (save.best if save is not None else "") or best["layout"]
-    projection = next((item[1] for item in (save.projections if save else ())
-                       if item[0].layout == chosen), None)
+    chosen = layout or saves.best or best["layout"]
+    projection = saves.projections.get(chosen)
     if projection is None:
-        why = (save.why_no_projection if save is not None else "") or "no save projection"
+        why = saves.why_not or "no save projection"
         measured_s, source = measured_checkpoint_cost(archive, layout)
         return measured_s, f"{source}; as measured, not at {workload.ranks} ranks ({why})"
     if best["save_mode"] == "async":
@@ -379,11 +387,10 @@ def checkpoint_cost_at_target(archive: Archive, layout: str, save: PhaseVerdict 
                 f"{format_seconds(best['elapsed_s'])} x {format_bytes(projection.params.bytes_per_rank)}"
                 f" / {format_bytes(best['bytes_per_rank'])} per rank (a copy in each rank's "
                 f"memory: the rank count does not enter it)")
-    from stampede.model.assessment import WIDE_BAND
+    from stampede.model.projection import WIDE_BAND
 
     low, high = projection.band
-    wide = (f": more than {WIDE_BAND:g}x wide, C lies anywhere between"
-            if low > 0 and high / low > WIDE_BAND else "")
+    wide = f": more than {WIDE_BAND:g}x wide, C lies anywhere between" if projection.too_wide else ""
     return (projection.prediction.total_s,
             f"projected: {chosen} save (sync: blocks until durable) at {workload.ranks} ranks, "
             f"{format_bytes(projection.params.bytes_per_rank)} per rank, band "

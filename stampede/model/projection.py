@@ -65,6 +65,17 @@ class Projection:
     meta_band: tuple[float, float]
 
     @property
+    def band_spread(self) -> float:
+        """How many times the band's high end is its low end."""
+        low, high = self.band
+        return high / low if low > 0 else math.inf
+
+    @property
+    def too_wide(self) -> bool:
+        """The band spans more than WIDE_BAND: its ends, never one time, are the answer."""
+        return self.band_spread > WIDE_BAND
+
+    @property
     def serialised(self) -> bool:
         """Every rank's metadata ops wait on one lock (c_eff = 1): the restore's shared
         inode, the save's one directory."""
@@ -77,6 +88,7 @@ class Projection:
         return threads / self.params.service_s if self.params.service_s > 0 else math.inf
 
 
+WIDE_BAND = 10.0   # a band whose ends differ more than this: no single time is the answer
 _BOUND_NAMES = {"agg_bps": "B_agg", "node_bps": "B_node", "client_bps": "B_client",
                 "threads": "s/c"}
 

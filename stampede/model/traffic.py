@@ -18,6 +18,7 @@ busiest instance, in units of b:
 
   layout                      storage       node            rank   exchange
   shared, sharded, ...        N             k               1      0
+  whole-file                  N S           k S             S      0
   broadcast (by replica)      S             leaders on a    1      rounds(g) x groups rooted
                                             node (<= k)            on the busiest node
   broadcast (by node)         per node the  min(k, S)       1      0 (within the node)
@@ -47,9 +48,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from stampede.layouts import EACH_READS, LEADER_BCAST, STRIPE_ALLGATHER, TABLE
+from stampede.layouts import EACH_READS, EACH_READS_ALL, LEADER_BCAST, STRIPE_ALLGATHER, TABLE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -178,9 +179,17 @@ def _each_reads(geometry: Geometry) -> Traffic:
                    rank=1.0, exchange=0.0)
 
 
+def _each_reads_all(geometry: Geometry) -> Traffic:
+    """Every rank reads every shard (the naive whole-file load), keeping its own."""
+    shards = float(geometry.shards)
+    return Traffic(storage=geometry.nranks * shards, node=geometry.per_node * shards,
+                   rank=shards, exchange=0.0)
+
+
 # stampede.layouts names each layout's model (Layout.traffic)
 MODELS: dict[str, Callable[[Geometry], Traffic]] = {
-    EACH_READS: _each_reads, LEADER_BCAST: _broadcast, STRIPE_ALLGATHER: _striped}
+    EACH_READS: _each_reads, EACH_READS_ALL: _each_reads_all, LEADER_BCAST: _broadcast,
+    STRIPE_ALLGATHER: _striped}
 
 
 def traffic(layout: str, geometry: Geometry) -> Traffic:
@@ -189,6 +198,38 @@ def traffic(layout: str, geometry: Geometry) -> Traffic:
     as EACH_READS."""
     described = TABLE.get(layout)
     return MODELS[described.traffic if described else EACH_READS](geometry)
+
+
+class LayoutBytes(NamedTuple):
+    """What storage serves one layout's restore phase at a geometry (the module's table in
+    bytes), beside the unique bytes the job needs (S shards of b)."""
+
+    layout: str
+    storage_bytes: float      # read from storage by all ranks
+    node_bytes: float         # read from storage into the busiest node
+    reader_bytes: float       # read from storage by one reader
+    exchange_bytes: float     # through the busiest NIC between nodes, after the reads
+    needed_bytes: float       # the unique bytes the job needs
+
+    @property
+    def amplification(self) -> float:
+        """Bytes read from storage over the bytes needed (stampede.results.amplification)."""
+        return self.storage_bytes / self.needed_bytes if self.needed_bytes > 0 else math.nan
+
+
+def layout_bytes(geometry: Geometry, bytes_per_rank: float) -> list[LayoutBytes]:
+    """Every layout's bytes at `geometry`, each rank ending with b = bytes_per_rank: those
+    a checkpoint of S shards can be laid out as (not MLPerf's own files; those that need
+    replicas only where there are some)."""
+    found = []
+    for name, described in TABLE.items():
+        if described.workload_files or (described.replica_aware and geometry.replicas < 2):
+            continue
+        flow = traffic(name, geometry)
+        found.append(LayoutBytes(name, flow.storage * bytes_per_rank, flow.node * bytes_per_rank,
+                                 flow.rank * bytes_per_rank, flow.exchange * bytes_per_rank,
+                                 geometry.shards * bytes_per_rank))
+    return found
 
 
 def data_seconds(flow: Traffic, bytes_per_rank: float, agg_bps: float, node_bps: float,

@@ -22,7 +22,7 @@ from stampede.present.html_tags import table, tag
 from stampede.present.html_trace import trace_figures
 from stampede.present.html_verdict import verdict_section
 from stampede.present.report import grouped_warnings
-from stampede.present.tables import RESTORE, SAVE, TableSpec, last_rank
+from stampede.present.tables import RESTORE, SAVE, TableSpec, last_rank, read_amplification
 from stampede.results.cells import Row, cell
 from stampede.results.compare import ranked
 from stampede.results.definitions import METRICS, SAVE_METRICS
@@ -171,7 +171,8 @@ def phase_stats(phase: str, sidecar: dict[str, Any]) -> dict[str, Any]:
 def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
                     assessment: Assessment) -> str:
     """One screen: per phase and layout of the runs ranked, the time to last rank with its
-    spread over iterations, its standing, and the op its ranks spent most time in."""
+    spread over iterations, its standing, the bytes it read over those it needed (read
+    amplification, a restore's), and the op its ranks spent most time in."""
     body = []
     for phase, verdict in assessment.phases.items():
         stats = phase_stats(phase, sidecars.get(verdict.run_id) or {})
@@ -183,13 +184,14 @@ def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
             # inside a number
             spread = last_rank(row).replace("-", "–\u2060").replace(" ", "\u00a0") \
                 .replace("\u00a0(", " (")
-            body.append([phase, row["layout"], spread, standing,
+            body.append([phase, row["layout"], spread, standing, read_amplification(row),
                          f"{dominant[0]} ({dominant[1]:.0%})" if dominant else "-"])
     if not body:
         return ""
     return (tag("h2", "Summary", id="summary")
             + tag("div", table(("phase", "layout", "last rank (min–max)", "vs best",
-                                "most rank time in (share)"), body), class_="fit"))
+                                "read amplification", "most rank time in (share)"), body),
+                  class_="fit"))
 
 
 def warnings_section(run_rows: Sequence[Row]) -> str:

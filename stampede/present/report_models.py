@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from stampede.model.rejoin import RejoinVerdict
     from stampede.model.rejoin import Side as RejoinSide
     from stampede.model.series import Series
+    from stampede.model.traffic import LayoutBytes
     from stampede.model.workload import Workload
     from stampede.results.compare import Comparison, Side
 
@@ -207,10 +208,12 @@ def _gbps(rate: float) -> str:
 
 def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]], workload: Workload,
                       archives: Sequence[str], given: Sequence[str], console: Console,
-                      what: str = "the restore: time to last rank") -> None:
+                      what: str = "the restore: time to last rank",
+                      served: tuple[str, Sequence[LayoutBytes]] | None = None) -> None:
     """`stampede project`: per layout (series, projection, notes), the fit and where it
     leads at the workload (stampede.model.workload); `given` names the parameters held
-    fixed, `what` the phase projected."""
+    fixed, `what` the phase projected; `served`: (where, every layout's bytes from
+    storage there), a restore's."""
     nranks = workload.ranks
     console.print(f"stampede project: {what}; {len(projections)} layout(s) from "
                   f"{', '.join(archives)}, projected to {nranks} ranks")
@@ -229,6 +232,15 @@ def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]
             for series, projection, _ in ranked))
         for series, projection, _ in ranked:
             console.print(f"  {series.layout}: bound by {projection.prediction.bound_by}")
+    if served is not None:
+        from stampede.present.report_plan import render_served
+
+        best = min(projections, key=lambda item: item[1].prediction.total_s)
+        params, fit = best[1].params, best[1].fit
+        console.print()
+        render_served(served[1], served[0], console,
+                      (best[0].layout, params.agg_bps,
+                       params.node_bps if fit.node_measured else math.inf))
 
 
 def _render_layout(series: Series, projection: Projection, notes: Sequence[str], nranks: int,

@@ -3,19 +3,21 @@ options and who reads what), and what an existing checkpoint holds (from its hea
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from stampede.ops import OPS
 from stampede.present.tables import ItemColumn, Verbatim, item_table
-from stampede.units import BYTES_PER_GIB, format_bytes
+from stampede.units import BYTES_PER_GIB, format_amplification, format_bytes, format_duration
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from stampede.checkpoint.plan import Extent, RankPlan
     from stampede.checkpoint.save_plan import FileWrite, SavePlan
+    from stampede.model.traffic import LayoutBytes
     from stampede.spec import JobSpec
 
     # per layout: its name, its files (name, bytes), (rank, plan, whether it reads storage)
@@ -52,15 +54,18 @@ if TYPE_CHECKING:
         @property
         def total_bytes(self) -> int: ...
 
+SHOWN_EXTENTS = 4   # a rank reading more extents (whole-file) shows its first and last
 # What a catalogue's items are called, by format (the others hold tensors).
 ITEMS = {"dcp": "saved items", "torch": "storages", "tensorizer": "files (whole)"}
 
 
 def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[PlannedRestore], space: str,
-                console: Console) -> None:
+                console: Console, served: Sequence[LayoutBytes] = (), where: str = "") -> None:
     """`stampede plan`: the validated options and who reads what; touches no storage.
     `layouts`: per layout (name, files, [(rank, plan, reads storage)]); rank -1 stands for
-    the ranks not shown."""
+    the ranks not shown. `served`: what storage would serve every layout at this rank
+    count (`where`: how the ranks sit on nodes), so that a layout's N-fold reads show
+    before it runs."""
     console.print(item_table(f"job {spec.name} ({spec.source}) - validated, {nranks} rank(s), "
                              f"backend {backend}", OPTIONS, spec.values.items()))
 
@@ -93,13 +98,48 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Plan
                 continue
             # a line per extent it reads; one where it reads none (it receives its shard)
             extents: list[Extent | None] = [extent for extent in plan.extents if leads]
+            if len(extents) > SHOWN_EXTENTS:   # whole-file: every slice; the first, the last
+                lines += [RankRead(rank, plan, leads, extents[0]),
+                          Verbatim(("", f"... {len(extents) - 2:,} more slices")),
+                          RankRead(rank, plan, leads, extents[-1])]
+                continue
             lines += [RankRead(rank, plan, leads, extent) for extent in extents or [None]]
         console.print(item_table(f"{layout}: {len(files)} file(s), {format_bytes(total)} "
                                  f"({total:,} B); per iteration each rank:", columns, lines))
+    if served:
+        render_served(served, f"{nranks} rank(s), {where}", console)
     console.print(f"space: {space}", markup=False)
     console.print(f"[dim]no storage was touched (the target's free space was asked); "
                   f"`stampede prepare` writes these files, `stampede run` reads them (cache "
                   f"{spec.cache}, {spec.iterations} iterations + {spec.warmup} warmup)[/]")
+
+
+def render_served(served: Sequence[LayoutBytes], where: str, console: Console,
+                  rates: tuple[str, float, float] | None = None) -> None:
+    """Every layout's bytes from storage per restore at a scale (`where`), and their read
+    amplification: `plan` at its rank count, `project` at the target. `rates`: (the layout
+    fitted, B_agg, B_node in bytes/s; inf: not measured) price the bytes in seconds: the
+    storage's share of them and the busiest NIC's (its reads, then its exchange)."""
+    columns = list(SERVED)
+    note = ""
+    if rates is not None:
+        fitted, agg_bps, node_bps = rates
+        columns += [
+            ItemColumn("storage s", lambda item: _seconds_at(item.storage_bytes, agg_bps)),
+            ItemColumn("NIC s", lambda item: _seconds_at(item.node_bytes + item.exchange_bytes,
+                                                         node_bps))]
+        note = f"; seconds at {fitted}'s fitted B_agg" + \
+            (" and B_node" if math.isfinite(node_bps) else " (B_node not measured)")
+    console.print(item_table(f"every layout at {where}: bytes from storage per restore and "
+                             f"their read amplification (over the "
+                             f"{format_bytes(served[0].needed_bytes)} the job needs){note}",
+                             columns, served))
+
+
+def _seconds_at(nbytes: float, rate_bps: float) -> str:
+    """Bytes at a rate, in seconds ('-' where the rate is not known)."""
+    return format_duration(nbytes / rate_bps) if math.isfinite(rate_bps) and rate_bps > 0 \
+        else "-"
 
 
 def render_save_plan(spec: JobSpec, nranks: int, layouts: Sequence[PlannedSave], space: str,
@@ -191,6 +231,15 @@ WRITES: tuple[ItemColumn[RankWrite], ...] = (
     ItemColumn("bytes", lambda write: "" if write.length_bytes is None
                else format_bytes(write.length_bytes)),
     ItemColumn("does", lambda write: write.does, left=True))
+
+SERVED: tuple[ItemColumn[LayoutBytes], ...] = (
+    ItemColumn("layout", lambda served: served.layout, left=True),
+    ItemColumn("from storage", lambda served: format_bytes(served.storage_bytes)),
+    ItemColumn("read ampl", lambda served: format_amplification(served.amplification)),
+    ItemColumn("busiest node", lambda served: format_bytes(served.node_bytes)),
+    ItemColumn("a reader", lambda served: format_bytes(served.reader_bytes)),
+    ItemColumn("NIC exchange", lambda served: format_bytes(served.exchange_bytes)
+               if served.exchange_bytes else "-"))
 
 SHARES: tuple[ItemColumn[RankShare], ...] = (
     ItemColumn("rank", lambda share: str(share.rank)),

@@ -24,7 +24,14 @@ from stampede.results.cells import Row, cell
 from stampede.results.columns import OWN_TOOL
 from stampede.results.compare import INVALID, ranked
 from stampede.results.definitions import BUCKET_ERROR
-from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
+from stampede.units import (
+    format_amplification,
+    format_bytes,
+    format_in,
+    format_number,
+    format_seconds,
+    seconds_unit,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -131,6 +138,12 @@ def _buffered(line: Line) -> bool:
     return line.row.get("durability") == "none"
 
 
+def read_amplification(row: Row) -> str:
+    """'4.0x': the bytes a restore read from storage over the unique bytes it needed (an
+    older row, or a save's: '-')."""
+    return format_amplification(row.get("read_amplification", math.nan))
+
+
 LAYOUT = Column("layout", lambda line: line.row["layout"], left=True)
 STANDING = Column("vs best", lambda line: line.standing, left=True,
                   alarm=lambda line: line.standing == INVALID)
@@ -141,6 +154,7 @@ RESTORE = TableSpec(
     "Restore: time until every rank holds its bytes", "restore", "restore",
     (LAYOUT, Column("last rank\n(min-max)", lambda line: last_rank(line.row)), STANDING,
      STRAGGLER, Column("agg\nGB/s", _number("agg_gbps")), SLOWEST,
+     Column("read\nampl", lambda line: read_amplification(line.row)),
      Column("first\ndone", _seconds("first_done_s"), wide=True),
      Column("storage\nops/it", _number("storage_ops_per_iteration"), wide=True),
      Column("storage\npart", _seconds("storage_s"), wide=True),

@@ -36,6 +36,11 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
 - 6: throttles and backoff_s (per storage op, as retries: the throttling answers the
      client met and the seconds it waited); rows of schemas 1-5 read them as empty (not
      counted), the sidecar's layouts and saves carry them beside retries.
+- 7: needed_bytes (the unique bytes a restore needed, from the plan) and its read
+     amplification: read_amplification (storage_bytes_per_iteration / needed_bytes),
+     read_amplification_node_max and read_amplification_rank_max (the worst node's and
+     rank's reads over their needed bytes); rows of schemas 1-6 read them as empty (not
+     measured). The layout whole-file came with it.
 
 The columns themselves (type, unit, meaning, since, identity) are
 stampede.results.columns'.

@@ -21,7 +21,7 @@ from pathlib import Path
 from stampede.results.tiers import TIERS, tier_column
 from stampede.spec import OPTIONS, Option
 
-ARCHIVE_SCHEMA = 6
+ARCHIVE_SCHEMA = 7
 OWN_TOOL = "stampede"   # the tool of rows stampede's own code measured
 GPU_PHASE = "h2d"       # the phase of `stampede gpu`'s rows: host -> device copies
 KINDS = {"text": "text", "number": "a number", "whole": "a whole number",
@@ -175,6 +175,21 @@ OWN: tuple[Column, ...] = (
             "waited before its retries and for its own rate limiter (`retry_mode = "
             "adaptive`), summed over all ranks and iterations of the layout; inside the op's "
             "latencies"),
+    _column("needed_bytes", "whole", _B, 7, "restore rows: the unique bytes of the checkpoint "
+            "the job needed, the union of what its ranks must end up holding (the checkpoint's "
+            "size for a full restore; an existing checkpoint's: its tensors' bytes), from the "
+            "plan, whatever the layout read"),
+    _column("read_amplification", "number", "", 7, "restore rows: "
+            "storage_bytes_per_iteration / needed_bytes: 1 when each needed byte was read once, "
+            "N when N ranks each read the whole file (layout whole-file); below 1 where "
+            "ranks take bytes from each other rather than from storage; a loader's rows "
+            "(`stampede loaders`): the bytes it loaded (op `load`) over those assigned"),
+    _column("read_amplification_node_max", "number", "", 7, "restore rows: the most over "
+            "nodes (hosts) of a node's bytes read from storage per iteration over the bytes its "
+            "ranks need (a shard two of its ranks hold counts once)"),
+    _column("read_amplification_rank_max", "number", "", 7, "restore rows: the most over "
+            "ranks of a rank's bytes read from storage per iteration over the bytes it must "
+            "end up holding"),
 )
 # The options whose columns are part of a row's identity: they change what an op costs.
 IDENTITY_OPTIONS = ("pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",

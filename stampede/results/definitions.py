@@ -53,6 +53,10 @@ what stampede measures (per layout, per op; all ranks start together after a bar
                 slowest / fastest rank's restore time; straggler = slowest / median
   slowest-rank GB/s
                 bytes per rank / time to last rank: BW_rank_io of the recovery model
+  read amplification
+                bytes read from storage per iteration / the unique bytes the job
+                needed (the union of what its ranks must hold): 1.0x read once, 4.0x
+                when 4 ranks each read the whole file; also at the worst node and rank
   storage / network part
 {_paragraph("", "first start to last stop, all ranks, of the storage ops ("
                 + ", ".join(STORAGE_OPS) + ") / of the exchange ops ("

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import numpy as np
 
+    from stampede.results.amplification import Amplification
     from stampede.results.summaries import LayoutStats
 
 from stampede.ops import TIMELINE_PHASES
@@ -105,5 +106,7 @@ class LayoutRun:
     said: tuple[str, ...] = ()   # what the run says beside its numbers, not a warning
     tier_bytes: dict[str, int] = field(default_factory=dict)   # a rejoin's restores: tier ->
                                  # bytes all ranks restored from it (stampede.results.tiers)
+    amplification: Amplification | None = None   # a restore's bytes needed, and what its
+                                 # worst node and rank read of theirs (results.amplification)
 
 

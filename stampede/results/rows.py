@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from stampede import __version__
 from stampede.filesystems import KERNEL_NFS_RPCS, mount_facts
 from stampede.ops import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
+from stampede.results.amplification import Amplification
 from stampede.results.archive import ARCHIVE_SCHEMA
 from stampede.results.cells import cell
 from stampede.results.columns import OWN_TOOL
@@ -90,12 +91,25 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
         if row["op"] == stats.completion_op:
             row.update({tier_column(tier): cell(nbytes)
                         for tier, nbytes in layout_run.tier_bytes.items()})
+            if layout_run.phase == "restore" and layout_run.amplification is not None:
+                row.update(amplification_columns(layout_run.amplification,
+                                                 stats.restore.storage_bytes.median))
         if row["op"] in STORAGE_OPS or row["op"] in SAVE_STORAGE_OPS:
             client = layout_run.client
             row.update(retries=cell(client.retries.get(row["op"], 0)),
                        throttles=cell(client.throttles.get(row["op"], 0)),
                        backoff_s=cell(client.backoff_s.get(row["op"], 0.0)))
     return rows
+
+
+def amplification_columns(amplification: Amplification,
+                          storage_bytes: float) -> dict[str, str]:
+    """A restore's completion row: the unique bytes the job needed, and its read
+    amplification per iteration, at its worst node and at its worst rank."""
+    return {"needed_bytes": cell(amplification.needed_bytes),
+            "read_amplification": cell(amplification.of(storage_bytes)),
+            "read_amplification_node_max": cell(amplification.node_max),
+            "read_amplification_rank_max": cell(amplification.rank_max)}
 
 
 def op_rows(shared: dict[str, object], stats: LayoutStats, bytes_per_rank: int,

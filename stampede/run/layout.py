@@ -20,6 +20,7 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, bytes_per_rank, plan_rank
+from stampede.results.amplification import RankNeed, amplification, rank_read_bytes
 from stampede.results.model import ClientCounts, LayoutRun
 from stampede.results.samples import ITER, RANK
 from stampede.run import cache, gather
@@ -213,6 +214,8 @@ def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, catalogue: Cata
     all_digests = mpi.gather(comm, phases.digests)
     all_notes = mpi.gather(comm, phases.notes)
     shares = mpi.gather(comm, sum(extent.length for extent in plan.extents))
+    needs = mpi.gather(comm, RankNeed(rank_read_bytes(rows[rows[:, ITER] >= 0]),
+                                      plan.needed_bytes, plan.needed_key))
     drops = mpi.gather(comm, phases.cache_drops)
     stats, trace = gather.gathered_stats(comm, spec, plan, plan.layout, rows, phases.origins,
                                          hosts, phases.failed_iteration,
@@ -232,7 +235,8 @@ def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, catalogue: Cata
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      digests=tuple(d for part in all_digests or [] for d in part),
                      interrupted=phases.interrupted, iterations_done=phases.iterations_done,
-                     cache_drops=tuple(drops or ()), trace=trace)
+                     cache_drops=tuple(drops or ()), trace=trace,
+                     amplification=amplification(needs, hosts) if needs else None)
 
 
 def measured_rows(log: Log, failed_iteration: int | None) -> np.ndarray:

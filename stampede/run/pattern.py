@@ -94,7 +94,9 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
         nbytes = plan.hold.length if complete else 0
     end = restore_stop or time.perf_counter_ns()
     outcome.incomplete = not complete
-    log.append((iteration, RESTORE, origin_ns, end, nbytes, int(complete)))
+    # what it holds, not what it read: a whole-file rank reads every slice, keeps its own
+    log.append((iteration, RESTORE, origin_ns, end, min(nbytes, plan.needed_bytes),
+                int(complete)))
     outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
     return outcome
 

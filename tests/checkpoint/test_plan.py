@@ -7,10 +7,13 @@ import pytest
 from stampede.checkpoint.plan import (
     INDEX_FILE,
     SHARED_FILE,
+    Extent,
     bytes_per_rank,
     checkpoint_files,
+    needed_bytes,
     plan_rank,
     stripes,
+    union_bytes,
     writes_of_rank,
 )
 from stampede.errors import UsageError
@@ -138,3 +141,48 @@ def test_replicas_must_divide_the_ranks_and_strategies_need_two() -> None:
         plan_rank(replicated_job(2), "broadcast", 3, 0)
     with pytest.raises(UsageError, match="needs checkpoint.replicas >= 2"):
         replicated_job(1, layout="broadcast")
+
+
+@pytest.mark.parametrize("fmt", ["raw", "safetensors"])
+def test_whole_file_reads_every_slice_and_holds_its_own(fmt: str) -> None:
+    spec = job(format=fmt)
+    shared = [plan_rank(spec, "shared", 4, rank) for rank in range(4)]
+    for rank in range(4):
+        plan = plan_rank(spec, "whole-file", 4, rank)
+        assert plan.files == shared[rank].files   # the shared layout's file, read whole
+        assert plan.extents == tuple(other.hold for other in shared)
+        assert plan.hold == shared[rank].hold and plan.needed_bytes == plan.hold.length
+        assert sum(e.length for e in plan.extents) == 4 * bytes_per_rank(spec, 4)
+        assert plan.op_counts()["read"] == 4 * shared[rank].op_counts()["read"]
+
+
+def test_union_bytes_counts_an_overlap_once() -> None:
+    assert union_bytes([]) == 0
+    assert union_bytes([Extent("a", 0, 10), Extent("a", 5, 10), Extent("a", 30, 5)]) == 20
+    assert union_bytes([Extent("a", 0, 10), Extent("a", 0, 10, "t"), Extent("b", 0, 10)]) == 30
+    assert union_bytes([Extent("a", 0, 100), Extent("a", 10, 5)]) == 100
+
+
+@pytest.mark.parametrize(("nranks", "replicas", "shift"), [(4, 1, 0), (4, 2, 0), (6, 3, 1),
+                                                           (4, 4, 3)])
+def test_the_job_needs_its_shards_once_whatever_each_layout_reads(nranks: int, replicas: int,
+                                                                 shift: int) -> None:
+    spec = build_job("t", "t", {"target": {"path": "/x"},
+                                "checkpoint": {"size_per_rank": "1MiB", "replicas": replicas},
+                                "run": {"rank_shift": shift}})
+    shards = nranks // replicas
+    for layout in ("shared", "whole-file", "sharded", "broadcast", "striped", "metadata-first"):
+        if layout in ("broadcast", "striped") and replicas < 2:
+            continue
+        plans = [plan_rank(spec, layout, nranks, rank) for rank in range(nranks)]
+        needed = needed_bytes(spec, layout, nranks)
+        assert needed == shards * 2**20, layout
+        # the union of what the ranks hold is the sum over their distinct keys
+        keyed = {plan.needed_key: plan.needed_bytes for plan in plans}
+        assert sum(keyed.values()) == needed == union_bytes(p.hold for p in plans), layout
+        # a broadcast group's leader is its replica 0 (with a shift, not its lowest rank)
+        read = sum(e.length for p in plans for e in p.extents
+                   if not p.leader_reads or p.member == 0)
+        assert read == (nranks * needed if layout == "whole-file" else
+                        needed if layout in ("broadcast", "striped") else
+                        nranks * 2**20), layout

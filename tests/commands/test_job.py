@@ -76,3 +76,37 @@ def test_gpu_on_the_host_runs_with_its_default_modes(stampede, tmp_path: Path) -
                       "--archive", str(tmp_path / "gpu.csv"))
     assert result.returncode == 0, result.stderr   # the hint "--device host" works as given
     assert "pinned" not in (tmp_path / "gpu.csv").read_text()
+
+
+def _served(stdout: str) -> dict[str, str]:
+    """plan's table of every layout at the rank count: layout -> its cells, one space apart."""
+    table = stdout.split("every layout at ", 1)[1].split("space:", 1)[0].split("─", 1)[-1]
+    return {words[0]: " ".join(words[1:]) for line in table.splitlines()
+            if (words := line.split())}
+
+
+def test_plan_shows_every_layouts_bytes_from_storage_before_it_runs(stampede, tmp_path: Path,
+                                                                    ) -> None:
+    job = str(REPO / "jobs" / "quickstart.toml")
+    common = ("--set", f"target.path={tmp_path / 'ckpt'}", "--set", "checkpoint.size=1GiB",
+              "--set", "checkpoint.layout=whole-file")
+    planned = stampede("plan", job, "--np", "16384", "--ranks-per-node", "8", *common,
+                       env={"COLUMNS": "200"})
+    assert planned.returncode == 0, planned.stderr
+    assert "at 16384 rank(s), 2,048 node(s) of 8" in planned.stdout
+    served = _served(planned.stdout)
+    # (from storage, amplification, busiest node, one reader, exchange): whole-file's
+    # 16,384 ranks each read the whole 1 GiB; the others each byte once
+    assert served["whole-file"] == "16 TiB 16,384x 8 GiB 1 GiB -"
+    assert served["sharded"] == "1 GiB 1.0x 512 KiB 64 KiB -"
+    assert "broadcast" not in served   # one replica: no layout that needs two
+    # a whole-file rank's reads folded: its first slice, how many more, its last
+    assert "16,382 more slices" in planned.stdout
+    assert len(planned.stdout.splitlines()) < 200
+    replicated = _served(stampede("plan", job, "--np", "8", "--ranks-per-node", "4", *common,
+                                  "--set", "checkpoint.replicas=4", env={"COLUMNS": "200"}
+                                  ).stdout)
+    # 2 shards x 4 replicas of 512 MiB: the replicas read each shard 4 times, broadcast once
+    assert replicated["replicated"].startswith("4 GiB 4.0x ")
+    assert replicated["broadcast"].startswith("1 GiB 1.0x ")
+    assert replicated["whole-file"].startswith("8 GiB 8.0x ")

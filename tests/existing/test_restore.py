@@ -58,6 +58,10 @@ def test_a_published_model_restored_at_1_2_4_ranks(stampede, tmp_path: Path, pub
         accounted(published.parent, digests, str(published))
         restore = next(r for r in rows if r["layout"] == policy and r["op"] == "restore")
         assert int(restore["bytes_total"]) == total
+        # the tensors' bytes are what the job needed, each read once by one rank
+        assert int(restore["needed_bytes"]) == total
+        assert float(restore["read_amplification"]) == 1.0
+        assert float(restore["read_amplification_rank_max"]) == 1.0
     assert _snapshot(published.parent) == before   # read-only: nothing changed or added
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 
-from stampede.model.assessment import WIDE_BAND, assess
+from stampede.model.assessment import assess
+from stampede.model.projection import WIDE_BAND
 from stampede.results.archived import Archive
 from tests.model.test_project import RANKS, TRUE, synthetic_rows
 

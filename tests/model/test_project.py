@@ -192,6 +192,24 @@ def test_projection_from_an_archive(stampede, tmp_path: Path) -> None:
     assert "limited by B_net" in only.stdout and "within the measured range" in only.stdout
 
 
+
+def test_project_lists_every_layouts_bytes_from_storage_at_the_target(stampede,
+                                                                      tmp_path: Path) -> None:
+    archive = tmp_path / "sweep.csv"
+    append_rows(archive, synthetic_rows(TRUE, RANKS))   # 1 GB per rank, B_agg 20 GB/s
+    result = stampede("project", str(archive), "--target-ranks", "16384",
+                      "--target-ranks-per-node", "8", "--node-gbps", "25",
+                      env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("every layout at 16384 ranks, 2,048 node(s) of 8: ", 1)[1]
+    assert "seconds at sharded's fitted B_agg and B_node" in table
+    rows = {words[0]: " ".join(words[1:]) for line in table.split("─")[-1].splitlines()
+            if (words := line.split())}
+    # every rank reads the whole 16.4 TB: 16,384x, 16,384 x 819 s at B_agg, 8 x 16.4 TB a node
+    assert rows["whole-file"] == "238.4 PiB 16,384x 119.2 TiB 14.9 TiB - 155 days 87.4 min"
+    assert rows["sharded"] == "14.9 TiB 1.0x 7.451 GiB 953.7 MiB - 13.7 min 320 ms"
+
+
 def test_two_rank_counts_are_refused(stampede, tmp_path: Path) -> None:
     archive = tmp_path / "two.csv"
     synthetic_archive(archive, TRUE, (2, 4))
@@ -500,7 +518,7 @@ def test_young_daly_takes_the_save_at_the_target(mode: str) -> None:
     assert save is not None and [item[0].layout for item in save.projections] == ["sharded"]
     projection = save.projections[0][1]
     assert projection.params.bytes_per_rank == 4 << 20
-    cost_s, source = checkpoint_cost_at_target(archive, "", save, workload)
+    cost_s, source = checkpoint_cost_at_target(archive, "", save.saves_at_target, workload)
     if mode == "sync":
         assert cost_s == projection.prediction.total_s != 0.25
         assert source.startswith("projected: sharded save (sync: blocks until durable) at 16384")
@@ -510,7 +528,8 @@ def test_young_daly_takes_the_save_at_the_target(mode: str) -> None:
     assert measured_checkpoint_cost(archive, "")[0] == 0.25   # without a target: as measured
     # two rank counts do not project: the measured C, and why not at the target
     few = Archive([row for row in rows if row["nranks"] in (1, 2)])
-    cost_s, source = checkpoint_cost_at_target(
-        few, "", phase_verdict(few.rows, "save", workload), workload)
+    unprojected = phase_verdict(few.rows, "save", workload)
+    assert unprojected is not None
+    cost_s, source = checkpoint_cost_at_target(few, "", unprojected.saves_at_target, workload)
     assert cost_s == 0.25
     assert "; as measured, not at 16384 ranks (layout sharded: save runs at 2 distinct" in source

@@ -37,6 +37,15 @@ def test_the_table_at_four_nodes_of_two() -> None:
     assert traffic("broadcast", Geometry(8, replicas=4)).exchange == 0   # shared memory
 
 
+def test_whole_file_carries_every_shard_to_every_rank() -> None:
+    # 4 ranks on 2 nodes of 2, one replica: each rank reads the 4 shards, each node 8
+    geometry = Geometry(nranks=4, ranks_per_node=2)
+    assert traffic("whole-file", geometry) == Traffic(storage=16, node=8, rank=4, exchange=0)
+    assert traffic("shared", geometry) == Traffic(storage=4, node=2, rank=1, exchange=0)
+    # with replicas the file holds S = N / R shards: what each rank reads
+    assert traffic("whole-file", Geometry(8, 2, replicas=4)).rank == 2
+
+
 def test_broadcast_rounds_follow_mpichs_algorithms() -> None:
     assert [bcast_rounds(g) for g in (1, 2, 3, 4, 5, 7)] == [0, 1, 2, 2, 3, 3]
     assert bcast_rounds(8) == pytest.approx(2 * 7 / 8)      # scatter + ring allgather
@@ -86,3 +95,20 @@ def test_a_limit_no_run_reached_is_the_most_pessimistic_bound() -> None:
     assert 1 / rates.node_s_per_byte == pytest.approx(10 * MB, rel=1e-6)
     assert "B_agg" in rates.bound
     assert 1 / rates.agg_s_per_byte == pytest.approx(8 / 2 * 10 * MB, rel=1e-6)
+
+
+def test_every_layouts_bytes_at_the_target_beside_what_the_job_needs() -> None:
+    from stampede.model.traffic import layout_bytes
+
+    # 16,384 ranks of 1 MiB each on 2,048 nodes of 8, one replica
+    found = {item.layout: item for item in layout_bytes(Geometry(16384, 8), MB)}
+    assert "broadcast" not in found and "mlperf" not in found   # one replica; own files
+    assert found["sharded"].amplification == 1.0
+    whole = found["whole-file"]
+    assert whole.needed_bytes == 16384 * MB and whole.amplification == 16384
+    assert whole.node_bytes == 8 * 16384 * MB and whole.reader_bytes == 16384 * MB
+    # 4 replicas: the replicas read each shard 4 times, one reader per group once
+    replicated = {item.layout: item for item in layout_bytes(Geometry(16, 4, replicas=4), MB)}
+    assert replicated["replicated"].amplification == 4.0
+    assert replicated["broadcast"].amplification == replicated["striped"].amplification == 1.0
+    assert replicated["whole-file"].amplification == 16.0

@@ -6,6 +6,7 @@ history) draw their rows as archived."""
 from __future__ import annotations
 
 import io
+import math
 import re
 from html import unescape
 
@@ -19,6 +20,7 @@ from stampede.present.report import (
 )
 from stampede.present.tables import RESTORE, SAVE, TableSpec
 from stampede.results.cells import Row, cell, typed
+from stampede.units import format_amplification
 
 COMMON = {"run_id": "r1", "job": "j", "nranks": 4, "nnodes": 1, "ranks_per_node": 4,
           "backend": "posix", "iterations": 3, "bytes_per_rank": 2**20,
@@ -41,7 +43,8 @@ def completion(layout: str, phase: str, median: float, valid: bool = True,
                storage_ops_per_iteration=7, unprotected_s=0.0, **values)
 
 
-RUN = [completion("shared", "restore", 0.2), completion("sharded", "restore", 0.1),
+RUN = [completion("shared", "restore", 0.2, read_amplification=4.0),
+       completion("sharded", "restore", 0.1, read_amplification=1.0),
        completion("broadcast", "restore", 0.3, valid=False),
        completion("shared", "save", 0.4, durability="none"),
        row("shared", "published", "save", elapsed_s=0.41),
@@ -81,11 +84,19 @@ def test_the_terminal_and_the_html_draw_one_spec_cell_for_cell() -> None:
     restore = dict(zip(html(RESTORE)[0], html(RESTORE)[1][1], strict=True))
     assert restore["last rank (min-max)"] == "200 (190-210) ms"
     assert restore["vs best"] == "+100%" and restore["first done"] == "100 ms"
+    assert restore["read ampl"] == "4.0x"   # what it read over what the job needed
+    assert [line[6] for line in html(RESTORE)[1]] == ["1.0x", "4.0x", "-"]   # unmeasured: -
     assert html(RESTORE)[1][2][2] == "INVALID"
     save = dict(zip(html(SAVE)[0], html(SAVE)[1][0], strict=True))
     assert save["published"] == "410 ms" and save["validate errors"] == "0"
     assert save["agg GB/s"].endswith(" buf")   # handed to the page cache only
     assert "buf = save.durability = none" in save_table(RUN)
+
+
+def test_read_amplification_reads_as_a_multiple() -> None:
+    assert [format_amplification(ratio) for ratio in (8.0, 1.0, 1.049, 0.5, 0.25, 0.0,
+                                                      2048.0, math.nan, math.inf)] \
+        == ["8.0x", "1.0x", "1.0x", "0.5x", "0.25x", "0.0x", "2,048x", "-", "-"]
 
 
 def test_an_invalid_layout_is_red_on_the_terminal_only() -> None:

@@ -57,6 +57,9 @@ def test_a_whole_sidecar_passes_and_each_drift_is_named() -> None:
             target = target[key]
         target[last] = value
         assert said in sidecar_problems(document), (keys, sidecar_problems(document))
+    older = {**RUN, "schema": 6}   # a packed archive's: held to sidecar-6's shape
+    assert sidecar_problems(older) == []
+    assert sidecar_problems({**older, "nranks": 0}) == ["$.nranks: 0 < 1"]
     unknown = {**RUN, "extra": 1}
     assert "$: 'extra' is not in the schema" in sidecar_problems(unknown)
     missing = {key: value for key, value in RUN.items() if key != "node"}

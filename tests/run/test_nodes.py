@@ -127,6 +127,26 @@ def test_rank_shift_by_a_node_reads_what_the_other_node_wrote(nodes: Nodes,
         shard: {"node1" if writers[shard] == "node0" else "node0"} for shard in shards}
 
 
+def test_read_amplification_per_node_counts_what_a_nodes_ranks_need(nodes: Nodes,
+                                                                      tmp_path: Path) -> None:
+    """2 shards x 2 replicas on 2 nodes: node h holds both shards (ranks 2h, 2h + 1). Sharded
+    reads each shard once per node (2.0x for the job, 1.0x at each node); whole-file reads
+    the whole file on every rank (4.0x, 2.0x a node, 2.0x a rank); broadcast by replica
+    reads each shard once in all (1.0x). A POSIX target the nodes share."""
+    job = _job(tmp_path, nodes, "amplified", target={"path": str(tmp_path / "ckpt")},
+               checkpoint={"layout": ["sharded", "broadcast", "whole-file"], "replicas": 2})
+    _prepared_and_run(nodes, job, tmp_path)
+    rows = read_archive(tmp_path / "results" / "amplified.csv")
+    restores = {row["layout"]: row for row in rows if row["op"] == "restore"}
+    assert {row["nnodes"] for row in restores.values()} == {"2"}
+    found = {layout: (float(row["read_amplification"]), float(row["read_amplification_node_max"]),
+                      float(row["read_amplification_rank_max"]))
+             for layout, row in restores.items()}
+    assert found == {"sharded": (2.0, 1.0, 1.0), "broadcast": (1.0, 1.0, 1.0),
+                     "whole-file": (4.0, 2.0, 2.0)}
+    assert {row["needed_bytes"] for row in restores.values()} == {str(4 * MiB)}
+
+
 def test_a_node_killed_ends_the_job_and_leaves_the_archive_intact(nodes: Nodes,
                                                                   tmp_path: Path) -> None:
     """Every process of node1 is killed while the second layout runs: mpiexec ends, node0's

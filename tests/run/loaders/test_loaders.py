@@ -111,6 +111,11 @@ def test_torch_load_of_a_bin(stampede, tmp_path: Path, torch_bin: Path, nranks: 
         loading = [0] if policy == "files" else list(range(nranks))
         assert [rank for rank, part in enumerate(held) if part] == loading
         assert all(part == whole for part in held if part)
+        # what it loaded over what the ranks needed: every loading rank loads the file
+        restore = next(row for row in rows if row["tool"] == "torch.load"
+                       and row["layout"] == policy and row["op"] == "restore")
+        assert int(restore["needed_bytes"]) == scan(str(torch_bin)).total_bytes
+        assert float(restore["read_amplification"]) == pytest.approx(len(loading), rel=0.01)
 
 
 @pytest.mark.parametrize("nranks", [1, 2])
