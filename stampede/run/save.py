@@ -313,6 +313,7 @@ def _version_setup(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
              *(name for f in filter(None, (plan.index,)) for name in (f.relpath, f.partial)),
              versions.layout_dir(layout), versions.pointer_path(layout)}
     files = backend.capabilities.has_directories   # else an object store: no directories to sync
+    pointer = versions.pointer_path(layout)
     setup = SaveSetup(
         plan=plan, backend=backend, paths={relpath: backend.path(relpath) for relpath in named},
         model=buffers.model, check=buffers.check, block_bytes=spec.block_bytes, world=comm,
@@ -321,11 +322,21 @@ def _version_setup(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
         part_bytes=spec.part_bytes,
         validate=spec.validate, finite_dtype=spec.dtype if spec.validate == "finite" else "",
         expected=expected, headers=headers, bases=bases, index=index,
-        pointer=versions.pointer_path(layout), pointer_bytes=versions.pointer_text(version),
+        pointer=pointer, pointer_bytes=versions.pointer_text(version),
+        pointer_etag=_pointer_etag(backend, pointer) if rank == 0 and not files else None,
         spine=_spine(plan, layout) if rank == 0 and files else (),
         releasing=bool(releases or release_dirs), releases=tuple(mine),
         release_dirs=tuple(release_dirs) if rank == 0 and files else (), owned=owned)
     return setup, version
+
+
+def _pointer_etag(backend: Backend, pointer: str) -> str | None:
+    """Rank 0 on an object store, untimed, before the version is written: the pointer's
+    ETag as it is now (None: no pointer yet), which the publish's conditional PUT must
+    still find (stampede.run.save_objects): a writer that published meanwhile wins."""
+    store = object_store(backend)
+    assert store is not None   # only asked on an object store
+    return store.etag(backend.path(pointer))
 
 
 def _fill(spec: JobSpec, plan: SavePlan,

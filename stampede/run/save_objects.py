@@ -29,7 +29,9 @@ An upload that does not complete (a failed part, a rank that failed elsewhere, t
 deadline) is aborted at the end, untimed (AbortMultipartUpload), so no parts stay behind;
 one a killed rank left is aborted by the next save or clean (ObjectStore.discard_uploads).
 metadata-first's index is one PUT by rank 0 once every shard is durable; the publish is
-the pointer's PUT.
+the pointer's conditional PUT (If-Match: the pointer's ETag when the version began, or
+If-None-Match: * where there was none): a writer that published meanwhile makes it fail
+(412), never overwritten.
 """
 
 from __future__ import annotations
@@ -108,10 +110,12 @@ class ObjectSave(Save):
                                              f"{error}; the next save or clean aborts it")
         self.uploads.clear()
 
-    def pointer_writer(self) -> Callable[[], None]:
+    def pointer_writer(self) -> Callable[[], object]:
+        """The publish: the pointer's conditional PUT, which fails (FileExistsError) where
+        another writer published since this version began."""
         setup = self.setup
-        return partial(self.store.put_object, setup.paths[setup.pointer],
-                       (memoryview(setup.pointer_bytes),), "publish")
+        return partial(self.store.publish, setup.paths[setup.pointer],
+                       (memoryview(setup.pointer_bytes),), setup.pointer_etag)
 
     # --- the steps -----------------------------------------------------------------------
 
