@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from stampede.emulate.throttle import Decision, Throttle
 from stampede.units import BYTES_PER_MIB
@@ -129,9 +129,9 @@ class ThrottlingFront:
         self.endpoint_url = f"http://{host}:{self.port}"
         self._thread: threading.Thread | None = None
 
-    def decide(self, method: str, bucket: str, key: str) -> Decision:
+    def decide(self, method: str, bucket: str, key: str, prefix: str = "") -> Decision:
         with self._decide_lock:
-            return self.throttle.decide(method, bucket, key, time.monotonic())
+            return self.throttle.decide(method, bucket, key, time.monotonic(), prefix)
 
     def serve_forever(self) -> None:
         self._server.serve_forever()
@@ -158,6 +158,11 @@ def split_path(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+def list_prefix(path: str) -> str:
+    """A LIST's prefix parameter ("" when it names none)."""
+    return parse_qs(urlsplit(path).query).get("prefix", [""])[0]
+
+
 def _handler_for(front: ThrottlingFront) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"   # keep-alive, as S3 clients expect
@@ -175,7 +180,7 @@ def _handler_for(front: ThrottlingFront) -> type[BaseHTTPRequestHandler]:
         def _serve(self) -> None:
             arrived = time.monotonic() - front.started_s
             bucket, key = split_path(self.path)
-            decision = front.decide(self.command, bucket, key)
+            decision = front.decide(self.command, bucket, key, list_prefix(self.path))
             front.tally.count(decision.kind, decision.partition, decision.admitted)
             length = int(self.headers.get("Content-Length") or 0)
             if self.headers.get("Transfer-Encoding"):
