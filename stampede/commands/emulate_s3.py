@@ -54,7 +54,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                           "own; BUCKET/ck/ gives hashed keys theirs); repeatable")
     add_output(sub, "--log", default=None, metavar="PATH",
                help="at exit, write every request as JSON lines to PATH: time_s (since "
-                    "start), method, partition, kind, key, status")
+                    "start), method, partition, kind, key, status, prefix (a LIST's)")
     sub.add_argument("--log-limit", type=int, default=LOG_LIMIT, metavar="N",
                      help=f"requests the log keeps (in memory until exit; default {LOG_LIMIT:,})")
     add_output(sub, "--summary-json", default=None, metavar="PATH",
