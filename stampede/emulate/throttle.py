@@ -32,11 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from stampede.targets import S3_PREFIX_RATES_PER_S
+
 KINDS = ("read", "write", "list")
-# S3's documented per-prefix rates (GET/HEAD; PUT/COPY/POST/DELETE), and LIST counted as
-# the GET it is; the emulator's defaults divide them by DEFAULT_SCALE, so that 2-8 ranks
-# on one machine (a few hundred requests a second each) pass them
-S3_RATES_PER_S = {"read": 5_500.0, "write": 3_500.0, "list": 5_500.0}
+# S3's documented per-prefix rates (stampede.targets); the emulator's defaults divide them
+# by DEFAULT_SCALE, so that 2-8 ranks on one machine (a few hundred requests a second
+# each) pass them
+S3_RATES_PER_S = S3_PREFIX_RATES_PER_S
 DEFAULT_SCALE = 100.0
 DEFAULT_BURST = 10.0
 DEFAULT_SPLIT_DELAY_S = 5.0

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from stampede.checkpoint.prefix_requests import restore_requests
 from stampede.emulate.s3front import Request, read_log
+from stampede.spec import build_job
 from tests.helpers.jobs import write_job
 from tests.helpers.s3server import S3Server
 from tests.helpers.throttling import emulator
@@ -79,6 +81,19 @@ def test_copies_halve_each_partitions_requests_and_hashed_keys_spread(
     assert total > 0 and total % NP == 0
     # K = 2: the same requests, half in each copy's partition (ranks 0, 2 and 1, 3)
     assert two == {f"{bucket}/two/copy-0": total // 2, f"{bucket}/two/copy-1": total // 2}
+    # what `stampede plan` says each prefix is asked, per restore, is what the log counted
+    for name, options, logged in (("one", {}, one), ("two", {"copies": 2}, two)):
+        spec = build_job(name, f"{name}.toml", {"target": {"path": f"s3://{bucket}/{name}"},
+                                                "checkpoint": {"size": "2MiB", "layout": layouts,
+                                                               "block_size": "256KiB",
+                                                               **options}})
+        planned: Counter[str] = Counter()
+        for layout in layouts:
+            for (prefix, _), count in restore_requests(spec, layout, NP).items():
+                # the emulator's partition: one character past the prefix it was told
+                planned[f"{bucket}/{name}/" + (prefix[:1] if name == "one" else prefix[:-1])] \
+                    += count * PASSES
+        assert planned == logged, (planned, logged)
     # each layout's objects in both copies
     for layout in ("shared", "sharded"):
         assert {r.key.split("/")[1] for r in requests
