@@ -151,3 +151,31 @@ def test_list_first_lists_on_every_rank_and_list_bcast_once(
     assert not [r for r in read_log(str(throttled)) if r.kind != "list" and r.status >= 500]
     for name, layout in (("storm", "list-first"), ("once", "list-bcast")):
         stampede("clean", str(_job(tmp_path, name, s3_env, direct, [layout])))
+
+
+@pytest.mark.mpi
+def test_a_save_with_hashed_keys_puts_each_shard_under_its_prefix_and_restores(
+        stampede: Launch, s3_env: S3Server, tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    with emulator(s3_env, log, *ROOMY) as endpoint:
+        job = _job(tmp_path, "hsave", s3_env, endpoint, ["sharded"], key_prefix="hash")
+        saved = stampede("save", str(job), np=NP)
+        assert saved.returncode == 0, saved.stdout + saved.stderr
+        restored = stampede("run", str(job), np=NP)   # run.restore auto: the published save
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+    requests = read_log(str(log))
+    shard = r"hsave/saves/sharded/(v\d{6})/([0-9a-f]{4})/sharded/shard-(\d{5})-of-00004\.raw"
+    puts = [re.fullmatch(shard, r.key) for r in requests if r.method == "PUT"]
+    written = [match.groups() for match in puts if match]
+    versions = {version for version, _, _ in written}
+    # each version: the 4 shards under 4 prefixes, one each, the same in every version
+    assert versions and len(written) == NP * len(versions)
+    for version in versions:
+        heads = {number: head for v, head, number in written if v == version}
+        assert len(heads) == NP and len(set(heads.values())) == NP
+    reads = {match.group(1) for r in requests if r.kind == "read"
+             and (match := re.fullmatch(shard, r.key))}
+    assert reads and reads <= versions   # the save's validation and the restore read them
+    assert not [r for r in requests if r.status >= 500]
+    stampede("clean", str(_job(tmp_path, "hsave", s3_env, s3_env.endpoint_url, ["sharded"],
+                               key_prefix="hash")))
