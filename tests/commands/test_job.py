@@ -139,3 +139,16 @@ def test_plan_on_an_object_store_says_the_busiest_prefixs_requests(stampede) -> 
     assert posix.returncode == 0 and "per prefix" not in posix.stdout
     bad = stampede("plan", job, "--np", "4", *common, "--restore-time", "soon")
     assert bad.returncode == 2 and "--restore-time" in bad.stderr
+
+
+def test_copies_on_a_posix_target_are_refused_before_any_io(stampede, tmp_path: Path) -> None:
+    job = str(REPO / "jobs" / "quickstart.toml")
+    target = tmp_path / "ckpt"
+    for setting in ("checkpoint.copies=2", "checkpoint.key_prefix=hash"):
+        refused = stampede("prepare", job, "--set", f"target.path={target}", "--set", setting)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        key, value = setting.split("=")
+        assert f"{key} = " in said and value in said and str(target) in said, said
+        assert "this target is not one" in said
+        assert not target.exists()   # nothing made
