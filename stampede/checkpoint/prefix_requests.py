@@ -19,6 +19,7 @@ pointer's one PUT aside).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import NamedTuple
 
@@ -57,6 +58,8 @@ class PrefixLoad(NamedTuple):
     save_prefixes: int = 0       # a save's: 0 when the layout saves none here
     save_busiest: str = ""
     save_writes: int = 0         # PUT and POST at the save's busiest prefix, per save
+    copies_for_rate: int | None = 1   # the checkpoint.copies that bring the busiest
+                                 # prefix to S3's read rate (None: more than one a rank)
 
     @property
     def reads(self) -> int:
@@ -153,6 +156,17 @@ def keys_of(spec: JobSpec) -> str:
     return ", ".join(parts) or "plain"
 
 
+def copies_for_rate(busiest_reads: int, copies: int, nranks: int,
+                    restore_s: float) -> int | None:
+    """The copies that bring a busiest prefix's `busiest_reads` (with `copies` now) to S3's
+    read rate over `restore_s`: round-robin divides them by the copies, the keys otherwise
+    spread as now. None where more copies than ranks would be needed: a copy's one reader
+    already asks past the rate, and no copies help."""
+    needed = max(1, math.ceil(busiest_reads * copies /
+                              (S3_PREFIX_RATES_PER_S["read"] * restore_s)))
+    return needed if needed <= nranks else None
+
+
 def prefix_load(spec: JobSpec, layout: str, nranks: int, restore_s: float) -> PrefixLoad:
     """The layout's busiest prefix at `nranks` ranks over a restore of `restore_s`."""
     requests = restore_requests(spec, layout, nranks)
@@ -160,7 +174,9 @@ def prefix_load(spec: JobSpec, layout: str, nranks: int, restore_s: float) -> Pr
     busiest = max(sorted(reads), key=lambda prefix: reads[prefix]) if reads else ""
     at_busiest = Counter({method: count for (prefix, method), count in requests.items()
                           if prefix == busiest})
-    load = PrefixLoad(layout, keys_of(spec), len(reads), busiest, at_busiest, restore_s)
+    load = PrefixLoad(layout, keys_of(spec), len(reads), busiest, at_busiest, restore_s,
+                      copies_for_rate=copies_for_rate(sum(at_busiest[m] for m in READS),
+                                                      spec.copies, nranks, restore_s))
     if not layout_of(layout).saves or spec.copies > 1:
         return load
     writes = _by_prefix(save_requests(spec, layout, nranks), WRITES)

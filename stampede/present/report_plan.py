@@ -261,10 +261,16 @@ PREFIXES: tuple[ItemColumn[PrefixLoad], ...] = (
     ItemColumn("LIST", lambda load: f"{load.requests['LIST']:,}"),
     ItemColumn("reads/s", lambda load: format_number(load.reads_per_s)),
     ItemColumn(f"of {S3_PREFIX_RATES_PER_S['read']:,.0f}", lambda load: _share(load.read_share)),
-    ItemColumn("save PUT+POST", lambda load: f"{load.save_writes:,}" if load.save_prefixes
+    ItemColumn("K needed", lambda load: _copies(load.copies_for_rate)),
+    ItemColumn("save PUTs", lambda load: f"{load.save_writes:,}" if load.save_prefixes
                else "-"),
     ItemColumn(f"of {S3_PREFIX_RATES_PER_S['write']:,.0f}",
                lambda load: _share(load.write_share) if load.save_prefixes else "-"))
+
+
+def _copies(needed: int | None) -> str:
+    """checkpoint.copies that bring the busiest prefix to S3's rate (None: none can)."""
+    return "none" if needed is None else f"{needed:,}"
 
 
 def _share(share: float) -> str:
@@ -275,7 +281,8 @@ def _share(share: float) -> str:
 
 def render_prefixes(loads: Sequence[PrefixLoad], nranks: int, console: Console) -> None:
     """`stampede plan` on an object store: each layout's requests at its busiest prefix per
-    restore (and per save), a second over the restore time, against S3's documented rates."""
+    restore (and per save), a second over the restore time, against S3's documented rates,
+    and the copies that would bring it to them."""
     restore_s = loads[0].restore_s
     console.print(item_table(
         f"object store requests per prefix at {nranks:,} rank(s), keys {loads[0].keys}: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stampede.checkpoint.prefix_requests import (
+    copies_for_rate,
     prefix_load,
     prefix_of,
     restore_requests,
@@ -80,3 +81,16 @@ def test_a_multipart_save_asks_two_posts_and_a_put_a_part() -> None:
                               save={"part_size": "5MiB"}), "sharded", 4)
     assert plain == {("sharded/", "PUT"): 4}
     assert parts == {("sharded/", "PUT"): 4 * 3, ("sharded/", "POST"): 4 * 2}
+
+
+def test_the_copies_that_bring_the_busiest_prefix_to_s3s_rate() -> None:
+    # 16,384 ranks of 1 GiB in 16 MiB blocks: 64 GETs and 2 HEADs a rank
+    big = {"size_per_rank": "1GiB", "block_size": "16MiB", "layout": ["sharded"]}
+    plain = prefix_load(job(**big), "sharded", 16_384, 60.0)
+    assert plain.reads == 16_384 * 66 and plain.read_share > 3   # 18k/s of 5,500/s
+    assert plain.copies_for_rate == 4 == copies_for_rate(16_384 * 66, 1, 16_384, 60.0)
+    spread = prefix_load(job(copies=4, **big), "sharded", 16_384, 60.0)
+    assert spread.read_share < 1 and spread.copies_for_rate == 4   # the same answer
+    # more copies than ranks would be needed: none help (each copy's reader alone is past it)
+    assert copies_for_rate(16_384 * 66, 1, 2, 60.0) is None
+    assert copies_for_rate(1, 1, 1, 60.0) == 1

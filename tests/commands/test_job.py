@@ -130,7 +130,7 @@ def test_plan_on_an_object_store_says_the_busiest_prefixs_requests(stampede) -> 
                 rows[cells[0], copies] = cells[1:]
     # 4 MiB a rank, 16 MiB blocks: a GET and two HEADs a rank, at one prefix or a copy's
     assert rows["sharded", 1][:5] == ["1", "sharded/", "4,096", "8,192", "0"]
-    assert rows["sharded", 1][5:7] == ["1.23k", "22.3%"]   # 12,288 in 10 s of 5,500/s
+    assert rows["sharded", 1][5:8] == ["1.23k", "22.3%", "1"]   # 12,288 in 10 s of 5,500/s
     assert rows["sharded", 4][:5] == ["4", "copy-0/", "1,024", "2,048", "0"]
     # every rank lists 4,096 names (5 pages), or rank 0 alone
     assert rows["list-first", 1][4] == "20,480" and rows["list-bcast", 1][4] == "5"
