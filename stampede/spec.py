@@ -44,6 +44,7 @@ PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas
 PUBLISH_LEVELS = ("local", "peer", "storage")   # stampede.run.tiers: when a version counts
 DRAINS = ("background", "inline")               # stampede.run.tiers: the storage copy
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
+KEY_PREFIXES = ("none", "hash")   # stampede.checkpoint.plan: what leads an object's key
 
 class Option(NamedTuple):
     key: str                       # dotted TOML key, also the --set name
@@ -192,6 +193,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("checkpoint.fanout", "fanout", values.whole_number(1), 16,
            "fan-out: the shard files spread over this many subdirectories of fanout/ (shard "
            "s in fanout/NNN, NNN = s mod fanout: many directories' locks against one)", "fanout"),
+    Option("checkpoint.copies", "copies", values.whole_number(1), 1,
+           "object stores: prepare writes K copies of the checkpoint under K prefixes "
+           "(copy-0/ ... copy-K-1/ first in every key, each its own partition) and rank r "
+           "reads copy r mod K, so each prefix takes 1/K of the restore's requests; a "
+           "restore's option (save writes one copy and refuses more)", "copies"),
+    Option("checkpoint.key_prefix", "key_prefix", values.choice(KEY_PREFIXES), "none",
+           "object stores: hash = a shard's key starts with 4 hex digits of a hash of its "
+           "number (a3f9/sharded/shard-00012-of-00016.raw), so the shards spread over the "
+           "store's partitions (entropy first); none = the plain key", "key_prefix"),
     Option("save.mode", "save_mode", values.choice(SAVE_MODES), "sync",
            "sync = every rank writes its bytes and fsyncs before it goes on; async = it copies "
            "them to a staging buffer (op snapshot: what stops training) and a background "

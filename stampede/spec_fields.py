@@ -54,6 +54,8 @@ class SpecFields:
     verify: str
     check_finite: bool
     fanout: int
+    copies: int
+    key_prefix: str
     save_mode: str
     durability: str
     validate: str

@@ -124,3 +124,10 @@ def local_files(target_path: str) -> bool:
     now: no)."""
     entry = REGISTRY.get(target_path.partition("://")[0] if "://" in target_path else POSIX)
     return entry is not None and entry.capabilities.local_files
+
+
+# S3's documented request rates per partitioned prefix, a second: at least 5,500 GET/HEAD
+# (a LIST is a GET of the bucket) and 3,500 PUT/COPY/POST/DELETE; beyond them, 503 SlowDown
+# while it partitions a prefix that stays hot (AWS, "Best practices design patterns:
+# optimizing Amazon S3 performance")
+S3_PREFIX_RATES_PER_S = {"read": 5_500.0, "write": 3_500.0, "list": 5_500.0}

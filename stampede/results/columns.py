@@ -194,7 +194,8 @@ OWN: tuple[Column, ...] = (
 # The options whose columns are part of a row's identity: they change what an op costs.
 IDENTITY_OPTIONS = ("pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",
                     "open_count", "verify", "jitter", "h2d", "save_mode", "durability",
-                    "validate", "mkdir_by", "fanout", "workload", "scale", "subset", "exchange")
+                    "validate", "mkdir_by", "fanout", "workload", "scale", "subset", "exchange",
+                    "copies", "key_prefix")
 # The schema that added each option's column (the others came with schema 1) and what an
 # older row, written before the option existed, measured.
 OPTION_SINCE = {
@@ -208,9 +209,12 @@ OPTION_SINCE = {
     **dict.fromkeys(("tier_dir", "tier_peers", "tier_placement", "spare_nodes", "lost_nodes",
                      "tier_publish", "tier_drain", "tier_versions", "keep_local", "keep_peer",
                      "keep_storage"), 5),
+    **dict.fromkeys(("copies", "key_prefix"), 7),
 }
-# Rows of schemas 1-3 exchanged over MPI and ran no MLPerf workload (compared on).
-OPTION_BEFORE = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false"}
+# Rows of schemas 1-3 exchanged over MPI and ran no MLPerf workload, rows before 7 read one
+# copy under plain keys (compared on).
+OPTION_BEFORE = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false",
+                 "copies": "1", "key_prefix": "none"}
 # Option columns whose cells are sizes in bytes or seconds (their defaults do not say).
 OPTION_UNITS = {"size_total_requested": _B, "size_per_rank_requested": _B, "index_bytes": _B,
                 "block_bytes": _B, "stripe_size": _B, "part_size": _B, "deadline_s": _S}

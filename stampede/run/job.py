@@ -158,8 +158,9 @@ def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, object]
 
     backend = open_backend(spec.target_path, spec.storage_options)
     per_rank = bytes_per_rank(spec, nranks)
+    # K copies are prepare's alone (a save writes one): auto restores them
     journal = versions.read_journal(backend, spec.target_path) \
-        if spec.restore_from != "prepared" else None
+        if spec.restore_from != "prepared" and spec.copies == 1 else None
     manifest: dict[str, object] | None = None
     entries = {}
     for layout in spec.layouts:
