@@ -38,9 +38,10 @@ PAGE_BYTES = 4096
 
 
 def measure(comm: mpi.Comm, files: Sequence[tuple[str, int]],
-            stream_counts: Sequence[int] = STREAM_COUNTS) -> Ceiling | None:
-    """Every node's reads at every stream count; the Ceiling on rank 0 (None elsewhere).
-    `files`: (absolute path, bytes) of the checkpoint's files, the same on every rank."""
+            stream_counts: Sequence[int] = STREAM_COUNTS) -> Ceiling:
+    """Every node's reads at every stream count, as a Ceiling on every rank (a rank's
+    next step may hang on whether one was measured: all must agree). `files`: (absolute
+    path, bytes) of the checkpoint's files, the same on every rank."""
     rank = comm.Get_rank()
     messages: list[str] = []
     hosts = mpi.bcast(comm, mpi.gather(comm, mpi.processor_name(comm)) or [])
@@ -58,10 +59,10 @@ def measure(comm: mpi.Comm, files: Sequence[tuple[str, int]],
             reads.append(_read(share, streams, resident, messages))
         mpi.barrier(comm)
     found = mpi.gather(comm, (NodeCeiling(host, tuple(reads)) if leads else None, messages))
-    if found is None:
-        return None
-    return Ceiling(tuple(node for node, _ in found if node is not None),
-                   tuple(dict.fromkeys(text for _, said in found for text in said)))
+    ceiling = Ceiling(()) if found is None else Ceiling(   # rank 0's is broadcast
+        tuple(node for node, _ in found if node is not None),
+        tuple(dict.fromkeys(text for _, said in found for text in said)))
+    return mpi.bcast(comm, ceiling)
 
 
 def _evict(share: list[tuple[str, int, int]], messages: list[str]) -> int:
