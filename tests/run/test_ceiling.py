@@ -62,6 +62,16 @@ def test_the_ceiling_reads_the_node_share_cold_at_every_stream_count(stampede,
         assert float(row["ceiling_efficiency"]) == pytest.approx(per_node_gbps / node["gbps"])
     # the other ops' rows carry no efficiency: it is the restore's
     assert {row["ceiling_efficiency"] for row in rows if row["op"] != "restore"} == {""}
+    # the terminal's restore table and the HTML summary say each layout's, as archived
+    said = {layout: f"{float(row['ceiling_efficiency']):.2f}x" for layout, row in restores.items()}
+    page = tmp_path / "report.html"
+    report = stampede("report", str(tmp_path / "results" / "job.csv"), "--html", str(page))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert all(f"{layout} {text}" in report.stdout.replace("\n", " ")
+               for layout, text in said.items()), report.stdout
+    summary = page.read_text().split('id="summary"')[1].split("</table>")[0]
+    assert "of the raw-read ceiling" in summary
+    assert all(f"<td>{text}</td>" in summary for text in said.values()), summary
 
 
 def test_without_run_ceiling_nothing_is_measured(stampede, tmp_path: Path) -> None:
@@ -69,6 +79,10 @@ def test_without_run_ceiling_nothing_is_measured(stampede, tmp_path: Path) -> No
     assert "ceiling" not in sidecar
     assert {(row["ceiling"], row["ceiling_gbps"], row["ceiling_efficiency"]) for row in rows} \
         == {("false", "", "")}
+    page = tmp_path / "report.html"
+    report = stampede("report", str(tmp_path / "results" / "job.csv"), "--html", str(page))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "raw-read ceiling" not in report.stdout + page.read_text()
 
 
 def test_an_object_store_target_is_refused_before_any_io(stampede, tmp_path: Path) -> None:
