@@ -5,7 +5,8 @@ The script prepares one checkpoint (--size, default 1 GiB, --replicas copies of 
 shard, default 2, so that a layout that reads a shard once for its replicas shows it),
 then runs `mpiexec -n --ranks stampede run` once (default 4 ranks) with run.cache = cold,
 run.ceiling = true and every layout of stampede.layouts.TABLE that reads the prepared
-checkpoint (all but a workload's own files): before the first layout, the node's raw
+checkpoint (all but a workload's own files; at --replicas 1, none of those made for
+replicas, which stampede refuses there): before the first layout, the node's raw
 ceiling (its share of the checkpoint read cold by 1, 4, 16 and 32 streams of 8 MiB
 requests, the best GB/s); then each layout, --block-size requests (default 8 MiB).
 
@@ -86,9 +87,11 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def layouts() -> list[str]:
-    """Every layout that reads the prepared checkpoint (not a workload's own files)."""
-    return [name for name, layout in TABLE.items() if not layout.workload_files]
+def layouts(replicas: int) -> list[str]:
+    """Every layout that reads the prepared checkpoint (not a workload's own files); at one
+    replica, not those made for replicas (stampede refuses them: they would be sharded)."""
+    return [name for name, layout in TABLE.items() if not layout.workload_files
+            and (replicas > 1 or not layout.replica_aware)]
 
 
 def verdict(results: Sequence[LayoutResult], nranks: int) -> tuple[bool, list[str]]:
@@ -128,7 +131,7 @@ def verdict(results: Sequence[LayoutResult], nranks: int) -> tuple[bool, list[st
 
 
 def measure(scratch: Path, args: argparse.Namespace) -> tuple[list[LayoutResult], object]:
-    names = layouts()
+    names = layouts(args.replicas)
     archive = scratch / "results.csv"
     job = write_job_toml(scratch / "goal.toml", {
         "target": {"path": scratch / "ckpt"},

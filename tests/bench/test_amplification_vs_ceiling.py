@@ -53,7 +53,11 @@ def test_whole_file_without_its_n_fold_amplification_fails() -> None:
 
 
 def test_the_bench_runs_every_layout_that_reads_the_prepared_checkpoint() -> None:
-    names = layouts()
+    names = layouts(replicas=2)
     assert any(TABLE[name].whole_file for name in names)
     assert not any(TABLE[name].workload_files for name in names)
     assert len(names) == sum(not layout.workload_files for layout in TABLE.values())
+    single = layouts(replicas=1)   # one replica: none that need two (prepare refuses them)
+    assert any(TABLE[name].whole_file for name in single)
+    assert not any(TABLE[name].replica_aware for name in single)
+    assert set(single) < set(names)
