@@ -60,12 +60,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("target.path", "target_path", values.target_path, REQUIRED,
            "where the checkpoint lives: a POSIX directory (relative paths are from the cwd), "
            "an NFS server's directory (nfs://server[:port]/export/path[?version=3|4], one "
-           "user-space client per rank) or an fsspec URL (s3://bucket/prefix, gs://..., "
+           "user-space client per rank), a CephFS directory (cephfs://[user@]mon-host[:port]/"
+           "path, one libcephfs client per rank) or an fsspec URL (s3://bucket/prefix, gs://..., "
            "memory://..., file:///...)",
            "target"),
     Option("target.storage_options", "storage_options", values.storage_options, {},
            "options of a URL target: an object store's fsspec options (endpoint_url, timeouts, "
-           "retries); NFS's export, version, timeout_ms; credentials never go here: they come "
+           "retries); NFS's export, version, timeout_ms; CephFS's conf, keyring, fs, timeout_s; "
+           "credentials never go here: they come "
            "from the environment", "storage_options"),
     Option("target.stripe_count", "stripe_count", values.stripe_count, 0,
            "Lustre and CephFS: the stripe count set on every directory stampede makes "

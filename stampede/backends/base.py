@@ -214,6 +214,21 @@ def rpc_prober(backend: Backend) -> RpcProber | None:
     return backend if backend.capabilities.rpc_probe else None   # type: ignore[return-value]
 
 
+class MdsCounter(Backend, Protocol):
+    """A backend that asks its metadata server for its own counters
+    (`capabilities.mds_counters`; stampede.run.mds_counts)."""
+
+    def mds_perf(self) -> dict[str, object]:
+        """Untimed: the MDS's perf dump (its sections: mds_server's req_<op>_latency with
+        avgcount and sum, mds's request and capability counts); OSError where it does not
+        answer."""
+
+
+def mds_counter(backend: Backend) -> MdsCounter | None:
+    """The backend as one that reads its MDS's counters, else None."""
+    return backend if backend.capabilities.mds_counters else None   # type: ignore[return-value]
+
+
 class Exclusive(Backend, Protocol):
     """A backend that creates a small file or object only where none is
     (`capabilities.exclusive_create`): the target's lock where there is no flock

@@ -18,6 +18,7 @@ from stampede.backends.base import Backend, rpc_prober
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
+from stampede.run import mds_counts
 from stampede.run.file_system import AfterLayout, layouts_in_turn
 from stampede.run.interrupt import Interrupts
 from stampede.run.layout import Tick, plan_for, run_layout
@@ -64,8 +65,9 @@ def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = No
         hosts = context.hosts
         runs = layouts_in_turn(
             comm, spec.target_path, strategies,
-            lambda layout: run_layout(comm, spec, layout, backend, entries[layout], device,
-                                      hosts, catalogue, interrupts, tick),
+            mds_counts.measured(comm, backend, lambda layout: run_layout(
+                comm, spec, layout, backend, entries[layout], device, hosts, catalogue,
+                interrupts, tick)),
             partial(_restored_files, spec, nranks, catalogue, entries), context, after_layout)
     finally:
         if device is not None:

@@ -37,7 +37,7 @@ from stampede.filesystems import stripe
 from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import ClientCounts, LayoutRun, RunContext, node_counts
-from stampede.run import gather
+from stampede.run import gather, mds_counts
 from stampede.run.digests import new_digest
 from stampede.run.file_system import AfterLayout, layouts_in_turn
 from stampede.run.interrupt import Interrupts
@@ -77,7 +77,8 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
     run_context = context or new_context(comm, spec, backend, save=True)
     runs = layouts_in_turn(
         comm, spec.target_path, spec.layouts,
-        lambda layout: save_layout(comm, spec, layout, backend, run_context.hosts, interrupts, tick),
+        mds_counts.measured(comm, backend, lambda layout: save_layout(
+            comm, spec, layout, backend, run_context.hosts, interrupts, tick)),
         partial(_saved_files, spec, backend, nranks), run_context, after_layout)
     return run_context, runs
 
