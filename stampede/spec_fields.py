@@ -43,6 +43,7 @@ class SpecFields:
     warmup: int
     cache: str
     drop_caches: bool
+    ceiling: bool
     rank_shift: int
     jitter: str
     seed: int

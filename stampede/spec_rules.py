@@ -103,6 +103,10 @@ def _cache_rules(spec: SpecFields) -> None:
         raise UsageError(f"{spec.source}: run.cache = \"direct\" with an existing checkpoint: "
                          "its tensors lie at offsets O_DIRECT cannot read",
                          hint="use cold (evicted pages) instead")
+    if spec.ceiling and not capabilities_for(spec.target_path).local_files:
+        raise UsageError(f"{spec.source}: run.ceiling = true on {spec.target_path!r}: the "
+                         "raw-read ceiling reads the node's files through a POSIX path "
+                         "(evicted, mincore), which an object store has not")
     if spec.drop_caches and spec.cache != "cold":
         raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
 

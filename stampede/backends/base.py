@@ -189,12 +189,12 @@ class ObjectStore(Backend, Protocol):
         """Timed (write; publish for the pointer): one PUT of the whole object; its
         retries counted under `op`."""
 
-    def publish(self, path: Any, views: tuple[memoryview, ...], replacing: str | None) -> str:
+    def publish(self, path: str, views: tuple[memoryview, ...], replacing: str | None) -> str:
         """Timed (publish): one conditional PUT of the pointer: it replaces the object
         only while it is the one `replacing` names (its ETag), or creates it only where
         none is (None); FileExistsError when another writer published first. Its ETag."""
 
-    def etag(self, path: Any) -> str | None:
+    def etag(self, path: str) -> str | None:
         """Untimed: the object's ETag (one HEAD), None where there is none."""
 
     def discard_uploads(self, relpath: str) -> builtins.list[str]:

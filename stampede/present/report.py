@@ -308,6 +308,8 @@ def _cell(column: Column, line: Line) -> str:
 def _render_restores(rows: Sequence[Row], console: Console) -> None:
     lines = render_table(RESTORE, rows, console)
     _render_slowest(lines, "restore", console)
+    for note in RESTORE.notes(lines):
+        console.print(f"[dim]{_escaped(note)}[/]")
 
 
 def _render_slowest(lines: Sequence[Line], what: str, console: Console) -> None:

@@ -59,6 +59,8 @@ def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = No
         device = mpi.collective(comm, "opening the device",
                                 partial(open_device, spec.h2d.split("-")[0], local_rank))
     context = context or new_context(comm, spec, backend, device, catalogue)
+    if spec.ceiling and context.ceiling is None:
+        context = _with_ceiling(comm, spec, context, catalogue, strategies, entries)
     try:
         hosts = context.hosts
         runs = layouts_in_turn(
@@ -71,6 +73,23 @@ def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = No
         if device is not None:
             device.close()
     return context, runs
+
+
+def _with_ceiling(comm: mpi.Comm, spec: JobSpec, context: RunContext,
+                  catalogue: Catalogue | None, strategies: tuple[str, ...],
+                  entries: dict[str, dict[str, object]]) -> RunContext:
+    """run.ceiling: every node's raw-read ceiling, before the first layout, on the files
+    that layout reads (an existing checkpoint's files): the node's own share of them."""
+    from dataclasses import replace
+
+    from stampede.run.ceiling import measure
+
+    def files() -> list[tuple[str, int]]:
+        paths = _restored_files(spec, comm.Get_size(), catalogue, entries, strategies[0])
+        return [(str(path), path.stat().st_size) for path in paths]
+
+    ceiling = measure(comm, mpi.on_root(comm, "listing the ceiling's files", files))
+    return replace(context, ceiling=ceiling)
 
 
 def _run_stamps() -> tuple[str, str]:

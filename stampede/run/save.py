@@ -45,7 +45,7 @@ from stampede.run.job import new_context
 from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, start_phase
 from stampede.run.outcome import MAX_MESSAGES, PhaseOutcome
 from stampede.run.save_files import FileSave
-from stampede.run.save_objects import ObjectSave
+from stampede.run.save_objects import ObjectSave, pointer_etag
 from stampede.run.save_pattern import Save
 from stampede.run.save_setup import SaveSetup
 from stampede.run.verdict import iteration_name, judge
@@ -323,20 +323,11 @@ def _version_setup(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
         validate=spec.validate, finite_dtype=spec.dtype if spec.validate == "finite" else "",
         expected=expected, headers=headers, bases=bases, index=index,
         pointer=pointer, pointer_bytes=versions.pointer_text(version),
-        pointer_etag=_pointer_etag(backend, pointer) if rank == 0 and not files else None,
+        pointer_etag=pointer_etag(backend, pointer) if rank == 0 and not files else None,
         spine=_spine(plan, layout) if rank == 0 and files else (),
         releasing=bool(releases or release_dirs), releases=tuple(mine),
         release_dirs=tuple(release_dirs) if rank == 0 and files else (), owned=owned)
     return setup, version
-
-
-def _pointer_etag(backend: Backend, pointer: str) -> str | None:
-    """Rank 0 on an object store, untimed, before the version is written: the pointer's
-    ETag as it is now (None: no pointer yet), which the publish's conditional PUT must
-    still find (stampede.run.save_objects): a writer that published meanwhile wins."""
-    store = object_store(backend)
-    assert store is not None   # only asked on an object store
-    return store.etag(backend.path(pointer))
 
 
 def _fill(spec: JobSpec, plan: SavePlan,

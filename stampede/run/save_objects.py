@@ -42,7 +42,7 @@ from functools import partial
 from typing import TypeVar, cast
 
 from stampede import mpi
-from stampede.backends.base import ObjectStore, Upload
+from stampede.backends.base import Backend, ObjectStore, Upload, object_store
 from stampede.checkpoint.save_plan import FileWrite
 from stampede.layouts import layout_of
 from stampede.run.outcome import Log
@@ -51,6 +51,15 @@ from stampede.run.save_setup import SaveSetup
 
 T = TypeVar("T")
 Parts = dict[str, list[tuple[int, str]]]   # relpath -> (part number, ETag) this rank sent
+
+
+def pointer_etag(backend: Backend, pointer: str) -> str | None:
+    """Rank 0, untimed, before the version is written: the pointer's ETag as it is now
+    (None: no pointer yet), which the publish's conditional PUT must still find: a writer
+    that published meanwhile wins."""
+    store = object_store(backend)
+    assert store is not None   # asked on an object store only
+    return store.etag(str(backend.path(pointer)))
 
 
 class ObjectSave(Save):
@@ -114,7 +123,7 @@ class ObjectSave(Save):
         """The publish: the pointer's conditional PUT, which fails (FileExistsError) where
         another writer published since this version began."""
         setup = self.setup
-        return partial(self.store.publish, setup.paths[setup.pointer],
+        return partial(self.store.publish, str(setup.paths[setup.pointer]),
                        (memoryview(setup.pointer_bytes),), setup.pointer_etag)
 
     # --- the steps -----------------------------------------------------------------------
