@@ -1,5 +1,5 @@
 """CephFS targets, `cephfs://[user@]mon-host[:port]/path`, through libcephfs
-(stampede.backends.libcephfs): one CephFS client per rank, mounted when the backend is
+(stampede.libcephfs): one CephFS client per rank, mounted when the backend is
 created (untimed), so the timed ops are each the client's requests and nothing else.
 
 What it is: each rank is a client of its own to the MDS, with its own session and its own
@@ -31,8 +31,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from stampede.backends.libcephfs import MOST_BYTES_PER_CALL, Mount, version
+from stampede.cephmds import perf_dump
 from stampede.errors import UsageError
+from stampede.libcephfs import MOST_BYTES_PER_CALL, Mount, version
 from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
 from stampede.values import did_you_mean
@@ -179,33 +180,9 @@ class CephfsBackend:
                 "timeout_s": self.timeout_s, "client_cache": "metadata under caps only"}
 
     def mds_perf(self, mds_spec: str = "*") -> dict[str, object]:
-        """Untimed: the MDS's `perf dump` over the wire (as `ceph tell mds.* perf dump`;
-        one active MDS: a cluster of several answers with the first's). libcephfs waits
-        for a command's answer without a limit (a dead MDS stays in the map until its
-        beacons are missed): asked from a thread, TimeoutError after timeout_s, the thread
-        left waiting (a daemon: it keeps no process alive)."""
-        import json
-        import threading
-
-        answer: list[object] = []
-
-        def ask() -> None:
-            try:
-                answer.append(self.client.mds_command(mds_spec, {"prefix": "perf dump"}))
-            except OSError as error:
-                answer.append(error)
-
-        asking = threading.Thread(target=ask, name="stampede-mds-perf", daemon=True)
-        asking.start()
-        asking.join(self.timeout_s)
-        if not answer:
-            raise TimeoutError(errno.ETIMEDOUT, f"no answer from the MDS within "
-                               f"{self.timeout_s} s (target.storage_options.timeout_s)",
-                               "perf dump")
-        if isinstance(answer[0], OSError):
-            raise answer[0]
-        found, _ = json.JSONDecoder().raw_decode(str(answer[0]).lstrip())
-        return dict(found)
+        """Untimed: the MDS's `perf dump` over the wire through this rank's client
+        (stampede.cephmds.perf_dump), TimeoutError after timeout_s."""
+        return perf_dump(self.client, self.timeout_s, mds_spec)
 
     def ensure_root(self) -> None:
         self.makedirs(self.root)
