@@ -65,3 +65,40 @@ def test_a_cluster_that_does_not_answer_leaves_a_layout_uncounted_with_a_reason(
     monkeypatch.setenv("CEPH_CONF", str(conf))
     said = cephmds.node_perf_dump(timeout_s=2)
     assert isinstance(said, str) and said.startswith("not counted: the MDS did not answer"), said
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("stripe_count", "stripe_size", "stripe_unit"), [
+    (2, "1MiB", 1 << 20),
+    # a unit that does not divide the default 4 MiB object: set through an object size
+    # that fits both units (CephFS refuses any step leaving object_size % unit != 0)
+    (3, "192KiB", 192 << 10),
+])
+def test_stripes_asked_are_the_layout_prepare_and_save_files_got(
+        stampede, ceph_cluster: CephCluster, tmp_path: Path, no_mount_left: None,
+        stripe_count: int, stripe_size: str, stripe_unit: int) -> None:
+    """target.stripe_count and stripe_size on a ceph-fuse mount: the directories prepare
+    and save make get them (ceph.dir.layout.*), and the files written in them show them
+    read back (ceph.file.layout) in the run's and the save's sidecars."""
+    archive = tmp_path / "results" / "striped.csv"
+    with ceph_cluster.mounted(tmp_path / "mnt") as mountpoint:
+        job = quickstart(str(mountpoint / f"striped-{os.getpid()}"), archive,
+                         "--set", f"target.stripe_count={stripe_count}",
+                         "--set", f"target.stripe_size={stripe_size}")
+        for command in ("prepare", "run", "save"):
+            result = stampede(command, *job, np=2)
+            assert result.returncode == 0, result.stdout + result.stderr
+        restore, save = sidecars(archive)
+        for layout in ("shared", "sharded"):
+            for part, sidecar in (("layouts", restore), ("saves", save)):
+                read_back = sidecar[part][layout]["file_layouts"]
+                assert isinstance(read_back, dict), read_back
+                files = read_back["files"]
+                print(part, layout, json.dumps(files))
+                assert files, read_back
+                for path, got in files.items():
+                    assert isinstance(got, dict), (path, got)
+                    assert (got["stripe_count"], got["stripe_unit"]) == \
+                        (stripe_count, stripe_unit), (path, got)
+                    assert got["object_size"] % stripe_unit == 0
+        assert stampede("clean", *job).returncode == 0
