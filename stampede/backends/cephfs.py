@@ -17,7 +17,8 @@ the cluster has several. Without `conf` or `keyring` the client asks for no
 authentication (a cluster with `auth_client_required = none`); `conf` reads a ceph.conf
 (its keyring and auth settings), `keyring` names the user's keyring (cephx). The monitors
 of the URL always stand over the conf's. A dead cluster is an error after `timeout_s`
-(the mount, the monitors' and OSDs' ops), never a hang.
+(the mount, the monitors' and OSDs' ops), never a hang; so is a dead MDS: a call with no
+answer after `timeout_s` ends the rank with one line (stampede.libcephfs's watchdog).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class CephfsBackend:
         elif not conf:
             # no keyring looked for (its absence is said on stderr) and none asked for
             settings.update({"keyring": "/dev/null", "auth_client_required": "none"})
-        self.client = Mount(settings, conf, self.fs_name, self.user)
+        self.client = Mount(settings, conf, self.fs_name, self.user, timeout_s)
         client = self.client
         self.retries = dict.fromkeys(RETRY_OPS, 0)   # the client retries nothing it tells
         self.throttles, self.backoff_s = dict.fromkeys(RETRY_OPS, 0), dict.fromkeys(RETRY_OPS, 0.0)
