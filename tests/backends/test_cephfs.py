@@ -277,3 +277,45 @@ def test_an_mds_killed_mid_restore_and_never_back_ends_the_run_in_one_line_per_r
     assert said and all("the MDS is not answering" in line for line in said), err
     assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
     assert read_archive(archive)[:len(archived)] == archived
+
+
+@pytest.mark.mpi
+def test_an_mds_killed_mid_save_and_never_back_ends_each_stuck_rank_in_one_line(
+        stampede, tmp_path: Path) -> None:
+    """A cluster of its own: the MDS SIGKILLed while two ranks save version after version
+    (each a mkdir, creates and renames: the MDS's), never started again. Each rank stuck
+    on a call ends after timeout_s with its own line; exit status 1; the save archived
+    before it still there."""
+    from tests.helpers.cephcluster import require, running_cluster
+
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_cluster(tmp_path / "cluster") as cluster:
+        archive = tmp_path / "results" / "dead-save.csv"
+        job = quickstart(cluster.url("dead-save"), archive, "--set",
+                         "checkpoint.layout=['sharded']", "--set", "run.warmup=0",
+                         "--set", "target.storage_options={timeout_s=5}")
+        result = stampede("save", *job, np=2)
+        assert result.returncode == 0, result.stdout + result.stderr
+        archived = read_archive(archive)
+        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save",
+                                    *job, "--set", "run.iterations=400"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   cwd=tmp_path)
+        try:
+            assert running.stderr is not None
+            while " took " not in (line := running.stderr.readline()):   # saving now
+                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+            cluster.kill_mds()
+            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if running.poll() is None:
+                running.kill()
+                running.communicate()
+    print(err[-3000:])
+    assert running.returncode == 1, out + err
+    said = [line for line in err.splitlines() if "had no answer within 5 s" in line]
+    assert said and all("the MDS is not answering" in line for line in said), err
+    assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
+    assert read_archive(archive)[:len(archived)] == archived
