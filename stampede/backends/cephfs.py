@@ -1,5 +1,5 @@
 """CephFS targets, `cephfs://[user@]mon-host[:port]/path`, through libcephfs
-(stampede.backends.libcephfs): one CephFS client per rank, mounted when the backend is
+(stampede.libcephfs): one CephFS client per rank, mounted when the backend is
 created (untimed), so the timed ops are each the client's requests and nothing else.
 
 What it is: each rank is a client of its own to the MDS, with its own session and its own
@@ -17,7 +17,8 @@ the cluster has several. Without `conf` or `keyring` the client asks for no
 authentication (a cluster with `auth_client_required = none`); `conf` reads a ceph.conf
 (its keyring and auth settings), `keyring` names the user's keyring (cephx). The monitors
 of the URL always stand over the conf's. A dead cluster is an error after `timeout_s`
-(the mount, the monitors' and OSDs' ops), never a hang.
+(the mount, the monitors' and OSDs' ops), never a hang; so is a dead MDS: a call with no
+answer after `timeout_s` ends the rank with one line (stampede.libcephfs's watchdog).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from stampede.backends.libcephfs import MOST_BYTES_PER_CALL, Mount, version
+from stampede.cephmds import perf_dump
 from stampede.errors import UsageError
+from stampede.libcephfs import MOST_BYTES_PER_CALL, Mount, version
 from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
 from stampede.values import did_you_mean
@@ -84,7 +86,7 @@ class CephfsBackend:
         elif not conf:
             # no keyring looked for (its absence is said on stderr) and none asked for
             settings.update({"keyring": "/dev/null", "auth_client_required": "none"})
-        self.client = Mount(settings, conf, self.fs_name, self.user)
+        self.client = Mount(settings, conf, self.fs_name, self.user, timeout_s)
         client = self.client
         self.retries = dict.fromkeys(RETRY_OPS, 0)   # the client retries nothing it tells
         self.throttles, self.backoff_s = dict.fromkeys(RETRY_OPS, 0), dict.fromkeys(RETRY_OPS, 0.0)
@@ -179,33 +181,9 @@ class CephfsBackend:
                 "timeout_s": self.timeout_s, "client_cache": "metadata under caps only"}
 
     def mds_perf(self, mds_spec: str = "*") -> dict[str, object]:
-        """Untimed: the MDS's `perf dump` over the wire (as `ceph tell mds.* perf dump`;
-        one active MDS: a cluster of several answers with the first's). libcephfs waits
-        for a command's answer without a limit (a dead MDS stays in the map until its
-        beacons are missed): asked from a thread, TimeoutError after timeout_s, the thread
-        left waiting (a daemon: it keeps no process alive)."""
-        import json
-        import threading
-
-        answer: list[object] = []
-
-        def ask() -> None:
-            try:
-                answer.append(self.client.mds_command(mds_spec, {"prefix": "perf dump"}))
-            except OSError as error:
-                answer.append(error)
-
-        asking = threading.Thread(target=ask, name="stampede-mds-perf", daemon=True)
-        asking.start()
-        asking.join(self.timeout_s)
-        if not answer:
-            raise TimeoutError(errno.ETIMEDOUT, f"no answer from the MDS within "
-                               f"{self.timeout_s} s (target.storage_options.timeout_s)",
-                               "perf dump")
-        if isinstance(answer[0], OSError):
-            raise answer[0]
-        found, _ = json.JSONDecoder().raw_decode(str(answer[0]).lstrip())
-        return dict(found)
+        """Untimed: the MDS's `perf dump` over the wire through this rank's client
+        (stampede.cephmds.perf_dump), TimeoutError after timeout_s."""
+        return perf_dump(self.client, self.timeout_s, mds_spec)
 
     def ensure_root(self) -> None:
         self.makedirs(self.root)

@@ -254,10 +254,13 @@ def render_file_system(layout: str, entry: Mapping[str, object], console: Consol
 def render_mds(rows: Sequence[Row], counted: object, console: Console) -> None:
     """A CephFS MDS's own requests during a layout (stampede.run.mds_counts), busiest
     first with their mean latency, its capability messages, and beside them stampede's
-    own count of each metadata op (its measured iterations; the MDS's include the warmup)."""
+    own count of each metadata op (its measured iterations; the MDS's include the warmup);
+    or why the layout was not counted (a CephFS mount whose MDS could not be asked)."""
+    layout = rows[0]["layout"]
+    if isinstance(counted, str):
+        console.print(f"{layout}: MDS requests {counted}", markup=False)
     if not isinstance(counted, dict):
         return
-    layout = rows[0]["layout"]
     ops = counted.get("ops")
     parts = [f"{name} {moved['requests']} ({moved['mean_ms']:.3g} ms)"
              for name, moved in (ops.items() if isinstance(ops, dict) else ())]

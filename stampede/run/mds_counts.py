@@ -14,7 +14,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stampede.backends.base import mds_counter
+from stampede.cephmds import KEY, Counters, deltas
 from stampede.results.model import LayoutRun
+
+__all__ = ["KEY", "deltas", "measured"]
 
 if TYPE_CHECKING:
     from stampede.backends.base import Backend, MdsCounter
@@ -23,12 +26,6 @@ if TYPE_CHECKING:
 SCOPE = ("the MDS's own counters: every client's requests while the layout ran (its warmup "
          "included), not only this run's")
 HOW = "perf dump over the wire (as `ceph tell mds.* perf dump`) by rank 0, before and after"
-# the mds section's totals kept beside the per-op requests: a shared-file storm shows in
-# the capabilities the MDS had to revoke from one client to grant another
-TOTALS = {"request": "requests", "reply": "replies", "ceph_cap_op_revoke": "caps_revoked",
-          "ceph_cap_op_grant": "caps_granted", "handle_client_caps": "cap_messages"}
-Counters = dict[str, object]
-KEY = "mds_requests"   # the sidecar's key, in each layout (beside stampede.run.file_system's)
 
 
 def measured(comm: Comm, backend: Backend,
@@ -56,39 +53,3 @@ def _read(counter: MdsCounter) -> Counters | None:
         return counter.mds_perf()
     except (OSError, ValueError):
         return None
-
-
-def deltas(start: Counters, end: Counters) -> dict[str, object]:
-    """Pure: per op the requests the MDS handled between two perf dumps and their mean
-    latency (ms), busiest first; the mds section's TOTALS moved."""
-    restarted = _count(_section(end, "mds"), "request") < _count(_section(start, "mds"), "request")
-    if restarted:   # a new MDS process: its counters began at zero after `start`
-        start = {}
-    first, last = _section(start, "mds_server"), _section(end, "mds_server")
-    ops: dict[str, dict[str, float]] = {}
-    for key, now in last.items():
-        if not (key.startswith("req_") and key.endswith("_latency") and isinstance(now, dict)):
-            continue
-        then = first.get(key)
-        then = then if isinstance(then, dict) else {}
-        count = int(now.get("avgcount", 0)) - int(then.get("avgcount", 0))
-        if count > 0:
-            seconds = float(now.get("sum", 0.0)) - float(then.get("sum", 0.0))
-            ops[key[len("req_"):-len("_latency")]] = {
-                "requests": count, "mean_ms": round(seconds / count * 1e3, 6)}
-    before_mds, after_mds = _section(start, "mds"), _section(end, "mds")
-    totals = {name: _count(after_mds, key) - _count(before_mds, key)
-              for key, name in TOTALS.items()}
-    return {"ops": dict(sorted(ops.items(), key=lambda item: -item[1]["requests"])), **totals,
-            **({"restarted": "the MDS restarted during the layout: counts since its restart"}
-               if restarted else {})}
-
-
-def _section(dump: Counters, name: str) -> dict[str, object]:
-    found = dump.get(name)
-    return found if isinstance(found, dict) else {}
-
-
-def _count(section: dict[str, object], key: str) -> int:
-    value = section.get(key, 0)
-    return value if isinstance(value, int) else 0

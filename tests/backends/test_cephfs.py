@@ -199,8 +199,8 @@ def test_an_mds_killed_mid_restore_and_started_again_ends_a_valid_run(
     """A cluster of its own: the MDS SIGKILLed while two ranks restore, started again 10 s
     later. Each client holds the caps of the files it reads, so its reads (from the OSDs)
     and its stats and opens (from its caps) go on without the MDS; what needs the MDS (the
-    lock's release at the end) waits for it, as every CephFS client's request does, and
-    the run ends valid once it is back."""
+    lock's release at the end) waits for it, up to timeout_s (60 s here), and the run ends
+    valid once it is back."""
     from tests.helpers.cephcluster import require, running_cluster
 
     require()
@@ -210,7 +210,8 @@ def test_an_mds_killed_mid_restore_and_started_again_ends_a_valid_run(
         archive = tmp_path / "results" / "kill.csv"
         job = quickstart(cluster.url("kill"), archive, "--set", "checkpoint.layout=['sharded']",
                          "--set", "run.warmup=0", "--set", "run.verify=none",
-                         "--set", "target.storage_options={timeout_s=5}")
+                         # stampede waits this long for an MDS: longer than it is away
+                         "--set", "target.storage_options={timeout_s=60}")
         prepared = stampede("prepare", *job, np=2)
         assert prepared.returncode == 0, prepared.stdout + prepared.stderr
         running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "run",
@@ -233,3 +234,88 @@ def test_an_mds_killed_mid_restore_and_started_again_ends_a_valid_run(
     assert running.returncode == 0, said
     restores = [row for row in read_archive(archive) if row["op"] == "restore"]
     assert [(row["valid"], row["errors"]) for row in restores] == [("true", "0")]
+
+
+@pytest.mark.mpi
+def test_an_mds_killed_mid_restore_and_never_back_ends_the_run_in_one_line_per_rank(
+        stampede, tmp_path: Path) -> None:
+    """A cluster of its own: the MDS SIGKILLed while two ranks restore, never started
+    again. What needs it (the lock's release at the end, at the latest) has no answer;
+    the call's watchdog ends each rank stuck on it after timeout_s with one line naming
+    the MDS and the bound: exit status 1, and the run archived before it still there."""
+    from tests.helpers.cephcluster import require, running_cluster
+
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_cluster(tmp_path / "cluster") as cluster:
+        archive = tmp_path / "results" / "dead.csv"
+        job = quickstart(cluster.url("dead"), archive, "--set", "checkpoint.layout=['sharded']",
+                         "--set", "run.warmup=0", "--set", "run.verify=none",
+                         "--set", "target.storage_options={timeout_s=5}")
+        for command in ("prepare", "run"):
+            result = stampede(command, *job, np=2)
+            assert result.returncode == 0, result.stdout + result.stderr
+        archived = read_archive(archive)
+        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "run",
+                                    *job, "--set", "run.iterations=300"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   cwd=tmp_path)
+        try:
+            assert running.stderr is not None
+            while " took " not in (line := running.stderr.readline()):   # restoring now
+                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+            cluster.kill_mds()
+            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if running.poll() is None:
+                running.kill()
+                running.communicate()
+    print(out[-2000:], err[-3000:])
+    assert running.returncode == 1, out + err
+    said = [line for line in err.splitlines() if "had no answer within 5 s" in line]
+    assert said and all("the MDS is not answering" in line for line in said), err
+    assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
+    assert read_archive(archive)[:len(archived)] == archived
+
+
+@pytest.mark.mpi
+def test_an_mds_killed_mid_save_and_never_back_ends_each_stuck_rank_in_one_line(
+        stampede, tmp_path: Path) -> None:
+    """A cluster of its own: the MDS SIGKILLed while two ranks save version after version
+    (each a mkdir, creates and renames: the MDS's), never started again. Each rank stuck
+    on a call ends after timeout_s with its own line; exit status 1; the save archived
+    before it still there."""
+    from tests.helpers.cephcluster import require, running_cluster
+
+    require()
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    with running_cluster(tmp_path / "cluster") as cluster:
+        archive = tmp_path / "results" / "dead-save.csv"
+        job = quickstart(cluster.url("dead-save"), archive, "--set",
+                         "checkpoint.layout=['sharded']", "--set", "run.warmup=0",
+                         "--set", "target.storage_options={timeout_s=5}")
+        result = stampede("save", *job, np=2)
+        assert result.returncode == 0, result.stdout + result.stderr
+        archived = read_archive(archive)
+        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save",
+                                    *job, "--set", "run.iterations=400"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   cwd=tmp_path)
+        try:
+            assert running.stderr is not None
+            while " took " not in (line := running.stderr.readline()):   # saving now
+                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+            cluster.kill_mds()
+            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if running.poll() is None:
+                running.kill()
+                running.communicate()
+    print(err[-3000:])
+    assert running.returncode == 1, out + err
+    said = [line for line in err.splitlines() if "had no answer within 5 s" in line]
+    assert said and all("the MDS is not answering" in line for line in said), err
+    assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
+    assert read_archive(archive)[:len(archived)] == archived

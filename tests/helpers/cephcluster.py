@@ -147,7 +147,7 @@ def unavailable() -> str:
     if missing:
         return f"Ceph is not installed ({', '.join(missing)} missing: {INSTALL})"
     try:
-        from stampede.backends.libcephfs import library
+        from stampede.libcephfs import library
         library()
     except Exception as error:   # UsageError: libcephfs missing
         return f"libcephfs is not installed ({error}; {INSTALL})"

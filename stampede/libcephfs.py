@@ -6,6 +6,14 @@ libcephfs returns -errno. Reads and writes go straight from and to the caller's 
 (its address, no copy), at an offset (pread/pwrite: no file position is used). The
 library must not be used across a fork: a rank creates its own client after MPI started
 it, and nothing forks after that but to exec.
+
+No call waits for a dead MDS without end: libcephfs has no per-request timeout (a request
+waits until an MDS answers, as every CephFS client's does), and a thread blocked in a C
+call cannot be interrupted. So a mount made with a bound (`timeout_s`) notes each call as
+it starts (what, when: two stores, nothing added to a timed op beyond them), and one
+watchdog thread per process looks every WATCH_PERIOD_S: a call past its bound ends the
+process with one line on stderr naming the call, the MDS and the bound, exit status 1.
+Whatever the command archived before stays archived; the launcher ends the other ranks.
 """
 
 from __future__ import annotations
@@ -15,8 +23,12 @@ import ctypes
 import errno
 import json
 import os
+import threading
+import time
+import weakref
 
 from stampede.errors import UsageError
+from stampede.launcher import launcher_rank
 
 INSTALL_HINT = "apt-get install libcephfs2 (Debian/Ubuntu; dnf install libcephfs2 on RHEL)"
 LIBRARY_NAMES = ("libcephfs.so.2", "libcephfs.so")
@@ -26,6 +38,10 @@ CEPH_STATX_BASIC_STATS = 0x7FF
 AT_SYMLINK_NOFOLLOW = 0x100
 # one read or write call moves at most this (the library's return is an int)
 MOST_BYTES_PER_CALL = 1 << 30
+WATCH_PERIOD_S = 0.5      # how often the watchdog looks at the calls in progress
+GAVE_UP_STATUS = 1        # a run that could not finish: RunFailed's status
+# the unmount has its own bound (client_shutdown_timeout = timeout_s): watched at twice it
+UNMOUNT_FACTOR = 2
 
 
 class Timespec(ctypes.Structure):
@@ -119,11 +135,17 @@ class Mount:
     absolute in the file system ("/dir/file"). Not thread-safe: one per rank."""
 
     def __init__(self, settings: dict[str, str], conf_file: str | None, fs_name: str | None,
-                 user: str | None) -> None:
+                 user: str | None, timeout_s: float | None = None) -> None:
         lib = library()
         self.lib = lib
         self.cmount = ctypes.c_void_p()
         self.mounted = False
+        # the call in progress: (what, its path, when it began); None between calls
+        self.calling: tuple[str, bytes, float] | None = None
+        self.timeout_s = timeout_s
+        self.monitors = settings.get("mon_host", "")
+        if timeout_s is not None:
+            _watch(self)
         code = lib.ceph_create(ctypes.byref(self.cmount), user.encode() if user else None)
         if code < 0:
             raise failed(code, "ceph_create")
@@ -158,75 +180,99 @@ class Mount:
         if self.cmount:
             atexit.unregister(self.release)
             if self.mounted:
+                self.calling = ("unmount", b"", time.monotonic())
                 self.lib.ceph_unmount(self.cmount)
+                self.calling = None
                 self.mounted = False
             self.lib.ceph_release(self.cmount)
             self.cmount = ctypes.c_void_p()
 
     def check(self, code: int, what: bytes) -> int:
+        self.calling = None   # the call returned
         if code < 0:
             raise failed(code, what.decode(errors="replace"))
         return code
 
+    def begin(self, what: str, path: bytes = b"") -> None:
+        """A call starts (the watchdog's note: what, on what, since when)."""
+        self.calling = (what, path, _now())
+
     def stat(self, path: bytes) -> Statx:
         found = Statx()
+        self.begin("stat", path)
         self.check(self.lib.ceph_statx(self.cmount, path, ctypes.byref(found),
                                        CEPH_STATX_BASIC_STATS, 0), path)
         return found
 
     def lstat(self, path: bytes) -> Statx:
         found = Statx()
+        self.begin("stat", path)
         self.check(self.lib.ceph_statx(self.cmount, path, ctypes.byref(found),
                                        CEPH_STATX_BASIC_STATS, AT_SYMLINK_NOFOLLOW), path)
         return found
 
     def fstat_size(self, fd: int) -> int:
         found = Statx()
+        self.begin("fstat")
         self.check(self.lib.ceph_fstatx(self.cmount, fd, ctypes.byref(found),
                                         CEPH_STATX_BASIC_STATS, 0), b"fstat")
         return int(found.size)
 
     def open(self, path: bytes, flags: int, mode: int = 0) -> int:
+        self.begin("open", path)
         return self.check(self.lib.ceph_open(self.cmount, path, flags, mode), path)
 
     def close(self, fd: int) -> None:
+        self.begin("close")
         self.check(self.lib.ceph_close(self.cmount, fd), b"close")
 
     def pread(self, fd: int, address: int, count: int, offset: int) -> int:
+        self.begin("read")
         return self.check(self.lib.ceph_read(self.cmount, fd, address, count, offset), b"read")
 
     def pwrite(self, fd: int, address: int, count: int, offset: int) -> int:
+        self.begin("write")
         return self.check(self.lib.ceph_write(self.cmount, fd, address, count, offset), b"write")
 
     def fsync(self, fd: int) -> None:
+        self.begin("fsync")
         self.check(self.lib.ceph_fsync(self.cmount, fd, 0), b"fsync")
 
     def mkdir(self, path: bytes, mode: int) -> None:
+        self.begin("mkdir", path)
         self.check(self.lib.ceph_mkdir(self.cmount, path, mode), path)
 
     def rmdir(self, path: bytes) -> None:
+        self.begin("rmdir", path)
         self.check(self.lib.ceph_rmdir(self.cmount, path), path)
 
     def unlink(self, path: bytes) -> None:
+        self.begin("unlink", path)
         self.check(self.lib.ceph_unlink(self.cmount, path), path)
 
     def rename(self, source: bytes, destination: bytes) -> None:
+        self.begin("rename", source)
         self.check(self.lib.ceph_rename(self.cmount, source, destination), source)
 
     def listdir(self, path: bytes) -> list[bytes]:
         directory = ctypes.c_void_p()
+        self.begin("list", path)
         self.check(self.lib.ceph_opendir(self.cmount, path, ctypes.byref(directory)), path)
         names = []
         try:
             while True:
+                self.begin("list", path)
                 entry = self.lib.ceph_readdir(self.cmount, directory)
+                self.calling = None
                 if not entry:
                     break
                 name = entry.contents.name
                 if name not in (b".", b".."):
                     names.append(name)
         finally:
+            self.begin("list", path)
             self.lib.ceph_closedir(self.cmount, directory)
+            self.calling = None
         return names
 
     def mds_command(self, mds_spec: str, command: dict[str, object]) -> str:
@@ -254,3 +300,46 @@ class Mount:
                 number, f"{os.strerror(number)}{f' ({said})' if said else ''}",
                 f"mds {mds_spec}: {command.get('prefix')}")
         return text
+
+
+# --- the watchdog: one thread per process over every bounded mount ----------------------
+
+_now = time.monotonic
+_watched: weakref.WeakSet[Mount] = weakref.WeakSet()
+_watching = threading.Lock()
+_watchdog: list[threading.Thread] = []
+
+
+def _watch(mount: Mount) -> None:
+    with _watching:
+        _watched.add(mount)
+        if not _watchdog:
+            thread = threading.Thread(target=_look, name="stampede-cephfs-watchdog", daemon=True)
+            _watchdog.append(thread)
+            thread.start()
+
+
+def _look() -> None:
+    while True:
+        time.sleep(WATCH_PERIOD_S)
+        for mount in list(_watched):
+            calling, bound = mount.calling, mount.timeout_s
+            if calling is None or bound is None:
+                continue
+            what, path, since = calling
+            if _now() - since > bound * (UNMOUNT_FACTOR if what == "unmount" else 1):
+                _give_up(mount, what, path, bound)
+
+
+def _give_up(mount: Mount, what: str, path: bytes, bound: float) -> None:
+    """One line, then the process ends (its thread is blocked in the library for good:
+    nothing else could end it)."""
+    on = f" {path.decode(errors='replace')}" if path else ""
+    line = (f"stampede: error: rank {launcher_rank()}: CephFS {what}{on} had no answer within "
+            f"{bound:g} s (target.storage_options.timeout_s): the MDS is not answering "
+            f"(monitors {mount.monitors or '?'}; `ceph fs status` says whether one is "
+            "active); this rank ends here, what was archived before stays\n")
+    try:
+        os.write(2, line.encode())
+    finally:
+        os._exit(GAVE_UP_STATUS)
