@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
-from stampede import lustre
+from stampede import cephmds, lustre
 from stampede.sysinfo import Mount, mount_of, mountstats_delta, nfs_options, read_mountstats
 from stampede.targets import capabilities_for
 
@@ -41,7 +41,8 @@ class Counters(NamedTuple):
 
     key: str                                           # the sidecar's key, in each layout
     read: Callable[[Mount], object]                    # a reading (None: cannot be read)
-    since: Callable[[Mount, object], dict[str, object] | None]   # what moved since one
+    # what moved since one (a line: why it was not counted; None: nothing to say)
+    since: Callable[[Mount, object], dict[str, object] | str | None]
 
 
 class FsKind(NamedTuple):
@@ -164,11 +165,34 @@ def _ceph_read(paths: list[Path]) -> dict[str, object]:
     return layouts
 
 
+# --- CephFS's MDS: its own per-op counts, asked as the mount itself would ask -------------
+
+MDS_SCOPE = ("the MDS's own counters: every client's requests while the layout ran (its "
+             "warmup included, every client of the cluster), not only this mount's")
+
+
+def _mds_read(mount: Mount) -> object:
+    return cephmds.node_perf_dump()   # a dump, or why none (a line)
+
+
+def _mds_since(mount: Mount, before: object) -> dict[str, object] | str | None:
+    if isinstance(before, str):   # the first dump was not had: the layout is not counted
+        return before
+    after = cephmds.node_perf_dump()
+    if isinstance(after, str) or not isinstance(before, dict):
+        return after if isinstance(after, str) else None
+    return {"mount": mount.mountpoint, "scope": MDS_SCOPE,
+            "how": "perf dump by rank 0 before and after (a libcephfs client from the node's "
+                   "Ceph config, or `ceph tell mds.* perf dump`)",
+            **cephmds.deltas(before, after)}
+
+
 # --- the table -----------------------------------------------------------------------------
 
 _LUSTRE_STRIPES = Striper("lfs setstripe", lustre.apply_stripe, lustre.read_layouts)
 _LLITE = Counters("lustre_llite", _llite_read, _llite_since)
 _CEPH_STRIPES = Striper("ceph.dir.layout", _ceph_apply, _ceph_read)
+_MDS = Counters(cephmds.KEY, _mds_read, _mds_since)
 KERNEL_NFS_RPCS = "kernel_nfs_rpcs"   # the sidecar's key (readers: present.report)
 _KERNEL_NFS = Counters(KERNEL_NFS_RPCS, _nfs_read, _nfs_since)
 _IN_MEMORY = "pages cannot be evicted"
@@ -180,9 +204,9 @@ OTHER = FsKind("other", "any other mount type: evictable and durable, no stripin
 
 TABLE: Mapping[str, FsKind] = MappingProxyType({kind.name: kind for kind in (
     FsKind("lustre", "Lustre's client (llite)", striper=_LUSTRE_STRIPES, counters=_LLITE),
-    FsKind("ceph", "CephFS's kernel client", striper=_CEPH_STRIPES),
+    FsKind("ceph", "CephFS's kernel client", striper=_CEPH_STRIPES, counters=_MDS),
     # ceph-fuse keeps its own object cache in the daemon (client_oc), out of fadvise's reach
-    FsKind("fuse.ceph-fuse", "CephFS through ceph-fuse", striper=_CEPH_STRIPES,
+    FsKind("fuse.ceph-fuse", "CephFS through ceph-fuse", striper=_CEPH_STRIPES, counters=_MDS,
            unevictable="ceph-fuse's own object cache cannot be evicted"),
     FsKind("nfs", "the kernel's NFS client (v2, v3)", counters=_KERNEL_NFS,
            options=nfs_options, options_key="nfs_options"),

@@ -44,6 +44,7 @@ PLACEMENTS = ("ring", "buddy")   # stampede.run.roles: where a rejoin's replicas
 PUBLISH_LEVELS = ("local", "peer", "storage")   # stampede.run.tiers: when a version counts
 DRAINS = ("background", "inline")               # stampede.run.tiers: the storage copy
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
+KEY_PREFIXES = ("none", "hash")   # stampede.checkpoint.plan: what leads an object's key
 
 class Option(NamedTuple):
     key: str                       # dotted TOML key, also the --set name
@@ -60,12 +61,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("target.path", "target_path", values.target_path, REQUIRED,
            "where the checkpoint lives: a POSIX directory (relative paths are from the cwd), "
            "an NFS server's directory (nfs://server[:port]/export/path[?version=3|4], one "
-           "user-space client per rank) or an fsspec URL (s3://bucket/prefix, gs://..., "
+           "user-space client per rank), a CephFS directory (cephfs://[user@]mon-host[:port]/"
+           "path, one libcephfs client per rank) or an fsspec URL (s3://bucket/prefix, gs://..., "
            "memory://..., file:///...)",
            "target"),
     Option("target.storage_options", "storage_options", values.storage_options, {},
            "options of a URL target: an object store's fsspec options (endpoint_url, timeouts, "
-           "retries); NFS's export, version, timeout_ms; credentials never go here: they come "
+           "retries); NFS's export, version, timeout_ms; CephFS's conf, keyring, fs, timeout_s; "
+           "credentials never go here: they come "
            "from the environment", "storage_options"),
     Option("target.stripe_count", "stripe_count", values.stripe_count, 0,
            "Lustre and CephFS: the stripe count set on every directory stampede makes "
@@ -144,6 +147,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("run.cache", "cache", values.choice(CACHE_MODES), "warm",
            "warm = page cache as it is; cold = files' pages evicted (posix_fadvise DONTNEED) "
            "before every iteration; direct = O_DIRECT", "cache"),
+    Option("run.ceiling", "ceiling", values.boolean, False,
+           "measure every node's raw-read ceiling once, before the first layout: its share of "
+           "the checkpoint read cold by 1, 4, 16 and 32 streams of 8 MiB requests, the best "
+           "GB/s; each restore row then says its efficiency against it (ceiling_efficiency)",
+           "ceiling"),
     Option("run.drop_caches", "drop_caches", values.boolean, False,
            "cold: also drop the whole page cache (sync; echo 3 > /proc/sys/vm/drop_caches, one "
            "rank per node) before every iteration, where permitted (root)", "drop_caches"),
@@ -190,6 +198,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("checkpoint.fanout", "fanout", values.whole_number(1), 16,
            "fan-out: the shard files spread over this many subdirectories of fanout/ (shard "
            "s in fanout/NNN, NNN = s mod fanout: many directories' locks against one)", "fanout"),
+    Option("checkpoint.copies", "copies", values.whole_number(1), 1,
+           "object stores: prepare writes K copies of the checkpoint under K prefixes "
+           "(copy-0/ ... copy-K-1/ first in every key, each its own partition) and rank r "
+           "reads copy r mod K, so each prefix takes 1/K of the restore's requests; a "
+           "restore's option (save writes one copy and refuses more)", "copies"),
+    Option("checkpoint.key_prefix", "key_prefix", values.choice(KEY_PREFIXES), "none",
+           "object stores: hash = a shard's key starts with 4 hex digits of a hash of its "
+           "number (a3f9/sharded/shard-00012-of-00016.raw), so the shards spread over the "
+           "store's partitions (entropy first); none = the plain key", "key_prefix"),
     Option("save.mode", "save_mode", values.choice(SAVE_MODES), "sync",
            "sync = every rank writes its bytes and fsyncs before it goes on; async = it copies "
            "them to a staging buffer (op snapshot: what stops training) and a background "

@@ -43,6 +43,7 @@ class SpecFields:
     warmup: int
     cache: str
     drop_caches: bool
+    ceiling: bool
     rank_shift: int
     jitter: str
     seed: int
@@ -54,6 +55,8 @@ class SpecFields:
     verify: str
     check_finite: bool
     fanout: int
+    copies: int
+    key_prefix: str
     save_mode: str
     durability: str
     validate: str

@@ -19,7 +19,7 @@ def check_combination(spec: SpecFields, workloads: tuple[str, ...]) -> None:
     checkpoint.workload names a message offers (stampede.spec's, which imports this module)."""
     _size_rules(spec, workloads)
     for rules in (_pattern_rules, _layout_rules, _cache_rules, _check_rules, _format_rules,
-                  _save_rules, _device_rules):
+                  _save_rules, _device_rules, _prefix_rules):
         rules(spec)
 
 
@@ -103,6 +103,10 @@ def _cache_rules(spec: SpecFields) -> None:
         raise UsageError(f"{spec.source}: run.cache = \"direct\" with an existing checkpoint: "
                          "its tensors lie at offsets O_DIRECT cannot read",
                          hint="use cold (evicted pages) instead")
+    if spec.ceiling and not capabilities_for(spec.target_path).local_files:
+        raise UsageError(f"{spec.source}: run.ceiling = true on {spec.target_path!r}: the "
+                         "raw-read ceiling reads the node's files through a POSIX path "
+                         "(evicted, mincore), which an object store has not")
     if spec.drop_caches and spec.cache != "cold":
         raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
 
@@ -166,3 +170,40 @@ def _device_rules(spec: SpecFields) -> None:
         raise UsageError(f"{spec.source}: run.h2d = \"cuda-gds\" with {', '.join(exchanging)}: "
                          "the bytes land in HBM, and the MPI exchange moves host memory",
                          hint='--set run.exchange=torch (nccl moves device memory)')
+
+
+def _prefix_rules(spec: SpecFields) -> None:
+    """checkpoint.copies and key_prefix: an object store's keys, spread over its partitions
+    (a file system has no per-prefix request rate to spread over)."""
+    given = [f"{key} = {value!r}" for key, value, default in (
+        ("checkpoint.copies", spec.copies, 1), ("checkpoint.key_prefix", spec.key_prefix, "none"))
+        if value != default]
+    if not given:
+        return
+    what = " and ".join(given)
+    if not capabilities_for(spec.target_path).object_store:
+        raise UsageError(f"{spec.source}: {what} on {spec.target_path!r}: prefixes spread "
+                         "an object store's requests over its partitions; this target is "
+                         "not one", hint="use an s3:// target, or leave checkpoint.copies = 1 "
+                                         "and key_prefix = \"none\"")
+    if spec.checkpoint_source == "existing" or spec.from_path:
+        raise UsageError(f"{spec.source}: {what} with an existing checkpoint (or "
+                         "checkpoint.from): its keys are its own", hint="leave them unset")
+    plain = [layout for layout in spec.layouts if layout_of(layout).workload_files]
+    if plain:
+        raise UsageError(f"{spec.source}: {what} with checkpoint.layout {', '.join(plain)}: "
+                         "its files are the workload's, under their own names")
+    if spec.copies > 1 and spec.restore_from == "saved":
+        raise UsageError(f"{spec.source}: checkpoint.copies = {spec.copies} with run.restore = "
+                         "\"saved\": a save writes one copy; the copies are prepare's",
+                         hint="run.restore = \"prepared\" (or \"auto\": copies > 1 restores the "
+                              "prepared checkpoint)")
+    if spec.key_prefix == "none":
+        return
+    unspread = [layout for layout in spec.layouts
+                if layout_of(layout).one_file or layout_of(layout).listing]
+    if unspread:
+        raise UsageError(f"{spec.source}: checkpoint.key_prefix = {spec.key_prefix!r} with "
+                         f"checkpoint.layout {', '.join(unspread)}: one object has no shards "
+                         "to spread, and a listing lists one prefix (hashed keys lie under many)",
+                         hint="run those layouts in a job without key_prefix")

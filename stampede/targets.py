@@ -41,6 +41,9 @@ class Capabilities(NamedTuple):
     # with If-None-Match: *; stampede.backends.base.Exclusive): the target's lock where
     # there is no flock (stampede.checkpoint.lock).
     exclusive_create: bool = False
+    # It asks its metadata server for its own per-op request counts
+    # (stampede.backends.base.MdsCounter): a CephFS MDS's perf counters.
+    mds_counters: bool = False
 
     @property
     def object_store(self) -> bool:
@@ -82,6 +85,16 @@ REGISTRY: Mapping[str, BackendEntry] = MappingProxyType({
                         Capabilities(page_cache=True, has_directories=True, saves=True,
                                      rpc_probe=True, exclusive_create=True),
                         "apt-get install libnfs13 (Debian/Ubuntu; dnf install libnfs on RHEL)"),
+    # One libcephfs client per rank, its object cacher off: no data cached client-side,
+    # every read reaches an OSD. page_cache is still True, as NFS's is: an OSD serves a
+    # recently read object from its own memory (BlueStore's cache; memstore holds all of
+    # it there), which no client can evict, so a warm run may be a run from memory.
+    # exclusive_create: the MDS creates with O_EXCL for whichever client asks first.
+    "cephfs": BackendEntry("stampede.backends.cephfs", "CephfsBackend",
+                           Capabilities(page_cache=True, has_directories=True, saves=True,
+                                        exclusive_create=True, mds_counters=True),
+                           "apt-get install libcephfs2 (Debian/Ubuntu; dnf install libcephfs2 "
+                           "on RHEL)"),
     # local files through fsspec's generic calls: whole objects, yet the page cache serves
     "file": BackendEntry(_FSSPEC, "FsspecBackend", Capabilities(page_cache=True),
                          extra="fsspec", requires=("fsspec",)),
@@ -111,3 +124,10 @@ def local_files(target_path: str) -> bool:
     now: no)."""
     entry = REGISTRY.get(target_path.partition("://")[0] if "://" in target_path else POSIX)
     return entry is not None and entry.capabilities.local_files
+
+
+# S3's documented request rates per partitioned prefix, a second: at least 5,500 GET/HEAD
+# (a LIST is a GET of the bucket) and 3,500 PUT/COPY/POST/DELETE; beyond them, 503 SlowDown
+# while it partitions a prefix that stays hot (AWS, "Best practices design patterns:
+# optimizing Amazon S3 performance")
+S3_PREFIX_RATES_PER_S = {"read": 5_500.0, "write": 3_500.0, "list": 5_500.0}

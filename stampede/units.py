@@ -72,7 +72,9 @@ def format_bytes(nbytes: float) -> str:
     for unit, factor in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30),
                          ("MiB", 2**20), ("KiB", 2**10)):
         if abs(nbytes) >= factor:
-            return f"{nbytes / factor:.4g} {unit}"
+            value = nbytes / factor
+            # past 9,999 EiB (every rank of a billion reading everything) never e-notation
+            return f"{value:.4g} {unit}" if abs(value) < 10_000 else f"{value:,.0f} {unit}"
     if 0 < abs(nbytes) < 1:   # a size split over more ranks than it has bytes: not "0 B"
         return "under 1 B" if abs(nbytes) < 0.01 else f"{nbytes:.2f} B"
     return f"{nbytes:.0f} B"

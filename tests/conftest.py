@@ -17,19 +17,21 @@ from stampede.launcher import find_mpiexec
 from tests.helpers import checkpoints, requires
 from tests.helpers.jobs import RUN_TIMEOUT_S
 
-# The real S3 and NFS servers' fixtures (s3_server and nfs_server for the session;
-# s3_env and nfs_target per test).
-pytest_plugins = ["tests.helpers.s3server", "tests.helpers.nfsserver", "tests.helpers.cluster"]
+# The real S3 and NFS servers' and Ceph cluster's fixtures (s3_server, nfs_server and
+# ceph_cluster for the session; s3_env, nfs_target and cephfs_target per test).
+pytest_plugins = ["tests.helpers.s3server", "tests.helpers.nfsserver", "tests.helpers.cephcluster",
+                  "tests.helpers.cluster"]
 
 # What makes a test slow is what it launches: ranks under mpiexec (the `mpi` marker), an
 # S3 server, a FUSE mount, emulated nodes, a Slurm cluster, a browser, torch's 3-4 s
 # import in a subprocess. Such a test is marked `slow` here, by the fixtures it uses, or
 # by its module (SLOW_MODULES); `-m "not slow"` leaves the quick tier for the edit loop.
-LAUNCHING_FIXTURES = frozenset({"s3_server", "s3_env", "nfs_server", "nfs_target", "fuse_ready",
+LAUNCHING_FIXTURES = frozenset({"s3_server", "s3_env", "nfs_server", "nfs_target", "ceph_cluster",
+                                "cephfs_target", "fuse_ready",
                                 "no_mount_left", "nodes", "assessed", "dcp_dir", "torch_bin",
                                 "tensorizer_file"})
 # ... and the parameters that name one for a fixture to get (request.getfixturevalue)
-LAUNCHING_PARAMETERS = frozenset({"s3", "nfs", "dcp_dir", "torch_bin", "tensorizer_file"})
+LAUNCHING_PARAMETERS = frozenset({"s3", "nfs", "cephfs", "dcp_dir", "torch_bin", "tensorizer_file"})
 SLOW_MODULES = frozenset({"tests/emulate/test_cluster.py", "tests/commands/test_slurm.py",
                           "tests/commands/test_html.py", "tests/run/test_gpu_check.py"})
 # Under pytest-xdist each file's tests go to one worker together (its module fixtures are

@@ -30,7 +30,8 @@ def test_every_kind_the_table_names_answers_for_itself() -> None:
     assert kind_of("lustre").striper.how == "lfs setstripe"
     for ceph in ("ceph", "fuse.ceph-fuse"):
         assert kind_of(ceph).striper is not None and kind_of(ceph).striper.how == "ceph.dir.layout"
-        assert kind_of(ceph).counters is None
+        counters = kind_of(ceph).counters
+        assert counters is not None and counters.key == "mds_requests"   # the MDS's own
     for nfs in ("nfs", "nfs4"):
         counters = kind_of(nfs).counters
         assert counters is not None and counters.key == KERNEL_NFS_RPCS

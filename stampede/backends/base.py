@@ -189,6 +189,14 @@ class ObjectStore(Backend, Protocol):
         """Timed (write; publish for the pointer): one PUT of the whole object; its
         retries counted under `op`."""
 
+    def publish(self, path: str, views: tuple[memoryview, ...], replacing: str | None) -> str:
+        """Timed (publish): one conditional PUT of the pointer: it replaces the object
+        only while it is the one `replacing` names (its ETag), or creates it only where
+        none is (None); FileExistsError when another writer published first. Its ETag."""
+
+    def etag(self, path: str) -> str | None:
+        """Untimed: the object's ETag (one HEAD), None where there is none."""
+
     def discard_uploads(self, relpath: str) -> builtins.list[str]:
         """Untimed: abort every unfinished upload under `relpath` (a killed save's, which
         no LIST shows); the objects they were for, relative to the root."""
@@ -212,6 +220,21 @@ class RpcProber(Backend, Protocol):
 def rpc_prober(backend: Backend) -> RpcProber | None:
     """The backend as one that counts RPCs per op, else None."""
     return backend if backend.capabilities.rpc_probe else None   # type: ignore[return-value]
+
+
+class MdsCounter(Backend, Protocol):
+    """A backend that asks its metadata server for its own counters
+    (`capabilities.mds_counters`; stampede.run.mds_counts)."""
+
+    def mds_perf(self) -> dict[str, object]:
+        """Untimed: the MDS's perf dump (its sections: mds_server's req_<op>_latency with
+        avgcount and sum, mds's request and capability counts); OSError where it does not
+        answer."""
+
+
+def mds_counter(backend: Backend) -> MdsCounter | None:
+    """The backend as one that reads its MDS's counters, else None."""
+    return backend if backend.capabilities.mds_counters else None   # type: ignore[return-value]
 
 
 class Exclusive(Backend, Protocol):

@@ -214,12 +214,38 @@ class S3Backend(FsspecBackend):
         bucket, _, key = path.partition("/")
         self._call(op, "PUT", self._send, bucket, key, views, ())
 
+    def publish(self, path: str, views: tuple[memoryview, ...], replacing: str | None) -> str:
+        """Timed (publish): one conditional PUT, so that two writers never both publish:
+        it replaces the object only while it is the one read (If-Match: `replacing`, its
+        ETag), or creates it only where none is (If-None-Match: *, `replacing` None).
+        FileExistsError (412: another writer published first) is not retried; the new
+        object's ETag. A server that ignores the condition publishes unconditionally, as a
+        plain PUT does."""
+        bucket, _, key = path.partition("/")
+        condition = {"if-match": replacing} if replacing else {"if-none-match": "*"}
+        return str(self._call("publish", "PUT", self._send, bucket, key, views, (), condition))
+
+    def etag(self, path: str) -> str | None:
+        """Untimed: one HEAD, the object's ETag (None where there is no object)."""
+        bucket, _, key = path.partition("/")
+        try:
+            return str(self._call("", "HEAD", self._head_etag, bucket, key))
+        except FileNotFoundError:
+            return None
+
+    def _head_etag(self, bucket: str, key: str) -> str:
+        response = self._wire.request("HEAD", bucket, key)
+        response.read()
+        return response.getheader("etag") or ""
+
     def _send(self, bucket: str, key: str, views: tuple[memoryview, ...],
-              query: tuple[tuple[str, str], ...]) -> str:
-        """One PUT of the views back to back (payload unsigned); the answer's ETag."""
+              query: tuple[tuple[str, str], ...], condition: dict[str, str] | None = None) -> str:
+        """One PUT of the views back to back (payload unsigned), under `condition`'s
+        headers where given; the answer's ETag."""
         wire = self._wire
         response = wire.request("PUT", bucket, key, query=query, body=views,
-                                headers={"content-length": str(sum(view.nbytes for view in views))},
+                                headers={"content-length": str(sum(view.nbytes for view in views)),
+                                         **(condition or {})},
                                 payload_sha256=UNSIGNED_PAYLOAD)
         etag = response.getheader("etag") or ""
         wire.read(response)
@@ -445,7 +471,14 @@ def s3_error(verb: str, error: S3StatusError | S3TransportError, retried: int,
         return FileNotFoundError(errno.ENOENT, text)
     if error.status == 403:
         return PermissionError(errno.EACCES, text)
+    if error.status == 412 or error.code in CONDITION_FAILED:   # a conditional write lost
+        return FileExistsError(errno.EEXIST, f"{text}: another writer wrote it first")
     return OSError(text)
+
+
+# A conditional PUT refused: the object is not the one named (412), or another conditional
+# write of it is under way (AWS's 409): either way another writer got there first.
+CONDITION_FAILED = ("PreconditionFailed", "ConditionalRequestConflict")
 
 
 def _number(options: dict[str, object], key: str, default: float, kind: type) -> float:

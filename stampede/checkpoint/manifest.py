@@ -127,6 +127,9 @@ def layout_entry(spec: JobSpec, layout: str, nranks: int, bytes_per_rank: int,
         "bytes_per_rank": bytes_per_rank,
         "format": spec.format,
         "dtype": spec.dtype,
+        # its keys: copies under copy-k/, shards' keys hashed first (stampede.checkpoint.plan)
+        "copies": spec.copies,
+        "key_prefix": spec.key_prefix,
         # the content's block boundaries (stampede.checkpoint.content): a run regenerates the bytes
         # a corrupt slice should hold from them, to say which bytes differ
         "content_block_bytes": spec.block_bytes,
@@ -176,6 +179,11 @@ def check_entry(entry: dict[str, Any], spec: JobSpec, what: str, nranks: int,
                               "multiple of 4: its values are not element-aligned, so "
                               "run.check_finite would flag them",
                               hint=f"run `{command}` again with a block_size multiple of 4")
+    keys = (entry.get("copies", 1), entry.get("key_prefix", "none"))   # older: plain keys
+    if keys != (spec.copies, spec.key_prefix):
+        raise CheckpointError(f"{what} with checkpoint.copies = {keys[0]}, key_prefix = "
+                              f"{keys[1]!r}; this run asks for {spec.copies}, "
+                              f"{spec.key_prefix!r} (other keys)", hint=f"run `{command}` again")
     if prepared != (nranks, spec.replicas, bytes_per_rank, spec.format):
         raise CheckpointError(
             f"{what} for {entry['nranks']} ranks ({prepared[1]} replicas) x "

@@ -37,6 +37,14 @@ largest slice first, to its least-loaded holder, `assign_owners`): the owner rea
 once, then broadcasts it to its group. With `run.rank_shift` = k, rank
 r takes the place of rank (r + k) mod N above, so it reads bytes another rank wrote.
 
+On an object store two options spread a restore's requests over the store's partitions
+(S3 rates each partitioned prefix on its own, stampede.emulate.throttle):
+`checkpoint.copies` = K puts K copies of the checkpoint under copy-0/ ... copy-K-1/, first
+in every key, and rank r reads copy r mod K (prepare writes them all; a save writes
+one); `checkpoint.key_prefix` = "hash" puts HASH_HEX_DIGITS hex digits of a hash of the
+shard's number first in its key (a3f9/sharded/shard-00012-of-00016.raw: entropy first),
+so the shards land in different partitions, restore and save alike.
+
 Every path is relative to the target, or to a directory under it (`root`: a saved
 version's directory, stampede.checkpoint.versions); what `stampede save` writes is
 planned from the same extents (stampede.checkpoint.save_plan).
@@ -48,6 +56,7 @@ file's header locates at run time (the `header` op). Raw extents are file offset
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -63,6 +72,10 @@ SHARED_FILE = "shared/checkpoint.raw"
 SHARD_DIR = "sharded"
 FANOUT_DIR = "fanout"
 INDEX_FILE = f"{SHARD_DIR}/.metadata"   # where PyTorch DCP keeps its index
+COPY_DIR = "copy-{copy}"   # checkpoint.copies > 1: the prefix of each copy
+# checkpoint.key_prefix = "hash": 16**4 prefixes, more than any rank count's shards need
+# to meet S3's partitions apart (AWS's advice: a few random characters first)
+HASH_HEX_DIGITS = 4
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,7 @@ class RankPlan(NamedTuple):
     index_file: str = ""            # metadata-first: read whole by every rank first
     list_dir: str = ""              # list-first / list-bcast: listed before reading
     list_on_root: bool = False      # list-bcast: rank 0 lists, then broadcasts the names
+    copy_dir: str = ""              # checkpoint.copies > 1: the copy it reads (copy-k)
     formatted: bool = False         # files have headers: one header op per file read
     by_node: bool = False           # node-once: the exchange groups are the nodes
     owner: int = -1                 # owners: the rank that reads this rank's shard
@@ -128,9 +142,11 @@ class RankPlan(NamedTuple):
     def needed_key(self) -> tuple[object, ...]:
         """Equal for two ranks that need the same bytes (one shard), else different: the
         bytes a node or the job needs are the sum over its distinct keys."""
-        if self.needs is None:
+        if self.needs is None:   # a shard's bytes are the same in every copy
             hold = self.hold
-            return (hold.relpath, hold.tensor, hold.offset, hold.length)
+            relpath = hold.relpath.replace(f"{self.copy_dir}/", "", 1) if self.copy_dir \
+                else hold.relpath
+            return (relpath, hold.tensor, hold.offset, hold.length)
         return ("rank", self.rank)   # an existing checkpoint's assignment: no byte twice
 
     @property
@@ -206,6 +222,24 @@ def shard_path(shard: int, shards: int, fmt: str = "raw", fanout: int = 0) -> st
     return f"{directory}/shard-{shard:05d}-of-{shards:05d}.{EXTENSIONS[fmt]}"
 
 
+def copy_dir(spec: JobSpec, copy: int) -> str:
+    """The prefix of copy `copy` ("" with one copy: the plain keys)."""
+    return COPY_DIR.format(copy=copy) if spec.copies > 1 else ""
+
+
+def copy_of(spec: JobSpec, rank: int) -> int:
+    """The copy rank `rank` reads: round-robin, so each copy has N/K readers."""
+    return rank % spec.copies
+
+
+def key_prefix(spec: JobSpec, shard: int) -> str:
+    """What leads shard `shard`'s key (checkpoint.key_prefix): "" or a few hex digits of a
+    hash of its number, the same on every rank and every run."""
+    if spec.key_prefix != "hash":
+        return ""
+    return hashlib.sha256(str(shard).encode()).hexdigest()[:HASH_HEX_DIGITS]
+
+
 def under(root: str, relpath: str) -> str:
     """A path of the layout under `root` (a directory relative to the target; "" = the
     target itself)."""
@@ -221,16 +255,23 @@ def tensor_name(shard: int, fmt: str) -> str:
     return f"shard-{shard:05d}" if fmt != "raw" else ""
 
 
+def copy_root(spec: JobSpec, root: str, copy: int) -> str:
+    """The directory copy `copy` lies in, under `root`."""
+    return "/".join(part for part in (root, copy_dir(spec, copy)) if part)
+
+
 def shard_extent(spec: JobSpec, layout: str, shard: int, shards: int, per_rank: int,
-                  root: str = "") -> Extent:
-    """Where shard `shard` lives, in the layout's files."""
+                 root: str = "", copy: int = 0) -> Extent:
+    """Where shard `shard` lives, in the layout's files (of copy `copy`)."""
     fmt, tensor = spec.format, tensor_name(shard, spec.format)
     described = layout_of(layout)
+    base = copy_root(spec, root, copy)
     if described.one_file:
-        return Extent(under(root, shared_path(fmt)), 0 if tensor else shard * per_rank,
+        return Extent(under(base, shared_path(fmt)), 0 if tensor else shard * per_rank,
                       per_rank, tensor)
     fanout = spec.fanout if described.fanout_dirs else 0
-    return Extent(under(root, shard_path(shard, shards, fmt, fanout)), 0, per_rank, tensor)
+    return Extent(under(base, under(key_prefix(spec, shard), shard_path(shard, shards, fmt, fanout))),
+                  0, per_rank, tensor)
 
 
 def checkpoint_files(spec: JobSpec, layout: str, nranks: int,
@@ -251,16 +292,18 @@ def file_tensors(spec: JobSpec, layout: str, nranks: int,
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     fmt = spec.format
     files: dict[str, tuple[tuple[str, int], ...]] = {}
-    if described.index_file:
-        files[under(root, INDEX_FILE)] = (("", spec.index_bytes),)
-    if described.one_file:
-        files[under(root, shared_path(fmt))] = tuple((tensor_name(shard, fmt), per_rank)
-                                                     for shard in range(shards)) \
-            if fmt != "raw" else (("", per_rank * shards),)
-    else:
-        for shard in range(shards):
-            extent = shard_extent(spec, layout, shard, shards, per_rank, root)
-            files[extent.relpath] = ((extent.tensor, per_rank),)
+    for copy in range(spec.copies):
+        base = copy_root(spec, root, copy)
+        if described.index_file:
+            files[under(base, INDEX_FILE)] = (("", spec.index_bytes),)
+        if described.one_file:
+            files[under(base, shared_path(fmt))] = tuple((tensor_name(shard, fmt), per_rank)
+                                                         for shard in range(shards)) \
+                if fmt != "raw" else (("", per_rank * shards),)
+        else:
+            for shard in range(shards):
+                extent = shard_extent(spec, layout, shard, shards, per_rank, root, copy)
+                files[extent.relpath] = ((extent.tensor, per_rank),)
     return files
 
 
@@ -304,20 +347,24 @@ def writes_of_rank(spec: JobSpec, layout: str, nranks: int, rank: int,
                    whole_files: bool = False) -> tuple[Extent, ...]:
     """What `prepare` writes on this rank: the first S ranks write one shard (or slice)
     each, rank 0 also the index. whole_files (object stores, written sequentially): the
-    shared file is written whole by rank 0."""
+    shared file is written whole by rank 0. With K copies each is written so: the shard
+    writers write theirs in every copy, and copy k's index and whole shared file are
+    rank (k mod N)'s, so K uploads of one object go on in parallel."""
     described = layout_of(layout)
     if described.workload_files:
         return mlperf_extents(spec, nranks, rank)
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     writes = []
-    if described.index_file and rank == 0:
-        writes.append(Extent(INDEX_FILE, 0, spec.index_bytes))
-    if described.one_file and whole_files:
-        if rank == 0:
-            writes.extend(shard_extent(spec, layout, shard, shards, per_rank)
-                          for shard in range(shards))
-    elif rank < shards:
-        writes.append(shard_extent(spec, layout, rank, shards, per_rank))
+    for copy in range(spec.copies):
+        owner = copy % nranks   # of the copy's whole objects
+        if described.index_file and rank == owner:
+            writes.append(Extent(under(copy_root(spec, "", copy), INDEX_FILE), 0, spec.index_bytes))
+        if described.one_file and whole_files:
+            if rank == owner:
+                writes.extend(shard_extent(spec, layout, shard, shards, per_rank, copy=copy)
+                              for shard in range(shards))
+        elif rank < shards:
+            writes.append(shard_extent(spec, layout, rank, shards, per_rank, copy=copy))
     return tuple(writes)
 
 
@@ -384,10 +431,12 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
                         hold=mlperf_hold(files), group=place)
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     shard, replica = place % shards, place // shards
-    hold = shard_extent(spec, layout, shard, shards, per_rank, root)
+    copy = copy_of(spec, rank)   # by the rank itself: N/K readers per copy, shifted or not
+    base = copy_root(spec, root, copy)
+    hold = shard_extent(spec, layout, shard, shards, per_rank, root, copy)
     extents: tuple[Extent, ...] = (hold,)
     if described.whole_file:   # every slice, in file order: the whole file's data
-        extents = tuple(shard_extent(spec, layout, other, shards, per_rank, root)
+        extents = tuple(shard_extent(spec, layout, other, shards, per_rank, root, copy)
                         for other in range(shards))
         if described.node_reads:   # held by a node's reader: slice s at s x b in memory
             extents = tuple(replace(extent, place=other * per_rank)
@@ -407,9 +456,10 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
         hold=hold, group=group, member=member, exchange=described.exchange,
         by_node=described.node_reads, owner=owner,
         leader_reads=described.leader_reads,
-        index_file=under(root, INDEX_FILE) if described.index_file else "",
-        list_dir=under(root, SHARD_DIR) if described.listing else "",
-        list_on_root=described.list_on_root, formatted=spec.format != "raw")
+        index_file=under(base, INDEX_FILE) if described.index_file else "",
+        list_dir=under(base, SHARD_DIR) if described.listing else "",
+        list_on_root=described.list_on_root, formatted=spec.format != "raw",
+        copy_dir=copy_dir(spec, copy))
 
 
 def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:

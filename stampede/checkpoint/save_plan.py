@@ -127,6 +127,11 @@ def check_save(spec: JobSpec) -> None:
         raise UsageError(f"{spec.source}: checkpoint.layout {', '.join(others)}: a way to read, "
                          f"not to write; save writes {', '.join(SAVE_LAYOUTS)}",
                          hint="save the layout they read (sharded), then run them on it")
+    if spec.copies > 1:
+        raise UsageError(f"{spec.source}: checkpoint.copies = {spec.copies}: the copies are a "
+                         "restore's (prepare writes them, ranks read one each); a save writes "
+                         "the checkpoint once", hint="save with checkpoint.copies = 1 "
+                         "(checkpoint.key_prefix = \"hash\" spreads a save's PUTs)")
     if spec.format == "hdf5":
         raise UsageError(f"{spec.source}: checkpoint.format = \"hdf5\": h5py writes through "
                          "its own calls, which save cannot time op by op",

@@ -47,9 +47,14 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                      help="a partition throttled this long splits by the next character of "
                           f"its keys (default {rule.DEFAULT_SPLIT_DELAY_S:g}; 0: at the "
                           "first 503; inf: never)")
+    sub.add_argument("--partitioned", action="append", default=[], metavar="BUCKET/PREFIX",
+                     help="start with this prefix split (as S3 partitions ahead of a load "
+                          "when asked): each key under it counts against the partition of "
+                          "one more character (BUCKET/ck/copy- gives copy-0/, copy-1/ their "
+                          "own; BUCKET/ck/ gives hashed keys theirs); repeatable")
     add_output(sub, "--log", default=None, metavar="PATH",
                help="at exit, write every request as JSON lines to PATH: time_s (since "
-                    "start), method, partition, kind, key, status")
+                    "start), method, partition, kind, key, status, prefix (a LIST's)")
     sub.add_argument("--log-limit", type=int, default=LOG_LIMIT, metavar="N",
                      help=f"requests the log keeps (in memory until exit; default {LOG_LIMIT:,})")
     add_output(sub, "--summary-json", default=None, metavar="PATH",
@@ -74,6 +79,11 @@ def check_arguments(args: argparse.Namespace) -> str:
         raise UsageError(f"--split-delay-s {args.split_delay_s}: must be >= 0 (inf: never split)")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port {args.port}: must be 0-65535")
+    for name in args.partitioned:
+        if "/" not in name or not name.partition("/")[0]:
+            raise UsageError(f"--partitioned {name!r}: must be BUCKET/PREFIX (a bucket, then "
+                             "the key prefix; BUCKET/ alone splits the bucket's first "
+                             "character)")
     if args.log_limit < 0:
         raise UsageError(f"--log-limit {args.log_limit}: must be >= 0")
     upstream = urlsplit(args.upstream)
@@ -98,6 +108,8 @@ def cmd_emulate_s3(args: argparse.Namespace) -> int:
     die_with_parent(started_by)
     throttle = rule.Throttle({"read": args.get_rate, "write": args.put_rate,
                               "list": args.list_rate}, args.burst, args.split_delay_s)
+    for name in args.partitioned:
+        throttle.partitioned(*name.split("/", 1))
     log = RequestLog(args.log_limit) if args.log else None
     try:
         front = ThrottlingFront(upstream, throttle, port=args.port, log=log)
@@ -111,7 +123,8 @@ def cmd_emulate_s3(args: argparse.Namespace) -> int:
     print(f"emulate-s3: serving {front.endpoint_url} -> http://{upstream}: per prefix "
           f"partition GET/HEAD {args.get_rate:g}/s, PUT/POST/DELETE {args.put_rate:g}/s, LIST "
           f"{args.list_rate:g}/s, burst {args.burst:g}, split after {args.split_delay_s:g} s "
-          "throttled; stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+          f"throttled{''.join(f', {name!r} partitioned' for name in args.partitioned)}; stop "
+          "with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
     while not stop.wait(0.5):
         pass
     front.stop()

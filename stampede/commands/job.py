@@ -22,6 +22,7 @@ from stampede.commands.flags import (
 from stampede.errors import CheckpointError, UsageError
 from stampede.launcher import launcher_rank, launcher_size
 from stampede.spec import OPTIONS, REQUIRED
+from stampede.targets import capabilities_for
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from stampede.results.model import LayoutRun, LayoutTrace, RunContext
     from stampede.results.recorder import Recorder
     from stampede.spec import JobSpec
+
+
+DEFAULT_RESTORE_TIME = "60s"   # plan's requests per prefix a second: a sub-minute restore
 
 
 def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
@@ -78,6 +82,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     plan.add_argument("--save", action="store_true",
                       help="plan `stampede save` instead: who writes what in one version, and "
                            "whether the versions kept at once fit")
+    plan.add_argument("--restore-time", default=DEFAULT_RESTORE_TIME, metavar="DURATION",
+                      help="object stores: the restore time the requests per prefix a second "
+                           f"are over (default {DEFAULT_RESTORE_TIME})")
     add_trace_arguments(plan)
     plan.set_defaults(func=cmd_plan)
     clean = job_command("clean", "Remove what prepare and save wrote (only what their "
@@ -297,6 +304,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     nranks = args.np if args.np is not None else (launcher_size() or 1)
     if nranks < 1:
         raise UsageError(f"--np {nranks}: must be at least 1")
+    restore_s = restore_time_s(args.restore_time)
     if launcher_rank() != 0:
         return 0
     shown = shown_ranks(nranks)
@@ -328,9 +336,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
     render_plan(spec, nranks, backend_name_for(spec.target_path), layouts, space, make_console(),
                 served_bytes(spec, nranks, per_node),
                 f"{-(-nranks // per_node):,} node(s) of {min(per_node, nranks):,}")
+    if capabilities_for(spec.target_path).object_store:
+        from stampede.checkpoint.prefix_requests import prefix_load
+        from stampede.present.report_plan import render_prefixes
+
+        render_prefixes([prefix_load(spec, layout, nranks, restore_s)
+                         for layout in spec.layouts], nranks, make_console())
     if args.trace:
         print(trace_estimate(traced(args, spec), nranks))
     return 0
+
+
+def restore_time_s(text: str) -> float:
+    """--restore-time in seconds (UsageError for anything but a positive duration)."""
+    from stampede.units import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as error:
+        raise UsageError(f"--restore-time: {error}") from None
+    if not 0 < seconds < float("inf"):
+        raise UsageError(f"--restore-time {text}: must be a finite duration above 0",
+                         hint="for example --restore-time 60s")
+    return seconds
 
 
 def served_bytes(spec: JobSpec, nranks: int, per_node: int) -> list[LayoutBytes]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from stampede.commands import Subparsers
     from stampede.existing.catalogue import Catalogue
     from stampede.mpi import Comm
+    from stampede.results.ceiling import Ceiling
     from stampede.results.model import LayoutRun, RunContext
     from stampede.results.recorder import Recorder
     from stampede.run.devices import CudaDevice
@@ -203,6 +204,7 @@ class _Session:
             spec.archive_path, self.run_id, "loaders", lambda rows, sidecar: None)  # finish reports
         self.ceilings: list[LayoutRun] = []
         self.context: RunContext | None = None
+        self.measured: RunContext | None = None   # the run that measured the raw ceiling
         self.loaders: dict[str, _LoaderPart] = {}
         self.failed: list[str] = []
 
@@ -218,7 +220,12 @@ class _Session:
             self.ceilings.append(run)
             self._record(archive_rows(spec, self.context, run))
 
-        _, runs = run_job(self.comm, spec, collect)
+        # run.ceiling: the raw-read ceiling measured once, before the first policy's
+        # restore (on every rank: each must agree it was), and the later policies' runs
+        # carry it
+        context, runs = run_job(self.comm, spec, collect, context=self.measured)
+        if context.ceiling is not None:
+            self.measured = context
         self.failed += [f"stampede {run.layout}: {run.invalid_reason}"
                         for run in runs if run.invalid_reason]
 
@@ -243,7 +250,8 @@ class _Session:
                                        policy, self.hosts, valid=not measured.failed,
                                        tool=entry.name)}
             rows = _loader_rows(shared, self.catalogue.format, entry, target.label, measured,
-                                assigned, self.hosts)
+                                assigned, self.hosts,
+                                self.context.ceiling if self.context is not None else None)
             self.loaders[f"{entry.name} {target.label} {policy}"] = {
                 "valid": not measured.failed, "messages": list(measured.messages),
                 "digests": list(measured.digests)}
@@ -280,9 +288,11 @@ class _Session:
 
 
 def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label: str, measured: Measured,
-                 assigned: list[int], hosts: tuple[str, ...]) -> list[dict[str, str]]:
+                 assigned: list[int], hosts: tuple[str, ...],
+                 ceiling: Ceiling | None = None) -> list[dict[str, str]]:
     """Rank 0: one loader's rows (its phases and restore), as a layout's: the policy is
     the layout, the loader the tool, its phases the pattern; bytes are assigned bytes."""
+    from stampede.results.ceiling import ceiling_columns
     from stampede.results.cells import cell
     from stampede.results.rows import op_rows
 
@@ -306,4 +316,11 @@ def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label:
             if row["op"] == stats.completion_op:
                 row.update(needed_bytes=cell(sum(assigned)),
                            read_amplification=cell(loaded / sum(assigned)))
+    if ceiling is not None:   # its GB/s per node (the assigned bytes) over the raw ceiling
+        nnodes = len(set(hosts))
+        for row in rows:
+            if row["op"] == stats.completion_op:
+                row.update({name: cell(value) for name, value in ceiling_columns(
+                    ceiling, sum(assigned), stats.restore.time_to_last_rank_s.median,
+                    nnodes).items()})
     return rows

@@ -14,7 +14,7 @@ A denied request's body is read and dropped before the answer, so the client's
 connection stays usable; the answer is S3's: status 503, the XML error body with code
 SlowDown, and a Retry-After header (whole seconds). Every request is tallied (per kind
 and partition: admitted, denied) and, with a log, recorded: when it arrived (seconds
-since the front started), method, partition, key, status.
+since the front started), method, partition, key, status, a LIST's prefix.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from stampede.emulate.throttle import Decision, Throttle
 from stampede.units import BYTES_PER_MIB
@@ -51,6 +51,7 @@ class Request:
     kind: str              # read, write or list
     key: str
     status: int            # what the client got (503: denied here; else upstream's)
+    prefix: str = ""       # a LIST's prefix parameter (the partition it counted against)
 
 
 class RequestLog:
@@ -129,9 +130,9 @@ class ThrottlingFront:
         self.endpoint_url = f"http://{host}:{self.port}"
         self._thread: threading.Thread | None = None
 
-    def decide(self, method: str, bucket: str, key: str) -> Decision:
+    def decide(self, method: str, bucket: str, key: str, prefix: str = "") -> Decision:
         with self._decide_lock:
-            return self.throttle.decide(method, bucket, key, time.monotonic())
+            return self.throttle.decide(method, bucket, key, time.monotonic(), prefix)
 
     def serve_forever(self) -> None:
         self._server.serve_forever()
@@ -158,6 +159,11 @@ def split_path(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+def list_prefix(path: str) -> str:
+    """A LIST's prefix parameter ("" when it names none)."""
+    return parse_qs(urlsplit(path).query).get("prefix", [""])[0]
+
+
 def _handler_for(front: ThrottlingFront) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"   # keep-alive, as S3 clients expect
@@ -175,7 +181,8 @@ def _handler_for(front: ThrottlingFront) -> type[BaseHTTPRequestHandler]:
         def _serve(self) -> None:
             arrived = time.monotonic() - front.started_s
             bucket, key = split_path(self.path)
-            decision = front.decide(self.command, bucket, key)
+            prefix = list_prefix(self.path)
+            decision = front.decide(self.command, bucket, key, prefix)
             front.tally.count(decision.kind, decision.partition, decision.admitted)
             length = int(self.headers.get("Content-Length") or 0)
             if self.headers.get("Transfer-Encoding"):
@@ -188,7 +195,7 @@ def _handler_for(front: ThrottlingFront) -> type[BaseHTTPRequestHandler]:
                 status = self._slow_down(decision.retry_after_header())
             if front.log is not None:
                 front.log.add(Request(round(arrived, 6), self.command, decision.partition,
-                                      decision.kind, key, status))
+                                      decision.kind, key, status, prefix))
 
         def _drain(self, length: int) -> None:
             while length > 0:

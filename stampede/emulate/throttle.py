@@ -17,7 +17,11 @@ a budget of its own. Here:
   that long ago, and no quiet spell of `split_delay_s` without one since) splits: each
   key under it then belongs to the child named by one more character of the key (as S3
   partitions by the key's leading characters), and every child starts with full buckets
-  of its own. A key that is the partition's prefix itself stays in it.
+  of its own. A key that is the partition's prefix itself stays in it;
+- a prefix may start split (`partitioned`: S3 partitions a prefix ahead of a known load
+  when asked to): it and every shorter prefix of it are split from the first request,
+  so each key under it counts against the partition of one more character (copy-0/ and
+  copy-1/ under "ck/copy-", a3f9/ and 07c2/ under "ck/").
 
 Every time is a number the caller passes (`now`, seconds on any monotonic clock), so the
 tests run it on a virtual clock with exact counts.
@@ -28,11 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from stampede.targets import S3_PREFIX_RATES_PER_S
+
 KINDS = ("read", "write", "list")
-# S3's documented per-prefix rates (GET/HEAD; PUT/COPY/POST/DELETE), and LIST counted as
-# the GET it is; the emulator's defaults divide them by DEFAULT_SCALE, so that 2-8 ranks
-# on one machine (a few hundred requests a second each) pass them
-S3_RATES_PER_S = {"read": 5_500.0, "write": 3_500.0, "list": 5_500.0}
+# S3's documented per-prefix rates (stampede.targets); the emulator's defaults divide them
+# by DEFAULT_SCALE, so that 2-8 ranks on one machine (a few hundred requests a second
+# each) pass them
+S3_RATES_PER_S = S3_PREFIX_RATES_PER_S
 DEFAULT_SCALE = 100.0
 DEFAULT_BURST = 10.0
 DEFAULT_SPLIT_DELAY_S = 5.0
@@ -112,6 +118,12 @@ class Throttle:
         if self.burst < 1:
             raise ValueError("burst: must be at least 1")
 
+    def partitioned(self, bucket: str, prefix: str) -> None:
+        """Start `prefix` of `bucket` split: it and every prefix of it (as if each had
+        been split in turn, at no time: no entry in `splits`)."""
+        for end in range(len(prefix) + 1):
+            self.split_names.add(f"{bucket}/{prefix[:end]}")
+
     def partition_of(self, bucket: str, key: str) -> str:
         """The partition ("bucket/prefix") `key` counts against: down the split ones, a
         character of the key at a time."""
@@ -120,9 +132,12 @@ class Throttle:
             prefix = key[:len(prefix) + 1]
         return f"{bucket}/{prefix}"
 
-    def decide(self, method: str, bucket: str, key: str, now: float) -> Decision:
+    def decide(self, method: str, bucket: str, key: str, now: float,
+               list_prefix: str = "") -> Decision:
+        """`list_prefix`: a LIST's prefix parameter, whose partition the LIST counts
+        against (S3 serves a LIST from the partitions of the keys it names)."""
         kind = request_kind(method, key)
-        name = self.partition_of(bucket, key)
+        name = self.partition_of(bucket, key if kind != "list" else list_prefix)
         partition = self.partitions.get(name)
         if partition is None:
             partition = self.partitions[name] = Partition(

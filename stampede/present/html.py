@@ -22,7 +22,14 @@ from stampede.present.html_tags import table, tag
 from stampede.present.html_trace import trace_figures
 from stampede.present.html_verdict import verdict_section
 from stampede.present.report import grouped_warnings
-from stampede.present.tables import RESTORE, SAVE, TableSpec, last_rank, read_amplification
+from stampede.present.tables import (
+    RESTORE,
+    SAVE,
+    TableSpec,
+    ceiling_efficiency,
+    last_rank,
+    read_amplification,
+)
 from stampede.results.cells import Row, cell
 from stampede.results.compare import ranked
 from stampede.results.definitions import METRICS, SAVE_METRICS
@@ -173,7 +180,7 @@ def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
     """One screen: per phase and layout of the runs ranked, the time to last rank with its
     spread over iterations, its standing, the bytes it read over those it needed (read
     amplification, a restore's), and the op its ranks spent most time in."""
-    body = []
+    body: list[list[str]] = []
     for phase, verdict in assessment.phases.items():
         stats = phase_stats(phase, sidecars.get(verdict.run_id) or {})
         panels = figures.cdf_panels({layout: s.get("histograms") or {}
@@ -185,13 +192,17 @@ def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
             spread = last_rank(row).replace("-", "–\u2060").replace(" ", "\u00a0") \
                 .replace("\u00a0(", " (")
             body.append([phase, row["layout"], spread, standing, read_amplification(row),
-                         f"{dominant[0]} ({dominant[1]:.0%})" if dominant else "-"])
+                         f"{dominant[0]} ({dominant[1]:.0%})" if dominant else "-",
+                         ceiling_efficiency(row)])
     if not body:
         return ""
+    headers = ["phase", "layout", "last rank (min–max)", "vs best", "read amplification",
+               "most rank time in (share)", "of the raw-read ceiling"]
+    if not any(line[-1] for line in body):   # run.ceiling measured nothing: no column
+        headers.pop()
+        body = [line[:-1] for line in body]
     return (tag("h2", "Summary", id="summary")
-            + tag("div", table(("phase", "layout", "last rank (min–max)", "vs best",
-                                "read amplification", "most rank time in (share)"), body),
-                  class_="fit"))
+            + tag("div", table(headers, body), class_="fit"))
 
 
 def warnings_section(run_rows: Sequence[Row]) -> str:

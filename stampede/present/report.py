@@ -153,6 +153,7 @@ class RunReport:
         render_kernel_nfs(first["layout"], counted if isinstance(counted, dict) else None,
                           console)
         render_file_system(first["layout"], entry, console)
+        render_mds(rows, entry.get("mds_requests"), console)
 
     def finish(self, rows: Sequence[Row], messages: Sequence[str], archived: str) -> None:
         if not self.begun:   # nothing measured
@@ -250,6 +251,27 @@ def render_file_system(layout: str, entry: Mapping[str, object], console: Consol
             console.print(f"{layout}: {path}: {said} ({layouts.get('how')})", markup=False)
 
 
+def render_mds(rows: Sequence[Row], counted: object, console: Console) -> None:
+    """A CephFS MDS's own requests during a layout (stampede.run.mds_counts), busiest
+    first with their mean latency, its capability messages, and beside them stampede's
+    own count of each metadata op (its measured iterations; the MDS's include the warmup);
+    or why the layout was not counted (a CephFS mount whose MDS could not be asked)."""
+    layout = rows[0]["layout"]
+    if isinstance(counted, str):
+        console.print(f"{layout}: MDS requests {counted}", markup=False)
+    if not isinstance(counted, dict):
+        return
+    ops = counted.get("ops")
+    parts = [f"{name} {moved['requests']} ({moved['mean_ms']:.3g} ms)"
+             for name, moved in (ops.items() if isinstance(ops, dict) else ())]
+    own = ", ".join(f"{row['op']} {row['count']}" for row in rows
+                    if row.get("op") not in ("restore", "save") and row.get("count"))
+    console.print(f"{layout}: MDS requests (its own counters, every client, warmup included): "
+                  + (", ".join(parts) or "none")
+                  + f"; caps revoked {counted.get('caps_revoked', 0)}, granted "
+                  f"{counted.get('caps_granted', 0)}; stampede's ops: {own or '-'}", markup=False)
+
+
 def render_summary(rows: Sequence[Row], console: Console, messages: Sequence[str] = ()) -> None:
     """The layouts ranked by time to last rank (saves, restores, both side by side), the
     warnings once, the errors."""
@@ -289,6 +311,8 @@ def _cell(column: Column, line: Line) -> str:
 def _render_restores(rows: Sequence[Row], console: Console) -> None:
     lines = render_table(RESTORE, rows, console)
     _render_slowest(lines, "restore", console)
+    for note in RESTORE.notes(lines):
+        console.print(f"[dim]{_escaped(note)}[/]")
 
 
 def _render_slowest(lines: Sequence[Line], what: str, console: Console) -> None:

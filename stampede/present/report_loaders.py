@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stampede.present.tables import new_table
+from stampede.results.ceiling import efficiency_text
 from stampede.results.loaders import LoaderLine
 from stampede.units import format_bytes, format_number, format_seconds
 
@@ -25,9 +26,10 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
         console.print()
         console.rule(f"[bold]stampede loaders[/]  {first.nranks} rank(s), "
                      f"{format_bytes(first.bytes_total)} per restore")
+    raw = any(math.isfinite(line.raw_efficiency) for line in lines)   # run.ceiling measured
     table = new_table("Real loaders beside the storage ceiling (same bytes, same run)",
                       ("loader", "device", "assign", "cache", "last rank", "GB/s",
-                       "efficiency", "dominant"),
+                       "efficiency", *(("vs raw",) if raw else ()), "dominant"),
                       left=("loader", "device", "assign", "cache", "dominant"))
     for line in lines:
         name = line.loader if line.valid else f"[red]{line.loader} (INVALID)[/]"
@@ -35,8 +37,14 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
                       format_seconds(line.time_to_last_rank_s), format_number(line.gbps),
                       "ceiling" if line.loader.startswith("stampede") else
                       "-" if math.isnan(line.efficiency) else f"{line.efficiency:.0%}",
+                      *((efficiency_text(line.raw_efficiency) or "-",) if raw else ()),
                       line.dominant or "-")
     console.print(table)
+    if raw:
+        console.print("[dim]vs raw = GB/s per node over the node's raw-read ceiling (run.ceiling: "
+                      "its share of the checkpoint read cold by 1, 4, 16 and 32 streams of "
+                      "large reads, the best, measured once before the ceiling's restore; "
+                      "every stream count in the sidecar).[/]")
     from rich.markup import escape
 
     for loader, reason in skipped:

@@ -10,12 +10,21 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from stampede.ops import OPS
 from stampede.present.tables import ItemColumn, Verbatim, item_table
-from stampede.units import BYTES_PER_GIB, format_amplification, format_bytes, format_duration
+from stampede.targets import S3_PREFIX_RATES_PER_S
+from stampede.units import (
+    BYTES_PER_GIB,
+    format_amplification,
+    format_bytes,
+    format_duration,
+    format_number,
+    format_percent,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from stampede.checkpoint.plan import Extent, RankPlan
+    from stampede.checkpoint.prefix_requests import PrefixLoad
     from stampede.checkpoint.save_plan import FileWrite, SavePlan
     from stampede.model.traffic import LayoutBytes
     from stampede.spec import JobSpec
@@ -243,6 +252,52 @@ SERVED: tuple[ItemColumn[LayoutBytes], ...] = (
     ItemColumn("a reader", lambda served: format_bytes(served.reader_bytes)),
     ItemColumn("NIC exchange", lambda served: format_bytes(served.exchange_bytes)
                if served.exchange_bytes else "-"))
+
+# An object store's requests at each layout's busiest prefix (PrefixLoad), against S3's
+# documented rates per prefix: a share above 100% is 503 SlowDown until S3 partitions it
+PREFIXES: tuple[ItemColumn[PrefixLoad], ...] = (
+    ItemColumn("layout", lambda load: load.layout, left=True),
+    ItemColumn("prefixes", lambda load: f"{load.prefixes:,}"),
+    ItemColumn("busiest", lambda load: load.busiest or "(top)", left=True),
+    ItemColumn("GET", lambda load: f"{load.requests['GET']:,}"),
+    ItemColumn("HEAD", lambda load: f"{load.requests['HEAD']:,}"),
+    ItemColumn("LIST", lambda load: f"{load.requests['LIST']:,}"),
+    ItemColumn("reads/s", lambda load: format_number(load.reads_per_s)),
+    ItemColumn(f"of {S3_PREFIX_RATES_PER_S['read']:,.0f}", lambda load: _share(load.read_share)),
+    ItemColumn("K needed", lambda load: _copies(load.copies_for_rate)),
+    ItemColumn("save PUTs", lambda load: f"{load.save_writes:,}" if load.save_prefixes
+               else "-"),
+    ItemColumn(f"of {S3_PREFIX_RATES_PER_S['write']:,.0f}",
+               lambda load: _share(load.write_share) if load.save_prefixes else "-"))
+
+
+def _copies(needed: int | None) -> str:
+    """checkpoint.copies that bring the busiest prefix to S3's rate (None: none can)."""
+    return "none" if needed is None else f"{needed:,}"
+
+
+def _share(share: float) -> str:
+    """A share of S3's rate, marked where it is past it (503s until S3 partitions)."""
+    text = format_percent(share)
+    return f"[bold red]{text}[/]" if share > 1 else text
+
+
+def render_prefixes(loads: Sequence[PrefixLoad], nranks: int, console: Console) -> None:
+    """`stampede plan` on an object store: each layout's requests at its busiest prefix per
+    restore (and per save), a second over the restore time, against S3's documented rates,
+    and the copies that would bring it to them."""
+    restore_s = loads[0].restore_s
+    console.print(item_table(
+        f"object store requests per prefix at {nranks:,} rank(s), keys {loads[0].keys}: "
+        "each layout's busiest "
+        f"prefix per restore, a second over a {format_duration(restore_s)} restore (a "
+        f"save's PUT and POST over the same time), against S3's documented "
+        f"{S3_PREFIX_RATES_PER_S['read']:,.0f} GET/HEAD and "
+        f"{S3_PREFIX_RATES_PER_S['write']:,.0f} PUT/POST per prefix a second", PREFIXES, loads))
+    console.print("[dim]past 100%: 503 SlowDown until S3 partitions the prefix (minutes); "
+                  "checkpoint.copies and key_prefix spread the requests over more "
+                  "prefixes (`stampede emulate-s3` throttles a laptop's)[/]")
+
 
 SHARES: tuple[ItemColumn[RankShare], ...] = (
     ItemColumn("rank", lambda share: str(share.rank)),

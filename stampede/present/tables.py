@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from stampede.results.ceiling import efficiency_text
 from stampede.results.cells import Row, cell
 from stampede.results.columns import OWN_TOOL
 from stampede.results.compare import INVALID, ranked
@@ -144,6 +145,28 @@ def read_amplification(row: Row) -> str:
     return format_amplification(row.get("read_amplification", math.nan))
 
 
+def ceiling_efficiency(row: Row) -> str:
+    """'0.93x': a restore's storage GB/s per node over the node's raw-read ceiling
+    (run.ceiling); '' where none was measured."""
+    return efficiency_text(row.get("ceiling_efficiency", math.nan))
+
+
+def ceiling_notes(lines: Sequence[Line]) -> list[str]:
+    """Under the restore table, only for a run that measured it (run.ceiling): each
+    layout's efficiency against the nodes' raw-read ceiling, best first as the table."""
+    measured = [line for line in lines if ceiling_efficiency(line.row)]
+    if not measured:
+        return []
+    first = measured[0].row
+    nodes = (f"{format_number(first['ceiling_gbps'])} GB/s" if first["nnodes"] == 1 else
+             f"{format_number(first['ceiling_gbps'])}-{format_number(first['ceiling_gbps_max'])}"
+             " GB/s per node")
+    return [f"vs the raw-read ceiling ({nodes}, cold large reads at 1-32 streams, measured "
+            "before the layouts; storage GB/s per node over it): "
+            + ", ".join(f"{line.row['layout']} {ceiling_efficiency(line.row)}"
+                        for line in measured)]
+
+
 LAYOUT = Column("layout", lambda line: line.row["layout"], left=True)
 STANDING = Column("vs best", lambda line: line.standing, left=True,
                   alarm=lambda line: line.standing == INVALID)
@@ -152,13 +175,16 @@ SLOWEST = Column("slowest\nGB/s", _number("slowest_rank_gbps"))
 
 RESTORE = TableSpec(
     "Restore: time until every rank holds its bytes", "restore", "restore",
+    # at 80 columns the straggler ratio gives way to read amplification, so that a
+    # layout's name never folds (the slowest rank's GB/s says the straggler's cost)
     (LAYOUT, Column("last rank\n(min-max)", lambda line: last_rank(line.row)), STANDING,
-     STRAGGLER, Column("agg\nGB/s", _number("agg_gbps")), SLOWEST,
-     Column("read\nampl", lambda line: read_amplification(line.row)),
+     Column(STRAGGLER.header, STRAGGLER.cell, wide=True), Column("agg\nGB/s", _number("agg_gbps")),
+     SLOWEST, Column("read\nampl", lambda line: read_amplification(line.row)),
      Column("first\ndone", _seconds("first_done_s"), wide=True),
      Column("storage\nops/it", _number("storage_ops_per_iteration"), wide=True),
      Column("storage\npart", _seconds("storage_s"), wide=True),
-     Column("network\npart", _seconds("network_s"), wide=True)))
+     Column("network\npart", _seconds("network_s"), wide=True)),
+    notes=ceiling_notes)
 
 BUFFERED_NOTE = ("buf = save.durability = none: handed to the page cache, not durable; never "
                  "storage GB/s")

@@ -40,7 +40,14 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      amplification: read_amplification (storage_bytes_per_iteration / needed_bytes),
      read_amplification_node_max and read_amplification_rank_max (the worst node's and
      rank's reads over their needed bytes); rows of schemas 1-6 read them as empty (not
-     measured). The layout whole-file came with it.
+     measured). The layout whole-file came with it, and the options copies and
+     key_prefix (an object store's restore spread over prefixes; rows before read as 1
+     and none).
+- 8: the raw-read ceiling (run.ceiling, measured before the first layout): ceiling_gbps
+     and ceiling_gbps_max (the slowest and fastest node's), ceiling_efficiency (a
+     layout's or loader's storage GB/s per node over the nodes' mean ceiling), and the
+     option's column ceiling; rows of schemas 1-7 read them as empty (not measured) and
+     ceiling as false; the sidecar's `ceiling` holds every node's every stream count.
 
 The columns themselves (type, unit, meaning, since, identity) are
 stampede.results.columns'.

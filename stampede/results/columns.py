@@ -21,7 +21,7 @@ from pathlib import Path
 from stampede.results.tiers import TIERS, tier_column
 from stampede.spec import OPTIONS, Option
 
-ARCHIVE_SCHEMA = 7
+ARCHIVE_SCHEMA = 8
 OWN_TOOL = "stampede"   # the tool of rows stampede's own code measured
 GPU_PHASE = "h2d"       # the phase of `stampede gpu`'s rows: host -> device copies
 KINDS = {"text": "text", "number": "a number", "whole": "a whole number",
@@ -190,11 +190,23 @@ OWN: tuple[Column, ...] = (
     _column("read_amplification_rank_max", "number", "", 7, "restore rows: the most over "
             "ranks of a rank's bytes read from storage per iteration over the bytes it must "
             "end up holding"),
+    _column("ceiling_gbps", "number", "GB/s", 8, "restore rows of a run with `run.ceiling = "
+            "true`: the slowest node's raw-read ceiling, measured before the first layout (the "
+            "best GB/s of 1, 4, 16 and 32 streams of large sequential reads of the node's "
+            "share of the checkpoint, cold); every node's every stream count is in the "
+            "sidecar's `ceiling`"),
+    _column("ceiling_gbps_max", "number", "GB/s", 8, "restore rows: the fastest node's "
+            "raw-read ceiling (as `ceiling_gbps`)"),
+    _column("ceiling_efficiency", "number", "", 8, "restore rows: the layout's storage GB/s "
+            "per node (storage_bytes_per_iteration / nnodes / storage_s) over the nodes' mean "
+            "raw-read ceiling: 1 when each node read as fast as raw large reads can; a "
+            "loader's rows (`stampede loaders`): its restore GB/s per node over the same"),
 )
 # The options whose columns are part of a row's identity: they change what an op costs.
 IDENTITY_OPTIONS = ("pattern", "replicas", "broadcast_group", "index_bytes", "stat_count",
                     "open_count", "verify", "jitter", "h2d", "save_mode", "durability",
-                    "validate", "mkdir_by", "fanout", "workload", "scale", "subset", "exchange")
+                    "validate", "mkdir_by", "fanout", "workload", "scale", "subset", "exchange",
+                    "copies", "key_prefix")
 # The schema that added each option's column (the others came with schema 1) and what an
 # older row, written before the option existed, measured.
 OPTION_SINCE = {
@@ -203,14 +215,18 @@ OPTION_SINCE = {
     **dict.fromkeys(("fanout", "save_mode", "durability", "validate", "keep", "mkdir_by",
                      "part_size", "restore_from"), 3),
     **dict.fromkeys(("workload", "scale", "subset", "exchange"), 4),
+    "ceiling": 8,
     # `stampede rejoin`'s tiers: not identity (their layouts, tier-* and rejoin, already
     # tell its rows apart, and other rows run none of them)
     **dict.fromkeys(("tier_dir", "tier_peers", "tier_placement", "spare_nodes", "lost_nodes",
                      "tier_publish", "tier_drain", "tier_versions", "keep_local", "keep_peer",
                      "keep_storage"), 5),
+    **dict.fromkeys(("copies", "key_prefix"), 7),
 }
-# Rows of schemas 1-3 exchanged over MPI and ran no MLPerf workload (compared on).
-OPTION_BEFORE = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false"}
+# Rows of schemas 1-3 exchanged over MPI and ran no MLPerf workload, rows before 7 read one
+# copy under plain keys, rows before 8 measured no ceiling (compared on).
+OPTION_BEFORE = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false",
+                 "copies": "1", "key_prefix": "none", "ceiling": "false"}
 # Option columns whose cells are sizes in bytes or seconds (their defaults do not say).
 OPTION_UNITS = {"size_total_requested": _B, "size_per_rank_requested": _B, "index_bytes": _B,
                 "block_bytes": _B, "stripe_size": _B, "part_size": _B, "deadline_s": _S}

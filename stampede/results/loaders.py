@@ -5,6 +5,9 @@ stampede's own raw restore of the same bytes, in the same run and cache state.
   tensor in memory; bytes = the rank's assigned bytes, as the ceiling's).
 - efficiency = loader restore GB/s / ceiling restore GB/s, the ceiling being stampede's
   restore (tool stampede) of the same policy, cache state and rank count in the run.
+- against the raw-read ceiling (run.ceiling = true: the node's share of the checkpoint
+  read cold by 1-32 streams of large reads, stampede.results.ceiling): the loader's GB/s
+  per node over it, for the ceiling's restore and every loader alike.
 - what dominates: the loader's phase whose median span per rank (lat_p50_s) is the
   largest share of its median restore; "other" when no phase it exposes is as large as
   the time outside all of them (imports already done: Python between calls, the
@@ -38,6 +41,7 @@ class LoaderLine:
     dominant: str              # "load 83%", or "" for the ceiling
     phases: tuple[tuple[str, float], ...]   # (op, median seconds per rank)
     valid: bool
+    raw_efficiency: float = math.nan   # run.ceiling: GB/s per node over the raw-read ceiling
 
 
 def loader_lines(rows: Sequence[Row]) -> list[LoaderLine]:
@@ -58,10 +62,15 @@ def loader_lines(rows: Sequence[Row]) -> list[LoaderLine]:
             time_to_last_rank_s=row["time_to_last_rank_s"], gbps=gbps,
             efficiency=math.nan if ceiling else gbps / ceilings.get(_key(row), math.nan),
             dominant="" if ceiling else _dominant(phases, row["lat_p50_s"]),
-            phases=phases, valid=row["valid"]))
+            phases=phases, valid=row["valid"],
+            raw_efficiency=_number(row.get("ceiling_efficiency", math.nan))))
     lines.sort(key=lambda line: (line.policy, line.cache, line.nranks,
                                  not line.loader.startswith("stampede")))
     return lines
+
+
+def _number(value: object) -> float:
+    return value if isinstance(value, float) else math.nan
 
 
 def _key(row: Row) -> tuple[str, str, str, str]:

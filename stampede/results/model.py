@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from stampede.results.amplification import Amplification
+    from stampede.results.ceiling import Ceiling
     from stampede.results.summaries import LayoutStats
 
 from stampede.ops import TIMELINE_PHASES
@@ -49,6 +50,7 @@ class RunContext:
     device: str = ""             # run.h2d: the devices the bytes went on to
     storage: dict[str, object] = field(default_factory=dict)   # backend settings, stripes
     checkpoint_format: str = ""  # an existing checkpoint's format, as found
+    ceiling: Ceiling | None = None   # run.ceiling: every node's raw-read ceiling (rank 0)
 
     @property
     def nnodes(self) -> int:

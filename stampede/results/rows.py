@@ -14,6 +14,7 @@ from stampede.filesystems import KERNEL_NFS_RPCS, mount_facts
 from stampede.ops import RATE_OPS, SAVE_STORAGE_OPS, STORAGE_OPS
 from stampede.results.amplification import Amplification
 from stampede.results.archive import ARCHIVE_SCHEMA
+from stampede.results.ceiling import ceiling_columns
 from stampede.results.cells import cell
 from stampede.results.columns import OWN_TOOL
 from stampede.results.model import LayoutRun, RunContext, node_counts
@@ -94,6 +95,10 @@ def archive_rows(spec: JobSpec, context: RunContext, layout_run: LayoutRun) -> l
             if layout_run.phase == "restore" and layout_run.amplification is not None:
                 row.update(amplification_columns(layout_run.amplification,
                                                  stats.restore.storage_bytes.median))
+            if layout_run.phase == "restore" and context.ceiling is not None:
+                row.update({name: cell(value) for name, value in ceiling_columns(
+                    context.ceiling, stats.restore.storage_bytes.median,
+                    stats.restore.storage_s.median, context.nnodes).items()})
         if row["op"] in STORAGE_OPS or row["op"] in SAVE_STORAGE_OPS:
             client = layout_run.client
             row.update(retries=cell(client.retries.get(row["op"], 0)),
@@ -173,6 +178,7 @@ def sidecar(spec: JobSpec, context: RunContext, runs: list[LayoutRun]) -> dict[s
         "storage": context.storage,
         "node": {**node_facts(), **mount_facts(spec.target_path)},
         "slurm": slurm_variables(),
+        **({"ceiling": context.ceiling.sidecar()} if context.ceiling is not None else {}),
         **{"layouts" if phase == "restore" else "saves": {
             run.layout: {
                 "valid": not run.invalid_reason,

@@ -18,6 +18,7 @@ from stampede.backends.base import Backend, rpc_prober
 from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.results.model import LayoutRun, RunContext
+from stampede.run import mds_counts
 from stampede.run.file_system import AfterLayout, layouts_in_turn
 from stampede.run.interrupt import Interrupts
 from stampede.run.layout import Tick, plan_for, run_layout
@@ -58,17 +59,37 @@ def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = No
         device = mpi.collective(comm, "opening the device",
                                 partial(open_device, spec.h2d.split("-")[0], local_rank))
     context = context or new_context(comm, spec, backend, device, catalogue)
+    if spec.ceiling and context.ceiling is None:
+        context = _with_ceiling(comm, spec, context, catalogue, strategies, entries)
     try:
         hosts = context.hosts
         runs = layouts_in_turn(
             comm, spec.target_path, strategies,
-            lambda layout: run_layout(comm, spec, layout, backend, entries[layout], device,
-                                      hosts, catalogue, interrupts, tick),
+            mds_counts.measured(comm, backend, lambda layout: run_layout(
+                comm, spec, layout, backend, entries[layout], device, hosts, catalogue,
+                interrupts, tick)),
             partial(_restored_files, spec, nranks, catalogue, entries), context, after_layout)
     finally:
         if device is not None:
             device.close()
     return context, runs
+
+
+def _with_ceiling(comm: mpi.Comm, spec: JobSpec, context: RunContext,
+                  catalogue: Catalogue | None, strategies: tuple[str, ...],
+                  entries: dict[str, dict[str, object]]) -> RunContext:
+    """run.ceiling: every node's raw-read ceiling, before the first layout, on the files
+    that layout reads (an existing checkpoint's files): the node's own share of them."""
+    from dataclasses import replace
+
+    from stampede.run.ceiling import measure
+
+    def files() -> list[tuple[str, int]]:
+        paths = _restored_files(spec, comm.Get_size(), catalogue, entries, strategies[0])
+        return [(str(path), path.stat().st_size) for path in paths]
+
+    ceiling = measure(comm, mpi.on_root(comm, "listing the ceiling's files", files))
+    return replace(context, ceiling=ceiling)
 
 
 def _run_stamps() -> tuple[str, str]:
@@ -156,8 +177,9 @@ def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, object]
 
     backend = open_backend(spec.target_path, spec.storage_options)
     per_rank = bytes_per_rank(spec, nranks)
+    # K copies are prepare's alone (a save writes one): auto restores them
     journal = versions.read_journal(backend, spec.target_path) \
-        if spec.restore_from != "prepared" else None
+        if spec.restore_from != "prepared" and spec.copies == 1 else None
     manifest: dict[str, object] | None = None
     entries = {}
     for layout in spec.layouts:

@@ -37,7 +37,7 @@ from stampede.filesystems import stripe
 from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import ClientCounts, LayoutRun, RunContext, node_counts
-from stampede.run import gather
+from stampede.run import gather, mds_counts
 from stampede.run.digests import new_digest
 from stampede.run.file_system import AfterLayout, layouts_in_turn
 from stampede.run.interrupt import Interrupts
@@ -45,7 +45,7 @@ from stampede.run.job import new_context
 from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, start_phase
 from stampede.run.outcome import MAX_MESSAGES, PhaseOutcome
 from stampede.run.save_files import FileSave
-from stampede.run.save_objects import ObjectSave
+from stampede.run.save_objects import ObjectSave, pointer_etag
 from stampede.run.save_pattern import Save
 from stampede.run.save_setup import SaveSetup
 from stampede.run.verdict import iteration_name, judge
@@ -77,7 +77,8 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
     run_context = context or new_context(comm, spec, backend, save=True)
     runs = layouts_in_turn(
         comm, spec.target_path, spec.layouts,
-        lambda layout: save_layout(comm, spec, layout, backend, run_context.hosts, interrupts, tick),
+        mds_counts.measured(comm, backend, lambda layout: save_layout(
+            comm, spec, layout, backend, run_context.hosts, interrupts, tick)),
         partial(_saved_files, spec, backend, nranks), run_context, after_layout)
     return run_context, runs
 
@@ -312,6 +313,7 @@ def _version_setup(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
              *(name for f in filter(None, (plan.index,)) for name in (f.relpath, f.partial)),
              versions.layout_dir(layout), versions.pointer_path(layout)}
     files = backend.capabilities.has_directories   # else an object store: no directories to sync
+    pointer = versions.pointer_path(layout)
     setup = SaveSetup(
         plan=plan, backend=backend, paths={relpath: backend.path(relpath) for relpath in named},
         model=buffers.model, check=buffers.check, block_bytes=spec.block_bytes, world=comm,
@@ -320,7 +322,8 @@ def _version_setup(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
         part_bytes=spec.part_bytes,
         validate=spec.validate, finite_dtype=spec.dtype if spec.validate == "finite" else "",
         expected=expected, headers=headers, bases=bases, index=index,
-        pointer=versions.pointer_path(layout), pointer_bytes=versions.pointer_text(version),
+        pointer=pointer, pointer_bytes=versions.pointer_text(version),
+        pointer_etag=pointer_etag(backend, pointer) if rank == 0 and not files else None,
         spine=_spine(plan, layout) if rank == 0 and files else (),
         releasing=bool(releases or release_dirs), releases=tuple(mine),
         release_dirs=tuple(release_dirs) if rank == 0 and files else (), owned=owned)

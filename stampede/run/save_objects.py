@@ -29,7 +29,9 @@ An upload that does not complete (a failed part, a rank that failed elsewhere, t
 deadline) is aborted at the end, untimed (AbortMultipartUpload), so no parts stay behind;
 one a killed rank left is aborted by the next save or clean (ObjectStore.discard_uploads).
 metadata-first's index is one PUT by rank 0 once every shard is durable; the publish is
-the pointer's PUT.
+the pointer's conditional PUT (If-Match: the pointer's ETag when the version began, or
+If-None-Match: * where there was none): a writer that published meanwhile makes it fail
+(412), never overwritten.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from functools import partial
 from typing import TypeVar, cast
 
 from stampede import mpi
-from stampede.backends.base import ObjectStore, Upload
+from stampede.backends.base import Backend, ObjectStore, Upload, object_store
 from stampede.checkpoint.save_plan import FileWrite
 from stampede.layouts import layout_of
 from stampede.run.outcome import Log
@@ -49,6 +51,15 @@ from stampede.run.save_setup import SaveSetup
 
 T = TypeVar("T")
 Parts = dict[str, list[tuple[int, str]]]   # relpath -> (part number, ETag) this rank sent
+
+
+def pointer_etag(backend: Backend, pointer: str) -> str | None:
+    """Rank 0, untimed, before the version is written: the pointer's ETag as it is now
+    (None: no pointer yet), which the publish's conditional PUT must still find: a writer
+    that published meanwhile wins."""
+    store = object_store(backend)
+    assert store is not None   # asked on an object store only
+    return store.etag(str(backend.path(pointer)))
 
 
 class ObjectSave(Save):
@@ -108,10 +119,12 @@ class ObjectSave(Save):
                                              f"{error}; the next save or clean aborts it")
         self.uploads.clear()
 
-    def pointer_writer(self) -> Callable[[], None]:
+    def pointer_writer(self) -> Callable[[], object]:
+        """The publish: the pointer's conditional PUT, which fails (FileExistsError) where
+        another writer published since this version began."""
         setup = self.setup
-        return partial(self.store.put_object, setup.paths[setup.pointer],
-                       (memoryview(setup.pointer_bytes),), "publish")
+        return partial(self.store.publish, str(setup.paths[setup.pointer]),
+                       (memoryview(setup.pointer_bytes),), setup.pointer_etag)
 
     # --- the steps -----------------------------------------------------------------------
 

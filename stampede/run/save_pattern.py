@@ -160,7 +160,7 @@ class Save:
     def release_handles(self) -> None:
         """Untimed, at the end, whatever happened: what write_durably left open."""
 
-    def pointer_writer(self) -> Callable[[], None]:
+    def pointer_writer(self) -> Callable[[], object]:
         """The publish's one call, bound before its stamps: the pointer replaced."""
         return partial(self.setup.backend.put_bytes, self.setup.pointer, self.setup.pointer_bytes)
 

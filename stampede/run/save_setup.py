@@ -39,6 +39,9 @@ class SaveSetup:
     index: memoryview | None = None     # metadata-first, rank 0: the index's bytes
     pointer: str = ""               # rank 0: the layout's pointer (relpath) and its bytes
     pointer_bytes: bytes = b""
+    # rank 0 on an object store: the pointer's ETag when this version began (None: there was
+    # none), the condition of the publish's PUT (stampede.run.save_objects)
+    pointer_etag: str | None = None
     spine: tuple[str, ...] = ()     # rank 0: directories fsynced before the publish
     releasing: bool = False         # versions are released after a publish (every rank)
     releases: tuple[str, ...] = ()  # this rank's share of the released versions' files

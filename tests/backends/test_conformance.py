@@ -1,5 +1,6 @@
 """The storage contract (stampede/backends/base.py), one suite for every backend: posix,
-file://, memory://, S3 on a real SeaweedFS and NFS on a real nfs-ganesha. fsspec's shared
+file://, memory://, S3 on a real SeaweedFS, NFS on a real nfs-ganesha and CephFS on a real
+single-node Ceph. fsspec's shared
 abstract tests are the model: what the contract promises, checked the same way everywhere."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
 from tests.helpers.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, S3Server
 
-KINDS = ("posix", "file", "memory", "s3", "nfs")
+KINDS = ("posix", "file", "memory", "s3", "nfs", "cephfs")
 BLOCK = 64 * 1024
 CONTENT = bytes(range(256)) * (3 * BLOCK // 256) + b"tail"   # 3 blocks and 4 bytes
 
@@ -35,6 +36,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         target, options = f"memory://stampede-conformance/{uuid.uuid4().hex}", {}
     elif kind == "nfs":
         target, options = request.getfixturevalue("nfs_target"), {"timeout_ms": 5000}
+    elif kind == "cephfs":
+        target, options = request.getfixturevalue("cephfs_target"), {"timeout_s": 10}
     else:
         server: S3Server = request.getfixturevalue("s3_env")
         target = f"s3://{server.bucket}/conformance-{uuid.uuid4().hex[:12]}"
@@ -43,6 +46,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     opened = open_backend(target, options)
     opened.ensure_root()
     yield opened
+    if kind == "cephfs":
+        opened.client.release()   # its MDS session closed now, not at the interpreter's exit
 
 
 def write(backend: Any, relpath: str, data: bytes = CONTENT) -> None:

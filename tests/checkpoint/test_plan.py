@@ -231,3 +231,87 @@ def test_node_once_reads_the_whole_file_into_memory_in_slice_order(fmt: str) -> 
         assert (plan.exchange, plan.by_node, plan.group) == ("scatter", True, 0)
         assert plan.needed_bytes == per_rank
     assert needed_bytes(spec, "node-once", 4) == 4 * per_rank
+
+def s3_job(**checkpoint: object):
+    """A job on an object store (no I/O: the plan is pure)."""
+    return build_job("t", "t.toml", {"target": {"path": "s3://bucket/ck"},
+                                     "checkpoint": {"size": "8MiB", "block_size": "1MiB",
+                                                    **checkpoint}})
+
+
+@pytest.mark.parametrize("layout", ["shared", "sharded", "metadata-first", "list-first"])
+def test_copies_are_read_round_robin_and_each_is_whole(layout: str) -> None:
+    spec = s3_job(copies=2, layout=[layout])
+    plans = [plan_rank(spec, layout, 4, rank) for rank in range(4)]
+    assert [plan.files[0].split("/")[0] for plan in plans] == ["copy-0", "copy-1"] * 2
+    files = dict(checkpoint_files(spec, layout, 4))
+    single = dict(checkpoint_files(s3_job(layout=[layout]), layout, 4))
+    # every file of one copy, under each copy's prefix, and nothing else
+    assert sorted(files) == sorted(f"copy-{copy}/{path}" for copy in (0, 1) for path in single)
+    for plan in plans:
+        prefix = plan.files[0].split("/")[0] + "/"
+        assert all(path.startswith(prefix) for path in
+                   (*plan.files, *filter(None, (plan.index_file, plan.list_dir))))
+    # a shard's bytes are the same in every copy: the job needs them once
+    assert needed_bytes(spec, layout, 4) == needed_bytes(s3_job(layout=[layout]), layout, 4)
+    # two readers of one shard in two copies need its bytes once
+    spread = s3_job(copies=3, replicas=2, layout=[layout])
+    pair = [plan_rank(spread, layout, 4, rank) for rank in (0, 2)]
+    assert pair[0].files != pair[1].files and pair[0].needed_key == pair[1].needed_key
+
+
+@pytest.mark.parametrize("layout", ["shared", "sharded", "metadata-first"])
+def test_prepare_writes_every_copy_once(layout: str) -> None:
+    spec = s3_job(copies=3, layout=[layout])
+    written = [extent for rank in range(4)
+               for extent in writes_of_rank(spec, layout, 4, rank, whole_files=True)]
+    assert len(written) == len(set(written))
+    by_file: dict[str, int] = {}
+    for extent in written:
+        by_file[extent.relpath] = by_file.get(extent.relpath, 0) + extent.length
+    assert by_file == dict(checkpoint_files(spec, layout, 4))
+    if layout == "shared":   # each copy's one object is a different rank's upload
+        writers = {extent.relpath.split("/")[0]: rank for rank in range(4)
+                   for extent in writes_of_rank(spec, layout, 4, rank, whole_files=True)}
+        assert writers == {"copy-0": 0, "copy-1": 1, "copy-2": 2}
+
+
+def test_hashed_keys_lead_with_the_shards_hash() -> None:
+    spec = s3_job(key_prefix="hash", layout=["sharded"])
+    paths = [plan_rank(spec, "sharded", 4, rank).files[0] for rank in range(4)]
+    heads = [path.split("/")[0] for path in paths]
+    assert all(len(head) == 4 and int(head, 16) >= 0 for head in heads)
+    assert [path.split("/", 1)[1] for path in paths] == [
+        f"sharded/shard-{shard:05d}-of-00004.raw" for shard in range(4)]
+    assert len({head[0] for head in heads}) >= 2   # apart at their first character
+    # the same keys on every call (every rank, every run) and in prepare's files
+    assert paths == [plan_rank(spec, "sharded", 4, rank).files[0] for rank in range(4)]
+    assert sorted(paths) == sorted(path for path, _ in checkpoint_files(spec, "sharded", 4))
+    both = s3_job(key_prefix="hash", copies=2, layout=["sharded"])
+    assert plan_rank(both, "sharded", 4, 1).files[0] == f"copy-1/{paths[1]}"
+
+
+@pytest.mark.parametrize(("target", "checkpoint", "words"), [
+    ("/tmp/posix", {"copies": 2}, "not one"),
+    ("/tmp/posix", {"key_prefix": "hash"}, "not one"),
+    ("memory://x", {"copies": 2}, "not one"),
+    ("s3://b/ck", {"copies": 2, "layout": ["mlperf"], "workload": "llama3-8b",
+                   "size": None}, "workload"),
+    ("s3://b/ck", {"key_prefix": "hash", "layout": ["shared", "sharded"]}, "shared"),
+    ("s3://b/ck", {"key_prefix": "hash", "layout": ["list-first"]}, "list-first"),
+    ("s3://b/ck", {"copies": 0}, "copies"),
+    ("s3://b/ck", {"key_prefix": "random"}, "key_prefix"),
+])
+def test_prefix_options_refused_where_they_mean_nothing(target: str, checkpoint: dict[str, object],
+                                                        words: str) -> None:
+    body: dict[str, object] = {"size": "8MiB", **checkpoint}
+    body = {key: value for key, value in body.items() if value is not None}
+    with pytest.raises(UsageError, match=words):
+        build_job("t", "t.toml", {"target": {"path": target}, "checkpoint": body})
+
+
+def test_copies_refuse_a_saved_restore() -> None:
+    with pytest.raises(UsageError, match="saved"):
+        build_job("t", "t.toml", {"target": {"path": "s3://b/ck"},
+                                  "checkpoint": {"size": "8MiB", "copies": 2},
+                                  "run": {"restore": "saved"}})

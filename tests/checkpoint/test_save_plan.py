@@ -3,6 +3,8 @@ and extents a restore of the layout reads; creators, temporary names and directo
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from stampede.checkpoint.plan import checkpoint_files, plan_rank
@@ -98,3 +100,29 @@ def test_what_save_refuses(checkpoint: dict[str, object], says: str) -> None:
         check_save(spec)
     assert set(SAVE_LAYOUTS) <= {"shared", "sharded", "replicated", "striped", "fan-out",
                                  "metadata-first", "mlperf"}
+
+
+def s3_job(**checkpoint: object):
+    return build_job("t", "t.toml", {"target": {"path": "s3://bucket/ck"},
+                                     "checkpoint": {"size": "12MiB", "block_size": "1MiB",
+                                                    **checkpoint}})
+
+
+def test_copies_are_a_restores_and_save_refuses_them() -> None:
+    with pytest.raises(UsageError, match="checkpoint.copies = 2: the copies are a restore's"):
+        check_save(s3_job(copies=2, layout="sharded"))
+    check_save(s3_job(copies=1, layout="sharded", key_prefix="hash"))   # accepted
+
+
+@pytest.mark.parametrize("layout", ["sharded", "metadata-first", "striped"])
+def test_hashed_keys_lead_each_shard_under_the_versions_directory(layout: str) -> None:
+    spec = s3_job(layout=layout, key_prefix="hash", replicas=2 if layout == "striped" else 1)
+    plans = [save_plan(spec, layout, 4, rank, ROOT) for rank in range(4)]
+    written = {file.relpath for plan in plans for file in plan.files}
+    shards = sorted(path for path in written if "/shard-" in path)
+    assert shards and all(re.fullmatch(rf"{ROOT}/[0-9a-f]{{4}}/sharded/shard-\d{{5}}-of-\d{{5}}"
+                                       r"\.raw", path) for path in shards)
+    assert len({path.split("/")[3] for path in shards}) == len(shards)   # a prefix each
+    # a restore of the version reads exactly what the save wrote
+    restored = {plan_rank(spec, layout, 4, rank, ROOT).hold.relpath for rank in range(4)}
+    assert restored == set(shards)

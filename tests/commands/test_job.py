@@ -110,3 +110,45 @@ def test_plan_shows_every_layouts_bytes_from_storage_before_it_runs(stampede, tm
     assert replicated["replicated"].startswith("4 GiB 4.0x ")
     assert replicated["broadcast"].startswith("1 GiB 1.0x ")
     assert replicated["whole-file"].startswith("8 GiB 8.0x ")
+
+
+def test_plan_on_an_object_store_says_the_busiest_prefixs_requests(stampede) -> None:
+    job = str(REPO / "jobs" / "quickstart.toml")
+    common = ("--set", "target.path=s3://bucket/ck", "--set", "checkpoint.size=16GiB",
+              "--set", "checkpoint.block_size=16MiB", "--set",
+              'checkpoint.layout=["sharded", "list-first", "list-bcast"]')
+    rows = {}
+    for copies in (1, 4):
+        planned = stampede("plan", job, "--np", "4096", "--restore-time", "10s", *common,
+                           "--set", f"checkpoint.copies={copies}", env={"COLUMNS": "200"})
+        assert planned.returncode == 0, planned.stderr
+        assert "object store requests per prefix at 4,096 rank(s)" in planned.stdout
+        for line in planned.stdout.splitlines():
+            cells = line.split()
+            if cells and cells[0] in ("sharded", "list-first", "list-bcast") and \
+                    cells[2] in ("sharded/", "copy-0/"):
+                rows[cells[0], copies] = cells[1:]
+    # 4 MiB a rank, 16 MiB blocks: a GET and two HEADs a rank, at one prefix or a copy's
+    assert rows["sharded", 1][:5] == ["1", "sharded/", "4,096", "8,192", "0"]
+    assert rows["sharded", 1][5:8] == ["1.23k", "22.3%", "1"]   # 12,288 in 10 s of 5,500/s
+    assert rows["sharded", 4][:5] == ["4", "copy-0/", "1,024", "2,048", "0"]
+    # every rank lists 4,096 names (5 pages), or rank 0 alone
+    assert rows["list-first", 1][4] == "20,480" and rows["list-bcast", 1][4] == "5"
+    assert rows["list-first", 4][4] == "5,120"
+    posix = stampede("plan", job, "--np", "4", "--set", "checkpoint.size=1MiB")
+    assert posix.returncode == 0 and "per prefix" not in posix.stdout
+    bad = stampede("plan", job, "--np", "4", *common, "--restore-time", "soon")
+    assert bad.returncode == 2 and "--restore-time" in bad.stderr
+
+
+def test_copies_on_a_posix_target_are_refused_before_any_io(stampede, tmp_path: Path) -> None:
+    job = str(REPO / "jobs" / "quickstart.toml")
+    target = tmp_path / "ckpt"
+    for setting in ("checkpoint.copies=2", "checkpoint.key_prefix=hash"):
+        refused = stampede("prepare", job, "--set", f"target.path={target}", "--set", setting)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        key, value = setting.split("=")
+        assert f"{key} = " in said and value in said and str(target) in said, said
+        assert "this target is not one" in said
+        assert not target.exists()   # nothing made

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import http.client
 import re
-import signal
 import subprocess
-import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,26 +18,7 @@ from stampede.backends import open_backend
 from stampede.emulate.s3front import read_log
 from tests.helpers.jobs import read_archive, write_job
 from tests.helpers.s3server import S3Server
-
-START_LINE_PREFIX = "emulate-s3: serving "
-
-
-@contextmanager
-def emulator(upstream: S3Server, log: Path, *flags: str) -> Iterator[str]:
-    """The command as a user runs it; its endpoint URL while it runs; stopped by SIGTERM."""
-    command = [sys.executable, "-m", "stampede", "emulate-s3", "--upstream",
-               upstream.endpoint_url, "--log", str(log), *flags]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        assert line.startswith(START_LINE_PREFIX), line + process.stderr.read()
-        yield line.removeprefix(START_LINE_PREFIX).split()[0]
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, rest = process.communicate(timeout=30)
-        assert process.returncode == 0, rest
-        assert "logged" in rest
+from tests.helpers.throttling import emulator
 
 
 def _backend(server: S3Server, endpoint: str, prefix: str, **options: object):  # noqa: ANN202

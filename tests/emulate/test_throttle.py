@@ -80,3 +80,29 @@ def test_a_quiet_spell_restarts_the_hot_clock() -> None:
 def test_bad_rates_are_refused() -> None:
     with pytest.raises(ValueError, match="rate for list"):
         Throttle({"read": 1.0, "write": 1.0, "list": 0.0})
+
+
+def test_a_prefix_partitioned_ahead_gives_each_next_character_its_own_budget() -> None:
+    throttle = Throttle(RATES, burst=1.0, split_delay_s=float("inf"))
+    throttle.partitioned("b", "ck/copy-")
+    assert throttle.splits == []   # no hot spell split it
+    assert [throttle.partition_of("b", key) for key in
+            ("ck/copy-0/s.raw", "ck/copy-1/s.raw", "ck/other", "dk", "")] == [
+        "b/ck/copy-0", "b/ck/copy-1", "b/ck/o", "b/d", "b/"]
+    assert throttle.partition_of("other-bucket", "ck/copy-0/s.raw") == "other-bucket/"
+    # one token each at the same instant: each partition admits its own, once
+    verdicts = [throttle.decide("GET", "b", f"ck/copy-{copy}/s.raw", 0.0).admitted
+                for copy in (0, 1, 0, 1)]
+    assert verdicts == [True, True, False, False]
+
+
+def test_a_list_counts_against_its_prefix_partition() -> None:
+    throttle = Throttle(RATES, burst=1.0, split_delay_s=float("inf"))
+    throttle.partitioned("b", "ck/copy-")
+    first = throttle.decide("GET", "b", "", 0.0, list_prefix="ck/copy-0/sharded/")
+    other = throttle.decide("GET", "b", "", 0.0, list_prefix="ck/copy-1/sharded/")
+    again = throttle.decide("GET", "b", "", 0.0, list_prefix="ck/copy-0/sharded/")
+    assert (first.kind, first.partition, first.admitted) == ("list", "b/ck/copy-0", True)
+    assert (other.partition, other.admitted) == ("b/ck/copy-1", True)
+    assert (again.partition, again.admitted) == ("b/ck/copy-0", False)
+    assert throttle.decide("GET", "b", "", 0.0).partition == "b/"   # no prefix: the bucket's

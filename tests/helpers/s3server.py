@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -310,6 +310,7 @@ class FaultProxy:
         #                                          matching fail with that status
         self._switch_at = ("", "")               # (text, mode): die_at, stall_at
         self._fail_probability = 0.0
+        self._before: list[tuple[str, Callable[[], object]]] = []   # before_next's, in order
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
@@ -347,11 +348,18 @@ class FaultProxy:
                 with suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
 
+    def before_next(self, matching: str, action: Callable[[], object]) -> None:
+        """Run `action` (another client's real request, say) just before the next request
+        containing `matching` is relayed: what a second writer does in that window."""
+        with self._lock:
+            self._before.append((matching, action))
+
     def clear(self) -> None:
         """Pass everything again and forget the recorded requests."""
         with self._lock:
             self.mode, self._fail_probability, self._switch_at = "pass", 0.0, ("", "")
             self._fail_rules.clear()
+            self._before.clear()
             self.requests.clear()
             self.clients.clear()
 
@@ -431,6 +439,13 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if fail:
                 self._fail(fail)
                 return
+            with proxy._lock:
+                due = next((item for item in proxy._before
+                            if item[0] in f"{self.command} {self.path}"), None)
+                if due is not None:
+                    proxy._before.remove(due)
+            if due is not None:
+                due[1]()
             self._forward(body)
 
         def _fail(self, status: int) -> None:

@@ -371,3 +371,33 @@ def test_save_on_s3_refuses_before_any_request(stampede, tmp_path: Path, s3_env:
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert says in " ".join(refused.stderr.split()) and "Traceback" not in refused.stderr
     assert proxy.requests == []
+
+
+def test_a_writer_that_published_meanwhile_wins_and_is_never_overwritten(
+        stampede, tmp_path: Path, s3_env: S3Server, proxy: FaultProxy) -> None:
+    """The publish is a conditional PUT of the pointer (If-Match: its ETag when the
+    version began): another writer's pointer, PUT to the real server just before this
+    save's publish reaches it, makes the publish fail 412, the other writer's pointer
+    stays, and this version is not published (one line, exit 1). A first save, with no
+    pointer yet, publishes with If-None-Match: *."""
+    job, prefix = one_save_job(tmp_path, proxy, s3_env)
+    first = stampede("save", str(job), np=2)
+    assert first.returncode == 0, first.stdout + first.stderr
+    store = backend_for(s3_env, prefix)
+    assert store.get_bytes("saves/sharded/latest") == b"v000001\n"
+    proxy.clear()
+    theirs = b"v000007\n"   # the other writer's own version (same bytes: the same ETag)
+    proxy.before_next(f"PUT /{s3_env.bucket}/{prefix}/saves/sharded/latest",
+                      lambda: backend_for(s3_env, prefix).put_bytes("saves/sharded/latest", theirs))
+    lost = stampede("save", str(job), np=2)
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    assert ("rank 0: publish saves/sharded/latest: File exists: S3 PUT 412 PreconditionFailed: "
+            "another writer wrote it first") in said(lost)
+    assert "v000002 not published" in said(lost) and "Traceback" not in lost.stderr
+    assert store.get_bytes("saves/sharded/latest") == theirs
+    puts = [path for method, path, _ in proxy.requests
+            if method == "PUT" and path.endswith("/saves/sharded/latest")]
+    assert len(puts) == 1   # a 412 is not retried
+    assert journal_states(s3_env, prefix)[2] == "invalid"
+    store.put_bytes("saves/sharded/latest", b"v000001\n")   # the other writer's gone
+    assert stampede("clean", str(job)).returncode == 0
