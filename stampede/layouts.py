@@ -20,6 +20,9 @@ EACH_READS = "each-reads"           # every rank reads its own bytes from storag
 LEADER_BCAST = "leader-bcast"       # one reader per group (or node), then a broadcast
 STRIPE_ALLGATHER = "stripe-allgather"   # each replica reads 1/R, then an allgather
 EACH_READS_ALL = "each-reads-all"   # every rank reads every shard from storage, keeps its own
+NODE_ONCE = "node-once"             # one reader per node reads every shard, then its node's
+                                    # ranks get their own from it (no NIC between nodes)
+OWNER_BCAST = "owner-bcast"         # each shard read once, by an owner, then broadcast
 
 
 class Layout(NamedTuple):
@@ -36,7 +39,11 @@ class Layout(NamedTuple):
     leader_reads: bool = False      # only a group's leader reads storage
     whole_file: bool = False        # every rank reads every shard, then keeps its own: the
                                     # naive load, whose reads are N-fold what the job needs
-    exchange: str = ""              # after the reads: "", "bcast" or "allgather" (MPI op)
+    node_reads: bool = False        # its groups are the nodes (each node's ranks, whatever
+                                    # their shards): the node's lowest rank reads for them
+    owners: bool = False            # each shard's reader is chosen by bytes (largest shard
+                                    # first, to its least-loaded holder), the others receive
+    exchange: str = ""              # after the reads: "", "bcast", "allgather" or "scatter"
     shared_inode: bool = False      # every rank's metadata ops hit one inode (one lock)
     listing: bool = False           # the shard directory is listed before the reads
     list_on_root: bool = False      # ... by rank 0 alone, which broadcasts the names
@@ -82,6 +89,17 @@ TABLE: Mapping[str, Layout] = MappingProxyType({layout.name: layout for layout i
     Layout("mlperf", "its own files (checkpoint.workload), whole",
            "every rank its own files", workload_files=True,
            models="MLPerf Storage's checkpointing: DLIO's files per TP/PP/DP rank"),
+    # issue 40's layouts users run, kept together at the end of the tuple
+    Layout("node-once", "the whole file, if it leads its node; then each rank of the node "
+           "its slice (point to point)", one_file=True, shared_inode=True, whole_file=True,
+           leader_reads=True, node_reads=True, exchange="scatter", traffic=NODE_ONCE,
+           models="every node reads the whole checkpoint once and its ranks share it "
+           "(node-local memory): N-node amplification, none within a node"),
+    Layout("owners", "its slice of one file, if it owns it; then Bcast to its holders",
+           one_file=True, shared_inode=True, leader_reads=True, owners=True, exchange="bcast",
+           traffic=OWNER_BCAST,
+           models="PyTorch's cooperative DCP load: owners by bytes (largest first, to the "
+           "least-loaded rank), each byte read once, then broadcast"),
 )})
 
 NAMES = tuple(TABLE)

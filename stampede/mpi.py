@@ -30,9 +30,10 @@ POLL_SLEEP_S = 0.0005
 
 
 class Request(Protocol):
-    """A non-blocking operation in flight (mpi4py's MPI.Request): only tested here."""
+    """A non-blocking operation in flight (mpi4py's MPI.Request): tested, or waited for."""
 
     def Test(self) -> bool: ...  # noqa: N802 - mpi4py's spelling
+    def Wait(self) -> bool: ...  # noqa: N802
 
 
 class Comm(Protocol):
@@ -246,6 +247,28 @@ def allgather_bytes(group: Comm, view: memoryview, parts: tuple[tuple[int, int],
         counts = [length for _, length in parts]
         offsets = [offset for offset, _ in parts]
         group.Allgatherv(MPI.IN_PLACE, [view, counts, offsets, MPI.BYTE])
+
+
+def scatter_bytes(group: Comm, view: memoryview, parts: tuple[tuple[int, int], ...],
+                  length: int) -> None:
+    """Root holds every member's bytes, member i's at parts[i] = (offset, length) in its
+    view; each other member receives its `length` bytes at the front of its own view, and
+    root moves its own part there. Point to point, not Scatterv: two members that hold one
+    shard (replicas on one node) are sent the same bytes, which Scatterv forbids."""
+    if group.Get_rank() == 0:
+        if group.Get_size() > 1:
+            from mpi4py import MPI
+            sends = [group.Isend([view[offset:offset + count], MPI.BYTE], dest=member, tag=40)
+                     for member, (offset, count) in enumerate(parts) if member]
+            for request in sends:   # timed (op scatter), as the blocking Bcast is
+                request.Wait()
+        offset, count = parts[0]
+        if offset:   # its own part last: the sends read the buffer's other parts first
+            view[:count] = bytes(view[offset:offset + count]) if offset < count \
+                else view[offset:offset + count]
+    else:
+        from mpi4py import MPI
+        group.Irecv([view[:length], MPI.BYTE], source=0, tag=40).Wait()
 
 
 def gather(comm: Comm, obj: T, root: int = 0) -> list[T] | None:

@@ -117,6 +117,9 @@ OPS_TABLE = (
     Op("peer", 44, "network", (*R, *S), "`stampede rejoin`: a shard sent to or received from "
        "one other rank (a replica to its holder, a lost shard to its spare; bytes: what "
        "reached this rank)", "exchange", unit="ops/s"),
+    Op("scatter", 45, "network", R, "send each rank of a node its slice of what the node's "
+       "reader read (layout node-once; bytes: what reached this rank)", "exchange",
+       unit="ops/s"),
 )
 BY_NAME = {op.name: op for op in OPS_TABLE}
 

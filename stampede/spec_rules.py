@@ -154,6 +154,13 @@ def _device_rules(spec: SpecFields) -> None:
                          f"broadcast and striped layouts; {what} exchange nothing",
                          hint="add broadcast or striped to checkpoint.layout, or leave "
                               "run.exchange = \"mpi\"")
+    node_scatter = [layout for layout in spec.layouts if layout_of(layout).exchange == "scatter"]
+    if spec.exchange == "torch" and node_scatter and spec.checkpoint_source != "existing":
+        raise UsageError(f"{spec.source}: run.exchange = \"torch\" with "
+                         f"{', '.join(node_scatter)}: its node's reader sends each rank its "
+                         "slice point to point, over MPI only",
+                         hint="leave run.exchange = \"mpi\" for it, or run it in a job of "
+                              "its own")
     if spec.h2d != "cuda-gds":
         return
     if not capabilities_for(spec.target_path).local_files:

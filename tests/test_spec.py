@@ -146,6 +146,18 @@ def test_a_set_of_one_of_an_exclusive_pair_replaces_the_other() -> None:
         load_job(quickstart, ["checkpoint.size="])   # unset, and nothing in its place
 
 
+def test_node_once_is_refused_where_its_reads_or_exchange_cannot_go() -> None:
+    # its reader holds the whole file: the device copies take one shard (as whole-file)
+    with pytest.raises(UsageError, match="node-once with run.h2d = 'host'"):
+        build_job("q", "q.toml", MINIMAL, ["checkpoint.layout=node-once", "run.h2d=host"])
+    # its point-to-point scatter is MPI's alone
+    with pytest.raises(UsageError, match="run.exchange = \"torch\" with node-once"):
+        build_job("q", "q.toml", MINIMAL, ["checkpoint.layout=node-once,owners",
+                                           "run.exchange=torch"])
+    assert build_job("q", "q.toml", MINIMAL, ["checkpoint.layout=owners", "run.exchange=torch"]
+                     ).layouts == ("owners",)
+
+
 def test_whole_file_with_device_copies_is_refused_before_any_io() -> None:
     # it reads every rank's slice: only its own has a place in the device buffer
     with pytest.raises(UsageError, match="whole-file with run.h2d = 'host'"):

@@ -12,6 +12,8 @@ rank r must end up holding model shard r mod S. With R = 1 every rank holds its 
 |----------------|-------------------------------|----------------------------------------|-------------|
 | shared         | one file of S slices          | slice r mod S                          | -           |
 | whole-file     | one file of S slices          | every slice (keeps slice r mod S)      | -           |
+| node-once      | one file of S slices          | every slice, if it leads its node      | to the node |
+| owners         | one file of S slices          | slice r mod S, if it owns that slice   | Bcast       |
 | sharded        | one file per shard            | shard file r mod S                     | -           |
 | replicated     | one file per shard            | shard file r mod S (R ranks read each) | -           |
 | broadcast      | one file per shard            | its shard file, if it leads its group  | Bcast       |
@@ -27,7 +29,12 @@ get there. Read amplification (stampede.results.amplification) is the bytes read
 storage over it: whole-file reads N x what it needs, broadcast reads each shard once.
 
 A group is the R ranks that hold the same shard (or, with broadcast_group = "node", those
-of them on one node: one storage read per node and shard). With `run.rank_shift` = k, rank
+of them on one node: one storage read per node and shard). Layout node-once's groups are
+the nodes: the node's lowest rank reads the whole file into memory, then sends each rank
+of its node its slice (one read of the checkpoint per node; leaders known at run time).
+Layout owners gives each slice one owner among the ranks that hold it, by bytes (the
+largest slice first, to its least-loaded holder, `assign_owners`): the owner reads it
+once, then broadcasts it to its group. With `run.rank_shift` = k, rank
 r takes the place of rank (r + k) mod N above, so it reads bytes another rank wrote.
 
 On an object store two options spread a restore's requests over the store's partitions
@@ -50,8 +57,8 @@ file's header locates at run time (the `header` op). Raw extents are file offset
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from stampede.dtypes import WRITTEN
@@ -119,6 +126,8 @@ class RankPlan(NamedTuple):
     list_on_root: bool = False      # list-bcast: rank 0 lists, then broadcasts the names
     copy_dir: str = ""              # checkpoint.copies > 1: the copy it reads (copy-k)
     formatted: bool = False         # files have headers: one header op per file read
+    by_node: bool = False           # node-once: the exchange groups are the nodes
+    owner: int = -1                 # owners: the rank that reads this rank's shard
     needs: tuple[Extent, ...] | None = None   # the checkpoint's bytes this rank must end up
                                     # holding (None: `hold`); two ranks' needs are the same
                                     # bytes or disjoint ones (shards, an existing
@@ -139,6 +148,14 @@ class RankPlan(NamedTuple):
                 else hold.relpath
             return (relpath, hold.tensor, hold.offset, hold.length)
         return ("rank", self.rank)   # an existing checkpoint's assignment: no byte twice
+
+    @property
+    def held_bytes(self) -> int:
+        """What this rank's memory holds while it exchanges: the node's whole read for a
+        node-once rank (any of them may lead its node), its shard for the others."""
+        if self.exchange == "scatter":
+            return max(self.hold.length, sum(extent.length for extent in self.extents))
+        return self.hold.length
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -380,6 +397,25 @@ def stripe_extent(hold: Extent, index: int, count: int) -> Extent | None:
     return Extent(hold.relpath, hold.offset + first * ALIGN_BYTES, length, hold.tensor)
 
 
+def assign_owners(sizes: Sequence[int], holders: Sequence[Sequence[int]]) -> list[int]:
+    """The owner of each shard (its bytes `sizes[s]`, held by the ranks `holders[s]`): the
+    largest shard first, to the holder that owns the fewest bytes so far (ties: the lowest
+    rank), as PyTorch's cooperative load balances its reads. Each byte is read once."""
+    owners, load = [-1] * len(sizes), dict.fromkeys((r for ranks in holders for r in ranks), 0)
+    for shard in sorted(range(len(sizes)), key=lambda s: (-sizes[s], s)):
+        owner = min(holders[shard], key=lambda r: (load[r], r))
+        owners[shard], load[owner] = owner, load[owner] + sizes[shard]
+    return owners
+
+
+def _owner(spec: JobSpec, nranks: int, shards: int, per_rank: int, shard: int) -> int:
+    """Layout owners: who reads `shard` (every shard is b bytes: its lowest holder)."""
+    holders: list[list[int]] = [[] for _ in range(shards)]
+    for rank in range(nranks):
+        holders[((rank + spec.rank_shift) % nranks) % shards].append(rank)
+    return assign_owners([per_rank] * shards, holders)[shard]
+
+
 def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = "") -> RankPlan:
     """The plan of one rank in one layout (see the module's table), its files under
     `root`."""
@@ -402,13 +438,23 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
     if described.whole_file:   # every slice, in file order: the whole file's data
         extents = tuple(shard_extent(spec, layout, other, shards, per_rank, root, copy)
                         for other in range(shards))
+        if described.node_reads:   # held by a node's reader: slice s at s x b in memory
+            extents = tuple(replace(extent, place=other * per_rank)
+                            for other, extent in enumerate(extents))
     elif described.stripes:
         stripe = stripe_extent(hold, replica, spec.replicas)
         extents = (stripe,) if stripe else ()
+    group, member, owner = shard, replica, -1
+    if described.node_reads:   # one group per node, ordered by world rank: its lowest leads
+        group, member = 0, rank
+    elif described.owners:     # the owner first in its group: the broadcast's root
+        owner = _owner(spec, nranks, shards, per_rank, shard)
+        member = 0 if rank == owner else replica + 1
     return RankPlan(
         rank=rank, nranks=nranks, layout=layout, ops=spec.ops, extents=extents,
         block_bytes=spec.block_bytes, stat_count=spec.stat_count, open_count=spec.open_count,
-        hold=hold, group=shard, member=replica, exchange=described.exchange,
+        hold=hold, group=group, member=member, exchange=described.exchange,
+        by_node=described.node_reads, owner=owner,
         leader_reads=described.leader_reads,
         index_file=under(base, INDEX_FILE) if described.index_file else "",
         list_dir=under(base, SHARD_DIR) if described.listing else "",
@@ -432,5 +478,10 @@ def shown_ranks(nranks: int, shown: int = 4) -> list[int]:
 def reads_storage(spec: JobSpec, plan: RankPlan) -> bool:
     """Whether this rank reads storage, as far as its plan knows: a broadcast group's
     leader by replica is its lowest rank (the shard's index); by node, leaders are only
-    known at run time and every member is shown as reading."""
+    known at run time and every member is shown as reading (node-once's node leaders too);
+    an owners slice's owner is planned."""
+    if plan.owner >= 0:
+        return plan.rank == plan.owner
+    if plan.by_node:
+        return True
     return not plan.leader_reads or spec.broadcast_group != "replica" or plan.rank == plan.group

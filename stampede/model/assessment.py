@@ -26,7 +26,13 @@ from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Need, Sizing, size
 from stampede.model.workload import Workload
 from stampede.results import compare
 from stampede.results.cells import Row
-from stampede.units import ALREADY_MET, format_duration, format_rate, format_times
+from stampede.units import (
+    ALREADY_MET,
+    format_amplification,
+    format_duration,
+    format_rate,
+    format_times,
+)
 
 if TYPE_CHECKING:
     from stampede.model.projection import Projection
@@ -49,6 +55,26 @@ class PhaseVerdict:
     @property
     def best_measured(self) -> str:
         return self.ranked[0][0]["layout"] if self.ranked else ""
+
+    @property
+    def compares(self) -> bool:
+        """Whether the latest run ranked two layouts or more (not one layout's two rows)."""
+        return len({row["layout"] for row, _ in self.ranked}) > 1
+
+    def measured_line(self) -> str:
+        """The latest run's layouts, best first, each with its time to last rank and, for a
+        restore, its read amplification beside it ("whole-file 1.2 s, 4.0x the needed
+        bytes"): the bytes a layout fetched, seen beside the time they cost."""
+        said = []
+        for row, _ in self.ranked:
+            seconds = row.get("time_to_last_rank_s")
+            text = f"{row['layout']} " + (format_duration(float(seconds))
+                                          if isinstance(seconds, (int, float)) else "-")
+            ratio = row.get("read_amplification")
+            if isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio > 0:
+                text += f", {format_amplification(float(ratio))} the needed bytes"
+            said.append(text)
+        return "; ".join(said)
 
     @property
     def at_target(self) -> tuple[tuple[Series, Projection, tuple[str, ...]], ...]:
@@ -168,6 +194,8 @@ class Assessment:
                          f"dominant: {verdict.dominant}")
             why = self.why_not_measured_best(phase)
             lines.append(line + (f"\n    why not {verdict.best_measured}: {why}" if why else ""))
+            if verdict.compares:
+                lines.append(f"    measured, best first: {verdict.measured_line()}")
         chosen = self.chosen
         if chosen is not None:
             lines.append(f"T_MTTR at {self.target_ranks} ranks ({chosen.layout}): "

@@ -26,6 +26,9 @@ busiest instance, in units of b:
   striped                     N / R         k / R           1 / R  (R - 1) / R per rank of
                                                                    the node whose ring
                                                                    neighbour is elsewhere
+  node-once                   n S           S               S      0 (within the node)
+  owners                      S             as broadcast by replica (its owners are
+                                            replica 0's ranks when the shards are equal)
 
 A broadcast group is the R ranks of one shard, over g nodes. MPICH broadcasts between
 nodes along a binomial tree below 8 nodes (ceil(log2 g) rounds, each moving the shard
@@ -50,7 +53,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from stampede.layouts import EACH_READS, EACH_READS_ALL, LEADER_BCAST, STRIPE_ALLGATHER, TABLE
+from stampede.layouts import (
+    EACH_READS,
+    EACH_READS_ALL,
+    LEADER_BCAST,
+    NODE_ONCE,
+    OWNER_BCAST,
+    STRIPE_ALLGATHER,
+    TABLE,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -186,10 +197,24 @@ def _each_reads_all(geometry: Geometry) -> Traffic:
                    rank=shards, exchange=0.0)
 
 
+def _node_once(geometry: Geometry) -> Traffic:
+    """One reader per node reads every shard; its node's ranks get theirs within the node
+    (shared memory, taken as free): storage serves the checkpoint once per node."""
+    shards = float(geometry.shards)
+    return Traffic(storage=geometry.nnodes * shards, node=shards, rank=shards, exchange=0.0)
+
+
+def _owner_bcast(geometry: Geometry) -> Traffic:
+    """Each shard read once, by its owner (with equal shards, its lowest holder: replica
+    0's rank, as broadcast by replica), then broadcast to its other holders (none with
+    one replica: each rank reads its own, as shared)."""
+    return _broadcast_by_replica(geometry)
+
+
 # stampede.layouts names each layout's model (Layout.traffic)
 MODELS: dict[str, Callable[[Geometry], Traffic]] = {
     EACH_READS: _each_reads, EACH_READS_ALL: _each_reads_all, LEADER_BCAST: _broadcast,
-    STRIPE_ALLGATHER: _striped}
+    STRIPE_ALLGATHER: _striped, NODE_ONCE: _node_once, OWNER_BCAST: _owner_bcast}
 
 
 def traffic(layout: str, geometry: Geometry) -> Traffic:

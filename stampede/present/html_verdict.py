@@ -27,6 +27,8 @@ def verdict_section(assessment: Assessment) -> str:
         line = (f"<b>{phase}: use {escape(verdict.best)}</b>"
                 f" (measured best: {escape(verdict.best_measured or '-')}, ranked in run "
                 f"{escape(verdict.run_id)})")
+        if verdict.compares:   # each layout's bytes beside its time
+            line += tag("p", f"measured, best first: {escape(verdict.measured_line())}")
         if verdict.projections:
             series, projection, notes = verdict.at_target[0]
             low, high = projection.band

@@ -83,8 +83,11 @@ def render_plan(spec: JobSpec, nranks: int, backend: str, layouts: Sequence[Plan
         plan = read.plan
         if plan.list_on_root and read.rank:
             return "gets rank 0's listing"
-        exchange = {"bcast": "Bcast", "allgather": "Allgatherv"}.get(plan.exchange, "-")
-        if plan.leader_reads and spec.broadcast_group == "node":
+        exchange = {"bcast": "Bcast", "allgather": "Allgatherv",
+                    "scatter": "to its node"}.get(plan.exchange, "-")
+        if plan.by_node:   # node-once: the node's reader is known at run time
+            exchange += " (reads if first on its node)"
+        elif plan.leader_reads and spec.broadcast_group == "node":
             exchange += " (reads if first of its group on its node)"
         return exchange
 

@@ -88,8 +88,12 @@ def run_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend,
                     entry.get("root", ""))
     client_before = gather.client_before(backend)
     gather.check_trace(comm, spec, plan)
-    # Layouts that exchange hold the whole shard in memory; the others reuse one block.
-    buffer_bytes = plan.hold.length if plan.exchange else spec.block_bytes
+    # Layouts that exchange hold the whole shard in memory (node-once: the node's whole
+    # read); the others reuse one block.
+    buffer_bytes = plan.held_bytes if plan.exchange else spec.block_bytes
+    if plan.by_node and mpi.node_rank(comm):   # collective: only a node's first rank reads
+        buffer_bytes = plan.hold.length         # (build_setup's node group agrees), the
+                                                # others hold their slice alone
     with AlignedBuffer(buffer_bytes, populate=True) as buffer:  # no page fault in a timed read
         setup = build_setup(comm, spec, plan, backend, entry, buffer, device, catalogue)
         try:

@@ -27,10 +27,10 @@ from stampede.run.setup import RankSetup
 from stampede.run.where import NOWHERE
 from stampede.units import NS_PER_S
 
-(JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, VERIFY,
- RESTORE, H2D, D2H) = (OP_CODE[name] for name in (
+(JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, SCATTER,
+ VERIFY, RESTORE, H2D, D2H) = (OP_CODE[name] for name in (
      "jitter", "list", "index", "stat", "open", "header", "read", "ttfb", "close", "wait",
-     "bcast", "allgather", "verify", "restore", "h2d", "d2h"))
+     "bcast", "allgather", "scatter", "verify", "restore", "h2d", "d2h"))
 STORAGE_CODES = frozenset(OP_CODE[name] for name in STORAGE_OPS)
 
 
@@ -262,8 +262,8 @@ def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
         check = Check(setup, extent, base) if checking else None
         file_id = where.file_id(extent.relpath) if where is not None else NOWHERE
         for offset, length in extent.blocks(plan.block_bytes):
-            if setup.holds:
-                place = offset - plan.hold.offset
+            if setup.holds:   # at its place in memory (node-once: the node's whole read)
+                place = extent.at(plan.hold) + offset - extent.offset
                 view = buffer.view[place:place + length]
             else:
                 view = buffer.prefix(length)
@@ -414,6 +414,11 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
         stop = clock()
         received = 0 if setup.leads else plan.hold.length
         log.append((iteration, BCAST, start_exchange, stop, received, 1))
+    elif plan.exchange == "scatter":
+        mpi.scatter_bytes(group, setup.buffer.view, setup.scatter, plan.hold.length)
+        stop = clock()
+        received = 0 if setup.leads else plan.hold.length
+        log.append((iteration, SCATTER, start_exchange, stop, received, 1))
     else:
         mpi.allgather_bytes(group, view, setup.stripes)
         stop = clock()
@@ -426,6 +431,6 @@ def received_bytes(setup: RankSetup) -> int:
     """What reaches this rank in its group's exchange: nothing for a broadcast's root, the
     others' stripes for an allgather (so agg GB/s is the network's, not N/(N-1) x)."""
     plan = setup.plan
-    if plan.exchange == "bcast":
+    if plan.exchange in ("bcast", "scatter"):
         return 0 if setup.leads else plan.hold.length
     return plan.hold.length - sum(extent.length for extent in plan.extents)

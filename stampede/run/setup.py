@@ -34,6 +34,8 @@ class RankSetup(NamedTuple):
     leads: bool = True              # False: a broadcast member that reads no storage
     group: mpi.Comm | None = None   # communicator of the exchange group (exchange layouts)
     stripes: tuple[tuple[int, int], ...] = ()
+    scatter: tuple[tuple[int, int], ...] = ()   # node-once's reader: each member's slice
+                                    # (place in its memory, length), in group order
     format: str = "raw"             # checkpoint.format: formatted files start with a header
     verify: str = "none"            # run.verify: the hash algorithm
     expected: dict[tuple[str, str, int], str] | None = None   # (path, tensor, offset) -> hash
@@ -72,13 +74,16 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
     """Untimed, once per layout: paths, the exchange group, expected hashes."""
     named = [*plan.files, *filter(None, (plan.index_file, plan.list_dir))]
     paths = {relpath: backend.path(relpath) for relpath in named}
-    group, leads = None, True
+    group, leads, scatter = None, True, None
     if plan.exchange:  # collective: every rank of the layout splits
-        by_node = plan.leader_reads and spec.broadcast_group == "node"
+        by_node = plan.by_node or (plan.leader_reads and spec.broadcast_group == "node")
         # ordered by replica: member i of a striped group reads stripe i (with rank_shift
-        # the replica order is not the world order)
+        # the replica order is not the world order); an owner leads its group
         group = mpi.split(comm, plan.group, by_node=by_node, key=plan.member)
         leads = not plan.leader_reads or group.Get_rank() == 0
+    if plan.exchange == "scatter":   # the reader learns where each member's slice lies
+        assert group is not None
+        scatter = mpi.gather(group, (_held_place(plan), plan.hold.length))
     expected = None
     if spec.verify != "none" and catalogue is None:
         wanted = {(e.relpath, e.tensor, e.offset) for e in (*plan.extents, plan.hold)}
@@ -98,6 +103,7 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
                      where=Where() if spec.trace_limit else None,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
                      stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
+                     scatter=tuple(scatter or ()),
                      format=_format(spec, catalogue), verify=spec.verify, expected=expected,
                      finite_dtype=spec.dtype if spec.check_finite else "",
                      tensor_dtypes=_tensor_dtypes(spec, catalogue),
@@ -113,6 +119,14 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
                      follow_links=catalogue is not None,
                      device=device, device_buffer=device_buffer,
                      places=_places(plan, catalogue), torch=exchange, notes=notes)
+
+
+def _held_place(plan: RankPlan) -> int:
+    """Where a node-once rank's own slice lies in what its node's reader holds."""
+    hold = plan.hold
+    return next(extent.at(hold) for extent in plan.extents
+                if (extent.relpath, extent.tensor, extent.offset) ==
+                (hold.relpath, hold.tensor, hold.offset))
 
 
 def _places(plan: RankPlan, catalogue: Catalogue | None) -> tuple[int, ...]:

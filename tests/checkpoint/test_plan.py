@@ -8,10 +8,12 @@ from stampede.checkpoint.plan import (
     INDEX_FILE,
     SHARED_FILE,
     Extent,
+    assign_owners,
     bytes_per_rank,
     checkpoint_files,
     needed_bytes,
     plan_rank,
+    reads_storage,
     stripes,
     union_bytes,
     writes_of_rank,
@@ -187,6 +189,48 @@ def test_the_job_needs_its_shards_once_whatever_each_layout_reads(nranks: int, r
                         needed if layout in ("broadcast", "striped") else
                         nranks * 2**20), layout
 
+
+def test_owners_by_bytes_largest_first_to_the_least_loaded_holder() -> None:
+    # shards of 5, 3, 3, 2 bytes: 5 to rank 0 (all idle, lowest), 3 to rank 1, the other 3
+    # to rank 1 too (rank 0 holds 5 already), 2 to rank 0 (5 < 6): 7 and 6 bytes each
+    assert assign_owners([5, 3, 3, 2], [[0, 1], [0, 1], [0, 1], [0, 1]]) == [0, 1, 1, 0]
+    # only a holder reads a shard: rank 0 owns 9 bytes, and the shard only it holds too
+    assert assign_owners([1, 9], [[0], [0, 1]]) == [0, 0]
+    assert assign_owners([4, 4, 4], [[2], [1, 2], [0, 1, 2]]) == [2, 1, 0]
+
+
+@pytest.mark.parametrize(("nranks", "replicas", "shift"), [(4, 1, 0), (4, 2, 0), (6, 3, 1),
+                                                          (8, 2, 3)])
+def test_owners_read_each_slice_once_and_lead_their_group(nranks: int, replicas: int,
+                                                         shift: int) -> None:
+    spec = build_job("t", "t.toml", {"target": {"path": "/nonexistent"},
+                                     "checkpoint": {"size": "8MiB", "replicas": replicas},
+                                     "run": {"rank_shift": shift}})
+    plans = [plan_rank(spec, "owners", nranks, rank) for rank in range(nranks)]
+    assert {plan.files for plan in plans} == {(SHARED_FILE,)}   # one file of S slices
+    counts = coverage(spec, "owners", nranks, lambda plan: reads_storage(spec, plan))
+    assert {count for pages in counts.values() for count in pages} == {1}
+    for plan in plans:   # the owner holds the slice it reads, and is its group's first
+        owner = plans[plan.owner]
+        assert owner.hold == plan.hold and owner.member == 0 and owner.group == plan.group
+        assert plan.exchange == "bcast" and (plan.member == 0) == (plan.rank == plan.owner)
+
+
+@pytest.mark.parametrize("fmt", ["raw", "safetensors"])
+def test_node_once_reads_the_whole_file_into_memory_in_slice_order(fmt: str) -> None:
+    spec = job(format=fmt)
+    per_rank = bytes_per_rank(spec, 4)
+    for rank in range(4):
+        plan = plan_rank(spec, "node-once", 4, rank)
+        whole = plan_rank(spec, "whole-file", 4, rank)
+        # the whole-file layout's reads, each slice at its place in the reader's memory
+        assert [(e.relpath, e.offset, e.length, e.tensor) for e in plan.extents] == \
+            [(e.relpath, e.offset, e.length, e.tensor) for e in whole.extents]
+        assert [e.at(plan.hold) for e in plan.extents] == [s * per_rank for s in range(4)]
+        assert plan.held_bytes == 4 * per_rank and plan.hold == whole.hold
+        assert (plan.exchange, plan.by_node, plan.group) == ("scatter", True, 0)
+        assert plan.needed_bytes == per_rank
+    assert needed_bytes(spec, "node-once", 4) == 4 * per_rank
 
 def s3_job(**checkpoint: object):
     """A job on an object store (no I/O: the plan is pure)."""

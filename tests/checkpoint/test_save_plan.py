@@ -87,6 +87,8 @@ def test_fan_out_spreads_the_shards_over_its_directories() -> None:
 @pytest.mark.parametrize(("checkpoint", "says"), [
     ({"layout": "list-first"}, "a way to read, not to write"),
     ({"layout": "broadcast", "replicas": 2}, "a way to read, not to write"),
+    ({"layout": "node-once"}, "node-once: a way to read, not to write"),
+    ({"layout": "owners"}, "owners: a way to read, not to write"),
     ({"format": "hdf5"}, "h5py writes through its own calls"),
     ({"source": "existing", "size": None}, "never writes an existing checkpoint"),
 ])

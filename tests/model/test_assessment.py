@@ -54,3 +54,18 @@ def test_a_band_too_wide_gives_its_ends_never_one_time() -> None:
                for line in lines if line.startswith("read with care:")), lines
     (restore,) = [line for line in lines if line.startswith("restore: use")]
     assert "time to last rank between " in restore, restore
+
+
+def test_the_ranking_says_each_layouts_read_amplification_beside_its_time() -> None:
+    rows = [{**row, "read_amplification": "4.0" if row["layout"] == "sharded" else "1.0"}
+            if row["op"] == "restore" else row for row in synthetic_rows(TRUE, RANKS)]
+    assessment = assess(Archive(rows), 16384)
+    lines = assessment.summary()
+    (measured,) = [line for line in lines if line.startswith("    measured, best first: ")]
+    said = dict(part.split(" ", 1) for part in measured.split(": ", 1)[1].split("; "))
+    assert set(said) == {"shared", "sharded"}
+    assert said["sharded"].endswith(", 4.0x the needed bytes"), said
+    assert said["shared"].endswith(", 1.0x the needed bytes"), said
+    # rows from before the column (schema < 7) say the time alone
+    plain = assess(Archive(synthetic_rows(TRUE, RANKS)), 16384).phases["restore"]
+    assert "the needed bytes" not in plain.measured_line() and "shared " in plain.measured_line()

@@ -112,3 +112,22 @@ def test_every_layouts_bytes_at_the_target_beside_what_the_job_needs() -> None:
     assert replicated["replicated"].amplification == 4.0
     assert replicated["broadcast"].amplification == replicated["striped"].amplification == 1.0
     assert replicated["whole-file"].amplification == 16.0
+
+
+def test_node_once_reads_the_file_once_per_node_and_owners_once_in_all() -> None:
+    from stampede.model.traffic import layout_bytes
+
+    # 4 ranks on 2 nodes of 2: each node's reader reads the 4 shards; nothing between nodes
+    geometry = Geometry(nranks=4, ranks_per_node=2)
+    assert traffic("node-once", geometry) == Traffic(storage=8, node=4, rank=4, exchange=0)
+    assert traffic("owners", geometry) == Traffic(storage=4, node=2, rank=1, exchange=0)
+    # with replicas, owners reads each of the S shards once, then broadcasts as broadcast does
+    replicas = Geometry(8, 2, replicas=4)
+    assert traffic("owners", replicas) == traffic("broadcast", replicas)
+    assert traffic("node-once", replicas) == Traffic(storage=8, node=2, rank=2, exchange=0)
+    # at 16,384 ranks on 2,048 nodes of 8: node-once 2,048x (once per node), owners 1.0x
+    found = {item.layout: item for item in layout_bytes(Geometry(16384, 8), MB)}
+    assert found["node-once"].amplification == 2048 and found["owners"].amplification == 1.0
+    assert found["node-once"].node_bytes == 16384 * MB == found["node-once"].reader_bytes
+    # a last node with fewer ranks reads the whole file too
+    assert traffic("node-once", Geometry(5, 2)).storage == 3 * 5

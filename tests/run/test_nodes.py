@@ -20,6 +20,7 @@ import pytest
 
 from stampede.checkpoint.plan import shard_path
 from stampede.emulate.cluster import leftovers
+from stampede.model.traffic import Geometry, layout_bytes
 from stampede.results.definitions import BUCKET_ERROR
 from tests.helpers.cluster import Nodes, cluster_ready
 from tests.helpers.jobs import read_archive, write_job
@@ -132,9 +133,12 @@ def test_read_amplification_per_node_counts_what_a_nodes_ranks_need(nodes: Nodes
     """2 shards x 2 replicas on 2 nodes: node h holds both shards (ranks 2h, 2h + 1). Sharded
     reads each shard once per node (2.0x for the job, 1.0x at each node); whole-file reads
     the whole file on every rank (4.0x, 2.0x a node, 2.0x a rank); broadcast by replica
-    reads each shard once in all (1.0x). A POSIX target the nodes share."""
+    and owners read each shard once in all (1.0x); node-once reads the whole file once per
+    node (2.0x, 1.0x a node, 2.0x at the node's reader, which holds one of its 2 shards).
+    A POSIX target the nodes share."""
     job = _job(tmp_path, nodes, "amplified", target={"path": str(tmp_path / "ckpt")},
-               checkpoint={"layout": ["sharded", "broadcast", "whole-file"], "replicas": 2})
+               checkpoint={"layout": ["sharded", "broadcast", "whole-file", "node-once",
+                                      "owners"], "replicas": 2})
     _prepared_and_run(nodes, job, tmp_path)
     rows = read_archive(tmp_path / "results" / "amplified.csv")
     restores = {row["layout"]: row for row in rows if row["op"] == "restore"}
@@ -143,8 +147,14 @@ def test_read_amplification_per_node_counts_what_a_nodes_ranks_need(nodes: Nodes
                       float(row["read_amplification_rank_max"]))
              for layout, row in restores.items()}
     assert found == {"sharded": (2.0, 1.0, 1.0), "broadcast": (1.0, 1.0, 1.0),
-                     "whole-file": (4.0, 2.0, 2.0)}
+                     "whole-file": (4.0, 2.0, 2.0), "node-once": (2.0, 1.0, 2.0),
+                     "owners": (1.0, 1.0, 1.0)}
     assert {row["needed_bytes"] for row in restores.values()} == {str(4 * MiB)}
+    # what storage served per iteration is what the traffic model places at 2 nodes of 2
+    planned = {item.layout: item.storage_bytes
+               for item in layout_bytes(Geometry(4, 2, replicas=2), 2 * MiB)}
+    for layout, row in restores.items():
+        assert float(row["storage_bytes_per_iteration"]) == planned[layout], layout
 
 
 def test_a_node_killed_ends_the_job_and_leaves_the_archive_intact(nodes: Nodes,
