@@ -297,7 +297,8 @@ def render_table(spec: TableSpec, rows: Sequence[Row], console: Console) -> list
 def _draw(spec: TableSpec, rows: Sequence[Row], lines: Sequence[Line], console: Console) -> None:
     columns = spec.shown(console.width >= NARROW)
     table = new_table(spec.title_of(rows), [column.header for column in columns],
-                      left=[column.header for column in columns if column.left])
+                      left=[column.header for column in columns if column.left],
+                      whole=[column.header for column in columns if column.whole])
     for line in lines:
         table.add_row(*(_cell(column, line) for column in columns))
     console.print(table)

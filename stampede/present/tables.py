@@ -58,6 +58,7 @@ class Column:
     cell: Callable[[Line], str]
     left: bool = False                      # names and words: left, folded; numbers: right
     wide: bool = False                      # left out of a narrow terminal
+    whole: bool = False                     # a name never folded (a layout's: tests read it)
     alarm: Callable[[Line], bool] | None = None   # the terminal shows the cell in red
 
     @property
@@ -90,16 +91,20 @@ class TableSpec:
         return self.columns if wide else tuple(c for c in self.columns if not c.wide)
 
 
-def new_table(title: str, headers: Sequence[str], left: Sequence[str] = ()) -> Table:
+def new_table(title: str, headers: Sequence[str], left: Sequence[str] = (),
+              whole: Sequence[str] = ()) -> Table:
     """A terminal table as every report draws one: title left, a rule under the headers,
-    numbers right-aligned and never wrapped, the `left` headers' columns left and folded."""
+    numbers right-aligned and never wrapped, the `left` headers' columns left and folded
+    (those also in `whole` never: the other columns give way)."""
     from rich import box
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   collapse_padding=True)
     for header in headers:
-        if header in left:  # names and paths fold rather than lose their tail
+        if header in whole:
+            table.add_column(header, justify="left", no_wrap=True)
+        elif header in left:  # names and paths fold rather than lose their tail
             table.add_column(header, justify="left", overflow="fold")
         else:
             table.add_column(header, justify="right", no_wrap=True)
@@ -167,7 +172,7 @@ def ceiling_notes(lines: Sequence[Line]) -> list[str]:
                         for line in measured)]
 
 
-LAYOUT = Column("layout", lambda line: line.row["layout"], left=True)
+LAYOUT = Column("layout", lambda line: line.row["layout"], left=True, whole=True)
 STANDING = Column("vs best", lambda line: line.standing, left=True,
                   alarm=lambda line: line.standing == INVALID)
 STRAGGLER = Column("strag-\ngler", lambda line: f"{line.row['straggler_ratio']:.2f}")

@@ -51,6 +51,19 @@ def test_at_80_columns_every_line_fits_and_every_layout_is_whole(archive: Path) 
     assert "142 (140-146) ms" in table   # the median and its spread, in one unit
 
 
+def test_a_layout_name_never_folds_however_wide_the_numbers(tmp_path: Path) -> None:
+    """On a narrow terminal (64 columns: at 66 the name folded before), numbers as wide
+    as a loaded machine makes them: the layout column keeps its names whole (a test and a
+    reader find 'metadata-first' on one line); the standing folds instead."""
+    path = tmp_path / "a.csv"
+    append_rows(path, [restore("metadata-first", 0.0129, 0.0128, 0.1129, ""),
+                       restore("list-bcast", 0.1163, 0.0160, 0.1167, "")])
+    table = rendered(path, 64).split("Restore: time until every rank holds its bytes")[1]
+    assert max(len(line) for line in table.splitlines()) <= 64
+    for layout in ("metadata-first", "list-bcast"):
+        assert any(line.lstrip().startswith(layout + " ") for line in table.splitlines()), table
+
+
 def test_overlapping_spreads_tie_and_the_others_say_how_much_slower(archive: Path) -> None:
     lines = {line.split()[0]: line for line in rendered(archive, 120).splitlines()
              if line.lstrip().startswith(("shared ", "metadata-first ", "broadcast ",
