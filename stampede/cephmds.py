@@ -14,8 +14,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
-import subprocess
 import threading
 from pathlib import Path
 
@@ -72,6 +70,8 @@ def node_perf_dump(timeout_s: float = NODE_TIMEOUT_S) -> Counters | str:
     if conf is None:
         return ("not counted: no Ceph config on this node ($CEPH_CONF, "
                 f"{DEFAULT_CONF}) to ask the MDS with")
+    import subprocess  # rank 0 of a CephFS mount alone: every rank imports this module
+
     why = []
     try:
         return _through_libcephfs(conf, timeout_s)
@@ -109,6 +109,9 @@ def _through_libcephfs(conf: Path, timeout_s: float) -> Counters:
 
 
 def _through_cli(conf: Path, timeout_s: float) -> Counters:
+    import shutil
+    import subprocess
+
     if shutil.which("ceph") is None:
         raise FileNotFoundError(errno.ENOENT, "the ceph CLI is not installed", "ceph")
     done = subprocess.run(
