@@ -21,7 +21,7 @@ from stampede.present import figures, html_figures
 from stampede.present.html_tags import table, tag
 from stampede.present.html_trace import trace_figures
 from stampede.present.html_verdict import verdict_section
-from stampede.present.report import grouped_warnings
+from stampede.present.report import by_kind, grouped_warnings
 from stampede.present.tables import (
     RESTORE,
     SAVE,
@@ -208,8 +208,8 @@ def summary_section(rows: Sequence[Row], sidecars: dict[str, dict[str, Any]],
 def warnings_section(run_rows: Sequence[Row]) -> str:
     common, by_layout = grouped_warnings(run_rows)
     items = [tag("li", escape(text)) for text in common]
-    items += [tag("li", f"<b>{escape(layout)}</b>: {escape(text)}")
-              for layout, texts in by_layout.items() for text in texts]
+    items += [tag("li", f"<b>{escape(layouts)}</b>: {escape(text)}")
+              for layouts, text in by_kind(by_layout)]
     return tag("h2", "Warnings", id="warnings") + (tag("ul", "".join(items)) if items else
                                                     tag("p", "none", class_="note"))
 

@@ -384,15 +384,24 @@ def render_warnings(rows: Sequence[Row], console: Console) -> None:
         common, by_layout = grouped_warnings(rows, column)
         for text in common:
             console.print(f"[{colour}]{word}:[/] {_escaped(text)}")
-        kinds: dict[str, list[tuple[str, str]]] = {}   # a kind: (layout, its text), in order
-        for layout, texts in by_layout.items():
-            for text in texts:
-                kinds.setdefault(warning_kind(text), []).append((layout, text))
-        for said in kinds.values():
-            layouts = ", ".join(layout for layout, _ in said)
-            figures = f" (figures: {said[0][0]}'s; each layout's in its table)" \
-                if len({text for _, text in said}) > 1 else ""
-            console.print(f"[{colour}]{layouts}: {word}:[/] {_escaped(said[0][1])}{figures}")
+        for layouts, text in by_kind(by_layout):
+            console.print(f"[{colour}]{layouts}: {word}:[/] {_escaped(text)}")
+
+
+def by_kind(by_layout: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """grouped_warnings' per-layout warnings, the same warning of several layouts once:
+    (the layouts it applies to, its text; with different figures, the first layout's and
+    whose they are), in order. The terminal and the HTML page say them alike."""
+    kinds: dict[str, list[tuple[str, str]]] = {}   # a kind: (layout, its text), in order
+    for layout, texts in by_layout.items():
+        for text in texts:
+            kinds.setdefault(warning_kind(text), []).append((layout, text))
+    said = []
+    for found in kinds.values():
+        figures = f" (figures: {found[0][0]}'s; each layout's in its table)" \
+            if len({text for _, text in found}) > 1 else ""
+        said.append((", ".join(layout for layout, _ in found), found[0][1] + figures))
+    return said
 
 
 def warning_kind(text: str) -> str:
