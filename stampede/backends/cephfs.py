@@ -29,9 +29,9 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from contextlib import suppress
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from stampede.backends.client_files import DIR_MODE, FILE_MODE, ClientFiles
 from stampede.cephmds import perf_dump
 from stampede.errors import UsageError
 from stampede.libcephfs import MOST_BYTES_PER_CALL, Mount, version
@@ -39,8 +39,6 @@ from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
 from stampede.values import did_you_mean
 
-FILE_MODE = 0o640
-DIR_MODE = 0o750
 DEFAULT_TIMEOUT_S = 20
 OPTIONS = ("conf", "keyring", "fs", "timeout_s")
 QUERY_KEYS = ("fs",)
@@ -52,7 +50,8 @@ def address_of(view: memoryview) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
-class CephfsBackend:
+class CephfsBackend(ClientFiles):
+    client: Mount
     name = "cephfs"
     capabilities = REGISTRY[name].capabilities
     first_byte_ns = 0
@@ -185,56 +184,8 @@ class CephfsBackend:
         (stampede.cephmds.perf_dump), TimeoutError after timeout_s."""
         return perf_dump(self.client, self.timeout_s, mds_spec)
 
-    def ensure_root(self) -> None:
-        self.makedirs(self.root)
-
-    def makedirs(self, directory: str) -> None:
-        parts = [part for part in directory.split("/") if part]
-        for depth in range(1, len(parts) + 1):
-            with suppress(FileExistsError):
-                self.client.mkdir(os.fsencode("/" + "/".join(parts[:depth])), DIR_MODE)
-
-    def handle_size(self, handle: int) -> int:
-        return self.client.fstat_size(handle)
-
     def size(self, relpath: str) -> int:
         return int(self.client.stat(self.path(relpath)).size)
-
-    def get_bytes(self, relpath: str) -> bytes | None:
-        try:
-            handle = self.client.open(self.path(relpath), os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            size = self.client.fstat_size(handle)
-            data = bytearray(size)
-            got = self.read_into(handle, memoryview(data), 0) if size else 0
-        finally:
-            self.client.close(handle)
-        return bytes(data[:got])
-
-    def put_bytes(self, relpath: str, data: bytes) -> None:
-        """Atomic: a temporary file beside it, fsynced, renamed over it."""
-        directory, _, base = relpath.rpartition("/")
-        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
-        temporary = f"{directory}/.{base}.tmp-{os.getpid()}" if directory else \
-            f".{base}.tmp-{os.getpid()}"
-        with suppress(FileNotFoundError):
-            self.client.unlink(self.path(temporary))
-        with self.writer(temporary) as writer:
-            writer.write_at(0, memoryview(bytearray(data)))
-        self.client.rename(self.path(temporary), self.path(relpath))
-
-    def remove(self, relpath: str) -> None:
-        path = self.path(relpath)
-        try:
-            self.client.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            if error.errno not in (errno.EISDIR, errno.EPERM, errno.EACCES):
-                raise
-            self.client.rmdir(path)
 
     def names(self, relpath: str = "") -> builtins.list[str]:
         found: builtins.list[str] = []
@@ -253,29 +204,13 @@ class CephfsBackend:
                     found.append(child)
         return sorted(found)
 
-    def writer(self, relpath: str) -> CephfsWriter:
-        directory = relpath.rpartition("/")[0]
-        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
-        return CephfsWriter(self, self.path(relpath))
+    def open_writer(self, path: bytes) -> CephfsWriter:
+        return CephfsWriter(self, path)
 
-    def local_path(self, relpath: str) -> str | None:
-        return None
-
-    # --- untimed: the target's lock (stampede.checkpoint.lock) ----------------------------
-
-    def create_new(self, relpath: str, data: bytes) -> None:
-        """One open with O_CREAT|O_EXCL (the MDS refuses a second, whatever client made
-        the first), then the record written and fsynced."""
-        directory = relpath.rpartition("/")[0]
-        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
-        handle = self.client.open(self.path(relpath), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                                  FILE_MODE)
-        try:
-            if data:
-                self.write_from(handle, memoryview(bytearray(data)), 0)
-            self.client.fsync(handle)
-        finally:
-            self.client.close(handle)
+    def create_exclusive(self, path: bytes) -> int:
+        """One open with O_CREAT|O_EXCL (the MDS refuses a second, whatever client made the
+        first)."""
+        return self.client.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
 
 
 class CephfsWriter:

@@ -29,6 +29,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from stampede.backends.client_files import DIR_MODE, FILE_MODE, ClientFiles
 from stampede.backends.libnfs import Client
 from stampede.errors import UsageError
 from stampede.ops import RETRY_OPS
@@ -47,8 +48,6 @@ Result = TypeVar("Result")   # what a probed call returns (a handle), handed bac
 # here against ganesha 4.3). Each call is one RPC of at most these.
 NFS4_READ_BYTES = BYTES_PER_MIB
 LIBNFS4_NFS4_WRITE_BYTES = 3944
-FILE_MODE = 0o640
-DIR_MODE = 0o750
 DEFAULT_TIMEOUT_MS = 10_000    # a dead server is an error after this, never a hang
 NFS_PORT, PORTMAPPER_PORT = 2049, 111
 REFUSAL_PROBE_S = 2.0          # a refusal is immediate; silence is the mount's own error
@@ -64,7 +63,8 @@ def address_of(view: memoryview) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
-class NfsBackend:
+class NfsBackend(ClientFiles):
+    client: Client
     name = "nfs"
     capabilities = REGISTRY[name].capabilities
     first_byte_ns = 0
@@ -196,56 +196,8 @@ class NfsBackend:
                        "its own (RPC calls: NFSv4 COMPOUNDs with their operations)",
                 "ops": counted}
 
-    def ensure_root(self) -> None:
-        self.makedirs(self.root)
-
-    def makedirs(self, directory: str) -> None:
-        parts = [part for part in directory.split("/") if part]
-        for depth in range(1, len(parts) + 1):
-            with suppress(FileExistsError):
-                self.client.mkdir(os.fsencode("/" + "/".join(parts[:depth])), DIR_MODE)
-
-    def handle_size(self, handle: int) -> int:
-        return self.client.fstat_size(handle)
-
     def size(self, relpath: str) -> int:
         return int(self.client.stat(self.path(relpath)).size)
-
-    def get_bytes(self, relpath: str) -> bytes | None:
-        try:
-            handle = self.client.open(self.path(relpath), os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            size = self.client.fstat_size(handle)
-            data = bytearray(size)
-            got = self.read_into(handle, memoryview(data), 0) if size else 0
-        finally:
-            self.client.close(handle)
-        return bytes(data[:got])
-
-    def put_bytes(self, relpath: str, data: bytes) -> None:
-        """Atomic: a temporary file beside it, COMMITted, renamed over it."""
-        directory, _, base = relpath.rpartition("/")
-        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
-        temporary = f"{directory}/.{base}.tmp-{os.getpid()}" if directory else \
-            f".{base}.tmp-{os.getpid()}"
-        with suppress(FileNotFoundError):
-            self.client.unlink(self.path(temporary))
-        with self.writer(temporary) as writer:
-            writer.write_at(0, memoryview(bytearray(data)))
-        self.client.rename(self.path(temporary), self.path(relpath))
-
-    def remove(self, relpath: str) -> None:
-        path = self.path(relpath)
-        try:
-            self.client.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            if error.errno not in (errno.EISDIR, errno.EPERM, errno.EACCES):
-                raise
-            self.client.rmdir(path)
 
     def names(self, relpath: str = "") -> builtins.list[str]:
         found: builtins.list[str] = []
@@ -264,30 +216,13 @@ class NfsBackend:
                     found.append(child)
         return sorted(found)
 
-    def writer(self, relpath: str) -> NfsWriter:
-        directory = relpath.rpartition("/")[0]
-        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
-        return NfsWriter(self, self.path(relpath))
+    def open_writer(self, path: bytes) -> NfsWriter:
+        return NfsWriter(self, path)
 
-    def local_path(self, relpath: str) -> str | None:
-        return None
-
-    # --- untimed: the target's lock (stampede.checkpoint.lock) ----------------------------
-
-    def create_new(self, relpath: str, data: bytes) -> None:
-        """One CREATE with O_EXCL (libnfs sends GUARDED on v3, EXCLUSIVE4 on v4: the
-        server refuses a second, NFS3ERR_EXIST, whatever client made the first), then the
-        record written and COMMITted."""
-        directory = relpath.rpartition("/")[0]
-        self.makedirs(f"{self.root}/{directory}" if directory else self.root)
-        path = self.path(relpath)
-        handle = self.client.create(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        try:
-            if data:
-                self.write_from(handle, memoryview(bytearray(data)), 0)
-            self.client.fsync(handle)
-        finally:
-            self.client.close(handle)
+    def create_exclusive(self, path: bytes) -> int:
+        """One CREATE with O_EXCL (libnfs sends GUARDED on v3, EXCLUSIVE4 on v4: the server
+        refuses a second, NFS3ERR_EXIST, whatever client made the first)."""
+        return self.client.create(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
 
 
 def _probe_ops(probe: NfsBackend, relay: CountingRelay, relpath: str | None, block_bytes: int,
