@@ -23,7 +23,6 @@ answer after `timeout_s` ends the rank with one line (stampede.libcephfs's watch
 
 from __future__ import annotations
 
-import builtins
 import ctypes
 import errno
 import os
@@ -187,22 +186,9 @@ class CephfsBackend(ClientFiles):
     def size(self, relpath: str) -> int:
         return int(self.client.stat(self.path(relpath)).size)
 
-    def names(self, relpath: str = "") -> builtins.list[str]:
-        found: builtins.list[str] = []
-        pending = [relpath.strip("/")]
-        while pending:
-            directory = pending.pop()
-            try:
-                entries = self.client.listdir(self.path(directory))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for raw in entries:
-                child = f"{directory}/{os.fsdecode(raw)}" if directory else os.fsdecode(raw)
-                if stat.S_ISDIR(int(self.client.lstat(self.path(child)).mode)):
-                    pending.append(child)
-                else:
-                    found.append(child)
-        return sorted(found)
+    def is_directory(self, path: bytes) -> bool:
+        """Whether the path is a directory (a link not followed)."""
+        return stat.S_ISDIR(int(self.client.lstat(path).mode))
 
     def open_writer(self, path: bytes) -> CephfsWriter:
         return CephfsWriter(self, path)

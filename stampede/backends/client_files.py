@@ -29,6 +29,7 @@ class Calls(Protocol):
     def rmdir(self, path: bytes, /) -> None: ...
     def unlink(self, path: bytes, /) -> None: ...
     def rename(self, source: bytes, destination: bytes, /) -> None: ...
+    def listdir(self, path: bytes, /) -> list[bytes]: ...
 
 
 class ClientFiles:
@@ -54,6 +55,9 @@ class ClientFiles:
 
     def create_exclusive(self, path: bytes) -> int:
         """A handle on a file created only where none is (FileExistsError otherwise)."""
+        raise NotImplementedError
+
+    def is_directory(self, path: bytes) -> bool:
         raise NotImplementedError
 
     # --- written once ----------------------------------------------------------------------
@@ -105,6 +109,21 @@ class ClientFiles:
             if error.errno not in (errno.EISDIR, errno.EPERM, errno.EACCES):
                 raise
             self.client.rmdir(path)
+
+    def names(self, relpath: str = "") -> list[str]:
+        """Every file below `relpath`, relative to the root, sorted (directories walked)."""
+        found: list[str] = []
+        pending = [relpath.strip("/")]
+        while pending:
+            directory = pending.pop()
+            try:
+                entries = self.client.listdir(self.path(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for raw in entries:
+                child = f"{directory}/{os.fsdecode(raw)}" if directory else os.fsdecode(raw)
+                (pending if self.is_directory(self.path(child)) else found).append(child)
+        return sorted(found)
 
     def writer(self, relpath: str) -> AbstractContextManager[Writer]:
         self._make_parent(relpath)

@@ -18,7 +18,6 @@ fsync_dir sends nothing; fsync is a COMMIT.
 
 from __future__ import annotations
 
-import builtins
 import ctypes
 import errno
 import os
@@ -199,22 +198,9 @@ class NfsBackend(ClientFiles):
     def size(self, relpath: str) -> int:
         return int(self.client.stat(self.path(relpath)).size)
 
-    def names(self, relpath: str = "") -> builtins.list[str]:
-        found: builtins.list[str] = []
-        pending = [relpath.strip("/")]
-        while pending:
-            directory = pending.pop()
-            try:
-                entries = self.client.listdir(self.path(directory))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for raw in entries:
-                child = f"{directory}/{os.fsdecode(raw)}" if directory else os.fsdecode(raw)
-                if stat.S_ISDIR(int(self.client.stat(self.path(child)).mode)):
-                    pending.append(child)
-                else:
-                    found.append(child)
-        return sorted(found)
+    def is_directory(self, path: bytes) -> bool:
+        """Whether the path is a directory: one GETATTR (libnfs has no lstat)."""
+        return stat.S_ISDIR(int(self.client.stat(path).mode))
 
     def open_writer(self, path: bytes) -> NfsWriter:
         return NfsWriter(self, path)
