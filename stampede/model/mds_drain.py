@@ -9,9 +9,11 @@ sidecar's `mds_requests`). From the runs at several rank counts:
                       a_op: the requests each rank adds; b_op: those that do not grow with
                       the ranks (rank 0's own, e.g. a save's directories made by the root;
                       with ranks sharing a node's mount, the node's client: b_op x nodes)
-  service per op      s_op = the MDS's own mean latency of the op, at the fewest ranks that
-                      asked it (its queue shortest there: the larger runs' means include the
-                      wait in the MDS's queue; their spread is the band)
+  service per op      s_op = the MDS's own mean latency of the op (receipt to reply), the
+                      least over the runs: a request's latency is its service plus what it
+                      waited for inside the MDS (its queue, a capability recalled from
+                      another client), and waiting only adds, so the least mean is the
+                      closest to the service; the largest is the band's other end
   drain at N          T_MDS(N) = sum_op R_op(N) s_op    (a drain rate of 1 / s_op per op)
 
 One active MDS rank serves its requests one at a time (Ceph's MDS dispatches client
@@ -118,7 +120,7 @@ class OpDrain:
     op: str
     growth: Growth
     requests: float                  # at the target
-    service_s: float                 # the MDS's mean at the fewest ranks that asked it
+    service_s: float                 # the MDS's least mean of the op over the runs
     service_range_s: tuple[float, float]   # its least and largest mean over the runs
     service_at: int                  # the rank count service_s comes from
 
@@ -203,10 +205,10 @@ def mds_drain(counts: Sequence[MdsCount], layout: str, phase: str, nranks: int, 
         growth = fit_growth([(count.nranks, count.nnodes,
                               per_pass(count, count.ops[op].requests if op in count.ops else 0,
                                        phase)) for count in counts], client_per_rank)
-        asked = [count for count in counts if op in count.ops]
-        means = [count.ops[op].mean_s for count in asked]
-        drains.append(OpDrain(op, growth, growth.at(nranks, nodes),
-                              means[0], (min(means), max(means)), asked[0].nranks))
+        means = [(count.ops[op].mean_s, count.nranks) for count in counts if op in count.ops]
+        least = min(means)
+        drains.append(OpDrain(op, growth, growth.at(nranks, nodes), least[0],
+                              (least[0], max(means)[0]), least[1]))
     revoked = fit_growth([(count.nranks, count.nnodes, per_pass(count, count.caps_revoked, phase))
                           for count in counts], client_per_rank)
     return MdsDrain(layout, phase, nranks, nodes, client_per_rank,

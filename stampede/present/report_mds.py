@@ -62,6 +62,14 @@ def _render(drain: MdsDrain, projection: Projection | None, console: Console) ->
     clients = ("each rank its own client: R = a N + b, b once per job" if drain.client_per_rank
                else f"the ranks of a node share its mount's client: R = a N + b x nodes "
                     f"({drain.nodes:,} nodes)")
+    ranks = ", ".join(str(count.nranks) for count in drain.counts)
+    if not drain.ops:
+        console.print(f"layout {drain.layout} ({drain.phase}): the MDS counted no request at "
+                      f"{ranks} ranks: its clients held the caps already (a mount that wrote "
+                      "the files, or a client that read them before), so the counts say nothing "
+                      "of fresh clients; through cephfs:// each rank is a fresh client of its "
+                      "own", markup=False)
+        return
     console.print(f"layout {drain.layout} ({drain.phase}; requests per {per.split()[1]}; "
                   f"{clients})", markup=False)
     total: OpDrain | Verbatim = Verbatim(("all", "", "", "", _count(drain.requests), "", "",
@@ -71,8 +79,8 @@ def _render(drain: MdsDrain, projection: Projection | None, console: Console) ->
     revoked = drain.caps_revoked
     console.print(f"  at {drain.nranks:,} ranks: {per} asks the MDS {_count(drain.requests)} "
                   f"requests, drained in {format_duration(drain.drain_s)} (band "
-                  f"{format_duration(low)} - {format_duration(high)}: each op's least and largest "
-                  f"measured mean), {drain.rate_per_s:,.0f} requests/s; caps revoked "
+                  f"{format_duration(low)} - {format_duration(high)}: each op at its least and its "
+                  f"largest mean), {drain.rate_per_s:,.0f} requests/s; caps revoked "
                   f"{_count(revoked.at(drain.nranks, drain.nodes))}"
                   f" (measured {', '.join(f'{_count(c)} @{n}' for n, c in revoked.measured)})",
                   markup=False)

@@ -114,7 +114,12 @@ def test_a_shared_save_opens_the_one_file_once_per_other_writer() -> None:
     assert (ops["open"].growth.per_rank, ops["open"].growth.fixed) == (pytest.approx(1),
                                                                        pytest.approx(-1))
     assert ops["open"].requests == pytest.approx(TARGET - 1)
-    assert ops["open"].service_at == 2   # the fewest ranks that opened it
+    assert ops["open"].service_at == 2   # its least mean (0.17 ms; 0.34 ms at 4 ranks)
+    # getattr's mean was 7.0 ms at 2 ranks (waiting on a capability recalled from the other
+    # writer), 0.30 ms at 4: the service is the least, the wait is the band's other end
+    assert (ops["getattr"].service_s, ops["getattr"].service_at) == (
+        pytest.approx(0.299212e-3), 4)
+    assert ops["getattr"].service_range_s[1] == pytest.approx(7.015675e-3)
     assert ops["create"].requests == pytest.approx(21 / 4)
     assert drain.caps_revoked.measured == ((1, 41 / 4), (2, 79 / 4), (4, 127 / 4))
 
@@ -202,3 +207,19 @@ def test_the_drain_is_rendered_beside_the_latency_fit_with_the_counts_as_measure
     render_mds_drains([], make_console(file=silent, width=140))
     assert silent.getvalue() == ""
     assert not math.isnan(drains[0][0].drain_s)
+
+
+def test_counts_of_nothing_say_so_and_drain_nothing() -> None:
+    """A ceph-fuse mount that wrote the files holds their caps: its restores at 1, 2 and 4
+    ranks asked the MDS nothing (seen on the test cluster), which says nothing of fresh
+    clients: said so, no drain of 0 s drawn."""
+    from stampede.present.report import make_console
+    from stampede.present.report_mds import render_mds_drains
+
+    drain = mds_drain([MdsCount(n, 1, 4, {}) for n in (1, 2, 4)], "shared", "restore", TARGET,
+                      2048, False)
+    assert drain is not None and drain.ops == () and drain.requests == 0
+    out = io.StringIO()
+    render_mds_drains([(drain, None)], make_console(file=out, width=200))
+    assert "the MDS counted no request at 1, 2, 4 ranks" in out.getvalue()
+    assert "drained in" not in out.getvalue()
