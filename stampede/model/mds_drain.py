@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 
 # the sidecar's part holding a phase's layouts (stampede.results.rows.sidecar)
 PART = {"restore": "layouts", "save": "saves"}
-# True: a layout's count is one pass's (a client asks once, then holds the caps)
+# True: a layout's whole count is one restore's (a client asks once, then holds the caps);
+# False: divided by its passes (each pass saves a new version)
 ONCE_PER_LAYOUT = {"restore": True, "save": False}
 
 

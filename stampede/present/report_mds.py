@@ -37,6 +37,7 @@ OPS: tuple[ItemColumn[OpDrain], ...] = (
     ItemColumn("fixed", lambda drain: f"{drain.growth.fixed:+.3g}"),
     ItemColumn("at target", lambda drain: _count(drain.requests)),
     ItemColumn("s_op ms", lambda drain: f"{_ms(drain.service_s)} @{drain.service_at}"),
+    ItemColumn("1/s_op /s", lambda drain: f"{drain.rate_per_s:,.0f}"),
     ItemColumn("range ms", lambda drain: f"{_ms(drain.service_range_s[0])}-"
                f"{_ms(drain.service_range_s[1])}"),
     ItemColumn("drain", lambda drain: format_seconds(drain.drain_s)),
@@ -72,8 +73,8 @@ def _render(drain: MdsDrain, projection: Projection | None, console: Console) ->
         return
     console.print(f"layout {drain.layout} ({drain.phase}; requests per {per.split()[1]}; "
                   f"{clients})", markup=False)
-    total: OpDrain | Verbatim = Verbatim(("all", "", "", "", _count(drain.requests), "", "",
-                      format_seconds(drain.drain_s)))
+    total: OpDrain | Verbatim = Verbatim(("all", "", "", "", _count(drain.requests), "", "", "",
+                                          format_seconds(drain.drain_s)))
     console.print(item_table("", OPS, [*drain.ops, total]))
     low, high = drain.band_s
     revoked = drain.caps_revoked

@@ -37,7 +37,7 @@ def drain_tables(stdout: str) -> dict[str, dict[str, list[str]]]:
     tables: dict[str, dict[str, list[str]]] = {}
     layout = ""
     for line in section.splitlines():
-        named = re.match(r"layout (\S+) \(restore", line)
+        named = re.match(r"layout (\S+) \((?:restore|save);", line)
         if named:
             layout = named.group(1)
             tables[layout] = {}
@@ -86,7 +86,7 @@ def test_project_drains_the_mds_from_the_counts_in_the_sidecars(
         for op in ops:
             cells = tables[layout][op]
             # a restore's count is the layout's whole count (one pass of fresh clients)
-            assert cells[1] == ", ".join(f"{by_ranks[n].get(op, 0)} @{n}" for n in RANKS)
+            assert cells[1] == ", ".join(f"{by_ranks[n].get(op, 0):,} @{n}" for n in RANKS)
             growth = fit_growth([(n, 1, float(by_ranks[n].get(op, 0))) for n in RANKS], True)
             assert cells[4] == f"{growth.at(TARGET):,.0f}" or \
                 float(cells[4].replace(",", "")) == pytest.approx(growth.at(TARGET), rel=1e-3)
@@ -97,3 +97,41 @@ def test_project_drains_the_mds_from_the_counts_in_the_sidecars(
         assert said is not None and float(said.group(1).replace(",", "")) == \
             pytest.approx(total, rel=1e-3)
     assert out.count("beside it, the latency-fitted metadata stall") == 2
+
+
+@pytest.mark.mpi
+def test_project_drains_a_save_per_save_from_the_counts_in_the_sidecars(
+        stampede, ceph_cluster: CephCluster, tmp_path: Path) -> None:
+    """Saves at 1, 2 and 4 ranks (2 iterations + a warmup: 3 saves a run): each op's count
+    per save is the sidecar's divided by 3; the sharded layout creates a file per rank."""
+    archive = tmp_path / "results" / "save.csv"
+    base = f"proj-save-{uuid.uuid4().hex[:8]}"
+    for nranks in RANKS:
+        result = stampede("save", *job(ceph_cluster.url(f"{base}-{nranks}"), archive),
+                          np=nranks)
+        assert result.returncode == 0, result.stdout + result.stderr
+    saves = [row for row in read_archive(archive) if row["op"] == "save"]
+    assert [(row["nranks"], row["valid"]) for row in saves] == \
+        [(str(n), "true") for n in RANKS for _ in ("shared", "sharded")]
+    counted: dict[str, dict[int, dict[str, int]]] = {}
+    for row in saves:
+        sidecar = json.loads((archive.parent / "save.runs" / f"{row['run_id']}.json").read_text())
+        entry = sidecar["saves"][row["layout"]]["mds_requests"]
+        counted.setdefault(row["layout"], {})[int(row["nranks"])] = {
+            op: moved["requests"] for op, moved in entry["ops"].items()}
+    passes = 3
+    # every rank creates its own file of the sharded layout in each save
+    assert all(counted["sharded"][n]["create"] >= n * passes for n in RANKS)
+    projected = stampede("project", str(archive), "--target-ranks", str(TARGET),
+                         "--phase", "save", env={"COLUMNS": "200"})
+    assert projected.returncode == 0, projected.stdout + projected.stderr
+    tables = drain_tables(projected.stdout)
+    for layout, by_ranks in counted.items():
+        ops = set().union(*by_ranks.values())
+        assert set(tables[layout]) == ops
+        for op in ops:
+            shown = [(float(value.replace(",", "")), int(n)) for value, n in
+                     re.findall(r"([\d.,]+) @(\d+)", tables[layout][op][1])]
+            assert [n for _, n in shown] == list(RANKS)
+            for value, n in shown:   # 3 significant digits at least
+                assert value == pytest.approx(by_ranks[n].get(op, 0) / passes, rel=5e-3)
