@@ -171,6 +171,9 @@ def cmd_project(args: argparse.Namespace) -> int:
         if args.phase == "restore" else None
     render_projection(projections, workload, args.archives, given, make_console(),
                       WHAT[args.phase], served)
+    from stampede.model.mds_drain import mds_drains
+    from stampede.present.report_mds import render_mds_drains
+    render_mds_drains(mds_drains(archive, projections, args.target_ranks), make_console())
     return 0
 
 

@@ -92,6 +92,11 @@ directory at once) does not serialise them: there the one-directory projection i
 upper bound. Validation, the publish and retention come after the time to durable and are
 not projected.
 
+A CephFS target whose runs kept the MDS's own counts (the sidecar's mds_requests) gets a
+second answer beside this fit, from the server's counters instead of stampede's latencies:
+the MDS's requests per op at the target (fitted a N + b over the runs) times its own mean
+latency of each, drained in series by the one active MDS (stampede.model.mds_drain).
+
 Limits: one server (a file system with several metadata targets spreads a sharded
 checkpoint's ops over them: c is then their total, while a shared file still sits on
 one); metadata ops are taken to come before data (lock traffic during reads, close, and

@@ -39,6 +39,7 @@ class Point:
     ranks_per_node: int = 0      # 0: all on one node
     replicas: int = 1
     broadcast_group: str = "replica"
+    run_id: str = ""             # the archived run it is (its sidecar: the MDS's counts)
 
     @property
     def geometry(self) -> Geometry:

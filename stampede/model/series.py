@@ -84,7 +84,7 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
                  last_max_s=row["time_to_last_rank_max_s"], op_counts=tuple(counts),
                  ranks_per_node=_whole(row, "ranks_per_node", nranks) if nnodes > 1 else 0,
                  replicas=_whole(row, "replicas", 1),
-                 broadcast_group=row["broadcast_group"] or "replica")
+                 broadcast_group=row["broadcast_group"] or "replica", run_id=row["run_id"])
 
 
 def _differs(row: Row, config: Mapping[str, object]) -> str:
