@@ -2,12 +2,12 @@
 
 A probe (one stat and one open of a checkpoint file) counts 3 + 3 requests; a restore's
 rank made 8 per iteration on the same mount (7 GETATTRs and 1 OPEN: the read adds
-GETATTRs of its own, the kernel checking the file's size; issue 39 saw 9). The benches that turn the emulator's service time into
-the model's therefore count over the restores themselves: each `stampede run` through a
-mount is bracketed by two readings of the monotonic clock (the log's clock), and the
-requests of one measured iteration per rank are (a run's requests - a one-iteration
-run's) / ((iterations - 1) x N): the warmup and whatever a run does once before its
-clock (finding its files) cancel.
+GETATTRs of its own, the kernel checking the file's size; issue 39 saw 9). The benches
+that turn the emulator's service time into the model's therefore count over the restores
+themselves: each `stampede run` through a mount is bracketed by two readings of the
+monotonic clock (the log's clock), and the requests of one measured iteration per rank
+are (a run's requests - a one-iteration run's) / ((iterations - 1) x N): the warmup and
+whatever a run does once before its clock (finding its files) cancel.
 """
 
 from __future__ import annotations
