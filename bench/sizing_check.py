@@ -12,11 +12,14 @@ does. Then:
   asked       the time to last rank at --target-n ranks the sizing must meet: --fraction
               of what the fit projects there at S0 (a server that must be faster)
   sized       the metadata drain the sizing says that needs (ops/s of stampede ops,
-              c_eff / s), turned into the emulator's service time: S = C / (drain x r),
-              r the emulator's requests per stampede op, counted in its log over the
-              restores themselves at the largest fitted N (bench/emulator_requests.py: a
-              probe's stat and open count 3 + 3 requests where a restore's rank makes
-              8, the read's GETATTRs among them)
+              c_eff / s, and its ratio K to the fitted drain), turned into the emulator's
+              service time: S = S0 / K, the server made K times faster, which is what a
+              reader does with "K x the fitted" (default); or with --absolute S = C /
+              (drain x r), r the emulator's requests per stampede op, counted in its log
+              over the restores themselves at the largest fitted N
+              (bench/emulator_requests.py: a probe's stat and open count 3 + 3 requests
+              where a restore's rank makes 7-8, the read's GETATTRs among them), which also
+              tests the fitted drain against the emulator's own
   run         the emulator at that S, the job at --target-n ranks: its measured time to
               last rank (median over iterations) against the asked time. The tolerance is
               two-sided and fixed, --tolerance (15%): PASS when measured / asked is within
@@ -87,6 +90,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--size-per-rank", default="64KiB")
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--absolute", action="store_true",
+                        help="S = C / (drain x r) from the counted requests, not S0 / K")
     parser.add_argument("--tolerance", type=float, default=0.15,
                         help="measured / asked must be within 1 -/+ this (default 0.15)")
     add_scratch_parent_option(parser)
@@ -162,7 +167,8 @@ def main() -> int:
             print(f"the sizing says no metadata server alone makes {format_seconds(asked_s)} "
                   "(raise --fraction)")
             return 1
-        service_s = args.threads / (drain.needed * per_op)
+        absolute_s = args.threads / (drain.needed * per_op)
+        service_s = absolute_s if args.absolute else args.service_s / drain.ratio
         checked_requests = run_at(job, backing, mountpoint, args.target_n, per_rank, service_s,
                                   args.threads, args.iterations, f"archive.path={checked_archive}")
         (checked,) = series_from_rows(read_archive(checked_archive), ("sharded",))
@@ -179,8 +185,11 @@ def main() -> int:
           f"{format_seconds(low)}-{format_seconds(high)}); asked {format_seconds(asked_s)} "
           f"({args.fraction:g} of it)")
     print(f"sized: metadata drain {format_rate(drain.needed, 'ops/s')} (the fit's "
-          f"{format_rate(drain.fitted, 'ops/s')}: {drain.ratio:.3g}x) -> emulator S = "
-          f"{service_s * 1e3:.3g} ms")
+          f"{format_rate(drain.fitted, 'ops/s')}: K = {drain.ratio:.3g}x) -> emulator S = "
+          f"{service_s * 1e3:.3g} ms ({'C / (drain x r)' if args.absolute else 'S0 / K'}; "
+          f"{'S0 / K' if args.absolute else 'C / (drain x r)'} would be "
+          f"{(args.service_s / drain.ratio if args.absolute else absolute_s) * 1e3:.3g} ms; the "
+          f"emulator's own drain at S0: {format_rate(args.threads / (args.service_s * per_op), 'ops/s')})")
     half_width = (high - low) / 2 / projected_s
     error = (measured_s - asked_s) / asked_s
     said = verdict(error, args.tolerance)
