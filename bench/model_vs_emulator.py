@@ -22,24 +22,28 @@ the median over runs of the archive's time_to_last_rank_s (itself the median ove
 iterations), with the runs' min-max.
 
 How stampede's ops map to emulator requests. The kernel's caches are off, so each op
-on MOUNT/DIR/FILE walks the path: a LOOKUP of DIR (the mount's root is free), a LOOKUP of
-FILE, then GETATTR (stat) or OPEN (open); read and close are not metadata requests (read
-goes straight through, close is a release). The requests per op are MEASURED here, not
-assumed: one os.stat and one os.open of a checkpoint file through the plain and serial
-mounts, their requests counted in each emulator's log (--log; 3 each is expected). Of
-these, the DIR lookup is one per path component above the file (1 here); the rest are on
-the file itself.
+on MOUNT/DIR/FILE walks the path: LOOKUPs of DIR and FILE, then GETATTR (stat) or OPEN
+(open); the read may add GETATTRs of its own (the kernel checks the file's size). The
+requests are COUNTED in each emulator's log (--log) over the restores themselves, not
+assumed, and not probed with one stat and one open (a probe counts 3 + 3 where a
+restore's rank made 8 per iteration here: 7 GETATTRs, 1 OPEN). Every `stampede run`
+through the plain and serial mounts is bracketed by two readings of the monotonic clock
+(the log's), and at each N one more run with a single measured iteration is made: the
+requests of one measured iteration per rank = (the median run's requests - the
+one-iteration run's) / ((iterations - 1) x N), which cancels the warmup and whatever the
+run does once before its clock (bench/emulator_requests.py). Each request is split by
+the log's own record: queued on the file's lock ("file:PATH", --serialize-inode) or not
+(the DIR lookup: directories are not serialized).
 
-  sharded   every request takes one of C slots for S, so a rank's k ops are k r requests
-            (r: requests per op, averaged over the ops): model ops = requests, s = S,
-            c = C, RTT per request = the base mount's per-op latency / r.
-  shared    with --serialize-inode the file's requests queue one at a time, but the DIR
-            lookup does not (it takes a slot, outside the file's queue): model ops =
-            stampede's ops (k = 2), s = S x (requests on the file per op, 2), c_eff = 1,
-            RTT = the base per-op latency + S x (DIR lookups per op, 1). Treating the DIR
-            lookup as a round trip outside the server is the approximation of this layout:
-            it does wait for a slot, but with C >= 2 one slot is free while the file's
-            queue holds the other.
+  sharded   every request takes one of C slots for S, so a rank's r requests: model ops
+            = r, s = S, c = C, RTT per request = k x the base mount's per-op latency / r
+            (k = 2 ops: the round trips of the read's own requests are in the data term).
+  shared    with --serialize-inode the file's f requests per rank queue one at a time,
+            the d others do not (they take a slot, outside the file's queue): model ops
+            = stampede's ops (k = 2), s = S x f / k, c_eff = 1, RTT = the base per-op
+            latency + S x d / k. Treating the DIR lookups as round trips outside the
+            server is the approximation of this layout: they do wait for a slot, but
+            with C >= 2 one slot is free while the file's queue holds the other.
 
 The drain counts whole rounds (s ceil(N k / c), project's known-c form).
 
@@ -80,15 +84,9 @@ from common import (
     scratch_directory,
     write_job_toml,
 )
+from emulator_requests import Counts, count_requests, counts_text, per_iteration, timed_run
 
-from stampede.emulate.mount import (
-    Window,
-    fuse_unavailable,
-    probe_ops,
-    read_requests,
-    requests_per_op,
-    running,
-)
+from stampede.emulate.mount import Window, fuse_unavailable, read_requests, running
 from stampede.model.contention import Params, data_time, predict
 from stampede.model.fit import fit_data
 from stampede.units import parse_size
@@ -111,36 +109,54 @@ def write_job(scratch: Path, backing: Path, args: argparse.Namespace) -> Path:
 
 
 def run_through(job: Path, nranks: int, mountpoint: Path, layouts: list[str],
-                archive: Path) -> dict[str, dict[str, dict[str, str]]]:
-    """One `stampede run` through the mount: {layout: {op: its archive row}}."""
+                archive: Path, *overrides: str) -> tuple[dict[str, dict[str, dict[str, str]]], Window]:
+    """One `stampede run` through the mount: ({layout: {op: its archive row}}, the run's
+    window on the monotonic clock, in which the emulator's log holds its requests)."""
     archive.unlink(missing_ok=True)
     command = mpiexec_command(nranks, sys.executable, "-m", "stampede", "run", str(job),
                               "--set", f"target.path={mountpoint}",
                               "--set", f"checkpoint.layout={layouts!r}".replace("'", '"'),
-                              "--set", f"archive.path={archive}")
-    run_checked(command)
+                              "--set", f"archive.path={archive}", *overrides)
+    window = timed_run(command)
     rows: dict[str, dict[str, dict[str, str]]] = {}
     for row in archive_rows(archive):
         rows.setdefault(row["layout"], {})[row["op"]] = row
-    return rows
+    return rows, window
+
 
 
 # --- the model, s and c known ---------------------------------------------------------------
 
-def model_params(layout: str, service_s: float, threads: int, requests: dict[str, int],
-                 dir_lookups: int, rtt_op_s: float, agg_bps: float, client_bps: float,
+def model_params(layout: str, service_s: float, threads: int, requests: Counts,
+                 rtt_op_s: float, agg_bps: float, client_bps: float,
                  bytes_per_rank: float) -> Params:
-    """Params for predict(): see the module docstring for the mapping of ops to requests."""
+    """Params for predict(): see the module docstring for the mapping of a rank's counted
+    requests per iteration to the model's ops."""
     k = len(OPS)
-    per_op = sum(requests[op] for op in OPS) / k
     if layout == "shared":
-        return Params(rtt_s=rtt_op_s + dir_lookups * service_s,
-                      service_s=(per_op - dir_lookups) * service_s, threads=threads,
+        return Params(rtt_s=rtt_op_s + requests["other"] / k * service_s,
+                      service_s=requests["file"] / k * service_s, threads=threads,
                       agg_bps=agg_bps, client_bps=client_bps, ops_per_rank=k,
                       bytes_per_rank=bytes_per_rank, whole_rounds=True)
-    return Params(rtt_s=rtt_op_s / per_op, service_s=service_s, threads=threads, agg_bps=agg_bps,
-                  client_bps=client_bps, ops_per_rank=k * per_op, bytes_per_rank=bytes_per_rank,
+    total = requests["total"]
+    return Params(rtt_s=k * rtt_op_s / total, service_s=service_s, threads=threads, agg_bps=agg_bps,
+                  client_bps=client_bps, ops_per_rank=total, bytes_per_rank=bytes_per_rank,
                   whole_rounds=True)
+
+
+def why_outside(n: int, times: list[float], meta_s: float, data_s: float) -> str:
+    """What a point outside the tolerance shows, from what was measured beside it."""
+    measured = statistics.median(times)
+    reasons = []
+    if (max(times) - min(times)) / measured > 0.15:
+        reasons.append(f"the runs themselves spread {(max(times) - min(times)) / measured:.0%} "
+                       "(min-max over median)")
+    if n > (os.cpu_count() or 1):
+        reasons.append(f"{n} ranks and the FUSE daemon on {os.cpu_count()} CPUs: CPU contention "
+                       "the model does not have")
+    reasons.append(f"measured - data = {(measured - data_s) * 1e3:.1f} ms of metadata against the "
+                   f"model's {meta_s * 1e3:.1f} ms")
+    return "; ".join(reasons)
 
 
 def parse_args() -> argparse.Namespace:
@@ -159,8 +175,9 @@ def parse_args() -> argparse.Namespace:
         args.ranks = comma_separated(args.ranks, int)
     except ValueError:
         parser.error(f"--ranks {args.ranks}: comma-separated integers")
-    if args.service_s <= 0 or args.threads < 1 or args.runs < 1 or args.iterations < 1:
-        parser.error("--service-s > 0, --threads >= 1, --runs >= 1, --iterations >= 1")
+    if args.service_s <= 0 or args.threads < 1 or args.runs < 1 or args.iterations < 2:
+        parser.error("--service-s > 0, --threads >= 1, --runs >= 1, --iterations >= 2 (the "
+                     "requests of one iteration are the difference from a one-iteration run)")
     return args
 
 
@@ -182,7 +199,9 @@ def main() -> int:
     # results[mount][layout][N] = list over runs of (time_to_last_rank_s, stat p50, open p50)
     results: dict[str, dict[str, dict[int, list[tuple[float, float, float]]]]] = {
         mount: {layout: {n: [] for n in args.ranks} for layout in layouts} for mount in mounts}
-    probes: dict[str, dict[str, Window]] = {}
+    # windows[mount][N] = the runs' windows; single[mount][N] = the one-iteration run's
+    windows: dict[str, dict[int, list[Window]]] = {name: {n: [] for n in args.ranks} for name in mounts}
+    single: dict[str, dict[int, Window]] = {name: {} for name in mounts}
     print(f"{machine_text(with_ram=True)}; load {load_average_text()}")
     print(f"emulator: S = {service_s * 1e3:g} ms, C = {threads}; {args.size_per_rank} per rank, "
           f"{args.iterations} iterations + 1 warmup, {args.runs} run(s) per point")
@@ -199,26 +218,33 @@ def main() -> int:
                 backing.mkdir()
                 run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "prepare",
                                             str(job)))
-                if not probes:
-                    probes["sharded"] = probe_ops(next((points["plain"] / "sharded").iterdir()))
-                    probes["shared"] = probe_ops(points["serial"] / "shared" / "checkpoint.raw")
+                for name in ("plain", "serial"):
+                    _, single[name][nranks] = run_through(
+                        job, nranks, points[name], through[name], scratch / f"{name}.csv",
+                        "--set", "run.iterations=1")
                 for _ in range(args.runs):
                     for name in mounts:
-                        rows = run_through(job, nranks, points[name], through[name],
-                                           scratch / f"{name}.csv")
+                        rows, window = run_through(job, nranks, points[name], through[name],
+                                                   scratch / f"{name}.csv")
+                        windows[name][nranks].append(window)
                         for layout, ops in rows.items():
                             results[name][layout][nranks].append(
                                 (float(ops["restore"]["time_to_last_rank_s"]),
                                  float(ops["stat"]["lat_p50_s"]), float(ops["open"]["lat_p50_s"])))
-        # counted in each emulator's own log of the requests it served
-        requests = {layout: {op: len(served) for op, served in requests_per_op(
-            read_requests(points[measured_in[layout]]), probes[layout]).items()}
-            for layout in layouts}
-    # stat(2) of MOUNT/DIR/FILE: one LOOKUP per directory below the mount (DIR), then the file
-    dir_lookups = 1
-    print(f"emulator requests per op (counted in the emulator's log): sharded "
-          f"{requests['sharded']}, shared {requests['shared']}; of each, {dir_lookups} LOOKUP of the "
-          "directory\n")
+        # requests[layout][N], counted in each emulator's own log of the requests it served
+        requests: dict[str, dict[int, Counts]] = {}
+        for layout in layouts:
+            name = measured_in[layout]
+            log = read_requests(points[name])
+            requests[layout] = {n: per_iteration([count_requests(log, w) for w in windows[name][n]],
+                                                 count_requests(log, single[name][n]),
+                                                 args.iterations, n) for n in args.ranks}
+    print("emulator requests per rank in one measured iteration (counted in the emulator's log "
+          "over the restores; 'file': queued on the file's lock):")
+    for layout in layouts:
+        for n in args.ranks:
+            print(f"  {layout:<8} N={n}: {counts_text(requests[layout][n])}")
+    print()
     print(f"{'layout':<8} {'N':>3} {'measured':>10} {'(min-max over runs)':>21} {'model':>9} "
           f"{'= meta':>8} {'+ data':>7} {'error':>8}  verdict")
     failures = 0
@@ -230,9 +256,9 @@ def main() -> int:
         data_s = [max(statistics.median(run[0] for run in base[n]) - k * rtt_op, 1e-6)
                   for n in args.ranks]
         agg, client, _, _ = fit_data(args.ranks, [bytes_per_rank] * len(args.ranks), data_s)
-        params = model_params(layout, service_s, threads, requests[layout], dir_lookups, rtt_op, agg,
-                              client, bytes_per_rank)
         for n in args.ranks:
+            params = model_params(layout, service_s, threads, requests[layout][n], rtt_op, agg,
+                                  client, bytes_per_rank)
             times = [run[0] for run in results[measured_in[layout]][layout][n]]
             measured = statistics.median(times)
             prediction = predict(params, n, layout)
@@ -244,10 +270,12 @@ def main() -> int:
                   f"{prediction.total_s * 1e3:>6.1f} ms {prediction.meta_s * 1e3:>8.1f} "
                   f"{prediction.data_s * 1e3:>7.1f} {error:>+8.1%}  "
                   f"{'PASS' if ok else 'FAIL'}")
+            if not ok:
+                print(f"{'':>13}why: {why_outside(n, times, prediction.meta_s, prediction.data_s)}")
         data_at = {n: data_time(n, bytes_per_rank, agg, client) for n in args.ranks}
         print(f"  {layout}: RTT per op {rtt_op * 1e3:.2f} ms (base mount, N = {smallest}); model "
-              f"RTT {params.rtt_s * 1e3:.2f} ms, s {params.service_s * 1e3:.1f} ms, c {threads}"
-              f"{' (c_eff 1)' if layout == 'shared' else ''}, k {params.ops_per_rank:g}; B_agg "
+              f"at N = {n}: RTT {params.rtt_s * 1e3:.2f} ms, s {params.service_s * 1e3:.1f} ms, "
+              f"c {threads}{' (c_eff 1)' if layout == 'shared' else ''}, k {params.ops_per_rank:g}; B_agg "
               f"{agg / 1e9:.3g} GB/s, B_client {client / 1e9:.3g} GB/s (fitted to the base data "
               f"term: " + ", ".join(f"N={n} {d * 1e3:.1f}/{data_at[n] * 1e3:.1f} ms"
                                    for n, d in zip(args.ranks, data_s)) + " measured/fitted)")

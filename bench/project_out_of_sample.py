@@ -15,8 +15,10 @@ warmup; cache warm). All runs go to one archive.
               measured time to last rank (the median over iterations)
   known       16,384 ranks: what the emulator's S and C give with nothing fitted but the
               round trip: RTT + S ceil(N k r / C) (k = 2 ops per rank, r = the emulator's
-              requests per op, counted in the emulator's log for one stat and one open
-              through the mount, as bench/model_vs_emulator.py does) plus the fitted data
+              requests per op: a rank's requests in one measured iteration over k, counted
+              in the emulator's log over the restores at the largest N, as
+              bench/model_vs_emulator.py does, bench/emulator_requests.py; a probe's one
+              stat and one open would count 3 + 3 and miss the read's) plus the fitted data
               term
 
 Output: per N the measured time, the projection with its band, the error and PASS when
@@ -45,15 +47,9 @@ from common import (
     scratch_directory,
     write_job_toml,
 )
+from emulator_requests import Counts, count_requests, counts_text, per_iteration, timed_run
 
-from stampede.emulate.mount import (
-    Window,
-    fuse_unavailable,
-    probe_ops,
-    read_requests,
-    requests_per_op,
-    running,
-)
+from stampede.emulate.mount import Window, fuse_unavailable, read_requests, running
 from stampede.model.contention import predict
 from stampede.model.projection import Scale, project
 from stampede.model.series import series_from_rows
@@ -76,8 +72,9 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def measure(args: argparse.Namespace, scratch: Path) -> tuple[Path, dict[str, int]]:
-    """Every N through the emulator, into one archive; the requests per op."""
+def measure(args: argparse.Namespace, scratch: Path) -> tuple[Path, Counts]:
+    """Every N through the emulator, into one archive; a rank's requests in one measured
+    iteration at the largest N (a one-iteration run, into no archive, before it)."""
     backing, mountpoint, archive = scratch / "backing", scratch / "mount", scratch / "runs.csv"
     per_rank = parse_size(args.size_per_rank)
     job = write_job_toml(scratch / "job.toml", {
@@ -86,7 +83,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> tuple[Path, dict[str, in
         "pattern": {"ops": ["stat", "open", "read", "close"], "stat_count": 1, "open_count": 1},
         "run": {"iterations": args.iterations, "warmup": 1, "cache": "warm", "verify": "none"},
         "archive": {"path": archive}})
-    windows: dict[str, Window] = {}
+    windows: tuple[Window, Window] = ((0.0, 0.0), (0.0, 0.0))
     backing.mkdir()
     with running(backing, mountpoint, "--service-s", str(args.service_s), "--threads",
                  str(args.threads)):
@@ -96,15 +93,21 @@ def measure(args: argparse.Namespace, scratch: Path) -> tuple[Path, dict[str, in
             backing.mkdir()
             run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "prepare",
                                         str(job), "--set", size))
-            if not windows:
-                windows = probe_ops(next((mountpoint / "sharded").iterdir()))
-            run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "run", str(job),
-                                        "--set", size, "--set", f"target.path={mountpoint}"))
+            run = mpiexec_command(nranks, sys.executable, "-m", "stampede", "run", str(job),
+                                  "--set", size, "--set", f"target.path={mountpoint}")
+            if nranks == max(args.ranks):
+                single = timed_run([*run, "--set", "run.iterations=1", "--set",
+                                    f"archive.path={scratch / 'single.csv'}"])
+                windows = (single, timed_run(run))
+            else:
+                run_checked(run)
             print(f"  {nranks} rank(s) measured (load {load_average_text()})", file=sys.stderr,
                   flush=True)
     # counted in the emulator's own log of the requests it served
-    served = requests_per_op(read_requests(mountpoint), windows)
-    return archive, {op: len(requests) for op, requests in served.items()}
+    log = read_requests(mountpoint)
+    single, full = windows
+    return archive, per_iteration([count_requests(log, full)], count_requests(log, single),
+                                  args.iterations, max(args.ranks))
 
 
 def main() -> int:
@@ -122,8 +125,9 @@ def main() -> int:
     (series,) = series_from_rows(rows, ("sharded",))
     measured = {p.nranks: p for p in series.points}
     fitted = [p for p in series.points if p.nranks <= args.fit_up_to]
-    per_op = sum(requests[op] for op in ("stat", "open")) / K
-    print(f"emulator requests per op (counted in its log): {requests}")
+    per_op = requests["total"] / K
+    print(f"emulator requests per rank and iteration at N = {max(args.ranks)} (counted in its "
+          f"log over the restores): {counts_text(requests)}; per op r = {per_op:g}")
     print(f"{'N':>6} {'measured':>10} {'projected':>10} {'band':>21} {'error':>7}  verdict")
     for nranks in [n for n in args.ranks if n > args.fit_up_to] + [LARGE]:
         projection = project(fitted, "sharded", Scale(nranks), per_rank_size=series.per_rank_size,
