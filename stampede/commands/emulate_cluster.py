@@ -80,8 +80,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
     sub.add_argument("--s3-throttle", default=None, metavar="FLAGS",
                      help="run `stampede emulate-s3 FLAGS` on the storage host in front of its "
                           "SeaweedFS (one quoted string: rates, burst, split delay, "
-                          "--partitioned, --log; the cluster sets --upstream, --host, --port); "
-                          "the ranks' S3 endpoint is then the throttling one")
+                          "--partitioned, --log; the cluster sets --upstream, --host, --port; "
+                          "a single flag as --s3-throttle=--FLAG); the ranks' S3 endpoint is "
+                          "then the throttling one")
     add_output(sub, "--dir", kind=OUTPUT_DIRECTORY, default=None, metavar="DIR",
                help="where the cluster keeps its files and the storage's objects "
                     "(default /run/stampede-cluster; a directory is made inside)")

