@@ -83,6 +83,11 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                           "--partitioned, --log; the cluster sets --upstream, --host, --port; "
                           "a single flag as --s3-throttle=--FLAG); the ranks' S3 endpoint is "
                           "then the throttling one")
+    sub.add_argument("--s3-circuit-breaker", default=None, metavar="READS,WRITES",
+                     help="also limit SeaweedFS's own S3 to READS reads and WRITES writes in "
+                          "flight in the bucket (weed shell's s3.circuitBreaker: a concurrency "
+                          "limit answered 503 ErrTooManyRequest, which stampede's client counts "
+                          "as throttling; not a rate per prefix)")
     add_output(sub, "--dir", kind=OUTPUT_DIRECTORY, default=None, metavar="DIR",
                help="where the cluster keeps its files and the storage's objects "
                     "(default /run/stampede-cluster; a directory is made inside)")
@@ -185,6 +190,7 @@ def cmd_emulate_cluster(args: argparse.Namespace) -> int:
     plan = plan_cluster(new_cluster_id(), args.nodes, args.ranks_per_node, node_link, storage_link)
     if args.s3_throttle is not None and storage_link is None:
         raise UsageError("--s3-throttle runs on the storage host: drop --no-storage")
+    breaker = _breaker_limits(args.s3_circuit_breaker, storage_link is not None)
     throttle = None
     if args.s3_throttle is not None:
         from stampede.commands.emulate_s3 import parse_for_cluster
@@ -200,7 +206,7 @@ def cmd_emulate_cluster(args: argparse.Namespace) -> int:
         signal.signal(number, _on_signal)
     work = Path(args.dir) / f"cluster-{plan.cluster_id}" if args.dir else None
     with running_cluster(plan, work) as cluster:
-        return _serve(args, cluster, mpiexec, command, throttle)
+        return _serve(args, cluster, mpiexec, command, throttle, breaker)
 
 
 def _check_dir(directory: str) -> None:
@@ -222,15 +228,41 @@ def _check_dir(directory: str) -> None:
                          hint="give a writable directory") from None
 
 
+def _breaker_limits(text: str | None, storage: bool) -> tuple[int, int] | None:
+    """--s3-circuit-breaker READS,WRITES: two whole numbers >= 0, on a storage host."""
+    if text is None:
+        return None
+    if not storage:
+        raise UsageError("--s3-circuit-breaker limits the storage host's S3: drop --no-storage")
+    words = text.split(",")
+    if len(words) != 2 or not all(word.strip().isdigit() for word in words):
+        raise UsageError(f"--s3-circuit-breaker {text!r}: must be READS,WRITES (requests in "
+                         "flight in the bucket, whole numbers >= 0; e.g. 4,4)")
+    return int(words[0]), int(words[1])
+
+
 def _serve(args: argparse.Namespace, cluster: Cluster, mpiexec: str, command: list[str],
-           throttle: list[str] | None) -> int:
-    from stampede.emulate.objectstore import start_front, start_object_store, stop_front
+           throttle: list[str] | None, breaker: tuple[int, int] | None) -> int:
+    from stampede.emulate.objectstore import (
+        apply_circuit_breaker,
+        start_front,
+        start_object_store,
+        stop_front,
+    )
+    from stampede.emulate.topology import in_host
     from stampede.errors import RunFailed
 
     plan, extra, front = cluster.plan, {}, None
     if plan.storage is not None:
+        storage = plan.storage
         try:
             store = start_object_store(cluster)
+            if breaker is not None:
+                apply_circuit_breaker(store.master, store.bucket, *breaker,
+                                      where=lambda argv: in_host(storage, argv))
+                print(f"emulate-cluster: SeaweedFS's S3 circuit breaker: at most {breaker[0]} "
+                      f"read(s) and {breaker[1]} write(s) in flight in bucket {store.bucket}",
+                      file=sys.stderr, flush=True)
             front = start_front(cluster, store, throttle) if throttle is not None else None
         except RuntimeError as error:
             raise RunFailed(f"emulate-cluster: the storage host did not start: {error}") from None

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -59,6 +60,7 @@ class ObjectStore:
     access_key: str
     secret_key: str
     pid: int
+    master: str = ""     # its master's host:port (weed shell's -master)
 
     def client_env(self) -> dict[str, str]:
         """What a client needs: the keys, and no AWS config of the machine's user."""
@@ -162,7 +164,7 @@ def start_object_store(cluster: Cluster, bucket: str = BUCKET) -> ObjectStore:
         if in_namespace(host.netns, lambda: http_answers(host.address, ports["s3"])
                         and bucket_answers(store.endpoint_url, store.bucket, store.access_key,
                                            store.secret_key)):
-            return replace(store, pid=process.pid)
+            return replace(store, pid=process.pid, master=f"{host.address}:{ports['master']}")
         time.sleep(0.2)
     tail = (directory / "weed.log").read_text(errors="replace")[-2000:]
     raise RuntimeError(("weed mini exited" if process.poll() is not None else
@@ -236,7 +238,8 @@ def stop_front(front: Front) -> int | None:
 
 
 def apply_circuit_breaker(master: str, bucket: str, reads: int, writes: int,
-                          weed: str | None = None) -> dict[str, object]:
+                          weed: str | None = None,
+                          where: Callable[[list[str]], list[str]] = list) -> dict[str, object]:
     """SeaweedFS's own S3 throttle (`s3.circuitBreaker` in `weed shell`, asked of the master
     at `master`, host:port): at most `reads` reads (GET, HEAD) and `writes` writes in
     flight in `bucket`; each request beyond is answered 503 with code ErrTooManyRequest
@@ -244,8 +247,9 @@ def apply_circuit_breaker(master: str, bucket: str, reads: int, writes: int,
     limits only while the global breaker is enabled (a bucket alone configured is inert:
     seen here, 32 of 32 GETs from 8 threads served at a limit of 1), so the global one is
     enabled as well at GLOBAL_BREAKER_LIMIT. The S3 server loads the configuration from
-    the filer a moment later. The configuration weed shell printed, as JSON; RuntimeError
-    with its output if it did not take it."""
+    the filer a moment later. `where`: the command as run where the master can be reached
+    (an emulated cluster's storage host: topology.in_host). The configuration weed shell
+    printed, as JSON; RuntimeError with its output if it did not take it."""
     import json
 
     binary = weed or weed_binary()
@@ -257,7 +261,7 @@ def apply_circuit_breaker(master: str, bucket: str, reads: int, writes: int,
               f"{GLOBAL_BREAKER_LIMIT},{GLOBAL_BREAKER_LIMIT} -apply\n"
               f"s3.circuitBreaker -buckets {bucket} -type Count -actions Read,Write -values "
               f"{reads},{writes} -apply\n")
-    done = subprocess.run([binary, "shell", f"-master={master}"], input=script,
+    done = subprocess.run(where([binary, "shell", f"-master={master}"]), input=script,
                           capture_output=True, text=True, timeout=SHELL_TIMEOUT_S)
     printed = done.stdout
     start = printed.rfind('{\n  "global"')
