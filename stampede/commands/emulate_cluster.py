@@ -1,6 +1,7 @@
 """`stampede emulate-cluster`: several nodes on one machine (stampede.emulate.topology
 plans them, stampede.emulate.cluster builds them, stampede.emulate.objectstore serves S3
-on the storage host), a job or a command run across them, and all of it removed after."""
+on the storage host, throttled by `emulate-s3` with --s3-throttle), a job or a command run
+across them, and all of it removed after."""
 
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ COMMAND on the head with STAMPEDE_CLUSTER_MPIEXEC (mpiexec and its arguments: ad
 and the program), STAMPEDE_CLUSTER_NRANKS, STAMPEDE_CLUSTER_S3 (the endpoint: bucket
 "stampede") and the S3 keys in its environment; with neither, a shell on the head.
 
+With --s3-throttle FLAGS the storage host also runs `stampede emulate-s3 FLAGS` (S3's
+per-prefix request rates, 503 SlowDown) on its address in front of SeaweedFS, and the
+ranks reach that: STAMPEDE_CLUSTER_S3 is the throttling endpoint, STAMPEDE_CLUSTER_S3_DIRECT
+SeaweedFS's own; a --job's prepare and clean go direct, its run through the throttle.
+
+  stampede emulate-cluster --nodes 2 --ranks-per-node 2 --job jobs/s3-safetensors.toml \
+      --set checkpoint.size=64MiB --s3-throttle '--get-rate 20 --burst 4 --log s3.jsonl'
+
 The nodes share this machine's CPUs, memory and page cache: their ranks compete for the
 cores as if on one node (a report's "ranks per node" warning counts one node's), and
 run.drop_caches drops the one page cache. Link latency needs the kernel's netem.
@@ -68,6 +77,17 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                      help="prepare, run and clean this job across the nodes, on the cluster's S3")
     sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="with --job: override a job key (the target is the cluster's)")
+    sub.add_argument("--s3-throttle", default=None, metavar="FLAGS",
+                     help="run `stampede emulate-s3 FLAGS` on the storage host in front of its "
+                          "SeaweedFS (one quoted string: rates, burst, split delay, "
+                          "--partitioned, --log; the cluster sets --upstream, --host, --port; "
+                          "a single flag as --s3-throttle=--FLAG); the ranks' S3 endpoint is "
+                          "then the throttling one")
+    sub.add_argument("--s3-circuit-breaker", default=None, metavar="READS,WRITES",
+                     help="also limit SeaweedFS's own S3 to READS reads and WRITES writes in "
+                          "flight in the bucket (weed shell's s3.circuitBreaker: a concurrency "
+                          "limit answered 503 ErrTooManyRequest, which stampede's client counts "
+                          "as throttling; not a rate per prefix)")
     add_output(sub, "--dir", kind=OUTPUT_DIRECTORY, default=None, metavar="DIR",
                help="where the cluster keeps its files and the storage's objects "
                     "(default /run/stampede-cluster; a directory is made inside)")
@@ -118,20 +138,36 @@ def _check_machine(latency: bool, storage: bool, job: bool) -> str:
     return mpiexec
 
 
-def _job_commands(args: argparse.Namespace, nranks: int, endpoint: str) -> list[list[str]]:
-    """prepare, run, clean of the job on the cluster's S3, validated before anything runs."""
-    import json
-
+def _job_commands(args: argparse.Namespace, nranks: int, endpoint: str,
+                  direct: str) -> list[list[str]]:
+    """prepare, run, clean of the job on the cluster's S3, validated before anything runs:
+    the run through `endpoint`, prepare and clean through `direct` (the same but with
+    --s3-throttle: then SeaweedFS's own, so that only the run is throttled). The job's
+    other storage options (max_attempts, retry_mode, ...) are kept."""
     from stampede.checkpoint.plan import bytes_per_rank
     from stampede.spec import load_job
 
-    target = [f"target.path=s3://stampede/{Path(args.job).stem}",
-              f"target.storage_options={{endpoint_url = {json.dumps(endpoint)}}}"]
-    spec = load_job(args.job, [*args.set, *target])
-    bytes_per_rank(spec, nranks)     # the replica count divides the ranks
-    words = [w for setting in [*args.set, *target] for w in ("--set", setting)]
-    return [[sys.executable, "-m", "stampede", step, args.job, *words]
-            for step in ("prepare", "run", "clean")]
+    path = f"target.path=s3://stampede/{Path(args.job).stem}"
+    kept = load_job(args.job, [*args.set, path]).storage_options
+    commands = []
+    for step, url in (("prepare", direct), ("run", endpoint), ("clean", direct)):
+        target = [path, f"target.storage_options={_inline_table({**kept, 'endpoint_url': url})}"]
+        spec = load_job(args.job, [*args.set, *target])
+        bytes_per_rank(spec, nranks)     # the replica count divides the ranks
+        words = [w for setting in [*args.set, *target] for w in ("--set", setting)]
+        commands.append([sys.executable, "-m", "stampede", step, args.job, *words])
+    return commands
+
+
+def _inline_table(options: dict[str, object]) -> str:
+    """A TOML inline table of the storage options (strings, numbers, booleans)."""
+    import json
+
+    def value(item: object) -> str:
+        return ("true" if item else "false") if isinstance(item, bool) else \
+            json.dumps(item if isinstance(item, int | float) else str(item))
+
+    return "{" + ", ".join(f"{key} = {value(item)}" for key, item in options.items()) + "}"
 
 
 def _on_signal(number: int, frame: object) -> None:
@@ -152,8 +188,15 @@ def cmd_emulate_cluster(args: argparse.Namespace) -> int:
         raise UsageError("--job and -- COMMAND: choose one")
     node_link, storage_link = _links(args)
     plan = plan_cluster(new_cluster_id(), args.nodes, args.ranks_per_node, node_link, storage_link)
+    if args.s3_throttle is not None and storage_link is None:
+        raise UsageError("--s3-throttle runs on the storage host: drop --no-storage")
+    breaker = _breaker_limits(args.s3_circuit_breaker, storage_link is not None)
+    throttle = None
+    if args.s3_throttle is not None:
+        from stampede.commands.emulate_s3 import parse_for_cluster
+        throttle, _ = parse_for_cluster(args.s3_throttle)
     if args.job:     # the job is checked before anything is built (its endpoint is a stand-in)
-        _job_commands(args, plan.nranks, "http://0.0.0.0:1")
+        _job_commands(args, plan.nranks, "http://0.0.0.0:1", "http://0.0.0.0:1")
     if args.dir:
         _check_dir(args.dir)
     mpiexec = _check_machine(node_link.latency_ms > 0 or bool(storage_link and
@@ -163,7 +206,7 @@ def cmd_emulate_cluster(args: argparse.Namespace) -> int:
         signal.signal(number, _on_signal)
     work = Path(args.dir) / f"cluster-{plan.cluster_id}" if args.dir else None
     with running_cluster(plan, work) as cluster:
-        return _serve(args, cluster, mpiexec, command)
+        return _serve(args, cluster, mpiexec, command, throttle, breaker)
 
 
 def _check_dir(directory: str) -> None:
@@ -185,25 +228,67 @@ def _check_dir(directory: str) -> None:
                          hint="give a writable directory") from None
 
 
-def _serve(args: argparse.Namespace, cluster: Cluster, mpiexec: str, command: list[str]) -> int:
+def _breaker_limits(text: str | None, storage: bool) -> tuple[int, int] | None:
+    """--s3-circuit-breaker READS,WRITES: two whole numbers >= 0, on a storage host."""
+    if text is None:
+        return None
+    if not storage:
+        raise UsageError("--s3-circuit-breaker limits the storage host's S3: drop --no-storage")
+    words = text.split(",")
+    if len(words) != 2 or not all(word.strip().isdigit() for word in words):
+        raise UsageError(f"--s3-circuit-breaker {text!r}: must be READS,WRITES (requests in "
+                         "flight in the bucket, whole numbers >= 0; e.g. 4,4)")
+    return int(words[0]), int(words[1])
+
+
+def _serve(args: argparse.Namespace, cluster: Cluster, mpiexec: str, command: list[str],
+           throttle: list[str] | None, breaker: tuple[int, int] | None) -> int:
+    from stampede.emulate.objectstore import (
+        apply_circuit_breaker,
+        start_front,
+        start_object_store,
+        stop_front,
+    )
+    from stampede.emulate.topology import in_host
+    from stampede.errors import RunFailed
+
+    plan, extra, front = cluster.plan, {}, None
+    if plan.storage is not None:
+        storage = plan.storage
+        try:
+            store = start_object_store(cluster)
+            if breaker is not None:
+                apply_circuit_breaker(store.master, store.bucket, *breaker,
+                                      where=lambda argv: in_host(storage, argv))
+                print(f"emulate-cluster: SeaweedFS's S3 circuit breaker: at most {breaker[0]} "
+                      f"read(s) and {breaker[1]} write(s) in flight in bucket {store.bucket}",
+                      file=sys.stderr, flush=True)
+            front = start_front(cluster, store, throttle) if throttle is not None else None
+        except RuntimeError as error:
+            raise RunFailed(f"emulate-cluster: the storage host did not start: {error}") from None
+        extra = {**store.client_env(), "STAMPEDE_CLUSTER_S3_DIRECT": store.endpoint_url,
+                 "STAMPEDE_CLUSTER_S3": front.endpoint_url if front else store.endpoint_url}
+    try:
+        return _run(args, cluster, cluster.environment(mpiexec, extra), command)
+    finally:
+        if front is not None and stop_front(front) != 0:
+            print("emulate-cluster: emulate-s3 did not stop cleanly (its log may be missing)",
+                  file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace, cluster: Cluster, env: dict[str, str],
+         command: list[str]) -> int:
+    """The job's steps, or the command (a shell), on the head."""
     import os
     import shlex
 
-    from stampede.emulate.objectstore import start_object_store
-
-    plan, extra = cluster.plan, {}
-    if plan.storage is not None:
-        try:
-            store = start_object_store(cluster)
-        except RuntimeError as error:
-            from stampede.errors import RunFailed
-            raise RunFailed(f"emulate-cluster: the storage host did not start: {error}") from None
-        extra = {**store.client_env(), "STAMPEDE_CLUSTER_S3": store.endpoint_url}
-    env = cluster.environment(mpiexec, extra)
-    _describe(cluster, extra.get("STAMPEDE_CLUSTER_S3", ""))
+    plan = cluster.plan
+    _describe(cluster, env.get("STAMPEDE_CLUSTER_S3", ""),
+              env.get("STAMPEDE_CLUSTER_S3_DIRECT", ""))
     if args.job:
         launch = [*shlex.split(env["STAMPEDE_CLUSTER_MPIEXEC"]), "-n", str(plan.nranks)]
-        for step in _job_commands(args, plan.nranks, extra["STAMPEDE_CLUSTER_S3"]):
+        for step in _job_commands(args, plan.nranks, env["STAMPEDE_CLUSTER_S3"],
+                                  env["STAMPEDE_CLUSTER_S3_DIRECT"]):
             status = cluster.run("head", [*launch, *step], env=env).returncode
             if status:
                 return int(status)
@@ -221,8 +306,10 @@ def _serve(args: argparse.Namespace, cluster: Cluster, mpiexec: str, command: li
         signal.signal(signal.SIGINT, previous)
 
 
-def _describe(cluster: Cluster, endpoint: str) -> None:
+def _describe(cluster: Cluster, endpoint: str, direct: str) -> None:
     plan = cluster.plan
+    if endpoint != direct:
+        endpoint += f" (emulate-s3 in front of SeaweedFS's {direct})"
     print(f"emulate-cluster {plan.cluster_id}: {len(plan.nodes)} node(s) x "
           f"{plan.nodes[0].slots} rank(s) ({plan.hydra_hosts}), NICs "
           f"{plan.nodes[0].link.describe()}"

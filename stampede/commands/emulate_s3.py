@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from stampede.commands.outputs import add_output
 from stampede.emulate import throttle as rule
@@ -14,9 +14,12 @@ if TYPE_CHECKING:
     from stampede.commands import Subparsers
 
 LOG_LIMIT = 200_000     # requests kept by default (about 30 MiB); the rest only counted
+# what `emulate-cluster --s3-throttle` sets itself: the storage host's S3, its address
+CLUSTER_SETS = ("--upstream", "--host", "--port")
 
 
-def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> None:
+def register(commands: Subparsers,
+             formatter: type[argparse.HelpFormatter]) -> argparse.ArgumentParser:
     sub = commands.add_parser(
         "emulate-s3", formatter_class=formatter,
         help="Serve an S3 endpoint on 127.0.0.1 that forwards to a real S3 server (e.g. "
@@ -29,8 +32,11 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
         epilog=rule.__doc__)
     sub.add_argument("--upstream", required=True, metavar="URL",
                      help="the S3 server to forward to (http://HOST:PORT; path-style)")
+    sub.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
+                     help="the IPv4 address to listen on (default 127.0.0.1; emulate-cluster's "
+                          "storage host gives its own)")
     sub.add_argument("--port", type=int, default=0,
-                     help="port to listen on, on 127.0.0.1 (default 0: any free one, printed)")
+                     help="port to listen on (default 0: any free one, printed)")
     for flag, kind, what in (("get", "read", "GET/HEAD of objects (reads)"),
                              ("put", "write", "PUT/POST/DELETE (writes)"),
                              ("list", "list", "LISTs (GETs of the bucket)")):
@@ -54,17 +60,20 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                           "own; BUCKET/ck/ gives hashed keys theirs); repeatable")
     add_output(sub, "--log", default=None, metavar="PATH",
                help="at exit, write every request as JSON lines to PATH: time_s (since "
-                    "start), method, partition, kind, key, status, prefix (a LIST's)")
+                    "start), method, partition, kind, key, status, prefix (a LIST's), client "
+                    "(the address it came from)")
     sub.add_argument("--log-limit", type=int, default=LOG_LIMIT, metavar="N",
                      help=f"requests the log keeps (in memory until exit; default {LOG_LIMIT:,})")
     add_output(sub, "--summary-json", default=None, metavar="PATH",
                help="at exit, also write the tally (per kind and partition: admitted, "
                     "denied) and the splits as JSON to PATH")
     sub.set_defaults(func=cmd_emulate_s3)
+    return sub
 
 
 def check_arguments(args: argparse.Namespace) -> str:
     """Every refusal before anything listens: the upstream's host:port."""
+    import ipaddress
     from urllib.parse import urlsplit
 
     from stampede.errors import UsageError
@@ -79,6 +88,11 @@ def check_arguments(args: argparse.Namespace) -> str:
         raise UsageError(f"--split-delay-s {args.split_delay_s}: must be >= 0 (inf: never split)")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port {args.port}: must be 0-65535")
+    try:
+        ipaddress.IPv4Address(args.host)
+    except ValueError:
+        raise UsageError(f"--host {args.host!r}: must be an IPv4 address (127.0.0.1, or an "
+                         "address of this host's)") from None
     for name in args.partitioned:
         if "/" not in name or not name.partition("/")[0]:
             raise UsageError(f"--partitioned {name!r}: must be BUCKET/PREFIX (a bucket, then "
@@ -112,9 +126,9 @@ def cmd_emulate_s3(args: argparse.Namespace) -> int:
         throttle.partitioned(*name.split("/", 1))
     log = RequestLog(args.log_limit) if args.log else None
     try:
-        front = ThrottlingFront(upstream, throttle, port=args.port, log=log)
+        front = ThrottlingFront(upstream, throttle, host=args.host, port=args.port, log=log)
     except OSError as error:
-        raise RunFailed(f"emulate-s3: cannot listen on 127.0.0.1:{args.port}: "
+        raise RunFailed(f"emulate-s3: cannot listen on {args.host}:{args.port}: "
                         f"{error.strerror or error}") from None
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -148,3 +162,37 @@ def cmd_emulate_s3(args: argparse.Namespace) -> int:
         with open(args.summary_json, "w") as stream:
             json.dump(document, stream, indent=1)
     return 0
+
+
+def parse_for_cluster(text: str) -> tuple[list[str], argparse.Namespace]:
+    """`emulate-cluster --s3-throttle FLAGS`: FLAGS (emulate-s3's own, as one string) split,
+    parsed and checked as `stampede emulate-s3` checks them, outputs included, before the
+    cluster is built; every refusal one UsageError naming --s3-throttle. The cluster sets
+    --upstream, --host and --port itself (its storage host's S3 and address)."""
+    import shlex
+
+    from stampede.commands.outputs import check_outputs
+    from stampede.errors import UsageError
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise UsageError(f"--s3-throttle {text!r}: {message}")
+
+    try:
+        words = shlex.split(text)
+    except ValueError as error:
+        raise UsageError(f"--s3-throttle {text!r}: {error}") from None
+    taken = [word.partition("=")[0] for word in words if word.partition("=")[0] in CLUSTER_SETS]
+    if taken:
+        raise UsageError(f"--s3-throttle {text!r}: {taken[0]} is the cluster's to set (its "
+                         "storage host's S3 and address)", hint="give the rates, burst, "
+                         "split delay, --partitioned and --log only")
+    top = Parser(prog="stampede", add_help=False)
+    sub = register(top.add_subparsers(parser_class=Parser), argparse.HelpFormatter)
+    args = top.parse_args(["emulate-s3", "--upstream", "http://127.0.0.1:1", *words])
+    try:
+        check_arguments(args)
+        check_outputs(sub, args)
+    except UsageError as error:
+        raise UsageError(f"--s3-throttle: {error.message}", hint=error.hint) from None
+    return words, args

@@ -14,7 +14,8 @@ A denied request's body is read and dropped before the answer, so the client's
 connection stays usable; the answer is S3's: status 503, the XML error body with code
 SlowDown, and a Retry-After header (whole seconds). Every request is tallied (per kind
 and partition: admitted, denied) and, with a log, recorded: when it arrived (seconds
-since the front started), method, partition, key, status, a LIST's prefix.
+since the front started), method, partition, key, status, a LIST's prefix, the client's
+address (fields only ever appended: readers of older logs keep working).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -52,6 +53,7 @@ class Request:
     key: str
     status: int            # what the client got (503: denied here; else upstream's)
     prefix: str = ""       # a LIST's prefix parameter (the partition it counted against)
+    client: str = ""       # the address it came from (an emulated cluster's node's own)
 
 
 class RequestLog:
@@ -81,9 +83,11 @@ class RequestLog:
 
 
 def read_log(path: str) -> list[Request]:
-    """A log that `emulate-s3 --log` wrote."""
+    """A log that `emulate-s3 --log` wrote (a field a later version appended is skipped)."""
+    known = {item.name for item in fields(Request)}
     with open(path) as stream:
-        return [Request(**json.loads(line)) for line in stream if line.strip()]
+        return [Request(**{name: value for name, value in json.loads(line).items()
+                           if name in known}) for line in stream if line.strip()]
 
 
 class Tally:
@@ -195,7 +199,8 @@ def _handler_for(front: ThrottlingFront) -> type[BaseHTTPRequestHandler]:
                 status = self._slow_down(decision.retry_after_header())
             if front.log is not None:
                 front.log.add(Request(round(arrived, 6), self.command, decision.partition,
-                                      decision.kind, key, status, prefix))
+                                      decision.kind, key, status, prefix,
+                                      self.client_address[0]))
 
         def _drain(self, length: int) -> None:
             while length > 0:

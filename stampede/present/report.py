@@ -437,8 +437,10 @@ def _render_startup(rows: Sequence[Row], console: Console) -> None:
 
 
 def render_layout(rows: Sequence[Row], console: Console) -> None:
-    """One layout: the latency of every op, all ranks and iterations; INVALID and why."""
-    render_table(OPS, rows, console)
+    """One layout: the latency of every op, all ranks and iterations, and each op's
+    throttling, retries and backoff where it met any; INVALID and why."""
+    for note in OPS.notes(render_table(OPS, rows, console)):
+        console.print(f"[yellow]{_escaped(note)}[/]")
     first = rows[0]
     if first.get("invalid_reason"):
         console.print(f"[red]{first['layout']}: INVALID:[/] {_escaped(first['invalid_reason'])}")

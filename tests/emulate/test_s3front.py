@@ -126,3 +126,19 @@ def test_a_run_through_the_front_retries_its_503s_or_fails_named(
         f"on s3://{s3_env.bucket}/throttled/stampede-manifest.json)" in said, said
     assert "No such file" not in said and "missing" not in said
     stampede("clean", str(prepared))
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--host", "localhost"], "--host 'localhost': must be an IPv4 address"),
+    (["--get-rate", "0"], "--get-rate 0.0: must be a finite number > 0"),
+    (["--upstream", "https://127.0.0.1:1"], "must be http://HOST:PORT"),
+])
+def test_bad_flags_are_one_line_before_anything_listens(flags: list[str], said: str) -> None:
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "stampede", "emulate-s3", "--upstream",
+                             "http://127.0.0.1:1", *flags], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("stampede emulate-s3: error: ") and said in result.stderr
+    assert result.stderr.count("error:") == 1

@@ -146,3 +146,24 @@ def test_a_layouts_ops_in_the_unit_of_each_ops_p50() -> None:
                   if line.strip().startswith(("stat", "read")))
     assert stat[:5] == ["stat", "µs", "8", "\x1b[31m3\x1b[0m", "2"]   # errors in red
     assert read[:5] == ["read", "ms", "8", "0", "1"] and read[-1] == "1.5"
+
+
+def test_each_ops_throttling_retries_and_backoff_are_said_under_its_ops() -> None:
+    """An object store's throttled run (issue 38): under the layout's ops, each op that met
+    throttling or retried, with its 503s, retries and seconds backing off; nothing is said
+    where no op did (a POSIX run, or rows of a schema before throttles)."""
+    timing = {"count": 8, "lat_min_s": 0.001, "lat_p50_s": 0.002, "lat_p90_s": 0.003,
+              "lat_p99_s": 0.004, "lat_p999_s": 0.005, "lat_max_s": 0.006}
+    rows = [row("sharded", "stat", throttles=0, retries=0, backoff_s=0.0, **timing),
+            row("sharded", "open", throttles=3, retries=3, backoff_s=1.25, **timing),
+            row("sharded", "read", throttles=12, retries=11, backoff_s=9.5, **timing),
+            row("sharded", "close", throttles=0, retries=1, backoff_s=0.05, **timing)]
+    stream = io.StringIO()
+    render_layout(rows, make_console(stream, width=160))
+    said = " ".join(stream.getvalue().split())
+    assert ("throttling answers (429, 503) / retries / time backing off, all ranks and "
+            "iterations: open 3 / 3 / 1.25 s, read 12 / 11 / 9.5 s, close 0 / 1 / 50 ms"
+            in said), said
+    quiet = io.StringIO()
+    render_layout([row("sharded", "read", **timing)], make_console(quiet, width=160))
+    assert "throttling" not in quiet.getvalue()
