@@ -156,7 +156,7 @@ RATE_PRESETS: Mapping[str, RatePreset] = MappingProxyType({
     # a directory bucket's own rates, whatever its prefixes
     "s3-express": RatePreset(
         "S3 Express One Zone", 200_000.0, 100_000.0, 200_000.0, "bucket",
-        source="AWS, Performance guidelines and design patterns (S3 Express One Zone)"),
+        source="AWS, Optimizing S3 Express One Zone performance"),
     # a new bucket's initial rates, autoscaled by doubling every 20 minutes of load
     "gcs": RatePreset(
         "GCS", 5_000.0, 1_000.0, 5_000.0, "bucket", doubling_s=20 * 60.0,

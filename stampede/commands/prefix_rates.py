@@ -103,8 +103,10 @@ def _prefix_rate(text: str) -> dict[str, float]:
     return found
 
 
-def prefix_rate_table(asked: Asked, archive: Archive, nranks: int) -> bool:
-    """The table, when asked for or when the archive's runs met 503s; whether it showed."""
+def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
+                      bytes_per_rank: float | None) -> bool:
+    """The table, when asked for or when the archive's runs met 503s; whether it showed.
+    `bytes_per_rank`: the workload's at the target (None: each run's own)."""
     from stampede.backends.s3retry import RetryPolicy
     from stampede.model.prefix_projection import (
         Rates,
@@ -140,7 +142,8 @@ def prefix_rate_table(asked: Asked, archive: Archive, nranks: int) -> bool:
     rates += [preset_rates(RATE_PRESETS[name]) for name in asked.presets]
     if not rates:
         return False
-    items = project_prefixes(runs, rates, nranks, asked.target_s, policy)
+    items = project_prefixes(runs, rates, nranks, asked.target_s, policy, bytes_per_rank)
     render_prefix_rates(items, rates, nranks, asked.target_s,
-                        f"{asked.retry_mode}, {asked.max_attempts} attempts", make_console())
+                        f"{asked.retry_mode}, {asked.max_attempts} attempts", bytes_per_rank,
+                        make_console())
     return True

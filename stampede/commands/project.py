@@ -49,7 +49,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
              "rank counts, and project time to last rank and the metadata stall to a rank "
              "count you cannot run.",
         description="Project the restore (or the save) to --target-ranks from archived runs at >= 3 "
-                    "rank counts.",
+                    "rank counts. On an object store, with --preset or --prefix-rate (or runs "
+                    "that met 503s), also each layout's request-rate table there: 503s, "
+                    "backoff, time to last rank, the prefixes or buckets K it needs.",
         epilog=model.__doc__)
     sub.add_argument("archives", nargs="+", metavar="ARCHIVE",
                      help="CSV archives holding restore (or save) runs at three or more rank "
@@ -149,7 +151,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     rates_asked = prefix_rate_flags(args)
     archive = Archive.open(*args.archives)
     # an object store's request-rate limit: the table of stampede.model.prefix_projection
-    rated = prefix_rate_table(rates_asked, archive, args.target_ranks)
+    rated = prefix_rate_table(rates_asked, archive, args.target_ranks, workload.bytes_per_rank)
     try:
         return _fit_and_project(args, archive, workload, known, ops, at_target_rejoin, layouts)
     except UsageError as error:   # the request-rate table shown needs no contention fit

@@ -4,13 +4,14 @@ with --prefix-rate, or a vendor's preset), with its keys as archived, under one 
 hashed where the layout can be; and the partitions K it needs to meet a target time.
 
 Pure: archived runs (stampede.model.prefix_rate.RunLoad) in, numbers out. Each request's
-round trip is the layout's largest run's (each rank on a node of its own at the target,
-as it was in the run: a shared machine's slower ranks would make it longer).
+round trip is the median of the runs' (the client's and the store's, the same for every
+layout); each layout's requests per rank are its run's at the most ranks.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -84,9 +85,9 @@ def _largest(runs: Sequence[RunLoad]) -> list[RunLoad]:
     return list(chosen.values())
 
 
-def _load(run: RunLoad, ranks: int) -> Load:
+def _load(run: RunLoad, ranks: int, bytes_per_rank: float | None, latency_s: float) -> Load:
     storm = run.listers >= run.nranks   # every rank listed (else rank 0 alone)
-    return Load(ranks, run.reads_per_rank, run.latency_s,
+    return Load(ranks, run.reads_for(bytes_per_rank), latency_s,
                 ranks if storm else min(ranks, run.listers))
 
 
@@ -104,22 +105,34 @@ def _keys(run: RunLoad, rates: Rates) -> list[tuple[str, int]]:
     return found
 
 
-def _spread(run: RunLoad, nranks: int) -> Callable[[int], Load]:
+def _spread(run: RunLoad, nranks: int, bytes_per_rank: float | None,
+            latency_s: float) -> Callable[[int], Load]:
     """The busiest partition's load with `nranks` spread over K partitions round-robin."""
-    return lambda partitions: _load(run, math.ceil(nranks / partitions))
+    return lambda partitions: _load(run, math.ceil(nranks / partitions), bytes_per_rank,
+                                    latency_s)
+
+
+def round_trip_s(runs: Sequence[RunLoad]) -> float:
+    """One admitted request's round trip for every layout: the median of the runs' (the
+    store's and the client's, not a layout's: one noisy run must not rank the layouts)."""
+    return statistics.median(run.latency_s for run in runs)
 
 
 def project_prefixes(runs: Sequence[RunLoad], rates: Sequence[Rates], nranks: int,
-                     target_s: float, policy: PolicyFactory) -> list[PrefixProjection]:
-    """Every (rates, layout, keys) at `nranks`: what its busiest partition meets, and the
+                     target_s: float, policy: PolicyFactory,
+                     bytes_per_rank: float | None = None) -> list[PrefixProjection]:
+    """Every (rates, layout, keys) at `nranks` (each rank restoring `bytes_per_rank`, in
+    the run's blocks; None: as the run did): what its busiest partition meets, and the
     partitions the layout needs (copies round-robin) to restore within target_s."""
     found = []
+    latency_s = round_trip_s(runs)
     for chosen in rates:
         for run in _largest(runs):
-            needed = spread_needed(_spread(run, nranks), chosen.limit, policy, target_s, nranks)
+            needed = spread_needed(_spread(run, nranks, bytes_per_rank, latency_s),
+                                   chosen.limit, policy, target_s, nranks)
             for number, (keys, spread) in enumerate(_keys(run, chosen)):
                 ranks = 1 if spread == 0 else math.ceil(nranks / spread)
-                load = _load(run, ranks)
+                load = _load(run, ranks, bytes_per_rank, latency_s)
                 found.append(PrefixProjection(chosen, run.layout, keys, ranks, load,
                                               predict(load, chosen.limit, policy),
                                               needed, shows_needed=not number))

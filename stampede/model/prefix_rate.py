@@ -41,11 +41,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-MAX_SIMULATED_REQUESTS = 40_000   # per prediction, scaled down past it
+MAX_SIMULATED_REQUESTS = 10_000   # per prediction, scaled down past it
 MIN_REPEATS_REQUESTS = 20_000     # small loads repeated until they simulate this many
 MAX_REPEATS = 40
 FIT_RANGE_PER_S = (1e-3, 1e8)     # where the fitted rate is looked for
 FIT_STEPS = 40                    # bisection steps, on a log scale
+SPREAD_PRECISION = 50             # partitions needed to within 1 in this many (2%)
 
 
 class Policy(Protocol):
@@ -252,7 +253,8 @@ def spread_needed(load_for: Callable[[int], Load], limit: Limit, policy: PolicyF
     """The fewest partitions K (copies under K prefixes, or K buckets) whose busiest one,
     `load_for(K)`, restores within `target_s` with no request failed; None when `most`
     do not. Doubles K from the closed form's floor (the partition's requests over its
-    rate in target_s), then bisects back."""
+    rate in target_s), then bisects back, to within 1 in SPREAD_PRECISION (an answer never
+    below the fewest that meet it)."""
     def meets(count: int) -> bool:
         outcome = predict(load_for(count), limit, policy)
         return not outcome.fails and outcome.last_rank_s <= target_s
@@ -265,7 +267,7 @@ def spread_needed(load_for: Callable[[int], Load], limit: Limit, policy: PolicyF
         if count >= most:
             return None
         below, count = count, min(most, count * 2)
-    while count - below > 1:
+    while count - below > max(1, count // SPREAD_PRECISION):
         middle = (below + count) // 2
         if meets(middle):
             count = middle
@@ -296,6 +298,16 @@ class RunLoad:
     backoff_s: float
     last_rank_s: float         # per pass (the median over the measured ones)
     latency_s: float
+    gets_per_rank: int = 0     # of reads_per_rank, the ranged GETs of its bytes
+    block_bytes: int = 0       # one GET's
+
+    def reads_for(self, bytes_per_rank: float | None) -> int:
+        """A rank's reads when it restores `bytes_per_rank` (None: as the run did) in the
+        run's blocks: its HEADs as they were, a GET a block."""
+        if bytes_per_rank is None or self.block_bytes <= 0:
+            return self.reads_per_rank
+        return self.reads_per_rank - self.gets_per_rank + \
+            max(1, math.ceil(bytes_per_rank / self.block_bytes))
 
     def load(self) -> Load:
         """Its busiest partition's load: the ranks of one copy (round-robin), with hashed
@@ -326,6 +338,7 @@ def run_loads(rows: Sequence[dict[str, object]]) -> list[RunLoad]:
         nranks, measured = int(_num(restore, "nranks")), max(1, int(_num(restore, "iterations")))
         passes = measured + int(_num(restore, "warmup"))
         reads = round(sum(_done(ops, op) for op in REQUEST_OPS) / (nranks * measured))
+        gets = round(_done(ops, "read") / (nranks * measured))
         listers = round(_done(ops, "list") / measured)
         throttles = round(sum(_num(row, "throttles") for row in ops.values()))
         backoff_s = sum(_num(row, "backoff_s") for row in ops.values())
@@ -335,7 +348,7 @@ def run_loads(rows: Sequence[dict[str, object]]) -> list[RunLoad]:
         found.append(RunLoad(str(layout), nranks, passes, reads, listers,
                              max(1, int(_num(restore, "copies") or 1)),
                              restore.get("key_prefix") == "hash", throttles, backoff_s,
-                             last_s, latency_s))
+                             last_s, latency_s, gets, int(_num(restore, "block_bytes"))))
     return found
 
 

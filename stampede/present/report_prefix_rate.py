@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stampede.present.tables import ItemColumn, item_table
-from stampede.units import format_duration, format_number
+from stampede.units import format_bytes, format_duration, format_number
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,10 +45,13 @@ COLUMNS: tuple[ItemColumn[PrefixProjection], ...] = (
 
 
 def render_prefix_rates(items: Sequence[PrefixProjection], rates: Sequence[Rates],
-                        nranks: int, target_s: float, retry: str, console: Console) -> None:
+                        nranks: int, target_s: float, retry: str,
+                        bytes_per_rank: float | None, console: Console) -> None:
     """The table, then where each set of rates came from."""
+    each = "as archived" if bytes_per_rank is None else format_bytes(bytes_per_rank)
     console.print(item_table(
-        f"object store request rates at {nranks:,} ranks: each layout's busiest partition "
+        f"object store request rates at {nranks:,} ranks, each restoring {each} in its "
+        "run's blocks: each layout's busiest partition "
         f"per restore (503s, backoff summed over its ranks; retries {retry}), and the "
         f"partitions (copies round-robin) that restore it within "
         f"{format_duration(target_s)} with no request failed", COLUMNS, items))
@@ -60,7 +63,9 @@ def render_prefix_rates(items: Sequence[PrefixProjection], rates: Sequence[Rates
                       f"{format_number(limit.list_per_s)} LISTs/s per {chosen.partition}, "
                       f"burst {format_number(limit.burst)}{ramp}"
                       f"{f' ({chosen.source})' if chosen.source else ''}[/]")
-    console.print("[dim]asked/s: the partition's ranks' requests a second unthrottled (each "
-                  "rank's round trip as archived); fails: a request met max_attempts 503s "
+    round_trip = next((item.load.latency_s for item in items), 0.0)
+    console.print(f"[dim]asked/s: the partition's ranks' requests a second unthrottled (each "
+                  f"{format_duration(round_trip)}, the median round trip of the archived runs' "
+                  "requests); fails: a request met max_attempts 503s "
                   "(the restore fails, named as throttling); K needed none: not even a "
                   "partition per rank does[/]")
