@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from stampede.errors import UsageError
@@ -114,7 +115,7 @@ def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
         preset_rates,
         project_prefixes,
     )
-    from stampede.model.prefix_rate import Limit, run_loads
+    from stampede.model.prefix_rate import Limit, RunLoad, run_loads
     from stampede.present.report import make_console
     from stampede.present.report_prefix_rate import render_prefix_rates
 
@@ -128,8 +129,11 @@ def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
     def policy() -> RetryPolicy:
         return RetryPolicy(asked.retry_mode, asked.max_attempts)
 
-    def fitting() -> RetryPolicy:   # the runs fitted were valid: none ran out of attempts
-        return RetryPolicy(asked.retry_mode, FIT_ATTEMPTS)
+    def fitting(run: RunLoad) -> Callable[[], RetryPolicy]:
+        """The run's clients' retry mode (its sidecar's); never giving up: the runs
+        fitted were valid, none ran out of attempts."""
+        mode = _retry_mode(archive, run.run_id)
+        return lambda: RetryPolicy(mode, FIT_ATTEMPTS)
 
     rates: list[Rates] = []
     fitted = fitted_rates(runs, asked.burst, fitting)
@@ -147,3 +151,13 @@ def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
                         f"{asked.retry_mode}, {asked.max_attempts} attempts", bytes_per_rank,
                         make_console())
     return True
+
+
+def _retry_mode(archive: Archive, run_id: str) -> str:
+    """The retry mode a run's S3 clients had (its sidecar's storage.retry), standard
+    where the sidecar does not say."""
+    document = (archive.sidecar(run_id).value or {}) if run_id else {}
+    storage = document.get("storage")
+    retry = storage.get("retry") if isinstance(storage, dict) else None
+    mode = retry.get("mode") if isinstance(retry, dict) else None
+    return mode if mode in RETRY_MODES else "standard"

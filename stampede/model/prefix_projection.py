@@ -50,13 +50,14 @@ def preset_rates(preset: RatePreset) -> Rates:
                                      preset.doubling_s), preset.partition, preset.source)
 
 
-def fitted_rates(runs: Sequence[RunLoad], burst: float, policy: PolicyFactory) -> Rates | None:
-    """The read (and LIST) rate per partition the throttled runs' 503s say; None when no
-    run met a 503."""
-    throttled = [run.observed() for run in runs if run.throttles]
+def fitted_rates(runs: Sequence[RunLoad], burst: float,
+                 policy_of: Callable[[RunLoad], PolicyFactory]) -> Rates | None:
+    """The read (and LIST) rate per partition the throttled runs' 503s say, each run's
+    clients retrying as `policy_of` it says; None when no run met a 503."""
+    throttled = [run.observed(policy_of(run)) for run in runs if run.throttles]
     if not throttled:
         return None
-    rate = fit_read_rate(throttled, burst, policy)
+    rate = fit_read_rate(throttled, burst, throttled[0].policy or policy_of(runs[0]))
     counted = ", ".join(f"{run.layout} {run.nranks}: {run.throttles}"
                         for run in runs if run.throttles)
     return Rates("fitted", Limit(rate, rate, burst), "prefix", f"the archive's 503s ({counted})")

@@ -222,6 +222,7 @@ class Observed:
 
     load: Load
     throttles: int
+    policy: PolicyFactory | None = None   # its clients' (else the fit's)
 
 
 def fit_read_rate(observed: Sequence[Observed], burst: float, policy: PolicyFactory,
@@ -235,7 +236,7 @@ def fit_read_rate(observed: Sequence[Observed], burst: float, policy: PolicyFact
 
     def throttles_at(rate_per_s: float) -> float:
         limit = Limit(rate_per_s, list_per_s or rate_per_s, burst)
-        return sum(predict(item.load, limit, policy).throttles * item.load.passes
+        return sum(predict(item.load, limit, item.policy or policy).throttles * item.load.passes
                    for item in observed)
 
     low, high = (math.log(edge) for edge in FIT_RANGE_PER_S)
@@ -300,6 +301,7 @@ class RunLoad:
     latency_s: float
     gets_per_rank: int = 0     # of reads_per_rank, the ranged GETs of its bytes
     block_bytes: int = 0       # one GET's
+    run_id: str = ""
 
     def reads_for(self, bytes_per_rank: float | None) -> int:
         """A rank's reads when it restores `bytes_per_rank` (None: as the run did) in the
@@ -316,11 +318,11 @@ class RunLoad:
         return Load(ranks, self.reads_per_rank, self.latency_s,
                     min(ranks, self.listers), self.passes)
 
-    def observed(self) -> Observed:
+    def observed(self, policy: PolicyFactory | None = None) -> Observed:
         """Its busiest partition's load and 503s: its ranks' share of the run's (the
-        archive counts them over all partitions)."""
+        archive counts them over all partitions); `policy`: its clients' retries."""
         load = self.load()
-        return Observed(load, round(self.throttles * load.ranks / self.nranks))
+        return Observed(load, round(self.throttles * load.ranks / self.nranks), policy)
 
 
 def run_loads(rows: Sequence[dict[str, object]]) -> list[RunLoad]:
@@ -331,7 +333,7 @@ def run_loads(rows: Sequence[dict[str, object]]) -> list[RunLoad]:
         if (row.get("phase") or "restore") == "restore":
             by_run.setdefault((row.get("run_id"), row.get("layout")), {})[str(row["op"])] = row
     found = []
-    for (_, layout), ops in by_run.items():
+    for (run_id, layout), ops in by_run.items():
         restore = ops.get("restore")
         if restore is None or not restore.get("valid") or "read" not in ops:
             continue
@@ -348,7 +350,8 @@ def run_loads(rows: Sequence[dict[str, object]]) -> list[RunLoad]:
         found.append(RunLoad(str(layout), nranks, passes, reads, listers,
                              max(1, int(_num(restore, "copies") or 1)),
                              restore.get("key_prefix") == "hash", throttles, backoff_s,
-                             last_s, latency_s, gets, int(_num(restore, "block_bytes"))))
+                             last_s, latency_s, gets, int(_num(restore, "block_bytes")),
+                             str(run_id or "")))
     return found
 
 

@@ -88,11 +88,13 @@ def test_the_rows_of_a_throttled_restore_are_its_requests_and_the_fit_their_503s
     # project at 16,384 ranks: the fitted rate and the presets, one line per layout and keys
     archive = str(tmp_path / "results" / "fit.csv")
     shown = stampede("project", archive, "--target-ranks", "16384", "--preset",
-                     "s3-standard,s3-express,gcs", env={"COLUMNS": "200"})
+                     "s3-standard,s3-express,gcs", "--prefix-rate", "read=5500,burst=100",
+                     env={"COLUMNS": "200"})
     assert shown.returncode == 0, shown.stdout + shown.stderr
     text = " ".join(shown.stdout.split())
     assert "request rates at 16,384 ranks" in text
-    for rates in ("fitted", "S3 Standard", "S3 Express One Zone", "GCS"):
+    assert "--prefix-rate: 5.5k reads/s and 5.5k LISTs/s per prefix, burst 100" in text
+    for rates in ("fitted", "--prefix-rate", "S3 Standard", "S3 Express One Zone", "GCS"):
         assert re.search(rf"{rates} +sharded +1 (prefix|bucket)", text), text
     assert re.search(r"S3 Standard +sharded +2 copies +8,192", text), text
     assert re.search(r"S3 Standard +sharded +hashed +1 ", text), text
