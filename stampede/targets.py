@@ -145,6 +145,7 @@ class RatePreset(NamedTuple):
     partition: str               # what one set of rates is for; K copies spread over these
     doubling_s: float = math.inf   # the rates double every this long under load (GCS)
     source: str = ""
+    lists_are_reads: bool = False  # a LIST counts against the read rate (GCS)
 
 
 # The vendors' numbers; docs/guides/object-stores.md cites the pages ("At 16,384 ranks").
@@ -160,7 +161,8 @@ RATE_PRESETS: Mapping[str, RatePreset] = MappingProxyType({
     # a new bucket's initial rates, autoscaled by doubling every 20 minutes of load
     "gcs": RatePreset(
         "GCS", 5_000.0, 1_000.0, 5_000.0, "bucket", doubling_s=20 * 60.0,
-        source="Google Cloud, Request rate and access distribution guidelines"),
+        source="Google Cloud, Request rate and access distribution guidelines",
+        lists_are_reads=True),
 })
 # No store documents a burst: a partition is taken to absorb this long at its rate at once
 PRESET_BURST_S = 1.0

@@ -105,9 +105,10 @@ def _prefix_rate(text: str) -> dict[str, float]:
 
 
 def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
-                      bytes_per_rank: float | None) -> bool:
+                      bytes_per_rank: float | None, layouts: tuple[str, ...] = ()) -> bool:
     """The table, when asked for or when the archive's runs met 503s; whether it showed.
-    `bytes_per_rank`: the workload's at the target (None: each run's own)."""
+    `bytes_per_rank`: the workload's at the target (None: each run's own); `layouts`:
+    only these (--layout; none: every one archived)."""
     from stampede.backends.s3retry import RetryPolicy
     from stampede.model.prefix_projection import (
         Rates,
@@ -119,7 +120,7 @@ def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
     from stampede.present.report import make_console
     from stampede.present.report_prefix_rate import render_prefix_rates
 
-    runs = run_loads(archive.rows)
+    runs = [run for run in run_loads(archive.rows) if not layouts or run.layout in layouts]
     if not runs:
         if asked.presets or asked.given:
             raise UsageError("--preset/--prefix-rate: the archives hold no valid restore run "

@@ -47,7 +47,8 @@ class Rates:
 def preset_rates(preset: RatePreset) -> Rates:
     return Rates(preset.title, Limit(preset.read_per_s, preset.list_per_s,
                                      max(1.0, preset.read_per_s * PRESET_BURST_S),
-                                     preset.doubling_s), preset.partition, preset.source)
+                                     preset.doubling_s, preset.lists_are_reads),
+                 preset.partition, preset.source)
 
 
 def fitted_rates(runs: Sequence[RunLoad], burst: float,

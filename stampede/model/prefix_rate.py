@@ -72,6 +72,7 @@ class Limit:
     list_per_s: float
     burst: float = 1.0
     doubling_s: float = math.inf
+    lists_read: bool = False       # a LIST takes a read's token (GCS counts it a read)
 
     def __post_init__(self) -> None:
         if not (self.read_per_s > 0 and self.list_per_s > 0 and self.burst >= 1
@@ -141,8 +142,9 @@ def simulate(load: Load, limit: Limit, policy: PolicyFactory, seed: int = 0) -> 
     """One run of `load` against `limit`, every request an event on a virtual clock;
     ties go in rank order. Deterministic for a seed."""
     draw = random.Random(seed).random
-    buckets = {"read": _Bucket(limit.read_per_s, limit.burst, limit.doubling_s),
-               "list": _Bucket(limit.list_per_s, limit.burst, limit.doubling_s)}
+    reads = _Bucket(limit.read_per_s, limit.burst, limit.doubling_s)
+    buckets = {"read": reads, "list": reads if limit.lists_read else
+               _Bucket(limit.list_per_s, limit.burst, limit.doubling_s)}
     throttles = failed = admitted = 0
     backoff_s = 0.0
     lasts: list[float] = []

@@ -59,8 +59,10 @@ def render_prefix_rates(items: Sequence[PrefixProjection], rates: Sequence[Rates
         limit = chosen.limit
         ramp = (f", doubling every {format_duration(limit.doubling_s)}"
                 if limit.doubling_s != float("inf") else "")
+        lists = "LISTs among them" if limit.lists_read else \
+            f"{format_number(limit.list_per_s)} LISTs/s"
         console.print(f"[dim]{chosen.name}: {format_number(limit.read_per_s)} reads/s and "
-                      f"{format_number(limit.list_per_s)} LISTs/s per {chosen.partition}, "
+                      f"{lists} per {chosen.partition}, "
                       f"burst {format_number(limit.burst)}{ramp}"
                       f"{f' ({chosen.source})' if chosen.source else ''}[/]")
     round_trip = next((item.load.latency_s for item in items), 0.0)

@@ -70,6 +70,7 @@ def test_the_presets_are_the_vendors_numbers() -> None:
     assert RATE_PRESETS["s3-express"].write_per_s == 100_000
     assert (gcs.limit.read_per_s, gcs.limit.doubling_s) == (5_000, 20 * 60)
     assert RATE_PRESETS["gcs"].write_per_s == 1_000
+    assert gcs.limit.lists_read and not standard.limit.lists_read
     assert math.isinf(standard.limit.doubling_s)
 
 

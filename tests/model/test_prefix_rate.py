@@ -74,6 +74,16 @@ def test_lists_meet_their_own_bucket_first() -> None:
     assert outcome.throttles == 4 and outcome.failed == 2
 
 
+def test_a_store_that_counts_lists_as_reads_takes_their_tokens_from_the_reads() -> None:
+    # 2 ranks, a LIST and a read each, 3 tokens in all (burst 3, no refill to speak of)
+    apart = simulate(Load(2, 1, 0.01, listers=2), Limit(1e-6, 1e-6, 3.0),
+                     lambda: FixedBackoff(0.5, 1))
+    shared = simulate(Load(2, 1, 0.01, listers=2), Limit(1e-6, 1e-6, 3.0, lists_read=True),
+                      lambda: FixedBackoff(0.5, 1))
+    assert (apart.throttles, apart.requests) == (0, 4)
+    assert (shared.throttles, shared.requests) == (1, 3)
+
+
 def test_passes_carry_the_buckets_over_and_report_the_median_pass() -> None:
     one = simulate(Load(2, 5, 0.01), Limit(20, 20, 10), lambda: FixedBackoff(0.2))
     three = simulate(Load(2, 5, 0.01, passes=3), Limit(20, 20, 10), lambda: FixedBackoff(0.2))
