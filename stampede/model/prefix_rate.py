@@ -151,12 +151,14 @@ def simulate(load: Load, limit: Limit, policy: PolicyFactory, seed: int = 0) -> 
     start_s = 0.0
     for _ in range(load.passes):
         policies = [policy() for _ in range(load.ranks)]
-        todo = [["list"] * (rank < load.listers) + ["read"] * load.reads_per_rank
-                for rank in range(load.ranks)]
+        # each rank's requests left: its LIST (the first `listers` ranks), then its reads
+        lists = [int(rank < load.listers) for rank in range(load.ranks)]
+        reads_left = [load.reads_per_rank] * load.ranks
         done_s = [start_s] * load.ranks
         retry = [0] * load.ranks
         # (when the rank sends, rank, whether the policy's pre-send wait is behind it)
-        events = [(start_s, rank, False) for rank in range(load.ranks) if todo[rank]]
+        events = [(start_s, rank, False) for rank in range(load.ranks)
+                  if lists[rank] or reads_left[rank]]
         heapq.heapify(events)
         while events:
             now, rank, waited = heapq.heappop(events)
@@ -167,13 +169,15 @@ def simulate(load: Load, limit: Limit, policy: PolicyFactory, seed: int = 0) -> 
                     heapq.heappush(events, (now + wait, rank, True))
                     continue
             answered = now + load.latency_s
-            kind = todo[rank][0]
-            if buckets[kind].take(now):
+            if buckets["list" if lists[rank] else "read"].take(now):
                 admitted += 1
-                todo[rank].pop(0)
+                if lists[rank]:
+                    lists[rank] = 0
+                else:
+                    reads_left[rank] -= 1
                 retry[rank] = 0
                 done_s[rank] = answered
-                if todo[rank]:
+                if reads_left[rank]:
                     heapq.heappush(events, (answered, rank, False))
                 continue
             throttles += 1
