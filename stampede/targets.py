@@ -10,6 +10,7 @@ A new backend is a module and one entry here (and its conformance fixture).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
@@ -131,3 +132,37 @@ def local_files(target_path: str) -> bool:
 # while it partitions a prefix that stays hot (AWS, "Best practices design patterns:
 # optimizing Amazon S3 performance")
 S3_PREFIX_RATES_PER_S = {"read": 5_500.0, "write": 3_500.0, "list": 5_500.0}
+
+
+class RatePreset(NamedTuple):
+    """An object store's documented request rates (a second) per partition: what `project
+    --preset` predicts a restore against (stampede.model.prefix_rate)."""
+
+    title: str
+    read_per_s: float            # GET/HEAD
+    write_per_s: float           # PUT/COPY/POST/DELETE
+    list_per_s: float            # a LIST is a read of the bucket
+    partition: str               # what one set of rates is for; K copies spread over these
+    doubling_s: float = math.inf   # the rates double every this long under load (GCS)
+    source: str = ""
+    lists_are_reads: bool = False  # a LIST counts against the read rate (GCS)
+
+
+# The vendors' numbers; docs/guides/object-stores.md cites the pages ("At 16,384 ranks").
+RATE_PRESETS: Mapping[str, RatePreset] = MappingProxyType({
+    "s3-standard": RatePreset(
+        "S3 Standard", S3_PREFIX_RATES_PER_S["read"], S3_PREFIX_RATES_PER_S["write"],
+        S3_PREFIX_RATES_PER_S["list"], "prefix",
+        source="AWS, Best practices design patterns: optimizing Amazon S3 performance"),
+    # a directory bucket's own rates, whatever its prefixes
+    "s3-express": RatePreset(
+        "S3 Express One Zone", 200_000.0, 100_000.0, 200_000.0, "bucket",
+        source="AWS, Optimizing S3 Express One Zone performance"),
+    # a new bucket's initial rates, autoscaled by doubling every 20 minutes of load
+    "gcs": RatePreset(
+        "GCS", 5_000.0, 1_000.0, 5_000.0, "bucket", doubling_s=20 * 60.0,
+        source="Google Cloud, Request rate and access distribution guidelines",
+        lists_are_reads=True),
+})
+# No store documents a burst: a partition is taken to absorb this long at its rate at once
+PRESET_BURST_S = 1.0

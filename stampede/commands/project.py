@@ -14,6 +14,11 @@ from stampede.commands.flags import (
     rejoin_options,
     workload_from,
 )
+from stampede.commands.prefix_rates import (
+    add_prefix_rate_arguments,
+    prefix_rate_flags,
+    prefix_rate_table,
+)
 from stampede.errors import UsageError
 from stampede.model import contention as model
 from stampede.model.contention import METADATA_OPS, PHASES, SAVE_METADATA_OPS, SAVE_OPS
@@ -26,6 +31,8 @@ if TYPE_CHECKING:
     from stampede.commands import Subparsers
     from stampede.model.projection import Projection
     from stampede.model.traffic import LayoutBytes
+    from stampede.model.workload import Workload
+    from stampede.results.archived import Archive
     from stampede.results.cells import Row
 
 # per phase: (the metadata ops fitted by default, those --op may name); what is projected
@@ -42,7 +49,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
              "rank counts, and project time to last rank and the metadata stall to a rank "
              "count you cannot run.",
         description="Project the restore (or the save) to --target-ranks from archived runs at >= 3 "
-                    "rank counts.",
+                    "rank counts. On an object store, with --preset or --prefix-rate (or runs "
+                    "that met 503s), also each layout's request-rate table there: 503s, "
+                    "backoff, time to last rank, the prefixes or buckets K it needs.",
         epilog=model.__doc__)
     sub.add_argument("archives", nargs="+", metavar="ARCHIVE",
                      help="CSV archives holding restore (or save) runs at three or more rank "
@@ -81,6 +90,7 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                           "node if every run had one per node, else the largest run's)")
     add_workload_arguments(sub, old_names=True)
     add_rejoin_arguments(sub)
+    add_prefix_rate_arguments(sub)
     sub.set_defaults(func=cmd_project)
 
 
@@ -128,11 +138,7 @@ def chosen_ops(text: str, phase: str) -> tuple[str, ...]:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    from stampede.model.projection import project, scale_for
-    from stampede.model.rejoin import rejoin_verdict
-    from stampede.model.series import projection_notes, series_from_rows
     from stampede.present.report import make_console
-    from stampede.present.report_models import render_projection, render_rejoin
     from stampede.results.archived import Archive
 
     if args.target_ranks < 1:
@@ -142,7 +148,30 @@ def cmd_project(args: argparse.Namespace) -> int:
     ops = chosen_ops(args.op, args.phase)
     at_target_rejoin = rejoin_options(args)
     layouts = tuple(layout.strip() for layout in args.layout.split(",") if layout.strip())
+    rates_asked = prefix_rate_flags(args)
     archive = Archive.open(*args.archives)
+    # an object store's request-rate limit: the table of stampede.model.prefix_projection
+    rated = prefix_rate_table(rates_asked, archive, args.target_ranks, workload.bytes_per_rank,
+                              layouts)
+    try:
+        return _fit_and_project(args, archive, workload, known, ops, at_target_rejoin, layouts)
+    except UsageError as error:   # the request-rate table shown needs no contention fit
+        if not rated:
+            raise
+        make_console().print(f"[dim]no contention model: {error}[/]")
+        return 0
+
+
+def _fit_and_project(args: argparse.Namespace, archive: Archive, workload: Workload,
+                     known: Known, ops: tuple[str, ...],
+                     at_target_rejoin: tuple[int | None, float], layouts: tuple[str, ...]) -> int:
+    """The contention model fitted to the archive's runs and projected (and a rejoin's)."""
+    from stampede.model.projection import project, scale_for
+    from stampede.model.rejoin import rejoin_verdict
+    from stampede.model.series import projection_notes, series_from_rows
+    from stampede.present.report import make_console
+    from stampede.present.report_models import render_projection, render_rejoin
+
     rows = archive.rows
     # a rejoin run (one rank count, two ways back from a lost node) has a model of its own
     series = series_from_rows(archive.without(archive.rejoin_runs()).rows, layouts, ops,
