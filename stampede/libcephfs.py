@@ -124,10 +124,29 @@ ERROR_CLASSES = {errno.ENOENT: FileNotFoundError, errno.EEXIST: FileExistsError,
                  errno.ETIMEDOUT: TimeoutError, errno.ECONNREFUSED: ConnectionRefusedError}
 
 
+# What an errno means when CephFS returns it, said after the system's words (in a phase's
+# message, a refused lock): the three a cluster gives a client that did nothing wrong
+MEANINGS = {
+    errno.ENOSPC: "the cluster is full: an OSD past its full ratio, or the file's data "
+                  "pool at its quota (`ceph health detail` says which); nothing more can be "
+                  "written until space is freed or the limit raised",
+    errno.EDQUOT: "a CephFS quota is reached (ceph.quota.max_bytes or max_files of this "
+                  "directory or one above it)",
+    # libcephfs's EBLOCKLISTED
+    errno.ESHUTDOWN: "this client was evicted by the MDS (`ceph tell mds.* client evict`, "
+                     "or its session went stale): its session is closed and its address "
+                     "blocklisted on the OSDs, so it can do nothing more",
+}
+
+
 def failed(code: int, what: str) -> OSError:
-    """An OSError for libcephfs's -errno `code` (its subclass, as os.* raises)."""
+    """An OSError for libcephfs's -errno `code` (its subclass, as os.* raises), its words
+    the system's and, for a full cluster, a quota or an eviction, what that means."""
     number = -code if code < 0 else errno.EIO
-    return ERROR_CLASSES.get(number, OSError)(number, os.strerror(number), what)
+    words = os.strerror(number)
+    if number in MEANINGS:
+        words += f": {MEANINGS[number]}"
+    return ERROR_CLASSES.get(number, OSError)(number, words, what)
 
 
 class Mount:
