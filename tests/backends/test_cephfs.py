@@ -5,6 +5,7 @@ rank under a real mpiexec, and a POSIX target on a ceph-fuse mount."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -18,6 +19,8 @@ from stampede.backends import open_backend
 from stampede.backends.cephfs import parse_target
 from stampede.errors import UsageError
 from stampede.launcher import find_mpiexec
+from stampede.libcephfs import failed
+from stampede.run.outcome import describe
 from tests.helpers.cephcluster import CephCluster, is_mounted
 from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive
 
@@ -58,6 +61,23 @@ def test_a_target_that_cannot_be_is_refused_before_any_io(
 def _escaped(text: str) -> str:
     import re
     return re.escape(text)
+
+
+@pytest.mark.parametrize(("number", "said"), [
+    (errno.ENOSPC, "No space left on device: the cluster is full: an OSD past its full ratio"),
+    (errno.EDQUOT, "Disk quota exceeded: a CephFS quota is reached (ceph.quota.max_bytes"),
+    (errno.ESHUTDOWN, "Cannot send after transport endpoint shutdown: this client was "
+                      "evicted by the MDS"),
+    (errno.EIO, "Input/output error"),
+])
+def test_a_full_cluster_a_quota_and_an_eviction_are_said_once_in_a_phases_message(
+        number: int, said: str) -> None:
+    """libcephfs's -errno as the OSError a phase describes: the system's words, then what
+    they mean on CephFS, never the system's words twice."""
+    text = describe(failed(-number, "write"), direct=False)
+    assert text.startswith(said) and text.count(os.strerror(number)) == 1, text
+    assert describe(OSError(errno.ETIMEDOUT, "Connection timed out (no answer)"), False) == \
+        "Connection timed out (no answer)"
 
 
 def test_a_dead_monitor_is_an_error_within_the_timeout_not_a_hang() -> None:
