@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 
+from stampede.clibrary import Prototypes, load
 from stampede.errors import UsageError
 from stampede.launcher import launcher_rank
 
@@ -74,18 +75,9 @@ def library() -> ctypes.CDLL:
     global _lib
     if _lib is not None:
         return _lib
-    for name in LIBRARY_NAMES:
-        try:
-            lib = ctypes.CDLL(name, use_errno=True)
-            break
-        except OSError:
-            continue
-    else:
-        raise UsageError("cephfs:// targets need libcephfs, the CephFS client library, and it "
-                         "is not installed", hint=INSTALL_HINT)
     p, i, s, i64, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.c_size_t
     u = ctypes.c_uint
-    prototypes: dict[str, tuple[object, list[object]]] = {
+    prototypes: Prototypes = {
         "ceph_version": (s, [ctypes.POINTER(i)] * 3),
         "ceph_create": (i, [ctypes.POINTER(p), s]), "ceph_release": (i, [p]),
         "ceph_conf_read_file": (i, [p, s]), "ceph_conf_set": (i, [p, s, s]),
@@ -103,13 +95,8 @@ def library() -> ctypes.CDLL:
                                  ctypes.POINTER(p), ctypes.POINTER(sz)]),
         "ceph_buffer_free": (None, [p]),
     }
-    try:
-        for function_name, (restype, argtypes) in prototypes.items():
-            function = getattr(lib, function_name)
-            function.restype, function.argtypes = restype, argtypes
-    except AttributeError as error:
-        raise UsageError(f"the libcephfs found lacks {error.name or error}: too old for "
-                         "stampede's binding (Ceph 14 or later)", hint=INSTALL_HINT) from None
+    lib = load(LIBRARY_NAMES, prototypes, "cephfs:// targets need libcephfs, the CephFS "
+               "client library, and it is not installed", "Ceph 14 or later", INSTALL_HINT)
     _lib = lib
     return lib
 
