@@ -1,15 +1,16 @@
 """What a cephfs:// target does when the cluster fails it (a real single-node Ceph,
-tests/helpers/cephcluster.py, under a real mpiexec): a save into a full pool or a full
-OSD, and a client evicted by the MDS mid-restore and mid-save. Each ends in one clear
-error naming the rank, the file and what happened, exit status non-zero, no hang; the
-version published before stays published and restores; what was archived stays. The
-session's cluster is whole again after each (quota lifted, ratios back, blocklist
-cleared). (The MDS killed: tests/backends/test_cephfs.py.)"""
+tests/helpers/cephcluster.py, under a real mpiexec): a save into a full pool, a full OSD
+or past a directory's quota, and a client evicted by the MDS mid-restore and mid-save.
+Each ends in one clear error naming the rank, the file and what happened, exit status
+non-zero, no hang; the version published before stays published and restores; what was
+archived stays. The session's cluster is whole again after each (quota lifted, ratios
+back, blocklist cleared). (The MDS killed: tests/backends/test_cephfs.py.)"""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -123,6 +124,34 @@ def test_a_full_osd_refuses_the_save_before_it_writes_and_the_version_stays(
     assert "Traceback" not in text, text
     assert names(cephfs_target) == before
     assert published(cephfs_target) == ("v000001", {1: "complete"})
+    restores_verified(stampede, job, "v000001")
+    cleaned_away(stampede, job, cephfs_target)
+
+
+def test_a_save_past_a_directory_quota_names_rank_and_file_and_the_previous_version_stays(
+        stampede, ceph_cluster: CephCluster, cephfs_target: str, tmp_path: Path) -> None:
+    """Version 1 (8 MiB) saved; then a CephFS quota of 9 MiB on its series' directory,
+    once the MDS counts v1's bytes there (the clients check a write against that count).
+    Version 2's first writes pass the quota: EDQUOT on both ranks, said with the file and
+    what it means; v2 never published, v1 stays published and restores."""
+    job = one_save_job(tmp_path, cephfs_target)
+    first = stampede("save", str(job), np=2)
+    assert first.returncode == 0, first.stdout + first.stderr
+    series = in_fs(cephfs_target, "saves/sharded")
+    deadline = time.monotonic() + 30
+    while int(ceph_cluster.get_xattr(series, "ceph.dir.rbytes")) < 8 * MiB:
+        assert time.monotonic() < deadline, "the MDS never counted v1's bytes"
+        time.sleep(0.25)
+    ceph_cluster.set_xattr(series, "ceph.quota.max_bytes", str(9 * MiB))
+    failed = stampede("save", str(job), np=2)
+    text = said(failed)
+    assert failed.returncode == 1, text
+    for rank in (0, 1):
+        assert f"rank {rank}: write saves/sharded/v000002/sharded/.shard-0000{rank}" in text, text
+    assert ("Disk quota exceeded: a CephFS quota is reached (ceph.quota.max_bytes or "
+            "max_files of this directory or one above it)") in text, text
+    assert "Traceback" not in text, text
+    assert published(cephfs_target) == ("v000001", {1: "complete", 2: "invalid"})
     restores_verified(stampede, job, "v000001")
     cleaned_away(stampede, job, cephfs_target)
 

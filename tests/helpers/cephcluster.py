@@ -131,6 +131,20 @@ class CephCluster:
             if code < 0:
                 raise OSError(-code, f"setxattr {name}={value} on {path}: {os.strerror(-code)}")
 
+    def get_xattr(self, path: str, name: str) -> str:
+        """A CephFS virtual xattr's value (ceph.dir.rbytes: the MDS's count of the bytes
+        below a directory, what the clients' quota check adds to)."""
+        with self.client() as mount:
+            getxattr = mount.lib.ceph_getxattr
+            getxattr.restype = ctypes.c_int
+            getxattr.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                 ctypes.c_void_p, ctypes.c_size_t]
+            value = ctypes.create_string_buffer(256)
+            code = getxattr(mount.cmount, path.encode(), name.encode(), value, len(value))
+            if code < 0:
+                raise OSError(-code, f"getxattr {name} of {path}: {os.strerror(-code)}")
+            return value.raw[:code].decode()
+
     def pool_flags(self, pool: str) -> list[str]:
         dump = json.loads(self.ceph("osd", "dump", "--format", "json"))
         return next(entry["flags_names"].split(",") for entry in dump["pools"]
