@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 
+from stampede.clibrary import Prototypes, load
 from stampede.errors import UsageError
 from stampede.launcher import launcher_rank
 
@@ -74,18 +75,9 @@ def library() -> ctypes.CDLL:
     global _lib
     if _lib is not None:
         return _lib
-    for name in LIBRARY_NAMES:
-        try:
-            lib = ctypes.CDLL(name, use_errno=True)
-            break
-        except OSError:
-            continue
-    else:
-        raise UsageError("cephfs:// targets need libcephfs, the CephFS client library, and it "
-                         "is not installed", hint=INSTALL_HINT)
     p, i, s, i64, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.c_size_t
     u = ctypes.c_uint
-    prototypes: dict[str, tuple[object, list[object]]] = {
+    prototypes: Prototypes = {
         "ceph_version": (s, [ctypes.POINTER(i)] * 3),
         "ceph_create": (i, [ctypes.POINTER(p), s]), "ceph_release": (i, [p]),
         "ceph_conf_read_file": (i, [p, s]), "ceph_conf_set": (i, [p, s, s]),
@@ -103,13 +95,8 @@ def library() -> ctypes.CDLL:
                                  ctypes.POINTER(p), ctypes.POINTER(sz)]),
         "ceph_buffer_free": (None, [p]),
     }
-    try:
-        for function_name, (restype, argtypes) in prototypes.items():
-            function = getattr(lib, function_name)
-            function.restype, function.argtypes = restype, argtypes
-    except AttributeError as error:
-        raise UsageError(f"the libcephfs found lacks {error.name or error}: too old for "
-                         "stampede's binding (Ceph 14 or later)", hint=INSTALL_HINT) from None
+    lib = load(LIBRARY_NAMES, prototypes, "cephfs:// targets need libcephfs, the CephFS "
+               "client library, and it is not installed", "Ceph 14 or later", INSTALL_HINT)
     _lib = lib
     return lib
 
@@ -124,10 +111,29 @@ ERROR_CLASSES = {errno.ENOENT: FileNotFoundError, errno.EEXIST: FileExistsError,
                  errno.ETIMEDOUT: TimeoutError, errno.ECONNREFUSED: ConnectionRefusedError}
 
 
+# What an errno means when CephFS returns it, said after the system's words (in a phase's
+# message, a refused lock): the three a cluster gives a client that did nothing wrong
+MEANINGS = {
+    errno.ENOSPC: "the cluster is full: an OSD past its full ratio, or the file's data "
+                  "pool at its quota (`ceph health detail` says which); nothing more can be "
+                  "written until space is freed or the limit raised",
+    errno.EDQUOT: "a CephFS quota is reached (ceph.quota.max_bytes or max_files of this "
+                  "directory or one above it)",
+    # libcephfs's EBLOCKLISTED
+    errno.ESHUTDOWN: "this client was evicted by the MDS (`ceph tell mds.* client evict`, "
+                     "or its session went stale): its session is closed and its address "
+                     "blocklisted on the OSDs, so it can do nothing more",
+}
+
+
 def failed(code: int, what: str) -> OSError:
-    """An OSError for libcephfs's -errno `code` (its subclass, as os.* raises)."""
+    """An OSError for libcephfs's -errno `code` (its subclass, as os.* raises), its words
+    the system's and, for a full cluster, a quota or an eviction, what that means."""
     number = -code if code < 0 else errno.EIO
-    return ERROR_CLASSES.get(number, OSError)(number, os.strerror(number), what)
+    words = os.strerror(number)
+    if number in MEANINGS:
+        words += f": {MEANINGS[number]}"
+    return ERROR_CLASSES.get(number, OSError)(number, words, what)
 
 
 class Mount:

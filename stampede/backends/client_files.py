@@ -136,15 +136,23 @@ class ClientFiles:
 
     def create_new(self, relpath: str, data: bytes) -> None:
         """The file created only where none is (the server refuses a second, whatever
-        client made the first), then the record written and made durable."""
+        client made the first), then the record written and made durable; where that
+        fails (a full cluster), the file this call made is removed again: an empty lock
+        left behind would hold the target for no one."""
         self._make_parent(relpath)
-        handle = self.create_exclusive(self.path(relpath))
+        path = self.path(relpath)
+        handle = self.create_exclusive(path)
         try:
-            if data:
-                self.write_from(handle, memoryview(bytearray(data)), 0)
-            self.client.fsync(handle)
-        finally:
-            self.client.close(handle)
+            try:
+                if data:
+                    self.write_from(handle, memoryview(bytearray(data)), 0)
+                self.client.fsync(handle)
+            finally:
+                self.client.close(handle)
+        except OSError:
+            with suppress(OSError):
+                self.client.unlink(path)
+            raise
 
     def _make_parent(self, relpath: str) -> None:
         directory = relpath.rpartition("/")[0]

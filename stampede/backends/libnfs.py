@@ -17,6 +17,7 @@ import os
 import socket
 import uuid
 
+from stampede.clibrary import Prototypes, load
 from stampede.errors import UsageError
 
 INSTALL_HINT = "apt-get install libnfs13 (Debian/Ubuntu; libnfs on RHEL: dnf install libnfs)"
@@ -49,18 +50,9 @@ def library() -> ctypes.CDLL:
     if _lib is not None:
         return _lib
     found = ctypes.util.find_library("nfs")
-    for name in (*LIBRARY_NAMES, *([found] if found else [])):
-        try:
-            lib = ctypes.CDLL(name, use_errno=True)
-            break
-        except OSError:
-            continue
-    else:
-        raise UsageError("nfs:// targets need libnfs, the user-space NFS client, and it is not "
-                         "installed", hint=INSTALL_HINT)
     p, i, u64, s = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p
     fh = ctypes.POINTER(ctypes.c_void_p)
-    prototypes: dict[str, tuple[object, list[object]]] = {
+    prototypes: Prototypes = {
         "nfs_init_context": (p, []), "nfs_destroy_context": (None, [p]),
         "nfs_get_error": (s, [p]), "nfs_set_timeout": (None, [p, i]),
         "nfs_set_version": (i, [p, i]), "nfs_set_autoreconnect": (None, [p, i]),
@@ -79,13 +71,9 @@ def library() -> ctypes.CDLL:
         "nfs_rename": (i, [p, s, s]), "nfs_opendir": (i, [p, s, fh]),
         "nfs_readdir": (ctypes.POINTER(Dirent), [p, p]), "nfs_closedir": (None, [p, p]),
     }
-    try:
-        for name, (restype, argtypes) in prototypes.items():
-            function = getattr(lib, name)
-            function.restype, function.argtypes = restype, argtypes
-    except AttributeError as error:
-        raise UsageError(f"the libnfs found lacks {error.name or error}: too old or too new "
-                         "for stampede's binding (libnfs 4 or 5)", hint=INSTALL_HINT) from None
+    lib = load((*LIBRARY_NAMES, *([found] if found else [])), prototypes,
+               "nfs:// targets need libnfs, the user-space NFS client, and it is not installed",
+               "libnfs 4 or 5", INSTALL_HINT)
     _lib = lib
     return lib
 

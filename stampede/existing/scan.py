@@ -13,7 +13,7 @@ import stat as stat_module
 
 from stampede.backends import open_backend
 from stampede.checkpoint.manifest import MANIFEST_NAME
-from stampede.errors import CheckpointError
+from stampede.errors import CheckpointError, UsageError
 from stampede.existing.catalogue import Catalogue, Location
 from stampede.existing.dcp import DCP_INDEX, metadata_parser, scan_dcp
 from stampede.existing.hdf5 import SUFFIXES as HDF5_SUFFIXES
@@ -188,6 +188,10 @@ def _refuse_prepared(location: Location, storage_options: dict[str, object] | No
         except (FileNotFoundError, PermissionError):
             # S3 answers 403, not 404, for a missing key to a reader without s3:ListBucket:
             # read-only credentials must still scan
+            continue
+        except UsageError:
+            # the parent is no target of its own (cephfs://mon, nfs://server: the file
+            # system's root above a checkpoint in its top directory): nothing prepared there
             continue
         except OSError as error:
             raise CheckpointError(f"{where}/{MANIFEST_NAME}: {error.strerror or error}") from None

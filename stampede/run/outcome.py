@@ -45,7 +45,8 @@ def describe(error: OSError, direct: bool, follow_links: bool = True) -> str:
         return "a symbolic link, not the file prepare wrote (refused, as a missing file is)"
     text = os.strerror(error.errno) if error.errno else str(error)
     if error.errno and error.strerror and error.strerror != text:   # a backend's own words
-        text += f": {error.strerror}"   # (S3's status and code, libnfs's): kept
+        # (S3's status and code, libnfs's, libcephfs's): kept, once where they repeat it
+        text = error.strerror if error.strerror.startswith(text) else f"{text}: {error.strerror}"
     if direct and error.errno == errno.EINVAL:
         text += " (O_DIRECT refused: the file system may not support it)"
     return text

@@ -5,11 +5,12 @@ rank under a real mpiexec, and a POSIX target on a ceph-fuse mount."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
-import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,10 @@ import pytest
 from stampede.backends import open_backend
 from stampede.backends.cephfs import parse_target
 from stampede.errors import UsageError
-from stampede.launcher import find_mpiexec
-from tests.helpers.cephcluster import CephCluster, is_mounted
-from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive
+from stampede.libcephfs import failed
+from stampede.run.outcome import describe
+from tests.helpers.cephcluster import CephCluster, is_mounted, while_running
+from tests.helpers.jobs import read_archive
 
 
 @pytest.mark.parametrize(("target", "options", "parsed"), [
@@ -58,6 +60,23 @@ def test_a_target_that_cannot_be_is_refused_before_any_io(
 def _escaped(text: str) -> str:
     import re
     return re.escape(text)
+
+
+@pytest.mark.parametrize(("number", "said"), [
+    (errno.ENOSPC, "No space left on device: the cluster is full: an OSD past its full ratio"),
+    (errno.EDQUOT, "Disk quota exceeded: a CephFS quota is reached (ceph.quota.max_bytes"),
+    (errno.ESHUTDOWN, "Cannot send after transport endpoint shutdown: this client was "
+                      "evicted by the MDS"),
+    (errno.EIO, "Input/output error"),
+])
+def test_a_full_cluster_a_quota_and_an_eviction_are_said_once_in_a_phases_message(
+        number: int, said: str) -> None:
+    """libcephfs's -errno as the OSError a phase describes: the system's words, then what
+    they mean on CephFS, never the system's words twice."""
+    text = describe(failed(-number, "write"), direct=False)
+    assert text.startswith(said) and text.count(os.strerror(number)) == 1, text
+    assert describe(OSError(errno.ETIMEDOUT, "Connection timed out (no answer)"), False) == \
+        "Connection timed out (no answer)"
 
 
 def test_a_dead_monitor_is_an_error_within_the_timeout_not_a_hang() -> None:
@@ -193,129 +212,93 @@ def test_a_posix_target_on_a_ceph_fuse_mount_is_said_to_be_one(
         assert not target.exists()
 
 
-@pytest.mark.mpi
-def test_an_mds_killed_mid_restore_and_started_again_ends_a_valid_run(
-        stampede, tmp_path: Path) -> None:
-    """A cluster of its own: the MDS SIGKILLed while two ranks restore, started again 10 s
-    later. Each client holds the caps of the files it reads, so its reads (from the OSDs)
-    and its stats and opens (from its caps) go on without the MDS; what needs the MDS (the
-    lock's release at the end) waits for it, up to timeout_s (60 s here), and the run ends
-    valid once it is back."""
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[CephCluster]:
+    """A cluster of the test's own (its MDS is killed: the session's must stay whole)."""
     from tests.helpers.cephcluster import require, running_cluster
 
     require()
-    mpiexec = find_mpiexec()
-    assert mpiexec is not None
     with running_cluster(tmp_path / "cluster") as cluster:
-        archive = tmp_path / "results" / "kill.csv"
-        job = quickstart(cluster.url("kill"), archive, "--set", "checkpoint.layout=['sharded']",
-                         "--set", "run.warmup=0", "--set", "run.verify=none",
-                         # stampede waits this long for an MDS: longer than it is away
-                         "--set", "target.storage_options={timeout_s=60}")
-        prepared = stampede("prepare", *job, np=2)
-        assert prepared.returncode == 0, prepared.stdout + prepared.stderr
-        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "run",
-                                    *job, "--set", "run.iterations=1500"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   cwd=tmp_path)
-        try:
-            assert running.stderr is not None
-            while " took " not in (line := running.stderr.readline()):   # restoring now
-                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
-            cluster.kill_mds()
-            time.sleep(10)
+        yield cluster
+
+
+def killed_mds(cluster: CephCluster, back_after_s: float | None = None
+               ) -> Callable[[subprocess.Popen[str]], None]:
+    """The fault: the MDS SIGKILLed, and started again `back_after_s` later (None: never)."""
+    def fault(running: subprocess.Popen[str]) -> None:
+        cluster.kill_mds()
+        if back_after_s is not None:
+            time.sleep(back_after_s)
             cluster.start_mds()
-            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
-        finally:
-            if running.poll() is None:
-                running.kill()
-                running.communicate()
-    said = " ".join((out + err).split())
-    assert running.returncode == 0, said
+    return fault
+
+
+def each_rank_gave_up_in_one_line(status: int, out: str, err: str, bound_s: int) -> None:
+    """Exit status 1; each rank stuck on a call ended with its own line naming the MDS."""
+    assert status == 1, out + err
+    said = [line for line in err.splitlines() if f"had no answer within {bound_s} s" in line]
+    assert said and all("the MDS is not answering" in line for line in said), err
+    assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
+
+
+@pytest.mark.mpi
+def test_an_mds_killed_mid_restore_and_started_again_ends_a_valid_run(
+        stampede, own_cluster: CephCluster, tmp_path: Path) -> None:
+    """The MDS SIGKILLed while two ranks restore, started again 10 s later. Each client
+    holds the caps of the files it reads, so its reads (from the OSDs) and its stats and
+    opens (from its caps) go on without the MDS; what needs the MDS (the lock's release
+    at the end) waits for it, up to timeout_s (60 s here), and the run ends valid once it
+    is back."""
+    archive = tmp_path / "results" / "kill.csv"
+    job = quickstart(own_cluster.url("kill"), archive, "--set", "checkpoint.layout=['sharded']",
+                     "--set", "run.warmup=0", "--set", "run.verify=none",
+                     # stampede waits this long for an MDS: longer than it is away
+                     "--set", "target.storage_options={timeout_s=60}")
+    prepared = stampede("prepare", *job, np=2)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    status, out, err = while_running(["run", *job, "--set", "run.iterations=1500"], tmp_path,
+                                     killed_mds(own_cluster, back_after_s=10))
+    assert status == 0, " ".join((out + err).split())
     restores = [row for row in read_archive(archive) if row["op"] == "restore"]
     assert [(row["valid"], row["errors"]) for row in restores] == [("true", "0")]
 
 
 @pytest.mark.mpi
 def test_an_mds_killed_mid_restore_and_never_back_ends_the_run_in_one_line_per_rank(
-        stampede, tmp_path: Path) -> None:
-    """A cluster of its own: the MDS SIGKILLed while two ranks restore, never started
-    again. What needs it (the lock's release at the end, at the latest) has no answer;
-    the call's watchdog ends each rank stuck on it after timeout_s with one line naming
-    the MDS and the bound: exit status 1, and the run archived before it still there."""
-    from tests.helpers.cephcluster import require, running_cluster
-
-    require()
-    mpiexec = find_mpiexec()
-    assert mpiexec is not None
-    with running_cluster(tmp_path / "cluster") as cluster:
-        archive = tmp_path / "results" / "dead.csv"
-        job = quickstart(cluster.url("dead"), archive, "--set", "checkpoint.layout=['sharded']",
-                         "--set", "run.warmup=0", "--set", "run.verify=none",
-                         "--set", "target.storage_options={timeout_s=5}")
-        for command in ("prepare", "run"):
-            result = stampede(command, *job, np=2)
-            assert result.returncode == 0, result.stdout + result.stderr
-        archived = read_archive(archive)
-        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "run",
-                                    *job, "--set", "run.iterations=300"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   cwd=tmp_path)
-        try:
-            assert running.stderr is not None
-            while " took " not in (line := running.stderr.readline()):   # restoring now
-                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
-            cluster.kill_mds()
-            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
-        finally:
-            if running.poll() is None:
-                running.kill()
-                running.communicate()
-    print(out[-2000:], err[-3000:])
-    assert running.returncode == 1, out + err
-    said = [line for line in err.splitlines() if "had no answer within 5 s" in line]
-    assert said and all("the MDS is not answering" in line for line in said), err
-    assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
+        stampede, own_cluster: CephCluster, tmp_path: Path) -> None:
+    """The MDS SIGKILLed while two ranks restore, never started again. What needs it (the
+    lock's release at the end, at the latest) has no answer; the call's watchdog ends
+    each rank stuck on it after timeout_s with one line naming the MDS and the bound:
+    exit status 1, and the run archived before it still there."""
+    archive = tmp_path / "results" / "dead.csv"
+    job = quickstart(own_cluster.url("dead"), archive, "--set", "checkpoint.layout=['sharded']",
+                     "--set", "run.warmup=0", "--set", "run.verify=none",
+                     "--set", "target.storage_options={timeout_s=5}")
+    for command in ("prepare", "run"):
+        result = stampede(command, *job, np=2)
+        assert result.returncode == 0, result.stdout + result.stderr
+    archived = read_archive(archive)
+    status, out, err = while_running(["run", *job, "--set", "run.iterations=300"], tmp_path,
+                                     killed_mds(own_cluster))
+    each_rank_gave_up_in_one_line(status, out, err, 5)
     assert read_archive(archive)[:len(archived)] == archived
 
 
 @pytest.mark.mpi
 def test_an_mds_killed_mid_save_and_never_back_ends_each_stuck_rank_in_one_line(
-        stampede, tmp_path: Path) -> None:
-    """A cluster of its own: the MDS SIGKILLed while two ranks save version after version
-    (each a mkdir, creates and renames: the MDS's), never started again. Each rank stuck
-    on a call ends after timeout_s with its own line; exit status 1; the save archived
-    before it still there."""
-    from tests.helpers.cephcluster import require, running_cluster
-
-    require()
-    mpiexec = find_mpiexec()
-    assert mpiexec is not None
-    with running_cluster(tmp_path / "cluster") as cluster:
-        archive = tmp_path / "results" / "dead-save.csv"
-        job = quickstart(cluster.url("dead-save"), archive, "--set",
-                         "checkpoint.layout=['sharded']", "--set", "run.warmup=0",
-                         "--set", "target.storage_options={timeout_s=5}")
-        result = stampede("save", *job, np=2)
-        assert result.returncode == 0, result.stdout + result.stderr
-        archived = read_archive(archive)
-        running = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "stampede", "save",
-                                    *job, "--set", "run.iterations=400"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   cwd=tmp_path)
-        try:
-            assert running.stderr is not None
-            while " took " not in (line := running.stderr.readline()):   # saving now
-                assert line, running.communicate(timeout=RUN_TIMEOUT_S)
-            cluster.kill_mds()
-            out, err = running.communicate(timeout=RUN_TIMEOUT_S)
-        finally:
-            if running.poll() is None:
-                running.kill()
-                running.communicate()
-    print(err[-3000:])
-    assert running.returncode == 1, out + err
-    said = [line for line in err.splitlines() if "had no answer within 5 s" in line]
-    assert said and all("the MDS is not answering" in line for line in said), err
-    assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
+        stampede, own_cluster: CephCluster, tmp_path: Path) -> None:
+    """The MDS SIGKILLed while two ranks save version after version (each a mkdir,
+    creates and renames: the MDS's), never started again. Each rank stuck on a call ends
+    after timeout_s with its own line; exit status 1; the save archived before it still
+    there."""
+    archive = tmp_path / "results" / "dead-save.csv"
+    job = quickstart(own_cluster.url("dead-save"), archive, "--set",
+                     "checkpoint.layout=['sharded']", "--set", "run.warmup=0",
+                     "--set", "target.storage_options={timeout_s=5}")
+    result = stampede("save", *job, np=2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    archived = read_archive(archive)
+    status, out, err = while_running(["save", *job, "--set", "run.iterations=400"], tmp_path,
+                                     killed_mds(own_cluster))
+    each_rank_gave_up_in_one_line(status, out, err, 5)
     assert read_archive(archive)[:len(archived)] == archived

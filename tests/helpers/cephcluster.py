@@ -18,15 +18,17 @@ then it fails.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +37,10 @@ from typing import Any
 import pytest
 
 from stampede.emulate.mds import sigterm_when_parent_dies
+from stampede.launcher import find_mpiexec
 from tests.helpers import requires
+from tests.helpers.jobs import RUN_TIMEOUT_S
+from tests.helpers.processes import descendants
 from tests.helpers.s3server import bindable
 
 PORT_RANGE = (26_000, 28_000)
@@ -49,6 +54,7 @@ COMMAND_TIMEOUT_S = 30       # one `ceph` command (its own connect timeout is be
 STOP_WAIT_S = 2.0          # then SIGKILL: the cluster keeps nothing (one daemon took 5 s here)
 MEMSTORE_BYTES = 2 * 1024**3  # the OSD's memory: the tests' checkpoints are MiBs
 FS_NAME = "cephfs"
+FLAG_WAIT_S = 60.0           # a pool or OSD flagged full, or not (seconds here)
 
 
 @dataclass
@@ -98,6 +104,117 @@ class CephCluster:
         """The MDS started again (it replays its journal, and the clients reconnect)."""
         _spawn(self, "mds", ["ceph-mds", "-i", "a"])
 
+    # --- faults: a full pool or OSD, an evicted client --------------------------------
+
+    @contextmanager
+    def client(self) -> Iterator[Any]:
+        """A libcephfs client of this cluster (stampede.libcephfs.Mount) for the block."""
+        from stampede.libcephfs import Mount
+
+        mount = Mount({"err_to_stderr": "false", "log_to_stderr": "false"}, str(self.conf),
+                      None, None)
+        try:
+            yield mount
+        finally:
+            mount.release()
+
+    def set_xattr(self, path: str, name: str, value: str) -> None:
+        """A CephFS virtual xattr (ceph.dir.layout.pool, ceph.quota.max_bytes...) set on a
+        path of the file system ("/dir")."""
+        with self.client() as mount:
+            setxattr = mount.lib.ceph_setxattr
+            setxattr.restype = ctypes.c_int
+            setxattr.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                 ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
+            code = setxattr(mount.cmount, path.encode(), name.encode(), value.encode(),
+                            len(value.encode()), 0)
+            if code < 0:
+                raise OSError(-code, f"setxattr {name}={value} on {path}: {os.strerror(-code)}")
+
+    def get_xattr(self, path: str, name: str) -> str:
+        """A CephFS virtual xattr's value (ceph.dir.rbytes: the MDS's count of the bytes
+        below a directory, what the clients' quota check adds to)."""
+        with self.client() as mount:
+            getxattr = mount.lib.ceph_getxattr
+            getxattr.restype = ctypes.c_int
+            getxattr.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                 ctypes.c_void_p, ctypes.c_size_t]
+            value = ctypes.create_string_buffer(256)
+            code = getxattr(mount.cmount, path.encode(), name.encode(), value, len(value))
+            if code < 0:
+                raise OSError(-code, f"getxattr {name} of {path}: {os.strerror(-code)}")
+            return value.raw[:code].decode()
+
+    def pool_flags(self, pool: str) -> list[str]:
+        dump = json.loads(self.ceph("osd", "dump", "--format", "json"))
+        return next(entry["flags_names"].split(",") for entry in dump["pools"]
+                    if entry["pool_name"] == pool)
+
+    def health_checks(self) -> set[str]:
+        return set(json.loads(self.ceph("health", "--format", "json")).get("checks", {}))
+
+    @contextmanager
+    def full_pool(self, directory: str) -> Iterator[str]:
+        """A data pool of its own for the files made under `directory` from now on (its
+        ceph.dir.layout.pool), full: its quota (max_objects 1) reached by one object, so
+        the monitors flag it full and every write into it fails as into a full cluster,
+        while the rest of the file system (the session's other tests) takes writes. The
+        quota lifted at the end; the pool stays (new files of `directory` still go there)."""
+        pool = f"full-{uuid.uuid4().hex[:8]}"
+        self.ceph("osd", "pool", "create", pool, "8")
+        self.ceph("fs", "add_data_pool", FS_NAME, pool)
+        with self.client() as mount:
+            mount.mkdir(f"/{pool}".encode(), 0o750)
+        self.set_xattr(f"/{pool}", "ceph.dir.layout.pool", pool)
+        with self.client() as mount:          # the one object that fills it
+            handle = mount.open(f"/{pool}/filler".encode(), os.O_WRONLY | os.O_CREAT, 0o640)
+            data = ctypes.create_string_buffer(4096)
+            mount.pwrite(handle, ctypes.addressof(data), 4096, 0)
+            mount.fsync(handle)
+            mount.close(handle)
+        self.set_xattr(directory, "ceph.dir.layout.pool", pool)
+        self.ceph("osd", "pool", "set-quota", pool, "max_objects", "1")
+        try:
+            _wait(lambda: "full" in self.pool_flags(pool), f"pool {pool} flagged full")
+            yield pool
+        finally:
+            self.ceph("osd", "pool", "set-quota", pool, "max_objects", "0")
+            _wait(lambda: "full" not in self.pool_flags(pool), f"pool {pool} not full")
+
+    @contextmanager
+    def osd_full(self) -> Iterator[None]:
+        """The OSD full: its full ratio (and the two below it, kept in order) set under
+        what it holds, until the monitors say OSD_FULL; the defaults back at the end, until
+        they say it no more (the session's cluster is whole again)."""
+        for which, ratio in (("nearfull", "0.0008"), ("backfillfull", "0.0009"),
+                             ("full", "0.001")):
+            self.ceph("osd", f"set-{which}-ratio", ratio)
+        try:
+            _wait(lambda: "OSD_FULL" in self.health_checks(), "the OSD full")
+            yield
+        finally:
+            for which, ratio in (("full", "0.95"), ("backfillfull", "0.90"),
+                                 ("nearfull", "0.85")):
+                self.ceph("osd", f"set-{which}-ratio", ratio)
+            _wait(lambda: not self.health_checks() & {"OSD_FULL", "POOL_FULL", "OSD_NEARFULL",
+                                                      "OSD_BACKFILLFULL"}, "the OSD not full")
+
+    def evict_process(self, pid: int) -> list[int]:
+        """Every client of process `pid` (the MDS's `client ls`: its metadata's pid)
+        evicted (`ceph tell mds.a client evict`: its session closed, its address
+        blocklisted on the OSDs): their ids."""
+        sessions = json.loads(self.ceph("tell", "mds.a", "client", "ls", "--format", "json"))
+        ids = [int(entry["id"]) for entry in sessions
+               if entry.get("client_metadata", {}).get("pid") == str(pid)]
+        for client_id in ids:
+            self.ceph("tell", "mds.a", "client", "evict", f"id={client_id}")
+        return ids
+
+    def clear_blocklist(self) -> None:
+        """The evicted clients' addresses off the OSDs' blocklist (each client's address is
+        its own, so no other client is refused meanwhile; cleared all the same)."""
+        self.ceph("osd", "blocklist", "clear")
+
     @contextmanager
     def mounted(self, mountpoint: Path) -> Iterator[Path]:
         """A ceph-fuse mount of the file system's root at `mountpoint` (made), in the
@@ -124,6 +241,48 @@ class CephCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _wait(condition: Callable[[], bool], what: str, limit_s: float = FLAG_WAIT_S) -> None:
+    """Until `condition()` (the monitors' flags change within seconds); RuntimeError after
+    limit_s."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not within {limit_s:.0f} s: {what}")
+        time.sleep(0.25)
+
+
+def rank_pid(launcher_pid: int, rank: int) -> int:
+    """The process of MPI rank `rank` among the launcher's descendants (its PMI_RANK)."""
+    for pid in descendants(launcher_pid):
+        with suppress(OSError):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"PMI_RANK={rank}".encode() in environ:
+                return pid
+    raise RuntimeError(f"no rank {rank} under process {launcher_pid}")
+
+
+def while_running(args: list[str], cwd: Path, fault: Callable[[subprocess.Popen[str]], None],
+                  np: int = 2) -> tuple[int, str, str]:
+    """`mpiexec -n np stampede ARGS` started; once its first iteration is done (" took "
+    on its stderr: restoring or saving now), `fault(process)`; then waited for (killed if
+    it outlives RUN_TIMEOUT_S): (exit status, stdout, stderr)."""
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    running = subprocess.Popen([mpiexec, "-n", str(np), sys.executable, "-m", "stampede", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    try:
+        assert running.stderr is not None
+        while " took " not in (line := running.stderr.readline()):
+            assert line, running.communicate(timeout=RUN_TIMEOUT_S)
+        fault(running)
+        out, err = running.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
+    return running.returncode, out, err
 
 
 def is_mounted(mountpoint: Path) -> bool:
