@@ -27,10 +27,11 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
         console.rule(f"[bold]stampede loaders[/]  {first.nranks} rank(s), "
                      f"{format_bytes(first.bytes_total)} per restore")
     raw = any(math.isfinite(line.raw_efficiency) for line in lines)   # run.ceiling measured
+    ampl = any(math.isfinite(line.amplification[0]) for line in lines)   # rows that say it
     table = new_table("Real loaders beside the storage ceiling (same bytes, same run)",
                       ("loader", "device", "assign", "cache", "last rank", "GB/s",
-                       "efficiency", *(("vs raw",) if raw else ()), "read ampl\nnode/rank",
-                       "dominant"),
+                       "efficiency", *(("vs raw",) if raw else ()), 
+                       *(("read ampl\nnode/rank",) if ampl else ()), "dominant"),
                       left=("loader", "device", "assign", "cache", "dominant"))
     for line in lines:
         name = line.loader if line.valid else f"[red]{line.loader} (INVALID)[/]"
@@ -39,7 +40,8 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
                       "ceiling" if line.loader.startswith("stampede") else
                       "-" if math.isnan(line.efficiency) else f"{line.efficiency:.0%}",
                       *((efficiency_text(line.raw_efficiency) or "-",) if raw else ()),
-                      _amplification(line.amplification), line.dominant or "-")
+                      *((_amplification(line.amplification),) if ampl else ()),
+                      line.dominant or "-")
     console.print(table)
     if raw:
         console.print("[dim]vs raw = GB/s per node over the node's raw-read ceiling (run.ceiling: "
