@@ -32,7 +32,8 @@ FORMATS = ("raw", "safetensors", "hdf5")
 DTYPES = tuple(WRITTEN)
 CACHE_MODES = ("warm", "cold", "direct")
 SOURCES = ("synthetic", "existing")
-ASSIGN_POLICIES = ("files", "tensor-slices", "saved")   # stampede.existing.catalogue: who reads what
+# stampede.existing.assign: who reads what of an existing checkpoint
+ASSIGN_POLICIES = ("files", "tensor-slices", "saved", "reshard")
 VERIFY_MODES = ("none", "sha256", "xxh3")
 SAVE_MODES = ("sync", "async")
 DURABILITY = ("fsync", "none")
@@ -86,7 +87,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("checkpoint.assign", "assign", values.choice_list(ASSIGN_POLICIES, unique=True), ("files",),
            "existing checkpoints: who reads what. files = whole files to ranks, balanced by "
            "bytes; tensor-slices = every rank a 1/N slice of every tensor (tensor-parallel); "
-           "saved = DCP files to the rank that saved them (mod N). A list runs each in turn",
+           "saved = DCP files to the rank that saved them (mod N); reshard = every rank its 1/N "
+           "of every tensor's rows (dim 0), read as byte ranges of the saved chunks, at any "
+           "rank count (DCP saved at 4, restored at 2 or 3). A list runs each in turn",
            "assign"),
     Option("checkpoint.from", "from_path", values.optional_path, "",
            "prepare: fill the job's layouts with the tensors of this existing checkpoint "

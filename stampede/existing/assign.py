@@ -9,19 +9,20 @@ catalogue into each rank's extents and RankPlan; pure, no I/O.
   files: on byte boundaries): the
   tensor-parallel load. A tensor with fewer elements than ranks leaves some ranks out.
 - saved (dcp only): rank r reads what saving ranks s with s % N == r wrote.
+- reshard: rank r of N holds rows [r R // N, (r + 1) R // N) of every tensor's dim 0 and
+  reads exactly their bytes, whatever rank count saved it (stampede.existing.reshard).
 """
 
 from __future__ import annotations
 
-import heapq
 import os
-from collections.abc import Iterable
 
 from stampede.checkpoint.plan import Extent, RankPlan
 from stampede.dtypes import FLOATS
 from stampede.errors import UsageError
-from stampede.existing.catalogue import RAW_FORMATS, Catalogue, TensorInfo
+from stampede.existing.catalogue import RAW_FORMATS, Catalogue, TensorInfo, balance
 from stampede.existing.dcp import SAVED_BY
+from stampede.existing.reshard import reshard
 from stampede.spec import ASSIGN_POLICIES, JobSpec
 
 
@@ -35,6 +36,8 @@ def assign(catalogue: Catalogue, policy: str, nranks: int, rank: int) -> tuple[E
     if nranks < 1 or not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} outside 0..{nranks - 1}")
     raw = catalogue.format in RAW_FORMATS
+    if policy == "reshard":
+        return reshard(catalogue, nranks, rank)
     if policy == "tensor-slices":
         return tuple(extent for tensor in catalogue.tensors
                      if (extent := _slice(tensor, raw, nranks, rank)) is not None)
@@ -44,17 +47,6 @@ def assign(catalogue: Catalogue, policy: str, nranks: int, rank: int) -> tuple[E
         owners = _saved_owners(catalogue, nranks)
     return tuple(_whole(tensor, raw) for tensor in catalogue.tensors
                  if tensor.nbytes and owners[tensor.relpath] == rank)
-
-
-def balance(files: Iterable[tuple[str, int]], nranks: int) -> dict[str, int]:
-    """relpath -> rank: largest file first to the least-loaded rank (ties: lower rank)."""
-    loads = [(0, rank) for rank in range(nranks)]
-    owners = {}
-    for relpath, size in sorted(files, key=lambda item: (-item[1], item[0])):
-        load, rank = heapq.heappop(loads)
-        owners[relpath] = rank
-        heapq.heappush(loads, (load + size, rank))
-    return owners
 
 
 def _saved_owners(catalogue: Catalogue, nranks: int) -> dict[str, int]:

@@ -30,7 +30,7 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
     ampl = any(math.isfinite(line.amplification[0]) for line in lines)   # rows that say it
     table = new_table("Real loaders beside the storage ceiling (same bytes, same run)",
                       ("loader", "device", "assign", "cache", "last rank", "GB/s",
-                       "efficiency", *(("vs raw",) if raw else ()), 
+                       "efficiency", *(("vs raw",) if raw else ()),
                        *(("read ampl\nnode/rank",) if ampl else ()), "dominant"),
                       left=("loader", "device", "assign", "cache", "dominant"))
     for line in lines:

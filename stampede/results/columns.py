@@ -63,7 +63,7 @@ OWN: tuple[Column, ...] = (
             "imported rows: the tool (`ior`, `mdtest`)", identity=True),
     _column("layout", "text", "", 1, "the layout the row measured (docs/concepts/layouts.md has the table); "
             "an existing checkpoint's rows: the assign policy (`files`, `tensor-slices`, "
-            "`saved`); `startup` for `stampede startup`; `stampede gpu`: the mode (`pageable`, "
+            "`saved`, `reshard`); `startup` for `stampede startup`; `stampede gpu`: the mode (`pageable`, "
             "`pinned`, `file`, ...)", identity=True),
     _column("format", "text", "", 1, "`checkpoint.format` (raw, safetensors, hdf5), or the "
             "format found in an existing checkpoint", identity=True),
