@@ -33,7 +33,7 @@ DTYPES = tuple(WRITTEN)
 CACHE_MODES = ("warm", "cold", "direct")
 SOURCES = ("synthetic", "existing")
 # stampede.existing.assign: who reads what of an existing checkpoint
-ASSIGN_POLICIES = ("files", "tensor-slices", "saved", "reshard")
+ASSIGN_POLICIES = ("files", "tensor-slices", "saved", "reshard", "whole-file", "owners")
 VERIFY_MODES = ("none", "sha256", "xxh3")
 SAVE_MODES = ("sync", "async")
 DURABILITY = ("fsync", "none")
@@ -89,7 +89,10 @@ OPTIONS: tuple[Option, ...] = (
            "bytes; tensor-slices = every rank a 1/N slice of every tensor (tensor-parallel); "
            "saved = DCP files to the rank that saved them (mod N); reshard = every rank its 1/N "
            "of every tensor's rows (dim 0), read as byte ranges of the saved chunks, at any "
-           "rank count (DCP saved at 4, restored at 2 or 3). A list runs each in turn",
+           "rank count (DCP saved at 4, restored at 2 or 3); whole-file = every rank reads "
+           "every tensor (the naive load: N-fold reads); owners = every rank ends up "
+           "holding every tensor, each read once by an owner chosen by bytes (largest first, "
+           "least-loaded rank), then Allgatherv. A list runs each in turn",
            "assign"),
     Option("checkpoint.from", "from_path", values.optional_path, "",
            "prepare: fill the job's layouts with the tensors of this existing checkpoint "

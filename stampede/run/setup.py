@@ -102,7 +102,8 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
                      where=Where() if spec.trace_limit else None,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
-                     stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
+                     stripes=(plan.parts or stripes(spec, plan.hold))
+                     if plan.exchange == "allgather" else (),
                      scatter=tuple(scatter or ()),
                      format=_format(spec, catalogue), verify=spec.verify, expected=expected,
                      finite_dtype=spec.dtype if spec.check_finite else "",
@@ -189,7 +190,7 @@ def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, b
 
     tensor = device_buffer if backend == "nccl" else \
         torch.frombuffer(buffer.view[:plan.hold.length], dtype=torch.uint8)
-    parts = stripes(spec, plan.hold) if plan.exchange == "allgather" else ()
+    parts = (plan.parts or stripes(spec, plan.hold)) if plan.exchange == "allgather" else ()
     # torch's own timeout for the rendezvous and each collective: past the deadline, as
     # the MPI exchange's wait (a rank that never comes fails the job, never hangs it)
     return torch_exchange.open_exchange(comm, group, backend, tensor, parts, device,
