@@ -130,6 +130,12 @@ OPTIONS: tuple[Option, ...] = (
            "metadata-first: size of the shared index file every rank reads first", "index_bytes"),
     Option("checkpoint.block_size", "block_bytes", values.positive_size, "4MiB",
            "bytes per read op (one preadv into a page-aligned buffer)", "block_bytes"),
+    Option("checkpoint.prefetch", "prefetch_bytes", values.size, 0,
+           "POSIX targets: keep this many bytes of the rank's current extent asked for ahead "
+           "of its reads (posix_fadvise WILLNEED, the large-read prefetch of loaders that "
+           "halved cold loads), inside the timed restore; 0 = none. Not with run.cache = "
+           "\"direct\" (O_DIRECT bypasses the page cache the prefetch fills)",
+           "prefetch_bytes"),
     Option("checkpoint.format", "format", values.choice(FORMATS), "raw",
            "bytes on disk: raw (the bytes alone); safetensors (a JSON header of named "
            "tensors, then their data; the header is read and parsed inside the timed restore, "

@@ -13,6 +13,7 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, stripes
+from stampede.run.prefetch import Prefetch
 from stampede.run.digests import new_digest
 from stampede.run.where import Where
 from stampede.spec import JobSpec
@@ -52,6 +53,7 @@ class RankSetup(NamedTuple):
     torch: TorchExchange | None = None   # run.exchange = torch: the TorchExchange
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
     where: Where | None = None      # --trace: each op's file and offset (else nothing kept)
+    prefetch: Prefetch | None = None   # checkpoint.prefetch: WILLNEED ahead of the reads
 
     @property
     def checks(self) -> bool:
@@ -119,7 +121,8 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
                      # loader's cache links the files of an existing checkpoint, though)
                      follow_links=catalogue is not None,
                      device=device, device_buffer=device_buffer,
-                     places=_places(plan, catalogue), torch=exchange, notes=notes)
+                     places=_places(plan, catalogue), torch=exchange, notes=notes,
+                     prefetch=Prefetch(spec.prefetch_bytes) if spec.prefetch_bytes else None)
 
 
 def _held_place(plan: RankPlan) -> int:
