@@ -13,8 +13,8 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, stripes
-from stampede.run.prefetch import Prefetch
 from stampede.run.digests import new_digest
+from stampede.run.prefetch import Prefetch
 from stampede.run.where import Where
 from stampede.spec import JobSpec
 
