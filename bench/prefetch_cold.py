@@ -104,7 +104,8 @@ def main() -> int:
         print(f"prefetch_cold: {args.size} in {args.tensors} tensors, {args.ranks} ranks, "
               f"assign {args.assign}, {args.block_size} requests, prefetch {args.window}, "
               f"cold, {args.iterations} iterations, {args.rounds} rounds", flush=True)
-        checkpoint = scratch / "model.safetensors"
+        (scratch / "ckpt").mkdir()   # the archives never lie beside the checkpoint
+        checkpoint = scratch / "ckpt" / "model.safetensors"
         write_safetensors(checkpoint, args.size_bytes, args.tensors)
         job = write_job_toml(scratch / "prefetch.toml", {
             "target": {"path": checkpoint},
