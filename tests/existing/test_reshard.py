@@ -146,3 +146,31 @@ def test_a_dcp_checkpoint_saved_at_4_restored_at_2_and_3(stampede, tmp_path: Pat
         data = _read(dcp4_dir / str(entry["path"]), int(entry["file_offset"]),
                      int(entry["length"]))
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+
+
+@pytest.mark.mpi
+def test_stampedes_own_save_at_4_restored_at_3(stampede, tmp_path: Path) -> None:
+    """A version `stampede save` wrote at 4 ranks (sharded, safetensors: one tensor per
+    shard file) restored in place at 3: every rank 1/3 of each shard's rows, 1.0x."""
+    save = write_job(tmp_path, "save", target={"path": str(tmp_path / "ckpt")},
+                     checkpoint={"size": "8MiB", "layout": ["sharded"], "format": "safetensors",
+                                 "block_size": "1MiB"},
+                     run={"iterations": 1, "warmup": 0},
+                     archive={"path": str(tmp_path / "results" / "save.csv")})
+    saved = stampede("save", str(save), np=4)
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    version = tmp_path / "ckpt" / "saves" / "sharded" / "v000001" / "sharded"
+    assert len(list(version.glob("*.safetensors"))) == 4
+    result = stampede("run", str(_job(tmp_path)), "--checkpoint", str(version), np=3)
+    assert result.returncode == 0, result.stdout + result.stderr
+    restore = next(row for row in read_archive(tmp_path / "results" / "existing.csv")
+                   if row["op"] == "restore")
+    assert (restore["format"], restore["valid"], int(restore["nranks"])) == ("safetensors",
+                                                                             "true", 3)
+    assert int(restore["needed_bytes"]) == 8 * 1024 * 1024
+    assert float(restore["read_amplification"]) == 1.0
+    catalogue = scan(str(version))
+    for rank in range(3):   # a third of every shard's elements, from each of the 4 files
+        extents = assign(catalogue, "reshard", 3, rank)
+        assert sorted({extent.relpath for extent in extents}) == sorted(
+            relpath for relpath, _ in catalogue.files)
