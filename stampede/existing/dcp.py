@@ -126,8 +126,8 @@ def scan_dcp(location: Location) -> Catalogue:
                           len(saved_by))
 
 
-def _with_rows(location: Location, item: TensorInfo, index: Any, meta: object,
-               info: Any) -> TensorInfo:
+def _with_rows(location: Location, item: TensorInfo, index: object, meta: object,
+               info: object) -> TensorInfo:
     """The item as rows of its tensor (dim 0), where the rows' bytes lie in the file (its
     torch.save record's elements, row-major): what a restore that reshards reads. Left
     whole (rows_total 0) where the item is no tensor's chunk, a scalar, transformed
@@ -143,7 +143,7 @@ def _with_rows(location: Location, item: TensorInfo, index: Any, meta: object,
     record = record_in(location, item.relpath, item.file_offset, item.nbytes)
     if record is None or record[1] != elements * itemsize(item.dtype):
         return item
-    return replace(item, fqn=index.fqn, rows_total=size[0], row0=chunk_offset[0],
+    return replace(item, fqn=str(getattr(index, "fqn", "")), rows_total=size[0], row0=chunk_offset[0],
                    data_offset=record[0])
 
 
