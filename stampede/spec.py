@@ -32,7 +32,8 @@ FORMATS = ("raw", "safetensors", "hdf5")
 DTYPES = tuple(WRITTEN)
 CACHE_MODES = ("warm", "cold", "direct")
 SOURCES = ("synthetic", "existing")
-ASSIGN_POLICIES = ("files", "tensor-slices", "saved")   # stampede.existing.catalogue: who reads what
+# stampede.existing.assign: who reads what of an existing checkpoint
+ASSIGN_POLICIES = ("files", "tensor-slices", "saved", "reshard", "whole-file", "owners")
 VERIFY_MODES = ("none", "sha256", "xxh3")
 SAVE_MODES = ("sync", "async")
 DURABILITY = ("fsync", "none")
@@ -86,7 +87,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("checkpoint.assign", "assign", values.choice_list(ASSIGN_POLICIES, unique=True), ("files",),
            "existing checkpoints: who reads what. files = whole files to ranks, balanced by "
            "bytes; tensor-slices = every rank a 1/N slice of every tensor (tensor-parallel); "
-           "saved = DCP files to the rank that saved them (mod N). A list runs each in turn",
+           "saved = DCP files to the rank that saved them (mod N); reshard = every rank its 1/N "
+           "of every tensor's rows (dim 0), read as byte ranges of the saved chunks, at any "
+           "rank count (DCP saved at 4, restored at 2 or 3); whole-file = every rank reads "
+           "every tensor (the naive load: N-fold reads); owners = every rank ends up "
+           "holding every tensor, each read once by an owner chosen by bytes (largest first, "
+           "least-loaded rank), then Allgatherv. A list runs each in turn",
            "assign"),
     Option("checkpoint.from", "from_path", values.optional_path, "",
            "prepare: fill the job's layouts with the tensors of this existing checkpoint "
@@ -124,6 +130,12 @@ OPTIONS: tuple[Option, ...] = (
            "metadata-first: size of the shared index file every rank reads first", "index_bytes"),
     Option("checkpoint.block_size", "block_bytes", values.positive_size, "4MiB",
            "bytes per read op (one preadv into a page-aligned buffer)", "block_bytes"),
+    Option("checkpoint.prefetch", "prefetch_bytes", values.size, 0,
+           "POSIX targets: keep this many bytes of the rank's current extent asked for ahead "
+           "of its reads (posix_fadvise WILLNEED, the large-read prefetch of loaders that "
+           "halved cold loads), inside the timed restore; 0 = none. Not with run.cache = "
+           "\"direct\" (O_DIRECT bypasses the page cache the prefetch fills)",
+           "prefetch_bytes"),
     Option("checkpoint.format", "format", values.choice(FORMATS), "raw",
            "bytes on disk: raw (the bytes alone); safetensors (a JSON header of named "
            "tensors, then their data; the header is read and parsed inside the timed restore, "

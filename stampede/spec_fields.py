@@ -34,6 +34,7 @@ class SpecFields:
     broadcast_group: str
     index_bytes: int
     block_bytes: int
+    prefetch_bytes: int
     format: str
     dtype: str
     ops: tuple[str, ...]

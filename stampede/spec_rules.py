@@ -107,6 +107,15 @@ def _cache_rules(spec: SpecFields) -> None:
         raise UsageError(f"{spec.source}: run.ceiling = true on {spec.target_path!r}: the "
                          "raw-read ceiling reads the node's files through a POSIX path "
                          "(evicted, mincore), which an object store has not")
+    if spec.prefetch_bytes and spec.cache == "direct":
+        raise UsageError(f"{spec.source}: checkpoint.prefetch = {spec.prefetch_bytes} with "
+                         "run.cache = \"direct\": O_DIRECT reads bypass the page cache the "
+                         "prefetch fills", hint="use cold, or checkpoint.prefetch = 0")
+    if spec.prefetch_bytes and not capabilities_for(spec.target_path).local_files:
+        raise UsageError(f"{spec.source}: checkpoint.prefetch = {spec.prefetch_bytes} on "
+                         f"{spec.target_path!r}: the prefetch asks the kernel's page cache "
+                         "(posix_fadvise), which only a POSIX path has",
+                         hint="checkpoint.prefetch = 0")
     if spec.drop_caches and spec.cache != "cold":
         raise UsageError(f"{spec.source}: run.drop_caches = true needs run.cache = \"cold\"")
 

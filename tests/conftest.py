@@ -28,8 +28,8 @@ pytest_plugins = ["tests.helpers.s3server", "tests.helpers.nfsserver", "tests.he
 # by its module (SLOW_MODULES); `-m "not slow"` leaves the quick tier for the edit loop.
 LAUNCHING_FIXTURES = frozenset({"s3_server", "s3_env", "nfs_server", "nfs_target", "ceph_cluster",
                                 "cephfs_target", "fuse_ready",
-                                "no_mount_left", "nodes", "assessed", "dcp_dir", "torch_bin",
-                                "tensorizer_file"})
+                                "no_mount_left", "nodes", "assessed", "dcp_dir", "dcp4_dir",
+                                "torch_bin", "tensorizer_file"})
 # ... and the parameters that name one for a fixture to get (request.getfixturevalue)
 LAUNCHING_PARAMETERS = frozenset({"s3", "nfs", "cephfs", "dcp_dir", "torch_bin", "tensorizer_file"})
 SLOW_MODULES = frozenset({"tests/emulate/test_cluster.py", "tests/commands/test_slurm.py",
@@ -180,6 +180,12 @@ def made_once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path],
 @pytest.fixture(scope="session")
 def dcp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return made_once(tmp_path_factory, "dcp", checkpoints.write_dcp)
+
+
+@pytest.fixture(scope="session")
+def dcp4_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DCP checkpoint 4 gloo ranks saved: what a resharding restore reads at 2 or 3."""
+    return made_once(tmp_path_factory, "dcp4", lambda directory: checkpoints.write_dcp(directory, 4))
 
 
 @pytest.fixture(scope="session")

@@ -132,6 +132,10 @@ class RankPlan(NamedTuple):
                                     # holding (None: `hold`); two ranks' needs are the same
                                     # bytes or disjoint ones (shards, an existing
                                     # checkpoint's assignment), never in part the same
+    shared_need: bool = False       # every rank needs the same bytes (`needs`): an existing
+                                    # checkpoint restored whole on every rank (owners, whole-file)
+    parts: tuple[tuple[int, int], ...] = ()   # allgather: (offset in hold, length) of each
+                                    # member's part; (): the replicas' stripes (`stripes`)
 
     @property
     def needed_bytes(self) -> int:
@@ -147,6 +151,8 @@ class RankPlan(NamedTuple):
             relpath = hold.relpath.replace(f"{self.copy_dir}/", "", 1) if self.copy_dir \
                 else hold.relpath
             return (relpath, hold.tensor, hold.offset, hold.length)
+        if self.shared_need:   # every rank the whole checkpoint: the job needs it once
+            return ("all",)
         return ("rank", self.rank)   # an existing checkpoint's assignment: no byte twice
 
     @property

@@ -292,9 +292,10 @@ def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label:
                  ceiling: Ceiling | None = None) -> list[dict[str, str]]:
     """Rank 0: one loader's rows (its phases and restore), as a layout's: the policy is
     the layout, the loader the tool, its phases the pattern; bytes are assigned bytes."""
+    from stampede.results.amplification import RankNeed, amplification
     from stampede.results.ceiling import ceiling_columns
     from stampede.results.cells import cell
-    from stampede.results.rows import op_rows
+    from stampede.results.rows import amplification_columns, op_rows
 
     stats = measured.stats
     if stats is None:
@@ -311,11 +312,15 @@ def _loader_rows(shared: dict[str, object], fmt: str, entry: LoaderEntry, label:
                "invalid_reason": "a rank's loader raised (see the errors)" if measured.failed
                else ""}
     rows = op_rows(columns, stats, max(assigned), hosts)
-    if sum(assigned):   # what it loaded over what the ranks needed: the job's, per iteration
+    if sum(assigned):   # what it loaded over what the ranks needed: the job's, per iteration,
+        # at its worst node and rank (the ranks' assignments are disjoint: each its own key)
+        needs = [RankNeed(float(read), int(need), rank) for rank, (read, need)
+                 in enumerate(zip(measured.loaded_bytes or [0.0] * len(assigned), assigned,
+                                  strict=True))]
+        worst = amplification(needs, hosts)
         for row in rows:
             if row["op"] == stats.completion_op:
-                row.update(needed_bytes=cell(sum(assigned)),
-                           read_amplification=cell(loaded / sum(assigned)))
+                row.update(amplification_columns(worst, loaded))
     if ceiling is not None:   # its GB/s per node (the assigned bytes) over the raw ceiling
         nnodes = len(set(hosts))
         for row in rows:

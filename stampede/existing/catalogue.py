@@ -4,10 +4,11 @@ untimed, each failure a CheckpointError naming the file."""
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stampede.checkpoint.formats import read_fully
@@ -35,6 +36,15 @@ class TensorInfo:
     shape: tuple[int, ...]
     nbytes: int
     file_offset: int          # where its first byte is in the file (from the header)
+    # DCP: the item as a piece of its tensor, for a restore that reshards by rows (policy
+    # reshard, stampede.existing.reshard): the whole tensor's fqn and rows (dim 0; 0: not
+    # cut by rows, a scalar or a pickled object), the item's first row there, and where
+    # its elements start in the file (inside its torch.save record; -1: not known, so
+    # the item is only ever read whole)
+    fqn: str = ""
+    rows_total: int = 0
+    row0: int = 0
+    data_offset: int = -1
 
     @property
     def itemsize(self) -> int:
@@ -126,6 +136,19 @@ class Location:
         return bytes(data[:done])
 
 
+def balance(items: Iterable[tuple[str, int]], nranks: int) -> dict[str, int]:
+    """name -> rank: the largest item (a file, a tensor) first to the least-loaded rank
+    (ties: the lower rank), as per-file loaders and PyTorch's cooperative load spread
+    their reads."""
+    loads = [(0, rank) for rank in range(nranks)]
+    owners = {}
+    for name, size in sorted(items, key=lambda item: (-item[1], item[0])):
+        load, rank = heapq.heappop(loads)
+        owners[name] = rank
+        heapq.heappush(loads, (load + size, rank))
+    return owners
+
+
 def inside(relpath: str) -> bool:
     """A path an index may name: relative, and never out of the checkpoint's directory."""
     parts = relpath.replace("\\", "/").split("/")
@@ -148,7 +171,6 @@ def unique_names(tensors: list[TensorInfo]) -> list[TensorInfo]:
     for tensor in sorted(tensors, key=lambda t: (t.relpath, t.file_offset)):
         if counts[tensor.name] > 1:
             seen[tensor.name] += 1
-            tensor = TensorInfo(f"{tensor.name}#{seen[tensor.name] - 1}", tensor.relpath,
-                                tensor.dtype, tensor.shape, tensor.nbytes, tensor.file_offset)
+            tensor = replace(tensor, name=f"{tensor.name}#{seen[tensor.name] - 1}")
         unique.append(tensor)
     return unique

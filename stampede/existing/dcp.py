@@ -11,9 +11,10 @@ import io
 import pickle
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from stampede.dtypes import FROM_TORCH
+from stampede.dtypes import FROM_TORCH, itemsize
 from stampede.errors import CheckpointError
 from stampede.existing.catalogue import (
     Catalogue,
@@ -23,6 +24,7 @@ from stampede.existing.catalogue import (
     make_catalogue,
     unique_names,
 )
+from stampede.existing.torchfiles import record_in
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -114,12 +116,35 @@ def scan_dcp(location: Location) -> Catalogue:
             raise CheckpointError(f"{location.where(relpath)}: {index.fqn} is saved at bytes "
                                   f"{offset}..{offset + length}, the file has {sizes[relpath]}:"
                                   " truncated?")
-        name, dtype, shape = _dcp_item(index, state.get(index.fqn))
-        tensors.append(TensorInfo(name, relpath, dtype, shape, length, offset))
+        meta = state.get(index.fqn)
+        name, dtype, shape = _dcp_item(index, meta)
+        tensors.append(_with_rows(location, TensorInfo(name, relpath, dtype, shape, length,
+                                                       offset), index, meta, info))
     tensors = unique_names(tensors)
     saved_by = {m.group(1) for relpath in sizes if (m := SAVED_BY.match(relpath))}
     return make_catalogue(location.root, "dcp", list(sizes.items()), tensors, DCP_INDEX,
                           len(saved_by))
+
+
+def _with_rows(location: Location, item: TensorInfo, index: object, meta: object,
+               info: object) -> TensorInfo:
+    """The item as rows of its tensor (dim 0), where the rows' bytes lie in the file (its
+    torch.save record's elements, row-major): what a restore that reshards reads. Left
+    whole (rows_total 0) where the item is no tensor's chunk, a scalar, transformed
+    (compressed) or its record is not exactly its elements."""
+    size = tuple(int(d) for d in getattr(meta, "size", ()) or ())
+    chunk_offset = tuple(int(d) for d in getattr(index, "offset", None) or ())
+    if not size or not item.shape or len(chunk_offset) != len(size) or not item.dtype \
+            or getattr(info, "transform_descriptors", None):
+        return item
+    elements = 1
+    for dim in item.shape:
+        elements *= dim
+    record = record_in(location, item.relpath, item.file_offset, item.nbytes)
+    if record is None or record[1] != elements * itemsize(item.dtype):
+        return item
+    return replace(item, fqn=str(getattr(index, "fqn", "")), rows_total=size[0], row0=chunk_offset[0],
+                   data_offset=record[0])
 
 
 def _dcp_item(index: Any, meta: object) -> tuple[str, str, tuple[int, ...]]:

@@ -30,8 +30,9 @@ class _Reader(io.RawIOBase):
     """A seekable file over a Location's reads: zipfile parses the central directory
     through the backend (a few reads of the file's end), as it would through open()."""
 
-    def __init__(self, location: Location, relpath: str, size: int) -> None:
+    def __init__(self, location: Location, relpath: str, size: int, base: int = 0) -> None:
         self.location, self.relpath, self.size, self.position = location, relpath, size, 0
+        self.base = base   # where the archive starts in the file (a DCP item: its offset)
 
     def seekable(self) -> bool:
         return True
@@ -51,7 +52,7 @@ class _Reader(io.RawIOBase):
         length = min(len(buffer), max(self.size - self.position, 0))
         if length == 0:
             return 0
-        data = self.location.read(self.relpath, self.position, length)
+        data = self.location.read(self.relpath, self.base + self.position, length)
         buffer[:len(data)] = data
         self.position += len(data)
         return len(data)
@@ -110,13 +111,31 @@ def _storages(location: Location, relpath: str, size: int) -> list[TensorInfo]:
     return found
 
 
-def _data_offset(location: Location, relpath: str, info: zipfile.ZipInfo) -> int:
+def record_in(location: Location, relpath: str, base: int, length: int) -> tuple[int, int] | None:
+    """A DCP item saved by torch.save (bytes base..base+length of the file): where its one
+    storage record's bytes start in the file, and how many; None when the item is not a
+    zip holding exactly one stored record (it is then only read whole). A few small reads:
+    the zip's end, its central directory, the record's local header."""
+    try:
+        with zipfile.ZipFile(io.BufferedReader(_Reader(location, relpath, length, base))) as archive:
+            records = [info for info in archive.infolist()
+                       if info.filename.partition("/")[2].startswith("data/")]
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError):
+        return None
+    if len(records) != 1 or records[0].compress_type != zipfile.ZIP_STORED:
+        return None
+    info = records[0]
+    start = _data_offset(location, relpath, info, base)
+    return (start, info.file_size) if start + info.file_size <= base + length else None
+
+
+def _data_offset(location: Location, relpath: str, info: zipfile.ZipInfo, base: int = 0) -> int:
     """Where a record's bytes start: after its local header, whose extra field (torch pads
     records to 64-byte boundaries with it) may differ from the central directory's."""
-    header = location.read(relpath, info.header_offset, _LOCAL_HEADER.size)
+    header = location.read(relpath, base + info.header_offset, _LOCAL_HEADER.size)
     if len(header) != _LOCAL_HEADER.size or header[:4] != _LOCAL_SIGNATURE:
         raise CheckpointError(f"{location.where(relpath)}: {info.filename}: no zip local "
                               f"header at byte {info.header_offset}: corrupt?")
     fields = _LOCAL_HEADER.unpack(header)
     name_length, extra_length = fields[-2], fields[-1]
-    return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+    return base + info.header_offset + _LOCAL_HEADER.size + name_length + extra_length

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from stampede.present.tables import new_table
 from stampede.results.ceiling import efficiency_text
 from stampede.results.loaders import LoaderLine
-from stampede.units import format_bytes, format_number, format_seconds
+from stampede.units import format_amplification, format_bytes, format_number, format_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,9 +27,11 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
         console.rule(f"[bold]stampede loaders[/]  {first.nranks} rank(s), "
                      f"{format_bytes(first.bytes_total)} per restore")
     raw = any(math.isfinite(line.raw_efficiency) for line in lines)   # run.ceiling measured
+    ampl = any(math.isfinite(line.amplification[0]) for line in lines)   # rows that say it
     table = new_table("Real loaders beside the storage ceiling (same bytes, same run)",
                       ("loader", "device", "assign", "cache", "last rank", "GB/s",
-                       "efficiency", *(("vs raw",) if raw else ()), "dominant"),
+                       "efficiency", *(("vs raw",) if raw else ()),
+                       *(("read ampl\nnode/rank",) if ampl else ()), "dominant"),
                       left=("loader", "device", "assign", "cache", "dominant"))
     for line in lines:
         name = line.loader if line.valid else f"[red]{line.loader} (INVALID)[/]"
@@ -38,6 +40,7 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
                       "ceiling" if line.loader.startswith("stampede") else
                       "-" if math.isnan(line.efficiency) else f"{line.efficiency:.0%}",
                       *((efficiency_text(line.raw_efficiency) or "-",) if raw else ()),
+                      *((_amplification(line.amplification),) if ampl else ()),
                       line.dominant or "-")
     console.print(table)
     if raw:
@@ -55,8 +58,15 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
                   "(median over iterations); GB/s = the ranks' assigned bytes (what the "
                   "ceiling reads) / (last stop - first start), 1e9 B/s; efficiency = loader "
                   "GB/s / the ceiling's; dominant = the phase with the largest median span "
-                  "per rank, as a share of the median restore.[/]")
+                  "per rank, as a share of the median restore; read ampl = bytes read over the "
+                  "bytes assigned, the job's, then its worst node's / worst rank's.[/]")
     for loader, calls in how:
         console.print(f"[dim]{escape(loader)}: {escape(calls)}[/]", highlight=False)
     for message in errors:
         console.print(f"[red]error:[/] {escape(message)}", highlight=False)
+
+
+def _amplification(ratios: tuple[float, float, float]) -> str:
+    """'2.0x 2.0x/2.0x': the job's, then its worst node's and rank's."""
+    job, node, rank = (format_amplification(ratio) for ratio in ratios)
+    return "-" if job == "-" else f"{job} {node}/{rank}"

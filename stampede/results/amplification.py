@@ -44,12 +44,13 @@ class Amplification:
         return storage_bytes / self.needed_bytes if self.needed_bytes > 0 else NAN
 
 
-def rank_read_bytes(rows: np.ndarray) -> float:
+def rank_read_bytes(rows: np.ndarray, op: str = "read") -> float:
     """A rank's bytes read from storage per iteration, the median over the iterations of
-    its sample rows (ITER, OP, ..., NBYTES, OK): 0 in one where it read nothing."""
+    its sample rows (ITER, OP, ..., NBYTES, OK): 0 in one where it read nothing. `op`: the
+    op that reads (a loader's `load`)."""
     if not rows.size:
         return 0.0
-    reads = rows[(rows[:, OP] == OP_CODE["read"]) & (rows[:, OK] == 1)]
+    reads = rows[(rows[:, OP] == OP_CODE[op]) & (rows[:, OK] == 1)]
     per_iteration = [float(reads[reads[:, ITER] == iteration][:, NBYTES].sum())
                      for iteration in np.unique(rows[:, ITER])]
     return float(np.median(per_iteration))

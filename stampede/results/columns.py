@@ -63,7 +63,7 @@ OWN: tuple[Column, ...] = (
             "imported rows: the tool (`ior`, `mdtest`)", identity=True),
     _column("layout", "text", "", 1, "the layout the row measured (docs/concepts/layouts.md has the table); "
             "an existing checkpoint's rows: the assign policy (`files`, `tensor-slices`, "
-            "`saved`); `startup` for `stampede startup`; `stampede gpu`: the mode (`pageable`, "
+            "`saved`, `reshard`); `startup` for `stampede startup`; `stampede gpu`: the mode (`pageable`, "
             "`pinned`, `file`, ...)", identity=True),
     _column("format", "text", "", 1, "`checkpoint.format` (raw, safetensors, hdf5), or the "
             "format found in an existing checkpoint", identity=True),
@@ -216,6 +216,7 @@ OPTION_SINCE = {
                      "part_size", "restore_from"), 3),
     **dict.fromkeys(("workload", "scale", "subset", "exchange"), 4),
     "ceiling": 8,
+    "prefetch_bytes": 8,   # issue 40: rows before it prefetched nothing (OPTION_BEFORE)
     # `stampede rejoin`'s tiers: not identity (their layouts, tier-* and rejoin, already
     # tell its rows apart, and other rows run none of them)
     **dict.fromkeys(("tier_dir", "tier_peers", "tier_placement", "spare_nodes", "lost_nodes",
@@ -226,10 +227,11 @@ OPTION_SINCE = {
 # Rows of schemas 1-3 exchanged over MPI and ran no MLPerf workload, rows before 7 read one
 # copy under plain keys, rows before 8 measured no ceiling (compared on).
 OPTION_BEFORE = {"exchange": "mpi", "workload": "none", "scale": "1", "subset": "false",
-                 "copies": "1", "key_prefix": "none", "ceiling": "false"}
+                 "copies": "1", "key_prefix": "none", "ceiling": "false",
+                 "prefetch_bytes": "0"}
 # Option columns whose cells are sizes in bytes or seconds (their defaults do not say).
 OPTION_UNITS = {"size_total_requested": _B, "size_per_rank_requested": _B, "index_bytes": _B,
-                "block_bytes": _B, "stripe_size": _B, "part_size": _B, "deadline_s": _S}
+                "block_bytes": _B, "prefetch_bytes": _B, "stripe_size": _B, "part_size": _B, "deadline_s": _S}
 
 
 def _option_kind(option: Option) -> str:

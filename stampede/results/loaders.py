@@ -8,6 +8,8 @@ stampede's own raw restore of the same bytes, in the same run and cache state.
 - against the raw-read ceiling (run.ceiling = true: the node's share of the checkpoint
   read cold by 1-32 streams of large reads, stampede.results.ceiling): the loader's GB/s
   per node over it, for the ceiling's restore and every loader alike.
+- read amplification: the bytes it read over the bytes assigned, for the job, its worst
+  node and its worst rank (a loader that reads whole files for 1/N of them says N.0x).
 - what dominates: the loader's phase whose median span per rank (lat_p50_s) is the
   largest share of its median restore; "other" when no phase it exposes is as large as
   the time outside all of them (imports already done: Python between calls, the
@@ -42,6 +44,9 @@ class LoaderLine:
     phases: tuple[tuple[str, float], ...]   # (op, median seconds per rank)
     valid: bool
     raw_efficiency: float = math.nan   # run.ceiling: GB/s per node over the raw-read ceiling
+    # bytes read over bytes assigned: the job's, its worst node's, its worst rank's (NaN in
+    # rows from before they were archived)
+    amplification: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
 
 def loader_lines(rows: Sequence[Row]) -> list[LoaderLine]:
@@ -63,7 +68,10 @@ def loader_lines(rows: Sequence[Row]) -> list[LoaderLine]:
             efficiency=math.nan if ceiling else gbps / ceilings.get(_key(row), math.nan),
             dominant="" if ceiling else _dominant(phases, row["lat_p50_s"]),
             phases=phases, valid=row["valid"],
-            raw_efficiency=_number(row.get("ceiling_efficiency", math.nan))))
+            raw_efficiency=_number(row.get("ceiling_efficiency", math.nan)),
+            amplification=(_number(row.get("read_amplification", math.nan)),
+                           _number(row.get("read_amplification_node_max", math.nan)),
+                           _number(row.get("read_amplification_rank_max", math.nan)))))
     lines.sort(key=lambda line: (line.policy, line.cache, line.nranks,
                                  not line.loader.startswith("stampede")))
     return lines

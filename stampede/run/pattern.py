@@ -238,6 +238,9 @@ def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
     where = setup.where
     headers: dict[str, dict[str, tuple[int, int]]] = {}
     last_stop, nbytes = 0, 0
+    prefetch = setup.prefetch
+    if prefetch is not None:
+        prefetch.next_iteration()
     for index, extent in enumerate(plan.extents):
         # a block's place in device memory: its offset + shift (see RankSetup.places)
         shift = setup.places[index] - extent.offset if setup.places else -plan.hold.offset
@@ -267,6 +270,9 @@ def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
                 view = buffer.view[place:place + length]
             else:
                 view = buffer.prefix(length)
+            if prefetch is not None:   # the kernel asked for the bytes ahead of this block
+                prefetch.ahead(extent.relpath, handle, base + extent.offset,
+                               base + extent.offset + extent.length, base + offset)
             start = clock()
             try:
                 if gds is None:

@@ -14,6 +14,7 @@ from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, stripes
 from stampede.run.digests import new_digest
+from stampede.run.prefetch import Prefetch
 from stampede.run.where import Where
 from stampede.spec import JobSpec
 
@@ -52,6 +53,7 @@ class RankSetup(NamedTuple):
     torch: TorchExchange | None = None   # run.exchange = torch: the TorchExchange
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
     where: Where | None = None      # --trace: each op's file and offset (else nothing kept)
+    prefetch: Prefetch | None = None   # checkpoint.prefetch: WILLNEED ahead of the reads
 
     @property
     def checks(self) -> bool:
@@ -102,7 +104,8 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
     return RankSetup(plan=plan, backend=backend, paths=paths, buffer=buffer,
                      where=Where() if spec.trace_limit else None,
                      direct=spec.cache == "direct", leads=leads, group=group, world=comm,
-                     stripes=stripes(spec, plan.hold) if plan.exchange == "allgather" else (),
+                     stripes=(plan.parts or stripes(spec, plan.hold))
+                     if plan.exchange == "allgather" else (),
                      scatter=tuple(scatter or ()),
                      format=_format(spec, catalogue), verify=spec.verify, expected=expected,
                      finite_dtype=spec.dtype if spec.check_finite else "",
@@ -118,7 +121,8 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
                      # loader's cache links the files of an existing checkpoint, though)
                      follow_links=catalogue is not None,
                      device=device, device_buffer=device_buffer,
-                     places=_places(plan, catalogue), torch=exchange, notes=notes)
+                     places=_places(plan, catalogue), torch=exchange, notes=notes,
+                     prefetch=Prefetch(spec.prefetch_bytes) if spec.prefetch_bytes else None)
 
 
 def _held_place(plan: RankPlan) -> int:
@@ -189,7 +193,7 @@ def _torch_exchange(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, group: Any, b
 
     tensor = device_buffer if backend == "nccl" else \
         torch.frombuffer(buffer.view[:plan.hold.length], dtype=torch.uint8)
-    parts = stripes(spec, plan.hold) if plan.exchange == "allgather" else ()
+    parts = (plan.parts or stripes(spec, plan.hold)) if plan.exchange == "allgather" else ()
     # torch's own timeout for the rendezvous and each collective: past the deadline, as
     # the MPI exchange's wait (a rank that never comes fails the job, never hangs it)
     return torch_exchange.open_exchange(comm, group, backend, tensor, parts, device,

@@ -76,3 +76,17 @@ def test_the_report_says_skips_notes_and_calls(tmp_path: Path) -> None:
         assert "[loaders-fastsafetensors]" in text   # brackets are not rich markup
         assert "torch.distributed.checkpoint.load [gloo]" in text
         assert "note: dcp files: only 3 measured iterations" in text
+
+
+def test_read_amplification_per_node_and_rank_is_read_back_and_shown(tmp_path: Path) -> None:
+    path = tmp_path / "loaders.csv"
+    append_rows(path, [_row("stampede", "restore", 0.20, 5.0),
+                       {**_row("torch.load", "restore", 0.80, 1.25, device="cpu"),
+                        "needed_bytes": 10**9, "read_amplification": 2.0,
+                        "read_amplification_node_max": 2.0, "read_amplification_rank_max": 2.0}])
+    lines = {line.loader: line for line in loader_lines(Archive.open(path).rows)}
+    assert lines["torch.load"].amplification == (2.0, 2.0, 2.0)
+    assert all(math.isnan(ratio) for ratio in lines["stampede (posix)"].amplification)
+    stream = io.StringIO()
+    render_loaders(list(lines.values()), [], [], [], make_console(stream, width=100))
+    assert "2.0x 2.0x/2.0x" in stream.getvalue()

@@ -25,6 +25,7 @@ from stampede import mpi
 from stampede.backends.posix import PosixBackend
 from stampede.errors import RunFailed
 from stampede.ops import OP_CODE
+from stampede.results.amplification import rank_read_bytes
 from stampede.results.samples import ITER
 from stampede.results.summaries import LayoutStats
 from stampede.run.gather import exact_stats
@@ -57,6 +58,8 @@ class Measured:
     messages: tuple[str, ...]
     digests: tuple[dict[str, list[object]], ...]   # per rank, iteration 0: name -> [bytes, xxh3]
     failed: bool
+    loaded_bytes: tuple[float, ...] = ()   # per rank: what its loader read per iteration
+                                           # (median), for its read amplification
 
 
 def measure(comm: mpi.Comm, entry: LoaderEntry, work: RankWork, target: Target, iterations: int,
@@ -94,10 +97,11 @@ def measure(comm: mpi.Comm, entry: LoaderEntry, work: RankWork, target: Target, 
                         hosts)
     all_messages = mpi.gather(comm, messages)
     all_digests = mpi.gather(comm, digests)
-    if all_messages is None or all_digests is None:
+    loaded = mpi.gather(comm, rank_read_bytes(rows, "load"))
+    if all_messages is None or all_digests is None or loaded is None:
         return None
     return Measured(stats, tuple(text for part in all_messages for text in part),
-                    tuple(all_digests), failed)
+                    tuple(all_digests), failed, tuple(loaded))
 
 
 def _prepare(module: ModuleType, comm: mpi.Comm, work: RankWork, device: str) -> object:

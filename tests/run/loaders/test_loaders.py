@@ -116,6 +116,14 @@ def test_torch_load_of_a_bin(stampede, tmp_path: Path, torch_bin: Path, nranks: 
                        and row["layout"] == policy and row["op"] == "restore")
         assert int(restore["needed_bytes"]) == scan(str(torch_bin)).total_bytes
         assert float(restore["read_amplification"]) == pytest.approx(len(loading), rel=0.01)
+        # one node: its ranks load the file once each; a loading rank's file over its share
+        assert float(restore["read_amplification_node_max"]) == pytest.approx(len(loading),
+                                                                               rel=0.01)
+        assert float(restore["read_amplification_rank_max"]) == pytest.approx(len(loading),
+                                                                               rel=0.01)
+        line = next(line for line in loader_lines([typed(row) for row in rows])
+                    if line.loader == "torch.load" and line.policy == policy)
+        assert line.amplification == pytest.approx((len(loading),) * 3, rel=0.01)
 
 
 @pytest.mark.parametrize("nranks", [1, 2])
