@@ -48,9 +48,9 @@ CSV schema history (bump ARCHIVE_SCHEMA and add a line on every change of column
      layout's or loader's storage GB/s per node over the nodes' mean ceiling), and the
      option's column ceiling; rows of schemas 1-7 read them as empty (not measured) and
      ceiling as false; the sidecar's `ceiling` holds every node's every stream count.
-     Later in 8, without a bump: the option checkpoint.prefetch's column prefetch_bytes
-     (rows of schemas 1-7 read it as 0, schema-8 rows written before it as empty; not an
-     identity column, so those still compare with rows written after).
+- 9: the option checkpoint.prefetch's column prefetch_bytes (posix_fadvise WILLNEED ahead
+     of each read); rows of schemas 1-8 read it as 0 (nothing prefetched). Not an identity
+     column: rows before and after still compare.
 
 The columns themselves (type, unit, meaning, since, identity) are
 stampede.results.columns'.

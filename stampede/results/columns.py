@@ -21,7 +21,7 @@ from pathlib import Path
 from stampede.results.tiers import TIERS, tier_column
 from stampede.spec import OPTIONS, Option
 
-ARCHIVE_SCHEMA = 8
+ARCHIVE_SCHEMA = 9
 OWN_TOOL = "stampede"   # the tool of rows stampede's own code measured
 GPU_PHASE = "h2d"       # the phase of `stampede gpu`'s rows: host -> device copies
 KINDS = {"text": "text", "number": "a number", "whole": "a whole number",
@@ -216,7 +216,7 @@ OPTION_SINCE = {
                      "part_size", "restore_from"), 3),
     **dict.fromkeys(("workload", "scale", "subset", "exchange"), 4),
     "ceiling": 8,
-    "prefetch_bytes": 8,   # issue 40: rows before it prefetched nothing (OPTION_BEFORE)
+    "prefetch_bytes": 9,   # rows before it prefetched nothing (OPTION_BEFORE)
     # `stampede rejoin`'s tiers: not identity (their layouts, tier-* and rejoin, already
     # tell its rows apart, and other rows run none of them)
     **dict.fromkeys(("tier_dir", "tier_peers", "tier_placement", "spare_nodes", "lost_nodes",
