@@ -179,6 +179,12 @@ class Archive:
         return self._with([row for row in self.rows if row["run_id"] not in dropped], self.paths,
                           self.names)
 
+    def without_layout(self, layout: str) -> Archive:
+        """A layout's rows left out (a rejoin's spare-start: the spares' start-up, not the
+        whole job's), sidecars shared."""
+        return self._with([row for row in self.rows if row["layout"] != layout], self.paths,
+                          self.names)
+
     def name_of(self, row: Row) -> str:
         """The file name a row came from (the archive's label in memory)."""
         source = row.get(SOURCE)
