@@ -17,11 +17,14 @@ if TYPE_CHECKING:
 EPILOG = """\
 The ranks on the last tiers.spare_nodes nodes are hot spares: idle through the save, they
 take the places of the ranks of the tiers.lost_nodes lost nodes (the last working ones).
-Archived as five layouts of one run: save/tier-local, save/tier-peer, save/tier-storage
+Archived as six layouts of one run: save/tier-local, save/tier-peer, save/tier-storage
 (time to last rank = from the save's start until every shard is durable on its node, on a
-peer, on storage), restore/rejoin and restore/restart (time to last rank of the restored
-job: survivors from their local tier, spares from a peer or storage; or everyone from
-storage). The report's notes say the bytes from each tier and the tier of each rank.
+peer, on storage), startup/spare-start (the spare ranks' own start-up after the loss: each
+starts a process of stampede's own, launch -> MPI ready, as `stampede startup` times it:
+the rejoin's T_pod_init), restore/rejoin and restore/restart (time to last rank of the
+restored job: survivors from their local tier, spares from a peer or storage; or everyone
+from storage). --sizes A,B: one run per shard size, from which `mttr` fits the rejoin's
+fixed cost. The report's notes say the bytes from each tier and the tier of each rank.
 The storage copy drains in a thread of each rank while it goes on (tiers.drain): blocked
 = until the rank's local and peer copies are done; published (tiers.publish) = once every
 shard is on that tier; each tier's unprotected = how long the published version was not

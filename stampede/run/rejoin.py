@@ -26,6 +26,9 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
    keep_storage), only once a newer one is published (so it opens no window).
 2. The loss: every rank of a lost node deletes its node's local tier (its memory goes
    with the process's next phase: it takes no part in the restores).
+   Then the spares' own start-up (layout spare-start, phase startup): every spare rank
+   starts a process of stampede's own at once (stampede.run.spare_start), stamped as
+   `stampede startup` stamps its ranks: the T_pod_init of the rejoin path.
 3. Two layouts of phase restore of the last version, run.warmup + run.iterations times
    each, by the restored job (survivors and the spares standing in), the same bytes, page
    caches as run.cache:
