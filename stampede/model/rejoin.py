@@ -49,7 +49,6 @@ from stampede.model.workload import Workload
 from stampede.results.tiers import (
     REJOIN,
     RESTART,
-    SPARE_START,
     TIER_RESTORES,
     TIERS,
     tier_column,
@@ -235,8 +234,6 @@ def rejoin_verdict(archive: Archive, workload: Workload,
         return None
     fitted = {point.run_id for point in run.points}
     archive = archive.without(run_id for run_id in archive.rejoin_runs() if run_id not in fitted)
-    # the spares' start-up is the rejoin's T_pod_init, never the whole job's
-    archive = archive.without_layout(SPARE_START)
     k = workload.ranks_per_node or run.ranks_per_node
     size = workload.bytes_per_rank or float(run.bytes_per_rank)
     lost = lost_nodes or run.lost_nodes

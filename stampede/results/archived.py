@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from stampede.results.cells import SOURCE, Row, typed
 from stampede.results.readback import Document, Read
-from stampede.results.tiers import TIER_RESTORES
+from stampede.results.tiers import SPARE_START, TIER_RESTORES
 
 if TYPE_CHECKING:
     from stampede.results.trace import Trace
@@ -142,7 +142,8 @@ class Archive:
             row for row in self.rows if row["op"] == "barrier" and row["valid"]
             and math.isfinite(row["lat_p50_s"]) and row["nranks"] >= 1))
         for part in self.parts():
-            startup = part.latest("startup")
+            # a rejoin's spare-start is its spares' start-up, not a job's (the rejoin's own)
+            startup = part.without_layout(SPARE_START).latest("startup")
             if startup is not None:
                 name = part.name_of(startup)
                 found = replace(found, startup=Chosen(startup, name))
@@ -180,8 +181,7 @@ class Archive:
                           self.names)
 
     def without_layout(self, layout: str) -> Archive:
-        """A layout's rows left out (a rejoin's spare-start: the spares' start-up, not the
-        whole job's), sidecars shared."""
+        """A layout's rows left out, sidecars shared."""
         return self._with([row for row in self.rows if row["layout"] != layout], self.paths,
                           self.names)
 

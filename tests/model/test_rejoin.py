@@ -136,7 +136,8 @@ def archived(*runs: list[dict[str, str]], startup_s: float | None = None) -> Arc
     return Archive(written)
 
 
-@pytest.mark.parametrize(("startup_s", "spare_s"), [(None, None), (2.5, None), (2.5, 0.7)])
+@pytest.mark.parametrize(("startup_s", "spare_s"),
+                         [(None, None), (2.5, None), (2.5, 0.7), (None, 0.7)])
 def test_t_mttr_both_ways_at_the_target_with_the_spares_start_up_measured_or_assumed(
         startup_s: float | None, spare_s: float | None) -> None:
     """The rejoin's T_pod_init is the spares' own start-up when the run measured it (its
