@@ -162,8 +162,8 @@ def one_round(scratch: Path, args: argparse.Namespace, tag: str,
         archive = rejoin(scratch, f"case{number}{tag}", case, args.node_gbps, args.storage_gbps,
                          args.iterations)
         times, peer_s = measured(archive)
-        rates = replace(fitted, node_bps=node_rate(fitted.node_bps, nic_bps,
-                                                   nic_bps * case.nic_factor))
+        rates = fitted if case.nic_factor == 1 else \
+            replace(fitted, node_bps=node_rate(fitted.node_bps, nic_bps, nic_bps * case.nic_factor))
         where = recovery(WORKING_NODES, case.per_node, adjacent_loss(WORKING_NODES, case.lost),
                          "ring", case.peers)
         rejoin_s, bound = rejoin_load(where, case.size, rates)
@@ -177,8 +177,14 @@ def one_round(scratch: Path, args: argparse.Namespace, tag: str,
             if abs(error) > WITHIN:
                 restored = WORKING_NODES * case.per_node * case.size
                 ranks = (WORKING_NODES + case.lost) * case.per_node
+                stored = where.storage_bytes(case.size)
                 verdict = f"  OVER {WITHIN:.0%}: " + (
-                    where_it_went(ranks, peer_s, peer_model_s, where.nic_bytes(case.size),
+                    f"the fall-back moved {stored / 1e6:.1f} MB from storage in the rejoin's "
+                    f"{times[layout] - rates.rejoin_fixed_s:.3f} s beyond F_rejoin: "
+                    f"{stored / (times[layout] - rates.rejoin_fixed_s) / 1e6:.1f} MB/s against "
+                    f"B_storage {rates.storage_bps / 1e6:.1f} MB/s (the fit's restart, all "
+                    "clients)" if layout == "rejoin" and bound.startswith("F_rejoin + storage")
+                    else where_it_went(ranks, peer_s, peer_model_s, where.nic_bytes(case.size),
                                   rates.node_bps, times[layout],
                                   rates.rejoin_fixed_s - rates.peer_fixed_s)
                     if layout == "rejoin" else
