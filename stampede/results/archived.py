@@ -140,7 +140,8 @@ class Archive:
         rank, with its pg_init row and its run's sidecar; every startup's barrier."""
         found = TermRuns(barriers=tuple(
             row for row in self.rows if row["op"] == "barrier" and row["valid"]
-            and math.isfinite(row["lat_p50_s"]) and row["nranks"] >= 1))
+            and math.isfinite(row["lat_p50_s"]) and row["nranks"] >= 1
+            and row["layout"] != SPARE_START))
         for part in self.parts():
             # a rejoin's spare-start is its spares' start-up, not a job's (the rejoin's own)
             startup = part.without_layout(SPARE_START).latest("startup")

@@ -228,7 +228,9 @@ def _spare_start(state: Rank) -> LayoutRun:
     from stampede.results.stats import layout_stats  # rank 0 only
     from stampede.run.startup import StartupRecord, samples
 
-    records = [cast(StartupRecord, item) for item in said if isinstance(item, dict)]
+    # a spare's process is one rank of its own: its barriers time no job's sync
+    records = [cast(StartupRecord, {**item, "collectives_ns": []}) for item in said
+               if isinstance(item, dict)]
     failed = tuple(item for item in said if isinstance(item, str))
     if not records:
         return LayoutRun(SPARE_START, 0, None, failed, "; ".join(failed) or "no spare",

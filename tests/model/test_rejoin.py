@@ -41,9 +41,10 @@ def rows(run_id: str = "r1", storage: int = 0, lost: int = 1, size: int = 8 * MI
          "notes": " | ".join(filter(None, ["tier by rank: 0@a local", fell]))},
         {**common, "op": "restore", "layout": "restart", "time_to_last_rank_s": str(restart_s),
          "first_done_s": "0.4", "tier_storage_bytes": str(4 * size)}]
-    if spare_start_s is not None:
-        written.append({**common, "op": "startup", "layout": "spare-start", "phase": "startup",
-                        "time_to_last_rank_s": str(spare_start_s)})
+    if spare_start_s is not None:   # with a singleton's barrier: no job's T_barrier_sync
+        written += [{**common, "op": op, "layout": "spare-start", "phase": "startup",
+                     "time_to_last_rank_s": str(spare_start_s), "lat_p50_s": "1e-06",
+                     "nranks": "1"} for op in ("startup", "barrier")]
     return [typed(row) for row in written]
 
 
@@ -161,6 +162,7 @@ def test_t_mttr_both_ways_at_the_target_with_the_spares_start_up_measured_or_ass
     assert terms["T_pod_init"].measured == (expected != 5.0)
     assert ("spare-start" in terms["T_pod_init"].source) == (spare_s is not None)
     assert restart_terms["T_pod_init"].seconds == (startup_s if startup_s is not None else 5.0)
+    assert "startup barriers at" not in terms["T_barrier_sync"].source
     assert restart.dominant == "F_restart + N S / B_storage"   # 16 TB through 0.5 GB/s
     alone = rejoin_verdict(archive, workload, lost_nodes=42)   # > the pool
     assert alone is not None and alone.at_target[0].model is None
