@@ -11,7 +11,8 @@ from storage). Measured: each restore's time to last rank (median over iteration
 the archive).
 
 The model (stampede.model.rejoin's, which `project` and the HTML verdict apply at the
-target with the rates a run measured; here the links' shaped rates), with S the shard,
+target with the rates and fixed terms a run measured; here the links' shaped rates and no
+fixed term: bench/rejoin_out_of_sample.py fits them and checks them), with S the shard,
 k ranks per node, P = working nodes x k positions:
   restart  max(P S / B_s, k S / B_n)    every shard through the storage link, a node's
                                        shards through its NIC
@@ -45,7 +46,8 @@ from common import (
     write_job_toml,
 )
 
-from stampede.model.rejoin import Rates, rejoin_load_s, restart_load_s
+from stampede.model.placement import adjacent_loss, recovery
+from stampede.model.rejoin_fit import Rates, rejoin_load, restart_load_s
 from stampede.units import BYTES_PER_GB, parse_size
 
 
@@ -92,7 +94,9 @@ def main() -> int:
     rates = Rates(node_bps=args.node_gbps * BYTES_PER_GB,
                   storage_bps=args.storage_gbps * BYTES_PER_GB, local_bps=math.inf)
     predicted = {"restart": restart_load_s(positions, k, shard, rates),
-                 "rejoin": rejoin_load_s(k, shard, rates)}
+                 "rejoin": rejoin_load(recovery(args.working_nodes, k,
+                                               adjacent_loss(args.working_nodes, 1), "ring", 1),
+                                      shard, rates)[0]}
     print(f"{'restore':<8} {'measured s':>11} {'model s':>9} {'error':>7}")
     for layout in ("rejoin", "restart"):
         error = measured[layout] / predicted[layout] - 1

@@ -207,17 +207,25 @@ def cmd_mttr(args: argparse.Namespace) -> int:
         cost_s = extras["checkpoint_cost_s"]
         cost_source = "assumed (flag)" if args.checkpoint_cost_s is not None else \
             f"assumed ({args.job} [mttr])"
+    console = make_console()
+    if verdict is not None:   # one T_MTTR per way back, and nothing else called T_MTTR
+        from stampede.present.report_models import render_costs, render_rejoin
+
+        ways = {side.layout: side.model for side in verdict.at_target if side.model}
+        render_rejoin(verdict, console)
+        first = next(iter(ways.values()))   # the restart is always priced
+        render_costs({way: costs(priced, extras["gpus"], extras["checkpoint_interval_s"],
+                                 extras["mtbf_h"]) for way, priced in ways.items()},
+                     pools, context, console,
+                     checkpointing(first, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
+                                   extras["checkpoint_interval_s"]))
+        return 0
     saving = checkpointing(model, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
                            extras["checkpoint_interval_s"])
-    console = make_console()
     if workload_line:
         console.print(f"workload: {workload_line}", markup=False)
     render_mttr(model, costs(model, extras["gpus"], extras["checkpoint_interval_s"],
                              extras["mtbf_h"]), pools, context, console, saving)
-    if verdict is not None:
-        from stampede.present.report_models import render_rejoin
-
-        render_rejoin(verdict, console)
     return 0
 
 

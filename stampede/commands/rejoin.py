@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from stampede.commands.flags import add_job_arguments, job_world, overrides
+from stampede.errors import UsageError
 
 if TYPE_CHECKING:
     from stampede.commands import Subparsers
@@ -16,11 +17,14 @@ if TYPE_CHECKING:
 EPILOG = """\
 The ranks on the last tiers.spare_nodes nodes are hot spares: idle through the save, they
 take the places of the ranks of the tiers.lost_nodes lost nodes (the last working ones).
-Archived as five layouts of one run: save/tier-local, save/tier-peer, save/tier-storage
+Archived as six layouts of one run: save/tier-local, save/tier-peer, save/tier-storage
 (time to last rank = from the save's start until every shard is durable on its node, on a
-peer, on storage), restore/rejoin and restore/restart (time to last rank of the restored
-job: survivors from their local tier, spares from a peer or storage; or everyone from
-storage). The report's notes say the bytes from each tier and the tier of each rank.
+peer, on storage), startup/spare-start (the spare ranks' own start-up after the loss: each
+starts a process of stampede's own, launch -> MPI ready, as `stampede startup` times it:
+the rejoin's T_pod_init), restore/rejoin and restore/restart (time to last rank of the
+restored job: survivors from their local tier, spares from a peer or storage; or everyone
+from storage). --sizes A,B: one run per shard size, from which `mttr` fits the rejoin's
+fixed cost. The report's notes say the bytes from each tier and the tier of each rank.
 The storage copy drains in a thread of each rank while it goes on (tiers.drain): blocked
 = until the rank's local and peer copies are done; published (tiers.publish) = once every
 shard is on that tier; each tier's unprotected = how long the published version was not
@@ -55,6 +59,11 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
                           "deleted (missing) or have a byte flipped (corrupt): the spares "
                           "must fall back to storage and say so (default none; corrupt "
                           "needs run.verify to check the bytes)")
+    sub.add_argument("--sizes", default="", metavar="SIZES",
+                     help="comma-separated shard sizes, e.g. 8MiB,16MiB: one rejoin run per "
+                          "size (checkpoint.size_per_rank), one after the other, in one launch; "
+                          "from two sizes `mttr` and `project` fit the rejoin's fixed cost and "
+                          "B_node (time = fixed + bytes / B) instead of one size's bytes / time")
     sub.add_argument("--clean", action="store_true",
                      help="measure nothing: remove what a rejoin of this job that did not "
                           "finish left (its shards and replicas on every node's local tier, "
@@ -67,14 +76,17 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
 
     from stampede.backends import backend_name_for
     from stampede.commands.job import measure
-    from stampede.results.tiers import TIER_RESTORES, TIER_SAVES
+    from stampede.results.tiers import SPARE_START, TIER_RESTORES, TIER_SAVES
     from stampede.run.rejoin import check_damage, rejoin_job
     from stampede.run.tier_dirs import check_local_dir
     from stampede.spec import load_job
 
-    spec = load_job(args.job, overrides(args))   # validated before MPI and any I/O
+    # every size's job validated before MPI and any I/O
+    specs = [load_job(args.job, overrides(args) + sized) for sized in _sizes(args.sizes)]
+    spec = specs[0]
     backend_name_for(spec.target_path)
-    check_damage(spec, args.damage)
+    for each in specs:
+        check_damage(each, args.damage)
     if not args.clean:
         check_local_dir(spec)
     comm = job_world(args, spec)   # the target held for the whole command
@@ -89,9 +101,29 @@ def cmd_rejoin(args: argparse.Namespace) -> int:
         print(f"stampede rejoin: --damage {args.damage}: the lost shards' replicas are "
               f"{'deleted' if args.damage == 'missing' else 'corrupted'} after the loss",
               file=sys.stderr)
-    measure(comm, spec, "rejoin", (*TIER_SAVES, *TIER_RESTORES),
-            f"{spec.tier_peers} peer replica(s) ({spec.tier_placement}), "
-            f"{spec.spare_nodes} spare node(s), {spec.lost_nodes} lost, "
-            f"{spec.warmup} warmup + {spec.iterations} iterations of each restore, cache "
-            f"{spec.cache}", partial(rejoin_job, damage=args.damage))
+    for each in specs:   # one run per size, each archived whole before the next
+        measure(comm, each, "rejoin", (*TIER_SAVES, SPARE_START, *TIER_RESTORES),
+                f"{each.tier_peers} peer replica(s) ({each.tier_placement}), "
+                f"{each.spare_nodes} spare node(s), {each.lost_nodes} lost, "
+                f"{each.warmup} warmup + {each.iterations} iterations of each restore, cache "
+                f"{each.cache}", partial(rejoin_job, damage=args.damage))
     return 0
+
+
+def _sizes(text: str) -> list[list[str]]:
+    """--sizes as the --set overrides of each run ([[]]: the job's own size); exit 2 on a
+    size that is not one, or one given twice."""
+    from stampede.units import parse_size
+
+    if not text:
+        return [[]]
+    found: list[int] = []
+    for item in text.split(","):
+        try:
+            size = parse_size(item.strip())
+        except ValueError as error:
+            raise UsageError(f"--sizes {text}: {item!r}: {error}") from None
+        if size <= 0 or size in found:
+            raise UsageError(f"--sizes {text}: {item!r}: each size must be > 0 and given once")
+        found.append(size)
+    return [[f"checkpoint.size_per_rank={size}"] for size in found]

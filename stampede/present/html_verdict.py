@@ -96,7 +96,8 @@ def rejoin_section(verdict: RejoinVerdict | None) -> str:
     return (tag("h3", "A node lost: rejoin from the tiers beside a full restart from storage")
             + tag("p", escape(verdict.describe()), class_="note")
             + table(("restore", f"T_MTTR as measured ({run.nranks} ranks)",
-                     f"T_MTTR at {ranks} ranks", "load term there", "T_pod_init (the spare's)",
+                     f"T_MTTR at {ranks} ranks", "load term there",
+                     "T_pod_init (rejoin: the spares')",
                      "T_barrier_sync", "dominant there"), body)
             + tag("ul", "".join(terms))
             + tag("h3", "Bytes restored from each tier (last iteration)")

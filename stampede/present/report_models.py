@@ -5,7 +5,7 @@ fitted contention model and its projection). Values come computed; this only for
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from stampede.present.tables import ItemColumn, Verbatim, item_table
@@ -123,16 +123,23 @@ def render_mttr(model: Breakdown, costs: Costs, pools: Sequence[SparePool], pool
     if math.isfinite(model.metadata_stall_s):
         console.print(f"of the measured restore, the slowest rank waited "
                       f"{format_seconds(model.metadata_stall_s)} for its first byte (metadata)")
-    line = (f"GPU-hours lost per failure at {format_plain(costs.gpus)} GPUs: "
-            f"{format_plain(costs.lost_per_failure_h)}"
-            + (f" (incl. half a {format_plain(costs.checkpoint_interval_s)} s checkpoint "
-               "interval redone)" if costs.checkpoint_interval_s else ""))
-    if costs.mtbf_h:
-        line += (f"; per day at one failure every {format_plain(costs.mtbf_h)} h: "
-                 f"{format_plain(costs.lost_per_day_h)}")
-    console.print(line)
+    render_costs({"": costs}, pools, pool_context, console, saving)
+
+
+def render_costs(costs: Mapping[str, Costs], pools: Sequence[SparePool], pool_context: str,
+                 console: Console, saving: Checkpointing | None = None) -> None:
+    """GPU-hours lost per failure (by way back, where there are several), checkpointing,
+    the hot spares."""
+    first = next(iter(costs.values()))
+    each = "; ".join(f"{name + ' ' if name else ''}{format_plain(cost.lost_per_failure_h)}"
+                     + (f" ({format_plain(cost.lost_per_day_h)} per day at one failure every "
+                        f"{format_plain(cost.mtbf_h)} h)" if cost.mtbf_h else "")
+                     for name, cost in costs.items())
+    console.print(f"GPU-hours lost per failure at {format_plain(first.gpus)} GPUs: {each}"
+                  + (f" (incl. half a {format_plain(first.checkpoint_interval_s)} s checkpoint "
+                     "interval redone)" if first.checkpoint_interval_s else ""))
     if saving is not None:
-        _render_checkpointing(saving, costs.gpus, console)
+        _render_checkpointing(saving, first.gpus, console)
     console.print(item_table(f"Hot spares: {pool_context}", SPARES, pools))
 
 
@@ -146,24 +153,37 @@ SPARES: tuple[ItemColumn[SparePool], ...] = (
 
 def render_rejoin(verdict: RejoinVerdict, console: Console) -> None:
     """`stampede mttr` and `project` on a `stampede rejoin` archive (stampede.model.rejoin):
-    T_MTTR of the rejoin and of the full restart, as measured and at the workload, with
-    the terms that differ and what dominates there."""
-    # a line per restore (rejoin, restart): its side as measured, and at the workload
-    sides: tuple[ItemColumn[tuple[RejoinSide, RejoinSide]], ...] = (
-        ItemColumn("restore", lambda pair: pair[1].layout, left=True),
-        ItemColumn("T_MTTR as measured", lambda pair: format_duration(pair[0].model.total_s)
-                   if pair[0].model else "-"),
-        ItemColumn(f"T_MTTR at {verdict.workload.ranks} ranks",
-                   lambda pair: format_duration(pair[1].model.total_s) if pair[1].model
-                   else "not possible"),
-        ItemColumn("load term there", lambda pair: pair[1].load, left=True),
-        ItemColumn("T_pod_init", lambda pair: pair[1].term("T_pod_init")),
-        ItemColumn("T_barrier_sync", lambda pair: pair[1].term("T_barrier_sync")),
-        ItemColumn("dominant there", lambda pair: pair[1].dominant or pair[1].why_not, left=True))
+    one T_MTTR per way back (rejoin, restart), term by term at the workload, and as the
+    run measured it; where each term came from; the rates with the op that measured each."""
+    ranks = verdict.workload.ranks
+    rejoin, restart = verdict.at_target
+    rows: list[tuple[str, str, str]] = [
+        (name, rejoin.term(name), restart.term(name))
+        for name in ("T_detect", "T_cordon_swap", "T_pod_init")]
+    rows.append(("load", rejoin.load, restart.load))
+    rows.append(("T_barrier_sync", rejoin.term("T_barrier_sync"), restart.term("T_barrier_sync")))
+    def total(side: RejoinSide, bold: bool) -> str:
+        if side.model is None:
+            return f"not possible: {side.why_not}" if bold else "-"
+        return f"[bold]{format_duration(side.model.total_s)}[/]" if bold else \
+            format_duration(side.model.total_s)
+    rows.append((f"[bold]T_MTTR at {ranks} ranks[/]", total(rejoin, True), total(restart, True)))
+    rows.append((f"T_MTTR as measured ({verdict.run.nranks} ranks)",
+                 total(verdict.measured[0], False), total(verdict.measured[1], False)))
+    rows.append(("dominant there", rejoin.dominant or "-", restart.dominant or "-"))
+    columns: tuple[ItemColumn[tuple[str, str, str]], ...] = (
+        ItemColumn("term", lambda row: row[0], left=True),
+        ItemColumn("rejoin", lambda row: row[1], left=True),
+        ItemColumn("restart", lambda row: row[2], left=True))
     console.print(item_table("A node lost: rejoin from the tiers (stampede rejoin) beside a full "
-                             "restart from storage", sides,
-                             zip(verdict.measured, verdict.at_target)))
+                             "restart from storage, one T_MTTR each", columns, rows))
     console.print(verdict.describe(), markup=False)
+    said: dict[str, list[str]] = {}
+    for side in verdict.at_target:
+        for term in side.model.terms if side.model else ():
+            said.setdefault(f"{term.name}: {term.source}", []).append(side.layout)
+    for line, ways in said.items():
+        console.print(f"  {' and '.join(ways)} {line}", markup=False, highlight=False)
     for note in verdict.run.fallback:
         console.print(f"fell back to storage: {note}", markup=False)
 

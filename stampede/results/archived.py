@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from stampede.results.cells import SOURCE, Row, typed
 from stampede.results.readback import Document, Read
-from stampede.results.tiers import TIER_RESTORES
+from stampede.results.tiers import SPARE_START, TIER_RESTORES
 
 if TYPE_CHECKING:
     from stampede.results.trace import Trace
@@ -140,9 +140,11 @@ class Archive:
         rank, with its pg_init row and its run's sidecar; every startup's barrier."""
         found = TermRuns(barriers=tuple(
             row for row in self.rows if row["op"] == "barrier" and row["valid"]
-            and math.isfinite(row["lat_p50_s"]) and row["nranks"] >= 1))
+            and math.isfinite(row["lat_p50_s"]) and row["nranks"] >= 1
+            and row["layout"] != SPARE_START))
         for part in self.parts():
-            startup = part.latest("startup")
+            # a rejoin's spare-start is its spares' start-up, not a job's (the rejoin's own)
+            startup = part.without_layout(SPARE_START).latest("startup")
             if startup is not None:
                 name = part.name_of(startup)
                 found = replace(found, startup=Chosen(startup, name))
@@ -177,6 +179,11 @@ class Archive:
         """These runs left out (a verdict that must not draw on them), sidecars shared."""
         dropped = set(run_ids)
         return self._with([row for row in self.rows if row["run_id"] not in dropped], self.paths,
+                          self.names)
+
+    def without_layout(self, layout: str) -> Archive:
+        """A layout's rows left out, sidecars shared."""
+        return self._with([row for row in self.rows if row["layout"] != layout], self.paths,
                           self.names)
 
     def name_of(self, row: Row) -> str:

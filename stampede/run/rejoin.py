@@ -26,6 +26,9 @@ the barrier that starts the phase (stampede.run.clock puts them on one axis):
    keep_storage), only once a newer one is published (so it opens no window).
 2. The loss: every rank of a lost node deletes its node's local tier (its memory goes
    with the process's next phase: it takes no part in the restores).
+   Then the spares' own start-up (layout spare-start, phase startup): every spare rank
+   starts a process of stampede's own at once (stampede.run.spare_start), stamped as
+   `stampede startup` stamps its ranks: the T_pod_init of the rejoin path.
 3. Two layouts of phase restore of the last version, run.warmup + run.iterations times
    each, by the restored job (survivors and the spares standing in), the same bytes, page
    caches as run.cache:
@@ -50,6 +53,7 @@ import sys
 import time
 from dataclasses import replace
 from functools import partial
+from typing import cast
 
 import numpy as np
 
@@ -61,7 +65,7 @@ from stampede.checkpoint.plan import bytes_per_rank
 from stampede.errors import UsageError
 from stampede.ops import OP_CODE
 from stampede.results.model import LayoutRun, RunContext
-from stampede.results.tiers import REJOIN, TIER_RESTORES, TIERS
+from stampede.results.tiers import REJOIN, SPARE_START, TIER_RESTORES, TIERS
 from stampede.run.file_system import AfterLayout
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import new_context
@@ -132,6 +136,9 @@ def rejoin_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None =
                           f"{', '.join(TIER_RESTORES)} not measured", file=sys.stderr, flush=True)
                 return context, runs
             mpi.collective(comm, "losing the nodes", partial(_lose, state))
+            started = _spare_start(state)
+            runs.append(started)
+            _archive(comm, after_layout, context, started, roles.spares, hosts)
             for layout in TIER_RESTORES:
                 run = _restores(state, layout, hosts, tick)
                 runs.append(run)
@@ -184,6 +191,55 @@ def _lose(state: Rank) -> None:
                 first = file.read(1)
                 file.seek(0)
                 file.write(bytes([first[0] ^ 0xFF]))
+
+
+# ---- the spares' own start-up ----------------------------------------------------------
+
+# what a launcher tells its ranks: a child started without it is a process of its own
+LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "HYDI_", "MPIR_", "MPI_LOCAL", "OMPI_", "SLURM_")
+
+
+def _spare_start(state: Rank) -> LayoutRun:
+    """Layout spare-start (phase startup): once the nodes are lost, every spare rank
+    starts a process of stampede's own at once (stampede.run.spare_start: interpreter,
+    the run modules, MPI initialised), stamped as `stampede startup` stamps its ranks:
+    the spare node's T_pod_init. Rank 0 gets the LayoutRun (with no stats elsewhere)."""
+    import json
+    import subprocess
+
+    from stampede.run.startup import LAUNCH_VARIABLE
+
+    comm, spares = state.comm, state.roles.spares
+    record = None
+    if state.rank in spares:
+        environment = {name: value for name, value in os.environ.items()
+                       if not name.startswith(LAUNCHER_PREFIXES)}
+        environment[LAUNCH_VARIABLE] = str(time.time_ns())
+        done = subprocess.run([sys.executable, "-P", "-m", "stampede.run.spare_start"],
+                              env=environment, capture_output=True, text=True, check=False)
+        lines = done.stdout.strip().splitlines()
+        record = json.loads(lines[-1]) if done.returncode == 0 and lines else \
+            f"rank {state.rank}: the spare's start-up failed ({done.returncode}): " \
+            f"{done.stderr.strip()[-300:]}"
+    mpi.barrier(comm)   # polite: the other ranks wait without spinning
+    said = mpi.gather(comm, record)
+    if said is None:
+        return LayoutRun(SPARE_START, 0, None, (), "", phase="startup")
+    from stampede.results.stats import layout_stats  # rank 0 only
+    from stampede.run.startup import StartupRecord, samples
+
+    # a spare's process is one rank of its own: its barriers time no job's sync
+    records = [cast(StartupRecord, {**item, "collectives_ns": []}) for item in said
+               if isinstance(item, dict)]
+    failed = tuple(item for item in said if isinstance(item, str))
+    if not records:
+        return LayoutRun(SPARE_START, 0, None, failed, "; ".join(failed) or "no spare",
+                         phase="startup")
+    stats = layout_stats(SPARE_START, samples(records), len(records), completion_op="startup")
+    return LayoutRun(SPARE_START, 0, stats, failed, "; ".join(failed), phase="startup",
+                     said=(f"{len(records)} spare rank(s) on "
+                           f"{len({record['host'] for record in records})} node(s) started "
+                           "at once after the loss: launch -> MPI ready",))
 
 
 # ---- the restores -----------------------------------------------------------------------

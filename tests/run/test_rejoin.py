@@ -108,25 +108,27 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     assert int(verify[0]["count"]) == 2 * 2 and verify[0]["errors"] in ("", "0")
     assert not list((tmp_path / "local").rglob("*"))   # every node's local tier removed
     assert not list((tmp_path / "target").iterdir())    # the storage tier too
+    # the spare's own start-up, after the loss: its rank alone, on its node, as startup's ops
+    started = {row["op"]: row for row in rows if row["layout"] == "spare-start"}
+    assert set(started) >= {"interpreter", "import", "mpi_init", "startup"}, set(started)
+    assert started["startup"]["phase"] == "startup" and started["startup"]["hosts"] == "nodeC"
+    assert float(started["startup"]["time_to_last_rank_s"]) >= \
+        float(started["mpi_init"]["lat_max_s"])   # launch -> MPI ready holds MPI's init
     modelled = stampede("mttr", str(tmp_path / "results" / "tiers.csv"))
     assert modelled.returncode == 0, modelled.stderr
-    table = modelled.stdout.partition("A node lost: rejoin from the tiers")[2]
-    lines = [line.split() for line in table.splitlines()]
-    assert [line[0] for line in lines if line[:1] in (["rejoin"], ["restart"])] == \
-        ["rejoin", "restart"], modelled.stdout   # T_MTTR both ways, from the same run
-    assert "T_MTTR at 16384 ranks" in " ".join(modelled.stdout.split())
+    text = " ".join(modelled.stdout.split())
+    assert "term rejoin restart" in text and "T_MTTR at 16384 ranks" in text, text
+    assert "T_MTTR = T_detect" not in text     # one T_MTTR per way back, nothing else
+    assert "rejoin T_pod_init: measured: run " in text and " spare-start, " in text
     archive = str(tmp_path / "results" / "tiers.csv")
     projected = stampede("project", archive, "--target-ranks", "16384",
                          "--target-ranks-per-node", "8",
                          "--lost-nodes", "2", "--spare-pool-pct", "0.01")
     assert projected.returncode == 0, projected.stderr
     text = " ".join(projected.stdout.split())   # 2,048 nodes: a pool of 1, 2 lost
-    assert "2 node(s) lost, a pool of 1 spare node(s) (0.01% of the nodes)" in text, text
-    ways: dict[str, str] = {}   # each way's first line (a wrapped cell may start one)
-    for line in projected.stdout.splitlines():
-        if line.split()[:1] in (["rejoin"], ["restart"]):
-            ways.setdefault(line.split()[0], line)
-    assert "not possible" in ways["rejoin"] and "not possible" not in ways["restart"], ways
+    assert "2 adjacent node(s) lost (ring, 1 peer(s); 1 of them with no replica left: " \
+        "storage), a pool of 1 spare node(s) (0.01% of the nodes)" in text, text
+    assert text.count("not possible: 2 lost node(s) and 1 spare(s)") == 1, text
     refused = stampede("project", archive, "--target-ranks", "16384", "--lost-nodes", "0")
     assert refused.returncode == 2 and refused.stderr.splitlines() == [
         "stampede project: error: argument --lost-nodes: 0: must be from 1 to 1,000,000,000,000"]
@@ -135,6 +137,30 @@ def test_the_spare_rejoins_from_its_peer_and_everything_is_archived_and_removed(
     assert "restore T_MTTR as measured (2 ranks) T_MTTR at 16384 ranks" in verdict
     assert "local peer storage rejoin 4 MiB 4 MiB - restart - - 8 MiB" in verdict   # by tier
     assert "no fall-back to storage" in verdict
+
+
+def test_sizes_runs_one_rejoin_per_size_and_mttr_fits_the_fixed_term(
+        stampede, tmp_path: Path) -> None:
+    """--sizes: one run per size in one launch; `mttr` fits the rejoin's fixed part from
+    the two (time = fixed + bytes / B), where one size only can put it inside B_node."""
+    path = job(tmp_path)
+    refused = stampede("rejoin", str(path), "--sizes", "2MiB,2MiB")   # before MPI, any I/O
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        "stampede rejoin: error: --sizes 2MiB,2MiB: '2MiB': each size must be > 0 and given "
+        "once"], refused.stderr
+    result = rejoin(tmp_path, str(path), "--sizes", "2MiB,4MiB")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_archive(tmp_path / "results" / "tiers.csv")
+    restores = [(row["run_id"], int(row["bytes_per_rank"])) for row in rows
+                if row["op"] == "restore" and row["layout"] == "rejoin"]
+    assert [size for _, size in restores] == [2 * 2**20, 4 * 2**20]
+    assert len({run_id for run_id, _ in restores}) == 2
+    modelled = stampede("mttr", str(tmp_path / "results" / "tiers.csv"))
+    assert modelled.returncode == 0, modelled.stderr
+    text = " ".join(modelled.stdout.split())
+    assert "(the rejoin's time to last rank less its transfer, mean over 2 MiB, 4 MiB per " \
+        "rank)" in text, text
+    assert not list((tmp_path / "local").rglob("*"))
 
 
 @pytest.mark.parametrize(("publish", "drain"), [("storage", "background"), ("local", "inline")])
