@@ -213,12 +213,14 @@ def cmd_mttr(args: argparse.Namespace) -> int:
 
         ways = {side.layout: side.model for side in verdict.at_target if side.model}
         render_rejoin(verdict, console)
-        first = next(iter(ways.values()))   # the restart is always priced
+        # the checkpointing priced with the first way back there is: the rejoin's where
+        # it is possible, else the restart's (always priced); the output names which
+        first_way, first = next(iter(ways.items()))
         render_costs({way: costs(priced, extras["gpus"], extras["checkpoint_interval_s"],
                                  extras["mtbf_h"]) for way, priced in ways.items()},
                      pools, context, console,
                      checkpointing(first, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
-                                   extras["checkpoint_interval_s"]))
+                                   extras["checkpoint_interval_s"]), first_way)
         return 0
     saving = checkpointing(model, extras["gpus"], cost_s, cost_source, extras["mtbf_h"],
                            extras["checkpoint_interval_s"])

@@ -127,9 +127,11 @@ def render_mttr(model: Breakdown, costs: Costs, pools: Sequence[SparePool], pool
 
 
 def render_costs(costs: Mapping[str, Costs], pools: Sequence[SparePool], pool_context: str,
-                 console: Console, saving: Checkpointing | None = None) -> None:
-    """GPU-hours lost per failure (by way back, where there are several), checkpointing,
-    the hot spares."""
+                 console: Console, saving: Checkpointing | None = None,
+                 priced_way: str = "") -> None:
+    """GPU-hours lost per failure (by way back, where there are several), checkpointing
+    (its failures priced with `priced_way`'s T_MTTR where there are several), the hot
+    spares."""
     first = next(iter(costs.values()))
     each = "; ".join(f"{name + ' ' if name else ''}{format_plain(cost.lost_per_failure_h)}"
                      + (f" ({format_plain(cost.lost_per_day_h)} per day at one failure every "
@@ -139,7 +141,7 @@ def render_costs(costs: Mapping[str, Costs], pools: Sequence[SparePool], pool_co
                   + (f" (incl. half a {format_plain(first.checkpoint_interval_s)} s checkpoint "
                      "interval redone)" if first.checkpoint_interval_s else ""))
     if saving is not None:
-        _render_checkpointing(saving, first.gpus, console)
+        _render_checkpointing(saving, first.gpus, console, priced_way)
     console.print(item_table(f"Hot spares: {pool_context}", SPARES, pools))
 
 
@@ -188,8 +190,10 @@ def render_rejoin(verdict: RejoinVerdict, console: Console) -> None:
         console.print(f"fell back to storage: {note}", markup=False)
 
 
-def _render_checkpointing(saving: Checkpointing, gpus: float, console: Console) -> None:
-    """C, the Young/Daly interval, and GPU-hours per day saving and lost at each interval."""
+def _render_checkpointing(saving: Checkpointing, gpus: float, console: Console,
+                          priced_way: str = "") -> None:
+    """C, the Young/Daly interval, and GPU-hours per day saving and lost at each interval
+    (T_MTTR `priced_way`'s, where an archive has several ways back)."""
     console.print(f"checkpoint: C = {format_seconds(saving.cost_s)} blocking per save "
                   f"([{'green' if saving.source.startswith('measured') else 'dim'}]"
                   f"{saving.source}[/])")
@@ -201,7 +205,8 @@ def _render_checkpointing(saving: Checkpointing, gpus: float, console: Console) 
                              INTERVALS, saving.intervals))
     if math.isfinite(saving.young_daly_s):
         console.print("[dim]Young/Daly: tau = sqrt(2 C MTBF); saving = GPUs x 86,400/tau x C; "
-                      "failures = GPUs x 24/MTBF_h x (T_MTTR + tau/2)[/]")
+                      "failures = GPUs x 24/MTBF_h x (T_MTTR + tau/2)"
+                      + (f", T_MTTR the {priced_way}'s" if priced_way else "") + "[/]")
 
 
 def _priced(interval: Interval) -> bool:

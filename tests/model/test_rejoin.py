@@ -226,3 +226,18 @@ def test_lost_nodes_above_the_target_are_refused_before_a_sidecar_is_read(tmp_pa
     assert archive._sidecars == {}
     assert rejoin_verdict(archive, Workload(16, ranks_per_node=2)) is not None
     assert set(archive._sidecars) == {"r1"}   # read once the verdict is computed
+
+
+def test_mttr_of_a_rejoin_says_whose_t_mttr_prices_the_checkpoint_interval(
+        stampede: Any, tmp_path: Path) -> None:
+    """Young/Daly's failures are priced with one way back's T_MTTR: the rejoin's where it is
+    possible. The output names it (it once printed the formula with a bare T_MTTR under
+    two of them)."""
+    from tests.present.test_golden import unpack
+
+    unpack(tmp_path)
+    result = stampede("mttr", str(tmp_path / "rejoin.csv"), "--mtbf-h", "5",
+                      "--checkpoint-cost-s", "20")
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stdout.split())
+    assert "failures = GPUs x 24/MTBF_h x (T_MTTR + tau/2), T_MTTR the rejoin's" in said, said
