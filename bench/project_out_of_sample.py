@@ -154,6 +154,10 @@ def main() -> int:
     drain = fit.params.service_s / fit.params.threads
     print(f"fitted s/c {drain * 1e3:.3g} ms per op; the emulator's S r / C = "
           f"{args.service_s * per_op / args.threads * 1e3:.3g} ms per op (r = {per_op:g})")
+    plain = project([replace(point, read_s=0.0) for point in fitted], "sharded", Scale(LARGE),
+                    per_rank_size=series.per_rank_size, locks=series.locks)
+    print(f"without the reads' requests (q = 0, their time fitted as bandwidth): "
+          f"{plain.prediction.total_s:.4g}s projected at {LARGE}")
     read_ops = fit.params.read_ops_per_rank
     read_requests = requests["total"] - PROBE_REQUESTS
     print(f"fitted reads' requests q = {read_ops:.3g} op(s) per rank, q s/c = "
