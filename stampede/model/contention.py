@@ -70,12 +70,12 @@ The fit (least squares on relative errors, numpy):
    the read's time that grows in step is the server's; bytes read at B_agg grow linearly
    too, so a run both saturating the server and bandwidth-bound credits the server with
    both (the data's time then shrinks with s in the sizing, which it would not).
-   Data: (T(N) - T_meta model(N) - T_read_meta model(N)) / bytes_per_rank =
-   max(storage / B_agg, node / B_node, rank / B_client) + exchange / B_node, fitted in
-   (1/B_agg, 1/B_node, 1/B_client) (stampede.model.traffic.fit_rates). A rate no run was limited by is only bounded
-   below: the bound (where it would start to limit the run closest to it; for B_agg, the
-   largest run exactly at the limit) is used, and the projected time is marked as an
-   upper bound. B_node is left out when every run was on one node.
+   Data: (T(N) - T_meta model(N) - T_read_meta model(N)) / bytes_per_rank = max(storage /
+   B_agg, node / B_node, rank / B_client) + exchange / B_node, fitted in (1/B_agg,
+   1/B_node, 1/B_client) (stampede.model.traffic.fit_rates). A rate no run was limited by
+   is only bounded below: the bound (where it would start to limit the run closest to it;
+   for B_agg, the largest run exactly at the limit) is used, and the projected time is
+   marked as an upper bound. B_node is left out when every run was on one node.
 4. Residuals: measured against fitted time to last rank and stall at every rank count.
 5. Band (stampede.model.projection): the envelope of the projections of the data fit
    repeated on time_to_last_rank_min_s and _max_s (run-to-run noise carried to N), of
