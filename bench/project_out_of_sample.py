@@ -19,7 +19,12 @@ warmup; cache warm). All runs go to one archive.
               in the emulator's log over the restores at the largest N, as
               bench/model_vs_emulator.py does, bench/emulator_requests.py; a probe's one
               stat and one open would count 3 + 3 and miss the read's) plus the fitted data
-              term
+              term without the reads' requests (the model's q: counted in r already, so
+              not twice)
+
+Beside it: the fit's q (the reads' requests, stampede.model.contention) against the
+emulator's read's requests, and the projection at 16,384 of the same runs fitted without
+q (their time read as bandwidth).
 
 Output: per N the measured time, the projection with its band, the error and PASS when
 the truth lies inside the band and the central value within --tolerance; the fitted s/c
