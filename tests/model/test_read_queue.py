@@ -48,6 +48,17 @@ def simulated_last_s(nranks: int, service_s: float) -> float:
     return restore(nranks, service_s).last_s
 
 
+def needed_speedup(nranks: int, asked_s: float) -> float:
+    """The K for which the simulated server at S / K meets `asked_s` (bisection; the last
+    reply falls as K grows)."""
+    low, high = 1.0, 100.0
+    for _ in range(40):
+        middle = (low * high) ** 0.5
+        low, high = (middle, high) if simulated_last_s(nranks, S / middle) > asked_s \
+            else (low, middle)
+    return high
+
+
 def test_the_fit_finds_the_reads_requests_and_keeps_them_out_of_the_data_term() -> None:
     points = [restore(n) for n in FIT_RANKS]
     fit = fit_points(points, "sharded", locks=float("inf"))
@@ -89,6 +100,8 @@ def test_the_sizing_meets_the_asked_time_on_the_simulated_server() -> None:
         error = measured_s / asked_s - 1
         if within is not None:
             assert abs(error) < within, (drain.ratio, measured_s, asked_s)
+            # K against the speed-up the simulated server needs for the asked time
+            assert drain.ratio == pytest.approx(needed_speedup(target, asked_s), rel=0.06)
         else:
             assert error < -0.3, (drain.ratio, measured_s, asked_s)
 
