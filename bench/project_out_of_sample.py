@@ -19,7 +19,12 @@ warmup; cache warm). All runs go to one archive.
               in the emulator's log over the restores at the largest N, as
               bench/model_vs_emulator.py does, bench/emulator_requests.py; a probe's one
               stat and one open would count 3 + 3 and miss the read's) plus the fitted data
-              term
+              term without the reads' requests (the model's q: counted in r already, so
+              not twice)
+
+Beside it: the fit's q (the reads' requests, stampede.model.contention) against the
+emulator's read's requests, and the projection at 16,384 of the same runs fitted without
+q (their time read as bandwidth).
 
 Output: per N the measured time, the projection with its band, the error and PASS when
 the truth lies inside the band and the central value within --tolerance; the fitted s/c
@@ -57,6 +62,7 @@ from stampede.units import parse_size
 
 LARGE = 16384
 K = 2                      # stat + open per rank
+PROBE_REQUESTS = 6         # one stat and one open alone: 3 + 3 (bench/emulator_requests.py)
 
 
 def parse_args() -> argparse.Namespace:
@@ -133,9 +139,11 @@ def main() -> int:
         projection = project(fitted, "sharded", Scale(nranks), per_rank_size=series.per_rank_size,
                              locks=series.locks)
         if nranks == LARGE:
+            # every request of a rank in the drain, the read's too: the fitted data term
+            # without the reads' requests (q = 0), which it would count twice
             params = replace(projection.params, service_s=args.service_s, threads=args.threads,
                              ops_per_rank=K * per_op, whole_rounds=True,
-                             rtt_s=projection.params.rtt_s / per_op)
+                             rtt_s=projection.params.rtt_s / per_op, read_ops_per_rank=0.0)
             truth, what = predict(params, nranks, "sharded").total_s, "known S, C"
         else:
             truth, what = measured[nranks].last_s, "measured"
@@ -151,6 +159,16 @@ def main() -> int:
     drain = fit.params.service_s / fit.params.threads
     print(f"fitted s/c {drain * 1e3:.3g} ms per op; the emulator's S r / C = "
           f"{args.service_s * per_op / args.threads * 1e3:.3g} ms per op (r = {per_op:g})")
+    plain = project([replace(point, read_s=0.0) for point in fitted], "sharded", Scale(LARGE),
+                    per_rank_size=series.per_rank_size, locks=series.locks)
+    print(f"without the reads' requests (q = 0, their time fitted as bandwidth): "
+          f"{plain.prediction.total_s:.4g}s projected at {LARGE}")
+    read_ops = fit.params.read_ops_per_rank
+    read_requests = requests["total"] - PROBE_REQUESTS
+    print(f"fitted reads' requests q = {read_ops:.3g} op(s) per rank, q s/c = "
+          f"{read_ops * drain * 1e3:.3g} ms per rank at the server; the emulator's read makes "
+          f"{read_requests:g} (a rank's {requests['total']:g} less a stat and an open's "
+          f"{PROBE_REQUESTS}): {read_requests * args.service_s / args.threads * 1e3:.3g} ms")
     for column in ("lat_p50_s", "lat_p90_s", "lat_max_s"):
         stalls = {}
         for row in rows:

@@ -15,11 +15,14 @@ does. Then:
               c_eff / s, and its ratio K to the fitted drain), turned into the emulator's
               service time: S = S0 / K, the server made K times faster, which is what a
               reader does with "K x the fitted" (default); or with --absolute S = C /
-              (drain x r), r the emulator's requests per stampede op, counted in its log
+              (drain x r), r the emulator's requests per model op (a rank's requests over
+              the k = 2 ops and the fit's q, the reads' requests in ops), counted in its log
               over the restores themselves at the largest fitted N
               (bench/emulator_requests.py: a probe's stat and open count 3 + 3 requests
               where a restore's rank makes 7-8, the read's GETATTRs among them), which also
-              tests the fitted drain against the emulator's own
+              tests the fitted drain against the emulator's own. The reads' requests queue
+              at the same server: the model's q (stampede.model.contention) lets the sizing
+              shorten them with the drain
   run         the emulator at that S, the job at --target-n ranks: its measured time to
               last rank (median over iterations) against the asked time. The tolerance is
               two-sided and fixed, --tolerance (15%): PASS when measured / asked is within
@@ -162,7 +165,9 @@ def main() -> int:
         asked_s = projected_s * args.fraction
         sizing = size(projection.params, args.target_n, "sharded", asked_s)
         drain = next(need for need in sizing.needs if need.resource == "metadata drain")
-        per_op = requests["total"] / K
+        # the model's ops per rank: the k metadata ops and the reads' q requests (in ops)
+        read_ops = projection.params.read_ops_per_rank
+        per_op = requests["total"] / (K + read_ops)
         if not drain.reachable or drain.needed <= 0:
             print(f"the sizing says no metadata server alone makes {format_seconds(asked_s)} "
                   "(raise --fraction)")
@@ -178,7 +183,9 @@ def main() -> int:
     print(f"emulator requests per rank and iteration (its log, over the restores): N = "
           f"{args.ranks[-1]}: {counts_text(requests)}; N = {args.target_n} (the check): "
           f"{counts_text(checked_requests)}; one stat and one open alone: {probe:g}")
-    print(f"emulator C = {args.threads}; requests per stampede op: {per_op:g}; "
+    print(f"the fit's reads' requests q = {read_ops:.3g} op(s) per rank (the emulator's read "
+          f"makes {requests['total'] - probe:g} of a rank's {requests['total']:g} requests)")
+    print(f"emulator C = {args.threads}; requests per model op (k + q per rank): {per_op:.3g}; "
           f"sharded, {args.size_per_rank} per rank, fitted on N = "
           f"{', '.join(map(str, args.ranks))} at S0 = {args.service_s * 1e3:g} ms")
     print(f"projected at N = {args.target_n}, S0: {format_seconds(projected_s)} (band "
@@ -205,10 +212,10 @@ def main() -> int:
         shrink_s = args.target_n * read_requests_per_rank * (args.service_s - service_s) / args.threads
         print(f"why: {read_requests_per_rank:g} of the {requests['total']:g} requests per rank are "
               f"the read's (the kernel's size check), in the fit's data term "
-              f"({format_seconds(projection.prediction.data_s)} at S0); served at S they take "
-              f"about {format_seconds(shrink_s)} less at N = {args.target_n}, which the sizing "
-              f"(metadata drain alone) does not credit: the model puts every metadata request "
-              f"before the data (stampede.model.contention's limits)")
+              f"({format_seconds(projection.prediction.data_s)} at S0, of which the fit puts "
+              f"{format_seconds(projection.prediction.read_meta_s)} at the server: q = "
+              f"{read_ops:.3g}); served at S they take about {format_seconds(shrink_s)} less at "
+              f"N = {args.target_n}, which the sizing credits only as far as q does")
     return 0 if said.startswith("PASS") else 1
 
 

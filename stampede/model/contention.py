@@ -5,7 +5,8 @@ The model, per layout (N ranks leave the start barrier together):
 
   metadata stall   T_meta(N) = max( k (RTT + s),  RTT + s N k / c_eff )
   data             T_data(N) = b max(storage / B_agg, node / B_node, rank / min(B_client, B_net))
-                               + b exchange / B_node
+                               + b exchange / B_node + T_read_meta(N)
+  reads' requests  T_read_meta(N) = T_meta(N; k + q) - T_meta(N; k)
   time to last rank     T(N) = T_meta(N) + T_data(N)
 
   k        metadata ops each rank issues before its data flows: stat_count + open_count
@@ -18,6 +19,10 @@ The model, per layout (N ranks leave the start barrier together):
   c_eff    c, except 1 for the shared layout: every rank's stat and open land on the one
            file's inode, and one server (one Lustre MDT, one S3 prefix) serialises them
            (the save's: its directories' locks, below)
+  q        the metadata requests the reads make (a kernel checking the file's size: NFS,
+           FUSE, CephFS GETATTRs), in metadata ops: they queue at the same server as the k
+           ops, so a faster server shortens them too. Fitted from the read's own latency:
+           how much of its growth with N follows the metadata ops' (stampede.model.fit)
   b        bytes_per_rank, each rank's shard
   storage, node, rank, exchange
            the layout's bytes (in units of b) through the storage, the busiest node's NIC
@@ -58,12 +63,19 @@ The fit (least squares on relative errors, numpy):
    unsaturated (RTT = 0 unless c is fixed), with the fewest threads c that do (the knee
    at the largest run). The output says so: the projected stall is then an upper bound.
    Known --rtt-s, --service-s, --threads are held fixed.
-3. Data: (T(N) - T_meta model(N)) / bytes_per_rank = max(storage / B_agg, node / B_node,
-   rank / B_client) + exchange / B_node, fitted in (1/B_agg, 1/B_node, 1/B_client)
-   (stampede.model.traffic.fit_rates). A rate no run was limited by is only bounded
-   below: the bound (where it would start to limit the run closest to it; for B_agg, the
-   largest run exactly at the limit) is used, and the projected time is marked as an
-   upper bound. B_node is left out when every run was on one node.
+3. Reads' requests: q, least squares of the read's measured time per rank (reads per rank x
+   its lat_p50) against the metadata ops' measured time per op, both as growth over the
+   smallest run, and only when some run saturated the server (else 0: the read's growth is
+   the bandwidth's). Both grow in N k s / c once the server is saturated, so the part of
+   the read's time that grows in step is the server's; bytes read at B_agg grow linearly
+   too, so a run both saturating the server and bandwidth-bound credits the server with
+   both (the data's time then shrinks with s in the sizing, which it would not).
+   Data: (T(N) - T_meta model(N) - T_read_meta model(N)) / bytes_per_rank = max(storage /
+   B_agg, node / B_node, rank / B_client) + exchange / B_node, fitted in (1/B_agg,
+   1/B_node, 1/B_client) (stampede.model.traffic.fit_rates). A rate no run was limited by
+   is only bounded below: the bound (where it would start to limit the run closest to it;
+   for B_agg, the largest run exactly at the limit) is used, and the projected time is
+   marked as an upper bound. B_node is left out when every run was on one node.
 4. Residuals: measured against fitted time to last rank and stall at every rank count.
 5. Band (stampede.model.projection): the envelope of the projections of the data fit
    repeated on time_to_last_rank_min_s and _max_s (run-to-run noise carried to N), of
@@ -99,8 +111,9 @@ latency of each, drained in series by the one active MDS (stampede.model.mds_dra
 
 Limits: one server (a file system with several metadata targets spreads a sharded
 checkpoint's ops over them: c is then their total, while a shared file still sits on
-one); metadata ops are taken to come before data (lock traffic during reads, close, and
-retries such as S3's 503 SlowDown are not modelled); client dentry/inode caches hit after
+one); metadata ops are taken to come before data, the reads' own requests (q) queueing
+behind them (lock traffic during reads, close, and retries such as S3's 503 SlowDown are
+not modelled; the save's writes have no q); client dentry/inode caches hit after
 the first iteration and flatten T_meta; a warm page cache measures memory, not storage;
 ranks outnumbering cores (a laptop sweep) make CPU contention look like server
 contention; exchanges within a node are folded into the data term's rates (shared memory:
@@ -140,6 +153,8 @@ class Params:
     ranks_per_node: int = 0          # at the rank count predicted (0: all on one node)
     replicas: int = 1                # at the rank count predicted
     broadcast_group: str = "replica"
+    read_ops_per_rank: float = 0.0   # q: the reads' requests that queue at the metadata
+                                     # server, in metadata ops (fit.read_queue_ops)
 
 
 @dataclass(frozen=True)
@@ -153,6 +168,7 @@ class Prediction:
     rate_bps: float      # the per-rank rate of the reads
     exchange_s: float = 0.0    # of data_s: between nodes, through the NICs
     nnodes: int = 1
+    read_meta_s: float = 0.0   # of data_s: the reads' requests at the metadata server
 
     @property
     def total_s(self) -> float:
@@ -161,8 +177,9 @@ class Prediction:
     @property
     def bound_by(self) -> str:
         """The largest part of the time to last rank, and the resource behind it."""
-        parts = {"the metadata server": self.meta_s,
-                 f"the reads, through {self.limit}": self.data_s - self.exchange_s,
+        parts = {"the metadata server": self.meta_s + self.read_meta_s,
+                 f"the reads, through {self.limit}":
+                     self.data_s - self.exchange_s - self.read_meta_s,
                  "the exchange between nodes, through B_node": self.exchange_s}
         return max(parts, key=lambda name: parts[name])
 
@@ -195,6 +212,17 @@ def metadata_stall(nranks: float, ops_per_rank: float, rtt_s: float, service_s: 
     return max(ops_per_rank * (rtt_s + service_s), rtt_s + service_s * rounds)
 
 
+def read_queue_time(nranks: float, ops_per_rank: float, read_ops: float, rtt_s: float,
+                    service_s: float, threads: float, whole_rounds: bool = False) -> float:
+    """T_read_meta: what the reads' q requests add, queued at the same server as the k
+    metadata ops (the burst is k + q per rank): T_meta(k + q) - T_meta(k)."""
+    if read_ops <= 0:
+        return 0.0
+    return (metadata_stall(nranks, ops_per_rank + read_ops, rtt_s, service_s, threads,
+                           whole_rounds)
+            - metadata_stall(nranks, ops_per_rank, rtt_s, service_s, threads, whole_rounds))
+
+
 def is_saturated(nranks: float, ops_per_rank: float, rtt_s: float, service_s: float,
                  threads: float, whole_rounds: bool = False) -> bool:
     alone = ops_per_rank * (rtt_s + service_s)
@@ -216,6 +244,8 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
     threads = effective_threads(layout, params.threads, params.locks)
     meta = metadata_stall(nranks, params.ops_per_rank, params.rtt_s, params.service_s, threads,
                           params.whole_rounds)
+    read_meta = read_queue_time(nranks, params.ops_per_rank, params.read_ops_per_rank,
+                                params.rtt_s, params.service_s, threads, params.whole_rounds)
     geometry = Geometry(nranks, params.ranks_per_node, params.replicas, params.broadcast_group)
     client = min(params.client_bps, params.net_bps)
     read, exchange, limit = data_seconds(traffic(layout, geometry), params.bytes_per_rank,
@@ -223,7 +253,8 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
     if limit == "B_client" and params.net_bps < params.client_bps:
         limit = "B_net"
     rate = params.bytes_per_rank / read if read > 0 else math.inf
-    return Prediction(layout=layout, nranks=nranks, meta_s=meta, data_s=read + exchange,
+    return Prediction(layout=layout, nranks=nranks, meta_s=meta,
+                      data_s=read + exchange + read_meta, read_meta_s=read_meta,
                       limit=limit, rate_bps=rate, exchange_s=exchange, nnodes=geometry.nnodes,
                       saturated=is_saturated(nranks, params.ops_per_rank, params.rtt_s,
                                              params.service_s, threads, params.whole_rounds))

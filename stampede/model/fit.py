@@ -14,6 +14,7 @@ from stampede.model.contention import (
     effective_threads,
     is_saturated,
     metadata_stall,
+    read_queue_time,
 )
 from stampede.model.traffic import Geometry, data_seconds, fit_rates, traffic
 
@@ -40,6 +41,7 @@ class Point:
     replicas: int = 1
     broadcast_group: str = "replica"
     run_id: str = ""             # the archived run it is (its sidecar: the MDS's counts)
+    read_s: float = 0.0          # measured: reads per rank per iteration x the read's lat_p50
 
     @property
     def geometry(self) -> Geometry:
@@ -341,6 +343,24 @@ def _fit_rates(points: Sequence[Point], layout: str, data: Sequence[float],
             _inverse(rates.client_s_per_byte), rates.bound, node != 0.0)
 
 
+def read_queue_ops(points: Sequence[Point], saturated: bool) -> float:
+    """q, the reads' requests at the metadata server in metadata ops: the read's time per
+    rank against the metadata ops' time per op, each as growth over the smallest run (what
+    does not grow, a read's bytes at B_client, cancels), least squares through 0. Only when
+    some run saturated the server: below it the ops' time is flat and a read's growth is
+    the bandwidth's (q = 0)."""
+    used = [p for p in points if p.ops_per_rank > 0 and p.meta_s > 0 and p.read_s > 0]
+    if not saturated or len(used) < 2:
+        return 0.0
+    base = used[0]
+    xs = [p.meta_s / p.ops_per_rank - base.meta_s / base.ops_per_rank for p in used[1:]]
+    ys = [p.read_s - base.read_s for p in used[1:]]
+    xx = sum(x * x for x in xs)
+    if xx <= 0:
+        return 0.0
+    return max(sum(x * y for x, y in zip(xs, ys)) / xx, 0.0)
+
+
 def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known = Known(),
                last: Callable[[Point], float] = lambda point: point.last_s,
                meta: tuple[float, float, float] | None = None) -> Fit:
@@ -354,13 +374,18 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
     c_eff = effective_threads(layout, threads, locks)
     meta_model = tuple(metadata_stall(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole)
                        for p in points)
+    saturated = tuple(p.nranks for p in points
+                      if is_saturated(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole))
+    read_ops = read_queue_ops(points, bool(saturated))
+    read_model = tuple(read_queue_time(p.nranks, p.ops_per_rank, read_ops, rtt, service, c_eff,
+                                       whole) for p in points)
     notes = []
     data = []
-    for point, stall in zip(points, meta_model):
-        remaining = last(point) - stall
+    for point, stall, queued in zip(points, meta_model, read_model):
+        remaining = last(point) - stall - queued
         if remaining <= 0 < point.bytes_per_rank:
-            notes.append(f"at {point.nranks} rank(s) the fitted stall exceeds the measured time "
-                         "to last rank: its data term is taken as 1% of it")
+            notes.append(f"at {point.nranks} rank(s) the fitted stall (with the reads' requests) "
+                         "exceeds the measured time to last rank: its data term is taken as 1% of it")
             remaining = 0.01 * last(point)
         data.append(remaining)
     agg, node, client, bound, node_measured = _fit_rates(points, layout, data, known)
@@ -369,13 +394,12 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
                     client_bps=client, net_bps=math.inf, node_bps=node,
                     ops_per_rank=largest.ops_per_rank, bytes_per_rank=largest.bytes_per_rank,
                     whole_rounds=whole, locks=locks, ranks_per_node=largest.ranks_per_node,
-                    replicas=largest.replicas, broadcast_group=largest.broadcast_group)
+                    replicas=largest.replicas, broadcast_group=largest.broadcast_group,
+                    read_ops_per_rank=read_ops)
     parts = [data_seconds(traffic(layout, p.geometry), p.bytes_per_rank, agg, node, client)
              for p in points]
-    last_model = tuple(stall + read + exchange
-                       for stall, (read, exchange, _) in zip(meta_model, parts))
-    saturated = tuple(p.nranks for p in points
-                      if is_saturated(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole))
+    last_model = tuple(stall + queued + read + exchange
+                       for stall, queued, (read, exchange, _) in zip(meta_model, read_model, parts))
     limited = tuple(p.nranks for p, (_, _, limit) in zip(points, parts)
                     if limit == "B_agg" and p.bytes_per_rank > 0)
     has_meta = any(p.ops_per_rank > 0 and p.meta_s > 0 for p in points)

@@ -18,7 +18,7 @@ from stampede.model.fit import Known, Point
 from stampede.model.projection import Projection, Scaling
 from stampede.results.cells import Row
 from stampede.results.columns import CONFIG_COLUMNS
-from stampede.units import format_bytes
+from stampede.units import format_bytes, format_seconds
 
 # What the model takes per point rather than requiring it equal: the replica count
 # (stampede.model.traffic places the shards and groups from it), e.g. a sweep over nodes
@@ -61,21 +61,31 @@ def _whole(row: Row, column: str, default: int) -> int:
     return value if value >= 1 else default
 
 
+def _per_rank_s(op_row: Row | None, iterations: float, nranks: int) -> tuple[float, float]:
+    """(count per iteration, count per rank per iteration x lat_p50) of an op's row; (0, 0)
+    where there is none or it measured nothing."""
+    if op_row is None:
+        return 0.0, 0.0
+    count, p50 = op_row["count"], op_row["lat_p50_s"]
+    if not math.isfinite(p50) or count <= 0:
+        return 0.0, 0.0
+    return count / iterations, count / iterations / nranks * p50
+
+
 def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
            ops: Sequence[str]) -> Point:
     nranks = row["nranks"]
     iterations = float(max(row["iterations"], 1))
+    # the reads' time, to find their own metadata requests (fit.read_queue_ops): restores only
+    _, read_s = _per_rank_s(op_rows.get((row["run_id"], row_phase(row), row["layout"], "read")),
+                            iterations, nranks) if row_phase(row) == "restore" else (0.0, 0.0)
     counts, stall = [], 0.0
     for op in ops:
-        op_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], op))
-        if op_row is None:
-            continue
-        count, p50 = op_row["count"], op_row["lat_p50_s"]
-        if not math.isfinite(p50) or count <= 0:
-            continue
-        per_iteration = count / iterations
-        counts.append((op, per_iteration))
-        stall += per_iteration / nranks * p50
+        per_iteration, spent = _per_rank_s(
+            op_rows.get((row["run_id"], row_phase(row), row["layout"], op)), iterations, nranks)
+        if per_iteration > 0:
+            counts.append((op, per_iteration))
+            stall += spent
     nnodes = _whole(row, "nnodes", 1)
     return Point(nranks=nranks, ops_per_rank=sum(c for _, c in counts) / nranks, meta_s=stall,
                  last_s=row["time_to_last_rank_s"],
@@ -84,7 +94,8 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
                  last_max_s=row["time_to_last_rank_max_s"], op_counts=tuple(counts),
                  ranks_per_node=_whole(row, "ranks_per_node", nranks) if nnodes > 1 else 0,
                  replicas=_whole(row, "replicas", 1),
-                 broadcast_group=row["broadcast_group"] or "replica", run_id=row["run_id"])
+                 broadcast_group=row["broadcast_group"] or "replica", run_id=row["run_id"],
+                 read_s=read_s)
 
 
 def _differs(row: Row, config: Mapping[str, object]) -> str:
@@ -162,7 +173,7 @@ def series_from_rows(rows: Sequence[Row], layouts: Sequence[str] = (),
         raise UsageError(f"--layout {','.join(missing)}: no valid {phase} run of it in the archives "
                          f"(they hold: {', '.join(present) or 'none'})")
     op_rows = {(row["run_id"], row_phase(row), row["layout"], row["op"]): row for row in rows
-               if row.get("op") in ops and row["valid"]}
+               if (row.get("op") in ops or row.get("op") == "read") and row["valid"]}
     result = []
     for layout in layouts or present:
         mine = [row for row in completions if row["layout"] == layout]
@@ -235,6 +246,12 @@ def projection_notes(series: Series, projection: Projection, nranks: int,
     if fit.node_bound:
         notes.append("no measured rank count was limited by a node's NIC: B_node is a lower "
                      "bound (where it would start to limit the run closest to it)")
+    read_ops = projection.params.read_ops_per_rank
+    if read_ops > 0:
+        notes.append(f"the reads' own metadata requests (their latency grew with the server's "
+                     f"queue): {read_ops:.2g} op(s) per rank, "
+                     f"{format_seconds(projection.prediction.read_meta_s)} of the data term at "
+                     f"{nranks} ranks, drained with the metadata ops")
     several = projection.prediction.nnodes > 1
     if several and not fit.node_measured:
         notes.append("every run was on one node, so their NICs are not in them (B_node "

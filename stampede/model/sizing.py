@@ -6,7 +6,9 @@ The time to last rank may take what T_MTTR leaves: T_target - (T_detect + T_cord
 storage's aggregate bandwidth B_agg, the metadata server's drain c_eff / s, one client's
 B_client, one node's NIC B_node) the others held at what the fit found, the least value
 at which the projected time to last rank fits: found by bisection on the same predict()
-the projection uses, so running the model at the value it names meets the target.
+the projection uses, so running the model at the value it names meets the target. A
+faster metadata drain shortens the reads' own requests too (the model's q: they queue at
+the same server), not only the stall before the data.
 A resource that cannot make it fit alone (the rest already takes longer) is said so.
 """
 

@@ -46,6 +46,20 @@ def test_each_needed_value_fits_exactly_and_less_does_not(layout: str) -> None:
         assert agg.ratio == pytest.approx(agg.needed / PARAMS.agg_bps)
 
 
+def test_the_drain_shortens_the_reads_requests_too() -> None:
+    """With the reads' q requests at the same server, the drain the sizing names puts the
+    whole time to last rank (the reads' share with it) at the allowed time, and asks for
+    less than if the reads' server time had to be met by the stall alone."""
+    nranks, allowed_s = 16384, 3.0
+    params = replace(PARAMS, rtt_s=0.0, service_s=1e-3, threads=8, bytes_per_rank=0,
+                     ops_per_rank=2, read_ops_per_rank=1)
+    drain = next(need for need in size(params, nranks, "sharded", allowed_s).needs
+                 if need.resource == "metadata drain")
+    # every one of the N (k + q) ops drained at the named rate: the allowed time
+    assert nranks * 3 / drain.needed == pytest.approx(allowed_s, rel=1e-6)
+    assert drain.ratio == pytest.approx(nranks * 3 * 1e-3 / 8 / allowed_s, rel=1e-6)
+
+
 def test_a_resource_that_cannot_make_it_fit_alone_says_so() -> None:
     nranks = 16384
     # the data alone at 2 GB/s takes minutes: no metadata server makes 30 s
