@@ -15,16 +15,17 @@ each of --rounds rounds, the order swapped every round:
              summary by `stampede import`'s reader (never the summary's max or mean)
 
 Both are one user-space libnfs client reading the same bytes in the same transfers. The
-ratio stampede / IOR is the median of the per-round ratios (paired). GB = 1e9 bytes.
+ratio stampede / IOR is the median of the per-round ratios (paired); goal 0.95, the
+verdict printed (the exit status says only whether a command failed). GB = 1e9 bytes.
 
 IOR from source (hpc/ior) with `./configure --with-libnfs`: its LIBNFS backend calls
 nfs_read(nfs, fh, buf, count), libnfs 5's order, and Debian's libnfs 4.0 (libnfs13) takes
 nfs_read(nfs, fh, count, buf): built as is it compiles with int-conversion warnings and
 every read fails ("nfs_service failed"). The numbers below used IOR with those two calls'
 arguments swapped to 4.0's order (nfs_read and nfs_write in src/aiori-LIBNFS.c), nothing
-else changed. Give its binary with --ior; it is launched with
-the launcher of the MPI it is linked with (found through ldd: the venv's mpiexec for the
-venv's MPICH, mpiexec.mpich for Debian's), or --mpiexec. Needs root and nfs-ganesha.
+else changed. Give its binary with --ior; it is launched with the launcher of the MPI it
+is linked with (found through ldd: the venv's mpiexec for the venv's MPICH,
+mpiexec.mpich for Debian's), or --mpiexec. Needs root and nfs-ganesha.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from common import (
     docstring_parser,
     load_average_text,
     machine_text,
+    median_min_max,
     mpi_launcher_of,
     mpiexec_command,
+    ratio_verdict,
     run_checked,
     scratch_directory,
     write_job_toml,
@@ -52,6 +55,8 @@ from stampede.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: tests/helpers
 from tests.helpers.nfsserver import running_server, unavailable  # noqa: E402
+
+TARGET_RATIO = 0.95
 
 
 def ior_read_gbps(summary: Path) -> float:
@@ -116,7 +121,9 @@ def main() -> int:
     for side, values in sides.items():
         print(f"{side:>9}: {statistics.median(values):.3g} GB/s ({min(values):.3g}-"
               f"{max(values):.3g})")
-    print(f"stampede / IOR: {ratio:.2f} (median of per-round ratios)")
+    verdict = ratio_verdict(ratio, TARGET_RATIO, [median_min_max(values)
+                                                  for values in sides.values()])
+    print(f"stampede / IOR: {ratio:.2f} (median of per-round ratios): {verdict}")
     print(f"load after: {load_average_text()}")
     return 0
 
