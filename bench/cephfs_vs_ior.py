@@ -306,7 +306,12 @@ def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse
             print(f"{way:<10} {pair:<13} {spread_text(mine):>26} {peer:>7} "
                   f"{spread_text(other):>26} {ratio:>6.3f}  {verdict}")
     print("medians (min-max) over rounds; ratio = stampede / peer, the median of per-round "
-          "ratios; GB = 1e9 B")
+          "ratios; GB = 1e9 B\nper-round ratios, in round order:")
+    for way in WAYS:
+        for pair, _ in PAIRS:
+            ratios = [a / b for a, b in zip(results[(way, pair, "stampede")],
+                                            results[(way, pair, "peer")])]
+            print(f"  {way:<10} {pair:<13} {' '.join(f'{ratio:.2f}' for ratio in ratios)}")
     print(f"load after: {load_average_text()}")
 
 
