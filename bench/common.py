@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import shutil
@@ -70,12 +71,51 @@ def mpiexec_command(nranks: int, *program: str) -> list[str]:
     return [str(VENV_BIN / "mpiexec"), "-n", str(nranks), *program]
 
 
+def mpi_launcher_of(binary: str) -> str:
+    """The launcher of the MPI library `binary` is linked with (a peer's IOR or mdtest):
+    `bin/mpiexec.mpich` (a libmpich) or `bin/mpiexec` under the library's prefix, as ldd
+    resolves it; the venv's mpiexec where ldd names no MPI library. A launcher of another
+    MPI hangs or starts N one-rank jobs (a link named mpiexec.mpich to the venv's hydra
+    hung), so the name is never guessed."""
+    linked = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    found = re.search(r"(libmpi\w*)\.so[.\d]* => (\S+)", linked)
+    if found is None:
+        return str(VENV_BIN / "mpiexec")
+    names = ("mpiexec.mpich", "mpiexec") if "mpich" in found.group(1) else ("mpiexec",)
+    for prefix in Path(found.group(2)).resolve().parents:
+        for name in names:
+            if (prefix / "bin" / name).is_file():
+                return str(prefix / "bin" / name)
+    raise SystemExit(f"{binary}: linked with {found.group(2)}, but no {' or '.join(names)} "
+                     "under its prefix: give the launcher of that MPI (--mpiexec)")
+
+
 def run_stampede(step: str, job: Path, nranks: int, *overrides: str) -> None:
     """`mpiexec -n N stampede STEP JOB --set ...` with the venv's own tools."""
     command = mpiexec_command(nranks, str(VENV_BIN / "stampede"), step, str(job))
     for override in overrides:
         command += ["--set", override]
     run_checked(command)
+
+
+# --- peers' results ----------------------------------------------------------------------
+
+def ior_read_gbps(summary: Path, who: str) -> float:
+    """IOR's read GB/s from its JSON summary file: the median over its repetitions' own
+    results, as `stampede import` reads them. A file without them would give IOR's mean
+    instead (its summary of all tests): refused, as is one with no read or several."""
+    from stampede.results.importers import IOR_MEANS, ior_rows
+
+    rows = [row for row in ior_rows(json.loads(summary.read_text()), who, "warm", str(summary))
+            if row["op"] == "read"]
+    if len(rows) != 1:
+        raise SystemExit(f"{who}: {summary}: {len(rows)} read results, not one")
+    (read,) = rows
+    if IOR_MEANS in str(read["warnings"]):
+        raise SystemExit(f"{who}: {summary}: no per-repetition results, only IOR's means")
+    gbps = read["agg_gbps"]
+    assert isinstance(gbps, float)
+    return gbps
 
 
 # --- machine facts (each script composes its own line from these) -------------------------

@@ -15,21 +15,21 @@ each of --rounds rounds, the order swapped every round:
              summary by `stampede import`'s reader (never the summary's max or mean)
 
 Both are one user-space libnfs client reading the same bytes in the same transfers. The
-ratio stampede / IOR is the median of the per-round ratios (paired). GB = 1e9 bytes.
+ratio stampede / IOR is the median of the per-round ratios (paired); goal 0.95, the
+verdict printed (the exit status says only whether a command failed). GB = 1e9 bytes.
 
 IOR from source (hpc/ior) with `./configure --with-libnfs`: its LIBNFS backend calls
 nfs_read(nfs, fh, buf, count), libnfs 5's order, and Debian's libnfs 4.0 (libnfs13) takes
 nfs_read(nfs, fh, count, buf): built as is it compiles with int-conversion warnings and
 every read fails ("nfs_service failed"). The numbers below used IOR with those two calls'
 arguments swapped to 4.0's order (nfs_read and nfs_write in src/aiori-LIBNFS.c), nothing
-else changed. Give its binary with --ior, and with --mpiexec the launcher of the MPI it was
-built with where that is not the `mpiexec` on PATH (Debian's mpich: mpiexec.mpich; the
-default, without one on PATH, is the venv's). Needs root and nfs-ganesha.
+else changed. Give its binary with --ior; it is launched with the launcher of the MPI it
+is linked with (found through ldd: the venv's mpiexec for the venv's MPICH,
+mpiexec.mpich for Debian's), or --mpiexec. Needs root and nfs-ganesha.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import subprocess
@@ -37,46 +37,40 @@ import sys
 from pathlib import Path
 
 from common import (
-    VENV_BIN,
     archive_rows,
     docstring_parser,
     load_average_text,
     machine_text,
+    median_min_max,
+    mpi_launcher_of,
     mpiexec_command,
+    ratio_verdict,
     run_checked,
     scratch_directory,
     write_job_toml,
 )
+from common import ior_read_gbps as common_ior_read_gbps
 
-from stampede.results.importers import IOR_MEANS, ior_rows
 from stampede.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: tests/helpers
 from tests.helpers.nfsserver import running_server, unavailable  # noqa: E402
 
+TARGET_RATIO = 0.95
+
 
 def ior_read_gbps(summary: Path) -> float:
-    """IOR's read GB/s from its JSON summary file: the median over its repetitions' own
-    results, as `stampede import` reads them. A file without them would give IOR's mean
-    instead (its summary of all tests): refused, as is one with no read or several."""
-    rows = [row for row in ior_rows(json.loads(summary.read_text()), "nfs_vs_ior", "warm",
-                                    str(summary)) if row["op"] == "read"]
-    if len(rows) != 1:
-        raise SystemExit(f"nfs_vs_ior: {summary}: {len(rows)} read results, not one")
-    (read,) = rows
-    if IOR_MEANS in str(read["warnings"]):
-        raise SystemExit(f"nfs_vs_ior: {summary}: no per-repetition results, only IOR's means")
-    gbps = read["agg_gbps"]
-    assert isinstance(gbps, float)
-    return gbps
+    """IOR's read GB/s from its JSON summary (common.ior_read_gbps: the median of its
+    repetitions' own results, never the summary's max or mean)."""
+    return common_ior_read_gbps(summary, "nfs_vs_ior")
 
 
 def main() -> int:
     parser = docstring_parser(__doc__)
     parser.add_argument("--ior", default=shutil.which("ior") or "ior")
-    # the launcher of IOR's MPI, never a fixed name: a link named mpiexec.mpich to the
-    # venv's hydra hangs
-    parser.add_argument("--mpiexec", default=shutil.which("mpiexec") or str(VENV_BIN / "mpiexec"))
+    parser.add_argument("--mpiexec", default=None,
+                        help="the launcher of the MPI IOR was built with (default: found "
+                             "from the library ldd shows IOR linked with)")
     parser.add_argument("--size", default="256MiB")
     parser.add_argument("--block", default="1MiB")
     parser.add_argument("--iterations", type=int, default=3)
@@ -87,6 +81,7 @@ def main() -> int:
     if reason:
         raise SystemExit(f"nfs_vs_ior: {reason}")
     size, block = parse_size(args.size), parse_size(args.block)
+    mpiexec = args.mpiexec or mpi_launcher_of(shutil.which(args.ior) or args.ior)
     print(f"{machine_text(with_ram=True)}; load {load_average_text()}")
     with scratch_directory("stampede-nfs-ior-", None) as scratch, \
             running_server(scratch / "server") as server:
@@ -101,7 +96,7 @@ def main() -> int:
         run_checked(mpiexec_command(1, sys.executable, "-m", "stampede", "prepare", str(job)))
         shard = next((server.export / "ck" / "sharded").iterdir()).name
         url = f"nfs://127.0.0.1/export/?version=4&nfsport={server.port}"
-        ior = [args.mpiexec, "-n", "1", args.ior, "-a", "LIBNFS", f"--libnfs.url={url}",
+        ior = [mpiexec, "-n", "1", args.ior, "-a", "LIBNFS", f"--libnfs.url={url}",
                "-r", "-E", "-k", "-t", str(block), "-b", str(size), "-i",
                str(args.iterations), "-o", f"/ck/sharded/{shard}", "-O", "summaryFormat=JSON"]
         sides: dict[str, list[float]] = {"stampede": [], "IOR": []}
@@ -126,7 +121,9 @@ def main() -> int:
     for side, values in sides.items():
         print(f"{side:>9}: {statistics.median(values):.3g} GB/s ({min(values):.3g}-"
               f"{max(values):.3g})")
-    print(f"stampede / IOR: {ratio:.2f} (median of per-round ratios)")
+    verdict = ratio_verdict(ratio, TARGET_RATIO, [median_min_max(values)
+                                                  for values in sides.values()])
+    print(f"stampede / IOR: {ratio:.2f} (median of per-round ratios): {verdict}")
     print(f"load after: {load_average_text()}")
     return 0
 

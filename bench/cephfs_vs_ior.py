@@ -1,0 +1,323 @@
+"""CephFS: stampede's read GB/s and stat / open rates against IOR and mdtest, on the same
+files of one real Ceph, both ways a cluster meets it: a ceph-fuse mount (stampede's POSIX
+backend against IOR's and mdtest's POSIX backends) and libcephfs (stampede's cephfs://
+against IOR's and mdtest's CEPHFS backend, a client per rank on both sides).
+
+The script starts its own single-node Ceph (tests/helpers/cephcluster.py: mon, mgr, an
+OSD on memstore, an MDS, on 127.0.0.1, no auth) and mounts it with ceph-fuse. Through the
+mount it prepares a shared checkpoint of --size per rank (`stampede prepare`: one file,
+rank r's slice at r x size), and has mdtest create --items files per rank in one
+directory (`mdtest -F -C -n ITEMS`, no -u), which it then rewrites as safetensors files
+of --meta-size bytes each, with a Hugging Face index beside them naming every one: the
+same files are then mdtest's tree and an existing checkpoint stampede restores
+(checkpoint.source = existing, assign = files: each rank takes ITEMS whole files). Then,
+in each of --rounds rounds, the order swapped every round, on the mount and on cephfs://
+in turn:
+
+  read     stampede `mpiexec -n RANKS stampede run` (layout shared, --block reads,
+           --iterations iterations after one warm-up, cache warm, verify none): the read
+           row's agg_gbps (bytes / first read's start to last read's stop), and the
+           restore row's (barrier exit to each rank's last byte, its open included),
+           medians over iterations
+           IOR      `ior -a POSIX|CEPHFS -r -E -k -s 1 -b SIZE -t BLOCK -i ITERATIONS -o
+           <the same file>`: the median of its repetitions' bandwidth (bytes / open + reads
+           + close), read from its JSON summary by `stampede import`'s reader
+  metadata stampede on mdtest's files, each file of a rank once per iteration: --iterations
+           runs of pattern.ops = [stat], one iteration and no warm-up each, the stat
+           row's ops_per_s (median over the runs); then one run of [open, close], one
+           warm-up iteration and --iterations measured, open + close as pairs per second
+           = 1 / (1 / open ops_per_s + 1 / close ops_per_s) (all its opens precede its
+           closes; each row's rate is count / its own span; medians over iterations)
+           mdtest   `mdtest -F -T -E -e 0 -n ITEMS -i 1 -d <the tree>`, --iterations runs:
+           File stat, and File read with -e 0 (an open and a close of each file, no byte
+           read), medians over the runs
+           So that each side meets the files in the same state: through libcephfs a
+           process is a new client, mdtest's stats are its first requests for the files
+           (the MDS asked), its opens come after them (the caps held); stampede's stat
+           runs are new clients with no warm-up, its open runs have opened every file in
+           their warm-up. Separate runs also keep one rank's stats out of the other's
+           open span (mdtest has a barrier between its phases; a pattern has none). On
+           the mount both meet ceph-fuse's one long-lived client.
+
+The ratio of a pair is stampede / peer, the median of the per-round ratios (paired, so
+the machine's load drifts on both sides alike); goal 0.95. GB = 1e9 bytes. Both sides
+read the same file at the same offsets in the same transfers, and stat and open the same
+files. IOR's and mdtest's CEPHFS clients get stampede's client setting that matters to a
+read, the object cacher off (`client_oc = false`, in a conf of their own): every read of
+both reaches the OSD (checked: with it on, IOR's second repetition read 2-2.8 GB/s from
+the client's cache, with it off 0.9-1.1). On the mount both sides share ceph-fuse's one
+client and its caches: a warm read. Not the same: stampede's restore also reads the
+index file once per rank (its `index` row), outside the rates compared. The verdict is
+printed; the script exits non-zero only if a command failed.
+
+IOR and mdtest 4.1 (hpc/ior at 5fcf0ba, "4.1.0+dev"), built here with the venv's MPICH
+(PyPI `mpich` 5.0.2 has mpicc) and Debian 12's libcephfs-dev 16.2.15, as root:
+
+    apt-get install -y libcephfs-dev autoconf automake libtool pkg-config make gcc
+    git clone https://github.com/hpc/ior /opt/ior-src && cd /opt/ior-src   # or an archive
+    ./bootstrap
+    ./configure --prefix=/opt/ior --with-cephfs MPICC=$VENV/bin/mpicc \\
+                CPPFLAGS="-include sys/time.h"
+    make -j2 && make install           # /opt/ior/bin/ior, /opt/ior/bin/mdtest
+
+Ceph 16's cephfs/libcephfs.h uses struct timeval without including sys/time.h, so
+aiori-CEPHFS.c does not compile without the CPPFLAGS above; nothing in IOR is changed.
+`ior -h` then lists CEPHFS among its APIs. IOR is launched with the launcher of the MPI
+it is linked with (ldd: here the venv's mpiexec), or --mpiexec. Needs root, Ceph
+(`ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse libcephfs2`) and fusermount3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from common import (
+    archive_rows,
+    docstring_parser,
+    ior_read_gbps,
+    load_average_text,
+    machine_text,
+    median_min_max,
+    mpi_launcher_of,
+    mpiexec_command,
+    ratio_verdict,
+    run_checked,
+    scratch_directory,
+    write_job_toml,
+)
+
+from stampede.results.importers import mdtest_rows
+from stampede.units import parse_size
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: tests/helpers
+from tests.helpers.cephcluster import CephCluster, running_cluster, unavailable  # noqa: E402
+
+TARGET_RATIO = 0.95
+PEER_TIMEOUT_S = 600
+# IOR's and mdtest's CEPHFS clients strip this from their paths (--cephfs.prefix): a path
+# they are given is PREFIX + the path in the file system
+CEPHFS_PREFIX = "/cephfs"
+WAYS = ("ceph-fuse", "cephfs://")
+PAIRS = (("read GB/s", "IOR"), ("restore GB/s", "IOR"), ("stat/s", "mdtest"),
+         ("open+close/s", "mdtest"))
+MDTEST_ROOT = "test-dir.0-0"   # the tree of mdtest's first (only) iteration under -d
+
+
+def peer_api(way: str, conf: Path) -> list[str]:
+    """IOR's and mdtest's backend options for one way to the file system."""
+    if way == "ceph-fuse":
+        return ["-a", "POSIX"]
+    return ["-a", "CEPHFS", "--cephfs.user=admin", f"--cephfs.conf={conf}",
+            f"--cephfs.prefix={CEPHFS_PREFIX}"]
+
+
+def peer_path(way: str, mountpoint: Path, relpath: str) -> str:
+    return str(mountpoint / relpath) if way == "ceph-fuse" else f"{CEPHFS_PREFIX}/{relpath}"
+
+
+def run_peer(command: list[str], env: dict[str, str]) -> str:
+    """A peer's stdout; its output and exit status shown, and the bench ended, on failure."""
+    done = subprocess.run(command, capture_output=True, text=True, env=env,
+                          timeout=PEER_TIMEOUT_S)
+    if done.returncode:
+        raise SystemExit(f"FAILED ({done.returncode}): {' '.join(command)}\n"
+                         f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def stampede_run(job: Path, nranks: int, archive: Path, target: str) -> dict[str, float]:
+    """One `stampede run` of the job on `target`: op -> its row's rate (read and restore:
+    agg_gbps, the others: ops_per_s)."""
+    before = len(archive_rows(archive)) if archive.exists() else 0
+    run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "run", str(job),
+                                "--set", f"target.path={target}"))
+    rates = {}
+    for row in archive_rows(archive)[before:]:
+        rate = row["agg_gbps"] if row["op"] in ("read", "restore") else row["ops_per_s"]
+        if row["op"] in ("read", "restore", "stat", "open", "close") and rate:
+            rates[row["op"]] = float(rate)   # a restore that reads nothing has no GB/s
+    return rates
+
+
+def safetensors_tree(root: Path, nbytes: int) -> Path:
+    """mdtest's files under `root` (made by `mdtest -C`), each rewritten as a safetensors
+    file of one `nbytes` tensor, and a Hugging Face index naming them all, so that
+    stampede restores the very files mdtest stats and opens (names and places unchanged)."""
+    weight_map = {}
+    for path in sorted((root / "mdtest_tree.0").iterdir()):
+        name = path.name.replace(".", "_")
+        header = json.dumps({name: {"dtype": "U8", "shape": [nbytes],
+                                    "data_offsets": [0, nbytes]}}).encode()
+        header += b" " * (-len(header) % 8)   # the data 8-byte aligned, as writers do
+        path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(nbytes))
+        weight_map[name] = f"mdtest_tree.0/{path.name}"
+    (root / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return root
+
+
+def pairs_per_s(open_per_s: float, close_per_s: float) -> float:
+    """Open + close pairs per second, from two phases that follow each other."""
+    return 1 / (1 / open_per_s + 1 / close_per_s)
+
+
+def mdtest_rates(stdout: str) -> dict[str, float]:
+    """mdtest's File stat and File read (-e 0: open + close) mean rates."""
+    rows = {str(row["op"]): row["ops_per_s"] for row in
+            mdtest_rows(stdout, "cephfs_vs_ior", "warm", "mdtest")}
+    rates = {"stat/s": rows.get("stat"), "open+close/s": rows.get("read")}
+    missing = [name for name, rate in rates.items() if not isinstance(rate, float)]
+    if missing:
+        raise SystemExit(f"cephfs_vs_ior: mdtest printed no rate for {missing}:\n{stdout}")
+    return {name: float(rate) for name, rate in rates.items() if isinstance(rate, float)}
+
+
+def client_conf(cluster: CephCluster, scratch: Path) -> Path:
+    """The cluster's conf with stampede's cephfs:// client setting that matters to a read,
+    for IOR's and mdtest's CEPHFS clients: the object cacher off."""
+    conf = scratch / "peer-client.conf"
+    conf.write_text(cluster.conf.read_text() + "\n[client]\nclient oc = false\n")
+    return conf
+
+
+def main() -> int:
+    parser = docstring_parser(__doc__)
+    parser.add_argument("--ior", default=shutil.which("ior") or "/opt/ior/bin/ior")
+    parser.add_argument("--mdtest", default=None, help="default: mdtest beside --ior")
+    parser.add_argument("--mpiexec", default=None,
+                        help="the launcher of the MPI IOR and mdtest were built with "
+                             "(default: found from the library ldd shows IOR linked with)")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--size", default="64MiB", help="read: bytes per rank")
+    parser.add_argument("--block", default="4MiB", help="read: bytes per read")
+    parser.add_argument("--items", type=int, default=500, help="metadata: files per rank")
+    parser.add_argument("--meta-size", default="4KiB", help="metadata: tensor bytes per file")
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dir", default=None, help="parent of the scratch directory")
+    args = parser.parse_args()
+    mdtest = args.mdtest or str(Path(args.ior).parent / "mdtest")
+    reason = unavailable() or next((f"no {name} at {path} (see --help)" for name, path in
+                                    (("IOR", args.ior), ("mdtest", mdtest))
+                                    if not os.access(path, os.X_OK)), "")
+    if reason:
+        raise SystemExit(f"cephfs_vs_ior: {reason}")
+    mpiexec = args.mpiexec or mpi_launcher_of(args.ior)
+    size, block = parse_size(args.size), parse_size(args.block)
+    print(f"{machine_text(with_ram=True)}; load {load_average_text()}", flush=True)
+    results: dict[tuple[str, str, str], list[float]] = {}   # (way, pair, side) -> per round
+    with scratch_directory("stampede-ceph-ior-", args.dir) as scratch, \
+            running_cluster(scratch / "ceph") as cluster, \
+            cluster.mounted(scratch / "mnt") as mountpoint:
+        env, conf = cluster.env(), client_conf(cluster, scratch)
+        archive = scratch / "runs.csv"
+        common_keys = {"iterations": args.iterations, "warmup": 1, "cache": "warm",
+                       "verify": "none"}
+        read_job = write_job_toml(scratch / "read.toml", {
+            "target": {"path": mountpoint / "ck"},
+            "checkpoint": {"size_per_rank": args.size, "layout": ["shared"],
+                           "block_size": args.block},
+            "pattern": {"ops": ["open", "read", "close"]},
+            "run": common_keys, "archive": {"path": archive}})
+        run_checked(mpiexec_command(args.ranks, sys.executable, "-m", "stampede", "prepare",
+                                    str(read_job)))
+        (shared,) = [path for path in (mountpoint / "ck" / "shared").iterdir()
+                     if path.is_file() and path.stat().st_size == size * args.ranks]
+        shared_relpath = str(shared.relative_to(mountpoint))
+        items = ["-F", "-n", str(args.items), "-i", "1"]
+        run_peer([mpiexec, "-n", str(args.ranks), mdtest, *items, "-C", "-d",
+                  str(mountpoint / "mdt")], env)
+        tree = safetensors_tree(mountpoint / "mdt" / MDTEST_ROOT, parse_size(args.meta_size))
+        stat_job, open_job = (write_job_toml(scratch / f"{name}.toml", {
+            "target": {"path": tree},
+            "checkpoint": {"source": "existing", "assign": ["files"]},
+            "pattern": {"ops": ops}, "run": {**common_keys, **run},
+            "archive": {"path": archive}}) for name, ops, run in (
+                ("stat", ["stat"], {"iterations": 1, "warmup": 0}),
+                ("open", ["open", "close"], {})))
+        targets = {"ceph-fuse": (str(mountpoint / "ck"), str(tree)),
+                   "cephfs://": (cluster.url("ck"), cluster.url(f"mdt/{MDTEST_ROOT}"))}
+
+        def measure(way: str, side: str, round_number: int) -> None:
+            read_target, meta_target = targets[way]
+            if side == "stampede":
+                read = stampede_run(read_job, args.ranks, archive, read_target)
+                stats = [stampede_run(stat_job, args.ranks, archive, meta_target)["stat"]
+                         for _ in range(args.iterations)]
+                opens = stampede_run(open_job, args.ranks, archive, meta_target)
+                rates = {"read GB/s": read["read"], "restore GB/s": read["restore"],
+                         "stat/s": statistics.median(stats),
+                         "open+close/s": pairs_per_s(opens["open"], opens["close"])}
+            else:
+                summary = scratch / f"ior-{way[:6]}-{round_number}.json"
+                run_peer([mpiexec, "-n", str(args.ranks), args.ior, *peer_api(way, conf),
+                          "-r", "-E", "-k", "-s", "1", "-b", str(size), "-t", str(block),
+                          "-i", str(args.iterations), "-o",
+                          peer_path(way, mountpoint, shared_relpath),
+                          "-O", "summaryFormat=JSON", "-O", f"summaryFile={summary}"], env)
+                ior = ior_read_gbps(summary, "cephfs_vs_ior")
+                runs = [mdtest_rates(run_peer(
+                    [mpiexec, "-n", str(args.ranks), mdtest, *peer_api(way, conf), *items,
+                     "-T", "-E", "-e", "0", "-d", peer_path(way, mountpoint, "mdt")], env))
+                    for _ in range(args.iterations)]
+                rates = {"read GB/s": ior, "restore GB/s": ior,
+                         **{what: statistics.median(run[what] for run in runs)
+                            for what in runs[0]}}
+            for pair, rate in rates.items():
+                results.setdefault((way, pair, side), []).append(rate)
+
+        for round_number in range(args.rounds):
+            order = ("stampede", "peer") if round_number % 2 == 0 else ("peer", "stampede")
+            for way in WAYS:
+                for side in order:
+                    measure(way, side, round_number)
+            print(f"round {round_number + 1}/{args.rounds} done; load {load_average_text()}",
+                  flush=True)
+    print_table(results, args, mpiexec)
+    return 0
+
+
+def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse.Namespace,
+                mpiexec: str) -> None:
+    """Medians (min-max) of each side, the paired ratio and its verdict, per pair."""
+    print(f"\nCeph 16.2 single node (memstore OSD) on 127.0.0.1; {args.ranks} ranks; read: "
+          f"one shared file, {args.size} per rank in {args.block} transfers; metadata: "
+          f"{args.items} ops per rank; {args.iterations} iterations per run, "
+          f"{args.rounds} rounds; peers launched with {mpiexec}")
+    header = (f"{'way':<10} {'what':<13} {'stampede':>26} {'peer':>7} {'peer rate':>26} "
+              f"{'ratio':>6}  verdict")
+    print(header)
+    print("-" * len(header))
+    for way in WAYS:
+        for pair, peer in PAIRS:
+            ours = results[(way, pair, "stampede")]
+            theirs = results[(way, pair, "peer")]
+            ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+            mine, other = median_min_max(ours), median_min_max(theirs)
+            verdict = ratio_verdict(ratio, TARGET_RATIO, (mine, other))
+            print(f"{way:<10} {pair:<13} {spread_text(mine):>26} {peer:>7} "
+                  f"{spread_text(other):>26} {ratio:>6.3f}  {verdict}")
+    print("medians (min-max) over rounds; ratio = stampede / peer, the median of per-round "
+          "ratios; GB = 1e9 B\nper-round ratios, in round order:")
+    for way in WAYS:
+        for pair, _ in PAIRS:
+            ratios = [a / b for a, b in zip(results[(way, pair, "stampede")],
+                                            results[(way, pair, "peer")])]
+            print(f"  {way:<10} {pair:<13} {' '.join(f'{ratio:.2f}' for ratio in ratios)}")
+    print(f"load after: {load_average_text()}")
+
+
+def spread_text(summary: tuple[float, float, float]) -> str:
+    return f"{summary[0]:.4g} ({summary[1]:.4g}-{summary[2]:.4g})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""bench/cephfs_vs_ior.py's pieces that need no Ceph: mdtest's files made a checkpoint
+stampede restores in place (names, places and count unchanged), the open + close pair
+rate, and the launcher found for a peer linked with the venv's MPICH."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stampede.existing.scan import scan
+
+# The benches import their helpers as `common`, from bench/ on sys.path as when run.
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+from cephfs_vs_ior import MDTEST_ROOT, pairs_per_s, safetensors_tree  # noqa: E402
+from common import VENV_BIN, mpi_launcher_of  # noqa: E402
+
+RANKS, ITEMS, TENSOR_BYTES = 2, 7, 4096
+
+
+def mdtest_tree(parent: Path) -> Path:
+    """The tree `mdtest -F -C -n ITEMS` leaves for RANKS ranks (no -u): empty files."""
+    leaf = parent / MDTEST_ROOT / "mdtest_tree.0"
+    leaf.mkdir(parents=True)
+    for rank in range(RANKS):
+        for item in range(ITEMS):
+            (leaf / f"file.mdtest.{rank}.{item}").touch()
+    return parent / MDTEST_ROOT
+
+
+def test_mdtests_files_become_a_checkpoint_of_exactly_those_files(tmp_path: Path) -> None:
+    root = mdtest_tree(tmp_path)
+    names_before = sorted(path.name for path in (root / "mdtest_tree.0").iterdir())
+    assert safetensors_tree(root, TENSOR_BYTES) == root
+    catalogue = scan(str(root))
+    assert catalogue.format == "safetensors"
+    assert catalogue.index_file == "model.safetensors.index.json"
+    assert [relpath for relpath, _ in catalogue.files] == \
+        [f"mdtest_tree.0/{name}" for name in names_before]
+    assert sorted(path.name for path in (root / "mdtest_tree.0").iterdir()) == names_before
+    assert len(catalogue.tensors) == RANKS * ITEMS
+    assert {tensor.nbytes for tensor in catalogue.tensors} == {TENSOR_BYTES}
+    for relpath, size in catalogue.files:   # 8-byte length, header padded to 8, the data
+        header = int.from_bytes((root / relpath).read_bytes()[:8], "little")
+        assert header % 8 == 0 and size == 8 + header + TENSOR_BYTES
+
+
+def test_pairs_per_s_is_one_open_and_one_close_in_turn() -> None:
+    # 1,000 opens/s (1 ms each) and 4,000 closes/s (0.25 ms): a pair takes 1.25 ms
+    assert pairs_per_s(1000.0, 4000.0) == pytest.approx(800.0)
+
+
+def test_a_program_without_mpi_gets_the_venvs_launcher() -> None:
+    assert mpi_launcher_of(shutil.which("true") or "/bin/true") == str(VENV_BIN / "mpiexec")
+
+
+def test_a_program_built_with_the_venvs_mpicc_gets_the_venvs_mpiexec(tmp_path: Path) -> None:
+    mpicc = VENV_BIN / "mpicc"
+    if not mpicc.exists() or shutil.which("cc") is None:
+        pytest.skip("no mpicc in the venv, or no C compiler (apt-get install gcc)")
+    source = tmp_path / "hello.c"
+    source.write_text("#include <mpi.h>\nint main(int c, char **v) "
+                      "{ MPI_Init(&c, &v); MPI_Finalize(); return 0; }\n")
+    subprocess.run([str(mpicc), "-o", str(tmp_path / "hello"), str(source)], check=True)
+    assert mpi_launcher_of(str(tmp_path / "hello")) == str(VENV_BIN / "mpiexec")
