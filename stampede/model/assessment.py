@@ -238,7 +238,10 @@ def _against_fit(need: Need) -> str:
 def dominant_part(projection: Projection) -> str:
     """Which term of the projected time to last rank dominates, in words."""
     prediction = projection.prediction
-    if prediction.meta_s >= prediction.data_s:
+    # the reads' own requests at the metadata server are its time, not the data's (as
+    # Prediction.bound_by counts them)
+    metadata_s = prediction.meta_s + prediction.read_meta_s
+    if metadata_s >= prediction.data_s - prediction.read_meta_s:
         return "metadata stall" + (" (the burst saturates the server)"
                                    if prediction.saturated else "")
     return f"data (limited by {prediction.limit})"

@@ -69,3 +69,20 @@ def test_the_ranking_says_each_layouts_read_amplification_beside_its_time() -> N
     # rows from before the column (schema < 7) say the time alone
     plain = assess(Archive(synthetic_rows(TRUE, RANKS)), 16384).phases["restore"]
     assert "the needed bytes" not in plain.measured_line() and "shared " in plain.measured_line()
+
+
+def test_the_dominant_part_counts_the_reads_requests_as_the_metadata_servers() -> None:
+    """The reads' own requests at the metadata server (read_meta_s, part of data_s) are its
+    time: the verdict's "dominant" agrees with Prediction.bound_by."""
+    from types import SimpleNamespace
+
+    from stampede.model.assessment import dominant_part
+    from stampede.model.contention import Prediction
+
+    queued = Prediction("shared", 16384, meta_s=4.0, data_s=7.0, limit="B_agg",
+                        saturated=True, rate_bps=1e9, read_meta_s=3.5)
+    streamed = Prediction("shared", 16384, meta_s=4.0, data_s=7.0, limit="B_agg",
+                          saturated=True, rate_bps=1e9)
+    assert queued.bound_by == "the metadata server"
+    assert dominant_part(SimpleNamespace(prediction=queued)).startswith("metadata stall")  # type: ignore[arg-type]
+    assert dominant_part(SimpleNamespace(prediction=streamed)) == "data (limited by B_agg)"  # type: ignore[arg-type]
