@@ -7,7 +7,8 @@ from __future__ import annotations
 import heapq
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -117,23 +118,48 @@ class Location:
         """`length` bytes of a file at `offset` (fewer only at its end; None: to the end,
         refused past `whole_at_most` bytes when given), symbolic links followed (a loader's
         cache links its files): one open, then reads."""
-        backend = self.backend
+        with self.opened(relpath) as (read, size):
+            if length is None:
+                length = max(size() - offset, 0)
+                if whole_at_most and length > whole_at_most:
+                    raise CheckpointError(f"{self.where(relpath)}: {length} bytes is not "
+                                          "plausible for this file (corrupt?)")
+            return read(offset, length)
+
+    @contextmanager
+    def opened(self, relpath: str) -> Iterator[tuple[Callable[[int, int], bytes],
+                                                     Callable[[], int]]]:
+        """One open of a file for many ranged reads: (read(offset, length), size()). On an
+        object store the open is the file's one HEAD, not one per read (a DCP scan reads
+        each item's zip directory and local header: a few reads per item)."""
+        backend, where = self.backend, self.where(relpath)
         try:
             handle = backend.opener(False)(backend.path(relpath))
+        except OSError as error:
+            raise CheckpointError(f"{where}: {error.strerror or error}") from None
+
+        def read(offset: int, length: int) -> bytes:
+            data = bytearray(length)
             try:
-                if length is None:
-                    length = max(backend.handle_size(handle) - offset, 0)
-                    if whole_at_most and length > whole_at_most:
-                        raise CheckpointError(f"{self.where(relpath)}: {length} bytes is not "
-                                              "plausible for this file (corrupt?)")
-                data = bytearray(length)
                 with memoryview(data) as view:
                     done = read_fully(backend, handle, view, offset)
-            finally:
+            except OSError as error:
+                raise CheckpointError(f"{where}: {error.strerror or error}") from None
+            return bytes(data[:done])
+
+        def size() -> int:
+            try:
+                return int(backend.handle_size(handle))
+            except OSError as error:
+                raise CheckpointError(f"{where}: {error.strerror or error}") from None
+
+        try:
+            yield read, size
+        finally:
+            try:
                 backend.close(handle)
-        except OSError as error:
-            raise CheckpointError(f"{self.where(relpath)}: {error.strerror or error}") from None
-        return bytes(data[:done])
+            except OSError as error:
+                raise CheckpointError(f"{where}: {error.strerror or error}") from None
 
 
 def balance(items: Iterable[tuple[str, int]], nranks: int) -> dict[str, int]:

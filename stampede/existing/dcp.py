@@ -11,6 +11,7 @@ import io
 import pickle
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -101,33 +102,42 @@ def scan_dcp(location: Location) -> Catalogue:
         raise CheckpointError(f"{where}: the checkpoint saved nothing (empty storage_data)")
     sizes: dict[str, int] = {}
     tensors = []
-    for index, info in storage.items():
-        relpath, offset, length = info.relative_path, int(info.offset), int(info.length)
-        if not inside(relpath):
-            raise CheckpointError(f"{where}: names {relpath!r}, outside the checkpoint directory")
-        if relpath not in sizes:
-            try:
-                sizes[relpath] = location.size(relpath)
-            except OSError as error:
-                raise CheckpointError(f"{where}: names {relpath}, which cannot be read "
-                                      f"({location.where(relpath)}: "
-                                      f"{error.strerror or error})") from None
-        if offset < 0 or length < 0 or offset + length > sizes[relpath]:
-            raise CheckpointError(f"{location.where(relpath)}: {index.fqn} is saved at bytes "
-                                  f"{offset}..{offset + length}, the file has {sizes[relpath]}:"
-                                  " truncated?")
-        meta = state.get(index.fqn)
-        name, dtype, shape = _dcp_item(index, meta)
-        tensors.append(_with_rows(location, TensorInfo(name, relpath, dtype, shape, length,
-                                                       offset), index, meta, info))
+    # one file open at a time (a DCP file holds one rank's items, saved together): its
+    # size and every item's zip directory read through one open (an object store: one
+    # HEAD per file, not per read)
+    with ExitStack() as files:
+        opened, read = "", None
+        for index, info in storage.items():
+            relpath, offset, length = info.relative_path, int(info.offset), int(info.length)
+            if not inside(relpath):
+                raise CheckpointError(f"{where}: names {relpath!r}, outside the checkpoint "
+                                      "directory")
+            if relpath != opened or read is None:
+                files.close()
+                try:
+                    read, size = files.enter_context(location.opened(relpath))
+                    sizes.setdefault(relpath, size())
+                except CheckpointError as error:
+                    raise CheckpointError(f"{where}: names {relpath}, which cannot be read "
+                                          f"({error})") from None
+                opened = relpath
+            if offset < 0 or length < 0 or offset + length > sizes[relpath]:
+                raise CheckpointError(f"{location.where(relpath)}: {index.fqn} is saved at "
+                                      f"bytes {offset}..{offset + length}, the file has "
+                                      f"{sizes[relpath]}: truncated?")
+            meta = state.get(index.fqn)
+            name, dtype, shape = _dcp_item(index, meta)
+            tensors.append(_with_rows(read, location.where(relpath),
+                                      TensorInfo(name, relpath, dtype, shape, length, offset),
+                                      index, meta, info))
     tensors = unique_names(tensors)
     saved_by = {m.group(1) for relpath in sizes if (m := SAVED_BY.match(relpath))}
     return make_catalogue(location.root, "dcp", list(sizes.items()), tensors, DCP_INDEX,
                           len(saved_by))
 
 
-def _with_rows(location: Location, item: TensorInfo, index: object, meta: object,
-               info: object) -> TensorInfo:
+def _with_rows(read: Callable[[int, int], bytes], where: str, item: TensorInfo,
+               index: object, meta: object, info: object) -> TensorInfo:
     """The item as rows of its tensor (dim 0), where the rows' bytes lie in the file (its
     torch.save record's elements, row-major): what a restore that reshards reads. Left
     whole (rows_total 0) where the item is no tensor's chunk, a scalar, transformed
@@ -140,7 +150,7 @@ def _with_rows(location: Location, item: TensorInfo, index: object, meta: object
     elements = 1
     for dim in item.shape:
         elements *= dim
-    record = record_in(location, item.relpath, item.file_offset, item.nbytes)
+    record = record_in(read, where, item.file_offset, item.nbytes)
     if record is None or record[1] != elements * itemsize(item.dtype):
         return item
     return replace(item, fqn=str(getattr(index, "fqn", "")), rows_total=size[0], row0=chunk_offset[0],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+from collections.abc import Callable
 
 from stampede.errors import CheckpointError
 from stampede.existing.catalogue import Catalogue, Location, TensorInfo, make_catalogue
@@ -27,11 +28,12 @@ _LOCAL_SIGNATURE = b"PK\x03\x04"
 
 
 class _Reader(io.RawIOBase):
-    """A seekable file over a Location's reads: zipfile parses the central directory
-    through the backend (a few reads of the file's end), as it would through open()."""
+    """A seekable file over ranged reads of one opened file (Location.opened): zipfile
+    parses the central directory through the backend (a few reads of the file's end), as
+    it would through open()."""
 
-    def __init__(self, location: Location, relpath: str, size: int, base: int = 0) -> None:
-        self.location, self.relpath, self.size, self.position = location, relpath, size, 0
+    def __init__(self, read: Callable[[int, int], bytes], size: int, base: int = 0) -> None:
+        self.read_range, self.size, self.position = read, size, 0
         self.base = base   # where the archive starts in the file (a DCP item: its offset)
 
     def seekable(self) -> bool:
@@ -52,7 +54,7 @@ class _Reader(io.RawIOBase):
         length = min(len(buffer), max(self.size - self.position, 0))
         if length == 0:
             return 0
-        data = self.location.read(self.relpath, self.base + self.position, length)
+        data = self.read_range(self.base + self.position, length)
         buffer[:len(data)] = data
         self.position += len(data)
         return len(data)
@@ -85,8 +87,14 @@ def _size(location: Location, relpath: str) -> int:
 
 def _storages(location: Location, relpath: str, size: int) -> list[TensorInfo]:
     where = location.where(relpath)
+    with location.opened(relpath) as (read, _):
+        return _records(read, where, relpath, size)
+
+
+def _records(read: Callable[[int, int], bytes], where: str, relpath: str, size: int
+             ) -> list[TensorInfo]:
     try:
-        with zipfile.ZipFile(io.BufferedReader(_Reader(location, relpath, size))) as archive:
+        with zipfile.ZipFile(io.BufferedReader(_Reader(read, size))) as archive:
             records = [info for info in archive.infolist()
                        if info.filename.partition("/")[2].startswith("data/")]
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as error:
@@ -99,7 +107,7 @@ def _storages(location: Location, relpath: str, size: int) -> list[TensorInfo]:
         if info.compress_type != zipfile.ZIP_STORED:
             raise CheckpointError(f"{where}: storage {info.filename} is compressed: torch.save "
                                   "stores its records uncompressed; this file was rewritten")
-        offset = _data_offset(location, relpath, info)
+        offset = _data_offset(read, where, info)
         if offset + info.file_size > size:
             raise CheckpointError(f"{where}: storage {info.filename} ends at byte "
                                   f"{offset + info.file_size}, the file has {size}: truncated?")
@@ -111,13 +119,15 @@ def _storages(location: Location, relpath: str, size: int) -> list[TensorInfo]:
     return found
 
 
-def record_in(location: Location, relpath: str, base: int, length: int) -> tuple[int, int] | None:
+def record_in(read: Callable[[int, int], bytes], where: str, base: int, length: int
+              ) -> tuple[int, int] | None:
     """A DCP item saved by torch.save (bytes base..base+length of the file): where its one
     storage record's bytes start in the file, and how many; None when the item is not a
     zip holding exactly one stored record (it is then only read whole). A few small reads:
     the zip's end, its central directory, the record's local header."""
+    read = _with_tail(read, base, length)
     try:
-        with zipfile.ZipFile(io.BufferedReader(_Reader(location, relpath, length, base))) as archive:
+        with zipfile.ZipFile(io.BufferedReader(_Reader(read, length, base))) as archive:
             records = [info for info in archive.infolist()
                        if info.filename.partition("/")[2].startswith("data/")]
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError):
@@ -125,16 +135,40 @@ def record_in(location: Location, relpath: str, base: int, length: int) -> tuple
     if len(records) != 1 or records[0].compress_type != zipfile.ZIP_STORED:
         return None
     info = records[0]
-    start = _data_offset(location, relpath, info, base)
+    start = _data_offset(read, where, info, base)
     return (start, info.file_size) if start + info.file_size <= base + length else None
 
 
-def _data_offset(location: Location, relpath: str, info: zipfile.ZipInfo, base: int = 0) -> int:
+# A zip's end record, its comment (at most 64 KiB) and a torch.save item's central
+# directory (a handful of names) lie in its last TAIL_BYTES: read once, not in the few
+# small reads zipfile makes (each a request on an object store); an item this small is
+# read whole with it, local header included.
+TAIL_BYTES = 64 * 1024 + 22
+
+
+def _with_tail(read: Callable[[int, int], bytes], base: int, length: int
+               ) -> Callable[[int, int], bytes]:
+    """`read` over bytes base..base+length, its last TAIL_BYTES fetched once on first use
+    and every read inside them served from it."""
+    start = base + max(length - TAIL_BYTES, 0)
+    tail: list[bytes] = []
+
+    def cached(offset: int, count: int) -> bytes:
+        if offset < start or offset + count > base + length:
+            return read(offset, count)
+        if not tail:
+            tail.append(read(start, base + length - start))
+        return tail[0][offset - start:offset - start + count]
+    return cached
+
+
+def _data_offset(read: Callable[[int, int], bytes], where: str, info: zipfile.ZipInfo,
+                 base: int = 0) -> int:
     """Where a record's bytes start: after its local header, whose extra field (torch pads
     records to 64-byte boundaries with it) may differ from the central directory's."""
-    header = location.read(relpath, base + info.header_offset, _LOCAL_HEADER.size)
+    header = read(base + info.header_offset, _LOCAL_HEADER.size)
     if len(header) != _LOCAL_HEADER.size or header[:4] != _LOCAL_SIGNATURE:
-        raise CheckpointError(f"{location.where(relpath)}: {info.filename}: no zip local "
+        raise CheckpointError(f"{where}: {info.filename}: no zip local "
                               f"header at byte {info.header_offset}: corrupt?")
     fields = _LOCAL_HEADER.unpack(header)
     name_length, extra_length = fields[-2], fields[-1]
