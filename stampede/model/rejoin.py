@@ -240,7 +240,8 @@ def rejoin_verdict(archive: Archive, workload: Workload,
     nodes = workload.nodes(k)
     if lost >= nodes:   # more nodes lost than the target has: a typo, not a verdict
         raise UsageError(f"--lost-nodes {lost}: the target's {nodes:,} node(s) "
-                         f"({workload.ranks} ranks, {k} per node) must keep one")
+                         f"({workload.ranks} ranks, {k} per node) must keep one working: "
+                         f"at most {nodes - 1:,} lost")
     spares = spare_pool(nodes, spare_fraction)
     # after the refusal above: choosing the runs reads their sidecars
     runs = {layout: archive.term_runs(layout) for layout in TIER_RESTORES}   # chosen once

@@ -31,7 +31,7 @@ def test_commands_flags_choices_and_set_keys_complete(tmp_path: Path) -> None:
     # the new names only: project's old --ranks is read, never offered
     assert completions(tmp_path, "project", "--target-r") == ["--target-ranks",
                                                               "--target-ranks-per-node"]
-    assert completions(tmp_path, "project", "--r") == ["--replicas", "--rtt-s"]
+    assert completions(tmp_path, "project", "--r") == ["--replicas", "--retry-mode", "--rtt-s"]
     assert completions(tmp_path, "slurm", "--ra") == ["--ranks", "--ranks-per-node"]
     assert completions(tmp_path, "report", "--") == sorted(
         ["--help", "--run", "--last", "--html", "--png", "--target-ranks", "--target-mttr",

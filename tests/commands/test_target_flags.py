@@ -97,7 +97,8 @@ def test_bad_values_are_refused_before_any_output(stampede, tmp_path: Path) -> N
                         (["--target-ranks", "0"], "argument --target-ranks: 0: must be from 1"),
                         (["--target-ranks", "16384", "--target-ranks-per-node", "8",
                           "--lost-nodes", "5000"],
-                         "--lost-nodes 5000: more than the target's 2,048 node(s)")):
+                         "--lost-nodes 5000: the target's 2,048 node(s) (16384 ranks, 8 per node) "
+                         "must keep one working: at most 2,047 lost")):
         result = stampede("mttr", path, *flags)
         assert result.returncode == 2, result.stderr
         assert result.stdout == "", result.stdout
