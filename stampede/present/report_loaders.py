@@ -58,8 +58,9 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
                   "(median over iterations); GB/s = the ranks' assigned bytes (what the "
                   "ceiling reads) / (last stop - first start), 1e9 B/s; efficiency = loader "
                   "GB/s / the ceiling's; dominant = the phase with the largest median span "
-                  "per rank, as a share of the median restore; read ampl = bytes read over the "
-                  "bytes assigned, the job's, then its worst node's / worst rank's.[/]")
+                  "per rank, as a share of the median restore"
+                  + ("; read ampl = bytes read over the bytes assigned, the job's, then its "
+                     "worst node's / worst rank's" if ampl else "") + ".[/]")
     for loader, calls in how:
         console.print(f"[dim]{escape(loader)}: {escape(calls)}[/]", highlight=False)
     for message in errors:
