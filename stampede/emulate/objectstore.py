@@ -98,8 +98,9 @@ def weed_command(weed: str, directory: Path, address: str, ports: dict[str, int]
     command = [weed, "mini", f"-dir={directory / 'data'}", f"-ip={address}",
                f"-ip.bind={address}", "-master.telemetry=false", "-admin.ui=false",
                "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-bucket={bucket}",
-               f"-s3.localSocket={directory / 's3.sock'}",
-               f"-filer.localSocket={directory / 'filer.sock'}"]
+               # relative to its working directory (the storage host's `directory`): a
+               # socket's path must fit in 107 bytes, and a test's tmp_path alone can pass it
+               "-s3.localSocket=s3.sock", "-filer.localSocket=filer.sock"]
     for name, port in ports.items():
         command.append(f"-{name}.port={port}")
         if name != "admin":   # the admin worker dials admin + 10,000 whatever is given
