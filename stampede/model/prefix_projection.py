@@ -52,7 +52,8 @@ def preset_rates(preset: RatePreset) -> Rates:
     return Rates(preset.title, Limit(preset.read_per_s, preset.list_per_s,
                                      max(1.0, preset.read_per_s * PRESET_BURST_S),
                                      preset.doubling_s, preset.lists_are_reads,
-                                     preset.write_per_s),
+                                     preset.write_per_s,
+                                     max(1.0, preset.write_per_s * PRESET_BURST_S)),
                  preset.partition, preset.source)
 
 

@@ -79,15 +79,20 @@ class Limit:
     doubling_s: float = math.inf
     lists_read: bool = False       # a LIST takes a read's token (GCS counts it a read)
     write_per_s: float | None = None   # PUT/POST/DELETE; None: as read_per_s
+    write_burst: float | None = None   # the write bucket's; None: burst (emulate-s3's one)
 
     def __post_init__(self) -> None:
         if not (self.read_per_s > 0 and self.list_per_s > 0 and self.burst >= 1
-                and self.doubling_s > 0 and self.writes_per_s > 0):
+                and self.doubling_s > 0 and self.writes_per_s > 0 and self.writes_burst >= 1):
             raise ValueError(f"{self}: rates above 0, burst at least 1, doubling above 0")
 
     @property
     def writes_per_s(self) -> float:
         return self.read_per_s if self.write_per_s is None else self.write_per_s
+
+    @property
+    def writes_burst(self) -> float:
+        return self.burst if self.write_burst is None else self.write_burst
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ def simulate(load: Load, limit: Limit, policy: PolicyFactory, seed: int = 0) -> 
     reads = _Bucket(limit.read_per_s, limit.burst, limit.doubling_s)
     buckets = {"read": reads, "list": reads if limit.lists_read else
                _Bucket(limit.list_per_s, limit.burst, limit.doubling_s),
-               "write": _Bucket(limit.writes_per_s, limit.burst, limit.doubling_s)}
+               "write": _Bucket(limit.writes_per_s, limit.writes_burst, limit.doubling_s)}
     throttles = failed = admitted = 0
     backoff_s = 0.0
     lasts: list[float] = []
@@ -228,7 +233,8 @@ def predict(load: Load, limit: Limit, policy: PolicyFactory, seed: int = 0) -> O
                  write_per_s=limit.writes_per_s / multiple,
                  list_per_s=limit.list_per_s * (small.listers / load.listers if load.listers
                                                 else 1.0),
-                 burst=max(1.0, limit.burst / multiple))
+                 burst=max(1.0, limit.burst / multiple),
+                 write_burst=max(1.0, limit.writes_burst / multiple))
     repeats = max(1, min(MAX_REPEATS, MIN_REPEATS_REQUESTS // max(1, small.requests)))
     runs = [simulate(small, at, policy, seed + repeat) for repeat in range(repeats)]
 

@@ -77,7 +77,9 @@ def render_prefix_rates(items: Sequence[PrefixProjection], rates: Sequence[Rates
                 if limit.doubling_s != float("inf") else "")
         lists = "LISTs among them" if limit.lists_read else \
             f"{format_number(limit.list_per_s)} LISTs/s"
-        writes = f", {format_number(limit.writes_per_s)} writes/s" if phase == "save" else ""
+        writes = f", {format_number(limit.writes_per_s)} writes/s" + (
+            f" (burst {format_number(limit.writes_burst)})"
+            if limit.writes_burst != limit.burst else "") if phase == "save" else ""
         console.print(f"[dim]{chosen.name}: {format_number(limit.read_per_s)} reads/s{writes} "
                       f"and {lists} per {chosen.partition}, "
                       f"burst {format_number(limit.burst)}{ramp}"

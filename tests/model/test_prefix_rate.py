@@ -193,6 +193,12 @@ def test_a_saves_writes_worked_by_hand_meet_the_write_bucket_alone() -> None:
     reads = simulate(Load(1, 2, 0.1), limit, lambda: FixedBackoff(0.5))
     assert (reads.throttles, reads.requests) == (0, 2)
     assert Limit(10, 10).writes_per_s == 10   # no write rate given: the read's
+    # a write bucket of 2 tokens (its own burst): both writes at once, none refused
+    roomy = simulate(Load(1, 0, 0.1, writes_per_rank=2),
+                     Limit(1e6, 1e6, 1.0, write_per_s=1.0, write_burst=2.0),
+                     lambda: FixedBackoff(0.5))
+    assert (roomy.throttles, roomy.requests) == (0, 2)
+    assert roomy.last_rank_s == pytest.approx(0.2)
 
 
 def test_lone_writes_go_round_robin_from_rank_0_after_a_ranks_own() -> None:
