@@ -19,26 +19,28 @@ if TYPE_CHECKING:
 DEFAULT_TARGET_MTTR = "60s"
 DEFAULT_BURST = 10.0          # emulate-s3's default --burst: what a fit assumes unless told
 RETRY_MODES = ("standard", "adaptive")   # stampede.backends.s3retry.MODES
-PREFIX_RATE_KEYS = ("read", "list", "burst")
+PREFIX_RATE_KEYS = ("read", "list", "write", "burst")
 FIT_ATTEMPTS = 1_000          # a fit's clients never give up: the valid runs' did not
 
 
 def add_prefix_rate_arguments(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--preset", default="", metavar="STORES",
-                     help="object stores whose documented request rates the restore is projected "
+                     help="object stores whose documented request rates the restore (or save) is "
+                          "projected "
                           f"against, comma-separated: {', '.join(RATE_PRESETS)} (per prefix, per "
                           "directory bucket, per bucket ramping; sources in the object-stores "
                           "guide); prints the request-rate table")
     sub.add_argument("--prefix-rate", default="", metavar="RATES",
-                     help="your store's rates per partition, e.g. read=5500,list=5500,burst=5500 "
-                          "(LIST as read, burst one second of reads unless given); prints the "
+                     help="your store's rates per partition, e.g. "
+                          "read=5500,list=5500,write=3500,burst=5500 (LIST and write as read, "
+                          "burst one second of reads unless given); prints the "
                           "request-rate table. Without it or --preset the table shows only when "
                           "archived runs met 503s: their rate is fitted")
     sub.add_argument("--prefix-burst", type=float, default=DEFAULT_BURST, metavar="B",
                      help="the burst a fitted rate assumes (default: emulate-s3's, "
                           f"{DEFAULT_BURST:g} requests)")
     sub.add_argument("--target-mttr", default=DEFAULT_TARGET_MTTR, metavar="DURATION",
-                     help="the restore time the request-rate table's K needed aims at "
+                     help="the restore (or save) time the request-rate table's K needed aims at "
                           f"(default {DEFAULT_TARGET_MTTR})")
     sub.add_argument("--retry-mode", choices=RETRY_MODES, default="standard",
                      help="the clients' retry mode in the request-rate table (default standard)")
@@ -84,10 +86,11 @@ def prefix_rate_flags(args: argparse.Namespace) -> Asked:
 
 
 def _prefix_rate(text: str) -> dict[str, float]:
-    """read=R[,list=R][,burst=B]: numbers above 0 (burst at least 1); read required."""
+    """read=R[,list=R][,write=R][,burst=B]: numbers above 0 (burst at least 1); read
+    required."""
     found: dict[str, float] = {}
     allowed = f"KEY=NUMBER pairs, keys {', '.join(PREFIX_RATE_KEYS)} (read required), " \
-              "e.g. read=5500,list=5500"
+              "e.g. read=5500,list=5500,write=3500"
     for part in (item.strip() for item in text.split(",")):
         key, sep, value = part.partition("=")
         key = key.strip()
@@ -105,10 +108,12 @@ def _prefix_rate(text: str) -> dict[str, float]:
 
 
 def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
-                      bytes_per_rank: float | None, layouts: tuple[str, ...] = ()) -> bool:
+                      bytes_per_rank: float | None, layouts: tuple[str, ...] = (),
+                      phase: str = "restore") -> bool:
     """The table, when asked for or when the archive's runs met 503s; whether it showed.
     `bytes_per_rank`: the workload's at the target (None: each run's own); `layouts`:
-    only these (--layout; none: every one archived)."""
+    only these (--layout; none: every one archived); `phase`: the restore's or the save's
+    (--phase) runs."""
     from stampede.backends.s3retry import RetryPolicy
     from stampede.model.prefix_projection import (
         Rates,
@@ -120,10 +125,11 @@ def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
     from stampede.present.report import make_console
     from stampede.present.report_prefix_rate import render_prefix_rates
 
-    runs = [run for run in run_loads(archive.rows) if not layouts or run.layout in layouts]
+    runs = [run for run in run_loads(archive.rows, phase)
+            if not layouts or run.layout in layouts]
     if not runs:
         if asked.presets or asked.given:
-            raise UsageError("--preset/--prefix-rate: the archives hold no valid restore run "
+            raise UsageError(f"--preset/--prefix-rate: the archives hold no valid {phase} run "
                              "to take each rank's requests from")
         return False
 
@@ -143,14 +149,16 @@ def prefix_rate_table(asked: Asked, archive: Archive, nranks: int,
     if asked.given:
         read = asked.given["read"]
         rates.append(Rates("--prefix-rate", Limit(read, asked.given.get("list", read),
-                                                  asked.given.get("burst", read)), "prefix"))
+                                                  asked.given.get("burst", read),
+                                                  write_per_s=asked.given.get("write")),
+                           "prefix"))
     rates += [preset_rates(RATE_PRESETS[name]) for name in asked.presets]
     if not rates:
         return False
     items = project_prefixes(runs, rates, nranks, asked.target_s, policy, bytes_per_rank)
     render_prefix_rates(items, rates, nranks, asked.target_s,
                         f"{asked.retry_mode}, {asked.max_attempts} attempts", bytes_per_rank,
-                        make_console())
+                        make_console(), phase)
     return True
 
 

@@ -152,7 +152,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     archive = Archive.open(*args.archives)
     # an object store's request-rate limit: the table of stampede.model.prefix_projection
     rated = prefix_rate_table(rates_asked, archive, args.target_ranks, workload.bytes_per_rank,
-                              layouts)
+                              layouts, args.phase)
     try:
         return _fit_and_project(args, archive, workload, known, ops, at_target_rejoin, layouts)
     except UsageError as error:   # the request-rate table shown needs no contention fit

@@ -1,11 +1,15 @@
-"""`project`'s request-rate table: each archived layout's restore at the target's rank
-count against an object store's rates per partition (fitted to the archive's 503s, given
-with --prefix-rate, or a vendor's preset), with its keys as archived, under one prefix,
-hashed where the layout can be; and the partitions K it needs to meet a target time.
+"""`project`'s request-rate table: each archived layout's restore (or, --phase save, its
+save: its uploads' writes, its validation's reads, rank 0's publish and the releases'
+DELETEs) at the target's rank count against an object store's rates per partition
+(fitted to the archive's 503s, given with --prefix-rate, or a vendor's preset), with its
+keys as archived, under one prefix, hashed where the layout can be; and the partitions K
+it needs to meet a target time.
 
 Pure: archived runs (stampede.model.prefix_rate.RunLoad) in, numbers out. Each request's
 round trip is the median of the runs' (the client's and the store's, the same for every
-layout); each layout's requests per rank are its run's at the most ranks.
+layout); each layout's requests per rank are its run's at the most ranks. A save writes
+one copy: its keys are one prefix or hashed (K needed then: its ranks' keys spread
+round-robin over K prefixes).
 """
 
 from __future__ import annotations
@@ -47,14 +51,17 @@ class Rates:
 def preset_rates(preset: RatePreset) -> Rates:
     return Rates(preset.title, Limit(preset.read_per_s, preset.list_per_s,
                                      max(1.0, preset.read_per_s * PRESET_BURST_S),
-                                     preset.doubling_s, preset.lists_are_reads),
+                                     preset.doubling_s, preset.lists_are_reads,
+                                     preset.write_per_s,
+                                     max(1.0, preset.write_per_s * PRESET_BURST_S)),
                  preset.partition, preset.source)
 
 
 def fitted_rates(runs: Sequence[RunLoad], burst: float,
                  policy_of: Callable[[RunLoad], PolicyFactory]) -> Rates | None:
-    """The read (and LIST) rate per partition the throttled runs' 503s say, each run's
-    clients retrying as `policy_of` it says; None when no run met a 503."""
+    """The read (and LIST, and write: a save's 503s are its writes') rate per partition
+    the throttled runs' 503s say, each run's clients retrying as `policy_of` it says; None
+    when no run met a 503."""
     throttled = [run.observed(policy_of(run)) for run in runs if run.throttles]
     if not throttled:
         return None
@@ -87,10 +94,13 @@ def _largest(runs: Sequence[RunLoad]) -> list[RunLoad]:
     return list(chosen.values())
 
 
-def _load(run: RunLoad, ranks: int, bytes_per_rank: float | None, latency_s: float) -> Load:
+def _load(run: RunLoad, ranks: int, bytes_per_rank: float | None, latency_s: float,
+          hashed: bool = False) -> Load:
     storm = run.listers >= run.nranks   # every rank listed (else rank 0 alone)
     return Load(ranks, run.reads_for(bytes_per_rank), latency_s,
-                ranks if storm else min(ranks, run.listers))
+                ranks if storm else min(ranks, run.listers),
+                writes_per_rank=run.writes_for(bytes_per_rank),
+                lone_writes=run.lone_for(ranks, hashed))
 
 
 def _keys(run: RunLoad, rates: Rates) -> list[tuple[str, int]]:
@@ -134,7 +144,7 @@ def project_prefixes(runs: Sequence[RunLoad], rates: Sequence[Rates], nranks: in
                                    chosen.limit, policy, target_s, nranks)
             for number, (keys, spread) in enumerate(_keys(run, chosen)):
                 ranks = 1 if spread == 0 else math.ceil(nranks / spread)
-                load = _load(run, ranks, bytes_per_rank, latency_s)
+                load = _load(run, ranks, bytes_per_rank, latency_s, hashed=spread == 0)
                 found.append(PrefixProjection(chosen, run.layout, keys, ranks, load,
                                               predict(load, chosen.limit, policy),
                                               needed, shows_needed=not number))

@@ -81,3 +81,46 @@ def test_a_fit_needs_503s_and_counts_the_busiest_partitions_share() -> None:
     fitted = fitted_rates([run], 10, lambda run: lambda: RetryPolicy("standard", 1_000))
     assert fitted is not None and fitted.by_prefix
     assert 0 < fitted.limit.read_per_s < 2 / 0.01   # below what 2 ranks ask unthrottled
+
+
+def _save(layout: str, latency_s: float, throttles: int = 0) -> RunLoad:
+    """2 ranks' save: 4 writes (2 parts), 11 validation reads, a publish, half a DELETE
+    per rank and pass."""
+    return RunLoad(layout, 2, 3, 11, 0, 1, False, throttles, 0.0, 2.0, latency_s,
+                   gets_per_rank=10, block_bytes=2**20, phase="save", writes_per_rank=4,
+                   publishes=1, deletes_per_rank=0.5, parts_per_rank=2, part_bytes=5 * 2**20)
+
+
+def test_a_save_gets_one_prefix_and_hashed_lines_against_the_write_rate() -> None:
+    runs = [_save("sharded", 0.02), _save("shared", 0.02)]
+    standard = preset_rates(RATE_PRESETS["s3-standard"])
+    # a preset's buckets absorb a second of their own rate: 3,500 writes, 5,500 reads
+    assert (standard.limit.writes_per_s, standard.limit.writes_burst) == (3_500, 3_500)
+    assert standard.limit.burst == 5_500
+    items = project_prefixes(runs, [standard], 64, 60.0, policy)
+    assert [(item.layout, item.keys, item.per_partition) for item in items] == [
+        ("sharded", "1 prefix", 64), ("sharded", "hashed", 1), ("shared", "1 prefix", 64)]
+    one, hashed, _ = items
+    # a rank's uploads and validation; the partition's publish and 32 DELETEs (0.5 a rank)
+    assert (one.load.writes_per_rank, one.load.reads_per_rank, one.load.lone_writes) == \
+        (4, 11, 1 + 32)
+    assert hashed.load.lone_writes == 0   # the pointer is not under a shard's prefix
+    assert one.outcome.requests == 64 * 15 + 33 and not one.outcome.throttles
+    # writes at 10 a second (burst 10), reads plenty: the writes are what is throttled,
+    # and K prefixes are needed
+    writes = Rates("writes", Limit(1e6, 1e6, 10, write_per_s=10), "prefix")
+    (tight, _, _) = project_prefixes(runs, [writes], 64, 60.0, policy)
+    assert tight.outcome.throttles > 0 and tight.needed is not None and tight.needed > 1
+    # the bytes at the target: a rank's parts in the run's 5 MiB, its validation's GETs
+    (bigger, _, _) = project_prefixes(runs, [standard], 8, 60.0, policy,
+                                      bytes_per_rank=50 * 2**20)
+    assert (bigger.load.writes_per_rank, bigger.load.reads_per_rank) == (2 + 10, 1 + 50)
+
+
+def test_a_saves_503s_fit_its_write_rate() -> None:
+    run = _save("sharded", 0.02, throttles=13)
+    fitted = fitted_rates([run], 4, lambda run: lambda: RetryPolicy("standard", 1_000))
+    assert fitted is not None
+    assert fitted.limit.writes_per_s == fitted.limit.read_per_s
+    # below the 2 ranks' writes a second unthrottled (about 5 in 6 of their requests)
+    assert 0 < fitted.limit.writes_per_s < 2 / 0.02

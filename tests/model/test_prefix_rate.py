@@ -177,3 +177,86 @@ def test_a_restores_rows_read_back_as_its_requests() -> None:
     (throttled,) = run_loads(rows)
     assert throttled.latency_s == pytest.approx(2.0 / (10 + 1 / 4 + 100 / 16))
     assert not run_loads([_row("read", count=96), _row("restore", valid=False)])
+
+
+# --- the save: writes against their own bucket -----------------------------------------
+
+
+def test_a_saves_writes_worked_by_hand_meet_the_write_bucket_alone() -> None:
+    # the hand-worked case above, the two requests writes: 1 write token a second
+    limit = Limit(1e6, 1e6, 1.0, write_per_s=1.0)
+    outcome = simulate(Load(1, 0, 0.1, writes_per_rank=2), limit, lambda: FixedBackoff(0.5))
+    assert outcome.throttles == 2 and outcome.failed == 0
+    assert outcome.backoff_s == pytest.approx(1.0)
+    assert outcome.last_rank_s == pytest.approx(1.4)
+    # the same two requests reads: the read bucket's million a second admits both
+    reads = simulate(Load(1, 2, 0.1), limit, lambda: FixedBackoff(0.5))
+    assert (reads.throttles, reads.requests) == (0, 2)
+    assert Limit(10, 10).writes_per_s == 10   # no write rate given: the read's
+    # a write bucket of 2 tokens (its own burst): both writes at once, none refused
+    roomy = simulate(Load(1, 0, 0.1, writes_per_rank=2),
+                     Limit(1e6, 1e6, 1.0, write_per_s=1.0, write_burst=2.0),
+                     lambda: FixedBackoff(0.5))
+    assert (roomy.throttles, roomy.requests) == (0, 2)
+    assert roomy.last_rank_s == pytest.approx(0.2)
+
+
+def test_lone_writes_go_round_robin_from_rank_0_after_a_ranks_own() -> None:
+    load = Load(3, 2, 0.01, listers=1, writes_per_rank=4, lone_writes=4)
+    assert load.requests_of(0) == [("list", 1), ("write", 4), ("read", 2), ("write", 2)]
+    assert load.requests_of(1) == [("write", 4), ("read", 2), ("write", 1)]
+    assert load.requests_of(2) == [("write", 4), ("read", 2), ("write", 1)]
+    assert load.requests == 1 + 3 * 6 + 4
+    # 2 ranks' uploads take the burst of 2 write tokens (no refill to speak of), their
+    # validation reads are free, rank 0's publish then meets 2 503s and fails
+    outcome = simulate(Load(2, 2, 0.01, writes_per_rank=1, lone_writes=1),
+                       Limit(1e6, 1e6, 2.0, write_per_s=1e-6), lambda: FixedBackoff(0.5, 2))
+    assert (outcome.requests, outcome.throttles, outcome.failed) == (6, 2, 1)
+
+
+def test_the_partitions_a_save_needs_follow_its_write_rate() -> None:
+    # 1,024 ranks, 4 writes each at 20 ms: 204,800 writes a second asked; reads plenty
+    def load_for(partitions: int) -> Load:
+        return Load(math.ceil(1_024 / partitions), 0, 0.02, writes_per_rank=4, lone_writes=1)
+
+    roomy_writes = Limit(100, 100, 100, write_per_s=1e6)
+    assert spread_needed(load_for, roomy_writes, standard(), 60.0, 1_024) == 1
+    tight = Limit(1e6, 1e6, 100, write_per_s=100)
+    needed = spread_needed(load_for, tight, standard(), 1.0, 1_024)
+    # at least the writes over what a partition serves in the target (4,097 over its
+    # burst of 100 and 100 more in the second)
+    assert needed is not None and needed >= 21
+    met = predict(load_for(needed), tight, standard())
+    assert not met.fails and met.last_rank_s <= 1.0
+    half = predict(load_for(needed // 2), tight, standard())
+    assert half.fails or half.last_rank_s > 1.0
+
+
+def _save_row(op: str, **cells: object) -> dict[str, object]:
+    return _row(op, phase="save", nranks=2, iterations=2, copies=1, block_bytes=2**20, **cells)
+
+
+def test_a_saves_rows_read_back_as_its_requests() -> None:
+    # 2 ranks, 2 measured saves and a warmup, a 10 MiB shard each in two 5 MiB parts,
+    # validated in 1 MiB blocks; rank 0 publishes each save, the last releases 2 objects
+    rows = [_save_row("create", count=4, throttles=5, backoff_s=2.5, lat_p50_s=0.02),
+            _save_row("write", count=8, op_bytes=40 * 2**20, throttles=4, lat_p50_s=0.1),
+            _save_row("fsync", count=4, throttles=4, lat_p50_s=0.03),
+            _save_row("validate", count=4, op_bytes=40 * 2**20, lat_p50_s=0.15),
+            _save_row("publish", count=2, lat_p50_s=0.004),
+            _save_row("unlink", count=2, lat_p50_s=0.003),
+            _save_row("save", count=4, time_to_last_rank_s=2.0),
+            _row("read", count=96), _row("restore", count=12, time_to_last_rank_s=1.0)]
+    (run,) = run_loads(rows, "save")
+    assert (run.phase, run.nranks, run.passes, run.throttles) == ("save", 2, 3, 13)
+    assert (run.writes_per_rank, run.parts_per_rank, run.part_bytes) == (4, 2, 5 * 2**20)
+    assert (run.reads_per_rank, run.gets_per_rank) == (1 + 10, 10)   # a HEAD, 10 GETs
+    assert (run.publishes, run.deletes_per_rank) == (1, 0.5)
+    # the writes' medians, weighted by their counts (the validate op is a whole extent's)
+    assert run.latency_s == pytest.approx((4 * 0.02 + 8 * 0.1 + 4 * 0.03 + 2 * 0.004
+                                           + 2 * 0.003) / 20)
+    assert run.load() == Load(2, 11, run.latency_s, 0, 3, writes_per_rank=4, lone_writes=2)
+    assert run.writes_for(20 * 2**20) == 4 - 2 + 4
+    assert (run.lone_for(16_384), run.lone_for(1, hashed=True)) == (1 + 8_192, 0)
+    (restore,) = run_loads(rows)
+    assert restore.phase == "restore" and restore.writes_per_rank == 0
