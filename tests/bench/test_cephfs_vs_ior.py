@@ -1,6 +1,7 @@
 """bench/cephfs_vs_ior.py's pieces that need no Ceph: mdtest's files made a checkpoint
 stampede restores in place (names, places and count unchanged), the open + close pair
-rate, and the launcher found for a peer linked with the venv's MPICH."""
+rates (mdtest's definition and the two spans'), and the launcher found for a peer
+linked with the venv's MPICH."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ from stampede.existing.scan import scan
 # The benches import their helpers as `common`, from bench/ on sys.path as when run.
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
-from cephfs_vs_ior import MDTEST_ROOT, pairs_per_s, safetensors_tree  # noqa: E402
+from cephfs_vs_ior import (  # noqa: E402
+    MDTEST_ROOT,
+    mdtest_style_rate,
+    pairs_per_s,
+    safetensors_tree,
+)
 from common import VENV_BIN, mpi_launcher_of  # noqa: E402
 
 RANKS, ITEMS, TENSOR_BYTES = 2, 7, 4096
@@ -52,6 +58,14 @@ def test_mdtests_files_become_a_checkpoint_of_exactly_those_files(tmp_path: Path
 def test_pairs_per_s_is_one_open_and_one_close_in_turn() -> None:
     # 1,000 opens/s (1 ms each) and 4,000 closes/s (0.25 ms): a pair takes 1.25 ms
     assert pairs_per_s(1000.0, 4000.0) == pytest.approx(800.0)
+
+
+def test_the_pair_rate_is_one_iterations_opens_over_the_slowest_ranks_time() -> None:
+    # 2 ranks x 2,000 files, 3 iterations: 12,000 opens archived; the slowest rank took
+    # 0.5 s from its barrier exit to its last close: 4,000 pairs / 0.5 s
+    open_row = {"count": "12000", "iterations": "3", "ops_per_s": "99999"}
+    restore_row = {"count": "6", "iterations": "3", "time_to_last_rank_s": "0.5"}
+    assert mdtest_style_rate(open_row, restore_row) == pytest.approx(8000.0)
 
 
 def test_a_program_without_mpi_gets_the_venvs_launcher() -> None:
