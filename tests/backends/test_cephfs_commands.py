@@ -8,19 +8,16 @@ the restart from CephFS). (prepare/run/save/clean: tests/backends/test_cephfs.py
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from stampede.backends import open_backend
 from stampede.existing.scan import scan
-from stampede.launcher import find_mpiexec
 from tests.helpers.existing import accounted, read_digests
 from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, write_job
+from tests.run.test_rejoin import environment, rejoin_command
 
 pytestmark = pytest.mark.mpi
 MiB = 2**20
@@ -96,13 +93,8 @@ def test_an_existing_safetensors_checkpoint_restored_from_cephfs(
     assert names(cephfs_target) == ["model.safetensors"]     # read, never written to
 
 
-# three named nodes: hydra's ssh launcher through a script that runs each node's ranks in
-# a UTS namespace of its own (MPI sees three hosts), as tests/run/test_rejoin.py does
-LAUNCHER = """#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
-host=$1; shift
-exec unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
-"""
+# three named nodes: tests/run/test_rejoin.py's command (hydra's ssh launcher through a
+# script that runs each node's ranks in a UTS namespace of its own: MPI sees three hosts)
 
 
 def test_rejoin_with_cephfs_as_the_storage_tier(cephfs_target: str, tmp_path: Path) -> None:
@@ -110,23 +102,13 @@ def test_rejoin_with_cephfs_as_the_storage_tier(cephfs_target: str, tmp_path: Pa
     CephFS as its storage tier, node B lost, the spare on C from its peer; the full
     restart from CephFS beside it; every shard checked; nothing left on CephFS or on the
     local tiers."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("named nodes need root and unshare (a UTS namespace per node)")
-    launcher = tmp_path / "launcher"
-    launcher.write_text(LAUNCHER)
-    launcher.chmod(0o755)
-    mpiexec = find_mpiexec()
-    assert mpiexec is not None
     job = write_job(tmp_path, "tiers", target={"path": cephfs_target},
                     checkpoint={"size_per_rank": "4MiB", "block_size": "1MiB"},
                     run={"iterations": 2, "warmup": 1, "verify": "xxh3"},
                     tiers={"local_dir": str(tmp_path / "local")},
                     archive={"path": str(tmp_path / "results" / "tiers.csv")})
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    result = subprocess.run(
-        [mpiexec, "-launcher", "ssh", "-launcher-exec", str(launcher), "-hosts",
-         "nodeA:1,nodeB:1,nodeC:1", "-n", "3", sys.executable, "-m", "stampede", "rejoin",
-         str(job)], capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path, env=env)
+    result = subprocess.run(rejoin_command(tmp_path, str(job)), capture_output=True, text=True,
+                            timeout=RUN_TIMEOUT_S, cwd=tmp_path, env=environment())
     assert result.returncode == 0, result.stdout + result.stderr
     rows = read_archive(tmp_path / "results" / "tiers.csv")
     done = {(row["op"], row["layout"]): row for row in rows if row["op"] in ("save", "restore")}
