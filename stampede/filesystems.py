@@ -19,14 +19,11 @@ from dataclasses import asdict
 from functools import partial
 from pathlib import Path, PurePath
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from stampede import cephmds, lustre
 from stampede.sysinfo import Mount, mount_of, mountstats_delta, nfs_options, read_mountstats
-from stampede.targets import capabilities_for
-
-if TYPE_CHECKING:
-    from stampede.backends.base import Backend
+from stampede.targets import Capabilities, capabilities_for
 
 # The counters are the whole mount's on rank 0's node, read before and after a layout.
 SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
@@ -267,7 +264,14 @@ def stripe(directory: Path, count: int, size_bytes: int | None) -> str:
     return kind.striper.apply(directory, count, size_bytes)
 
 
-class BackendStriping(Protocol):
+class Backend(Protocol):
+    """What this module asks of a backend (stampede.backends.base's, below it here)."""
+
+    name: str
+    capabilities: Capabilities
+
+
+class BackendStriping(Backend, Protocol):
     """A backend with a CephFS-style client of its own (cephfs://: libcephfs), which
     stripes the directories it makes through that client (`capabilities.stripes`)."""
 

@@ -43,7 +43,9 @@ def layouts_in_turn(comm: mpi.Comm, backend: Backend, target: str, layouts: tupl
         start = _read(client)
         run = measure(layout)
         if client is not None:
-            run = replace(run, file_system=_around(client, start, files, layout))
+            # beside what the measure kept there (a cephfs:// backend's MDS counts)
+            run = replace(run, file_system={**run.file_system,
+                                            **_around(client, start, files, layout)})
         runs.append(run)
         if after_layout is not None:
             mpi.on_root(comm, f"archiving {layout}", partial(after_layout, context, run))

@@ -46,7 +46,9 @@ def test_stripes_asked_are_the_layout_prepare_and_save_files_got_through_libceph
     counted = 0
     for layout in ("shared", "sharded"):
         for part, sidecar in (("layouts", restore), ("saves", save)):
-            read_back = sidecar[part][layout]["file_layouts"]   # type: ignore[index]
+            said_there = sidecar[part][layout]   # type: ignore[index]
+            assert "mds_requests" in said_there   # the MDS's counts kept beside them
+            read_back = said_there["file_layouts"]
             assert isinstance(read_back, dict), read_back
             assert read_back["how"] == "ceph.dir.layout"
             files = read_back["files"]
