@@ -16,13 +16,14 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from pathlib import Path
+from functools import partial
+from pathlib import Path, PurePath
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from stampede import cephmds, lustre
 from stampede.sysinfo import Mount, mount_of, mountstats_delta, nfs_options, read_mountstats
-from stampede.targets import capabilities_for
+from stampede.targets import Capabilities, capabilities_for
 
 # The counters are the whole mount's on rank 0's node, read before and after a layout.
 SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
@@ -32,8 +33,9 @@ class Striper(NamedTuple):
     """How a kind lays a directory's new files over its servers, and reads a file's back."""
 
     how: str                                           # what applies it (notes, the sidecar)
-    apply: Callable[[Path, int, int | None], str]      # directory, count, size -> a note
-    read: Callable[[list[Path]], dict[str, object]]    # files -> each one's layout read back
+    # directory, count, size -> a note (a path on a mount, or in a client's file system)
+    apply: Callable[[PurePath, int, int | None], str]
+    read: Callable[[list[PurePath]], dict[str, object]]   # files -> each one's layout
 
 
 class Counters(NamedTuple):
@@ -104,41 +106,49 @@ def _llite_since(mount: Mount, before: object) -> dict[str, object] | None:
 CEPH_DEFAULT_OBJECT = 4 << 20   # CephFS's default object size (and stripe unit)
 
 
-def _ceph_effective(directory: Path, name: str) -> int:
+# How a CephFS client reads and sets an xattr of a path: os.getxattr/os.setxattr on a
+# mount, libcephfs's ceph_getxattr/ceph_setxattr for cephfs:// (stampede.backends.cephfs)
+GetXattr = Callable[[PurePath, str], bytes]
+SetXattr = Callable[[PurePath, str, bytes], None]
+
+
+def _ceph_effective(directory: PurePath, name: str, getxattr: GetXattr = os.getxattr) -> int:
     """A directory's layout field as its new files get it: its own, else the nearest
     ancestor's that has one (ENODATA: none set there), else CephFS's default."""
     for where in (directory, *directory.parents):
         try:
-            return int(os.getxattr(where, f"ceph.dir.layout.{name}"))
+            return int(getxattr(where, f"ceph.dir.layout.{name}"))
         except OSError as error:
             if error.errno != errno.ENODATA:   # left the file system, or not CephFS
                 break
     return CEPH_DEFAULT_OBJECT
 
 
-def _ceph_apply(directory: Path, count: int, size_bytes: int | None) -> str:
+def _ceph_apply(getxattr: GetXattr, setxattr: SetXattr, directory: PurePath, count: int,
+                size_bytes: int | None) -> str:
     wanted = f"stripe_count={count or 'default'}, stripe_unit={size_bytes or 'default'}"
     if count < 0:   # Lustre's "every OST": CephFS stripes over objects, not a server count
         return (f"target.stripe_count = {count} not applied on CephFS: give a number of "
                 "objects to stripe over")
     try:
-        for name, value in _ceph_steps(directory, size_bytes):
-            os.setxattr(directory, f"ceph.dir.layout.{name}", str(value).encode())
+        for name, value in _ceph_steps(directory, size_bytes, getxattr):
+            setxattr(directory, f"ceph.dir.layout.{name}", str(value).encode())
         if count:
-            os.setxattr(directory, "ceph.dir.layout.stripe_count", str(count).encode())
+            setxattr(directory, "ceph.dir.layout.stripe_count", str(count).encode())
     except OSError as error:
         return f"ceph.dir.layout {wanted} on {directory} failed: {error.strerror or error}"
     return f"ceph.dir.layout {wanted} applied to {directory}"
 
 
-def _ceph_steps(directory: Path, unit: int | None) -> list[tuple[str, int]]:
+def _ceph_steps(directory: PurePath, unit: int | None,
+                getxattr: GetXattr = os.getxattr) -> list[tuple[str, int]]:
     """The xattrs that set a stripe unit, in an order CephFS accepts: it refuses any step
     after which object_size is not a multiple of stripe_unit. The object size ends as the
     smallest multiple of the new unit not below the current one."""
     if not unit:
         return []
-    old_unit = _ceph_effective(directory, "stripe_unit")
-    objects = -(-_ceph_effective(directory, "object_size") // unit) * unit
+    old_unit = _ceph_effective(directory, "stripe_unit", getxattr)
+    objects = -(-_ceph_effective(directory, "object_size", getxattr) // unit) * unit
     if objects % old_unit == 0:   # a multiple of both units: object first, then unit
         return [("object_size", objects), ("stripe_unit", unit)]
     both = math.lcm(old_unit, unit)   # through an object size that fits both units
@@ -155,14 +165,21 @@ def parse_ceph_layout(text: str) -> dict[str, object]:
     return layout
 
 
-def _ceph_read(paths: list[Path]) -> dict[str, object]:
+def _ceph_read(getxattr: GetXattr, paths: list[PurePath]) -> dict[str, object]:
     layouts: dict[str, object] = {}
     for path in paths:
         try:
-            layouts[str(path)] = parse_ceph_layout(os.getxattr(path, "ceph.file.layout").decode())
+            layouts[str(path)] = parse_ceph_layout(getxattr(path, "ceph.file.layout").decode())
         except OSError as error:
             layouts[str(path)] = f"ceph.file.layout not read: {error.strerror or error}"
     return layouts
+
+
+def ceph_striper(getxattr: GetXattr, setxattr: SetXattr) -> Striper:
+    """CephFS's striper through a client's xattr calls: the same values decided, and the
+    same layouts read back, whichever client applies them (a mount's, libcephfs's)."""
+    return Striper("ceph.dir.layout", partial(_ceph_apply, getxattr, setxattr),
+                   partial(_ceph_read, getxattr))
 
 
 # --- CephFS's MDS: its own per-op counts, asked as the mount itself would ask -------------
@@ -191,7 +208,7 @@ def _mds_since(mount: Mount, before: object) -> dict[str, object] | str | None:
 
 _LUSTRE_STRIPES = Striper("lfs setstripe", lustre.apply_stripe, lustre.read_layouts)
 _LLITE = Counters("lustre_llite", _llite_read, _llite_since)
-_CEPH_STRIPES = Striper("ceph.dir.layout", _ceph_apply, _ceph_read)
+_CEPH_STRIPES = ceph_striper(os.getxattr, os.setxattr)
 _MDS = Counters(cephmds.KEY, _mds_read, _mds_since)
 KERNEL_NFS_RPCS = "kernel_nfs_rpcs"   # the sidecar's key (readers: present.report)
 _KERNEL_NFS = Counters(KERNEL_NFS_RPCS, _nfs_read, _nfs_since)
@@ -245,6 +262,40 @@ def stripe(directory: Path, count: int, size_bytes: int | None) -> str:
                 f"{size_bytes or 'default'}) not applied: {directory} is on {mount.fs_type}, "
                 "which does not stripe (Lustre and CephFS do)")
     return kind.striper.apply(directory, count, size_bytes)
+
+
+class Backend(Protocol):
+    """What this module asks of a backend (stampede.backends.base's, below it here)."""
+
+    name: str
+    capabilities: Capabilities
+
+
+class BackendStriping(Backend, Protocol):
+    """A backend with a CephFS-style client of its own (cephfs://: libcephfs), which
+    stripes the directories it makes through that client (`capabilities.stripes`)."""
+
+    def striper(self) -> Striper:
+        """The striper through this backend's client (its paths: `fs_path`'s)."""
+
+    def fs_path(self, relpath: str) -> PurePath:
+        """A path below the target, as the striper takes it (in the client's file system)."""
+
+
+def backend_striping(backend: Backend) -> BackendStriping | None:
+    return backend if backend.capabilities.stripes else None   # type: ignore[return-value]
+
+
+def stripe_in(backend: Backend, relpath: str, count: int, size_bytes: int | None) -> str:
+    """target.stripe_* on a directory a backend without a local mount just made (relpath
+    below the target): applied by the backend's own striper, the values decided as on a
+    mount, or a line saying why not (a backend that does not stripe: nfs://, s3://)."""
+    striping = backend_striping(backend)
+    if striping is None:
+        return (f"target.stripe_* (stripe_count={count or 'default'}, stripe_size="
+                f"{size_bytes or 'default'}) not applied: the {backend.name} backend does "
+                "not stripe (CephFS and Lustre mounts, and cephfs://, do)")
+    return striping.striper().apply(striping.fs_path(relpath), count, size_bytes)
 
 
 def mount_facts(target: str) -> dict[str, object]:

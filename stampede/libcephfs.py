@@ -39,6 +39,8 @@ CEPH_STATX_BASIC_STATS = 0x7FF
 AT_SYMLINK_NOFOLLOW = 0x100
 # one read or write call moves at most this (the library's return is an int)
 MOST_BYTES_PER_CALL = 1 << 30
+# an xattr's value read back (a layout's is about 80 bytes; a longer one is ERANGE)
+XATTR_BYTES = 4096
 WATCH_PERIOD_S = 0.5      # how often the watchdog looks at the calls in progress
 GAVE_UP_STATUS = 1        # a run that could not finish: RunFailed's status
 # the unmount has its own bound (client_shutdown_timeout = timeout_s): watched at twice it
@@ -94,6 +96,7 @@ def library() -> ctypes.CDLL:
                                  ctypes.POINTER(p), ctypes.POINTER(sz),
                                  ctypes.POINTER(p), ctypes.POINTER(sz)]),
         "ceph_buffer_free": (None, [p]),
+        "ceph_getxattr": (i, [p, s, s, p, sz]), "ceph_setxattr": (i, [p, s, s, p, sz, i]),
     }
     lib = load(LIBRARY_NAMES, prototypes, "cephfs:// targets need libcephfs, the CephFS "
                "client library, and it is not installed", "Ceph 14 or later", INSTALL_HINT)
@@ -280,6 +283,20 @@ class Mount:
             self.lib.ceph_closedir(self.cmount, directory)
             self.calling = None
         return names
+
+    def getxattr(self, path: bytes, name: str) -> bytes:
+        """An extended attribute's value (CephFS's virtual ones: ceph.dir.layout.*,
+        ceph.file.layout); OSError of ENODATA where it is not set."""
+        value = ctypes.create_string_buffer(XATTR_BYTES)
+        self.begin("getxattr", path)
+        size = self.check(self.lib.ceph_getxattr(self.cmount, path, name.encode(), value,
+                                                 XATTR_BYTES), path)
+        return value.raw[:size]
+
+    def setxattr(self, path: bytes, name: str, value: bytes) -> None:
+        self.begin("setxattr", path)
+        self.check(self.lib.ceph_setxattr(self.cmount, path, name.encode(), value, len(value),
+                                          0), path)
 
     def mds_command(self, mds_spec: str, command: dict[str, object]) -> str:
         """A command to an MDS over the wire (what `ceph tell mds.X ...` sends): its

@@ -15,7 +15,7 @@ from __future__ import annotations
 import glob
 import shutil
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePath
 
 LFS_TIMEOUT_S = 30
 # The llite counters' files: /proc before Lustre 2.12, debugfs after (lctl reads either).
@@ -24,7 +24,7 @@ LLITE_STATS = ("/proc/fs/lustre/llite/{fs}-*/stats", "/sys/kernel/debug/lustre/l
 BYTE_COUNTERS = ("read_bytes", "write_bytes")
 
 
-def apply_stripe(directory: Path, count: int, size_bytes: int | None) -> str:
+def apply_stripe(directory: PurePath, count: int, size_bytes: int | None) -> str:
     """`lfs setstripe` on an empty directory, so files created in it inherit the layout.
     Returns a line for the user saying what was done (or why not)."""
     lfs = shutil.which("lfs")
@@ -43,7 +43,7 @@ def apply_stripe(directory: Path, count: int, size_bytes: int | None) -> str:
     return f"lfs setstripe {wanted} applied to {directory}"
 
 
-def read_layouts(paths: list[Path]) -> dict[str, object]:
+def read_layouts(paths: list[PurePath]) -> dict[str, object]:
     """`lfs getstripe` of each path, parsed (the caller bounds the list); {} where there
     is no lfs. A failed call is kept as its error's text."""
     lfs = shutil.which("lfs")

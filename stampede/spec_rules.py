@@ -19,7 +19,7 @@ def check_combination(spec: SpecFields, workloads: tuple[str, ...]) -> None:
     checkpoint.workload names a message offers (stampede.spec's, which imports this module)."""
     _size_rules(spec, workloads)
     for rules in (_pattern_rules, _layout_rules, _cache_rules, _check_rules, _format_rules,
-                  _save_rules, _device_rules, _prefix_rules):
+                  _save_rules, _device_rules, _prefix_rules, _stripe_rules):
         rules(spec)
 
 
@@ -216,3 +216,13 @@ def _prefix_rules(spec: SpecFields) -> None:
                          f"checkpoint.layout {', '.join(unspread)}: one object has no shards "
                          "to spread, and a listing lists one prefix (hashed keys lie under many)",
                          hint="run those layouts in a job without key_prefix")
+
+
+def _stripe_rules(spec: SpecFields) -> None:
+    # A backend striping through its own client (cephfs://) is CephFS: known before any
+    # I/O, unlike a mount's kind (a -1 there is a note, as on any kind that cannot use it).
+    if spec.stripe_count < 0 and capabilities_for(spec.target_path).stripes:
+        raise UsageError(f"{spec.source}: target.stripe_count = {spec.stripe_count} on "
+                         f"{spec.target_path!r}: -1 is Lustre's \"every OST\"; CephFS "
+                         "stripes a file over a number of objects",
+                         hint="target.stripe_count = N (objects), or 0 for CephFS's default")

@@ -45,6 +45,9 @@ class Capabilities(NamedTuple):
     # It asks its metadata server for its own per-op request counts
     # (stampede.backends.base.MdsCounter): a CephFS MDS's perf counters.
     mds_counters: bool = False
+    # It stripes the directories it makes through its own client (target.stripe_*;
+    # stampede.filesystems.BackendStriping): cephfs://'s ceph.dir.layout xattrs.
+    stripes: bool = False
 
     @property
     def object_store(self) -> bool:
@@ -93,7 +96,8 @@ REGISTRY: Mapping[str, BackendEntry] = MappingProxyType({
     # exclusive_create: the MDS creates with O_EXCL for whichever client asks first.
     "cephfs": BackendEntry("stampede.backends.cephfs", "CephfsBackend",
                            Capabilities(page_cache=True, has_directories=True, saves=True,
-                                        exclusive_create=True, mds_counters=True),
+                                        exclusive_create=True, mds_counters=True,
+                                        stripes=True),
                            "apt-get install libcephfs2 (Debian/Ubuntu; dnf install libcephfs2 "
                            "on RHEL)"),
     # local files through fsspec's generic calls: whole objects, yet the page cache serves

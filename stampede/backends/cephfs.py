@@ -28,11 +28,13 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from pathlib import PurePath, PurePosixPath
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from stampede.backends.client_files import DIR_MODE, FILE_MODE, ClientFiles
 from stampede.cephmds import perf_dump
 from stampede.errors import UsageError
+from stampede.filesystems import Striper, ceph_striper
 from stampede.libcephfs import MOST_BYTES_PER_CALL, Mount, version
 from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
@@ -182,6 +184,20 @@ class CephfsBackend(ClientFiles):
         """Untimed: the MDS's `perf dump` over the wire through this rank's client
         (stampede.cephmds.perf_dump), TimeoutError after timeout_s."""
         return perf_dump(self.client, self.timeout_s, mds_spec)
+
+    def striper(self) -> Striper:
+        """target.stripe_* through this rank's client: the striper a CephFS mount's
+        directories get (stampede.filesystems), its xattrs libcephfs's."""
+        return ceph_striper(self._getxattr, self._setxattr)
+
+    def fs_path(self, relpath: str) -> PurePosixPath:
+        return PurePosixPath(os.fsdecode(self.path(relpath)))
+
+    def _getxattr(self, path: PurePath, name: str) -> bytes:
+        return self.client.getxattr(os.fsencode(str(path)), name)
+
+    def _setxattr(self, path: PurePath, name: str, value: bytes) -> None:
+        self.client.setxattr(os.fsencode(str(path)), name, value)
 
     def size(self, relpath: str) -> int:
         return int(self.client.stat(self.path(relpath)).size)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from stampede import mpi
@@ -43,7 +43,7 @@ from stampede.checkpoint.plan import (
     writes_of_rank,
 )
 from stampede.errors import CheckpointError, StampedeError, UsageError
-from stampede.filesystems import stripe
+from stampede.filesystems import backend_striping, stripe, stripe_in
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
 from stampede.units import BYTES_PER_MIB, format_bytes
@@ -231,8 +231,8 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
                                                list(files), [], complete=False)
     write_manifest(backend, manifest)
     if not backend.capabilities.local_files:   # objects are written whole, in sequence, by one
-        # rank each
-        return {}, []
+        # rank each; a server's directories made as each file is written, or here, striped
+        return {}, _server_directories(spec, backend, [relpath for relpath, _ in files])
     root = Path(spec.target_path)
     offsets: Offsets = {}
     notes: list[str] = []
@@ -257,6 +257,30 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
         offsets[shared] = create_file(spec.format, root / shared, tensors[shared], spec.dtype,
                                       FILE_MODE)
     return offsets, notes
+
+
+def _server_directories(spec: JobSpec, backend: Backend, relpaths: list[str]) -> list[str]:
+    """Rank 0, a target without a local mount, target.stripe_* asked: every directory
+    between the root and the files made here, before any rank creates a file in it, and
+    striped by the backend's own client (cephfs://: as on a CephFS mount); a backend that
+    does not stripe says so once. Returns the notes for the user."""
+    count, size = spec.stripe_count, spec.stripe_size_bytes
+    if not (count or size):
+        return []
+    if backend_striping(backend) is None:
+        return [stripe_in(backend, "", count, size)]
+    leaves = {PurePosixPath(relpath).parent for relpath in relpaths}
+    notes = []
+    for directory in sorted({str(parent) for leaf in leaves for parent in (leaf, *leaf.parents)
+                             if parent.name}, key=lambda name: name.count("/")):
+        try:
+            backend.mkdir(backend.path(directory))
+        except FileExistsError:
+            notes.append(f"{directory} exists: its striping is left as it is (clean, then "
+                         "prepare again to apply target.stripe_*)")
+            continue
+        notes.append(stripe_in(backend, directory, count, size))
+    return notes
 
 
 class _Writer:

@@ -64,7 +64,7 @@ def run_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = No
     try:
         hosts = context.hosts
         runs = layouts_in_turn(
-            comm, spec.target_path, strategies,
+            comm, backend, spec.target_path, strategies,
             mds_counts.measured(comm, backend, lambda layout: run_layout(
                 comm, spec, layout, backend, entries[layout], device, hosts, catalogue,
                 interrupts, tick)),

@@ -33,7 +33,7 @@ from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, f
 from stampede.checkpoint.prepare import save_space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, StampedeError, UsageError
-from stampede.filesystems import stripe
+from stampede.filesystems import stripe, stripe_in
 from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import ClientCounts, LayoutRun, RunContext, node_counts
@@ -76,7 +76,7 @@ def save_job(comm: mpi.Comm, spec: JobSpec, after_layout: AfterLayout | None = N
                 partial(open_target, spec, backend, nranks, hosts, writer_lock(spec.target_path)))
     run_context = context or new_context(comm, spec, backend, save=True)
     runs = layouts_in_turn(
-        comm, spec.target_path, spec.layouts,
+        comm, backend, spec.target_path, spec.layouts,
         mds_counts.measured(comm, backend, lambda layout: save_layout(
             comm, spec, layout, backend, run_context.hosts, interrupts, tick)),
         partial(_saved_files, spec, backend, nranks), run_context, after_layout)
@@ -248,9 +248,9 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
 
 def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> list[str]:
     """Rank 0, untimed: saves/ and saves/LAYOUT, recorded in the journal when made here;
-    on a local file system, target.stripe_* set on saves/LAYOUT at every save (the
-    version directories the timed phase makes in it inherit them, and the files in
-    those). Returns what the striping said."""
+    target.stripe_* set on saves/LAYOUT at every save, on a mount or by the backend's own
+    client (cephfs://) (the version directories the timed phase makes in it inherit them,
+    and the files in those). Returns what the striping said."""
     if rank != 0 or not backend.capabilities.has_directories:
         return []
     journal = versions.journal_of_save(backend, spec.target_path)
@@ -262,10 +262,11 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
             continue
         made.append(directory)
     versions.write_journal(backend, journal)
-    series = backend.local_path(versions.layout_dir(layout))
-    if series is None or not (spec.stripe_count or spec.stripe_size_bytes):
+    series, count, size = versions.layout_dir(layout), spec.stripe_count, spec.stripe_size_bytes
+    local = backend.local_path(series)   # else a client's own striper (cephfs://), if any
+    if not (count or size):
         return []
-    return [stripe(Path(series), spec.stripe_count, spec.stripe_size_bytes)]
+    return [stripe(Path(local), count, size) if local else stripe_in(backend, series, count, size)]
 
 
 PUBLISHED = OP_CODE["published"]
