@@ -50,7 +50,9 @@ def register(commands: Subparsers, formatter: type[argparse.HelpFormatter]) -> N
 
 
 def find_trace(given: str) -> Path:
-    """The trace file: given, or the latest one of an archive's runs."""
+    """The trace file: given, or that of the archive's last traced run (in the archive's
+    order: run ids sort by the second they began, then a random suffix, so two runs begun
+    in one second do not sort in their order)."""
     from stampede.errors import UsageError
     from stampede.results.archive import sidecar_dir
 
@@ -63,7 +65,23 @@ def find_trace(given: str) -> Path:
     if not traces:
         raise UsageError(f"{given}: no trace (`run --trace`, `save --trace` or `cycle --trace` "
                          "writes ARCHIVE.runs/RUN_ID.trace.npz)", hint="stampede run JOB --trace")
-    return traces[-1]
+    order = _run_order(path)
+    return max(traces, key=lambda trace: (order.get(trace.name.removesuffix(".trace.npz"), -1),
+                                          trace.name))
+
+
+def _run_order(archive: Path) -> dict[str, int]:
+    """run id -> its last row's place in the archive (empty where the file has no run_id
+    column: the traces then go by name)."""
+    import csv
+
+    with open(archive, newline="", errors="replace") as stream:
+        reader = csv.reader(stream)
+        header = next(reader, [])
+        if "run_id" not in header:
+            return {}
+        column = header.index("run_id")
+        return {row[column]: place for place, row in enumerate(reader) if len(row) > column}
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

@@ -251,3 +251,22 @@ def test_a_fifo_or_a_directory_given_as_the_trace_is_named_for_what_it_is(
     (tmp_path / "d").mkdir()
     refused = stampede("analyze", "d")
     assert refused.returncode == 2 and "d: is a directory, not a trace file" in refused.stderr
+
+
+def test_an_archive_s_latest_trace_is_its_last_traced_run_not_the_last_name(tmp_path: Path
+                                                                           ) -> None:
+    """Run ids begun in one second sort by their random suffix: the latest trace is the
+    archive's last traced run (a save's, after a run's, was once missed)."""
+    from stampede.commands.analyze import find_trace
+    from stampede.results.archive import sidecar_dir
+
+    archive = tmp_path / "A.csv"
+    first, second, untraced = ("20261204T103705Z-f0000000", "20261204T103705Z-a0000000",
+                               "20261204T103706Z-00000000")
+    archive.write_text("run_id,op\n" + "".join(f"{run},{op}\n" for run in (first, second, untraced)
+                                               for op in ("read", "restore")))
+    runs = sidecar_dir(archive)
+    runs.mkdir()
+    for run in (first, second):
+        (runs / f"{run}.trace.npz").write_bytes(b"")
+    assert find_trace(str(archive)).name == f"{second}.trace.npz"
