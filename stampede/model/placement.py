@@ -22,20 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PLACEMENTS = ("ring", "buddy")
+from stampede.replicas import adjacent_loss, holders
 
-
-def holders(node: int, working: int, placement: str, peers: int) -> tuple[int, ...]:
-    """The nodes holding the replicas of node `node`'s positions, nearest first."""
-    if placement == "buddy":
-        partner = node ^ 1
-        return ((partner if partner < working else 0),)[:peers]
-    return tuple((node + j) % working for j in range(1, peers + 1))
-
-
-def adjacent_loss(working: int, lost: int) -> tuple[int, ...]:
-    """L adjacent nodes lost: the last L working nodes (node 0, with rank 0, survives)."""
-    return tuple(range(working - lost, working))
+__all__ = ["Recovery", "adjacent_loss", "holders", "recovery"]   # the rule, with its model
 
 
 @dataclass(frozen=True)

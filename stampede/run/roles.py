@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stampede.errors import UsageError
+from stampede.replicas import adjacent_loss
+from stampede.replicas import holders as holder_nodes
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def plan_roles(hosts: tuple[str, ...], spare_nodes: int, lost_nodes: int, peers:
                          f"tiers.peers = {peers}", hint="tiers.placement = \"ring\"")
     working = tuple(rank for rank, node in enumerate(node_of) if node < working_nodes)
     spares = tuple(rank for rank, node in enumerate(node_of) if node >= working_nodes)
-    lost = tuple(range(working_nodes - lost_nodes, working_nodes))
+    lost = adjacent_loss(working_nodes, lost_nodes)
     lost_ranks = sum(1 for rank in working if node_of[rank] in lost)
     if lost_ranks > len(spares):
         raise UsageError(f"tiers: the {lost_nodes} lost node(s) held {lost_ranks} ranks and "
@@ -97,12 +99,7 @@ def plan_roles(hosts: tuple[str, ...], spare_nodes: int, lost_nodes: int, peers:
     for rank in working:
         node = node_of[rank]
         place = on_node[node].index(rank)
-        targets = [(node + j) % working_nodes for j in range(1, peers + 1)] \
-            if placement == "ring" else [_buddy(node, working_nodes)][:peers]
-        holders.append(tuple(on_node[target][place % len(on_node[target])] for target in targets))
+        holders.append(tuple(on_node[target][place % len(on_node[target])]
+                             for target in holder_nodes(node, working_nodes, placement, peers)))
     return Roles(nodes, node_of, working, spares, lost, tuple(holders))
 
-
-def _buddy(node: int, count: int) -> int:
-    partner = node ^ 1
-    return partner if partner < count else 0
