@@ -15,20 +15,13 @@ import pytest
 
 from stampede.backends import open_backend
 from stampede.existing.scan import scan
+from tests.backends.test_cephfs_faults import names
 from tests.helpers.existing import accounted, read_digests
 from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, write_job
 from tests.run.test_rejoin import environment, rejoin_command
 
 pytestmark = pytest.mark.mpi
 MiB = 2**20
-
-
-def names(target: str) -> list[str]:
-    backend = open_backend(target)
-    try:
-        return backend.names()
-    finally:
-        backend.client.release()
 
 
 def test_a_cycle_saves_then_restores_the_published_versions_through_cephfs(

@@ -20,6 +20,7 @@ import pytest
 from stampede.backends import open_backend
 from tests.helpers.cephcluster import CephCluster, rank_pid, while_running
 from tests.helpers.jobs import read_archive, small_job
+from tests.run.test_save_faults import restores_verified
 
 pytestmark = pytest.mark.mpi
 MiB = 2**20
@@ -63,14 +64,6 @@ def names(target: str) -> list[str]:
         return backend.names()
     finally:
         backend.client.release()
-
-
-def restores_verified(stampede, job: Path, version: str) -> None:
-    restored = stampede("run", str(job), "--set", "run.verify=xxh3", np=2)
-    assert restored.returncode == 0, restored.stdout + restored.stderr
-    restore = [row for row in read_archive(job.parent / "results" / "job.csv")
-               if row["op"] == "restore"][-1]
-    assert restore["valid"] == "true" and restore["restored_from"] == f"saves/sharded/{version}"
 
 
 def cleaned_away(stampede, job: Path, target: str) -> None:
