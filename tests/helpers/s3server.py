@@ -311,6 +311,8 @@ class FaultProxy:
         self._switch_at = ("", "")               # (text, mode): die_at, stall_at
         self._fail_probability = 0.0
         self._before: list[tuple[str, Callable[[], object]]] = []   # before_next's, in order
+        self._before_turn = threading.Condition()   # one before_next action at a time, in order
+        self._before_given = self._before_run = 0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
@@ -352,10 +354,28 @@ class FaultProxy:
         """Run `action` (another client's real request, say) just before the next request
         containing `matching` is relayed: what a second writer does in that window."""
         with self._lock:
-            self._before.append((matching, action))
+            turn = self._before_given
+            self._before_given += 1
+            self._before.append((matching, lambda: self._in_turn(turn, action)))
+
+    def _in_turn(self, turn: int, action: Callable[[], object]) -> None:
+        """Run `action` once every action given before it has finished: two requests
+        relayed at once (two ranks' GETs) must not run a later action (let a slot go)
+        before an earlier one (take it) is done."""
+        with self._before_turn:
+            self._before_turn.wait_for(lambda: self._before_run == turn, timeout=60)
+        try:
+            action()
+        finally:
+            with self._before_turn:
+                self._before_run = max(self._before_run, turn + 1)
+                self._before_turn.notify_all()
 
     def clear(self) -> None:
         """Pass everything again and forget the recorded requests."""
+        with self._before_turn:   # actions given and never due are not waited for
+            self._before_run = self._before_given
+            self._before_turn.notify_all()
         with self._lock:
             self.mode, self._fail_probability, self._switch_at = "pass", 0.0, ("", "")
             self._fail_rules.clear()
