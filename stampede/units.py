@@ -124,7 +124,8 @@ def seconds_unit(seconds: float) -> tuple[str, float]:
 
 
 def format_in(seconds: float, factor: float) -> str:
-    """A duration as a bare number in a unit chosen elsewhere (a table row's unit)."""
+    """A duration (or a rate) as a bare number of three significant digits in a unit chosen
+    elsewhere (a table row's unit, GB/s), never in e-notation."""
     if seconds != seconds:
         return "-"
     value = seconds / factor

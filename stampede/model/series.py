@@ -18,7 +18,7 @@ from stampede.model.fit import Known, Point
 from stampede.model.projection import Projection, Scaling
 from stampede.results.cells import Row
 from stampede.results.columns import CONFIG_COLUMNS
-from stampede.units import format_bytes, format_seconds
+from stampede.units import format_bytes, format_plain, format_seconds
 
 # What the model takes per point rather than requiring it equal: the replica count
 # (stampede.model.traffic places the shards and groups from it), e.g. a sweep over nodes
@@ -249,7 +249,7 @@ def projection_notes(series: Series, projection: Projection, nranks: int,
     read_ops = projection.params.read_ops_per_rank
     if read_ops > 0:
         notes.append(f"the reads' own metadata requests (their latency grew with the server's "
-                     f"queue): {read_ops:.2g} op(s) per rank, "
+                     f"queue): {format_plain(read_ops)} op(s) per rank, "
                      f"{format_seconds(projection.prediction.read_meta_s)} of the data term at "
                      f"{nranks} ranks, drained with the metadata ops")
     several = projection.prediction.nnodes > 1

@@ -54,6 +54,7 @@ from stampede.present.figures import (
     timeline_span_s,
 )
 from stampede.results.cells import Row
+from stampede.units import format_plain
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -414,7 +415,7 @@ def draw_timeline_panel(ax: Axes, rows: Sequence[Sequence[float]], unit: tuple[s
     finite = [value for value in done if value == value]
     if finite:
         ax.axvline(max(finite), color="k", linestyle="--", linewidth=1,
-                   label=f"time to last rank {max(finite):.3g} {name}")
+                   label=f"time to last rank {format_plain(max(finite))} {name}")
     ax.set_ylim(max(ranks) + 0.7, min(ranks) - 0.7)   # rank 0 on top
     if len(ranks) <= 16:
         ax.set_yticks(sorted(set(ranks)))

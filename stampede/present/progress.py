@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from stampede.units import BYTES_PER_GB
+from stampede.units import BYTES_PER_GB, format_plain
 
 LINE_EVERY_S = 5.0        # batch logs: at most one line per this many seconds
 LIVE_EVERY_S = 0.2        # the live line: at most this often
@@ -96,7 +96,7 @@ def progress_bar(total: int, description: str, enabled: bool) -> Iterator[Callab
         nonlocal done
         done += nbytes
         seconds = time.monotonic() - progress.started
-        rate = f", {done / seconds / BYTES_PER_GB:.3g} GB/s" if seconds > 0 else ""
+        rate = f", {format_plain(done / seconds / BYTES_PER_GB)} GB/s" if seconds > 0 else ""
         progress.step(f"{description}: {format_bytes(done)} of {format_bytes(total)} "
                       f"({done / total:.0%}){rate}", done, total, final=done >= total)
     try:

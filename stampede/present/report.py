@@ -27,7 +27,14 @@ from stampede.results.cells import Row
 from stampede.results.columns import OWN_TOOL
 from stampede.results.definitions import POINTER, SAVE_POINTER
 from stampede.targets import local_files
-from stampede.units import format_bytes, format_in, format_number, format_seconds, seconds_unit
+from stampede.units import (
+    format_bytes,
+    format_in,
+    format_number,
+    format_plain,
+    format_seconds,
+    seconds_unit,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -262,7 +269,7 @@ def render_mds(rows: Sequence[Row], counted: object, console: Console) -> None:
     if not isinstance(counted, dict):
         return
     ops = counted.get("ops")
-    parts = [f"{name} {moved['requests']} ({moved['mean_ms']:.3g} ms)"
+    parts = [f"{name} {moved['requests']} ({format_plain(moved['mean_ms'])} ms)"
              for name, moved in (ops.items() if isinstance(ops, dict) else ())]
     own = ", ".join(f"{row['op']} {row['count']}" for row in rows
                     if row.get("op") not in ("restore", "save") and row.get("count"))

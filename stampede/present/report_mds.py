@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stampede.present.tables import ItemColumn, Verbatim, item_table
-from stampede.units import format_duration, format_seconds
+from stampede.units import format_duration, format_plain, format_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,19 +22,20 @@ SERIAL = ("one active MDS serves its requests one at a time (under its lock): th
 
 
 def _count(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.3g}"
+    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{format_plain(value)}"
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g}"
+    return f"{format_plain(seconds * 1e3)}"
 
 
 OPS: tuple[ItemColumn[OpDrain], ...] = (
     ItemColumn("op", lambda drain: drain.op, left=True),
     ItemColumn("measured @ranks", lambda drain: ", ".join(
         f"{_count(count)} @{nranks}" for nranks, count in drain.growth.measured), left=True),
-    ItemColumn("per rank", lambda drain: f"{drain.growth.per_rank:.3g}"),
-    ItemColumn("fixed", lambda drain: f"{drain.growth.fixed:+.3g}"),
+    ItemColumn("per rank", lambda drain: format_plain(drain.growth.per_rank)),
+    ItemColumn("fixed", lambda drain: ("+" if drain.growth.fixed >= 0 else "")
+               + format_plain(drain.growth.fixed)),
     ItemColumn("at target", lambda drain: _count(drain.requests)),
     ItemColumn("s_op ms", lambda drain: f"{_ms(drain.service_s)} @{drain.service_at}"),
     ItemColumn("1/s_op /s", lambda drain: f"{drain.rate_per_s:,.0f}"),

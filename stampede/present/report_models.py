@@ -228,7 +228,7 @@ def _gbps(rate: float) -> str:
     if math.isinf(rate):
         return "unlimited"
     # below 1 MB/s in bytes per second, never in e-notation (2.5e-09 GB/s once)
-    return f"{rate / BYTES_PER_GB:.3g} GB/s" if rate >= 1e6 else format_rate(rate, "B/s")
+    return f"{format_in(rate, BYTES_PER_GB)} GB/s" if rate >= 1e6 else format_rate(rate, "B/s")
 
 
 def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]], workload: Workload,
@@ -271,7 +271,7 @@ def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]
 def _render_layout(series: Series, projection: Projection, notes: Sequence[str], nranks: int,
                    given: Sequence[str], console: Console) -> None:
     fit, prediction, params = projection.fit, projection.prediction, projection.fit.params
-    threads = f"{params.threads:.3g}"
+    threads = format_plain(params.threads)
     if projection.serialised:
         threads = f"1 (c_eff: {series.serialised_by})"
     elif series.serialised_by:
@@ -302,7 +302,7 @@ def _render_layout(series: Series, projection: Projection, notes: Sequence[str],
     drain = (f"more than the server keeps up with: drained at {projection.drain_ops_per_s:,.0f} "
              "ops/s (c_eff / s)" if prediction.saturated else "within the server's capacity")
     console.print(f"    metadata stall {format_seconds(prediction.meta_s)}"
-                  f"{' (upper bound)' if fit.stall_bound else ''}{meta_band}: k = {k:.3g} op(s) "
+                  f"{' (upper bound)' if fit.stall_bound else ''}{meta_band}: k = {format_plain(k)} op(s) "
                   f"per rank, a burst of {prediction.nranks * k:,.0f} ops, {drain}")
     size = projection.params.bytes_per_rank
     exchange = (f", then {format_seconds(prediction.exchange_s)} exchanging between nodes "
@@ -330,7 +330,7 @@ class Fitted(NamedTuple):
 FITTED: tuple[ItemColumn[Fitted], ...] = (
     ItemColumn("ranks", lambda fitted: str(fitted.point.nranks)),
     ItemColumn("nodes", lambda fitted: str(fitted.point.nnodes)),
-    ItemColumn("k", lambda fitted: f"{fitted.point.ops_per_rank:.3g}"),
+    ItemColumn("k", lambda fitted: format_plain(fitted.point.ops_per_rank)),
     ItemColumn("stall meas", lambda fitted: format_seconds(fitted.point.meta_s)),
     ItemColumn("stall model", lambda fitted: format_seconds(fitted.stall_model_s)),
     ItemColumn("last rank meas", lambda fitted: format_seconds(fitted.point.last_s)),

@@ -14,7 +14,7 @@ from stampede.results.model import ClientCounts, RunContext
 from stampede.results.summaries import LayoutStats
 from stampede.spec import JobSpec
 from stampede.targets import capabilities_for
-from stampede.units import MS_PER_S
+from stampede.units import MS_PER_S, format_plain, format_seconds
 
 # in every label (stampede.run.devices) of a cuFile path that goes through host memory
 NOT_GDS = "NOT GDS"
@@ -39,10 +39,11 @@ def warnings_for(stats: LayoutStats, cache: str, ranks_per_node: int, cpus_per_n
         notes.append(f"only {stats.iterations} measured iteration(s): no trustworthy spread")
     elif ttlr.relative > WIDE_SPREAD:
         notes.append(f"time to last rank varies {ttlr.relative:.0%} across iterations "
-                     f"({ttlr.min:.4g}-{ttlr.max:.4g} s): run more iterations or on a quieter machine")
+                     f"({format_seconds(ttlr.min)} to {format_seconds(ttlr.max)}): run more "
+                     "iterations or on a quieter machine")
     if ttlr.median < SHORT_PHASE_S and stats.completion_op in ("restore", "save"):
-        notes.append(f"{stats.completion_op} phase is {ttlr.median * MS_PER_S:.3g} ms: barrier skew "
-                     "and timer calls are a visible part of it; use a larger checkpoint")
+        notes.append(f"{stats.completion_op} phase is {format_plain(ttlr.median * MS_PER_S)} ms: "
+                     "barrier skew and timer calls are a visible part of it; use a larger checkpoint")
     few = [f"{op.op} {op.count}" for op in stats.ops if 0 < op.count < FEW_SAMPLES_P99
            and op.op not in ("jitter", stats.completion_op)]
     if few:
@@ -84,7 +85,7 @@ def throttle_warning(client: ClientCounts) -> tuple[str, ...]:
     per_op = ", ".join(f"{op} {count}" for op, count in client.throttles.items())
     return (f"throttled: {answers} throttling answer(s) (429/503){f' ({per_op})' if per_op else ''}, "
             f"{sum(client.retries.values())} request(s) retried, "
-            f"{sum(client.backoff_s.values()):.3g} s backing off over all ranks: the latencies "
+            f"{format_plain(sum(client.backoff_s.values()))} s backing off over all ranks: the latencies "
             "include these waits",)
 
 

@@ -33,6 +33,7 @@ from stampede.results.mlperf import (
 from stampede.results.model import LayoutRun, RunContext
 from stampede.spec import JobSpec
 from stampede.sysinfo import meminfo_bytes
+from stampede.units import format_plain
 
 METADATA_OPS = ("mkdir", "create", "fsync", "rename", "fsync_dir", "stat", "open", "close")
 
@@ -130,13 +131,13 @@ def _write(path: Path, document: dict[str, object]) -> None:
 def _say(document: dict[str, Any], path: Path) -> None:
     metric = document["metric"]
     lines = [f"mlperf {document['workload']}: save "
-             f"{metric['save_checkpoint_duration_mean_seconds']:.3g} s (max over ranks), "
-             f"{metric['save_checkpoint_throughput_GB_per_second']:.3g} GB/s; "
-             f"load {metric['load_checkpoint_duration_mean_seconds']:.3g} s, "
-             f"{metric['load_checkpoint_throughput_GB_per_second']:.3g} GB/s (GB = 2**30 bytes); "
+             f"{format_plain(metric['save_checkpoint_duration_mean_seconds'])} s (max over ranks), "
+             f"{format_plain(metric['save_checkpoint_throughput_GB_per_second'])} GB/s; "
+             f"load {format_plain(metric['load_checkpoint_duration_mean_seconds'])} s, "
+             f"{format_plain(metric['load_checkpoint_throughput_GB_per_second'])} GB/s (GB = 2**30 bytes); "
              f"DLIO's mean of per-checkpoint rates: save "
-             f"{metric['save_checkpoint_io_mean_GB_per_second']:.3g}, load "
-             f"{metric['load_checkpoint_io_mean_GB_per_second']:.3g} GB/s"]
+             f"{format_plain(metric['save_checkpoint_io_mean_GB_per_second'])}, load "
+             f"{format_plain(metric['load_checkpoint_io_mean_GB_per_second'])} GB/s"]
     lines += [f"mlperf rule {rule['rule']}: {'ok' if rule['ok'] else 'BROKEN'}: {rule['detail']}"
               for rule in document["rules"]]
     lines += [f"mlperf: {reason}" for reason in document["not_comparable"]]

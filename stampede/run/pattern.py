@@ -25,7 +25,7 @@ from stampede.run.checks import Check, reread, verify_held
 from stampede.run.outcome import Log, PhaseOutcome, describe
 from stampede.run.setup import RankSetup
 from stampede.run.where import NOWHERE
-from stampede.units import NS_PER_S
+from stampede.units import NS_PER_S, format_plain
 
 (JITTER, LIST, INDEX, STAT, OPEN, HEADER, READ, TTFB, CLOSE, WAIT, BCAST, ALLGATHER, SCATTER,
  VERIFY, RESTORE, H2D, D2H) = (OP_CODE[name] for name in (
@@ -403,7 +403,7 @@ def _exchange(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
     missing = mpi.allreduce_sum(group, np.array([int(not complete)]), timeout_s=timeout_s)
     if missing is None or not mpi.barrier(group, timeout_s=timeout_s):
         mpi.abort(group, f"rank {plan.rank}: its {plan.exchange} group did not gather "
-                         f"within {timeout_s:.3g} s")
+                         f"within {format_plain(timeout_s)} s")
         raise AssertionError("unreachable")
     start_exchange = clock()   # the barrier aligned the members' exits: they start together
     log.append((iteration, WAIT, start, start_exchange, 0, 1))

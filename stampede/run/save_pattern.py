@@ -40,6 +40,7 @@ from stampede.run.outcome import Log, PhaseOutcome, describe
 from stampede.run.save_checks import validate_extent
 from stampede.run.save_setup import SaveSetup
 from stampede.run.where import NOWHERE
+from stampede.units import format_plain
 
 (SNAPSHOT, MKDIR, CREATE, OPEN, WRITE, FSYNC, CLOSE, RENAME, FSYNC_DIR, WAIT, VALIDATE, PUBLISH,
  UNLINK, RMDIR, BLOCKED, SAVE, PUBLISHED) = (OP_CODE[name] for name in (
@@ -92,7 +93,7 @@ class Save:
         total = mpi.allreduce_sum(comm, np.array(flags, dtype=np.int64), timeout_s=timeout_s)
         if total is None:
             mpi.abort(comm, f"rank {self.plan.rank}: other ranks did not reach the save's next "
-                            f"step within {timeout_s:.3g} s")
+                            f"step within {format_plain(timeout_s)} s")
             raise AssertionError("unreachable")
         self.log.append((self.iteration, WAIT, start, time.perf_counter_ns(), 0, 1))
         return total
