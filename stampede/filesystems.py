@@ -29,12 +29,20 @@ from stampede.targets import Capabilities, capabilities_for
 SCOPE = "rank 0's node: the whole mount's counters (every process on that node using it)"
 
 
+class StripeNote(NamedTuple):
+    """What target.stripe_* did to one directory: a line for the user, and whether the
+    stripes were applied (then it is what the run says, else a warning)."""
+
+    text: str
+    applied: bool
+
+
 class Striper(NamedTuple):
     """How a kind lays a directory's new files over its servers, and reads a file's back."""
 
     how: str                                           # what applies it (notes, the sidecar)
     # directory, count, size -> a note (a path on a mount, or in a client's file system)
-    apply: Callable[[PurePath, int, int | None], str]
+    apply: Callable[[PurePath, int, int | None], StripeNote]
     read: Callable[[list[PurePath]], dict[str, object]]   # files -> each one's layout
 
 
@@ -125,19 +133,20 @@ def _ceph_effective(directory: PurePath, name: str, getxattr: GetXattr = os.getx
 
 
 def _ceph_apply(getxattr: GetXattr, setxattr: SetXattr, directory: PurePath, count: int,
-                size_bytes: int | None) -> str:
+                size_bytes: int | None) -> StripeNote:
     wanted = f"stripe_count={count or 'default'}, stripe_unit={size_bytes or 'default'}"
     if count < 0:   # Lustre's "every OST": CephFS stripes over objects, not a server count
-        return (f"target.stripe_count = {count} not applied on CephFS: give a number of "
-                "objects to stripe over")
+        return StripeNote(f"target.stripe_count = {count} not applied on CephFS: give a number "
+                          "of objects to stripe over", False)
     try:
         for name, value in _ceph_steps(directory, size_bytes, getxattr):
             setxattr(directory, f"ceph.dir.layout.{name}", str(value).encode())
         if count:
             setxattr(directory, "ceph.dir.layout.stripe_count", str(count).encode())
     except OSError as error:
-        return f"ceph.dir.layout {wanted} on {directory} failed: {error.strerror or error}"
-    return f"ceph.dir.layout {wanted} applied to {directory}"
+        return StripeNote(f"ceph.dir.layout {wanted} on {directory} failed: "
+                          f"{error.strerror or error}", False)
+    return StripeNote(f"ceph.dir.layout {wanted} applied to {directory}", True)
 
 
 def _ceph_steps(directory: PurePath, unit: int | None,
@@ -206,7 +215,8 @@ def _mds_since(mount: Mount, before: object) -> dict[str, object] | str | None:
 
 # --- the table -----------------------------------------------------------------------------
 
-_LUSTRE_STRIPES = Striper("lfs setstripe", lustre.apply_stripe, lustre.read_layouts)
+_LUSTRE_STRIPES = Striper("lfs setstripe", lambda *asked: StripeNote(*lustre.apply_stripe(*asked)),
+                          lustre.read_layouts)
 _LLITE = Counters("lustre_llite", _llite_read, _llite_since)
 _CEPH_STRIPES = ceph_striper(os.getxattr, os.setxattr)
 _MDS = Counters(cephmds.KEY, _mds_read, _mds_since)
@@ -252,15 +262,15 @@ def kind_for(path: str | Path) -> tuple[FsKind, Mount]:
     return kind_of(mount.fs_type), mount
 
 
-def stripe(directory: Path, count: int, size_bytes: int | None) -> str:
+def stripe(directory: Path, count: int, size_bytes: int | None) -> StripeNote:
     """target.stripe_* on a directory stampede just made, so that the files and
     directories created in it afterwards inherit them: applied by its kind's striper, or
     a line saying why not (a kind that does not stripe, a client without its tool)."""
     kind, mount = kind_for(directory)
     if kind.striper is None:
-        return (f"target.stripe_* (stripe_count={count or 'default'}, stripe_size="
-                f"{size_bytes or 'default'}) not applied: {directory} is on {mount.fs_type}, "
-                "which does not stripe (Lustre and CephFS do)")
+        return StripeNote(f"target.stripe_* (stripe_count={count or 'default'}, stripe_size="
+                          f"{size_bytes or 'default'}) not applied: {directory} is on "
+                          f"{mount.fs_type}, which does not stripe (Lustre and CephFS do)", False)
     return kind.striper.apply(directory, count, size_bytes)
 
 
@@ -286,15 +296,15 @@ def backend_striping(backend: Backend) -> BackendStriping | None:
     return backend if backend.capabilities.stripes else None   # type: ignore[return-value]
 
 
-def stripe_in(backend: Backend, relpath: str, count: int, size_bytes: int | None) -> str:
+def stripe_in(backend: Backend, relpath: str, count: int, size_bytes: int | None) -> StripeNote:
     """target.stripe_* on a directory a backend without a local mount just made (relpath
     below the target): applied by the backend's own striper, the values decided as on a
     mount, or a line saying why not (a backend that does not stripe: nfs://, s3://)."""
     striping = backend_striping(backend)
     if striping is None:
-        return (f"target.stripe_* (stripe_count={count or 'default'}, stripe_size="
-                f"{size_bytes or 'default'}) not applied: the {backend.name} backend does "
-                "not stripe (CephFS and Lustre mounts, and cephfs://, do)")
+        return StripeNote(f"target.stripe_* (stripe_count={count or 'default'}, stripe_size="
+                          f"{size_bytes or 'default'}) not applied: the {backend.name} backend "
+                          "does not stripe (CephFS and Lustre mounts, and cephfs://, do)", False)
     return striping.striper().apply(striping.fs_path(relpath), count, size_bytes)
 
 

@@ -24,13 +24,14 @@ LLITE_STATS = ("/proc/fs/lustre/llite/{fs}-*/stats", "/sys/kernel/debug/lustre/l
 BYTE_COUNTERS = ("read_bytes", "write_bytes")
 
 
-def apply_stripe(directory: PurePath, count: int, size_bytes: int | None) -> str:
+def apply_stripe(directory: PurePath, count: int, size_bytes: int | None) -> tuple[str, bool]:
     """`lfs setstripe` on an empty directory, so files created in it inherit the layout.
-    Returns a line for the user saying what was done (or why not)."""
+    Returns a line for the user saying what was done (or why not), and whether it was."""
     lfs = shutil.which("lfs")
     wanted = f"stripe_count={count or 'default'}, stripe_size={size_bytes or 'default'}"
     if lfs is None:
-        return f"target.stripe_* ({wanted}) not applied: no `lfs` command here (not a Lustre client)"
+        return (f"target.stripe_* ({wanted}) not applied: no `lfs` command here (not a Lustre "
+                "client)", False)
     command = [lfs, "setstripe"]
     if count:
         command += ["-c", str(count)]
@@ -39,8 +40,8 @@ def apply_stripe(directory: PurePath, count: int, size_bytes: int | None) -> str
     result = subprocess.run([*command, str(directory)], capture_output=True, text=True,
                             timeout=LFS_TIMEOUT_S)
     if result.returncode:
-        return f"lfs setstripe {wanted} on {directory} failed: {result.stderr.strip()}"
-    return f"lfs setstripe {wanted} applied to {directory}"
+        return f"lfs setstripe {wanted} on {directory} failed: {result.stderr.strip()}", False
+    return f"lfs setstripe {wanted} applied to {directory}", True
 
 
 def read_layouts(paths: list[PurePath]) -> dict[str, object]:

@@ -59,8 +59,8 @@ def test_stripes_asked_where_the_kind_does_not_stripe_are_not_applied(tmp_path: 
     assume_no_striping(fs_type)
     assert stripe(tmp_path, 4, 1 << 20) == (
         f"target.stripe_* (stripe_count=4, stripe_size=1048576) not applied: {tmp_path} is "
-        f"on {fs_type}, which does not stripe (Lustre and CephFS do)")
-    assert stripe(tmp_path, -1, None).startswith(
+        f"on {fs_type}, which does not stripe (Lustre and CephFS do)", False)
+    assert stripe(tmp_path, -1, None).text.startswith(
         "target.stripe_* (stripe_count=-1, stripe_size=default) not applied")
 
 
@@ -74,8 +74,9 @@ def test_the_lustre_kinds_striper_without_lfs_says_so(tmp_path: Path) -> None:
     Lustre client: its own note, nothing applied."""
     striper = kind_of("lustre").striper
     assert striper is not None
-    assert striper.apply(tmp_path, 2, None).endswith("not applied: no `lfs` command here "
-                                                     "(not a Lustre client)")
+    text, applied = striper.apply(tmp_path, 2, None)
+    assert text.endswith("not applied: no `lfs` command here (not a Lustre client)")
+    assert not applied
     assert striper.read([tmp_path]) == {}
 
 

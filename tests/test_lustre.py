@@ -83,6 +83,6 @@ def test_llite_stats_of_another_client_and_the_delta_between_two() -> None:
 def test_without_lfs_nothing_is_applied_and_it_is_said(tmp_path: Path) -> None:
     note = apply_stripe(tmp_path, 4, 1 << 20)
     assert note == ("target.stripe_* (stripe_count=4, stripe_size=1048576) not applied: no "
-                    "`lfs` command here (not a Lustre client)")
+                    "`lfs` command here (not a Lustre client)", False)
     assert read_layouts([tmp_path]) == {}
     assert read_llite_stats("127.0.0.1@tcp:/nosuchfs") is None

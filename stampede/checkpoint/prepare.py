@@ -248,7 +248,7 @@ def _create_files(spec: JobSpec, layout: str, nranks: int, manifest: dict[str, A
         if not directory.exists():
             directory.mkdir(mode=DIR_MODE)
             if striping:
-                notes.append(stripe(directory, spec.stripe_count, spec.stripe_size_bytes))
+                notes.append(stripe(directory, spec.stripe_count, spec.stripe_size_bytes).text)
         elif striping:
             notes.append(f"{directory} exists: its striping is left as it is (clean, then "
                          "prepare again to apply target.stripe_*)")
@@ -268,7 +268,7 @@ def _server_directories(spec: JobSpec, backend: Backend, relpaths: list[str]) ->
     if not (count or size):
         return []
     if backend_striping(backend) is None:
-        return [stripe_in(backend, "", count, size)]
+        return [stripe_in(backend, "", count, size).text]
     leaves = {PurePosixPath(relpath).parent for relpath in relpaths}
     notes = []
     for directory in sorted({str(parent) for leaf in leaves for parent in (leaf, *leaf.parents)
@@ -279,7 +279,7 @@ def _server_directories(spec: JobSpec, backend: Backend, relpaths: list[str]) ->
             notes.append(f"{directory} exists: its striping is left as it is (clean, then "
                          "prepare again to apply target.stripe_*)")
             continue
-        notes.append(stripe_in(backend, directory, count, size))
+        notes.append(stripe_in(backend, directory, count, size).text)
     return notes
 
 

@@ -50,6 +50,8 @@ class Phases:
     origins: dict[int, int] = field(default_factory=dict)   # iteration -> barrier exit
     messages: list[str] = field(default_factory=list)       # errors, up to MAX_MESSAGES
     notes: list[str] = field(default_factory=list)          # not errors: what to know
+    said: list[str] = field(default_factory=list)           # rank 0's: what was done, not
+    #                                                         a warning (the save's stripes)
     digests: list[dict[str, object]] = field(default_factory=list)   # iteration 0's
     resident: list[float] = field(default_factory=list)     # per measured iteration
     invalid_reason: str = ""

@@ -33,7 +33,7 @@ from stampede.checkpoint.plan import Extent, bytes_per_rank, checkpoint_files, f
 from stampede.checkpoint.prepare import save_space_needed
 from stampede.checkpoint.save_plan import FileWrite, SavePlan, check_object_save, save_plan
 from stampede.errors import CheckpointError, StampedeError, UsageError
-from stampede.filesystems import stripe, stripe_in
+from stampede.filesystems import StripeNote, stripe, stripe_in
 from stampede.layouts import layout_of
 from stampede.ops import OP_CODE
 from stampede.results.model import ClientCounts, LayoutRun, RunContext, node_counts
@@ -195,8 +195,9 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
     phases, client_before = Phases(), gather.client_before(backend)
     where = Where() if spec.trace_limit else None   # --trace: kept over the versions
     try:
-        phases.notes += mpi.collective(comm, f"making the {layout} series' directories",
-                                       partial(_series_directories, spec, backend, layout, rank))
+        for striped in mpi.collective(comm, f"making the {layout} series' directories",
+                                  partial(_series_directories, spec, backend, layout, rank)):
+            (phases.said if striped.applied else phases.notes).append(striped.text)
         for iteration in range(-spec.warmup, spec.iterations):
             try:
                 setup, version = _version_setup(comm, spec, layout, backend, buffers, group)
@@ -246,26 +247,28 @@ def save_layout(comm: mpi.Comm, spec: JobSpec, layout: str, backend: Backend, ho
                          gather.client_counts(comm, backend, client_before), where)
 
 
-def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> list[str]:
+def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int) -> list[StripeNote]:
     """Rank 0, untimed: saves/ and saves/LAYOUT, recorded in the journal when made here;
     target.stripe_* set on saves/LAYOUT at every save, on a mount or by the backend's own
     client (cephfs://) (the version directories the timed phase makes in it inherit them,
-    and the files in those). Returns what the striping said."""
-    if rank != 0 or not backend.capabilities.has_directories:
+    and the files in those). Returns what the striping said (an object store: not done)."""
+    if rank != 0:
         return []
-    journal = versions.journal_of_save(backend, spec.target_path)
-    made = journal.setdefault("directories", [])
-    for directory in (versions.SAVES_DIR, versions.layout_dir(layout)):
-        try:
-            backend.mkdir(backend.path(directory))
-        except FileExistsError:
-            continue
-        made.append(directory)
-    versions.write_journal(backend, journal)
-    series, count, size = versions.layout_dir(layout), spec.stripe_count, spec.stripe_size_bytes
-    local = backend.local_path(series)   # else a client's own striper (cephfs://), if any
+    if backend.capabilities.has_directories:
+        journal = versions.journal_of_save(backend, spec.target_path)
+        made = journal.setdefault("directories", [])
+        for directory in (versions.SAVES_DIR, versions.layout_dir(layout)):
+            try:
+                backend.mkdir(backend.path(directory))
+            except FileExistsError:
+                continue
+            made.append(directory)
+        versions.write_journal(backend, journal)
+    count, size = spec.stripe_count, spec.stripe_size_bytes
     if not (count or size):
         return []
+    series = versions.layout_dir(layout)
+    local = backend.local_path(series)   # else a client's own striper (cephfs://), if any
     return [stripe(Path(local), count, size) if local else stripe_in(backend, series, count, size)]
 
 
@@ -492,5 +495,5 @@ def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: SavePlan, hosts: tuple[st
                      client=client, bytes_total=total,
                      notes=tuple(dict.fromkeys(n for part in all_notes or [] for n in part)),
                      interrupted=phases.interrupted, iterations_done=phases.iterations_done,
-                     phase="save", trace=trace)
+                     phase="save", trace=trace, said=tuple(phases.said))
 

@@ -158,15 +158,18 @@ def test_replicated_and_striped_save_in_parts(stampede, tmp_path: Path, s3_env: 
 def test_one_put_per_object_without_a_part_size_async(stampede, tmp_path: Path,
                                                       s3_env: S3Server,
                                                       proxy: FaultProxy) -> None:
-    """Async: the shard copied to staging (snapshot), then the PUTs from the copy."""
+    """Async: the shard copied to staging (snapshot), then the PUTs from the copy. Stripes
+    asked of an object store are not applied, and each save's rows warn so."""
     job, prefix = s3_job(tmp_path, proxy, s3_env, checkpoint={
         "size": "8MiB", "layout": ["sharded", "metadata-first"]},
-        save={"part_size": "", "mode": "async"})
+        save={"part_size": "", "mode": "async"}, target={"stripe_count": 2})
     saves_restores_and_cleans(stampede, tmp_path, proxy, s3_env, job, prefix, 2, {
         "sharded": {"create": 0, "part": 0, "complete": 0, "put": 12, "delete": 4},
         "metadata-first": {"create": 0, "part": 0, "complete": 0, "put": 16, "delete": 6}})
     ops = ops_of(read_archive(tmp_path / "results" / "job.csv"), "sharded", "save")
     assert int(ops["snapshot"]["op_bytes"]) == 3 * 8 * MiB
+    assert ("target.stripe_* (stripe_count=2, stripe_size=default) not applied: the s3 "
+            "backend does not stripe") in ops["save"]["warnings"], ops["save"]["warnings"]
     # every rank's blocked time is within its own save (causality, as in test_save.py)
     for column in ("lat_min_s", "lat_p50_s", "lat_max_s"):
         assert float(ops["blocked"][column]) <= float(ops["save"][column]), column
