@@ -354,14 +354,29 @@ def _look() -> None:
                 _give_up(mount, what, path, bound)
 
 
+# A call that moves a file's bytes waits on the OSDs holding its objects (and on the MDS
+# for the file's capabilities: an fsync's size and times go to it); any other, on the MDS.
+DATA_CALLS = frozenset({"read", "write", "fsync"})
+
+
+def no_answer_line(rank: int | str, what: str, path: bytes, bound_s: float, monitors: str) -> str:
+    """The one line a rank leaves when a call of `what` had no answer within its bound,
+    naming the daemons the call waits on and the command that says which are down."""
+    on = f" {path.decode(errors='replace')}" if path else ""
+    who = ("the OSDs that hold its objects are not answering, or the MDS that grants its "
+           f"capabilities (monitors {monitors or '?'}; `ceph -s` says which are down)"
+           if what in DATA_CALLS else
+           f"the MDS is not answering (monitors {monitors or '?'}; `ceph fs status` says "
+           "whether one is active)")
+    return (f"stampede: error: rank {rank}: CephFS {what}{on} had no answer within "
+            f"{bound_s:g} s (target.storage_options.timeout_s): {who}; this rank ends here, "
+            "what was archived before stays\n")
+
+
 def _give_up(mount: Mount, what: str, path: bytes, bound: float) -> None:
     """One line, then the process ends (its thread is blocked in the library for good:
     nothing else could end it)."""
-    on = f" {path.decode(errors='replace')}" if path else ""
-    line = (f"stampede: error: rank {launcher_rank()}: CephFS {what}{on} had no answer within "
-            f"{bound:g} s (target.storage_options.timeout_s): the MDS is not answering "
-            f"(monitors {mount.monitors or '?'}; `ceph fs status` says whether one is "
-            "active); this rank ends here, what was archived before stays\n")
+    line = no_answer_line(launcher_rank(), what, path, bound, mount.monitors)
     try:
         os.write(2, line.encode())
     finally:

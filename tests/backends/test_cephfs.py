@@ -18,7 +18,7 @@ import pytest
 from stampede.backends import open_backend
 from stampede.backends.cephfs import parse_target
 from stampede.errors import UsageError
-from stampede.libcephfs import failed
+from stampede.libcephfs import failed, no_answer_line
 from stampede.run.outcome import describe
 from tests.helpers.cephcluster import CephCluster, is_mounted, while_running
 from tests.helpers.jobs import read_archive
@@ -233,11 +233,30 @@ def killed_mds(cluster: CephCluster, back_after_s: float | None = None
     return fault
 
 
+def test_a_call_with_no_answer_names_the_daemons_it_waits_on() -> None:
+    """A metadata call waits on the MDS; a read, write or fsync on the OSDs holding the
+    file's objects and the MDS granting its capabilities: the line names what to ask."""
+    opened = no_answer_line(1, "open", b"/ck/a", 5, "127.0.0.1:6789")
+    assert opened == ("stampede: error: rank 1: CephFS open /ck/a had no answer within 5 s "
+                      "(target.storage_options.timeout_s): the MDS is not answering (monitors "
+                      "127.0.0.1:6789; `ceph fs status` says whether one is active); this rank "
+                      "ends here, what was archived before stays\n")
+    for call in ("read", "write", "fsync"):
+        line = no_answer_line(0, call, b"", 2.5, "")
+        assert line.startswith(f"stampede: error: rank 0: CephFS {call} had no answer within "
+                               "2.5 s"), line
+        assert ("the OSDs that hold its objects are not answering, or the MDS that grants its "
+                "capabilities (monitors ?; `ceph -s` says which are down)") in line
+    assert "OSD" not in no_answer_line(0, "stat", b"/x", 5, "m")
+
+
 def each_rank_gave_up_in_one_line(status: int, out: str, err: str, bound_s: int) -> None:
-    """Exit status 1; each rank stuck on a call ended with its own line naming the MDS."""
+    """Exit status 1; each rank stuck on a call ended with its own line naming the MDS
+    (beside the OSDs where the call moved bytes: an fsync waits on both)."""
     assert status == 1, out + err
     said = [line for line in err.splitlines() if f"had no answer within {bound_s} s" in line]
-    assert said and all("the MDS is not answering" in line for line in said), err
+    assert said and all("the MDS is not answering" in line or "or the MDS that grants" in line
+                        for line in said), err
     assert len({line.split(":")[2] for line in said}) == len(said)   # one line per rank
 
 
