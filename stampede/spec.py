@@ -157,8 +157,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("run.warmup", "warmup", values.whole_number(0), 1,
            "repeats run first and dropped", "warmup"),
     Option("run.cache", "cache", values.choice(CACHE_MODES), "warm",
-           "warm = page cache as it is; cold = files' pages evicted (posix_fadvise DONTNEED) "
-           "before every iteration; direct = O_DIRECT", "cache"),
+           "warm = page cache as it is; cold = files' pages written back (fdatasync) and evicted "
+           "(posix_fadvise DONTNEED) before every iteration; direct = O_DIRECT", "cache"),
     Option("run.ceiling", "ceiling", values.boolean, False,
            "measure every node's raw-read ceiling once, before the first layout: its share of "
            "the checkpoint read cold by 1, 4, 16 and 32 streams of 8 MiB requests, the best "

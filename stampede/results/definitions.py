@@ -64,8 +64,9 @@ what stampede measures (per layout, per op; all ranks start together after a bar
   iterations    warmup iterations are run and dropped; the report shows the median
                 over iterations and its min-max spread, and warns when it is wide
   cache         warm = page cache as it is (a warm read is not a restore);
-                cold = each rank's pages evicted (posix_fadvise DONTNEED) before each
-                iteration, then how many are still cached (mincore: cache_resident_pct);
+                cold = each rank's pages written back (fdatasync) and evicted
+                (posix_fadvise DONTNEED) before each iteration, then how many are still
+                cached (mincore: cache_resident_pct);
                 direct = O_DIRECT with aligned buffers
   retries       requests the storage client retried (503 SlowDown, timeouts), per op,
                 apart from count (successes) and errors (failed after retries)

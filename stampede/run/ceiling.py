@@ -67,16 +67,13 @@ def measure(comm: mpi.Comm, files: Sequence[tuple[str, int]],
 
 def _evict(share: list[tuple[str, int, int]], messages: list[str]) -> int:
     """Untimed: the share out of the page cache; the bytes mincore still finds cached."""
+    from stampede.backends.posix import PosixBackend
     from stampede.run.residency import resident_bytes
 
     cached = 0
     for path, offset, length in share:
         try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            PosixBackend.evict(path, offset, length)   # dirty pages written back first
             cached += resident_bytes(path, offset, length)[0]
         except OSError as error:
             _say(messages, f"ceiling: evict {path}: {error.strerror}")
