@@ -75,9 +75,9 @@ def test_a_run_through_the_front_retries_its_503s_or_fails_named(
     prepared = _job(tmp_path, "direct", s3_env, s3_env.endpoint_url)
     assert stampede("prepare", str(prepared), np=2).returncode == 0   # not throttled
     log = tmp_path / "requests.jsonl"
-    # 2 reads a second in all: 2 ranks asking HEAD, HEAD, GET per iteration on loopback
+    # 5 reads a second in all, burst 2: 2 ranks asking HEAD, HEAD, GET per iteration on loopback
     # ask faster than that on any machine, so 503s come whatever its speed
-    with emulator(s3_env, log, "--get-rate", "2", "--burst", "2",
+    with emulator(s3_env, log, "--get-rate", "5", "--burst", "2",
                   "--split-delay-s", "inf") as endpoint:
         patient = _job(tmp_path, "patient", s3_env, endpoint, max_attempts=20)
         run = stampede("run", str(patient), np=2)
