@@ -96,6 +96,7 @@ from pathlib import Path
 
 from common import (
     archive_rows,
+    comma_separated,
     docstring_parser,
     ior_read_gbps,
     load_average_text,
@@ -126,6 +127,7 @@ WAYS = ("ceph-fuse", "cephfs://")
 PAIRS = (("read GB/s", "IOR"), ("restore GB/s", "IOR"), ("stat/s", "mdtest"),
          ("open+close/s", "mdtest"), ("o+c spans/s", "mdtest"))
 MDTEST_ROOT = "test-dir.0-0"   # the tree of mdtest's first (only) iteration under -d
+PARTS = ("read", "metadata")    # --parts: what a round measures (the pairs of each)
 
 
 def peer_api(way: str, conf: Path) -> list[str]:
@@ -216,6 +218,20 @@ def client_conf(cluster: CephCluster, scratch: Path) -> Path:
     return conf
 
 
+def part_named(text: str) -> str:
+    """One of --parts' words (argparse's error names the option and the words allowed)."""
+    if text not in PARTS:
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(PARTS)}")
+    return text
+
+
+def way_named(text: str) -> str:
+    """One of --ways' words."""
+    if text not in WAYS:
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(WAYS)}")
+    return text
+
+
 def main() -> int:
     parser = docstring_parser(__doc__)
     parser.add_argument("--ior", default=shutil.which("ior") or "/opt/ior/bin/ior")
@@ -231,7 +247,17 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dir", default=None, help="parent of the scratch directory")
+    parser.add_argument("--ways", default=",".join(WAYS),
+                        type=lambda text: comma_separated(text, way_named),
+                        help=f"which ways to the file system, comma-separated: "
+                             f"{', '.join(WAYS)} (default: both)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        type=lambda text: comma_separated(text, part_named),
+                        help=f"what each round measures, comma-separated: {', '.join(PARTS)} "
+                             "(default: both)")
     args = parser.parse_args()
+    parts = set(args.parts)
+    args.ways = [way for way in WAYS if way in args.ways]   # in the table's order
     mdtest = args.mdtest or str(Path(args.ior).parent / "mdtest")
     reason = unavailable() or next((f"no {name} at {path} (see --help)" for name, path in
                                     (("IOR", args.ior), ("mdtest", mdtest))
@@ -261,9 +287,11 @@ def main() -> int:
                      if path.is_file() and path.stat().st_size == size * args.ranks]
         shared_relpath = str(shared.relative_to(mountpoint))
         items = ["-F", "-n", str(args.items), "-i", "1"]
-        run_peer([mpiexec, "-n", str(args.ranks), mdtest, *items, "-C", "-d",
-                  str(mountpoint / "mdt")], env)
-        tree = safetensors_tree(mountpoint / "mdt" / MDTEST_ROOT, parse_size(args.meta_size))
+        tree = mountpoint / "mdt" / MDTEST_ROOT
+        if "metadata" in parts:
+            run_peer([mpiexec, "-n", str(args.ranks), mdtest, *items, "-C", "-d",
+                      str(mountpoint / "mdt")], env)
+            safetensors_tree(tree, parse_size(args.meta_size))
         stat_job, open_job = (write_job_toml(scratch / f"{name}.toml", {
             "target": {"path": tree},
             "checkpoint": {"source": "existing", "assign": ["files"]},
@@ -274,41 +302,47 @@ def main() -> int:
         targets = {"ceph-fuse": (str(mountpoint / "ck"), str(tree)),
                    "cephfs://": (cluster.url("ck"), cluster.url(f"mdt/{MDTEST_ROOT}"))}
 
-        def measure(way: str, side: str, round_number: int) -> None:
-            read_target, meta_target = targets[way]
+        def measure_read(way: str, side: str, round_number: int) -> dict[str, float]:
             if side == "stampede":
-                read = stampede_run(read_job, args.ranks, archive, read_target)
+                read = stampede_run(read_job, args.ranks, archive, targets[way][0])
+                return {"read GB/s": read["read"], "restore GB/s": read["restore"]}
+            summary = scratch / f"ior-{way[:6]}-{round_number}.json"
+            run_peer([mpiexec, "-n", str(args.ranks), args.ior, *peer_api(way, conf),
+                      "-r", "-E", "-k", "-s", "1", "-b", str(size), "-t", str(block),
+                      "-i", str(args.iterations), "-o",
+                      peer_path(way, mountpoint, shared_relpath),
+                      "-O", "summaryFormat=JSON", "-O", f"summaryFile={summary}"], env)
+            ior = ior_read_gbps(summary, "cephfs_vs_ior")
+            return {"read GB/s": ior, "restore GB/s": ior}
+
+        def measure_metadata(way: str, side: str, round_number: int) -> dict[str, float]:
+            meta_target = targets[way][1]
+            if side == "stampede":
                 stats = [stampede_run(stat_job, args.ranks, archive, meta_target)["stat"]
                          for _ in range(args.iterations)]
                 opens = stampede_run(open_job, args.ranks, archive, meta_target)
-                rates = {"read GB/s": read["read"], "restore GB/s": read["restore"],
-                         "stat/s": statistics.median(stats),
+                rates = {"stat/s": statistics.median(stats),
                          "open+close/s": opens["open+close"],
                          "o+c spans/s": pairs_per_s(opens["open"], opens["close"])}
             else:
-                summary = scratch / f"ior-{way[:6]}-{round_number}.json"
-                run_peer([mpiexec, "-n", str(args.ranks), args.ior, *peer_api(way, conf),
-                          "-r", "-E", "-k", "-s", "1", "-b", str(size), "-t", str(block),
-                          "-i", str(args.iterations), "-o",
-                          peer_path(way, mountpoint, shared_relpath),
-                          "-O", "summaryFormat=JSON", "-O", f"summaryFile={summary}"], env)
-                ior = ior_read_gbps(summary, "cephfs_vs_ior")
                 runs = [mdtest_rates(run_peer(
                     [mpiexec, "-n", str(args.ranks), mdtest, *peer_api(way, conf), *items,
                      "-T", "-E", "-e", "0", "-d", peer_path(way, mountpoint, "mdt")], env))
                     for _ in range(args.iterations)]
-                rates = {"read GB/s": ior, "restore GB/s": ior,
-                         **{what: statistics.median(run[what] for run in runs)
-                            for what in runs[0]}}
+                rates = {what: statistics.median(run[what] for run in runs)
+                         for what in runs[0]}
                 rates["o+c spans/s"] = rates["open+close/s"]
-            for pair, rate in rates.items():
-                results.setdefault((way, pair, side), []).append(rate)
+            return rates
 
+        measures = {"read": measure_read, "metadata": measure_metadata}
         for round_number in range(args.rounds):
             order = ("stampede", "peer") if round_number % 2 == 0 else ("peer", "stampede")
-            for way in WAYS:
+            for way in args.ways:
                 for side in order:
-                    measure(way, side, round_number)
+                    for part in PARTS:   # in a side's run, the read first, as always
+                        if part in parts:
+                            for pair, rate in measures[part](way, side, round_number).items():
+                                results.setdefault((way, pair, side), []).append(rate)
             print(f"round {round_number + 1}/{args.rounds} done; load {load_average_text()}",
                   flush=True)
     print_table(results, args, mpiexec)
@@ -326,23 +360,27 @@ def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse
               f"{'ratio':>6}  verdict")
     print(header)
     print("-" * len(header))
-    for way in WAYS:
-        for pair, peer in PAIRS:
-            ours = results[(way, pair, "stampede")]
-            theirs = results[(way, pair, "peer")]
-            ratio = statistics.median(a / b for a, b in zip(ours, theirs))
-            mine, other = median_min_max(ours), median_min_max(theirs)
-            verdict = ratio_verdict(ratio, TARGET_RATIO, (mine, other))
-            print(f"{way:<10} {pair:<13} {spread_text(mine):>26} {peer:>7} "
-                  f"{spread_text(other):>26} {ratio:>6.3f}  {verdict}")
+    for way, pair, peer in measured(results):
+        ours = results[(way, pair, "stampede")]
+        theirs = results[(way, pair, "peer")]
+        ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+        mine, other = median_min_max(ours), median_min_max(theirs)
+        verdict = ratio_verdict(ratio, TARGET_RATIO, (mine, other))
+        print(f"{way:<10} {pair:<13} {spread_text(mine):>26} {peer:>7} "
+              f"{spread_text(other):>26} {ratio:>6.3f}  {verdict}")
     print("medians (min-max) over rounds; ratio = stampede / peer, the median of per-round "
           "ratios; GB = 1e9 B\nper-round ratios, in round order:")
-    for way in WAYS:
-        for pair, _ in PAIRS:
-            ratios = [a / b for a, b in zip(results[(way, pair, "stampede")],
-                                            results[(way, pair, "peer")])]
-            print(f"  {way:<10} {pair:<13} {' '.join(f'{ratio:.2f}' for ratio in ratios)}")
+    for way, pair, _ in measured(results):
+        ratios = [a / b for a, b in zip(results[(way, pair, "stampede")],
+                                        results[(way, pair, "peer")])]
+        print(f"  {way:<10} {pair:<13} {' '.join(f'{ratio:.2f}' for ratio in ratios)}")
     print(f"load after: {load_average_text()}")
+
+
+def measured(results: dict[tuple[str, str, str], list[float]]) -> list[tuple[str, str, str]]:
+    """(way, pair, peer) of every pair measured (--ways, --parts), in the table's order."""
+    return [(way, pair, peer) for way in WAYS for pair, peer in PAIRS
+            if (way, pair, "stampede") in results]
 
 
 def spread_text(summary: tuple[float, float, float]) -> str:
