@@ -76,8 +76,9 @@ printed; the script exits non-zero only if a command failed.
 Where the cephfs:// read gap went (0.86 = the median of two rounds, 0.80 and 0.93),
 measured 2026-12-04 on the project's 2-core VM beside other work (load 2-6): nowhere in
 stampede. Between two reads it spends 13 us (median of 180 gaps, --trace) beside 2.7 ms
-per 4 MiB read (0.5 %); its clients spend 0.35 CPU s per GB read, IOR's 0.50, the OSD
-0.22 for both; a bare ctypes loop over ceph_read reads as fast as stampede; the one
+per 4 MiB read (0.5 %); its clients spend 0.35-0.38 CPU s per GB read, IOR's 0.46-0.50,
+the OSD 0.20-0.23 for either (rusage and /proc, a 42- less a 2-repetition run, medians
+of 3 and of 5 rounds); a bare ctypes loop over ceph_read reads as fast; the one
 setting on a read's path that differed, rados_osd_op_timeout (stampede's bound), moved
 IOR by 1.007 (median of 10 paired rounds). A side reads 128 MiB in about 50 ms per
 iteration, and per-round ratios swung 0.6-2.6: a median of two rounds says little, run
