@@ -19,9 +19,13 @@ in turn:
            row's agg_gbps (bytes / first read's start to last read's stop), and the
            restore row's (barrier exit to each rank's last byte, its open included),
            medians over iterations
-           IOR      `ior -a POSIX|CEPHFS -r -E -k -s 1 -b SIZE -t BLOCK -i ITERATIONS -o
-           <the same file>`: the median of its repetitions' bandwidth (bytes / open + reads
-           + close), read from its JSON summary by `stampede import`'s reader
+           IOR      `ior -a POSIX|CEPHFS -r -E -k -s 1 -b SIZE -t BLOCK -i ITERATIONS+1
+           -o <the same file>`, its first repetition its warm-up (a new client's first
+           open and first connection to the OSD), medians over the others from its JSON
+           summary: against the read row, bytes / its wrRdTime (the earliest rank's first
+           read to the latest rank's last: IOR reduces its timers MPI_MIN / MPI_MAX, ior.c,
+           the read row's span); against the restore row, its own bandwidth (bytes / open
+           + reads + close). Each repetition's bytes are checked (bandwidth x total time)
   metadata stampede on mdtest's files, each file of a rank once per iteration: --iterations
            runs of pattern.ops = [stat], one iteration and no warm-up each, the stat
            row's ops_per_s (median over the runs); then one run of [open, close], one
@@ -57,13 +61,30 @@ in turn, see docs/reference/ops.md), while mdtest -E opens and closes each file 
 The ratio of a pair is stampede / peer, the median of the per-round ratios (paired, so
 the machine's load drifts on both sides alike); goal 0.95. GB = 1e9 bytes. Both sides
 read the same file at the same offsets in the same transfers, and stat and open the same
-files. IOR's and mdtest's CEPHFS clients get stampede's client setting that matters to a
-read, the object cacher off (`client_oc = false`, in a conf of their own): every read of
-both reaches the OSD (checked: with it on, IOR's second repetition read 2-2.8 GB/s from
-the client's cache, with it off 0.9-1.1). On the mount both sides share ceph-fuse's one
+files. IOR's and mdtest's CEPHFS clients get the settings stampede's client makes (in a
+conf of their own): the object cacher off (`client_oc = false`), so every read of both
+reaches the OSD (checked: with it on, IOR's second repetition read 2-2.8 GB/s from the
+client's cache, with it off 0.9-1.1), and stampede's bounds (mount, monitor and OSD op,
+shutdown: 20 s). A user of IOR meets libcephfs's defaults instead (the cacher on, no op
+bound); a user of cephfs:// meets stampede's. What still differs (ceph_conf_get of every
+option, both clients): IOR's reads the cluster's conf (its addresses, a log file, an
+admin socket), nothing on a read's path. On the mount both sides share ceph-fuse's one
 client and its caches: a warm read. Not the same: stampede's restore also reads the
 index file once per rank (its `index` row), outside the rates compared. The verdict is
 printed; the script exits non-zero only if a command failed.
+
+Where the cephfs:// read gap went (0.86 = the median of two rounds, 0.80 and 0.93),
+measured 2026-12-04 on the project's 2-core VM beside other work (load 2-6): nowhere in
+stampede. Between two reads it spends 13 us (median of 180 gaps, --trace) beside 2.7 ms
+per 4 MiB read (0.5 %); its clients spend 0.35-0.38 CPU s per GB read, IOR's 0.46-0.50,
+the OSD 0.20-0.23 for either (rusage and /proc, a 42- less a 2-repetition run, medians
+of 3 and of 5 rounds); a bare ctypes loop over ceph_read reads as fast; the one
+setting on a read's path that differed, rados_osd_op_timeout (stampede's bound), moved
+IOR by 1.007 (median of 10 paired rounds). A side reads 128 MiB in about 50 ms per
+iteration, and per-round ratios swung 0.6-2.6: a median of two rounds says little, run
+--rounds 7 or more. Until then the read pair set the read row (reads only, a warm-up
+left out) against IOR's open + reads + close with its first repetition (a new client's)
+among three: both in stampede's favour, by about 1 % here.
 
 IOR and mdtest 4.1 (hpc/ior at 5fcf0ba, "4.1.0+dev"), built here with the venv's MPICH
 (PyPI `mpich` 5.0.2 has mpicc) and Debian 12's libcephfs-dev 16.2.15, as root:
@@ -96,8 +117,8 @@ from pathlib import Path
 
 from common import (
     archive_rows,
+    comma_separated,
     docstring_parser,
-    ior_read_gbps,
     load_average_text,
     machine_text,
     median_min_max,
@@ -109,6 +130,7 @@ from common import (
     write_job_toml,
 )
 
+from stampede.backends.cephfs import DEFAULT_TIMEOUT_S as CEPHFS_TIMEOUT_S
 from stampede.results.importers import mdtest_rows
 from stampede.units import parse_size
 
@@ -126,6 +148,13 @@ WAYS = ("ceph-fuse", "cephfs://")
 PAIRS = (("read GB/s", "IOR"), ("restore GB/s", "IOR"), ("stat/s", "mdtest"),
          ("open+close/s", "mdtest"), ("o+c spans/s", "mdtest"))
 MDTEST_ROOT = "test-dir.0-0"   # the tree of mdtest's first (only) iteration under -d
+MIB = 2**20                      # IOR's MiB
+BYTES_PER_GB = 1e9
+# IOR prints its times to 0.1 ms and its MiB/s to 4 decimals: a repetition's bytes, its
+# bandwidth x its total time, are checked within this
+IOR_TIME_RESOLUTION_S = 1e-4
+IOR_BYTES_TOLERANCE = 0.01
+PARTS = ("read", "metadata")    # --parts: what a round measures (the pairs of each)
 
 
 def peer_api(way: str, conf: Path) -> list[str]:
@@ -164,6 +193,35 @@ def stampede_run(job: Path, nranks: int, archive: Path, target: str) -> dict[str
     if "open" in rows and "read" not in rows:
         rates["open+close"] = mdtest_style_rate(rows["open"], rows["restore"])
     return rates
+
+
+def ior_read_rates(summary: Path, nbytes: int, who: str) -> dict[str, float]:
+    """IOR's read repetitions in stampede's two definitions, medians over the repetitions
+    after the first (IOR's warm-up, as stampede's run.warmup = 1): "read GB/s", `nbytes`
+    over the read span (wrRdTime: the earliest rank's first read to the latest rank's last,
+    IOR's MPI_MIN/MPI_MAX reduction of its timers, as stampede's read row spans its ranks'
+    reads) and "restore GB/s", IOR's own bandwidth (bwMiB: open + reads + close). Each
+    repetition must have moved `nbytes` (its bandwidth x its total time), else it exits."""
+    tests = json.loads(summary.read_text()).get("tests") or [{}]
+    results = [result for entry in tests[0].get("Results", [])
+               for result in (entry if isinstance(entry, list) else [entry])
+               if result.get("access") == "read"]
+    if len(results) < 2:
+        raise SystemExit(f"{who}: {summary}: {len(results)} read repetitions, need a warm-up "
+                         "and at least one more")
+    spans, own = [], []
+    for result in results[1:]:
+        moved = result["bwMiB"] * MIB * result["totalTime"]
+        slack = IOR_BYTES_TOLERANCE * nbytes + result["bwMiB"] * MIB * IOR_TIME_RESOLUTION_S
+        if abs(moved - nbytes) > slack:
+            raise SystemExit(f"{who}: {summary}: a repetition moved {moved:.0f} bytes, "
+                             f"not {nbytes}")
+        if result["wrRdTime"] <= 0:
+            raise SystemExit(f"{who}: {summary}: a read time of 0 (IOR prints 0.1 ms): "
+                             "read more bytes (--size)")
+        spans.append(nbytes / result["wrRdTime"] / BYTES_PER_GB)
+        own.append(result["bwMiB"] * MIB / BYTES_PER_GB)
+    return {"read GB/s": statistics.median(spans), "restore GB/s": statistics.median(own)}
 
 
 def mdtest_style_rate(op_row: dict[str, str], restore_row: dict[str, str]) -> float:
@@ -209,11 +267,30 @@ def mdtest_rates(stdout: str) -> dict[str, float]:
 
 
 def client_conf(cluster: CephCluster, scratch: Path) -> Path:
-    """The cluster's conf with stampede's cephfs:// client setting that matters to a read,
-    for IOR's and mdtest's CEPHFS clients: the object cacher off."""
+    """The cluster's conf with the settings stampede's cephfs:// client makes, for IOR's and
+    mdtest's CEPHFS clients: the object cacher off, and its bounds (a dead monitor, OSD or
+    mount an error after timeout_s: libcephfs's defaults wait without end, 300 s and 30 s)."""
     conf = scratch / "peer-client.conf"
-    conf.write_text(cluster.conf.read_text() + "\n[client]\nclient oc = false\n")
+    settings = {"client_oc": "false", **dict.fromkeys(
+        ("client_mount_timeout", "rados_mon_op_timeout", "rados_osd_op_timeout",
+         "client_shutdown_timeout"), str(CEPHFS_TIMEOUT_S))}
+    conf.write_text(cluster.conf.read_text() + "\n[client]\n" + "".join(
+        f"{option.replace('_', ' ')} = {value}\n" for option, value in settings.items()))
     return conf
+
+
+def part_named(text: str) -> str:
+    """One of --parts' words (argparse's error names the option and the words allowed)."""
+    if text not in PARTS:
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(PARTS)}")
+    return text
+
+
+def way_named(text: str) -> str:
+    """One of --ways' words."""
+    if text not in WAYS:
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(WAYS)}")
+    return text
 
 
 def main() -> int:
@@ -231,7 +308,17 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dir", default=None, help="parent of the scratch directory")
+    parser.add_argument("--ways", default=",".join(WAYS),
+                        type=lambda text: comma_separated(text, way_named),
+                        help=f"which ways to the file system, comma-separated: "
+                             f"{', '.join(WAYS)} (default: both)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        type=lambda text: comma_separated(text, part_named),
+                        help=f"what each round measures, comma-separated: {', '.join(PARTS)} "
+                             "(default: both)")
     args = parser.parse_args()
+    parts = set(args.parts)
+    args.ways = [way for way in WAYS if way in args.ways]   # in the table's order
     mdtest = args.mdtest or str(Path(args.ior).parent / "mdtest")
     reason = unavailable() or next((f"no {name} at {path} (see --help)" for name, path in
                                     (("IOR", args.ior), ("mdtest", mdtest))
@@ -261,9 +348,11 @@ def main() -> int:
                      if path.is_file() and path.stat().st_size == size * args.ranks]
         shared_relpath = str(shared.relative_to(mountpoint))
         items = ["-F", "-n", str(args.items), "-i", "1"]
-        run_peer([mpiexec, "-n", str(args.ranks), mdtest, *items, "-C", "-d",
-                  str(mountpoint / "mdt")], env)
-        tree = safetensors_tree(mountpoint / "mdt" / MDTEST_ROOT, parse_size(args.meta_size))
+        tree = mountpoint / "mdt" / MDTEST_ROOT
+        if "metadata" in parts:
+            run_peer([mpiexec, "-n", str(args.ranks), mdtest, *items, "-C", "-d",
+                      str(mountpoint / "mdt")], env)
+            safetensors_tree(tree, parse_size(args.meta_size))
         stat_job, open_job = (write_job_toml(scratch / f"{name}.toml", {
             "target": {"path": tree},
             "checkpoint": {"source": "existing", "assign": ["files"]},
@@ -274,41 +363,46 @@ def main() -> int:
         targets = {"ceph-fuse": (str(mountpoint / "ck"), str(tree)),
                    "cephfs://": (cluster.url("ck"), cluster.url(f"mdt/{MDTEST_ROOT}"))}
 
-        def measure(way: str, side: str, round_number: int) -> None:
-            read_target, meta_target = targets[way]
+        def measure_read(way: str, side: str, round_number: int) -> dict[str, float]:
             if side == "stampede":
-                read = stampede_run(read_job, args.ranks, archive, read_target)
+                read = stampede_run(read_job, args.ranks, archive, targets[way][0])
+                return {"read GB/s": read["read"], "restore GB/s": read["restore"]}
+            summary = scratch / f"ior-{way[:6]}-{round_number}.json"
+            run_peer([mpiexec, "-n", str(args.ranks), args.ior, *peer_api(way, conf),
+                      "-r", "-E", "-k", "-s", "1", "-b", str(size), "-t", str(block),
+                      "-i", str(args.iterations + 1), "-o",   # the first: its warm-up
+                      peer_path(way, mountpoint, shared_relpath),
+                      "-O", "summaryFormat=JSON", "-O", f"summaryFile={summary}"], env)
+            return ior_read_rates(summary, size * args.ranks, "cephfs_vs_ior")
+
+        def measure_metadata(way: str, side: str, round_number: int) -> dict[str, float]:
+            meta_target = targets[way][1]
+            if side == "stampede":
                 stats = [stampede_run(stat_job, args.ranks, archive, meta_target)["stat"]
                          for _ in range(args.iterations)]
                 opens = stampede_run(open_job, args.ranks, archive, meta_target)
-                rates = {"read GB/s": read["read"], "restore GB/s": read["restore"],
-                         "stat/s": statistics.median(stats),
+                rates = {"stat/s": statistics.median(stats),
                          "open+close/s": opens["open+close"],
                          "o+c spans/s": pairs_per_s(opens["open"], opens["close"])}
             else:
-                summary = scratch / f"ior-{way[:6]}-{round_number}.json"
-                run_peer([mpiexec, "-n", str(args.ranks), args.ior, *peer_api(way, conf),
-                          "-r", "-E", "-k", "-s", "1", "-b", str(size), "-t", str(block),
-                          "-i", str(args.iterations), "-o",
-                          peer_path(way, mountpoint, shared_relpath),
-                          "-O", "summaryFormat=JSON", "-O", f"summaryFile={summary}"], env)
-                ior = ior_read_gbps(summary, "cephfs_vs_ior")
                 runs = [mdtest_rates(run_peer(
                     [mpiexec, "-n", str(args.ranks), mdtest, *peer_api(way, conf), *items,
                      "-T", "-E", "-e", "0", "-d", peer_path(way, mountpoint, "mdt")], env))
                     for _ in range(args.iterations)]
-                rates = {"read GB/s": ior, "restore GB/s": ior,
-                         **{what: statistics.median(run[what] for run in runs)
-                            for what in runs[0]}}
+                rates = {what: statistics.median(run[what] for run in runs)
+                         for what in runs[0]}
                 rates["o+c spans/s"] = rates["open+close/s"]
-            for pair, rate in rates.items():
-                results.setdefault((way, pair, side), []).append(rate)
+            return rates
 
+        measures = {"read": measure_read, "metadata": measure_metadata}
         for round_number in range(args.rounds):
             order = ("stampede", "peer") if round_number % 2 == 0 else ("peer", "stampede")
-            for way in WAYS:
+            for way in args.ways:
                 for side in order:
-                    measure(way, side, round_number)
+                    for part in PARTS:   # in a side's run, the read first, as always
+                        if part in parts:
+                            for pair, rate in measures[part](way, side, round_number).items():
+                                results.setdefault((way, pair, side), []).append(rate)
             print(f"round {round_number + 1}/{args.rounds} done; load {load_average_text()}",
                   flush=True)
     print_table(results, args, mpiexec)
@@ -326,23 +420,27 @@ def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse
               f"{'ratio':>6}  verdict")
     print(header)
     print("-" * len(header))
-    for way in WAYS:
-        for pair, peer in PAIRS:
-            ours = results[(way, pair, "stampede")]
-            theirs = results[(way, pair, "peer")]
-            ratio = statistics.median(a / b for a, b in zip(ours, theirs))
-            mine, other = median_min_max(ours), median_min_max(theirs)
-            verdict = ratio_verdict(ratio, TARGET_RATIO, (mine, other))
-            print(f"{way:<10} {pair:<13} {spread_text(mine):>26} {peer:>7} "
-                  f"{spread_text(other):>26} {ratio:>6.3f}  {verdict}")
+    for way, pair, peer in measured(results):
+        ours = results[(way, pair, "stampede")]
+        theirs = results[(way, pair, "peer")]
+        ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+        mine, other = median_min_max(ours), median_min_max(theirs)
+        verdict = ratio_verdict(ratio, TARGET_RATIO, (mine, other))
+        print(f"{way:<10} {pair:<13} {spread_text(mine):>26} {peer:>7} "
+              f"{spread_text(other):>26} {ratio:>6.3f}  {verdict}")
     print("medians (min-max) over rounds; ratio = stampede / peer, the median of per-round "
           "ratios; GB = 1e9 B\nper-round ratios, in round order:")
-    for way in WAYS:
-        for pair, _ in PAIRS:
-            ratios = [a / b for a, b in zip(results[(way, pair, "stampede")],
-                                            results[(way, pair, "peer")])]
-            print(f"  {way:<10} {pair:<13} {' '.join(f'{ratio:.2f}' for ratio in ratios)}")
+    for way, pair, _ in measured(results):
+        ratios = [a / b for a, b in zip(results[(way, pair, "stampede")],
+                                        results[(way, pair, "peer")])]
+        print(f"  {way:<10} {pair:<13} {' '.join(f'{ratio:.2f}' for ratio in ratios)}")
     print(f"load after: {load_average_text()}")
+
+
+def measured(results: dict[tuple[str, str, str], list[float]]) -> list[tuple[str, str, str]]:
+    """(way, pair, peer) of every pair measured (--ways, --parts), in the table's order."""
+    return [(way, pair, peer) for way in WAYS for pair, peer in PAIRS
+            if (way, pair, "stampede") in results]
 
 
 def spread_text(summary: tuple[float, float, float]) -> str:

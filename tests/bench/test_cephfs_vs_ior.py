@@ -5,6 +5,7 @@ linked with the venv's MPICH."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 from cephfs_vs_ior import (  # noqa: E402
     MDTEST_ROOT,
+    ior_read_rates,
     mdtest_style_rate,
     pairs_per_s,
     safetensors_tree,
@@ -26,6 +28,7 @@ from cephfs_vs_ior import (  # noqa: E402
 from common import VENV_BIN, mpi_launcher_of  # noqa: E402
 
 RANKS, ITEMS, TENSOR_BYTES = 2, 7, 4096
+IOR = Path("/opt/ior/bin/ior")
 
 
 def mdtest_tree(parent: Path) -> Path:
@@ -81,3 +84,52 @@ def test_a_program_built_with_the_venvs_mpicc_gets_the_venvs_mpiexec(tmp_path: P
                       "{ MPI_Init(&c, &v); MPI_Finalize(); return 0; }\n")
     subprocess.run([str(mpicc), "-o", str(tmp_path / "hello"), str(source)], check=True)
     assert mpi_launcher_of(str(tmp_path / "hello")) == str(VENV_BIN / "mpiexec")
+
+
+def ior_summary(path: Path, repetitions: list[tuple[float, float, float]]) -> Path:
+    """An IOR JSON summary (4.1's shape) of read repetitions (MiB/s, wrRdTime, totalTime)."""
+    results = [{"access": "read", "bwMiB": bw, "openTime": 0.0001, "wrRdTime": span,
+                "closeTime": 0.0001, "totalTime": total} for bw, span, total in repetitions]
+    path.write_text(json.dumps({"tests": [{"Results": results}]}))
+    return path
+
+
+def test_iors_first_repetition_is_its_warm_up_and_the_read_pair_is_its_read_span(
+        tmp_path: Path) -> None:
+    nbytes = 128 * 2**20   # 128 MiB: 2,560 MiB/s is 0.05 s
+    summary = ior_summary(tmp_path / "ior.json", [(1280.0, 0.0999, 0.1),    # the warm-up
+                                                  (2560.0, 0.0499, 0.05),
+                                                  (2000.0, 0.0636, 0.064),
+                                                  (3200.0, 0.0399, 0.04)])
+    rates = ior_read_rates(summary, nbytes, "test")
+    assert rates["read GB/s"] == pytest.approx(nbytes / 0.0499 / 1e9)       # median of 3 spans
+    assert rates["restore GB/s"] == pytest.approx(2560.0 * 2**20 / 1e9)     # median of 3 bw
+
+
+def test_an_ior_repetition_that_moved_other_bytes_is_refused(tmp_path: Path) -> None:
+    summary = ior_summary(tmp_path / "ior.json", [(1280.0, 0.0999, 0.1), (2560.0, 0.0499, 0.05)])
+    with pytest.raises(SystemExit, match="moved"):
+        ior_read_rates(summary, 64 * 2**20, "test")   # IOR read 128 MiB
+    with pytest.raises(SystemExit, match="warm-up"):
+        ior_read_rates(ior_summary(tmp_path / "one.json", [(2560.0, 0.0499, 0.05)]),
+                       128 * 2**20, "test")
+
+
+def test_a_real_ior_summary_gives_its_read_span_after_the_warm_up(tmp_path: Path) -> None:
+    if not IOR.exists():
+        pytest.skip(f"no IOR at {IOR} (bench/cephfs_vs_ior.py --help: how to build it)")
+    summary, block = tmp_path / "ior.json", 16 * 2**20
+    subprocess.run([str(VENV_BIN / "mpiexec"), "-n", "2", str(IOR), "-a", "POSIX", "-w", "-r",
+                    "-k", "-s", "1", "-b", str(block), "-t", "4MiB", "-i", "3",
+                    "-o", str(tmp_path / "file"), "-O", "summaryFormat=JSON",
+                    "-O", f"summaryFile={summary}"], check=True, capture_output=True,
+                   timeout=120)
+    reads = [result for result in json.loads(summary.read_text())["tests"][0]["Results"]
+             if result["access"] == "read"]
+    assert len(reads) == 3
+    spans = sorted(2 * block / result["wrRdTime"] / 1e9 for result in reads[1:]
+                   if result["wrRdTime"] > 0)
+    if len(spans) < 2:
+        pytest.skip("IOR printed a read time of 0 (below its 0.1 ms resolution)")
+    rates = ior_read_rates(summary, 2 * block, "test")
+    assert rates["read GB/s"] == pytest.approx((spans[0] + spans[1]) / 2)
