@@ -326,6 +326,7 @@ auth service required = none
 auth client required = none
 osd pool default size = 1
 osd pool default min size = 1
+osd pool default pg autoscale mode = off
 mon allow pool size one = true
 mon allow pool delete = true
 osd objectstore = memstore
