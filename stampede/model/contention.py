@@ -7,7 +7,7 @@ The model, per layout (N ranks leave the start barrier together):
   data             T_data(N) = b max(storage / B_agg, node / B_node, rank / min(B_client, B_net))
                                + b exchange / B_node + T_read_meta(N)
   reads' requests  T_read_meta(N) = T_meta(N; k + q) - T_meta(N; k)
-  time to last rank     T(N) = T_meta(N) + T_data(N)
+  time to last rank     T(N) = F + T_meta(N) + T_data(N)
 
   k        metadata ops each rank issues before its data flows: stat_count + open_count
            per file, + 1 list (list-first), + 1 index (metadata-first); taken from the
@@ -23,7 +23,18 @@ The model, per layout (N ranks leave the start barrier together):
            FUSE, CephFS GETATTRs), in metadata ops: they queue at the same server as the k
            ops, so a faster server shortens them too. Fitted from the read's own latency:
            how much of its growth with N follows the metadata ops' (stampede.model.fit)
-  b        bytes_per_rank, each rank's shard
+  F        the last rank's time outside its timed ops (fixed_s): from the phase's start
+           (its node's first rank out of the start barrier) until it is done, less the
+           sum of its ops' durations: its own exit from the barrier (late where ranks
+           outnumber cores), Python between ops, the phase's bookkeeping. Measured, not
+           fitted: each run's sidecar timeline has every rank's done time and the seconds
+           it spent in ops per iteration; a point's F is that of each iteration's last rank,
+           the median over iterations (stampede.model.series; 0 where no sidecar says).
+           The fit takes it off each run's time before fitting the data term, and the
+           projection carries the F of the run nearest the target rank count (the largest
+           run's beyond them): F is measured, not modelled in N. It dominates millisecond
+           restores (0.02 ms alone, 0.3-0.5 ms with 3-4 ranks on 2 cores, against reads of
+           0.1 ms: bench/advisor_check.py); the band spans the runs' smallest and largest F
   storage, node, rank, exchange
            the layout's bytes (in units of b) through the storage, the busiest node's NIC
            (its reads, then the exchange between nodes), one reader: stampede.model.traffic
@@ -76,6 +87,7 @@ The fit (least squares on relative errors, numpy):
    is only bounded below: the bound (where it would start to limit the run closest to it;
    for B_agg, the largest run exactly at the limit) is used, and the projected time is
    marked as an upper bound. B_node is left out when every run was on one node.
+   Each run's F is taken off its time before the data fit, and added back to its model.
 4. Residuals: measured against fitted time to last rank and stall at every rank count.
 5. Band (stampede.model.projection): the envelope of the projections of the data fit
    repeated on time_to_last_rank_min_s and _max_s (run-to-run noise carried to N), of
@@ -155,6 +167,7 @@ class Params:
     broadcast_group: str = "replica"
     read_ops_per_rank: float = 0.0   # q: the reads' requests that queue at the metadata
                                      # server, in metadata ops (fit.read_queue_ops)
+    fixed_s: float = 0.0             # F: the last rank's time outside its timed ops (measured)
 
 
 @dataclass(frozen=True)
@@ -169,10 +182,11 @@ class Prediction:
     exchange_s: float = 0.0    # of data_s: between nodes, through the NICs
     nnodes: int = 1
     read_meta_s: float = 0.0   # of data_s: the reads' requests at the metadata server
+    fixed_s: float = 0.0       # F: the last rank's time outside its timed ops
 
     @property
     def total_s(self) -> float:
-        return self.meta_s + self.data_s
+        return self.fixed_s + self.meta_s + self.data_s
 
     @property
     def bound_by(self) -> str:
@@ -180,7 +194,8 @@ class Prediction:
         parts = {"the metadata server": self.meta_s + self.read_meta_s,
                  f"the reads, through {self.limit}":
                      self.data_s - self.exchange_s - self.read_meta_s,
-                 "the exchange between nodes, through B_node": self.exchange_s}
+                 "the exchange between nodes, through B_node": self.exchange_s,
+                 "the time outside the timed ops (F)": self.fixed_s}
         return max(parts, key=lambda name: parts[name])
 
 
@@ -240,7 +255,8 @@ def data_time(nranks: float, bytes_per_rank: float, agg_bps: float, client_bps: 
 
 
 def predict(params: Params, nranks: int, layout: str) -> Prediction:
-    """Time to last rank = T_meta + T_data at `nranks` for `layout`, from known parameters."""
+    """Time to last rank = F + T_meta + T_data at `nranks` for `layout`, from known
+    parameters."""
     threads = effective_threads(layout, params.threads, params.locks)
     meta = metadata_stall(nranks, params.ops_per_rank, params.rtt_s, params.service_s, threads,
                           params.whole_rounds)
@@ -256,5 +272,6 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
     return Prediction(layout=layout, nranks=nranks, meta_s=meta,
                       data_s=read + exchange + read_meta, read_meta_s=read_meta,
                       limit=limit, rate_bps=rate, exchange_s=exchange, nnodes=geometry.nnodes,
+                      fixed_s=params.fixed_s,
                       saturated=is_saturated(nranks, params.ops_per_rank, params.rtt_s,
                                              params.service_s, threads, params.whole_rounds))

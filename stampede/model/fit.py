@@ -42,6 +42,8 @@ class Point:
     broadcast_group: str = "replica"
     run_id: str = ""             # the archived run it is (its sidecar: the MDS's counts)
     read_s: float = 0.0          # measured: reads per rank per iteration x the read's lat_p50
+    outside_s: float = 0.0       # measured F: the last rank's time outside its timed ops
+                                 # (median over iterations; 0: no sidecar timeline said)
 
     @property
     def geometry(self) -> Geometry:
@@ -382,10 +384,12 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
     notes = []
     data = []
     for point, stall, queued in zip(points, meta_model, read_model):
-        remaining = last(point) - stall - queued
+        # F is measured per run, not fitted: the data term is what is left without it
+        remaining = last(point) - point.outside_s - stall - queued
         if remaining <= 0 < point.bytes_per_rank:
-            notes.append(f"at {point.nranks} rank(s) the fitted stall (with the reads' requests) "
-                         "exceeds the measured time to last rank: its data term is taken as 1% of it")
+            notes.append(f"at {point.nranks} rank(s) the fitted stall (with the reads' requests "
+                         "and the time outside the ops) exceeds the measured time to last rank: "
+                         "its data term is taken as 1% of it")
             remaining = 0.01 * last(point)
         data.append(remaining)
     agg, node, client, bound, node_measured = _fit_rates(points, layout, data, known)
@@ -395,11 +399,12 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
                     ops_per_rank=largest.ops_per_rank, bytes_per_rank=largest.bytes_per_rank,
                     whole_rounds=whole, locks=locks, ranks_per_node=largest.ranks_per_node,
                     replicas=largest.replicas, broadcast_group=largest.broadcast_group,
-                    read_ops_per_rank=read_ops)
+                    read_ops_per_rank=read_ops, fixed_s=largest.outside_s)
     parts = [data_seconds(traffic(layout, p.geometry), p.bytes_per_rank, agg, node, client)
              for p in points]
-    last_model = tuple(stall + queued + read + exchange
-                       for stall, queued, (read, exchange, _) in zip(meta_model, read_model, parts))
+    last_model = tuple(p.outside_s + stall + queued + read + exchange
+                       for p, stall, queued, (read, exchange, _)
+                       in zip(points, meta_model, read_model, parts))
     limited = tuple(p.nranks for p, (_, _, limit) in zip(points, parts)
                     if limit == "B_agg" and p.bytes_per_rank > 0)
     has_meta = any(p.ops_per_rank > 0 and p.meta_s > 0 for p in points)

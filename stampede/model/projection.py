@@ -10,7 +10,9 @@ The band is the envelope of the projection from:
   rests on one saturated rank count widens the band as it should;
 - each limit the runs only bounded (B_agg, B_node, B_client, s/c) at its other extreme,
   never reached: the central value takes it as reached right past the largest run (the
-  pessimistic reading), the band's other end as never reached.
+  pessimistic reading), the band's other end as never reached;
+- the runs' smallest and largest F (the last rank's time outside its timed ops): measured
+  per run, not modelled in N, so the central value takes the run nearest the target's.
 It is not a confidence interval of the model: no band from a few small runs bounds an
 extrapolation thousands of times beyond them.
 """
@@ -42,6 +44,13 @@ def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
         slope, intercept = np.polyfit(xs, ys, 1)
         total += max(float(slope) * nranks + float(intercept), 0.0)
     return total / nranks
+
+
+def nearest_run(points: Sequence[Point], nranks: int) -> Point:
+    """The run nearest `nranks` in rank count (ties: the larger), the largest beyond them:
+    whose F (Point.outside_s) the projection carries. F is not modelled in N: what grows
+    it (ranks outnumbering cores, a barrier's exit across more nodes) differs per machine."""
+    return min(points, key=lambda p: (abs(p.nranks - nranks), -p.nranks, -p.nnodes))
 
 
 def bytes_per_rank_at(points: Sequence[Point], nranks: int, per_rank_size: bool,
@@ -186,10 +195,11 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
     replicas = largest.replicas if scale.replicas is None else scale.replicas
     size = scale.bytes_per_rank if scale.bytes_per_rank is not None else \
         bytes_per_rank_at(points, nranks, per_rank_size, replicas)
+    fixed = nearest_run(points, nranks).outside_s
 
     def at_n(fit: Fit) -> Params:
         return replace(fit.params, ops_per_rank=k, bytes_per_rank=size, net_bps=known.net_bps,
-                       ranks_per_node=per_node, replicas=replicas)
+                       ranks_per_node=per_node, replicas=replicas, fixed_s=fixed)
 
     def at(fit: Fit) -> Prediction:
         return predict(at_n(fit), nranks, layout)
@@ -222,6 +232,11 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
         others.append(predict(replace(at_n(central), **unreached), nranks, layout))
         sources.append("the bounded " + ", ".join(_BOUND_NAMES[name] for name in unreached)
                        + " never reached")
+    outside = sorted({p.outside_s for p in points})
+    if len(outside) > 1:
+        others += [predict(replace(at_n(central), fixed_s=value), nranks, layout)
+                   for value in (outside[0], outside[-1])]
+        sources.append("the runs' smallest and largest F")
     totals = [prediction.total_s] + [p.total_s for p in others]
     stalls = [prediction.meta_s] + [p.meta_s for p in others]
     return Projection(fit=central, params=at_n(central), prediction=prediction,
