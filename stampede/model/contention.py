@@ -14,6 +14,14 @@ The model, per layout (N ranks leave the start barrier together):
            archive as count / (nranks x iterations) of the stat/open/list/index rows, and
            projected by fitting each op's count per iteration as a N + b (list-bcast
            lists once per job, not per rank)
+  I        the ranks that issue them: N, except where only a group's readers touch storage
+           (leader-reads layouts: broadcast, node-once, owners), whose members wait for
+           their reader: I = the readers (storage / rank of the layout's traffic: one per
+           node for node-once). The burst is I ranks of k N / I ops each, so T_meta is
+           taken at (I, k N / I): the same drain N k s / c, but a reader's unsaturated
+           stall is its own k N / I ops in series (node-once's reader: its stat and open,
+           whatever N; an average of k = 2 / N per rank put it at 2 / N of them). The
+           measured stall and the reads' time are per reader too (x N / I)
   RTT      one metadata op's round trip outside the server (client, network)
   s, c     server time of one op, and the server's threads (ops in service at once)
   c_eff    c, except 1 for the shared layout: every rank's stat and open land on the one
@@ -166,7 +174,8 @@ class Params:
     replicas: int = 1                # at the rank count predicted
     broadcast_group: str = "replica"
     read_ops_per_rank: float = 0.0   # q: the reads' requests that queue at the metadata
-                                     # server, in metadata ops (fit.read_queue_ops)
+                                     # server, in metadata ops per issuing rank
+                                     # (fit.read_queue_ops)
     fixed_s: float = 0.0             # F: the last rank's time outside its timed ops (measured)
 
 
@@ -208,6 +217,22 @@ def lock_count(layout: str, phase: str = "restore", fanout: int = 0) -> float:
         return float(fanout) if described is not None and described.fanout_dirs and fanout > 0 \
             else 1.0
     return 1.0 if described is not None and described.shared_inode else math.inf
+
+
+def issuers(layout: str, geometry: Geometry) -> float:
+    """I: the ranks that issue a layout's metadata ops (and its reads): every rank, or
+    where only readers touch storage (leader_reads), the readers (storage / rank)."""
+    described = TABLE.get(layout)
+    if described is None or not described.leader_reads:
+        return float(geometry.nranks)
+    flow = traffic(layout, geometry)
+    return min(max(flow.storage / flow.rank, 1.0), geometry.nranks) if flow.rank > 0 \
+        else float(geometry.nranks)
+
+
+def per_issuer(layout: str, geometry: Geometry) -> float:
+    """N / I: how many times a rank's average of ops (or of their time) one issuer has."""
+    return geometry.nranks / issuers(layout, geometry)
 
 
 def effective_threads(layout: str, threads: float, locks: float | None = None) -> float:
@@ -258,11 +283,11 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
     """Time to last rank = F + T_meta + T_data at `nranks` for `layout`, from known
     parameters."""
     threads = effective_threads(layout, params.threads, params.locks)
-    meta = metadata_stall(nranks, params.ops_per_rank, params.rtt_s, params.service_s, threads,
-                          params.whole_rounds)
-    read_meta = read_queue_time(nranks, params.ops_per_rank, params.read_ops_per_rank,
-                                params.rtt_s, params.service_s, threads, params.whole_rounds)
     geometry = Geometry(nranks, params.ranks_per_node, params.replicas, params.broadcast_group)
+    burst = issuers(layout, geometry), params.ops_per_rank * per_issuer(layout, geometry)
+    meta = metadata_stall(*burst, params.rtt_s, params.service_s, threads, params.whole_rounds)
+    read_meta = read_queue_time(*burst, params.read_ops_per_rank, params.rtt_s,
+                                params.service_s, threads, params.whole_rounds)
     client = min(params.client_bps, params.net_bps)
     read, exchange, limit = data_seconds(traffic(layout, geometry), params.bytes_per_rank,
                                          params.agg_bps, params.node_bps, client)
@@ -273,5 +298,5 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
                       data_s=read + exchange + read_meta, read_meta_s=read_meta,
                       limit=limit, rate_bps=rate, exchange_s=exchange, nnodes=geometry.nnodes,
                       fixed_s=params.fixed_s,
-                      saturated=is_saturated(nranks, params.ops_per_rank, params.rtt_s,
-                                             params.service_s, threads, params.whole_rounds))
+                      saturated=is_saturated(*burst, params.rtt_s, params.service_s, threads,
+                                             params.whole_rounds))

@@ -13,7 +13,9 @@ from stampede.model.contention import (
     Params,
     effective_threads,
     is_saturated,
+    issuers,
     metadata_stall,
+    per_issuer,
     read_queue_time,
 )
 from stampede.model.traffic import Geometry, data_seconds, fit_rates, traffic
@@ -101,6 +103,11 @@ class Fit:
                      for point, model in zip(self.points, self.last_model_s))
 
     @property
+    def meta_measured_s(self) -> tuple[float, ...]:
+        """Each point's measured stall of one issuing rank, as meta_model_s models it."""
+        return tuple(measured_stall(point, self.layout) for point in self.points)
+
+    @property
     def rms_residual(self) -> float:
         return math.sqrt(sum(r * r for r in self.residuals) / len(self.residuals))
 
@@ -162,12 +169,24 @@ def _golden(objective: Callable[[float], float], low: float, high: float, steps:
     return math.exp(a if f1 <= f2 else x2)
 
 
-def _stalls_of(points: Sequence[Point], known: Known) -> _Stalls | None:
+def burst(point: Point, layout: str) -> tuple[float, float]:
+    """(I, k N / I): the ranks that issue the point's metadata ops, and each one's ops
+    (contention.issuers)."""
+    return issuers(layout, point.geometry), point.ops_per_rank * per_issuer(layout, point.geometry)
+
+
+def measured_stall(point: Point, layout: str) -> float:
+    """The point's measured stall of one issuing rank: meta_s is the average over all
+    ranks (x N / I)."""
+    return point.meta_s * per_issuer(layout, point.geometry)
+
+
+def _stalls_of(points: Sequence[Point], known: Known, layout: str) -> _Stalls | None:
     import numpy as np
 
-    n = np.array([p.nranks for p in points], dtype=float)
-    k = np.array([p.ops_per_rank for p in points], dtype=float)
-    y = np.array([p.meta_s for p in points], dtype=float)
+    n = np.array([burst(p, layout)[0] for p in points], dtype=float)
+    k = np.array([burst(p, layout)[1] for p in points], dtype=float)
+    y = np.array([measured_stall(p, layout) for p in points], dtype=float)
     used = (k > 0) & (y > 0)
     if not used.any():
         return None
@@ -189,7 +208,7 @@ def fit_metadata(points: Sequence[Point], layout: str, known: Known, locks: floa
                  ) -> tuple[float, float, float]:
     """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
     `locks`, what the phase's metadata ops spread over: contention.lock_count)."""
-    stalls = _stalls_of(points, known)
+    stalls = _stalls_of(points, known, layout)
     if stalls is None:
         return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
     grid = _thread_grid(locks, known)
@@ -210,7 +229,7 @@ def metadata_alternatives(points: Sequence[Point], layout: str, known: Known,
     """Fits (RTT, s, c) that saturate the server and whose error (the sum of squared
     relative misses) is within `tolerance` of the best: the runs cannot tell them apart.
     The fastest and the slowest drain s/c among them."""
-    stalls = _stalls_of(points, known)
+    stalls = _stalls_of(points, known, layout)
     grid = _thread_grid(locks, known)
     if stalls is None or len(grid) == 1 or tolerance <= 0:
         return []
@@ -345,18 +364,19 @@ def _fit_rates(points: Sequence[Point], layout: str, data: Sequence[float],
             _inverse(rates.client_s_per_byte), rates.bound, node != 0.0)
 
 
-def read_queue_ops(points: Sequence[Point], saturated: bool) -> float:
-    """q, the reads' requests at the metadata server in metadata ops: the read's time per
-    rank against the metadata ops' time per op, each as growth over the smallest run (what
-    does not grow, a read's bytes at B_client, cancels), least squares through 0. Only when
-    some run saturated the server: below it the ops' time is flat and a read's growth is
-    the bandwidth's (q = 0)."""
+def read_queue_ops(points: Sequence[Point], saturated: bool, layout: str = "") -> float:
+    """q, the reads' requests at the metadata server in metadata ops per issuing rank: the
+    read's time per issuing rank (contention.issuers) against the metadata ops' time per
+    op, each as growth over the smallest run (what does not grow, a read's bytes at
+    B_client, cancels), least squares through 0. Only when some run saturated the server:
+    below it the ops' time is flat and a read's growth is the bandwidth's (q = 0)."""
     used = [p for p in points if p.ops_per_rank > 0 and p.meta_s > 0 and p.read_s > 0]
     if not saturated or len(used) < 2:
         return 0.0
     base = used[0]
     xs = [p.meta_s / p.ops_per_rank - base.meta_s / base.ops_per_rank for p in used[1:]]
-    ys = [p.read_s - base.read_s for p in used[1:]]
+    ys = [(p.read_s * per_issuer(layout, p.geometry)
+           - base.read_s * per_issuer(layout, base.geometry)) for p in used[1:]]
     xx = sum(x * x for x in xs)
     if xx <= 0:
         return 0.0
@@ -374,13 +394,14 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
                                                                         locks)
     whole = known.threads is not None
     c_eff = effective_threads(layout, threads, locks)
-    meta_model = tuple(metadata_stall(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole)
-                       for p in points)
-    saturated = tuple(p.nranks for p in points
-                      if is_saturated(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole))
-    read_ops = read_queue_ops(points, bool(saturated))
-    read_model = tuple(read_queue_time(p.nranks, p.ops_per_rank, read_ops, rtt, service, c_eff,
-                                       whole) for p in points)
+    # each point's burst: its issuing ranks, each one's ops (every rank but a reader's members)
+    bursts = [burst(p, layout) for p in points]
+    meta_model = tuple(metadata_stall(*b, rtt, service, c_eff, whole) for b in bursts)
+    saturated = tuple(p.nranks for p, b in zip(points, bursts)
+                      if is_saturated(*b, rtt, service, c_eff, whole))
+    read_ops = read_queue_ops(points, bool(saturated), layout)
+    read_model = tuple(read_queue_time(*b, read_ops, rtt, service, c_eff, whole)
+                       for b in bursts)
     notes = []
     data = []
     for point, stall, queued in zip(points, meta_model, read_model):

@@ -283,8 +283,9 @@ def _render_layout(series: Series, projection: Projection, notes: Sequence[str],
                   f"{format_seconds(params.service_s)}, c {threads}, B_agg {_gbps(params.agg_bps)}"
                   f", B_client {_gbps(params.client_bps)}{node}"
                   + (f"  (given: {', '.join(given)})" if given else ""))
-    console.print(item_table("", FITTED, map(Fitted, fit.points, fit.meta_model_s,
-                                             fit.last_model_s, fit.residuals, fit.limits)))
+    console.print(item_table("", FITTED, map(Fitted, fit.points, fit.meta_measured_s,
+                                             fit.meta_model_s, fit.last_model_s, fit.residuals,
+                                             fit.limits)))
     console.print(f"  residuals (measured - model) / measured: rms {fit.rms_residual:.1%}, max "
                   f"{fit.max_residual:.1%}; metadata saturated at "
                   f"{', '.join(map(str, fit.saturated)) or 'no measured rank count'}; B_agg "
@@ -329,6 +330,7 @@ class Fitted(NamedTuple):
     """A measured point of a fit beside what the fitted model says of it."""
 
     point: Point
+    stall_s: float                    # measured, of one rank that issues the ops
     stall_model_s: float
     last_model_s: float
     residual: float                   # (measured - model) / measured
@@ -339,7 +341,7 @@ FITTED: tuple[ItemColumn[Fitted], ...] = (
     ItemColumn("ranks", lambda fitted: str(fitted.point.nranks)),
     ItemColumn("nodes", lambda fitted: str(fitted.point.nnodes)),
     ItemColumn("k", lambda fitted: f"{fitted.point.ops_per_rank:.3g}"),
-    ItemColumn("stall meas", lambda fitted: format_seconds(fitted.point.meta_s)),
+    ItemColumn("stall meas", lambda fitted: format_seconds(fitted.stall_s)),
     ItemColumn("stall model", lambda fitted: format_seconds(fitted.stall_model_s)),
     ItemColumn("F meas", lambda fitted: format_seconds(fitted.point.outside_s)),
     ItemColumn("last rank meas", lambda fitted: format_seconds(fitted.point.last_s)),
