@@ -73,8 +73,10 @@ The fit (least squares on relative errors, numpy):
    points fit a line through anything.
 2. Metadata: the measured stall at N is sum over ops of k_op x lat_p50 (the median rank's
    metadata time; under a saturated closed loop with k >= 2 it approaches the drain, for
-   k = 1 a FIFO burst's median is about half of it). (RTT, s, c) are fitted: for each c
-   (a log grid from 1 to 1e6, refined by golden section; c_eff = 1 for shared) and each
+   k = 1 a FIFO burst's median is about half of it: the band adds the fit on each op's
+   lat_max, the slowest rank's reading, stampede.model.projection). (RTT, s, c) are
+   fitted: for each c (a log grid from 1 to 1e6, refined by golden section; c_eff = 1 for
+   shared) and each
    split of the rank counts into unsaturated / saturated, the model is linear in
    (RTT, s); the combination with the least error wins (ties: the smaller c). When no
    rank count saturated the server, the points fix only RTT + s, and the fit takes the
@@ -101,10 +103,12 @@ The fit (least squares on relative errors, numpy):
    repeated on time_to_last_rank_min_s and _max_s (run-to-run noise carried to N), of
    leave-one-out refits (four or more rank counts), of the metadata fits that miss no run
    by more than its iteration spread (the fastest and slowest drain s/c among them: a
-   drain resting on one saturated run is not pinned by it), and of each limit the runs
-   only bounded, or reached at one run, taken as never reached. It is not a confidence
-   interval of the model: no band from a few small runs bounds an extrapolation thousands
-   of times beyond them.
+   drain resting on one saturated run is not pinned by it), of the metadata fit on the
+   stall read as the slowest rank's (each op's lat_max: the median's reading sits below
+   the drain the model projects), of the runs' smallest and largest F, and of each limit
+   the runs only bounded, or reached at one run, taken as never reached. It is not a
+   confidence interval of the model: no band from a few small runs bounds an
+   extrapolation thousands of times beyond them.
 Each layout is printed with its configuration (job, backend, fs_type, cache, pattern,
 stat_count, open_count), and warm-cache or oversubscribed runs are noted.
 

@@ -64,15 +64,16 @@ def _whole(row: Row, column: str, default: int) -> int:
     return value if value >= 1 else default
 
 
-def _per_rank_s(op_row: Row | None, iterations: float, nranks: int) -> tuple[float, float]:
-    """(count per iteration, count per rank per iteration x lat_p50) of an op's row; (0, 0)
-    where there is none or it measured nothing."""
+def _per_rank_s(op_row: Row | None, iterations: float, nranks: int,
+                latency: str = "lat_p50_s") -> tuple[float, float]:
+    """(count per iteration, count per rank per iteration x `latency`) of an op's row;
+    (0, 0) where there is none or it measured nothing."""
     if op_row is None:
         return 0.0, 0.0
-    count, p50 = op_row["count"], op_row["lat_p50_s"]
-    if not math.isfinite(p50) or count <= 0:
+    count, seconds = op_row["count"], op_row[latency]
+    if not math.isfinite(seconds) or count <= 0:
         return 0.0, 0.0
-    return count / iterations, count / iterations / nranks * p50
+    return count / iterations, count / iterations / nranks * seconds
 
 
 # a run id's sidecar document (None: none could be read), e.g. Archive.sidecar's value
@@ -106,15 +107,17 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
     # the reads' time, to find their own metadata requests (fit.read_queue_ops): restores only
     _, read_s = _per_rank_s(op_rows.get((row["run_id"], row_phase(row), row["layout"], "read")),
                             iterations, nranks) if row_phase(row) == "restore" else (0.0, 0.0)
-    counts, stall = [], 0.0
+    counts, stall, slowest = [], 0.0, 0.0
     for op in ops:
-        per_iteration, spent = _per_rank_s(
-            op_rows.get((row["run_id"], row_phase(row), row["layout"], op)), iterations, nranks)
+        op_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], op))
+        per_iteration, spent = _per_rank_s(op_row, iterations, nranks)
         if per_iteration > 0:
             counts.append((op, per_iteration))
             stall += spent
+            slowest += _per_rank_s(op_row, iterations, nranks, "lat_max_s")[1]
     nnodes = _whole(row, "nnodes", 1)
     return Point(nranks=nranks, ops_per_rank=sum(c for _, c in counts) / nranks, meta_s=stall,
+                 meta_max_s=slowest if slowest > 0 else math.nan,
                  last_s=row["time_to_last_rank_s"],
                  bytes_per_rank=float(row["bytes_per_rank"]),
                  last_min_s=row["time_to_last_rank_min_s"],
