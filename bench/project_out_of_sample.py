@@ -74,6 +74,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--size-per-rank", default="2MiB")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--tolerance", type=float, default=0.15)
+    parser.add_argument("--keep-archive", type=Path, help="copy the runs' archive (and its "
+                        "sidecars) into this directory, to refit by hand")
     add_scratch_parent_option(parser)
     return parser.parse_args()
 
@@ -127,6 +129,9 @@ def main() -> int:
           f"{args.fit_up_to}")
     with scratch_directory("stampede-out-of-sample-", args.dir) as scratch:
         archive, requests = measure(args, scratch)
+        if args.keep_archive is not None:
+            shutil.copytree(archive.parent, args.keep_archive, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("backing", "mount"))
         archived = Archive.open(archive)
         rows = archived.rows
         # each run's F from its sidecar, as `stampede project` reads it

@@ -44,6 +44,7 @@ class Point:
     broadcast_group: str = "replica"
     run_id: str = ""             # the archived run it is (its sidecar: the MDS's counts)
     read_s: float = 0.0          # measured: reads per rank per iteration x the read's lat_p50
+    read_max_s: float = 0.0      # the same read as the slowest: x the read's lat_max
     meta_max_s: float = math.nan    # the stall read as the slowest: sum of k_op x lat_max
     outside_s: float = 0.0       # measured F: the last rank's time outside its timed ops
                                  # (median over iterations; 0: no sidecar timeline said)

@@ -8,12 +8,13 @@ The band is the envelope of the projection from:
 - the metadata fits the runs cannot tell from the best (each run missed by no more than its
   own iteration spread): the fastest and the slowest drain s/c among them, so a drain that
   rests on one saturated rank count widens the band as it should;
-- where a run saturated the server, the metadata fit on the stall read as the slowest
-  rank's (each op's count x its lat_max, Point.meta_max_s): the model's T_meta is the last
-  rank's stall, the drain, while the central fit reads the median rank's (lat_p50), which
-  in a saturated FIFO burst sits below it (k = 1: about half; k = 2 at the emulator: s/c
-  3.9-4.3 ms read against its 4.5 ms); each op's slowest latency reads it from above. A
-  bias of the measure, not noise: no spread of the runs covers it;
+- where a run saturated the server, the fit on the runs read as their slowest rank's
+  (each op's count x its lat_max: Point.meta_max_s, and the reads', read_max_s, for q):
+  the model's T_meta is the last rank's stall, the drain, while the central fit reads the
+  median rank's (lat_p50), which in a saturated FIFO burst sits below it (k = 1: about
+  half; k = 2 at the emulator: s/c 3.8-4.3 ms read against its 4.5 ms); each op's slowest
+  latency reads it from above. A bias of the measure, not noise: no spread of the runs
+  covers it;
 - each limit the runs only bounded (B_agg, B_node, B_client, s/c) at its other extreme,
   never reached: the central value takes it as reached right past the largest run (the
   pessimistic reading), the band's other end as never reached;
@@ -37,7 +38,6 @@ from stampede.model.fit import (
     Fit,
     Known,
     Point,
-    fit_metadata,
     fit_points,
     metadata_alternatives,
 )
@@ -130,15 +130,17 @@ def _unreached(fit: Fit) -> dict[str, Any]:
     return {name: math.inf for name, flag in flags if flag}
 
 
-def _slowest_rank_stall(points: Sequence[Point], layout: str, known: Known, locks: float,
-                        central: Fit) -> tuple[float, float, float] | None:
-    """(RTT, s, c) fitted on each run's stall read as the slowest rank's (meta_max_s), where
-    the central fit saturated the server and every run has it; else None."""
+def _slowest_rank(points: Sequence[Point], layout: str, known: Known, locks: float,
+                  central: Fit) -> Fit | None:
+    """The fit on each run read as its slowest rank's: the stall (meta_max_s) and the reads'
+    time (read_max_s, from which q is fitted), where the central fit saturated the server
+    and every run has them; else None."""
     if not central.saturated or not all(math.isfinite(p.meta_max_s) and p.meta_max_s > 0
                                         for p in points if p.meta_s > 0):
         return None
-    return fit_metadata([replace(p, meta_s=p.meta_max_s) if p.meta_s > 0 else p for p in points],
-                        layout, known, locks)
+    slowest = [replace(p, meta_s=p.meta_max_s, read_s=p.read_max_s) if p.meta_s > 0 else p
+               for p in points]
+    return fit_points(slowest, layout, locks, known)
 
 
 def _measured(column: str) -> Callable[[Point], float]:
@@ -252,9 +254,9 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
         others += [at(fit_points(points, layout, locks, known, meta=meta))
                    for meta in alternatives]
         sources.append("the metadata fits within the runs' spread")
-    slowest = _slowest_rank_stall(points, layout, known, locks, central)
+    slowest = _slowest_rank(points, layout, known, locks, central)
     if slowest is not None:
-        others.append(at(fit_points(points, layout, locks, known, meta=slowest)))
+        others.append(at(slowest))
         sources.append("the stall read as the slowest rank's")
     unreached = _unreached(central)
     if unreached:

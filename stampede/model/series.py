@@ -105,8 +105,10 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
     nranks = row["nranks"]
     iterations = float(max(row["iterations"], 1))
     # the reads' time, to find their own metadata requests (fit.read_queue_ops): restores only
-    _, read_s = _per_rank_s(op_rows.get((row["run_id"], row_phase(row), row["layout"], "read")),
-                            iterations, nranks) if row_phase(row) == "restore" else (0.0, 0.0)
+    read_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], "read")) \
+        if row_phase(row) == "restore" else None
+    _, read_s = _per_rank_s(read_row, iterations, nranks)
+    _, read_max_s = _per_rank_s(read_row, iterations, nranks, "lat_max_s")
     counts, stall, slowest = [], 0.0, 0.0
     for op in ops:
         op_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], op))
@@ -125,7 +127,7 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
                  ranks_per_node=_whole(row, "ranks_per_node", nranks) if nnodes > 1 else 0,
                  replicas=_whole(row, "replicas", 1),
                  broadcast_group=row["broadcast_group"] or "replica", run_id=row["run_id"],
-                 read_s=read_s,
+                 read_s=read_s, read_max_s=read_max_s,
                  # the restore's only: a save's timeline also sums ops after it is durable
                  outside_s=outside_s(sidecars(row["run_id"]), row["layout"])
                  if sidecars and row_phase(row) == "restore" else 0.0)
