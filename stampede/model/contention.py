@@ -28,9 +28,10 @@ The model, per layout (N ranks leave the start barrier together):
            file's inode, and one server (one Lustre MDT, one S3 prefix) serialises them
            (the save's: its directories' locks, below)
   q        the metadata requests the reads make (a kernel checking the file's size: NFS,
-           FUSE, CephFS GETATTRs), in metadata ops: they queue at the same server as the k
-           ops, so a faster server shortens them too. Fitted from the read's own latency:
-           how much of its growth with N follows the metadata ops' (stampede.model.fit)
+           FUSE, CephFS GETATTRs), in metadata ops per issuing rank (I): they queue at the
+           same server as the k ops, so a faster server shortens them too. Fitted from the
+           read's own latency: how much of its growth with N follows the metadata ops'
+           (stampede.model.fit)
   F        the last rank's time outside its timed ops (fixed_s): from the phase's start
            (its node's first rank out of the start barrier) until it is done, less the
            sum of its ops' durations: its own exit from the barrier (late where ranks
@@ -40,9 +41,11 @@ The model, per layout (N ranks leave the start barrier together):
            the median over iterations (stampede.model.series; 0 where no sidecar says).
            The fit takes it off each run's time before fitting the data term, and the
            projection carries the F of the run nearest the target rank count (the largest
-           run's beyond them): F is measured, not modelled in N. It dominates millisecond
-           restores (0.02 ms alone, 0.3-0.5 ms with 3-4 ranks on 2 cores, against reads of
-           0.1 ms: bench/advisor_check.py); the band spans the runs' smallest and largest F
+           run's beyond them): F is measured, not modelled in N, so a target past the runs
+           can need more of it. It dominates millisecond restores (0.01-0.16 ms at 1-2
+           ranks, 0.3-5 ms at 3-4 ranks on 2 cores, against reads of 0.1 ms:
+           bench/advisor_check.py); the band spans the runs' smallest and largest F.
+           Restores only: a save's timeline also sums ops after it is durable
   storage, node, rank, exchange
            the layout's bytes (in units of b) through the storage, the busiest node's NIC
            (its reads, then the exchange between nodes), one reader: stampede.model.traffic
