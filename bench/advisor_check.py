@@ -52,7 +52,6 @@ from common import (
     load_average_text,
     machine_text,
     mpiexec_command,
-    read_archive,
     run_checked,
     scratch_directory,
     write_job_toml,
@@ -61,6 +60,7 @@ from common import (
 from stampede.emulate.mount import fuse_unavailable, running
 from stampede.model.assessment import phase_verdict
 from stampede.model.workload import Workload
+from stampede.results.archived import Archive
 from stampede.units import parse_size
 
 RANK_COUNTS = (1, 2, 3, 4)
@@ -136,7 +136,8 @@ def run_layouts(job: Path, backing: Path, path: Path, nranks: int, archive: Path
                                 "--set", f"target.path={path}", "--set", f"archive.path={archive}"))
 
 
-def check(config: Config, layouts: list[str], iterations: int, scratch: Path) -> Row:
+def check(config: Config, layouts: list[str], iterations: int, scratch: Path,
+          keep: Path | None = None) -> Row:
     backing, mountpoint = scratch / "backing", scratch / "mount"
     fit_archive, target_archive = scratch / "fit.csv", scratch / "target.csv"
     for stale in (fit_archive, target_archive):
@@ -160,10 +161,18 @@ def check(config: Config, layouts: list[str], iterations: int, scratch: Path) ->
             if nranks != config.target_n:
                 run_layouts(job, backing, path, nranks, fit_archive)
         bytes_per_rank = float(parse_size(config.size_per_rank))
-        verdict = phase_verdict(read_archive(fit_archive), "restore",
+        fitted = Archive.open(fit_archive)
+        verdict = phase_verdict(fitted.rows, "restore",
                                 Workload(config.target_n, ranks_per_node=config.target_n,
-                                         bytes_per_rank=bytes_per_rank))
+                                         bytes_per_rank=bytes_per_rank),
+                                lambda run_id: fitted.sidecar(run_id).value)
         run_layouts(job, backing, path, config.target_n, target_archive)
+    if keep is not None:     # the archives (and their sidecars), to refit by hand
+        keep.mkdir(parents=True, exist_ok=True)
+        named = keep / f"{config.storage.replace(' ', '_')}-N{config.target_n}-" \
+            f"{config.size_per_rank}-{config.cache}"
+        shutil.rmtree(named, ignore_errors=True)
+        shutil.copytree(scratch, named, ignore=shutil.ignore_patterns("backing", "mount"))
     measured = {}
     for row in archive_rows(target_archive):
         if row["op"] == "restore" and row["valid"] == "true":
@@ -191,6 +200,8 @@ def parse_args() -> argparse.Namespace:
                         help="run only these configurations (1-based, comma-separated)")
     parser.add_argument("--tolerance", type=float, default=0.15, help="the time's agreement target")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--keep-archives", type=Path, help="copy each configuration's fit and "
+                        "target archives (and sidecars) into this directory")
     add_scratch_parent_option(parser)
     return parser.parse_args()
 
@@ -209,7 +220,8 @@ def main() -> int:
             if config.service_s and missing:
                 print(f"{index:>2}: {config.storage}: skipped, cannot mount the emulator: {missing}")
                 continue
-            rows.append((index, check(config, args.layouts, args.iterations, scratch)))
+            rows.append((index, check(config, args.layouts, args.iterations, scratch,
+                                       args.keep_archives)))
             print(f"  configuration {index} done (load {load_average_text()})", file=sys.stderr,
                   flush=True)
     print(f"\n{'#':>2} {'storage':<20} {'N':>2} {'size':>6} {'cache':<5} {'advised':<11} "

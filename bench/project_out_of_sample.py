@@ -47,7 +47,6 @@ from common import (
     load_average_text,
     machine_text,
     mpiexec_command,
-    read_archive,
     run_checked,
     scratch_directory,
     write_job_toml,
@@ -58,6 +57,7 @@ from stampede.emulate.mount import Window, fuse_unavailable, read_requests, runn
 from stampede.model.contention import predict
 from stampede.model.projection import Scale, project
 from stampede.model.series import series_from_rows
+from stampede.results.archived import Archive
 from stampede.units import parse_size
 
 LARGE = 16384
@@ -74,6 +74,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--size-per-rank", default="2MiB")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--tolerance", type=float, default=0.15)
+    parser.add_argument("--keep-archive", type=Path, help="copy the runs' archive (and its "
+                        "sidecars) into this directory, to refit by hand")
     add_scratch_parent_option(parser)
     return parser.parse_args()
 
@@ -127,8 +129,14 @@ def main() -> int:
           f"{args.fit_up_to}")
     with scratch_directory("stampede-out-of-sample-", args.dir) as scratch:
         archive, requests = measure(args, scratch)
-        rows = read_archive(archive)
-    (series,) = series_from_rows(rows, ("sharded",))
+        if args.keep_archive is not None:
+            shutil.copytree(archive.parent, args.keep_archive, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("backing", "mount"))
+        archived = Archive.open(archive)
+        rows = archived.rows
+        # each run's F from its sidecar, as `stampede project` reads it
+        (series,) = series_from_rows(rows, ("sharded",),
+                                     sidecars=lambda run_id: archived.sidecar(run_id).value)
     measured = {p.nranks: p for p in series.points}
     fitted = [p for p in series.points if p.nranks <= args.fit_up_to]
     per_op = requests["total"] / K

@@ -175,7 +175,7 @@ def _fit_and_project(args: argparse.Namespace, archive: Archive, workload: Workl
     rows = archive.rows
     # a rejoin run (one rank count, two ways back from a lost node) has a model of its own
     series = series_from_rows(archive.without(archive.rejoin_runs()).rows, layouts, ops,
-                              args.phase)
+                              args.phase, lambda run_id: archive.sidecar(run_id).value)
     rejoin = rejoin_verdict(archive, workload, *at_target_rejoin) \
         if args.phase == "restore" and not layouts else None
     if rejoin is not None:

@@ -36,7 +36,7 @@ from stampede.units import (
 
 if TYPE_CHECKING:
     from stampede.model.projection import Projection
-    from stampede.model.series import Series
+    from stampede.model.series import Series, Sidecars
     from stampede.results.archived import Archive, TermRuns
 
 PHASE_OPS = {"restore": METADATA_OPS, "save": SAVE_METADATA_OPS}
@@ -241,6 +241,8 @@ def dominant_part(projection: Projection) -> str:
     # the reads' own requests at the metadata server are its time, not the data's (as
     # Prediction.bound_by counts them)
     metadata_s = prediction.meta_s + prediction.read_meta_s
+    if prediction.fixed_s > max(metadata_s, prediction.data_s - prediction.read_meta_s):
+        return "the time outside the timed ops (F: barrier exit, Python between ops)"
     if metadata_s >= prediction.data_s - prediction.read_meta_s:
         return "metadata stall" + (" (the burst saturates the server)"
                                    if prediction.saturated else "")
@@ -254,11 +256,11 @@ def ranked(rows: Sequence[Row], op: str) -> tuple[tuple[Row, str], ...]:
                  if row["valid"])
 
 
-def phase_verdict(rows: Sequence[Row], phase: str, workload: Workload
-                  ) -> PhaseVerdict | None:
+def phase_verdict(rows: Sequence[Row], phase: str, workload: Workload,
+                  sidecars: Sidecars | None = None) -> PhaseVerdict | None:
     """The latest run's ranking and the projections of one phase at the workload (as
     `stampede project --target-ranks N --target-ranks-per-node K --target-bytes-per-rank B`);
-    None without such runs."""
+    None without such runs. `sidecars` (run id: its sidecar) as series_from_rows'."""
     from stampede.model.fit import Known
     from stampede.model.projection import project, scale_for
     from stampede.model.series import projection_notes, row_phase, series_from_rows
@@ -269,7 +271,7 @@ def phase_verdict(rows: Sequence[Row], phase: str, workload: Workload
     run_id = mine[-1]["run_id"]
     ranking = ranked([row for row in rows if row["run_id"] == run_id], phase)
     projections, why = [], ""
-    for item in series_from_rows(list(rows), (), PHASE_OPS[phase], phase):
+    for item in series_from_rows(list(rows), (), PHASE_OPS[phase], phase, sidecars):
         try:
             scale = scale_for(item, workload.ranks, workload.ranks_per_node,
                               bytes_per_rank=workload.bytes_per_rank)
@@ -313,7 +315,9 @@ def assess(archive: Archive, workload: Workload | int,
     # from a lost node: its own verdict, not layouts to rank among the others
     alternatives = archive.without(archive.rejoin_runs()).rows
     phases = {phase: verdict for phase in PHASE_OPS
-              if (verdict := phase_verdict(alternatives, phase, workload)) is not None}
+              if (verdict := phase_verdict(alternatives, phase, workload,
+                                           lambda run_id: archive.sidecar(run_id).value))
+              is not None}
     restore = phases.get("restore")
     layout = restore.best if restore else ""
     # `stampede mttr ARCHIVES --layout L` of each restore layout the verdict names: the

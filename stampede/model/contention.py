@@ -7,23 +7,45 @@ The model, per layout (N ranks leave the start barrier together):
   data             T_data(N) = b max(storage / B_agg, node / B_node, rank / min(B_client, B_net))
                                + b exchange / B_node + T_read_meta(N)
   reads' requests  T_read_meta(N) = T_meta(N; k + q) - T_meta(N; k)
-  time to last rank     T(N) = T_meta(N) + T_data(N)
+  time to last rank     T(N) = F + T_meta(N) + T_data(N)
 
   k        metadata ops each rank issues before its data flows: stat_count + open_count
            per file, + 1 list (list-first), + 1 index (metadata-first); taken from the
            archive as count / (nranks x iterations) of the stat/open/list/index rows, and
            projected by fitting each op's count per iteration as a N + b (list-bcast
            lists once per job, not per rank)
+  I        the ranks that issue them: N, except where only a group's readers touch storage
+           (leader-reads layouts: broadcast, node-once, owners), whose members wait for
+           their reader: I = the readers (storage / rank of the layout's traffic: one per
+           node for node-once). The burst is I ranks of k N / I ops each, so T_meta is
+           taken at (I, k N / I): the same drain N k s / c, but a reader's unsaturated
+           stall is its own k N / I ops in series (node-once's reader: its stat and open,
+           whatever N; an average of k = 2 / N per rank put it at 2 / N of them). The
+           measured stall and the reads' time are per reader too (x N / I)
   RTT      one metadata op's round trip outside the server (client, network)
   s, c     server time of one op, and the server's threads (ops in service at once)
   c_eff    c, except 1 for the shared layout: every rank's stat and open land on the one
            file's inode, and one server (one Lustre MDT, one S3 prefix) serialises them
            (the save's: its directories' locks, below)
   q        the metadata requests the reads make (a kernel checking the file's size: NFS,
-           FUSE, CephFS GETATTRs), in metadata ops: they queue at the same server as the k
-           ops, so a faster server shortens them too. Fitted from the read's own latency:
-           how much of its growth with N follows the metadata ops' (stampede.model.fit)
-  b        bytes_per_rank, each rank's shard
+           FUSE, CephFS GETATTRs), in metadata ops per issuing rank (I): they queue at the
+           same server as the k ops, so a faster server shortens them too. Fitted from the
+           read's own latency: how much of its growth with N follows the metadata ops'
+           (stampede.model.fit)
+  F        the last rank's time outside its timed ops (fixed_s): from the phase's start
+           (its node's first rank out of the start barrier) until it is done, less the
+           sum of its ops' durations: its own exit from the barrier (late where ranks
+           outnumber cores), Python between ops, the phase's bookkeeping. Measured, not
+           fitted: each run's sidecar timeline has every rank's done time and the seconds
+           it spent in ops per iteration; a point's F is that of each iteration's last rank,
+           the median over iterations (stampede.model.series; 0 where no sidecar says).
+           The fit takes it off each run's time before fitting the data term, and the
+           projection carries the F of the run nearest the target rank count (the largest
+           run's beyond them): F is measured, not modelled in N, so a target past the runs
+           can need more of it. It dominates millisecond restores (0.01-0.16 ms at 1-2
+           ranks, 0.3-5 ms at 3-4 ranks on 2 cores, against reads of 0.1 ms:
+           bench/advisor_check.py); the band spans the runs' smallest and largest F.
+           Restores only: a save's timeline also sums ops after it is durable
   storage, node, rank, exchange
            the layout's bytes (in units of b) through the storage, the busiest node's NIC
            (its reads, then the exchange between nodes), one reader: stampede.model.traffic
@@ -54,8 +76,10 @@ The fit (least squares on relative errors, numpy):
    points fit a line through anything.
 2. Metadata: the measured stall at N is sum over ops of k_op x lat_p50 (the median rank's
    metadata time; under a saturated closed loop with k >= 2 it approaches the drain, for
-   k = 1 a FIFO burst's median is about half of it). (RTT, s, c) are fitted: for each c
-   (a log grid from 1 to 1e6, refined by golden section; c_eff = 1 for shared) and each
+   k = 1 a FIFO burst's median is about half of it: the band adds the fit on each op's
+   lat_max, the slowest rank's reading, stampede.model.projection). (RTT, s, c) are
+   fitted: for each c (a log grid from 1 to 1e6, refined by golden section; c_eff = 1 for
+   shared) and each
    split of the rank counts into unsaturated / saturated, the model is linear in
    (RTT, s); the combination with the least error wins (ties: the smaller c). When no
    rank count saturated the server, the points fix only RTT + s, and the fit takes the
@@ -76,15 +100,18 @@ The fit (least squares on relative errors, numpy):
    is only bounded below: the bound (where it would start to limit the run closest to it;
    for B_agg, the largest run exactly at the limit) is used, and the projected time is
    marked as an upper bound. B_node is left out when every run was on one node.
+   Each run's F is taken off its time before the data fit, and added back to its model.
 4. Residuals: measured against fitted time to last rank and stall at every rank count.
 5. Band (stampede.model.projection): the envelope of the projections of the data fit
    repeated on time_to_last_rank_min_s and _max_s (run-to-run noise carried to N), of
    leave-one-out refits (four or more rank counts), of the metadata fits that miss no run
    by more than its iteration spread (the fastest and slowest drain s/c among them: a
-   drain resting on one saturated run is not pinned by it), and of each limit the runs
-   only bounded, or reached at one run, taken as never reached. It is not a confidence
-   interval of the model: no band from a few small runs bounds an extrapolation thousands
-   of times beyond them.
+   drain resting on one saturated run is not pinned by it), of the metadata fit on the
+   stall read as the slowest rank's (each op's lat_max: the median's reading sits below
+   the drain the model projects), of the runs' smallest and largest F, and of each limit
+   the runs only bounded, or reached at one run, taken as never reached. It is not a
+   confidence interval of the model: no band from a few small runs bounds an
+   extrapolation thousands of times beyond them.
 Each layout is printed with its configuration (job, backend, fs_type, cache, pattern,
 stat_count, open_count), and warm-cache or oversubscribed runs are noted.
 
@@ -154,7 +181,9 @@ class Params:
     replicas: int = 1                # at the rank count predicted
     broadcast_group: str = "replica"
     read_ops_per_rank: float = 0.0   # q: the reads' requests that queue at the metadata
-                                     # server, in metadata ops (fit.read_queue_ops)
+                                     # server, in metadata ops per issuing rank
+                                     # (fit.read_queue_ops)
+    fixed_s: float = 0.0             # F: the last rank's time outside its timed ops (measured)
 
 
 @dataclass(frozen=True)
@@ -169,10 +198,11 @@ class Prediction:
     exchange_s: float = 0.0    # of data_s: between nodes, through the NICs
     nnodes: int = 1
     read_meta_s: float = 0.0   # of data_s: the reads' requests at the metadata server
+    fixed_s: float = 0.0       # F: the last rank's time outside its timed ops
 
     @property
     def total_s(self) -> float:
-        return self.meta_s + self.data_s
+        return self.fixed_s + self.meta_s + self.data_s
 
     @property
     def bound_by(self) -> str:
@@ -180,7 +210,8 @@ class Prediction:
         parts = {"the metadata server": self.meta_s + self.read_meta_s,
                  f"the reads, through {self.limit}":
                      self.data_s - self.exchange_s - self.read_meta_s,
-                 "the exchange between nodes, through B_node": self.exchange_s}
+                 "the exchange between nodes, through B_node": self.exchange_s,
+                 "the time outside the timed ops (F)": self.fixed_s}
         return max(parts, key=lambda name: parts[name])
 
 
@@ -193,6 +224,22 @@ def lock_count(layout: str, phase: str = "restore", fanout: int = 0) -> float:
         return float(fanout) if described is not None and described.fanout_dirs and fanout > 0 \
             else 1.0
     return 1.0 if described is not None and described.shared_inode else math.inf
+
+
+def issuers(layout: str, geometry: Geometry) -> float:
+    """I: the ranks that issue a layout's metadata ops (and its reads): every rank, or
+    where only readers touch storage (leader_reads), the readers (storage / rank)."""
+    described = TABLE.get(layout)
+    if described is None or not described.leader_reads:
+        return float(geometry.nranks)
+    flow = traffic(layout, geometry)
+    return min(max(flow.storage / flow.rank, 1.0), geometry.nranks) if flow.rank > 0 \
+        else float(geometry.nranks)
+
+
+def per_issuer(layout: str, geometry: Geometry) -> float:
+    """N / I: how many times a rank's average of ops (or of their time) one issuer has."""
+    return geometry.nranks / issuers(layout, geometry)
 
 
 def effective_threads(layout: str, threads: float, locks: float | None = None) -> float:
@@ -240,13 +287,14 @@ def data_time(nranks: float, bytes_per_rank: float, agg_bps: float, client_bps: 
 
 
 def predict(params: Params, nranks: int, layout: str) -> Prediction:
-    """Time to last rank = T_meta + T_data at `nranks` for `layout`, from known parameters."""
+    """Time to last rank = F + T_meta + T_data at `nranks` for `layout`, from known
+    parameters."""
     threads = effective_threads(layout, params.threads, params.locks)
-    meta = metadata_stall(nranks, params.ops_per_rank, params.rtt_s, params.service_s, threads,
-                          params.whole_rounds)
-    read_meta = read_queue_time(nranks, params.ops_per_rank, params.read_ops_per_rank,
-                                params.rtt_s, params.service_s, threads, params.whole_rounds)
     geometry = Geometry(nranks, params.ranks_per_node, params.replicas, params.broadcast_group)
+    burst = issuers(layout, geometry), params.ops_per_rank * per_issuer(layout, geometry)
+    meta = metadata_stall(*burst, params.rtt_s, params.service_s, threads, params.whole_rounds)
+    read_meta = read_queue_time(*burst, params.read_ops_per_rank, params.rtt_s,
+                                params.service_s, threads, params.whole_rounds)
     client = min(params.client_bps, params.net_bps)
     read, exchange, limit = data_seconds(traffic(layout, geometry), params.bytes_per_rank,
                                          params.agg_bps, params.node_bps, client)
@@ -256,5 +304,6 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
     return Prediction(layout=layout, nranks=nranks, meta_s=meta,
                       data_s=read + exchange + read_meta, read_meta_s=read_meta,
                       limit=limit, rate_bps=rate, exchange_s=exchange, nnodes=geometry.nnodes,
-                      saturated=is_saturated(nranks, params.ops_per_rank, params.rtt_s,
-                                             params.service_s, threads, params.whole_rounds))
+                      fixed_s=params.fixed_s,
+                      saturated=is_saturated(*burst, params.rtt_s, params.service_s, threads,
+                                             params.whole_rounds))

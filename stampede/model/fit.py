@@ -13,7 +13,9 @@ from stampede.model.contention import (
     Params,
     effective_threads,
     is_saturated,
+    issuers,
     metadata_stall,
+    per_issuer,
     read_queue_time,
 )
 from stampede.model.traffic import Geometry, data_seconds, fit_rates, traffic
@@ -42,6 +44,10 @@ class Point:
     broadcast_group: str = "replica"
     run_id: str = ""             # the archived run it is (its sidecar: the MDS's counts)
     read_s: float = 0.0          # measured: reads per rank per iteration x the read's lat_p50
+    read_max_s: float = 0.0      # the same read as the slowest: x the read's lat_max
+    meta_max_s: float = math.nan    # the stall read as the slowest: sum of k_op x lat_max
+    outside_s: float = 0.0       # measured F: the last rank's time outside its timed ops
+                                 # (median over iterations; 0: no sidecar timeline said)
 
     @property
     def geometry(self) -> Geometry:
@@ -97,6 +103,11 @@ class Fit:
         """(measured - model) / measured time to last rank, per rank count."""
         return tuple((point.last_s - model) / point.last_s
                      for point, model in zip(self.points, self.last_model_s))
+
+    @property
+    def meta_measured_s(self) -> tuple[float, ...]:
+        """Each point's measured stall of one issuing rank, as meta_model_s models it."""
+        return tuple(measured_stall(point, self.layout) for point in self.points)
 
     @property
     def rms_residual(self) -> float:
@@ -160,12 +171,24 @@ def _golden(objective: Callable[[float], float], low: float, high: float, steps:
     return math.exp(a if f1 <= f2 else x2)
 
 
-def _stalls_of(points: Sequence[Point], known: Known) -> _Stalls | None:
+def burst(point: Point, layout: str) -> tuple[float, float]:
+    """(I, k N / I): the ranks that issue the point's metadata ops, and each one's ops
+    (contention.issuers)."""
+    return issuers(layout, point.geometry), point.ops_per_rank * per_issuer(layout, point.geometry)
+
+
+def measured_stall(point: Point, layout: str) -> float:
+    """The point's measured stall of one issuing rank: meta_s is the average over all
+    ranks (x N / I)."""
+    return point.meta_s * per_issuer(layout, point.geometry)
+
+
+def _stalls_of(points: Sequence[Point], known: Known, layout: str) -> _Stalls | None:
     import numpy as np
 
-    n = np.array([p.nranks for p in points], dtype=float)
-    k = np.array([p.ops_per_rank for p in points], dtype=float)
-    y = np.array([p.meta_s for p in points], dtype=float)
+    n = np.array([burst(p, layout)[0] for p in points], dtype=float)
+    k = np.array([burst(p, layout)[1] for p in points], dtype=float)
+    y = np.array([measured_stall(p, layout) for p in points], dtype=float)
     used = (k > 0) & (y > 0)
     if not used.any():
         return None
@@ -187,7 +210,7 @@ def fit_metadata(points: Sequence[Point], layout: str, known: Known, locks: floa
                  ) -> tuple[float, float, float]:
     """(RTT, s, c) that fit the measured stalls best (c = 1 where one lock serialises:
     `locks`, what the phase's metadata ops spread over: contention.lock_count)."""
-    stalls = _stalls_of(points, known)
+    stalls = _stalls_of(points, known, layout)
     if stalls is None:
         return (known.rtt_s or 0.0, known.service_s or 0.0, known.threads or 1.0)
     grid = _thread_grid(locks, known)
@@ -208,7 +231,7 @@ def metadata_alternatives(points: Sequence[Point], layout: str, known: Known,
     """Fits (RTT, s, c) that saturate the server and whose error (the sum of squared
     relative misses) is within `tolerance` of the best: the runs cannot tell them apart.
     The fastest and the slowest drain s/c among them."""
-    stalls = _stalls_of(points, known)
+    stalls = _stalls_of(points, known, layout)
     grid = _thread_grid(locks, known)
     if stalls is None or len(grid) == 1 or tolerance <= 0:
         return []
@@ -343,18 +366,19 @@ def _fit_rates(points: Sequence[Point], layout: str, data: Sequence[float],
             _inverse(rates.client_s_per_byte), rates.bound, node != 0.0)
 
 
-def read_queue_ops(points: Sequence[Point], saturated: bool) -> float:
-    """q, the reads' requests at the metadata server in metadata ops: the read's time per
-    rank against the metadata ops' time per op, each as growth over the smallest run (what
-    does not grow, a read's bytes at B_client, cancels), least squares through 0. Only when
-    some run saturated the server: below it the ops' time is flat and a read's growth is
-    the bandwidth's (q = 0)."""
+def read_queue_ops(points: Sequence[Point], saturated: bool, layout: str = "") -> float:
+    """q, the reads' requests at the metadata server in metadata ops per issuing rank: the
+    read's time per issuing rank (contention.issuers) against the metadata ops' time per
+    op, each as growth over the smallest run (what does not grow, a read's bytes at
+    B_client, cancels), least squares through 0. Only when some run saturated the server:
+    below it the ops' time is flat and a read's growth is the bandwidth's (q = 0)."""
     used = [p for p in points if p.ops_per_rank > 0 and p.meta_s > 0 and p.read_s > 0]
     if not saturated or len(used) < 2:
         return 0.0
     base = used[0]
     xs = [p.meta_s / p.ops_per_rank - base.meta_s / base.ops_per_rank for p in used[1:]]
-    ys = [p.read_s - base.read_s for p in used[1:]]
+    ys = [(p.read_s * per_issuer(layout, p.geometry)
+           - base.read_s * per_issuer(layout, base.geometry)) for p in used[1:]]
     xx = sum(x * x for x in xs)
     if xx <= 0:
         return 0.0
@@ -372,20 +396,23 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
                                                                         locks)
     whole = known.threads is not None
     c_eff = effective_threads(layout, threads, locks)
-    meta_model = tuple(metadata_stall(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole)
-                       for p in points)
-    saturated = tuple(p.nranks for p in points
-                      if is_saturated(p.nranks, p.ops_per_rank, rtt, service, c_eff, whole))
-    read_ops = read_queue_ops(points, bool(saturated))
-    read_model = tuple(read_queue_time(p.nranks, p.ops_per_rank, read_ops, rtt, service, c_eff,
-                                       whole) for p in points)
+    # each point's burst: its issuing ranks, each one's ops (every rank but a reader's members)
+    bursts = [burst(p, layout) for p in points]
+    meta_model = tuple(metadata_stall(*b, rtt, service, c_eff, whole) for b in bursts)
+    saturated = tuple(p.nranks for p, b in zip(points, bursts)
+                      if is_saturated(*b, rtt, service, c_eff, whole))
+    read_ops = read_queue_ops(points, bool(saturated), layout)
+    read_model = tuple(read_queue_time(*b, read_ops, rtt, service, c_eff, whole)
+                       for b in bursts)
     notes = []
     data = []
     for point, stall, queued in zip(points, meta_model, read_model):
-        remaining = last(point) - stall - queued
+        # F is measured per run, not fitted: the data term is what is left without it
+        remaining = last(point) - point.outside_s - stall - queued
         if remaining <= 0 < point.bytes_per_rank:
-            notes.append(f"at {point.nranks} rank(s) the fitted stall (with the reads' requests) "
-                         "exceeds the measured time to last rank: its data term is taken as 1% of it")
+            notes.append(f"at {point.nranks} rank(s) the fitted stall (with the reads' requests "
+                         "and the time outside the ops) exceeds the measured time to last rank: "
+                         "its data term is taken as 1% of it")
             remaining = 0.01 * last(point)
         data.append(remaining)
     agg, node, client, bound, node_measured = _fit_rates(points, layout, data, known)
@@ -395,11 +422,12 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
                     ops_per_rank=largest.ops_per_rank, bytes_per_rank=largest.bytes_per_rank,
                     whole_rounds=whole, locks=locks, ranks_per_node=largest.ranks_per_node,
                     replicas=largest.replicas, broadcast_group=largest.broadcast_group,
-                    read_ops_per_rank=read_ops)
+                    read_ops_per_rank=read_ops, fixed_s=largest.outside_s)
     parts = [data_seconds(traffic(layout, p.geometry), p.bytes_per_rank, agg, node, client)
              for p in points]
-    last_model = tuple(stall + queued + read + exchange
-                       for stall, queued, (read, exchange, _) in zip(meta_model, read_model, parts))
+    last_model = tuple(p.outside_s + stall + queued + read + exchange
+                       for p, stall, queued, (read, exchange, _)
+                       in zip(points, meta_model, read_model, parts))
     limited = tuple(p.nranks for p, (_, _, limit) in zip(points, parts)
                     if limit == "B_agg" and p.bytes_per_rank > 0)
     has_meta = any(p.ops_per_rank > 0 and p.meta_s > 0 for p in points)

@@ -8,9 +8,18 @@ The band is the envelope of the projection from:
 - the metadata fits the runs cannot tell from the best (each run missed by no more than its
   own iteration spread): the fastest and the slowest drain s/c among them, so a drain that
   rests on one saturated rank count widens the band as it should;
+- where a run saturated the server, the fit on the runs read as their slowest rank's
+  (each op's count x its lat_max: Point.meta_max_s, and the reads', read_max_s, for q):
+  the model's T_meta is the last rank's stall, the drain, while the central fit reads the
+  median rank's (lat_p50), which in a saturated FIFO burst sits below it (k = 1: about
+  half; k = 2 at the emulator: s/c 3.8-4.3 ms read against its 4.5 ms); each op's slowest
+  latency reads it from above. A bias of the measure, not noise: no spread of the runs
+  covers it;
 - each limit the runs only bounded (B_agg, B_node, B_client, s/c) at its other extreme,
   never reached: the central value takes it as reached right past the largest run (the
-  pessimistic reading), the band's other end as never reached.
+  pessimistic reading), the band's other end as never reached;
+- the runs' smallest and largest F (the last rank's time outside its timed ops): measured
+  per run, not modelled in N, so the central value takes the run nearest the target's.
 It is not a confidence interval of the model: no band from a few small runs bounds an
 extrapolation thousands of times beyond them.
 """
@@ -24,7 +33,14 @@ from typing import Any, Protocol
 
 from stampede.errors import UsageError
 from stampede.model.contention import Params, Prediction, effective_threads, predict
-from stampede.model.fit import MIN_RANK_COUNTS, Fit, Known, Point, fit_points, metadata_alternatives
+from stampede.model.fit import (
+    MIN_RANK_COUNTS,
+    Fit,
+    Known,
+    Point,
+    fit_points,
+    metadata_alternatives,
+)
 
 
 def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
@@ -42,6 +58,13 @@ def ops_per_rank_at(points: Sequence[Point], nranks: int) -> float:
         slope, intercept = np.polyfit(xs, ys, 1)
         total += max(float(slope) * nranks + float(intercept), 0.0)
     return total / nranks
+
+
+def nearest_run(points: Sequence[Point], nranks: int) -> Point:
+    """The run nearest `nranks` in rank count (ties: the larger), the largest beyond them:
+    whose F (Point.outside_s) the projection carries. F is not modelled in N: what grows
+    it (ranks outnumbering cores, a barrier's exit across more nodes) differs per machine."""
+    return min(points, key=lambda p: (abs(p.nranks - nranks), -p.nranks, -p.nnodes))
 
 
 def bytes_per_rank_at(points: Sequence[Point], nranks: int, per_rank_size: bool,
@@ -105,6 +128,19 @@ def _unreached(fit: Fit) -> dict[str, Any]:
              ("client_bps", fit.client_bound or "B_client" in once),
              ("threads", fit.stall_bound))
     return {name: math.inf for name, flag in flags if flag}
+
+
+def _slowest_rank(points: Sequence[Point], layout: str, known: Known, locks: float,
+                  central: Fit) -> Fit | None:
+    """The fit on each run read as its slowest rank's: the stall (meta_max_s) and the reads'
+    time (read_max_s, from which q is fitted), where the central fit saturated the server
+    and every run has them; else None."""
+    if not central.saturated or not all(math.isfinite(p.meta_max_s) and p.meta_max_s > 0
+                                        for p in points if p.meta_s > 0):
+        return None
+    slowest = [replace(p, meta_s=p.meta_max_s, read_s=p.read_max_s) if p.meta_s > 0 else p
+               for p in points]
+    return fit_points(slowest, layout, locks, known)
 
 
 def _measured(column: str) -> Callable[[Point], float]:
@@ -186,10 +222,11 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
     replicas = largest.replicas if scale.replicas is None else scale.replicas
     size = scale.bytes_per_rank if scale.bytes_per_rank is not None else \
         bytes_per_rank_at(points, nranks, per_rank_size, replicas)
+    fixed = nearest_run(points, nranks).outside_s
 
     def at_n(fit: Fit) -> Params:
         return replace(fit.params, ops_per_rank=k, bytes_per_rank=size, net_bps=known.net_bps,
-                       ranks_per_node=per_node, replicas=replicas)
+                       ranks_per_node=per_node, replicas=replicas, fixed_s=fixed)
 
     def at(fit: Fit) -> Prediction:
         return predict(at_n(fit), nranks, layout)
@@ -217,11 +254,20 @@ def project(points: Sequence[Point], layout: str, nranks: int | Scale, known: Kn
         others += [at(fit_points(points, layout, locks, known, meta=meta))
                    for meta in alternatives]
         sources.append("the metadata fits within the runs' spread")
+    slowest = _slowest_rank(points, layout, known, locks, central)
+    if slowest is not None:
+        others.append(at(slowest))
+        sources.append("the stall read as the slowest rank's")
     unreached = _unreached(central)
     if unreached:
         others.append(predict(replace(at_n(central), **unreached), nranks, layout))
         sources.append("the bounded " + ", ".join(_BOUND_NAMES[name] for name in unreached)
                        + " never reached")
+    outside = sorted({p.outside_s for p in points})
+    if len(outside) > 1:
+        others += [predict(replace(at_n(central), fixed_s=value), nranks, layout)
+                   for value in (outside[0], outside[-1])]
+        sources.append("the runs' smallest and largest F")
     totals = [prediction.total_s] + [p.total_s for p in others]
     stalls = [prediction.meta_s] + [p.meta_s for p in others]
     return Projection(fit=central, params=at_n(central), prediction=prediction,

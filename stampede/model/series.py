@@ -1,14 +1,16 @@
 """Points for the contention model from archives: per layout, the runs of one phase (the
 restore, or the save) and one configuration, a point per rank and node count (the metadata
 stall from each op's p50 and count, the time to last rank from the phase's completion row,
-the geometry from the nodes, ranks per node and replicas), which runs were fitted and why
+the geometry from the nodes, ranks per node and replicas, a restore's F from its sidecar's
+timeline), which runs were fitted and why
 the others were left out, and how the runs grew (bytes per rank, replicas)."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stampede.errors import UsageError
@@ -18,6 +20,7 @@ from stampede.model.fit import Known, Point
 from stampede.model.projection import Projection, Scaling
 from stampede.results.cells import Row
 from stampede.results.columns import CONFIG_COLUMNS
+from stampede.results.model import TIMELINE_COLUMNS, TIMELINE_MOMENTS
 from stampede.units import format_bytes, format_plain, format_seconds
 
 # What the model takes per point rather than requiring it equal: the replica count
@@ -61,33 +64,62 @@ def _whole(row: Row, column: str, default: int) -> int:
     return value if value >= 1 else default
 
 
-def _per_rank_s(op_row: Row | None, iterations: float, nranks: int) -> tuple[float, float]:
-    """(count per iteration, count per rank per iteration x lat_p50) of an op's row; (0, 0)
-    where there is none or it measured nothing."""
+def _per_rank_s(op_row: Row | None, iterations: float, nranks: int,
+                latency: str = "lat_p50_s") -> tuple[float, float]:
+    """(count per iteration, count per rank per iteration x `latency`) of an op's row;
+    (0, 0) where there is none or it measured nothing."""
     if op_row is None:
         return 0.0, 0.0
-    count, p50 = op_row["count"], op_row["lat_p50_s"]
-    if not math.isfinite(p50) or count <= 0:
+    count, seconds = op_row["count"], op_row[latency]
+    if not math.isfinite(seconds) or count <= 0:
         return 0.0, 0.0
-    return count / iterations, count / iterations / nranks * p50
+    return count / iterations, count / iterations / nranks * seconds
+
+
+# a run id's sidecar document (None: none could be read), e.g. Archive.sidecar's value
+Sidecars = Callable[[str], object]
+
+
+def outside_s(sidecar: object, layout: str) -> float:
+    """F of a run's layout from its sidecar's timeline: per measured iteration, the last
+    rank's done time less the seconds it spent in its timed ops (the timeline's phase
+    columns), the median over iterations; 0 where the sidecar has no such timeline (none
+    given, or written before the phase columns)."""
+    try:
+        timeline = sidecar["layouts"][layout]["stats"]["timeline"]   # type: ignore[index]
+    except (KeyError, TypeError):
+        return 0.0
+    done, phases = TIMELINE_COLUMNS.index("done_s"), len(TIMELINE_MOMENTS)
+    last: dict[float, tuple[float, float]] = {}     # iteration: (done, outside) of its last rank
+    for moments in timeline or ():
+        if len(moments) < len(TIMELINE_COLUMNS) or not math.isfinite(moments[done]):
+            continue
+        outside = moments[done] - sum(moments[phases:len(TIMELINE_COLUMNS)])
+        if moments[done] > last.get(moments[1], (-math.inf, 0.0))[0]:
+            last[moments[1]] = (moments[done], max(outside, 0.0))   # overlapping ops: 0
+    return statistics.median(outside for _, outside in last.values()) if last else 0.0
 
 
 def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
-           ops: Sequence[str]) -> Point:
+           ops: Sequence[str], sidecars: Sidecars | None = None) -> Point:
     nranks = row["nranks"]
     iterations = float(max(row["iterations"], 1))
     # the reads' time, to find their own metadata requests (fit.read_queue_ops): restores only
-    _, read_s = _per_rank_s(op_rows.get((row["run_id"], row_phase(row), row["layout"], "read")),
-                            iterations, nranks) if row_phase(row) == "restore" else (0.0, 0.0)
-    counts, stall = [], 0.0
+    read_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], "read")) \
+        if row_phase(row) == "restore" else None
+    _, read_s = _per_rank_s(read_row, iterations, nranks)
+    _, read_max_s = _per_rank_s(read_row, iterations, nranks, "lat_max_s")
+    counts, stall, slowest = [], 0.0, 0.0
     for op in ops:
-        per_iteration, spent = _per_rank_s(
-            op_rows.get((row["run_id"], row_phase(row), row["layout"], op)), iterations, nranks)
+        op_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], op))
+        per_iteration, spent = _per_rank_s(op_row, iterations, nranks)
         if per_iteration > 0:
             counts.append((op, per_iteration))
             stall += spent
+            slowest += _per_rank_s(op_row, iterations, nranks, "lat_max_s")[1]
     nnodes = _whole(row, "nnodes", 1)
     return Point(nranks=nranks, ops_per_rank=sum(c for _, c in counts) / nranks, meta_s=stall,
+                 meta_max_s=slowest if slowest > 0 else math.nan,
                  last_s=row["time_to_last_rank_s"],
                  bytes_per_rank=float(row["bytes_per_rank"]),
                  last_min_s=row["time_to_last_rank_min_s"],
@@ -95,7 +127,10 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
                  ranks_per_node=_whole(row, "ranks_per_node", nranks) if nnodes > 1 else 0,
                  replicas=_whole(row, "replicas", 1),
                  broadcast_group=row["broadcast_group"] or "replica", run_id=row["run_id"],
-                 read_s=read_s)
+                 read_s=read_s, read_max_s=read_max_s,
+                 # the restore's only: a save's timeline also sums ops after it is durable
+                 outside_s=outside_s(sidecars(row["run_id"]), row["layout"])
+                 if sidecars and row_phase(row) == "restore" else 0.0)
 
 
 def _differs(row: Row, config: Mapping[str, object]) -> str:
@@ -159,10 +194,12 @@ def scaling_of(rows: Sequence[Row], points: Sequence[Point]) -> tuple[Scaling, l
 
 
 def series_from_rows(rows: Sequence[Row], layouts: Sequence[str] = (),
-                     ops: Sequence[str] = METADATA_OPS, phase: str = "restore") -> list[Series]:
+                     ops: Sequence[str] = METADATA_OPS, phase: str = "restore",
+                     sidecars: Sidecars | None = None) -> list[Series]:
     """Per layout: the latest configuration's latest valid run of `phase` at each rank and
     node count (its completion row: op restore, or op save; a run's replica count is its
-    own: the model places the shards from it)."""
+    own: the model places the shards from it); `sidecars` (run id: its sidecar) gives each
+    point its F (outside_s; 0 without)."""
     rows = sorted(rows, key=lambda row: row.get("timestamp", ""))   # stable: archive order
     completions = [row for row in rows if row.get("op") == phase and row_phase(row) == phase
                    and row["valid"] and row["time_to_last_rank_s"] > 0
@@ -183,7 +220,7 @@ def series_from_rows(rows: Sequence[Row], layouts: Sequence[str] = (),
         same = [row for row in mine if all(row[c] == v for c, v in config.items())]
         latest = {(row["nranks"], _whole(row, "nnodes", 1)): row for row in same}
         chosen = [latest[key] for key in sorted(latest)]
-        points = tuple(_point(row, op_rows, ops) for row in chosen)
+        points = tuple(_point(row, op_rows, ops, sidecars) for row in chosen)
         scaling, scaled = scaling_of(chosen, points)
         notes = _selection_notes(mine, same, chosen, invalid, config, phase) + \
             _notes(chosen, phase) + scaled

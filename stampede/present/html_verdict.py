@@ -132,10 +132,11 @@ def at_target_table(assessment: Assessment) -> str:
         body.append([item.layout, format_duration(prediction.total_s),
                      f"{format_duration(low)}–{format_duration(high)}",
                      format_duration(prediction.meta_s), format_duration(prediction.data_s),
-                     prediction.bound_by, format_duration(item.mttr.total_s)])
+                     format_duration(prediction.fixed_s), prediction.bound_by,
+                     format_duration(item.mttr.total_s)])
     return (tag("h3", f"Restore at the target, per layout ({assessment.target_ranks} ranks)")
-            + table(("layout", "last rank", "band", "metadata stall", "data", "bound by",
-                     "T_MTTR"), body))
+            + table(("layout", "last rank", "band", "metadata stall", "data", "outside the ops",
+                     "bound by", "T_MTTR"), body))
 
 
 def sizing_table(assessment: Assessment) -> str:

@@ -247,7 +247,8 @@ def render_projection(projections: Sequence[tuple[Series, Projection, list[str]]
     console.print("model: T_meta = max(k (RTT + s), RTT + s N k / c_eff)  (stampede project "
                   "--help)\n       T_data = b max(storage / B_agg, node / B_node, rank / "
                   "min(B_client, B_net)) + b exchange / B_node\n       time to last rank = "
-                  "T_meta + T_data\n")
+                  "F + T_meta + T_data  (F: the last rank's time outside its timed ops, "
+                  "measured)\n")
     for series, projection, notes in projections:
         _render_layout(series, projection, notes, nranks, given, console)
     if len(projections) > 1:
@@ -282,8 +283,9 @@ def _render_layout(series: Series, projection: Projection, notes: Sequence[str],
                   f"{format_seconds(params.service_s)}, c {threads}, B_agg {_gbps(params.agg_bps)}"
                   f", B_client {_gbps(params.client_bps)}{node}"
                   + (f"  (given: {', '.join(given)})" if given else ""))
-    console.print(item_table("", FITTED, map(Fitted, fit.points, fit.meta_model_s,
-                                             fit.last_model_s, fit.residuals, fit.limits)))
+    console.print(item_table("", FITTED, map(Fitted, fit.points, fit.meta_measured_s,
+                                             fit.meta_model_s, fit.last_model_s, fit.residuals,
+                                             fit.limits)))
     console.print(f"  residuals (measured - model) / measured: rms {fit.rms_residual:.1%}, max "
                   f"{fit.max_residual:.1%}; metadata saturated at "
                   f"{', '.join(map(str, fit.saturated)) or 'no measured rank count'}; B_agg "
@@ -311,6 +313,13 @@ def _render_layout(series: Series, projection: Projection, notes: Sequence[str],
                   f"{'written' if series.phase == 'save' else 'read'} at "
                   f"{_gbps(prediction.rate_bps)}, limited by {prediction.limit}{exchange}"
                   if size > 0 else "    data: no bytes")
+    from stampede.model.projection import nearest_run
+
+    measured = [p for p in fit.points if p.outside_s > 0]
+    console.print(f"    outside the timed ops (F) {format_seconds(prediction.fixed_s)}: the last "
+                  "rank's barrier exit and time between its ops, as measured at "
+                  f"{nearest_run(fit.points, nranks).nranks} ranks" if measured else
+                  "    outside the timed ops (F): not measured (no sidecar timeline), taken as 0")
     console.print(f"    bound by {prediction.bound_by}")
     for note in notes:
         console.print(f"  note: {note}", markup=False)
@@ -321,6 +330,7 @@ class Fitted(NamedTuple):
     """A measured point of a fit beside what the fitted model says of it."""
 
     point: Point
+    stall_s: float                    # measured, of one rank that issues the ops
     stall_model_s: float
     last_model_s: float
     residual: float                   # (measured - model) / measured
@@ -331,8 +341,9 @@ FITTED: tuple[ItemColumn[Fitted], ...] = (
     ItemColumn("ranks", lambda fitted: str(fitted.point.nranks)),
     ItemColumn("nodes", lambda fitted: str(fitted.point.nnodes)),
     ItemColumn("k", lambda fitted: format_plain(fitted.point.ops_per_rank)),
-    ItemColumn("stall meas", lambda fitted: format_seconds(fitted.point.meta_s)),
+    ItemColumn("stall meas", lambda fitted: format_seconds(fitted.stall_s)),
     ItemColumn("stall model", lambda fitted: format_seconds(fitted.stall_model_s)),
+    ItemColumn("F meas", lambda fitted: format_seconds(fitted.point.outside_s)),
     ItemColumn("last rank meas", lambda fitted: format_seconds(fitted.point.last_s)),
     ItemColumn("model", lambda fitted: format_seconds(fitted.last_model_s)),
     ItemColumn("residual", lambda fitted: f"{fitted.residual:+.1%}"),

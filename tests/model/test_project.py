@@ -345,14 +345,15 @@ def test_project_real_saves_to_a_local_directory(stampede, tmp_path: Path) -> No
 
 
 def _rows(run_id: str, layout: str, nranks: int, last_s: float, meta_s: float,
-          **columns: object) -> list[dict[str, object]]:
-    """A restore run's rows (stat, open, restore), as an archive holds them."""
+          issuing: int | None = None, **columns: object) -> list[dict[str, object]]:
+    """A restore run's rows (stat, open, restore), as an archive holds them: `issuing`
+    ranks (None: all) each stat and open once per iteration, meta_s between them."""
     common: dict[str, object] = {
         "schema": 2, "run_id": run_id, "timestamp": f"2026-01-01T{run_id}", "job": "sweep",
         "backend": "s3", "layout": layout, "format": "raw", "cache": "cold", "fs_type": "s3",
         "nranks": nranks, "iterations": 3, "valid": True, "stat_count": 1, "open_count": 1,
         "pattern": "stat+open+read+close", "nnodes": 1, "ranks_per_node": nranks, **columns}
-    rows: list[dict[str, object]] = [{**common, "op": op, "count": nranks * 3,
+    rows: list[dict[str, object]] = [{**common, "op": op, "count": (issuing or nranks) * 3,
                                       "lat_p50_s": meta_s / 2} for op in ("stat", "open")]
     rows.append({**common, "op": "restore", "count": nranks * 3, "time_to_last_rank_s": last_s,
                  "time_to_last_rank_min_s": last_s * 0.99, "time_to_last_rank_max_s": last_s * 1.01})
@@ -401,6 +402,7 @@ def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
     """Broadcast at 1-4 nodes of 2 ranks, one replica per node (so replicas differ between
     the runs, yet they are one configuration): B_node is learned from the exchange, the
     projection keeps one replica per node, and says what bounds it there."""
+    from stampede.model.contention import issuers
     from stampede.model.traffic import Geometry, data_seconds, traffic
 
     agg, node, per_rank = 20e6, 50e6, 4e6
@@ -408,9 +410,11 @@ def test_runs_on_several_nodes_teach_the_nic_and_say_what_bounds_each_layout(
     rows = []
     for nodes in (1, 2, 3, 4):
         replicas = max(nodes, 2)
-        read, moved, _ = data_seconds(traffic("broadcast", Geometry(2 * nodes, 2, replicas)),
-                                      per_rank, agg, node, 1e12)
+        geometry = Geometry(2 * nodes, 2, replicas)
+        read, moved, _ = data_seconds(traffic("broadcast", geometry), per_rank, agg, node, 1e12)
+        # only the groups' leaders stat and open (their members wait): 2 ms each
         rows += _rows(f"1{nodes}", "broadcast", 2 * nodes, 2e-3 + read + moved, 2e-3,
+                      issuing=int(issuers("broadcast", geometry)),
                       bytes_per_rank=int(per_rank), size_per_rank_requested=int(per_rank),
                       nnodes=nodes, ranks_per_node=2, replicas=replicas,
                       broadcast_group="replica")
