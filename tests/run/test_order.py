@@ -143,6 +143,31 @@ def test_every_layout_restores_file_by_file(stampede, tmp_path: Path) -> None:
     assert {row["pattern"] for row in rows} == {"stat+open+read+close by file"}
 
 
+def test_file_by_file_holds_one_files_handles_so_the_open_files_limit_allows_it(
+        tmp_path: Path) -> None:
+    """6 files x open_count 20: by op 120 handles at once, refused (exit 2, before any
+    I/O) under a limit of 150 (less 64 for Python and MPI); file by file, 20: it runs."""
+    import resource
+    import subprocess
+    import sys
+
+    checkpoint = _six_files(tmp_path / "checkpoint")
+    for order, code in (("op", 2), ("file", 0)):
+        job = write_job(tmp_path, order, target={"path": str(checkpoint)},
+                        checkpoint={"source": "existing", "assign": ["files"]},
+                        pattern={"open_count": 20, "order": order},
+                        run={"iterations": 1, "warmup": 0},
+                        archive={"path": str(tmp_path / order / "runs.csv")})
+        ran = subprocess.run([sys.executable, "-m", "stampede", "run", str(job)],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                                   (150, 150)))
+        assert ran.returncode == code, ran.stdout + ran.stderr
+        assert ("pattern.open_count = 20 keeps 120 files open at once" in ran.stderr) == \
+            (order == "op"), ran.stderr
+        assert (tmp_path / order / "runs.csv").exists() == (order == "file")
+
+
 @pytest.mark.parametrize(("how", "says"), [
     ("toml", "job.toml: pattern.order = 'files': must be one of op, file"),
     ("--set", "--set pattern.order: pattern.order = 'mdtest': must be one of op, file"),
