@@ -93,10 +93,16 @@ def job_keys_page() -> str:
         sections.setdefault(option.key.split(".")[0], []).append(option)
     for section, options in sections.items():
         lines += [f"## [{section}]", "", "| key | default | column | meaning |", "|---|---|---|---|"]
-        lines += [f"| `{option.key}` | {_cell(_default(option))} | `{option.column}` | "
+        lines += [f"| `{option.key}` | {_cell(_default(option))} | {_column_of(option)} | "
                   f"{_cell(option.help)} |" for option in options]
         lines.append("")
     return "\n".join(lines)
+
+
+def _column_of(option: spec.Option) -> str:
+    """An option's column, or the one its value is folded into (spec.FOLDED)."""
+    folded = spec.FOLDED.get(option.key)
+    return f"in `{folded}`" if folded else f"`{option.column}`"
 
 
 def columns_page() -> str:

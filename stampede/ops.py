@@ -165,7 +165,10 @@ def readme_section() -> str:
              "trace (`<run_id>.trace.npz`); `rows of` the phases whose rows carry it; "
              "`timeline` its phase in the HTML report's per-rank timeline; `retried` whether "
              "the storage client retries its requests (the `retries` column); `ops/s` whether "
-             "its row has `ops_per_s`.", "",
+             "its row has `ops_per_s`. A rank runs the stat, open, read (header first) "
+             "and close of `pattern.ops` each over all its files in turn (`pattern.order = "
+             "\"op\"`, the default), or every one of them on one file before the next file "
+             "(`\"file\"`, mdtest -E's order; the `pattern` cell then ends ` by file`).", "",
              "| op | code | kind | rows of | timeline | retried | ops/s | definition |",
              "|---|---|---|---|---|---|---|---|"]
     for op in OPS_TABLE:

@@ -46,6 +46,11 @@ PUBLISH_LEVELS = ("local", "peer", "storage")   # stampede.run.tiers: when a ver
 DRAINS = ("background", "inline")               # stampede.run.tiers: the storage copy
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 KEY_PREFIXES = ("none", "hash")   # stampede.checkpoint.plan: what leads an object's key
+PATTERN_ORDERS = ("op", "file")   # stampede.run.pattern: each op over every file, or file by file
+# Options without a column of their own: their value is folded into another option's cell
+# (key -> that column), so rows that differ in it still differ in an identity column, and
+# the archive's columns (its schema) stay as they were. The sidecar records them as any.
+FOLDED = {"pattern.order": "pattern"}
 
 class Option(NamedTuple):
     key: str                       # dotted TOML key, also the --set name
@@ -146,12 +151,20 @@ OPTIONS: tuple[Option, ...] = (
            "on a good checkpoint)", "dtype"),
     Option("pattern.ops", "ops", values.choice_list(PATTERN_OPS, unique=True),
            ("stat", "open", "read", "close"),
-           "ops each rank runs in order on its file(s); read needs open before it", "pattern"),
+           "ops each rank runs in order on its file(s); read needs open before it (the "
+           "column: the ops joined by +, then \" by file\" when pattern.order = \"file\")",
+           "pattern"),
     Option("pattern.stat_count", "stat_count", values.whole_number(1), 1,
            "stats per file per iteration (> 1: an mdtest-style stat storm)", "stat_count"),
     Option("pattern.open_count", "open_count", values.whole_number(1), 1,
            "opens per file per iteration, each closed by the close op (> 1: an open storm)",
            "open_count"),
+    Option("pattern.order", "order", values.choice(PATTERN_ORDERS), "op",
+           "op = each op of pattern.ops over all the rank's files before the next op (stat "
+           "every file, open every file, read, close all); file = file by file, as mdtest -E "
+           "and most loaders do: every op of pattern.ops on one file (stat x stat_count, open "
+           "x open_count, its reads, close), then the next file. No column of its own: "
+           "\" by file\" ends the pattern cell", ""),
     Option("run.iterations", "iterations", values.whole_number(1), 3,
            "measured repeats of the whole pattern", "iterations"),
     Option("run.warmup", "warmup", values.whole_number(0), 1,
@@ -293,7 +306,11 @@ class JobSpec(SpecFields):
 
     def columns(self) -> dict[str, object]:
         """The options as CSV columns, so every archived row carries its configuration."""
-        return {OPTIONS_BY_KEY[key].column: _as_cell(value) for key, value in self.values.items()}
+        cells = {OPTIONS_BY_KEY[key].column: _as_cell(value) for key, value in self.values.items()
+                 if key not in FOLDED}
+        if self.order == "file":   # pattern.order's cell: see FOLDED
+            cells["pattern"] = f"{cells['pattern']} by file"
+        return cells
 
 
 def _as_cell(value: object) -> object:

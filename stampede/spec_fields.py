@@ -40,6 +40,7 @@ class SpecFields:
     ops: tuple[str, ...]
     stat_count: int
     open_count: int
+    order: str
     iterations: int
     warmup: int
     cache: str

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from stampede.errors import UsageError
-from stampede.spec import OPTIONS, build_job, load_job, parse_override
+from stampede.spec import FOLDED, OPTIONS, build_job, load_job, parse_override
 from stampede.units import parse_size
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,10 +112,22 @@ def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_each_option_has_one_csv_column() -> None:
-    columns = [option.column for option in OPTIONS]
-    assert len(columns) == len(set(columns))
+    """Or, for the few in spec.FOLDED, none: their value is folded into another's cell."""
+    columns = [option.column for option in OPTIONS if option.key not in FOLDED]
+    assert len(columns) == len(set(columns)) and "" not in columns
+    assert {option.key for option in OPTIONS if not option.column} == set(FOLDED)
+    assert set(FOLDED.values()) <= set(columns)
     spec = build_job("q", "q.toml", MINIMAL)
     assert set(spec.columns()) == set(columns)
+
+
+def test_pattern_order_is_folded_into_the_pattern_cell() -> None:
+    """pattern.order changes what an op costs: rows of either order differ in `pattern`
+    (an identity column), and the default's cell is as before the key existed."""
+    assert build_job("q", "q.toml", MINIMAL).columns()["pattern"] == "stat+open+read+close"
+    by_file = build_job("q", "q.toml", MINIMAL, ["pattern.order=file"])
+    assert by_file.order == "file" and by_file.values["pattern.order"] == "file"
+    assert by_file.columns()["pattern"] == "stat+open+read+close by file"
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -136,6 +136,7 @@ class RankPlan(NamedTuple):
                                     # checkpoint restored whole on every rank (owners, whole-file)
     parts: tuple[tuple[int, int], ...] = ()   # allgather: (offset in hold, length) of each
                                     # member's part; (): the replicas' stripes (`stripes`)
+    order: str = "op"               # pattern.order: each op over every file, or file by file
 
     @property
     def needed_bytes(self) -> int:
@@ -434,7 +435,7 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
         return RankPlan(rank=rank, nranks=nranks, layout=layout, ops=spec.ops,
                         extents=files, block_bytes=spec.block_bytes,
                         stat_count=spec.stat_count, open_count=spec.open_count,
-                        hold=mlperf_hold(files), group=place)
+                        hold=mlperf_hold(files), group=place, order=spec.order)
     per_rank, shards = bytes_per_rank(spec, nranks), shard_count(spec, nranks)
     shard, replica = place % shards, place // shards
     copy = copy_of(spec, rank)   # by the rank itself: N/K readers per copy, shifted or not
@@ -465,7 +466,7 @@ def plan_rank(spec: JobSpec, layout: str, nranks: int, rank: int, root: str = ""
         index_file=under(base, INDEX_FILE) if described.index_file else "",
         list_dir=under(base, SHARD_DIR) if described.listing else "",
         list_on_root=described.list_on_root, formatted=spec.format != "raw",
-        copy_dir=copy_dir(spec, copy))
+        copy_dir=copy_dir(spec, copy), order=spec.order)
 
 
 def stripes(spec: JobSpec, hold: Extent) -> tuple[tuple[int, int], ...]:

@@ -159,7 +159,7 @@ def _plan(catalogue: Catalogue, spec: JobSpec, policy: str, nranks: int, rank: i
                     open_count=spec.open_count, hold=hold, needs=needs,
                     shared_need=shared_need, exchange=exchange, member=member, parts=parts,
                     index_file=catalogue.index_file,
-                    formatted=catalogue.format in ("safetensors", "hdf5"))
+                    formatted=catalogue.format in ("safetensors", "hdf5"), order=spec.order)
 
 
 def finite_dtypes(catalogue: Catalogue) -> dict[str, str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stampede.results.tiers import TIERS, tier_column
-from stampede.spec import OPTIONS, Option
+from stampede.spec import FOLDED, OPTIONS, Option
 
 ARCHIVE_SCHEMA = 9
 OWN_TOOL = "stampede"   # the tool of rows stampede's own code measured
@@ -251,7 +251,8 @@ def _option_column(option: Option) -> Column:
 
 _OWN_NAMES = {column.name for column in OWN}
 REGISTRY: tuple[Column, ...] = OWN + tuple(
-    _option_column(option) for option in OPTIONS if option.column not in _OWN_NAMES)
+    _option_column(option) for option in OPTIONS
+    if option.column and option.column not in _OWN_NAMES)   # "": spec.FOLDED
 BY_NAME = {column.name: column for column in REGISTRY}
 COLUMNS = tuple(column.name for column in REGISTRY)
 REQUIRED_COLUMNS = COLUMNS[:COLUMNS.index("slurm_job_id") + 1]   # DESIGN.md's contract
@@ -285,12 +286,14 @@ def render() -> str:
     for column in OWN:
         lines.append(_table_row(column, column.meaning))
     lines += ["", "The job options, one column each, as given (`stampede run --help` lists "
-              "them with their defaults):", "",
+              "them with their defaults); an option in another's cell says so there:", "",
               "| column | type | unit | since | identity | option |",
               "|---|---|---|---|---|---|"]
     for column in REGISTRY[len(OWN):]:
         before = f"; older rows read as `{column.before}`" if column.before else ""
-        lines.append(_table_row(column, f"`{column.option}`{before}"))
+        folded = "".join(f"; with `{key}` (see its help)" for key, into in FOLDED.items()
+                         if into == column.name)
+        lines.append(_table_row(column, f"`{column.option}`{folded}{before}"))
     return "\n".join(lines) + "\n"
 
 

@@ -212,13 +212,14 @@ def _prepared_entries(spec: JobSpec, nranks: int) -> dict[str, dict[str, object]
 
 def _check_open_files(spec: JobSpec, catalogue: Catalogue | None, layouts: tuple[str, ...],
                       nranks: int, rank: int) -> None:
-    """An open storm keeps open_count handles per file open at once: refuse a job that
+    """An open storm keeps open_count handles per file open at once (file by file with a
+    close, one file's: they are closed before the next file's opens): refuse a job that
     would hit the open-files limit mid-run rather than archive it half done."""
     soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft_limit == resource.RLIM_INFINITY:
         return
     files = max(len(plan_for(spec, catalogue, layout, nranks, rank).files) for layout in layouts)
-    needed = spec.open_count * files
+    needed = spec.open_count * (1 if spec.order == "file" and "close" in spec.ops else files)
     # Python, MPI and the launcher hold descriptors of their own; keep a margin for them.
     if needed > soft_limit - 64:
         raise UsageError(f"{spec.source}: pattern.open_count = {spec.open_count} keeps {needed} "

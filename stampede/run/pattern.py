@@ -9,6 +9,10 @@ The stat, open and close loops look alike on purpose: a shared helper taking the
 function would add a Python call between the stamps of every timed op. For the same
 reason the read loop (_read) stays one function, the longest of the package (~70 lines):
 every block's bookkeeping sits between its stamps' neighbours, not behind a call.
+
+pattern.order = "file" runs the same loops once per file (_passes): the calls between
+two files' ops are outside every stamp. A restore ends at its last read, as by op: the
+closes of the files before the last one then fall inside it (mdtest -E's order).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 
 from stampede import mpi
 from stampede.checkpoint.formats import parse_header
+from stampede.checkpoint.plan import RankPlan
 from stampede.ops import OP_CODE, STORAGE_OPS
 from stampede.run.checks import Check, reread, verify_held
 from stampede.run.outcome import Log, PhaseOutcome, describe
@@ -54,17 +59,20 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
             _list(setup, iteration, log, outcome)
         if plan.index_file:
             _index(setup, iteration, log, outcome)
-        if setup.leads:
+        if setup.leads and setup.prefetch is not None:
+            setup.prefetch.next_iteration()   # once per iteration, whatever the order
+        for files, indices in _passes(plan) if setup.leads else ():
             for op in plan.ops:
                 if op == "stat":
-                    _stat(setup, iteration, deadline_ns, log, outcome)
+                    _stat(setup, files, iteration, deadline_ns, log, outcome)
                 elif op == "open":
-                    _open(setup, handles, iteration, deadline_ns, log, outcome)
+                    _open(setup, files, handles, iteration, deadline_ns, log, outcome)
                 elif op == "read":
-                    restore_stop, nbytes = _read(setup, handles, iteration, deadline_ns, log,
-                                                 outcome)
+                    stop, count = _read(setup, indices, handles, iteration, deadline_ns, log,
+                                        outcome)
+                    restore_stop, nbytes = stop or restore_stop, nbytes + count
                 elif op == "close":
-                    _close(setup, handles, iteration, log, outcome)
+                    _close(setup, files, handles, iteration, log, outcome)
     except DeadlineExceeded:
         outcome.timed_out = True
         outcome.fail(f"rank {plan.rank}: deadline reached before the pattern finished")
@@ -99,6 +107,18 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
                 int(complete)))
     outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
     return outcome
+
+
+def _passes(plan: RankPlan) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    """pattern.order: the (files, indices of their extents) each pass of the ops covers.
+    op: one pass over every file; file: one pass per file, its extents in plan order (a
+    file's blocks keep their places in memory: the places go by extent index)."""
+    if plan.order != "file":
+        return [(plan.files, tuple(range(len(plan.extents))))]
+    by_file: dict[str, list[int]] = {relpath: [] for relpath in plan.files}
+    for index, extent in enumerate(plan.extents):
+        by_file[extent.relpath].append(index)
+    return [((relpath,), tuple(indices)) for relpath, indices in by_file.items()]
 
 
 def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:
@@ -162,12 +182,12 @@ def _index(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) ->
     _where(setup, log, plan.index_file, 0)
 
 
-def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
+def _stat(setup: RankSetup, files: tuple[str, ...], iteration: int, deadline_ns: int, log: Log,
           outcome: PhaseOutcome) -> None:
     plan = setup.plan
     clock, stat, append = time.perf_counter_ns, setup.backend.stat, log.append
     where = setup.where
-    for relpath in plan.files:
+    for relpath in files:
         path = setup.paths[relpath]
         file_id = where.file_id(relpath) if where is not None else NOWHERE
         for _ in range(plan.stat_count):
@@ -189,13 +209,13 @@ def _stat(setup: RankSetup, iteration: int, deadline_ns: int, log: Log,
                 raise DeadlineExceeded
 
 
-def _open(setup: RankSetup, handles: dict[str, list[object]], iteration: int, deadline_ns: int,
-          log: Log, outcome: PhaseOutcome) -> None:
+def _open(setup: RankSetup, files: tuple[str, ...], handles: dict[str, list[object]],
+          iteration: int, deadline_ns: int, log: Log, outcome: PhaseOutcome) -> None:
     plan = setup.plan
     clock, append = time.perf_counter_ns, log.append
     open_ = setup.backend.opener(setup.direct, setup.follow_links)
     where = setup.where
-    for relpath in plan.files:
+    for relpath in files:
         path, fds = setup.paths[relpath], handles[relpath]
         file_id = where.file_id(relpath) if where is not None else NOWHERE
         for _ in range(plan.open_count):
@@ -219,9 +239,10 @@ def _open(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
                 raise DeadlineExceeded
 
 
-def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, deadline_ns: int,
-          log: Log, outcome: PhaseOutcome) -> tuple[int, int]:
-    """Read every block of every extent; returns (stop stamp of the last read, bytes read).
+def _read(setup: RankSetup, indices: tuple[int, ...], handles: dict[str, list[object]],
+          iteration: int, deadline_ns: int, log: Log, outcome: PhaseOutcome) -> tuple[int, int]:
+    """Read every block of the extents at `indices`; returns (stop stamp of the last read
+    or 0, bytes read).
 
     A formatted file's header is read and parsed first (op header), and locates the
     tensors. Blocks go into the reused block buffer, checked block by block when verifying
@@ -239,9 +260,8 @@ def _read(setup: RankSetup, handles: dict[str, list[object]], iteration: int, de
     headers: dict[str, dict[str, tuple[int, int]]] = {}
     last_stop, nbytes = 0, 0
     prefetch = setup.prefetch
-    if prefetch is not None:
-        prefetch.next_iteration()
-    for index, extent in enumerate(plan.extents):
+    for index in indices:
+        extent = plan.extents[index]
         # a block's place in device memory: its offset + shift (see RankSetup.places)
         shift = setup.places[index] - extent.offset if setup.places else -plan.hold.offset
         fds = handles[extent.relpath]
@@ -367,11 +387,12 @@ def _d2h(setup: RankSetup, iteration: int, place: int, view: memoryview, log: Lo
     log.append((iteration, D2H, start, stop, len(view), 1))
 
 
-def _close(setup: RankSetup, handles: dict[str, list[object]], iteration: int, log: Log,
-           outcome: PhaseOutcome) -> None:
+def _close(setup: RankSetup, files: tuple[str, ...], handles: dict[str, list[object]],
+           iteration: int, log: Log, outcome: PhaseOutcome) -> None:
     clock, close, append = time.perf_counter_ns, setup.backend.close, log.append
     where = setup.where
-    for relpath, fds in handles.items():
+    for relpath in files:
+        fds = handles[relpath]
         file_id = where.file_id(relpath) if where is not None else NOWHERE
         while fds:
             handle = fds.pop()
