@@ -45,6 +45,7 @@ class Point:
     run_id: str = ""             # the archived run it is (its sidecar: the MDS's counts)
     read_s: float = 0.0          # measured: reads per rank per iteration x the read's lat_p50
     read_max_s: float = 0.0      # the same read as the slowest: x the read's lat_max
+    reads_per_rank: float = math.inf   # read calls per rank per iteration: q's ceiling
     meta_max_s: float = math.nan    # the stall read as the slowest: sum of k_op x lat_max
     outside_s: float = 0.0       # measured F: the last rank's time outside its timed ops
                                  # (median over iterations; 0: no sidecar timeline said)
@@ -371,10 +372,13 @@ def read_queue_ops(points: Sequence[Point], saturated: bool, layout: str = "") -
     read's time per issuing rank (contention.issuers) against the metadata ops' time per
     op, each as growth over the smallest run (what does not grow, a read's bytes at
     B_client, cancels), least squares through 0. Only when some run saturated the server:
-    below it the ops' time is flat and a read's growth is the bandwidth's (q = 0)."""
+    below it the ops' time is flat and a read's growth is the bandwidth's (q = 0). At most
+    one metadata op per read call: a read's growth beyond it is not the server's (ranks
+    outnumbering cores slow every read; a local disk's 8 KiB read once fitted q = 110)."""
     used = [p for p in points if p.ops_per_rank > 0 and p.meta_s > 0 and p.read_s > 0]
     if not saturated or len(used) < 2:
         return 0.0
+    ceiling = min(p.reads_per_rank * per_issuer(layout, p.geometry) for p in used)
     base = used[0]
     xs = [p.meta_s / p.ops_per_rank - base.meta_s / base.ops_per_rank for p in used[1:]]
     ys = [(p.read_s * per_issuer(layout, p.geometry)
@@ -382,7 +386,7 @@ def read_queue_ops(points: Sequence[Point], saturated: bool, layout: str = "") -
     xx = sum(x * x for x in xs)
     if xx <= 0:
         return 0.0
-    return max(sum(x * y for x, y in zip(xs, ys)) / xx, 0.0)
+    return min(max(sum(x * y for x, y in zip(xs, ys)) / xx, 0.0), ceiling)
 
 
 def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known = Known(),

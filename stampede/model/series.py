@@ -107,7 +107,7 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
     # the reads' time, to find their own metadata requests (fit.read_queue_ops): restores only
     read_row = op_rows.get((row["run_id"], row_phase(row), row["layout"], "read")) \
         if row_phase(row) == "restore" else None
-    _, read_s = _per_rank_s(read_row, iterations, nranks)
+    reads, read_s = _per_rank_s(read_row, iterations, nranks)
     _, read_max_s = _per_rank_s(read_row, iterations, nranks, "lat_max_s")
     counts, stall, slowest = [], 0.0, 0.0
     for op in ops:
@@ -128,6 +128,7 @@ def _point(row: Row, op_rows: dict[tuple[str, str, str, str], Row],
                  replicas=_whole(row, "replicas", 1),
                  broadcast_group=row["broadcast_group"] or "replica", run_id=row["run_id"],
                  read_s=read_s, read_max_s=read_max_s,
+                 reads_per_rank=reads / nranks if reads > 0 else math.inf,
                  # the restore's only: a save's timeline also sums ops after it is durable
                  outside_s=outside_s(sidecars(row["run_id"]), row["layout"])
                  if sidecars and row_phase(row) == "restore" else 0.0)

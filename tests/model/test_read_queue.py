@@ -134,3 +134,13 @@ def test_params_without_q_predict_as_before() -> None:
     assert queued.meta_s == plain.meta_s
     # saturated: the two extra ops per rank drain N q s / c
     assert queued.data_s - plain.data_s == pytest.approx(64 * 2 * S / C)
+
+
+def test_a_read_call_asks_the_server_at_most_one_metadata_op() -> None:
+    """q is capped at the reads per issuing rank: a read whose latency grows by more than
+    a metadata op per call is slowed by something else (ranks outnumbering cores), not by
+    the server; without the cap a local disk's one 8 KiB read fitted q = 110."""
+    heavy = [restore(n, read_requests=20) for n in FIT_RANKS]
+    assert read_queue_ops(heavy, saturated=True) > 4     # 20 requests read as ~20 / 3 ops
+    capped = [replace(point, reads_per_rank=2.0) for point in heavy]
+    assert read_queue_ops(capped, saturated=True) == 2.0
