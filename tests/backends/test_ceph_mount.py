@@ -15,12 +15,7 @@ import pytest
 from stampede import cephmds
 from tests.backends.test_cephfs import completions, quickstart
 from tests.helpers.cephcluster import CephCluster
-from tests.helpers.jobs import read_archive
-
-
-def sidecars(archive: Path) -> list[dict[str, object]]:
-    return [json.loads(path.read_text())
-            for path in sorted((archive.parent / f"{archive.stem}.runs").glob("*.json"))]
+from tests.helpers.jobs import read_archive, sidecars
 
 
 @pytest.mark.mpi

@@ -6,7 +6,6 @@ rank under a real mpiexec, and a POSIX target on a ceph-fuse mount."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import subprocess
 import time
@@ -21,7 +20,7 @@ from stampede.errors import UsageError
 from stampede.libcephfs import failed, no_answer_line
 from stampede.run.outcome import describe
 from tests.helpers.cephcluster import CephCluster, is_mounted, while_running
-from tests.helpers.jobs import read_archive
+from tests.helpers.jobs import read_archive, sidecars
 
 
 @pytest.mark.parametrize(("target", "options", "parsed"), [
@@ -154,8 +153,7 @@ def test_prepare_run_save_restore_and_clean_through_cephfs(
     writes = [row for row in rows if row["op"] == "write"]
     assert {int(row["op_bytes"]) for row in writes} == {2 * 16 * 2**20}
     # the MDS's own counts around each layout, in the sidecar and under the report
-    runs = sorted((archive.parent / "ck.runs").glob("*.json"))
-    restore, save = (json.loads(path.read_text()) for path in runs[:2])
+    restore, save = sidecars(archive)[:2]
     for layout in ("shared", "sharded"):
         saved = save["saves"][layout]["mds_requests"]
         # each rank's new file (one shared file: created once, opened by the other)

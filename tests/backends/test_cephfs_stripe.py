@@ -6,7 +6,6 @@ file_layouts, on a real single-node Ceph (tests/helpers/cephcluster.py), 2 ranks
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -16,14 +15,9 @@ from stampede.filesystems import backend_striping, stripe_in
 from stampede.targets import REGISTRY, Capabilities
 from tests.backends.test_cephfs import completions, quickstart
 from tests.helpers.cephcluster import CephCluster
-from tests.helpers.jobs import read_archive
+from tests.helpers.jobs import read_archive, sidecars
 
 MIB = 1 << 20
-
-
-def sidecars(archive: Path) -> list[dict[str, object]]:
-    return [json.loads(path.read_text())
-            for path in sorted((archive.parent / f"{archive.stem}.runs").glob("*.json"))]
 
 
 @pytest.mark.mpi

@@ -20,7 +20,7 @@ from stampede.backends.nfs import LIBNFS4_NFS4_WRITE_BYTES, NFS4_READ_BYTES, par
 from stampede.backends.rpc_count import call_name
 from stampede.errors import UsageError
 from stampede.launcher import find_mpiexec
-from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, small_job
+from tests.helpers.jobs import RUN_TIMEOUT_S, read_archive, sidecars, small_job
 from tests.helpers.nfsserver import (
     NfsServer,
     require,
@@ -111,8 +111,7 @@ def test_prepare_run_save_restore_and_clean_through_nfs(stampede, nfs_server: Nf
     assert all(row["valid"] == "true" and row["backend"] == "nfs" for row in completions)
     reads = [row for row in rows if row["op"] == "read"]
     assert {int(row["op_bytes"]) for row in reads} == {2 * 2 * 4 * 2**20}   # 2 it., 2 ranks, 4 MiB
-    runs = sorted((tmp_path / "results" / "job.runs").glob("*.json"))
-    restore, save = (json.loads(path.read_text()) for path in runs[:2])
+    restore, save = sidecars(tmp_path / "results" / "job.csv")[:2]
     # one block of 2 MiB is two READs of the server's 1 MiB; one write of a block is one
     # WRITE per 3,944 bytes (libnfs 4.0's NFSv4 limit); a COMMIT makes it durable
     assert rpcs(restore, "read") == [[block // NFS4_READ_BYTES, "COMPOUND(PUTFH READ)"]]
@@ -249,8 +248,7 @@ def test_nfsv3_writes_whole_blocks_and_counts_its_procedures(stampede, tmp_path:
         for command in ("prepare", "run", "save", "clean"):
             done = stampede(command, str(job), np=None if command == "clean" else 2)
             assert done.returncode == 0, (command, done.stdout + done.stderr)
-        restore, save = (json.loads(path.read_text()) for path in
-                         sorted((tmp_path / "results" / "job.runs").glob("*.json")))
+        restore, save = sidecars(tmp_path / "results" / "job.csv")
         assert restore["storage"]["protocol"] == "nfs3"
         wsize = save["storage"]["wsize"]
         assert wsize >= 2**20                            # FSINFO's, not libnfs 4.0's NFSv4 cap

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
+from typing import Any
 
 RUN_TIMEOUT_S = 180  # a hung run fails the test instead of the whole suite
 
@@ -35,6 +37,15 @@ def write_job(directory: Path, name: str = "job", **sections: dict[str, object])
 def read_archive(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as stream:
         return list(csv.DictReader(stream))
+
+
+def sidecars(archive: Path) -> list[dict[str, Any]]:
+    """The archive's runs' sidecars, in the order the runs were archived: a run id sorts
+    by its second, then by a random suffix, so two runs begun in one second (a run, then
+    its save) do not sort by name in the order they ran."""
+    order = dict.fromkeys(row["run_id"] for row in read_archive(archive))
+    runs = archive.with_name(f"{archive.stem}.runs")
+    return [json.loads((runs / f"{run_id}.json").read_text()) for run_id in order]
 
 
 def small_job(tmp_path: Path, **overrides: dict[str, object]) -> Path:

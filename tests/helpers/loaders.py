@@ -4,7 +4,6 @@ each loader's tensors must have, made from the checkpoint by a plain reference r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import xxhash
 from stampede.existing.assign import assign
 from stampede.existing.scan import scan
 from tests.helpers import requires
+from tests.helpers.jobs import sidecars
 
 
 def loader_package(name: str) -> None:
@@ -25,9 +25,10 @@ def loader_package(name: str) -> None:
 
 
 def sidecar(archive: Path) -> dict[str, Any]:
-    found = sorted(archive.with_name(f"{archive.stem}.runs").glob("*.json"))
+    """The archive's last run's sidecar."""
+    found = sidecars(archive)
     assert found, f"no sidecar beside {archive}"
-    return dict(json.loads(found[-1].read_text()))
+    return dict(found[-1])
 
 
 def digest(tensor: Any) -> list[Any]:
