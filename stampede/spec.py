@@ -47,9 +47,10 @@ DRAINS = ("background", "inline")               # stampede.run.tiers: the storag
 EXCHANGES = ("mpi", "torch")   # how broadcast and striped move the shard
 KEY_PREFIXES = ("none", "hash")   # stampede.checkpoint.plan: what leads an object's key
 PATTERN_ORDERS = ("op", "file")   # stampede.run.pattern: each op over every file, or file by file
-# Options without a column of their own: their value is folded into another option's cell
-# (key -> that column), so rows that differ in it still differ in an identity column, and
-# the archive's columns (its schema) stay as they were. The sidecar records them as any.
+# Options without a column of their own: their value, where it is not the default, is folded
+# into another option's cell as " by VALUE" (key -> that column), so rows that differ in it
+# still differ in an identity column, and the archive's columns (its schema) stay as they
+# were. The sidecar records them as any.
 FOLDED = {"pattern.order": "pattern"}
 
 class Option(NamedTuple):
@@ -308,8 +309,9 @@ class JobSpec(SpecFields):
         """The options as CSV columns, so every archived row carries its configuration."""
         cells = {OPTIONS_BY_KEY[key].column: _as_cell(value) for key, value in self.values.items()
                  if key not in FOLDED}
-        if self.order == "file":   # pattern.order's cell: see FOLDED
-            cells["pattern"] = f"{cells['pattern']} by file"
+        for key, into in FOLDED.items():
+            if self.values[key] != OPTIONS_BY_KEY[key].default:
+                cells[into] = f"{cells[into]} by {self.values[key]}"
         return cells
 
 
