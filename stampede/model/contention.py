@@ -242,6 +242,13 @@ def per_issuer(layout: str, geometry: Geometry) -> float:
     return geometry.nranks / issuers(layout, geometry)
 
 
+def burst(layout: str, geometry: Geometry, ops_per_rank: float) -> tuple[float, float]:
+    """(I, k N / I): the ranks that issue the metadata ops, and each one's ops, from k, the
+    average over all ranks."""
+    issuing = issuers(layout, geometry)
+    return issuing, ops_per_rank * geometry.nranks / issuing
+
+
 def effective_threads(layout: str, threads: float, locks: float | None = None) -> float:
     """c_eff = min(c, the locks the ops spread over): 1 for the restore's shared inode and
     the save's one directory."""
@@ -291,9 +298,9 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
     parameters."""
     threads = effective_threads(layout, params.threads, params.locks)
     geometry = Geometry(nranks, params.ranks_per_node, params.replicas, params.broadcast_group)
-    burst = issuers(layout, geometry), params.ops_per_rank * per_issuer(layout, geometry)
-    meta = metadata_stall(*burst, params.rtt_s, params.service_s, threads, params.whole_rounds)
-    read_meta = read_queue_time(*burst, params.read_ops_per_rank, params.rtt_s,
+    issued = burst(layout, geometry, params.ops_per_rank)
+    meta = metadata_stall(*issued, params.rtt_s, params.service_s, threads, params.whole_rounds)
+    read_meta = read_queue_time(*issued, params.read_ops_per_rank, params.rtt_s,
                                 params.service_s, threads, params.whole_rounds)
     client = min(params.client_bps, params.net_bps)
     read, exchange, limit = data_seconds(traffic(layout, geometry), params.bytes_per_rank,
@@ -305,5 +312,5 @@ def predict(params: Params, nranks: int, layout: str) -> Prediction:
                       data_s=read + exchange + read_meta, read_meta_s=read_meta,
                       limit=limit, rate_bps=rate, exchange_s=exchange, nnodes=geometry.nnodes,
                       fixed_s=params.fixed_s,
-                      saturated=is_saturated(*burst, params.rtt_s, params.service_s, threads,
+                      saturated=is_saturated(*issued, params.rtt_s, params.service_s, threads,
                                              params.whole_rounds))

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from stampede.model.contention import (
     Params,
+    burst,
     effective_threads,
     is_saturated,
-    issuers,
     metadata_stall,
     per_issuer,
     read_queue_time,
@@ -172,10 +172,9 @@ def _golden(objective: Callable[[float], float], low: float, high: float, steps:
     return math.exp(a if f1 <= f2 else x2)
 
 
-def burst(point: Point, layout: str) -> tuple[float, float]:
-    """(I, k N / I): the ranks that issue the point's metadata ops, and each one's ops
-    (contention.issuers)."""
-    return issuers(layout, point.geometry), point.ops_per_rank * per_issuer(layout, point.geometry)
+def point_burst(point: Point, layout: str) -> tuple[float, float]:
+    """(I, k N / I) of a point (contention.burst)."""
+    return burst(layout, point.geometry, point.ops_per_rank)
 
 
 def measured_stall(point: Point, layout: str) -> float:
@@ -187,8 +186,9 @@ def measured_stall(point: Point, layout: str) -> float:
 def _stalls_of(points: Sequence[Point], known: Known, layout: str) -> _Stalls | None:
     import numpy as np
 
-    n = np.array([burst(p, layout)[0] for p in points], dtype=float)
-    k = np.array([burst(p, layout)[1] for p in points], dtype=float)
+    bursts = [point_burst(p, layout) for p in points]
+    n = np.array([issuing for issuing, _ in bursts], dtype=float)
+    k = np.array([ops for _, ops in bursts], dtype=float)
     y = np.array([measured_stall(p, layout) for p in points], dtype=float)
     used = (k > 0) & (y > 0)
     if not used.any():
@@ -401,7 +401,7 @@ def fit_points(points: Sequence[Point], layout: str, locks: float, known: Known 
     whole = known.threads is not None
     c_eff = effective_threads(layout, threads, locks)
     # each point's burst: its issuing ranks, each one's ops (every rank but a reader's members)
-    bursts = [burst(p, layout) for p in points]
+    bursts = [point_burst(p, layout) for p in points]
     meta_model = tuple(metadata_stall(*b, rtt, service, c_eff, whole) for b in bursts)
     saturated = tuple(p.nranks for p, b in zip(points, bursts)
                       if is_saturated(*b, rtt, service, c_eff, whole))
