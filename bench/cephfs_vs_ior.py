@@ -32,14 +32,16 @@ in turn:
            by file (pattern.order = "file": each file opened and closed before the next,
            as mdtest -E does), one warm-up iteration and --iterations measured, open +
            close as pairs per second
-           the way mdtest counts a phase: the opens of all ranks in one iteration / the
-           slowest rank's time from its barrier exit to its last close (the restore
-           row's time_to_last_rank_s; medians over iterations). That time also holds the
-           rank's one read of the index (its `index` row), which mdtest has not: it
-           counts against stampede. "o+c spans/s" is the pair rate this bench printed
-           before, 1 / (1 / open ops_per_s + 1 / close ops_per_s), each row's rate count
-           / its own span (first start to last stop over ranks), so that where one rank
-           still opens while another closes, the overlap is counted in both spans
+           the way mdtest counts a phase: the opens of all ranks in one iteration /
+           the slowest rank's time from its first open to its last close (from the
+           run's trace, --trace; medians over iterations). mdtest times its phase
+           between two barriers, so its time also holds the ranks' skew leaving the
+           first one, which stampede's per-rank span leaves out (microseconds against
+           the phase's tens of milliseconds). "o+c +index/s" is the same pairs over
+           the slowest rank's barrier exit to its last close (the restore row's
+           time_to_last_rank_s): it also holds each rank's one read of the index
+           before its first open (its `index` row), a cost of a restore that mdtest's
+           phase has not, against the same mdtest figure
            mdtest   `mdtest -F -T -E -e 0 -n ITEMS -i 1 -d <the tree>`, --iterations runs:
            File stat, and File read with -e 0 (an open and a close of each file, no byte
            read), medians over the runs
@@ -59,8 +61,8 @@ the barriers' wake-up and so can only favour stampede: the stat gap is not a def
 gap. The pair is like for like too: stampede's open run has pattern.order = "file", so
 it opens and closes each file in turn, as mdtest -E -e 0 does (one handle held at a
 time; until that key, it opened all of a rank's files and then closed them all, 2,000
-handles held at once, see docs/reference/ops.md). What remains is the index read above,
-against stampede.
+handles held at once, see docs/reference/ops.md). The index read a restore makes before
+its first open is in "o+c +index/s" only.
 
 The ratio of a pair is stampede / peer, the median of the per-round ratios (paired, so
 the machine's load drifts on both sides alike); goal 0.95. GB = 1e9 bytes. Both sides
@@ -135,7 +137,11 @@ from common import (
 )
 
 from stampede.backends.cephfs import DEFAULT_TIMEOUT_S as CEPHFS_TIMEOUT_S
+from stampede.results import trace as traces
+from stampede.results.archive import sidecar_path
 from stampede.results.importers import mdtest_rows
+from stampede.results.readback import read_trace
+from stampede.results.trace import trace_path
 from stampede.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: tests/helpers
@@ -147,10 +153,10 @@ PEER_TIMEOUT_S = 600
 # they are given is PREFIX + the path in the file system
 CEPHFS_PREFIX = "/cephfs"
 WAYS = ("ceph-fuse", "cephfs://")
-# "o+c spans/s": the open + close pair rate this bench printed before, from the open and
-# close rows' own spans (each with the ranks' skew): kept beside mdtest's definition
+# "o+c +index/s": the open + close pairs with each rank's index read in the phase (as
+# stampede's restore times it), against mdtest's same phase (open_close_rates)
 PAIRS = (("read GB/s", "IOR"), ("restore GB/s", "IOR"), ("stat/s", "mdtest"),
-         ("open+close/s", "mdtest"), ("o+c spans/s", "mdtest"))
+         ("open+close/s", "mdtest"), ("o+c +index/s", "mdtest"))
 MDTEST_ROOT = "test-dir.0-0"   # the tree of mdtest's first (only) iteration under -d
 MIB = 2**20                      # IOR's MiB
 BYTES_PER_GB = 1e9
@@ -183,20 +189,55 @@ def run_peer(command: list[str], env: dict[str, str]) -> str:
     return done.stdout
 
 
-def stampede_run(job: Path, nranks: int, archive: Path, target: str) -> dict[str, float]:
+def stampede_run(job: Path, nranks: int, archive: Path, target: str,
+                 *options: str) -> dict[str, float]:
     """One `stampede run` of the job on `target`: op -> its row's rate (read and restore:
-    agg_gbps, the others: ops_per_s)."""
+    agg_gbps, the others: ops_per_s); a run of opens and no read (traced) adds its open +
+    close pair rates (open_close_rates)."""
     before = len(archive_rows(archive)) if archive.exists() else 0
     run_checked(mpiexec_command(nranks, sys.executable, "-m", "stampede", "run", str(job),
-                                "--set", f"target.path={target}"))
+                                "--set", f"target.path={target}", *options))
     rates, rows = {}, {row["op"]: row for row in archive_rows(archive)[before:]}
     for op, row in rows.items():
         rate = row["agg_gbps"] if op in ("read", "restore") else row["ops_per_s"]
         if op in ("read", "restore", "stat", "open", "close") and rate:
             rates[op] = float(rate)   # a restore that reads nothing has no GB/s
     if "open" in rows and "read" not in rows:
-        rates["open+close"] = mdtest_style_rate(rows["open"], rows["restore"])
+        rates.update(open_close_rates(archive, rows["open"], rows["restore"]))
     return rates
+
+
+def open_close_rates(archive: Path, open_row: dict[str, str],
+                     restore_row: dict[str, str]) -> dict[str, float]:
+    """A run's open + close pairs per second in mdtest's terms: the opens of all ranks in
+    one iteration / the phase's time, medians over the measured iterations.
+    "open+close/s": the phase is the slowest rank's own span, its first open's start to its
+    last close's stop (from the run's trace): what mdtest times between the barriers around
+    its phase, less the ranks' skew leaving the first barrier (mdtest's holds it).
+    "o+c +index/s": the phase is the slowest rank's barrier exit to its last close (the
+    restore row's time_to_last_rank_s), which also holds each rank's read of the index
+    before its first open: a cost mdtest's phase has not."""
+    per_iteration = int(open_row["count"]) / int(open_row["iterations"])
+    found = read_trace(trace_path(sidecar_path(archive, open_row["run_id"])))
+    if found.value is None:
+        raise SystemExit(f"cephfs_vs_ior: the open run's trace: {'; '.join(found.notes)}")
+    trace = found.value
+    (rows,) = trace.layouts.values()
+    opens = rows[(rows[:, traces.OP] == trace.code("open")) & (rows[:, traces.ITERATION] >= 0)]
+    closes = rows[(rows[:, traces.OP] == trace.code("close"))
+                  & (rows[:, traces.ITERATION] >= 0)]
+    phases_s = []
+    for iteration in traces.iterations(opens):
+        spans_ns = []
+        for rank in sorted(set(opens[:, traces.RANK].tolist())):
+            mine = opens[(opens[:, traces.ITERATION] == iteration)
+                         & (opens[:, traces.RANK] == rank)]
+            shut = closes[(closes[:, traces.ITERATION] == iteration)
+                          & (closes[:, traces.RANK] == rank)]
+            spans_ns.append(int(shut[:, traces.STOP].max()) - int(mine[:, traces.START].min()))
+        phases_s.append(max(spans_ns) / 1e9)
+    return {"open+close/s": per_iteration / statistics.median(phases_s),
+            "o+c +index/s": per_iteration / float(restore_row["time_to_last_rank_s"])}
 
 
 def ior_read_rates(summary: Path, nbytes: int, who: str) -> dict[str, float]:
@@ -228,14 +269,6 @@ def ior_read_rates(summary: Path, nbytes: int, who: str) -> dict[str, float]:
     return {"read GB/s": statistics.median(spans), "restore GB/s": statistics.median(own)}
 
 
-def mdtest_style_rate(op_row: dict[str, str], restore_row: dict[str, str]) -> float:
-    """mdtest's definition of a phase's rate from stampede's rows: the ops of all ranks in
-    one iteration / the slowest rank's time from its barrier exit to its last op (the
-    restore row's time_to_last_rank_s, medians over iterations)."""
-    per_iteration = int(op_row["count"]) / int(op_row["iterations"])
-    return per_iteration / float(restore_row["time_to_last_rank_s"])
-
-
 def safetensors_tree(root: Path, nbytes: int) -> Path:
     """mdtest's files under `root` (made by `mdtest -C`), each rewritten as a safetensors
     file of one `nbytes` tensor, and a Hugging Face index naming them all, so that
@@ -251,12 +284,6 @@ def safetensors_tree(root: Path, nbytes: int) -> Path:
     (root / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {}, "weight_map": weight_map}))
     return root
-
-
-def pairs_per_s(open_per_s: float, close_per_s: float) -> float:
-    """Open + close pairs per second, from two phases that follow each other (each rate
-    count / its own span, so the ranks' skew is counted twice where they overlap)."""
-    return 1 / (1 / open_per_s + 1 / close_per_s)
 
 
 def mdtest_rates(stdout: str) -> dict[str, float]:
@@ -384,10 +411,10 @@ def main() -> int:
             if side == "stampede":
                 stats = [stampede_run(stat_job, args.ranks, archive, meta_target)["stat"]
                          for _ in range(args.iterations)]
-                opens = stampede_run(open_job, args.ranks, archive, meta_target)
+                opens = stampede_run(open_job, args.ranks, archive, meta_target, "--trace")
                 rates = {"stat/s": statistics.median(stats),
-                         "open+close/s": opens["open+close"],
-                         "o+c spans/s": pairs_per_s(opens["open"], opens["close"])}
+                         "open+close/s": opens["open+close/s"],
+                         "o+c +index/s": opens["o+c +index/s"]}
             else:
                 runs = [mdtest_rates(run_peer(
                     [mpiexec, "-n", str(args.ranks), mdtest, *peer_api(way, conf), *items,
@@ -395,7 +422,7 @@ def main() -> int:
                     for _ in range(args.iterations)]
                 rates = {what: statistics.median(run[what] for run in runs)
                          for what in runs[0]}
-                rates["o+c spans/s"] = rates["open+close/s"]
+                rates["o+c +index/s"] = rates["open+close/s"]
             return rates
 
         measures = {"read": measure_read, "metadata": measure_metadata}

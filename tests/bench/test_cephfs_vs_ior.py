@@ -1,6 +1,6 @@
 """bench/cephfs_vs_ior.py's pieces that need no Ceph: mdtest's files made a checkpoint
 stampede restores in place (names, places and count unchanged), the open + close pair
-rates (mdtest's definition and the two spans'), and the launcher found for a peer
+rates (mdtest's phase from a real run's trace, and with the index read), and the launcher found for a peer
 linked with the venv's MPICH."""
 
 from __future__ import annotations
@@ -21,11 +21,21 @@ sys.path.insert(0, str(BENCH))
 from cephfs_vs_ior import (  # noqa: E402
     MDTEST_ROOT,
     ior_read_rates,
-    mdtest_style_rate,
-    pairs_per_s,
+    open_close_rates,
     safetensors_tree,
 )
-from common import VENV_BIN, mpi_launcher_of  # noqa: E402
+from common import (  # noqa: E402
+    VENV_BIN,
+    archive_rows,
+    mpi_launcher_of,
+    mpiexec_command,
+    write_job_toml,
+)
+
+from stampede.results import trace as traces  # noqa: E402
+from stampede.results.archive import sidecar_path  # noqa: E402
+from stampede.results.readback import read_trace  # noqa: E402
+from stampede.results.trace import trace_path  # noqa: E402
 
 RANKS, ITEMS, TENSOR_BYTES = 2, 7, 4096
 IOR = Path("/opt/ior/bin/ior")
@@ -58,17 +68,39 @@ def test_mdtests_files_become_a_checkpoint_of_exactly_those_files(tmp_path: Path
         assert header % 8 == 0 and size == 8 + header + TENSOR_BYTES
 
 
-def test_pairs_per_s_is_one_open_and_one_close_in_turn() -> None:
-    # 1,000 opens/s (1 ms each) and 4,000 closes/s (0.25 ms): a pair takes 1.25 ms
-    assert pairs_per_s(1000.0, 4000.0) == pytest.approx(800.0)
-
-
-def test_the_pair_rate_is_one_iterations_opens_over_the_slowest_ranks_time() -> None:
-    # 2 ranks x 2,000 files, 3 iterations: 12,000 opens archived; the slowest rank took
-    # 0.5 s from its barrier exit to its last close: 4,000 pairs / 0.5 s
-    open_row = {"count": "12000", "iterations": "3", "ops_per_s": "99999"}
-    restore_row = {"count": "6", "iterations": "3", "time_to_last_rank_s": "0.5"}
-    assert mdtest_style_rate(open_row, restore_row) == pytest.approx(8000.0)
+def test_the_pair_rate_is_one_iterations_opens_over_the_slowest_ranks_own_span(
+        tmp_path: Path) -> None:
+    """A real traced run (2 ranks, 3 files each, file by file, a warm-up and 2 iterations
+    on ext4): the rate is one iteration's opens over the slowest rank's first open to last
+    close, read back from the trace's rows; "+index" over the restore row's time."""
+    root = safetensors_tree(mdtest_tree(tmp_path / "tree"), TENSOR_BYTES)
+    archive = tmp_path / "runs.csv"
+    job = write_job_toml(tmp_path / "open.toml", {
+        "target": {"path": root}, "checkpoint": {"source": "existing", "assign": ["files"]},
+        "pattern": {"ops": ["open", "close"], "order": "file"},
+        "run": {"iterations": 2, "warmup": 1, "cache": "warm", "verify": "none"},
+        "archive": {"path": archive}})
+    subprocess.run(mpiexec_command(RANKS, sys.executable, "-m", "stampede", "run", str(job),
+                                   "--trace"), check=True, capture_output=True, timeout=300)
+    rows = {row["op"]: row for row in archive_rows(archive)}
+    trace = read_trace(trace_path(sidecar_path(archive, rows["open"]["run_id"]))).value
+    assert trace is not None
+    (layout,) = trace.layouts.values()
+    measured = layout[layout[:, traces.ITERATION] >= 0]
+    opens = measured[measured[:, traces.OP] == trace.code("open")]
+    closes = measured[measured[:, traces.OP] == trace.code("close")]
+    assert len(opens) == len(closes) == RANKS * ITEMS * 2
+    phases_ns = [max(closes[(closes[:, traces.ITERATION] == it) & (closes[:, traces.RANK] == r),
+                            traces.STOP].max()
+                     - opens[(opens[:, traces.ITERATION] == it) & (opens[:, traces.RANK] == r),
+                             traces.START].min() for r in range(RANKS)) for it in (0, 1)]
+    rates = open_close_rates(archive, rows["open"], rows["restore"])
+    # 2 iterations: the median of two phases is their mean
+    assert rates["open+close/s"] == pytest.approx(RANKS * ITEMS / (sum(phases_ns) / 2 / 1e9))
+    assert rates["o+c +index/s"] == pytest.approx(
+        RANKS * ITEMS / float(rows["restore"]["time_to_last_rank_s"]))
+    # the index read before the first open is in the second span only
+    assert rates["o+c +index/s"] < rates["open+close/s"]
 
 
 def test_a_program_without_mpi_gets_the_venvs_launcher() -> None:
