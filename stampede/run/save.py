@@ -42,7 +42,7 @@ from stampede.run.digests import new_digest
 from stampede.run.file_system import AfterLayout, layouts_in_turn
 from stampede.run.interrupt import Interrupts
 from stampede.run.job import new_context
-from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, start_phase
+from stampede.run.layout import Phases, Tick, located, measured_rows, phase_totals, timed_phase
 from stampede.run.outcome import MAX_MESSAGES, PhaseOutcome
 from stampede.run.save_files import FileSave
 from stampede.run.save_objects import ObjectSave, pointer_etag
@@ -278,10 +278,10 @@ PUBLISHED = OP_CODE["published"]
 def _phase(comm: mpi.Comm, spec: JobSpec, setup: SaveSetup, iteration: int,
            phases: Phases) -> tuple[PhaseOutcome, bool]:
     steps: type[Save] = FileSave if setup.backend.capabilities.has_directories else ObjectSave
-    origin = start_phase(comm, spec, setup.plan.layout, iteration, phases)
-    setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
-    first = len(phases.log)
-    outcome = steps(setup, iteration, origin, phases.log).run()
+    with timed_phase(comm, spec, setup.plan.layout, iteration, phases) as origin:
+        setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
+        first = len(phases.log)
+        outcome = steps(setup, iteration, origin, phases.log).run()
     phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])
     published = any(row[1] == PUBLISHED and row[5] for row in phases.log[first:])
     return outcome, published
