@@ -227,13 +227,22 @@ class Mount:
                                         CEPH_STATX_BASIC_STATS, 0), b"fstat")
         return int(found.size)
 
+    # open and close are an open storm's every call: begin and check written out in them
+    # (two Python calls fewer a call, about 0.15 us of an open's 5 us through libcephfs)
     def open(self, path: bytes, flags: int, mode: int = 0) -> int:
-        self.begin("open", path)
-        return self.check(self.lib.ceph_open(self.cmount, path, flags, mode), path)
+        self.calling = ("open", path, _now())
+        code: int = self.lib.ceph_open(self.cmount, path, flags, mode)
+        self.calling = None
+        if code < 0:
+            raise failed(code, path.decode(errors="replace"))
+        return code
 
     def close(self, fd: int) -> None:
-        self.begin("close")
-        self.check(self.lib.ceph_close(self.cmount, fd), b"close")
+        self.calling = ("close", b"", _now())
+        code: int = self.lib.ceph_close(self.cmount, fd)
+        self.calling = None
+        if code < 0:
+            raise failed(code, "close")
 
     def pread(self, fd: int, address: int, count: int, offset: int) -> int:
         self.begin("read")

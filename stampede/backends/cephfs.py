@@ -28,6 +28,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from functools import partial
 from pathlib import PurePath, PurePosixPath
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -106,11 +107,8 @@ class CephfsBackend(ClientFiles):
 
     def opener(self, direct: bool, follow_links: bool = True) -> Callable[[bytes], int]:
         flags = os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)
-
-        def bound(path: bytes, _open: Callable[[bytes, int], int] = self.client.open,
-                  _flags: int = flags) -> int:
-            return _open(path, _flags)
-        return bound   # direct: meaningless, the client caches no data to bypass
+        # direct: meaningless, the client caches no data to bypass
+        return partial(self.client.open, flags=flags)   # no Python frame of its own
 
     def read_into(self, handle: int, buffer: memoryview, offset: int) -> int:
         """Reads from the OSDs until the buffer is full or the file ends (one call for a

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -61,12 +63,14 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
             _index(setup, iteration, log, outcome)
         if setup.leads and setup.prefetch is not None:
             setup.prefetch.next_iteration()   # once per iteration, whatever the order
+        # once an iteration, not once a file: by file, a pass is one file's ops
+        open_ = setup.backend.opener(setup.direct, setup.follow_links)
         for files, indices in _passes(plan) if setup.leads else ():
             for op in plan.ops:
                 if op == "stat":
                     _stat(setup, files, iteration, deadline_ns, log, outcome)
                 elif op == "open":
-                    _open(setup, files, handles, iteration, deadline_ns, log, outcome)
+                    _open(setup, open_, files, handles, iteration, deadline_ns, log, outcome)
                 elif op == "read":
                     stop, count = _read(setup, indices, handles, iteration, deadline_ns, log,
                                         outcome)
@@ -209,11 +213,11 @@ def _stat(setup: RankSetup, files: tuple[str, ...], iteration: int, deadline_ns:
                 raise DeadlineExceeded
 
 
-def _open(setup: RankSetup, files: tuple[str, ...], handles: dict[str, list[object]],
-          iteration: int, deadline_ns: int, log: Log, outcome: PhaseOutcome) -> None:
+def _open(setup: RankSetup, open_: Callable[[Any], object], files: tuple[str, ...],
+          handles: dict[str, list[object]], iteration: int, deadline_ns: int, log: Log,
+          outcome: PhaseOutcome) -> None:
     plan = setup.plan
     clock, append = time.perf_counter_ns, log.append
-    open_ = setup.backend.opener(setup.direct, setup.follow_links)
     where = setup.where
     for relpath in files:
         path, fds = setup.paths[relpath], handles[relpath]
