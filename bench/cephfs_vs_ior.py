@@ -42,9 +42,14 @@ in turn:
            time_to_last_rank_s): it also holds each rank's one read of the index
            before its first open (its `index` row), a cost of a restore that mdtest's
            phase has not, against the same mdtest figure
+           "first o+c/s": --iterations runs of the same [open, close] with no warm-up
+           and one iteration, rated as "open+close/s": each a new client, each open the
+           file's first call, so through libcephfs each asks the MDS (a lookup), as a
+           restarted job's first opens do
            mdtest   `mdtest -F -T -E -e 0 -n ITEMS -i 1 -d <the tree>`, --iterations runs:
            File stat, and File read with -e 0 (an open and a close of each file, no byte
-           read), medians over the runs
+           read), medians over the runs; against "first o+c/s", --iterations runs
+           without -T (its read phase its first calls on the files)
            So that each side meets the files in the same state: through libcephfs a
            process is a new client, mdtest's stats are its first requests for the files
            (the MDS asked), its opens come after them (the caps held); stampede's stat
@@ -142,7 +147,7 @@ from stampede.results.archive import sidecar_path
 from stampede.results.importers import mdtest_rows
 from stampede.results.readback import read_trace
 from stampede.results.trace import trace_path
-from stampede.units import parse_size
+from stampede.units import format_plain, parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: tests/helpers
 from tests.helpers.cephcluster import CephCluster, running_cluster, unavailable  # noqa: E402
@@ -154,9 +159,10 @@ PEER_TIMEOUT_S = 600
 CEPHFS_PREFIX = "/cephfs"
 WAYS = ("ceph-fuse", "cephfs://")
 # "o+c +index/s": the open + close pairs with each rank's index read in the phase (as
-# stampede's restore times it), against mdtest's same phase (open_close_rates)
+# stampede's restore times it), against mdtest's same phase (open_close_rates); "first
+# o+c/s": a new client's opens and closes, each open the file's first call (its lookup)
 PAIRS = (("read GB/s", "IOR"), ("restore GB/s", "IOR"), ("stat/s", "mdtest"),
-         ("open+close/s", "mdtest"), ("o+c +index/s", "mdtest"))
+         ("open+close/s", "mdtest"), ("o+c +index/s", "mdtest"), ("first o+c/s", "mdtest"))
 MDTEST_ROOT = "test-dir.0-0"   # the tree of mdtest's first (only) iteration under -d
 MIB = 2**20                      # IOR's MiB
 BYTES_PER_GB = 1e9
@@ -286,11 +292,14 @@ def safetensors_tree(root: Path, nbytes: int) -> Path:
     return root
 
 
-def mdtest_rates(stdout: str) -> dict[str, float]:
-    """mdtest's File stat and File read (-e 0: open + close) mean rates."""
+def mdtest_rates(stdout: str, stat: bool = True) -> dict[str, float]:
+    """mdtest's File stat (where `stat`: run with -T) and File read (-e 0: open + close)
+    mean rates."""
     rows = {str(row["op"]): row["ops_per_s"] for row in
             mdtest_rows(stdout, "cephfs_vs_ior", "warm", "mdtest")}
     rates = {"stat/s": rows.get("stat"), "open+close/s": rows.get("read")}
+    if not stat:
+        del rates["stat/s"]
     missing = [name for name, rate in rates.items() if not isinstance(rate, float)]
     if missing:
         raise SystemExit(f"cephfs_vs_ior: mdtest printed no rate for {missing}:\n{stdout}")
@@ -384,13 +393,14 @@ def main() -> int:
             run_peer([mpiexec, "-n", str(args.ranks), mdtest, *items, "-C", "-d",
                       str(mountpoint / "mdt")], env)
             safetensors_tree(tree, parse_size(args.meta_size))
-        stat_job, open_job = (write_job_toml(scratch / f"{name}.toml", {
+        stat_job, open_job, first_open_job = (write_job_toml(scratch / f"{name}.toml", {
             "target": {"path": tree},
             "checkpoint": {"source": "existing", "assign": ["files"]},
             "pattern": {"ops": ops, "order": "file"}, "run": {**common_keys, **run},
             "archive": {"path": archive}}) for name, ops, run in (
                 ("stat", ["stat"], {"iterations": 1, "warmup": 0}),
-                ("open", ["open", "close"], {})))   # file by file: as mdtest -E, in turn
+                ("open", ["open", "close"], {}),   # file by file: as mdtest -E, in turn
+                ("first-open", ["open", "close"], {"iterations": 1, "warmup": 0})))
         targets = {"ceph-fuse": (str(mountpoint / "ck"), str(tree)),
                    "cephfs://": (cluster.url("ck"), cluster.url(f"mdt/{MDTEST_ROOT}"))}
 
@@ -412,9 +422,13 @@ def main() -> int:
                 stats = [stampede_run(stat_job, args.ranks, archive, meta_target)["stat"]
                          for _ in range(args.iterations)]
                 opens = stampede_run(open_job, args.ranks, archive, meta_target, "--trace")
+                firsts = [stampede_run(first_open_job, args.ranks, archive, meta_target,
+                                       "--trace")["open+close/s"]
+                          for _ in range(args.iterations)]
                 rates = {"stat/s": statistics.median(stats),
                          "open+close/s": opens["open+close/s"],
-                         "o+c +index/s": opens["o+c +index/s"]}
+                         "o+c +index/s": opens["o+c +index/s"],
+                         "first o+c/s": statistics.median(firsts)}
             else:
                 runs = [mdtest_rates(run_peer(
                     [mpiexec, "-n", str(args.ranks), mdtest, *peer_api(way, conf), *items,
@@ -423,6 +437,11 @@ def main() -> int:
                 rates = {what: statistics.median(run[what] for run in runs)
                          for what in runs[0]}
                 rates["o+c +index/s"] = rates["open+close/s"]
+                firsts = [mdtest_rates(run_peer(   # no -T: the opens are the first calls
+                    [mpiexec, "-n", str(args.ranks), mdtest, *peer_api(way, conf), *items,
+                     "-E", "-e", "0", "-d", peer_path(way, mountpoint, "mdt")], env),
+                    stat=False)["open+close/s"] for _ in range(args.iterations)]
+                rates["first o+c/s"] = statistics.median(firsts)
             return rates
 
         measures = {"read": measure_read, "metadata": measure_metadata}
@@ -475,7 +494,7 @@ def measured(results: dict[tuple[str, str, str], list[float]]) -> list[tuple[str
 
 
 def spread_text(summary: tuple[float, float, float]) -> str:
-    return f"{summary[0]:.4g} ({summary[1]:.4g}-{summary[2]:.4g})"
+    return f"{format_plain(summary[0])} ({format_plain(summary[1])}-{format_plain(summary[2])})"
 
 
 if __name__ == "__main__":
