@@ -168,6 +168,11 @@ class ObjectStore(Backend, Protocol):
     method is one request (retried, each retry counted under its op in `retries`) and
     raises OSError only; a body is sent straight from the caller's buffers, no copy."""
 
+    def new_phase(self) -> None:
+        """Untimed, before each timed phase: the client forgets what a restarted job's
+        would not have (the adaptive retry mode's rate limiter, engaged by an earlier
+        phase's 503s), so that no phase or layout runs under another's throttling."""
+
     def start_upload(self, path: Any) -> Upload:
         """Timed (create): CreateMultipartUpload; its handle (`handle.upload_id`: str)."""
 

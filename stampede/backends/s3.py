@@ -225,6 +225,9 @@ class S3Backend(FsspecBackend):
         condition = {"if-match": replacing} if replacing else {"if-none-match": "*"}
         return str(self._call("publish", "PUT", self._send, bucket, key, views, (), condition))
 
+    def new_phase(self) -> None:
+        self.retry.restart()
+
     def etag(self, path: str) -> str | None:
         """Untimed: one HEAD, the object's ETag (None where there is no object)."""
         bucket, _, key = path.partition("/")

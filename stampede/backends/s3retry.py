@@ -99,6 +99,10 @@ class RetryPolicy:
     source: str = "default"
     limiter: RateLimiter = field(default_factory=RateLimiter)
 
+    def restart(self) -> None:
+        """As a new process's client: the rate limiter off, nothing measured."""
+        self.limiter = RateLimiter()
+
     def before_request(self, now: float) -> float:
         """Seconds to wait before sending (adaptive's limiter; 0 in standard)."""
         if self.mode != "adaptive":

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stampede import mpi
-from stampede.backends.base import Backend
+from stampede.backends.base import Backend, object_store
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, bytes_per_rank, plan_rank
 from stampede.results.amplification import RankNeed, amplification, rank_read_bytes
@@ -174,11 +174,15 @@ def _cache_state(comm: mpi.Comm, spec: JobSpec, setup: RankSetup, phases: Phases
 
 
 @contextmanager
-def timed_phase(comm: mpi.Comm, spec: JobSpec, layout: str, iteration: int,
+def timed_phase(comm: mpi.Comm, spec: JobSpec, backend: Backend, layout: str, iteration: int,
                 phases: Phases) -> Iterator[int]:
     """The block of a timed phase, what a restore's and a save's phases share: yields the
     origin stamp, taken as the rank leaves the start barrier (a rank that does not come in
     time aborts the job), recorded in `phases`.
+
+    Each phase is a restart's: an object store's client begins it as a new process's
+    would (ObjectStore.new_phase: adaptive retries' rate limiter off), or the 503s of the
+    warm-up, or of the layout before, would slow it from its first request.
 
     Python's cyclic garbage collector is run before the barrier and held off inside the
     block: a collection is a pause of the rank's own (a full one walks every object the
@@ -188,6 +192,9 @@ def timed_phase(comm: mpi.Comm, spec: JobSpec, layout: str, iteration: int,
     11-15 us in the others; 13-15 us with the collector held off. What a phase allocates
     is collected before the next one's barrier. Loaders (stampede loaders) keep theirs: a
     loader's collections are the loader's cost, as in a training job."""
+    store = object_store(backend)
+    if store is not None:
+        store.new_phase()
     gc.collect()
     held = gc.isenabled()
     gc.disable()
@@ -211,7 +218,8 @@ def _phase(comm: mpi.Comm, spec: JobSpec, setup: RankSetup, iteration: int,
     delay_s = jitter_s(spec, setup.plan.rank, iteration)
     if setup.torch is not None:
         setup.torch.renew(iteration, received_bytes(setup), setup.plan.exchange, phases.log)
-    with timed_phase(comm, spec, setup.plan.layout, iteration, phases) as origin:
+    with timed_phase(comm, spec, setup.backend, setup.plan.layout, iteration,
+                     phases) as origin:
         outcome = run_pattern(setup, iteration, origin,
                               origin + int(spec.deadline_s * NS_PER_S), delay_s, phases.log)
     phases.messages.extend(outcome.messages[:MAX_MESSAGES - len(phases.messages)])

@@ -278,7 +278,7 @@ PUBLISHED = OP_CODE["published"]
 def _phase(comm: mpi.Comm, spec: JobSpec, setup: SaveSetup, iteration: int,
            phases: Phases) -> tuple[PhaseOutcome, bool]:
     steps: type[Save] = FileSave if setup.backend.capabilities.has_directories else ObjectSave
-    with timed_phase(comm, spec, setup.plan.layout, iteration, phases) as origin:
+    with timed_phase(comm, spec, setup.backend, setup.plan.layout, iteration, phases) as origin:
         setup.deadline_ns = origin + int(spec.deadline_s * 1e9)
         first = len(phases.log)
         outcome = steps(setup, iteration, origin, phases.log).run()
