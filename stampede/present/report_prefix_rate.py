@@ -43,7 +43,7 @@ def _last(item: PrefixProjection) -> str:
 
 COLUMNS: tuple[ItemColumn[PrefixProjection], ...] = (
     ItemColumn("rates", lambda item: item.rates.name, left=True),
-    ItemColumn("layout", lambda item: item.layout, left=True),
+    ItemColumn("layout", lambda item: item.layout, left=True, whole=True),
     ItemColumn("keys", lambda item: item.keys, left=True),
     ItemColumn("ranks/partition", lambda item: f"{item.per_partition:,}"),
     ItemColumn("per rank", _per_rank),

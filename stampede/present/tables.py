@@ -305,6 +305,7 @@ class ItemColumn(Generic[T]):
     header: str
     cell: Callable[[T], str]                # rich markup kept as it is
     left: bool = False                      # names and words: left, folded; numbers: right
+    whole: bool = False                     # a left name never folded (the others give way)
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,8 @@ def item_table(title: str, columns: Sequence[ItemColumn[T]],
                items: Iterable[T | Verbatim]) -> Table:
     """A terminal table (new_table) with a line per item, each cell its column's."""
     table = new_table(title, [column.header for column in columns],
-                      left=[column.header for column in columns if column.left])
+                      left=[column.header for column in columns if column.left],
+                      whole=[column.header for column in columns if column.whole])
     for item in items:
         if isinstance(item, Verbatim):
             table.add_row(*item.cells, *[""] * (len(columns) - len(item.cells)))
