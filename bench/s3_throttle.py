@@ -1,23 +1,30 @@
 """The object-store stampede under throttling, on the wall clock: `stampede run` through
 `stampede emulate-s3` in front of a real SeaweedFS, for shared and sharded checkpoints in
-K = 1, 2, 4 copies and for list-first (every rank lists) against list-bcast (rank 0 lists
-and broadcasts), each with the S3 client's `standard` and `adaptive` retry modes.
+K = 1, 2, 4 copies, for a sharded one with hashed keys (`checkpoint.key_prefix = "hash"`:
+each shard's key led by 4 hex digits of its number's hash) and for list-first (every rank
+lists) against list-bcast (rank 0 lists and broadcasts), each with the S3 client's
+`standard` and `adaptive` retry modes.
 
     .venv/bin/python bench/s3_throttle.py                 # 8 ranks, the defaults below
     .venv/bin/python bench/s3_throttle.py --nranks 4 --copies 1,2 --modes standard
 
-Each checkpoint is prepared straight to SeaweedFS (not counted); then each (case, mode)
-is one `mpiexec -n N stampede run` through a fresh emulator (full buckets, its own
---log), `--split-delay-s inf` (no split: the partitions are what the case makes them),
-and K copies `--partitioned BUCKET/kK/copy-`, so each copy's prefix has a budget of its
-own, as S3 gives a partitioned prefix. Printed, from one run:
+Each checkpoint is prepared straight to SeaweedFS (not counted); then each (case, layout,
+mode) is one `mpiexec -n N stampede run` through a fresh emulator (full buckets, its own
+--log). One layout a run: a run's ranks keep one S3 client for all its layouts, and
+adaptive's limiter, once a throttle engaged it, would slow the next layout from its first
+request (shared's 503s charged to sharded). `--split-delay-s inf`: no split, the
+partitions are what the case makes them; K copies `--partitioned BUCKET/kK/copy-`, so
+each copy's prefix has a budget of its own, as S3 gives a partitioned prefix; hashed keys
+`--partitioned BUCKET/hash/`, so each first hex digit of the keys is a partition (up to
+16: two shards may share one, as two keys under one of S3's partitions do). Printed, from
+one run:
 
 1. Per case, mode and layout (from the archive's rows): the throttling answers (503s)
    the ranks met in the timed ops, their retries, the seconds they spent backing off
    (summed over ranks and iterations) and the time to last rank (median over iterations),
    with each op's 503s / retries / backoff.
-2. Per case, mode and busy partition (from the emulator's --log): the rate it was asked
-   to hold (--get-rate or --list-rate) against the rate the clients achieved: admitted
+2. Per case, layout, mode and busy partition (from the emulator's --log): the rate it was
+   asked to hold (--get-rate or --list-rate) against the rate the clients achieved: admitted
    requests of that kind over the partition's whole span (first request to last), and
    over its throttled spell (first 503 to last 503, when it lasted 1 s or more: the token
    bucket's own rate, where the clients kept it busy), with the ratios; and the 503s it
@@ -35,7 +42,7 @@ import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common import (
@@ -67,6 +74,7 @@ class Case:
     name: str                   # the checkpoint's prefix in the bucket
     layouts: tuple[str, ...]
     copies: int = 1
+    key_prefix: str = "none"    # "hash": each shard's key led by its hash's hex digits
 
 
 def parse_arguments() -> argparse.Namespace:
@@ -77,6 +85,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--copies", default="1,2,4", help="K of the shared/sharded cases")
     parser.add_argument("--modes", default="standard,adaptive")
     parser.add_argument("--no-lists", action="store_true", help="leave list-first/list-bcast out")
+    parser.add_argument("--no-hashed", action="store_true",
+                        help="leave the sharded checkpoint with hashed keys out")
     parser.add_argument("--get-rate", type=float, default=20.0, help="per partition (default 20)")
     parser.add_argument("--put-rate", type=float, default=20.0)
     parser.add_argument("--list-rate", type=float, default=2.0, help="per partition (default 2)")
@@ -98,7 +108,7 @@ def job_text(case: Case, args: argparse.Namespace, bucket: str, endpoint: str, m
         f"max_attempts = {args.max_attempts}}}",
         "[checkpoint]", f'size = "{args.size}"', f'block_size = "{args.block_size}"',
         'format = "raw"', "layout = [" + ", ".join(f'"{name}"' for name in case.layouts) + "]",
-        f"copies = {case.copies}",
+        f"copies = {case.copies}", f'key_prefix = "{case.key_prefix}"',
         "[run]", f"iterations = {args.iterations}", "warmup = 0", 'verify = "none"',
         "[archive]", f'path = "{archive}"', ""])
 
@@ -120,6 +130,8 @@ def emulator_flags(case: Case, args: argparse.Namespace, bucket: str) -> list[st
              "--split-delay-s", "inf"]
     if case.copies > 1:
         flags += ["--partitioned", f"{bucket}/{case.name}/copy-"]
+    if case.key_prefix == "hash":
+        flags += ["--partitioned", f"{bucket}/{case.name}/"]
     return flags
 
 
@@ -161,7 +173,8 @@ def rate_lines(requests: list[Request], case: Case, mode: str,
         # a spell of a few 503s within a second says nothing of a rate
         busy = len(spell) / spell_s if spell_s >= MIN_SPELL_S else float("nan")
         rate = configured[kind]
-        lines.append(f"{mode:<9} {case.name:<6} {partition:<28} {kind:<5} {rate:>6g} "
+        lines.append(f"{mode:<9} {case.name:<6} {case.layouts[0]:<11} {partition:<28} "
+                     f"{kind:<5} {rate:>6g} "
                      f"{overall:>8.2f} {overall / rate:>6.2f} {busy:>8.2f} {busy / rate:>6.2f} "
                      f"{len(denied):>6} {len(seen):>6}")
     return lines
@@ -173,6 +186,8 @@ def main() -> int:
     if set(modes) - set(MODES):
         raise SystemExit(f"--modes {args.modes}: each must be one of {', '.join(MODES)}")
     cases = [Case(f"k{k}", SPREAD_LAYOUTS, k) for k in comma_separated(args.copies, int)]
+    if not args.no_hashed:
+        cases.append(Case("hash", ("sharded",), key_prefix="hash"))
     if not args.no_lists:
         cases.append(Case("lists", LIST_LAYOUTS))
     layouts, rates = [], []
@@ -187,18 +202,24 @@ def main() -> int:
             run_stampede("prepare", direct, args.nranks, env)
         for mode in modes:
             for case in cases:
-                archive = scratch / f"{case.name}-{mode}.csv"
-                log = scratch / f"{case.name}-{mode}.jsonl"
-                with emulator(server, log, *emulator_flags(case, args, server.bucket)) as endpoint:
-                    job = scratch / f"{case.name}-{mode}.toml"
-                    job.write_text(job_text(case, args, server.bucket, endpoint, mode, archive))
-                    report = run_stampede("run", job, args.nranks, env)
-                if args.reports:
-                    print(f"--- {case.name} {mode}: mpiexec -n {args.nranks} stampede run\n{report}")
-                layouts += layout_lines(archive_rows(archive), case, mode)
-                rates += rate_lines(read_log(str(log)), case, mode, args)
-                print(f"done: {case.name} {mode} ({Counter(r.status for r in read_log(str(log)))})",
-                      file=sys.stderr, flush=True)
+                for layout in case.layouts:
+                    alone = replace(case, layouts=(layout,))
+                    stem = f"{case.name}-{layout}-{mode}"
+                    archive, log = scratch / f"{stem}.csv", scratch / f"{stem}.jsonl"
+                    with emulator(server, log, *emulator_flags(case, args,
+                                                               server.bucket)) as endpoint:
+                        job = scratch / f"{stem}.toml"
+                        job.write_text(job_text(alone, args, server.bucket, endpoint, mode,
+                                                archive))
+                        report = run_stampede("run", job, args.nranks, env)
+                    if args.reports:
+                        print(f"--- {case.name} {layout} {mode}: mpiexec -n {args.nranks} "
+                              f"stampede run\n{report}")
+                    layouts += layout_lines(archive_rows(archive), alone, mode)
+                    rates += rate_lines(read_log(str(log)), alone, mode, args)
+                    statuses = Counter(r.status for r in read_log(str(log)))
+                    print(f"done: {case.name} {layout} {mode} ({statuses})", file=sys.stderr,
+                          flush=True)
         print_report(args, server, layouts, rates)
     return 0
 
@@ -217,7 +238,8 @@ def print_report(args: argparse.Namespace, server: S3Server, layouts: list[str],
     print("\n".join(layouts))
     print("\n2. per throttled partition: the rate asked (r/s) against the admitted rate over "
           "its span (first to last request) and over its throttled spell (first to last 503)")
-    print(f"{'mode':<9} {'case':<6} {'partition':<28} {'kind':<5} {'asked':>6} {'span r/s':>8} "
+    print(f"{'mode':<9} {'case':<6} {'layout':<11} {'partition':<28} {'kind':<5} "
+          f"{'asked':>6} {'span r/s':>8} "
           f"{'ratio':>6} {'spell r/s':>8} {'ratio':>6} {'503s':>6} {'asked#':>6}")
     print("\n".join(rates) or "(no partition was throttled)")
 

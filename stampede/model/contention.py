@@ -139,9 +139,10 @@ latency of each, drained in series by the one active MDS (stampede.model.mds_dra
 Limits: one server (a file system with several metadata targets spreads a sharded
 checkpoint's ops over them: c is then their total, while a shared file still sits on
 one); metadata ops are taken to come before data, the reads' own requests (q) queueing
-behind them (lock traffic during reads, close, and retries such as S3's 503 SlowDown are
-not modelled; the save's writes have no q); client dentry/inode caches hit after
-the first iteration and flatten T_meta; a warm page cache measures memory, not storage;
+behind them (lock traffic during reads and close are not modelled, nor here an object
+store's 503 SlowDown: its request-rate limit is the request-rate table's,
+stampede.model.prefix_rate; the save's writes have no q); client dentry/inode caches hit
+after the first iteration and flatten T_meta; a warm page cache measures memory, not storage;
 ranks outnumbering cores (a laptop sweep) make CPU contention look like server
 contention; exchanges within a node are folded into the data term's rates (shared memory:
 not a resource of its own), those between nodes follow MPICH's algorithms as traffic says.
