@@ -10,9 +10,9 @@ lists) against list-bcast (rank 0 lists and broadcasts), each with the S3 client
 
 Each checkpoint is prepared straight to SeaweedFS (not counted); then each (case, layout,
 mode) is one `mpiexec -n N stampede run` through a fresh emulator (full buckets, its own
---log). One layout a run: a run's ranks keep one S3 client for all its layouts, and
-adaptive's limiter, once a throttle engaged it, would slow the next layout from its first
-request (shared's 503s charged to sharded). `--split-delay-s inf`: no split, the
+--log). One layout a run, so that no layout meets the buckets another drained (each
+phase's clients start as a restarted job's: adaptive's limiter off, whatever the phase
+before met; before that, shared's 503s slowed sharded in one run). `--split-delay-s inf`: no split, the
 partitions are what the case makes them; K copies `--partitioned BUCKET/kK/copy-`, so
 each copy's prefix has a budget of its own, as S3 gives a partitioned prefix; hashed keys
 `--partitioned BUCKET/hash/`, so each first hex digit of the keys is a partition (up to
