@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -213,7 +212,7 @@ def _stat(setup: RankSetup, files: tuple[str, ...], iteration: int, deadline_ns:
                 raise DeadlineExceeded
 
 
-def _open(setup: RankSetup, open_: Callable[[Any], object], files: tuple[str, ...],
+def _open(setup: RankSetup, open_: Callable[..., object], files: tuple[str, ...],
           handles: dict[str, list[object]], iteration: int, deadline_ns: int, log: Log,
           outcome: PhaseOutcome) -> None:
     plan = setup.plan
