@@ -153,6 +153,19 @@ def write_journal(backend: Backend, journal: Journal) -> None:
     backend.put_bytes(JOURNAL_NAME, json.dumps(journal, indent=1, sort_keys=True).encode())
 
 
+def rewrite_journal(backend: Backend, target: str, journal: Journal) -> None:
+    """A running save's journal, read by journal_of_save and changed, written back only
+    while it is still there: one removed by hand between the read and this write would
+    otherwise come back from memory, and the save go on as if nothing had happened. The
+    same CheckpointError as journal_of_save's (what is left between the look and the
+    rename is microseconds, against the milliseconds between a read and its write)."""
+    try:
+        backend.size(JOURNAL_NAME)
+    except FileNotFoundError:
+        journal_of_save(backend, target)   # raises: it is gone
+    write_journal(backend, journal)
+
+
 def series(journal: Journal, layout: str) -> Series:
     return journal["layouts"].setdefault(layout, {"next": 1, "versions": []})
 
@@ -270,11 +283,11 @@ def record_outcome(backend: Backend, target: str, keep: int, layout: str, versio
         entry["state"], entry["complete"] = "complete", True
         for old in released_versions(journal, layout, version, keep):
             old["state"] = "released"
-        write_journal(backend, journal)
+        rewrite_journal(backend, target, journal)
         return ""
     entry["state"], entry["reason"] = "invalid", reason or "not published"
     try:
-        write_journal(backend, journal)
+        rewrite_journal(backend, target, journal)
     except OSError as error:   # the storage that failed the save (a full disk) may refuse
         return (f"{name}: v{version:06d} not published, the pointer untouched; its journal "
                 f"entry not updated ({error.strerror or error}); the next save or clean "

@@ -263,7 +263,7 @@ def _series_directories(spec: JobSpec, backend: Backend, layout: str, rank: int)
             except FileExistsError:
                 continue
             made.append(directory)
-        versions.write_journal(backend, journal)
+        versions.rewrite_journal(backend, spec.target_path, journal)
     count, size = spec.stripe_count, spec.stripe_size_bytes
     if not (count or size):
         return []
@@ -447,7 +447,7 @@ def _begin_version(spec: JobSpec, backend: Backend, layout: str,
     series = versions.series(journal, layout)
     version = series["next"]
     series["next"] = version + 1
-    versions.write_journal(backend, journal)
+    versions.rewrite_journal(backend, spec.target_path, journal)
     released = versions.released_versions(journal, layout, version, spec.keep)
     files = [record["path"] for entry in released for record in entry["files"]]
     directories = sorted({directory for entry in released for directory in entry["directories"]},
@@ -475,7 +475,7 @@ def _record_version(spec: JobSpec, backend: Backend, layout: str, version: int, 
                  if named else [],
                  mode=spec.save_mode, durability=spec.durability, validate=spec.validate)
     versions.series(journal, layout)["versions"].append(cast("versions.SavedVersion", entry))
-    versions.write_journal(backend, journal)
+    versions.rewrite_journal(backend, spec.target_path, journal)
 
 
 def _to_rank_zero(comm: mpi.Comm, spec: JobSpec, plan: SavePlan, hosts: tuple[str, ...],
