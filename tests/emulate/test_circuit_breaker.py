@@ -57,17 +57,27 @@ class Hold:
         self.connection: http.client.HTTPConnection | None = None
 
     def take(self) -> None:
+        """The slot, taken: asked again while the server refuses (503), since a slot let go
+        is free only once the server's write on the closed connection has failed, a moment
+        later under load (a take refused inside the proxy once left the run's first read
+        unthrottled: the suite failed with 0 throttles)."""
         from botocore.awsrequest import AWSRequest
 
         path = f"/{self.server.bucket}/hold/big.bin"
-        request = AWSRequest("GET", self.server.endpoint_url + path)
-        self.signer.add_auth(request)
-        connection = http.client.HTTPConnection(
-            self.server.endpoint_url.removeprefix("http://"), timeout=30)
-        connection.request("GET", path, headers=dict(request.headers.items()))
-        response = connection.getresponse()
-        assert response.status == 200, response.status
-        self.connection = connection
+        deadline = time.monotonic() + 30
+        while True:
+            request = AWSRequest("GET", self.server.endpoint_url + path)
+            self.signer.add_auth(request)
+            connection = http.client.HTTPConnection(
+                self.server.endpoint_url.removeprefix("http://"), timeout=30)
+            connection.request("GET", path, headers=dict(request.headers.items()))
+            response = connection.getresponse()
+            if response.status == 200:
+                self.connection = connection
+                return
+            connection.close()
+            assert response.status == 503 and time.monotonic() < deadline, response.status
+            time.sleep(0.05)
 
     def release(self) -> None:
         if self.connection is not None:
