@@ -8,7 +8,8 @@ run.ceiling = true and every layout of stampede.layouts.TABLE that reads the pre
 checkpoint (all but a workload's own files; at --replicas 1, none of those made for
 replicas, which stampede refuses there): before the first layout, the node's raw
 ceiling (its share of the checkpoint read cold by 1, 4, 16 and 32 streams of 8 MiB
-requests, the best GB/s); then each layout, --block-size requests (default 8 MiB).
+requests, 3 times each, the best stream count's median GB/s); then each layout,
+--block-size requests (default 8 MiB).
 
 Printed per layout, from the archive's restore rows: read amplification (bytes from
 storage over the unique bytes needed, per iteration), agg GB/s (the ranks' bytes over the
@@ -169,6 +170,15 @@ def print_table(results: Sequence[LayoutResult]) -> None:
               f"{result.node_storage_gbps:>13.2f} {result.efficiency:>9.2f}x")
 
 
+def stream_steps(reads: Sequence[dict]) -> str:
+    """'1: 0.41 0.39 0.44, 4: ...': each stream count's GB/s, every read in the order read."""
+    counts: dict[int, list[str]] = {}
+    for read in reads:
+        gbps = read["gbps"]
+        counts.setdefault(read["streams"], []).append("-" if gbps is None else f"{gbps:.2f}")
+    return ", ".join(f"{streams}: {' '.join(said)}" for streams, said in counts.items())
+
+
 def main() -> int:
     args = parse_args()
     with scratch_directory("stampede-goal-", args.dir) as scratch:
@@ -181,9 +191,9 @@ def main() -> int:
         sidecar = read_sidecar(scratch / "results.csv", row)
         print()
         for node in sidecar.get("ceiling", {}).get("nodes", []):
-            steps = ", ".join(f"{read['streams']}: {read['gbps']:.2f}" for read in node["reads"])
             print(f"raw-read ceiling of {node['host']}: {node['gbps']:.2f} GB/s at "
-                  f"{node['best_streams']} streams (GB/s by streams: {steps}; cold, "
+                  f"{node['best_streams']} streams (GB/s by streams, each read: "
+                  f"{stream_steps(node['reads'])}; the best count's median; cold, "
                   f"{node['reads'][0]['bytes_asked']:,} B each)")
         print()
         print_table(results)
