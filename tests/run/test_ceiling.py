@@ -77,6 +77,12 @@ def test_the_ceiling_reads_the_node_share_cold_at_every_stream_count(stampede,
     summary = page.read_text().split('id="summary"')[1].split("</table>")[0]
     assert "of the raw-read ceiling" in summary
     assert all(f"<td>{text}</td>" in summary for text in said.values()), summary
+    # and the verdict's ranking, terminal and HTML, each layout's beside its amplification
+    terminal, html = " ".join(report.stdout.split()), " ".join(page.read_text().split())
+    for layout, text in said.items():
+        beside = f"the needed bytes, {text} the raw-read ceiling"
+        assert f"{layout} " in terminal and beside in terminal, terminal
+        assert beside in html, layout
 
 
 def test_without_run_ceiling_nothing_is_measured(stampede, tmp_path: Path) -> None:
