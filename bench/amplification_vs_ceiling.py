@@ -59,7 +59,7 @@ class LayoutResult:
     """One layout's restore row, as the goal reads it."""
 
     layout: str
-    whole_file: bool          # reads every byte on every rank (layouts.TABLE's property)
+    whole_file: bool          # reads every byte on every rank (each_rank_reads_all)
     amplification: float
     agg_gbps: float
     node_storage_gbps: float
@@ -93,6 +93,14 @@ def layouts(replicas: int) -> list[str]:
     replica, not those made for replicas (stampede refuses them: they would be sharded)."""
     return [name for name, layout in TABLE.items() if not layout.workload_files
             and (replicas > 1 or not layout.replica_aware)]
+
+
+def each_rank_reads_all(name: str) -> bool:
+    """Whether every rank reads the whole file (N-fold at N ranks): whole-file, not
+    node-once, which TABLE marks whole_file too but where only a node's first rank reads
+    it (n-fold at n nodes: 1.0x on this one machine, not a shortfall)."""
+    layout = TABLE[name]
+    return layout.whole_file and not layout.node_reads
 
 
 def verdict(results: Sequence[LayoutResult], nranks: int) -> tuple[bool, list[str]]:
@@ -155,7 +163,7 @@ def measure(scratch: Path, args: argparse.Namespace) -> tuple[list[LayoutResult]
         node_gbps = row["storage_bytes_per_iteration"] / row["nnodes"] / row["storage_s"] / 1e9 \
             if row["storage_s"] and row["storage_s"] > 0 else math.nan
         results.append(LayoutResult(
-            row["layout"], TABLE[row["layout"]].whole_file, row["read_amplification"],
+            row["layout"], each_rank_reads_all(row["layout"]), row["read_amplification"],
             row["agg_gbps"], node_gbps, row["ceiling_efficiency"]))
     return results, rows[0] if rows else None
 
