@@ -175,8 +175,9 @@ OPTIONS: tuple[Option, ...] = (
            "(posix_fadvise DONTNEED) before every iteration; direct = O_DIRECT", "cache"),
     Option("run.ceiling", "ceiling", values.boolean, False,
            "measure every node's raw-read ceiling once, before the first layout: its share of "
-           "the checkpoint read cold by 1, 4, 16 and 32 streams of 8 MiB requests, the best "
-           "GB/s; each restore row then says its efficiency against it (ceiling_efficiency)",
+           "the checkpoint read cold by 1, 4, 16 and 32 streams of 8 MiB requests, each 3 "
+           "times, the best stream count's median GB/s; each restore row then says its "
+           "efficiency against it (ceiling_efficiency)",
            "ceiling"),
     Option("run.drop_caches", "drop_caches", values.boolean, False,
            "cold: also drop the whole page cache (sync; echo 3 > /proc/sys/vm/drop_caches, one "

@@ -25,6 +25,7 @@ from stampede.model.rejoin import RejoinVerdict, rejoin_verdict
 from stampede.model.sizing import DEFAULT_TARGET_MTTR_S, Need, Sizing, size
 from stampede.model.workload import Workload
 from stampede.results import compare
+from stampede.results.ceiling import efficiency_text
 from stampede.results.cells import Row
 from stampede.units import (
     ALREADY_MET,
@@ -64,7 +65,9 @@ class PhaseVerdict:
     def measured_line(self) -> str:
         """The latest run's layouts, best first, each with its time to last rank and, for a
         restore, its read amplification beside it ("whole-file 1.2 s, 4.0x the needed
-        bytes"): the bytes a layout fetched, seen beside the time they cost."""
+        bytes"): the bytes a layout fetched, seen beside the time they cost; and where
+        run.ceiling measured one, its efficiency against the nodes' raw-read ceiling
+        (", 0.93x the raw-read ceiling"): how near raw reads it came."""
         said = []
         for row, _ in self.ranked:
             seconds = row.get("time_to_last_rank_s")
@@ -73,6 +76,9 @@ class PhaseVerdict:
             ratio = row.get("read_amplification")
             if isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio > 0:
                 text += f", {format_amplification(float(ratio))} the needed bytes"
+            efficiency = row.get("ceiling_efficiency")
+            if isinstance(efficiency, (int, float)) and efficiency_text(float(efficiency)):
+                text += f", {efficiency_text(float(efficiency))} the raw-read ceiling"
             said.append(text)
         return "; ".join(said)
 

@@ -46,8 +46,8 @@ def render_loaders(lines: Sequence[LoaderLine], skipped: Sequence[tuple[str, str
     if raw:
         console.print("[dim]vs raw = GB/s per node over the node's raw-read ceiling (run.ceiling: "
                       "its share of the checkpoint read cold by 1, 4, 16 and 32 streams of "
-                      "large reads, the best, measured once before the ceiling's restore; "
-                      "every stream count in the sidecar).[/]")
+                      "large reads, 3 times each, the best stream count's median, measured "
+                      "before the ceiling's restore; every read in the sidecar).[/]")
     from rich.markup import escape
 
     for loader, reason in skipped:

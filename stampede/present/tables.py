@@ -166,8 +166,8 @@ def ceiling_notes(lines: Sequence[Line]) -> list[str]:
     nodes = (f"{format_number(first['ceiling_gbps'])} GB/s" if first["nnodes"] == 1 else
              f"{format_number(first['ceiling_gbps'])}-{format_number(first['ceiling_gbps_max'])}"
              " GB/s per node")
-    return [f"vs the raw-read ceiling ({nodes}, cold large reads at 1-32 streams, measured "
-            "before the layouts; storage GB/s per node over it): "
+    return [f"vs the raw-read ceiling ({nodes}, cold large reads at 1-32 streams, the best "
+            "median of 3, measured before the layouts; storage GB/s per node over it): "
             + ", ".join(f"{line.row['layout']} {ceiling_efficiency(line.row)}"
                         for line in measured)]
 

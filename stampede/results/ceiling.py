@@ -1,7 +1,8 @@
 """The raw-read ceiling of a node, as records (pure): what the node's storage gives to
 large sequential reads from a cold cache, with no loader and no layout in the way, at
-1, 4, 16 and 32 concurrent streams; the best of them is the node's ceiling. A layout's
-or a loader's efficiency is its storage GB/s over the ceiling of the nodes that read.
+1, 4, 16 and 32 concurrent streams, each stream count REPEATS times; the best stream
+count's median is the node's ceiling. A layout's or a loader's efficiency is its storage
+GB/s over the ceiling of the nodes that read.
 
 Measured by stampede.run.ceiling before the run's first layout (`run.ceiling = true`);
 kept in the sidecar (every stream count of every node) and, per run, in the restore
@@ -15,6 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 STREAM_COUNTS = (1, 4, 16, 32)      # concurrent streams, each measured cold
+# One cold read per stream count is one sample, and every efficiency is divided by the
+# best of them: on a busy node a lucky or unlucky read moved it. The median of 3 steadies it.
+REPEATS = 3
 REQUEST_BYTES = 8 * 2**20           # one read request: large, as a restore's best case
 BYTES_PER_GB = 1e9
 
@@ -38,15 +42,29 @@ class StreamRead:
 
 @dataclass(frozen=True)
 class NodeCeiling:
-    """One node's reads at every stream count, and the best of them: its ceiling."""
+    """One node's reads at every stream count (each repeat, in the order read), each
+    stream count's median, and the best of those: its ceiling."""
 
     host: str
     reads: tuple[StreamRead, ...]
 
     @property
+    def medians(self) -> tuple[StreamRead, ...]:
+        """Per stream count (in the order first read), its median repeat by GB/s: a read
+        that happened (the lower middle of an even count), not an average of reads."""
+        counts = dict.fromkeys(read.streams for read in self.reads)
+        found = []
+        for streams in counts:
+            finite = sorted((read for read in self.reads
+                             if read.streams == streams and math.isfinite(read.gbps)),
+                            key=lambda read: read.gbps)
+            if finite:
+                found.append(finite[(len(finite) - 1) // 2])
+        return tuple(found)
+
+    @property
     def best(self) -> StreamRead | None:
-        finite = [read for read in self.reads if math.isfinite(read.gbps)]
-        return max(finite, key=lambda read: read.gbps, default=None)
+        return max(self.medians, key=lambda read: read.gbps, default=None)
 
     @property
     def gbps(self) -> float:
@@ -76,7 +94,8 @@ class Ceiling:
         return sum(node.gbps for node in self.nodes) if self.nodes else math.nan
 
     def sidecar(self) -> dict[str, object]:
-        """The sidecar's `ceiling`: per node, every stream count as measured."""
+        """The sidecar's `ceiling`: per node, every read as measured (each stream count
+        REPEATS times), its ceiling (the best stream count's median) and that count."""
         return {"request_bytes": REQUEST_BYTES, "messages": list(self.messages), "nodes": [
             {"host": node.host, "gbps": _finite(node.gbps),
              "best_streams": node.best.streams if node.best else None,

@@ -3,8 +3,10 @@ run's first layout, on the node's own share of the checkpoint the job reads.
 
 Per node, one rank (the first on its host) reads; the others wait at the barriers. The
 checkpoint's files, laid end to end, are cut into one contiguous share per node, so no
-two nodes read the same bytes and no page one node reads is another's. For each stream
-count (stampede.results.ceiling.STREAM_COUNTS), untimed: the share is evicted
+two nodes read the same bytes and no page one node reads is another's. REPEATS rounds,
+each of every stream count (stampede.results.ceiling.STREAM_COUNTS; rounds rather than
+one count's repeats in a row, so a slow spell of the machine falls on several counts'
+one repeat, not on one count's median). For each read, untimed: the share is evicted
 (posix_fadvise DONTNEED, as run.cache = cold evicts) and mincore asked what is still
 cached; then, after a barrier of every rank (all nodes read at once, as a restore's
 nodes do), the share is cut into one contiguous piece per stream, and each stream (a
@@ -24,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from stampede import mpi
 from stampede.buffers import AlignedBuffer
 from stampede.results.ceiling import (
+    REPEATS,
     REQUEST_BYTES,
     STREAM_COUNTS,
     Ceiling,
@@ -38,10 +41,10 @@ PAGE_BYTES = 4096
 
 
 def measure(comm: mpi.Comm, files: Sequence[tuple[str, int]],
-            stream_counts: Sequence[int] = STREAM_COUNTS) -> Ceiling:
-    """Every node's reads at every stream count, as a Ceiling on every rank (a rank's
-    next step may hang on whether one was measured: all must agree). `files`: (absolute
-    path, bytes) of the checkpoint's files, the same on every rank."""
+            stream_counts: Sequence[int] = STREAM_COUNTS, repeats: int = REPEATS) -> Ceiling:
+    """Every node's reads at every stream count, `repeats` times, as a Ceiling on every
+    rank (a rank's next step may hang on whether one was measured: all must agree).
+    `files`: (absolute path, bytes) of the checkpoint's files, the same on every rank."""
     rank = comm.Get_rank()
     messages: list[str] = []
     hosts = mpi.bcast(comm, mpi.gather(comm, mpi.processor_name(comm)) or [])
@@ -52,7 +55,7 @@ def measure(comm: mpi.Comm, files: Sequence[tuple[str, int]],
     start, end = split_evenly(total, len(nodes), REQUEST_BYTES)[nodes.index(host)]
     share = pieces(files, start, end)
     reads = []
-    for streams in stream_counts:
+    for streams in [count for _ in range(repeats) for count in stream_counts]:
         resident = _evict(share, messages) if leads else 0
         mpi.barrier(comm)
         if leads:

@@ -69,6 +69,20 @@ def test_the_ranking_says_each_layouts_read_amplification_beside_its_time() -> N
     # rows from before the column (schema < 7) say the time alone
     plain = assess(Archive(synthetic_rows(TRUE, RANKS)), 16384).phases["restore"]
     assert "the needed bytes" not in plain.measured_line() and "shared " in plain.measured_line()
+    assert "ceiling" not in plain.measured_line()   # no run.ceiling: nothing said of it
+
+
+def test_the_ranking_says_each_layouts_efficiency_against_the_raw_ceiling() -> None:
+    """run.ceiling's efficiency (schema 8) after the amplification, in the verdict's
+    line as in the restore table's note; a layout without one (its run did not measure
+    it) says the rest alone."""
+    efficiency = {"sharded": "0.934", "shared": ""}
+    rows = [{**row, "read_amplification": "1.0", "ceiling_efficiency": efficiency[row["layout"]]}
+            if row["op"] == "restore" else row for row in synthetic_rows(TRUE, RANKS)]
+    verdict = assess(Archive(rows), 16384).phases["restore"]
+    said = dict(part.split(" ", 1) for part in verdict.measured_line().split("; "))
+    assert said["sharded"].endswith(", 1.0x the needed bytes, 0.93x the raw-read ceiling"), said
+    assert said["shared"].endswith(", 1.0x the needed bytes"), said
 
 
 def test_the_dominant_part_counts_the_reads_requests_as_the_metadata_servers() -> None:

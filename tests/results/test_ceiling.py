@@ -59,3 +59,28 @@ def test_the_best_stream_count_is_the_ceiling_and_the_efficiency_is_over_it() ->
     assert math.isnan(efficiency(12e9, 2.0, 2, math.nan))
     sidecar = ceiling.sidecar()
     assert [node["best_streams"] for node in sidecar["nodes"]] == [16, 4]
+
+
+def test_each_stream_count_is_its_median_read_and_a_lucky_read_is_not_the_ceiling() -> None:
+    # rounds of (1, 4, 32) as measure reads them; 32 streams once at 9 GB/s (a read the
+    # page cache or a quiet moment flattered), its median 2.0; 4 streams steadily 3.0
+    rounds = [((1, 1.0), (4, 3.1), (32, 9.0)), ((1, 1.2), (4, 2.9), (32, 2.0)),
+              ((1, 0.8), (4, 3.0), (32, 1.5))]
+    node = _node("a", *(read for one in rounds for read in one))
+    assert [(read.streams, read.gbps) for read in node.medians] == \
+        [(1, pytest.approx(1.0)), (4, pytest.approx(3.0)), (32, pytest.approx(2.0))]
+    assert node.best is not None and node.best.streams == 4
+    assert node.gbps == pytest.approx(3.0)
+    # the sidecar keeps every read, in the order read, beside the median's ceiling
+    [said] = Ceiling((node,)).sidecar()["nodes"]
+    assert [read["streams"] for read in said["reads"]] == [1, 4, 32] * 3
+    assert said["gbps"] == pytest.approx(3.0) and said["best_streams"] == 4
+
+
+def test_a_failed_read_is_left_out_of_its_median_and_an_even_count_takes_the_lower() -> None:
+    failed = StreamRead(16, 10**9, 0, 0.0, 0)   # no time: NaN GB/s
+    node = NodeCeiling("a", (*_node("a", (16, 2.0), (16, 4.0)).reads, failed))
+    [median] = node.medians
+    assert median.gbps == pytest.approx(2.0)   # a read that happened, not 3.0
+    assert NodeCeiling("b", (failed,)).best is None
+    assert math.isnan(NodeCeiling("b", (failed,)).gbps)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stampede.results.ceiling import STREAM_COUNTS
+from stampede.results.ceiling import REPEATS, STREAM_COUNTS
 from tests.helpers.jobs import read_archive, write_job
 from tests.helpers.loaders import loader_package
 
@@ -33,8 +33,8 @@ def test_loaders_against_the_raw_ceiling(stampede, tmp_path: Path, sharded: Path
     document = json.loads((archive.parent / "loaders.runs" / f"{rows[0]['run_id']}.json")
                           .read_text())
     [node] = document["ceiling"]["ceiling"]["nodes"]   # the ceiling's run document's
-    assert [read["streams"] for read in node["reads"]] == list(STREAM_COUNTS)
-    # the first policy's files: the whole checkpoint, each byte read once per stream count
+    assert [read["streams"] for read in node["reads"]] == list(STREAM_COUNTS) * REPEATS
+    # the first policy's files: the whole checkpoint, each byte read once per read
     files_bytes = sum(path.stat().st_size for path in sharded.glob("*.safetensors"))
     assert {(read["bytes_asked"], read["bytes_read"]) for read in node["reads"]} \
         == {(files_bytes, files_bytes)}
