@@ -157,8 +157,8 @@ def rewrite_journal(backend: Backend, target: str, journal: Journal) -> None:
     """A running save's journal, read by journal_of_save and changed, written back only
     while it is still there: one removed by hand between the read and this write would
     otherwise come back from memory, and the save go on as if nothing had happened. The
-    same CheckpointError as journal_of_save's (what is left between the look and the
-    rename is microseconds, against the milliseconds between a read and its write)."""
+    same CheckpointError as journal_of_save's. What is left unguarded is the write itself
+    (put_bytes: a temporary file written, then renamed into place)."""
     try:
         backend.size(JOURNAL_NAME)
     except FileNotFoundError:

@@ -77,8 +77,10 @@ class PhaseVerdict:
             if isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio > 0:
                 text += f", {format_amplification(float(ratio))} the needed bytes"
             efficiency = row.get("ceiling_efficiency")
-            if isinstance(efficiency, (int, float)) and efficiency_text(float(efficiency)):
-                text += f", {efficiency_text(float(efficiency))} the raw-read ceiling"
+            share = efficiency_text(float(efficiency)) \
+                if isinstance(efficiency, (int, float)) else ""
+            if share:
+                text += f", {share} the raw-read ceiling"
             said.append(text)
         return "; ".join(said)
 

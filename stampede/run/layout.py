@@ -186,7 +186,7 @@ def timed_phase(comm: mpi.Comm, spec: JobSpec, backend: Backend, layout: str, it
 
     Python's cyclic garbage collector is run before the barrier and held off inside the
     block: a collection is a pause of the rank's own (a full one walks every object the
-    process holds, numpy's and stampede's modules included: 5-10 ms), which would be timed
+    process holds, numpy's and stampede's modules included), which would be timed
     as the storage's. Measured through libcephfs (one rank, 2,000 files opened and closed
     in turn, 3 runs): the first iteration after the warm-up took 20-21 us a pair against
     11-15 us in the others; 13-15 us with the collector held off. What a phase allocates
