@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 from stampede.clibrary import Prototypes, load
 from stampede.errors import UsageError
@@ -149,8 +150,10 @@ class Mount:
         self.lib = lib
         self.cmount = ctypes.c_void_p()
         self.mounted = False
-        # the call in progress: (what, its path, when it began); None between calls
-        self.calling: tuple[str, bytes, float] | None = None
+        # the call in progress: (what, its path, when it began); None between calls; or,
+        # while the compiled metadata loop runs, its progress, which says the same
+        self.calling: tuple[str, bytes, float] | Callable[[], tuple[str, bytes, float] | None] \
+            | None = None
         self.timeout_s = timeout_s
         self.monitors = settings.get("mon_host", "")
         if timeout_s is not None:
@@ -356,6 +359,8 @@ def _look() -> None:
         time.sleep(WATCH_PERIOD_S)
         for mount in list(_watched):
             calling, bound = mount.calling, mount.timeout_s
+            if callable(calling):   # the compiled metadata loop's progress (stampede.oploop)
+                calling = calling()
             if calling is None or bound is None:
                 continue
             what, path, since = calling

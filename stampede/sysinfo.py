@@ -87,8 +87,10 @@ def nfs_options(options: str) -> dict[str, str]:
 
 def node_facts() -> dict[str, object]:
     """What rank 0 records about its node (the target's mount: stampede.filesystems)."""
+    from stampede import oploop
+
     return {"python": sys.version.split()[0], "platform": platform.platform(),
-            "cpu_count": os.cpu_count()}
+            "cpu_count": os.cpu_count(), "metadata_loop": oploop.which()}
 
 
 class OpCounters(NamedTuple):

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "stampede"
 # and the bottom (BOTTOM: spec, ops, layouts, targets, values, units, errors, mpi, ...).
 BOTTOM = {"spec", "spec_fields", "spec_rules", "ops", "layouts", "targets", "values", "units",
           "errors", "mpi", "launcher", "sysinfo", "filesystems", "lustre", "cephmds", "libcephfs",
-          "clibrary", "buffers", "bundled", "replicas",
+          "clibrary", "oploop", "buffers", "bundled", "replicas",
           "dtypes", "__init__", "__version__", "FIRST_LINE_NS"}
 MAY_IMPORT = {
     "__main__": {"cli"},

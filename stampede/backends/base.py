@@ -20,6 +20,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from stampede.oploop import Compiled
 from stampede.targets import Capabilities
 
 
@@ -55,6 +56,11 @@ class Backend(Protocol):
 
     def stat(self, path: Any) -> object:
         """Fetch the file's metadata (stat(2) / one HEAD)."""
+
+    def compiled_calls(self, direct: bool, follow_links: bool = True) -> Compiled | None:
+        """The calls a pass of stat, open and close makes in the compiled loop
+        (stampede.oploop, stampede.run.metadata_loop): the same calls `stat`, `opener` and
+        `close` make, and the OSError each failure becomes; None: the Python loops run."""
 
     def opener(self, direct: bool, follow_links: bool = True) -> Callable[[Any], object]:
         """A function path -> handle, opened for reading; direct = bypass the page cache

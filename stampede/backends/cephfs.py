@@ -32,11 +32,13 @@ from functools import partial
 from pathlib import PurePath, PurePosixPath
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from stampede import oploop
 from stampede.backends.client_files import DIR_MODE, FILE_MODE, ClientFiles
 from stampede.cephmds import perf_dump
 from stampede.errors import UsageError
 from stampede.filesystems import Striper, ceph_striper
-from stampede.libcephfs import MOST_BYTES_PER_CALL, Mount, version
+from stampede.libcephfs import CEPH_STATX_BASIC_STATS, MOST_BYTES_PER_CALL, Mount, failed, version
+from stampede.oploop import Calls, Compiled
 from stampede.ops import RETRY_OPS
 from stampede.targets import REGISTRY
 from stampede.values import did_you_mean
@@ -109,6 +111,19 @@ class CephfsBackend(ClientFiles):
         flags = os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)
         # direct: meaningless, the client caches no data to bypass
         return partial(self.client.open, flags=flags)   # no Python frame of its own
+
+    def compiled_calls(self, direct: bool, follow_links: bool = True) -> Compiled:
+        """The metadata loop's calls (stampede.oploop): ceph_statx, ceph_open and
+        ceph_close on this rank's mount, as Mount.stat, open and close make them; the
+        mount's watchdog reads the loop's progress."""
+        client, lib, pointer = self.client, self.client.lib, ctypes.c_void_p
+        calls = Calls(kind=oploop.CEPHFS, stat_want=CEPH_STATX_BASIC_STATS, stat_flags=0,
+                      open_flags=os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW),
+                      context=client.cmount.value,
+                      open_fn=ctypes.cast(lib.ceph_open, pointer).value,
+                      close_fn=ctypes.cast(lib.ceph_close, pointer).value,
+                      stat_fn=ctypes.cast(lib.ceph_statx, pointer).value)
+        return Compiled(calls, _ceph_error, client)
 
     def read_into(self, handle: int, buffer: memoryview, offset: int) -> int:
         """Reads from the OSDs until the buffer is full or the file ends (one call for a
@@ -290,3 +305,8 @@ def parse_target(target_path: str, options: dict[str, object]
         host = f"[{host}]"   # an IPv6 address
     mon_host = f"{host}:{port}" if port else host
     return mon_host, unquote(parts.username) if parts.username else None, path, fs_name
+
+
+def _ceph_error(op: int, code: int, path: bytes) -> OSError:
+    """The OSError Mount.stat, open and close raise for -errno `code`."""
+    return failed(code, "close" if op == oploop.CLOSE else path.decode(errors="replace"))

@@ -88,6 +88,10 @@ class FsspecBackend:
     def opener(self, direct: bool, follow_links: bool = True) -> Callable[[str], ObjectHandle]:
         return self._open   # direct: no client-side cache to bypass; objects have no links
 
+    @staticmethod
+    def compiled_calls(direct: bool, follow_links: bool = True) -> None:
+        """None: a HEAD is Python's HTTP client, so the pattern's Python loops run."""
+
     def _open(self, path: str) -> ObjectHandle:
         try:
             info = self.fs.info(path, refresh=True)

@@ -114,6 +114,10 @@ class NfsBackend(ClientFiles):
             return _open(path, os.O_RDONLY)
         return bound   # direct: meaningless, there is no client cache to bypass
 
+    @staticmethod
+    def compiled_calls(direct: bool, follow_links: bool = True) -> None:
+        """None: libnfs's calls stay in Python (the pattern's Python loops run)."""
+
     def read_into(self, handle: int, buffer: memoryview, offset: int) -> int:
         """READs of at most rsize each (one RPC per call), until the buffer is full or the
         file ends."""

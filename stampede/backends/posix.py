@@ -13,7 +13,9 @@ from contextlib import suppress
 from functools import partial
 from pathlib import Path
 
+from stampede import oploop
 from stampede.errors import UsageError
+from stampede.oploop import Calls, Compiled
 from stampede.ops import RETRY_OPS
 from stampede.targets import POSIX, REGISTRY
 
@@ -41,8 +43,15 @@ class PosixBackend:
         return os.fsencode(self.root / relpath)
 
     def opener(self, direct: bool, follow_links: bool = True) -> Callable[[bytes], int]:
-        return _bound_open(os.O_RDONLY | (os.O_DIRECT if direct else 0)
-                           | (0 if follow_links else os.O_NOFOLLOW))
+        return _bound_open(_open_flags(direct, follow_links))
+
+    @staticmethod
+    def compiled_calls(direct: bool, follow_links: bool = True) -> Compiled:
+        """The metadata loop's calls (stampede.oploop): stat(2), open(2) with the flags
+        `opener`'s os.open passes (O_CLOEXEC included, as Python adds it), close(2)."""
+        return Compiled(Calls(kind=oploop.POSIX,
+                              open_flags=_open_flags(direct, follow_links) | os.O_CLOEXEC),
+                        _os_error)
 
     @staticmethod
     def read_into(handle: int, buffer: memoryview, offset: int) -> int:
@@ -200,3 +209,16 @@ def _bound_open(flags: int) -> Callable[[bytes], int]:
               _mode: int = FILE_MODE) -> int:
         return _open(path, _flags, _mode)
     return bound
+
+
+def _open_flags(direct: bool, follow_links: bool) -> int:
+    return os.O_RDONLY | (os.O_DIRECT if direct else 0) | (0 if follow_links else os.O_NOFOLLOW)
+
+
+def _os_error(op: int, code: int, path: bytes) -> OSError:
+    """The OSError os.stat / os.open / os.close raise for -errno `code` (OSError picks the
+    subclass: FileNotFoundError for ENOENT); a close names no file, as os.close's."""
+    number = -code
+    if op == oploop.CLOSE:
+        return OSError(number, os.strerror(number))
+    return OSError(number, os.strerror(number), path)

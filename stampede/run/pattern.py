@@ -6,11 +6,13 @@ those stamps. Errors are counted per op, never raised: a rank that fails keeps i
 in the collectives that follow (an exchange, the end-of-phase reduction), so nothing hangs.
 
 The stat, open and close loops look alike on purpose: a shared helper taking the op as a
-function would add a Python call between the stamps of every timed op. For the same
+function would add a Python call between the stamps of every timed op. A pass of only
+stat, open and close runs none of them: it is one compiled call (metadata_loop), where the
+interpreter between two ops would be a sixth of an open and close pair. For the same
 reason the read loop (_read) stays one function, the longest of the package (~70 lines):
 every block's bookkeeping sits between its stamps' neighbours, not behind a call.
 
-pattern.order = "file" runs the same loops once per file (_passes): the calls between
+pattern.order = "file" runs the same loops once per file (metadata_loop.passes): the calls between
 two files' ops are outside every stamp. A restore ends at its last read, as by op: the
 closes of the files before the last one then fall inside it (mdtest -E's order).
 """
@@ -25,9 +27,9 @@ import numpy as np
 
 from stampede import mpi
 from stampede.checkpoint.formats import parse_header
-from stampede.checkpoint.plan import RankPlan
 from stampede.ops import OP_CODE, STORAGE_OPS
 from stampede.run.checks import Check, reread, verify_held
+from stampede.run.metadata_loop import passes
 from stampede.run.outcome import Log, PhaseOutcome, describe
 from stampede.run.setup import RankSetup
 from stampede.run.where import NOWHERE
@@ -50,7 +52,7 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     plan, outcome = setup.plan, PhaseOutcome()
     first_sample = len(log)
     handles: dict[str, list[object]] = {relpath: [] for relpath in plan.files}
-    restore_stop, nbytes = 0, 0
+    restore_stop, nbytes, metadata_stop = 0, 0, 0
     try:
         if jitter_s > 0:
             start = time.perf_counter_ns()
@@ -62,9 +64,14 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
             _index(setup, iteration, log, outcome)
         if setup.leads and setup.prefetch is not None:
             setup.prefetch.next_iteration()   # once per iteration, whatever the order
+        if setup.program is not None:   # stat, open and close only: one compiled call
+            late, metadata_stop = setup.program.run(plan.rank, handles, iteration, deadline_ns,
+                                                    log, outcome, setup.where)
+            if late:
+                raise DeadlineExceeded
         # once an iteration, not once a file: by file, a pass is one file's ops
         open_ = setup.backend.opener(setup.direct, setup.follow_links)
-        for files, indices in _passes(plan) if setup.leads else ():
+        for files, indices in passes(plan) if setup.leads and setup.program is None else ():
             for op in plan.ops:
                 if op == "stat":
                     _stat(setup, files, iteration, deadline_ns, log, outcome)
@@ -103,25 +110,14 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
         if setup.device is not None and not setup.on_device:
             restore_stop = _h2d(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
         nbytes = plan.hold.length if complete else 0
-    end = restore_stop or time.perf_counter_ns()
+    # a compiled pass ends at its last op's stop: keeping its samples after is stampede's time
+    end = restore_stop or metadata_stop or time.perf_counter_ns()
     outcome.incomplete = not complete
     # what it holds, not what it read: a whole-file rank reads every slice, keeps its own
     log.append((iteration, RESTORE, origin_ns, end, min(nbytes, plan.needed_bytes),
                 int(complete)))
     outcome.ops = sum(1 for row in log[first_sample:] if row[1] in STORAGE_CODES)
     return outcome
-
-
-def _passes(plan: RankPlan) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
-    """pattern.order: the (files, indices of their extents) each pass of the ops covers.
-    op: one pass over every file; file: one pass per file, its extents in plan order (a
-    file's blocks keep their places in memory: the places go by extent index)."""
-    if plan.order != "file":
-        return [(plan.files, tuple(range(len(plan.extents))))]
-    by_file: dict[str, list[int]] = {relpath: [] for relpath in plan.files}
-    for index, extent in enumerate(plan.extents):
-        by_file[extent.relpath].append(index)
-    return [((relpath,), tuple(indices)) for relpath, indices in by_file.items()]
 
 
 def _list(setup: RankSetup, iteration: int, log: Log, outcome: PhaseOutcome) -> None:

@@ -13,7 +13,9 @@ from stampede import mpi
 from stampede.backends.base import Backend
 from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, stripes
+from stampede.run import metadata_loop
 from stampede.run.digests import new_digest
+from stampede.run.metadata_loop import Program
 from stampede.run.prefetch import Prefetch
 from stampede.run.where import Where
 from stampede.spec import JobSpec
@@ -54,6 +56,7 @@ class RankSetup(NamedTuple):
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
     where: Where | None = None      # --trace: each op's file and offset (else nothing kept)
     prefetch: Prefetch | None = None   # checkpoint.prefetch: WILLNEED ahead of the reads
+    program: Program | None = None  # stat, open and close only: the compiled pass (else None)
 
     @property
     def checks(self) -> bool:
@@ -94,6 +97,9 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
     if spec.verify != "none":   # the hash module's import is not part of a restore
         new_digest(spec.verify)
     backend, device_buffer, notes = _device_side(comm, spec, plan, backend, buffer, device)
+    # a file prepare wrote is never a link: one there is not its file (a loader's cache
+    # links the files of an existing checkpoint, though)
+    follow_links = catalogue is not None
     exchange = None
     if spec.exchange == "torch":   # checked in every layout: before the first one's I/O
         exchange = _torch_exchange(comm, spec, plan, group, buffer, device, device_buffer)
@@ -117,12 +123,12 @@ def build_setup(comm: mpi.Comm, spec: JobSpec, plan: RankPlan, backend: Backend,
                                       for relpath in plan.files},
                      record_digests=catalogue is not None,
                      content_block_bytes=int(entry.get("content_block_bytes", 0)),
-                     # a file prepare wrote is never a link: one there is not its file (a
-                     # loader's cache links the files of an existing checkpoint, though)
-                     follow_links=catalogue is not None,
+                     follow_links=follow_links,
                      device=device, device_buffer=device_buffer,
                      places=_places(plan, catalogue), torch=exchange, notes=notes,
-                     prefetch=Prefetch(spec.prefetch_bytes) if spec.prefetch_bytes else None)
+                     prefetch=Prefetch(spec.prefetch_bytes) if spec.prefetch_bytes else None,
+                     program=metadata_loop.build(plan, paths, backend, spec.cache == "direct",
+                                                 follow_links) if leads else None)
 
 
 def _held_place(plan: RankPlan) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,9 +19,12 @@ from stampede.backends import open_backend
 from stampede.backends.cephfs import parse_target
 from stampede.errors import UsageError
 from stampede.libcephfs import failed, no_answer_line
+from stampede.oploop import PYTHON_LOOPS
 from stampede.run.outcome import describe
 from tests.helpers.cephcluster import CephCluster, is_mounted, while_running
 from tests.helpers.jobs import read_archive, sidecars
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("target", "options", "parsed"), [
@@ -299,6 +303,66 @@ def test_an_mds_killed_mid_restore_and_never_back_ends_the_run_in_one_line_per_r
                                      killed_mds(own_cluster))
     each_rank_gave_up_in_one_line(status, out, err, 5)
     assert read_archive(archive)[:len(archived)] == archived
+
+
+# A rank's metadata-only pass in the compiled loop (stampede.run.metadata_loop): its stats
+# are each a new client's first (the MDS asked), and its C call is what waits
+IN_LOOP = """
+import sys
+from stampede.backends import open_backend
+from stampede.checkpoint.plan import Extent, RankPlan
+from stampede.run import metadata_loop
+from stampede.run.outcome import PhaseOutcome
+
+backend = open_backend(sys.argv[1], {"timeout_s": 3})
+extents = tuple(Extent(f"f{number}", 0, 1) for number in range(int(sys.argv[2])))
+plan = RankPlan(rank=0, nranks=1, layout="sharded", ops=("stat",), extents=extents,
+                block_bytes=4096, stat_count=1, open_count=1, hold=extents[0])
+program = metadata_loop.build(plan, {e.relpath: backend.path(e.relpath) for e in extents},
+                              backend, False, True)
+assert program is not None
+print("mounted", flush=True)
+sys.stdin.readline()
+program.run(0, {e.relpath: [] for e in extents}, 0, 2**62, [], PhaseOutcome(), None)
+print("the pass ended", flush=True)
+"""
+
+
+def test_an_mds_killed_under_the_compiled_metadata_loop_ends_it_in_one_line(
+        own_cluster: CephCluster, tmp_path: Path) -> None:
+    """The MDS SIGKILLed between a client's mount and its pass of first stats: the stat
+    waiting in C is seen by the mount's watchdog (the loop's progress: which step, since
+    when) and ends the process after timeout_s with the one line naming the call, as a
+    call made from Python is ended."""
+    files = 50
+    with own_cluster.client() as mount:
+        mount.mkdir(b"/loop", 0o755)
+        for number in range(files):
+            mount.close(mount.open(f"/loop/f{number}".encode(), os.O_CREAT | os.O_WRONLY, 0o644))
+    (tmp_path / "in_loop.py").write_text(IN_LOOP)
+    env = {**os.environ, "CEPH_CONF": str(own_cluster.conf),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    env.pop(PYTHON_LOOPS, None)
+    running = subprocess.Popen([sys.executable, str(tmp_path / "in_loop.py"),
+                                own_cluster.url("loop"), str(files)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    try:
+        assert running.stdout is not None and running.stdin is not None
+        assert running.stdout.readline() == "mounted\n", running.communicate(timeout=60)
+        own_cluster.kill_mds()
+        running.stdin.write("\n")
+        running.stdin.flush()
+        out, err = running.communicate(timeout=60)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
+    assert running.returncode == 1, out + err
+    assert "the pass ended" not in out
+    said = [line for line in err.splitlines() if "had no answer" in line]
+    assert len(said) == 1 and " CephFS stat /loop/f0 had no answer within 3 s " \
+        "(target.storage_options.timeout_s): the MDS is not answering" in said[0], err
 
 
 @pytest.mark.mpi

@@ -14,7 +14,7 @@ import pytest
 
 # What CI requires (.ci/run sets each): the names a test may pass as `requirement`.
 REQUIREMENTS = ("SLURM", "S3", "NFS", "TORCH", "FUSE", "HDF5", "PLOT", "ROOT", "LOADERS", "NETNS",
-                "NETEM", "BROWSER", "DOCS", "CEPH")
+                "NETEM", "BROWSER", "DOCS", "CEPH", "OPLOOP")
 
 
 def unavailable(reason: str, requirement: str) -> NoReturn:
