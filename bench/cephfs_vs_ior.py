@@ -171,6 +171,7 @@ BYTES_PER_GB = 1e9
 IOR_TIME_RESOLUTION_S = 1e-4
 IOR_BYTES_TOLERANCE = 0.01
 PARTS = ("read", "metadata")    # --parts: what a round measures (the pairs of each)
+METADATA_LOOPS: set[str] = set()   # the sidecars' node.metadata_loop: compiled or python
 
 
 def peer_api(way: str, conf: Path) -> list[str]:
@@ -210,6 +211,10 @@ def stampede_run(job: Path, nranks: int, archive: Path, target: str,
             rates[op] = float(rate)   # a restore that reads nothing has no GB/s
     if "open" in rows and "read" not in rows:
         rates.update(open_close_rates(archive, rows["open"], rows["restore"]))
+    if "read" not in rows:   # what ran the metadata pass: printed under the table
+        run_id = next(iter(rows.values()))["run_id"]
+        sidecar = json.loads(sidecar_path(archive, run_id).read_text())
+        METADATA_LOOPS.add(str(sidecar["node"]["metadata_loop"]))
     return rates
 
 
@@ -484,6 +489,9 @@ def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse
         ratios = [a / b for a, b in zip(results[(way, pair, "stampede")],
                                         results[(way, pair, "peer")])]
         print(f"  {way:<10} {pair:<13} {' '.join(f'{ratio:.2f}' for ratio in ratios)}")
+    if METADATA_LOOPS:
+        print(f"stampede's stat, open and close passes ran: {', '.join(sorted(METADATA_LOOPS))} "
+              "(docs/concepts/measured.md)")
     print(f"load after: {load_average_text()}")
 
 

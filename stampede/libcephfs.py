@@ -10,7 +10,8 @@ it, and nothing forks after that but to exec.
 No call waits for a dead MDS without end: libcephfs has no per-request timeout (a request
 waits until an MDS answers, as every CephFS client's does), and a thread blocked in a C
 call cannot be interrupted. So a mount made with a bound (`timeout_s`) notes each call as
-it starts (what, when: two stores, nothing added to a timed op beyond them), and one
+it starts (what, when: two stores, nothing added to a timed op beyond them; the compiled
+metadata loop, stampede.oploop, notes its own steps in C, read through a Progress), and one
 watchdog thread per process looks every WATCH_PERIOD_S: a call past its bound ends the
 process with one line on stderr naming the call, the MDS and the bound, exit status 1.
 Whatever the command archived before stays archived; the launcher ends the other ranks.
