@@ -9,6 +9,7 @@
  * libcephfs watchdog thread keeps looking (at `progress`: the step in progress, since when).
  * Stamps are CLOCK_MONOTONIC nanoseconds, the clock of Python's time.perf_counter_ns. */
 #define _GNU_SOURCE
+#define _FILE_OFFSET_BITS 64   /* as Python's os.stat and os.open: files past 2 GiB anywhere */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -53,10 +54,12 @@ static int64_t call(const struct calls *calls, int32_t op, const char *path, int
             return ((ceph_open_fn)calls->open_fn)(calls->context, path, calls->open_flags, 0);
         return ((ceph_close_fn)calls->close_fn)(calls->context, (int)handle);
     }
+    /* a signal's EINTR is retried, as Python's os.stat and os.open retry it (PEP 475);
+     * a close is not (Linux frees the descriptor whatever close returns) */
     if (op == OP_STAT)
-        code = stat(path, &found.posix);
+        do code = stat(path, &found.posix); while (code < 0 && errno == EINTR);
     else if (op == OP_OPEN)
-        code = open(path, calls->open_flags);
+        do code = open(path, calls->open_flags); while (code < 0 && errno == EINTR);
     else
         code = close((int)handle);
     return code < 0 ? -(int64_t)errno : code;
@@ -66,11 +69,13 @@ static int64_t call(const struct calls *calls, int32_t op, const char *path, int
  * open keeps its handle in handles[slot] (-1 where it failed), a close takes it back.
  * Each step's stamps go to stamps[2i], stamps[2i+1], its result (a handle, 0, -errno or
  * SKIPPED) to results[i]. A stat or an open that succeeded and stopped after deadline_ns
- * ends the run after it. Returns the number of steps run. */
+ * ends the run after it, *late set to 1 (as the Python loops raise after such an op, the
+ * last one included). Returns the number of steps run. */
 int64_t stampede_run_steps(const struct calls *calls, const char *const *paths,
                            const int32_t *steps, int64_t count, int64_t *handles,
                            int64_t deadline_ns, int64_t *stamps, int64_t *results,
-                           volatile int64_t *progress) {
+                           volatile int64_t *progress, int64_t *late) {
+    *late = 0;
     for (int64_t i = 0; i < count; i++) {
         int32_t op = steps[3 * i], slot = steps[3 * i + 2];
         const char *path = paths[steps[3 * i + 1]];
@@ -92,8 +97,10 @@ int64_t stampede_run_steps(const struct calls *calls, const char *const *paths,
             handles[slot] = result;
         else if (op == OP_CLOSE)
             handles[slot] = -1;
-        if (op != OP_CLOSE && result >= 0 && stop > deadline_ns)
+        if (op != OP_CLOSE && result >= 0 && stop > deadline_ns) {
+            *late = 1;
             return i + 1;
+        }
     }
     return count;
 }

@@ -96,7 +96,8 @@ def _load() -> Callable[..., int] | None:
         return None
     p = ctypes.c_void_p
     function.restype = ctypes.c_int64
-    function.argtypes = [ctypes.POINTER(Calls), p, p, ctypes.c_int64, p, ctypes.c_int64, p, p, p]
+    function.argtypes = [ctypes.POINTER(Calls), p, p, ctypes.c_int64, p, ctypes.c_int64, p, p, p,
+                         p]
     return function
 
 

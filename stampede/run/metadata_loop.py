@@ -60,13 +60,12 @@ class Program:
         """Run the steps once; samples appended to `log`, failures to `outcome`, handles
         left open (no close op, or a pass ended by the deadline) added to `handles` for
         the pattern's untimed closes. Returns whether the deadline ended the pass, and the
-        last op's stop stamp (0: none ran): where the rank's pass ended, the samples'
-        bookkeeping after it being stampede's, not the storage's."""
+        last op's stop stamp (0: none ran): where the rank's pass ended."""
         count = len(self.steps)
         stamps = np.zeros(2 * count, dtype=np.int64)
         results = np.zeros(count, dtype=np.int64)
         slots = np.full(len(self.slot_file), -1, dtype=np.int64)
-        cells = (ctypes.c_int64 * 2)(-1, 0)
+        cells, late = (ctypes.c_int64 * 2)(-1, 0), ctypes.c_int64(0)
         watched = self.compiled.watched
         if watched is not None:
             watched.calling = oploop.Progress(cells, self.names)
@@ -75,19 +74,22 @@ class Program:
             ran = oploop.run_steps(ctypes.byref(self.compiled.calls), ctypes.addressof(self.path_array),
                                    self.steps.ctypes.data, count, slots.ctypes.data, deadline_ns,
                                    stamps.ctypes.data, results.ctypes.data,
-                                   ctypes.addressof(cells))
+                                   ctypes.addressof(cells), ctypes.addressof(late))
         finally:
             if watched is not None:
                 watched.calling = None
-        self._keep(rank, ran, stamps, results, iteration, log, outcome, where)
-        for slot in np.flatnonzero(slots >= 0).tolist():
+        for slot in np.flatnonzero(slots >= 0).tolist():   # first: closed whatever follows
             handles[self.relpaths[int(self.slot_file[slot])]].append(int(slots[slot]))
-        return bool(ran < count), int(stamps[:2 * ran].max(initial=0))
+        self._keep(rank, ran, stamps, results, iteration, log, outcome, where)
+        return bool(late.value), int(stamps[:2 * ran].max(initial=0))
 
     def _keep(self, rank: int, ran: int, stamps: np.ndarray, results: np.ndarray,
               iteration: int, log: Log, outcome: PhaseOutcome, where: Where | None) -> None:
         """The samples of the steps that ran, as the Python loops append them."""
         append, error = log.append, self.compiled.error
+        if where is not None:   # the trace's file table: every file of the pass, in order,
+            for relpath in self.relpaths:   # as the loops name each file they visit
+                where.file_id(relpath)
         steps = self.steps[:ran].tolist()
         for (op, index, _), start, stop, result in zip(steps, stamps[0:2 * ran:2].tolist(),
                                                        stamps[1:2 * ran:2].tolist(),

@@ -52,7 +52,9 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
     plan, outcome = setup.plan, PhaseOutcome()
     first_sample = len(log)
     handles: dict[str, list[object]] = {relpath: [] for relpath in plan.files}
-    restore_stop, nbytes, metadata_stop = 0, 0, 0
+    # passes_stop: where the rank's last op of the passes ended, the restore's end where no
+    # read or exchange ends it (bookkeeping after it, the untimed closes, are stampede's)
+    restore_stop, nbytes, passes_stop = 0, 0, 0
     try:
         if jitter_s > 0:
             start = time.perf_counter_ns()
@@ -65,8 +67,8 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
         if setup.leads and setup.prefetch is not None:
             setup.prefetch.next_iteration()   # once per iteration, whatever the order
         if setup.program is not None:   # stat, open and close only: one compiled call
-            late, metadata_stop = setup.program.run(plan.rank, handles, iteration, deadline_ns,
-                                                    log, outcome, setup.where)
+            late, passes_stop = setup.program.run(plan.rank, handles, iteration, deadline_ns,
+                                                  log, outcome, setup.where)
             if late:
                 raise DeadlineExceeded
         # once an iteration, not once a file: by file, a pass is one file's ops
@@ -83,7 +85,9 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
                     restore_stop, nbytes = stop or restore_stop, nbytes + count
                 elif op == "close":
                     _close(setup, files, handles, iteration, log, outcome)
+        passes_stop = passes_stop or time.perf_counter_ns()
     except DeadlineExceeded:
+        passes_stop = passes_stop or time.perf_counter_ns()
         outcome.timed_out = True
         outcome.fail(f"rank {plan.rank}: deadline reached before the pattern finished")
     finally:
@@ -110,8 +114,7 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
         if setup.device is not None and not setup.on_device:
             restore_stop = _h2d(setup, iteration, 0, setup.buffer.view[:plan.hold.length], log)
         nbytes = plan.hold.length if complete else 0
-    # a compiled pass ends at its last op's stop: keeping its samples after is stampede's time
-    end = restore_stop or metadata_stop or time.perf_counter_ns()
+    end = restore_stop or passes_stop
     outcome.incomplete = not complete
     # what it holds, not what it read: a whole-file rank reads every slice, keeps its own
     log.append((iteration, RESTORE, origin_ns, end, min(nbytes, plan.needed_bytes),

@@ -40,11 +40,12 @@ def built() -> None:
 
 
 def _setup(tmp_path: Path, ops: tuple[str, ...], order: str, names: list[str],
-           compiled: bool, follow_links: bool = True) -> RankSetup:
+           compiled: bool, follow_links: bool = True, count: int = 2) -> RankSetup:
     backend = PosixBackend(str(tmp_path))
     extents = tuple(Extent(name, 0, 1) for name in names)
     plan = RankPlan(rank=3, nranks=4, layout="sharded", ops=ops, extents=extents,
-                    block_bytes=4096, stat_count=2, open_count=2, hold=extents[0], order=order)
+                    block_bytes=4096, stat_count=count, open_count=count, hold=extents[0],
+                    order=order)
     paths = {name: backend.path(name) for name in names}
     program = metadata_loop.build(plan, paths, backend, False, follow_links)
     assert program is not None
@@ -118,6 +119,12 @@ def test_a_refused_link_and_the_deadline_end_alike(tmp_path: Path) -> None:
     assert compiled[1].timed_out and python[1].timed_out
     assert compiled[1].messages == python[1].messages
     assert compiled[2] == python[2] == []
+    # the pass's last op late: still timed out, as the loops raise after any late op
+    last = ["real.bin"]
+    python = _run(_setup(tmp_path, ("stat",), "op", last, False, count=1), deadline_ns=0)
+    compiled = _run(_setup(tmp_path, ("stat",), "op", last, True, count=1), deadline_ns=0)
+    assert compiled[0] == python[0] == [("stat", "real.bin", 1)]
+    assert compiled[1].timed_out and python[1].timed_out
 
 
 def test_no_program_where_a_pass_reads_or_the_backend_has_no_compiled_calls(tmp_path: Path) -> None:
