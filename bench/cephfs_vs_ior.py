@@ -81,8 +81,14 @@ bound); a user of cephfs:// meets stampede's. What still differs (ceph_conf_get 
 option, both clients): IOR's reads the cluster's conf (its addresses, a log file, an
 admin socket), nothing on a read's path. On the mount both sides share ceph-fuse's one
 client and its caches: a warm read. Not the same: stampede's restore also reads the
-index file once per rank (its `index` row), outside the rates compared. The verdict is
-printed; the script exits non-zero only if a command failed.
+index file once per rank (its `index` row), outside the rates compared. And on the mount
+mdtest's File read phase opens each file read-write (mdtest.c passes O_RDONLY, which is 0,
+where aiori-POSIX.c takes IOR_RDONLY, so its open falls through to O_RDWR: strace shows
+openat(..., O_RDWR)), where stampede opens read-only as a restore does; through
+libcephfs its open is read-only (aiori-CEPHFS.c maps 0 to CEPH_O_RDONLY). So the
+mount's open+close pairs are not like for like, and their ratio (above 3) is mdtest's
+write access, not stampede's speed. The verdict is printed; the script exits non-zero
+only if a command failed.
 
 Where the cephfs:// read gap went (0.86 = the median of two rounds, 0.80 and 0.93),
 measured 2026-12-04 on the project's 2-core VM beside other work (load 2-6): nowhere in

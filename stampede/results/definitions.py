@@ -41,7 +41,9 @@ _SAVE_OPS = tuple(name for name in SAVE_ORDER if name not in PSEUDO_OPS)
 def _metrics() -> str:
     return f"""\
 what stampede measures (per layout, per op; all ranks start together after a barrier):
-  ops           each timed alone; all ranks of a node on one clock:
+  ops           each timed alone; all ranks of a node on one clock (a pass of only
+                stat, open and close is stamped in C around each call:
+                stampede/oploop.c):
 {_ops(_RUN_OPS)}
   latency       min/p50/p90/p99/p99.9/max over every rank's samples of every measured
                 iteration (exact, int64 ns, linear interpolation), with the count;
