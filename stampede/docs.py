@@ -225,7 +225,13 @@ def stale(directory: Path = DOCS) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    if argv[:1] == ["--check"]:
+    parser = argparse.ArgumentParser(
+        prog="python -m stampede.docs",
+        description="Regenerate docs/reference/ and the generated blocks of docs/ from the "
+                    "code (the CLI, job keys, columns, ops, the sidecar, the layouts' table).")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming each page that is stale")
+    if parser.parse_args(argv).check:
         names = stale()
         for name in names:
             print(f"docs/{name} is stale: run `python -m stampede.docs`", file=sys.stderr)

@@ -145,3 +145,15 @@ def test_the_readme_is_a_short_front_door_with_the_two_set_up_commands() -> None
     missing = [link for link in re.findall(r"\]\((docs/[^)#]+)", README.read_text())
                if not (REPO / link).is_file()]
     assert missing == []
+
+
+def test_the_generator_writes_only_when_asked(tmp_path: Path) -> None:
+    """`python -m stampede.docs --help` prints its usage and writes nothing; an argument it
+    does not know is refused (exit 2), not taken as a request to regenerate."""
+    pages = {path: path.stat().st_mtime_ns for path in (REPO / "docs" / "reference").glob("*.md")}
+    for args, status in ((["--help"], 0), (["--wirte"], 2)):
+        done = subprocess.run([sys.executable, "-m", "stampede.docs", *args], cwd=tmp_path,
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert done.returncode == status, done.stdout + done.stderr
+        assert "usage: python -m stampede.docs" in done.stdout + done.stderr
+    assert {path: path.stat().st_mtime_ns for path in pages} == pages
