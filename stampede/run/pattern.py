@@ -85,12 +85,11 @@ def run_pattern(setup: RankSetup, iteration: int, origin_ns: int, deadline_ns: i
                     restore_stop, nbytes = stop or restore_stop, nbytes + count
                 elif op == "close":
                     _close(setup, files, handles, iteration, log, outcome)
-        passes_stop = passes_stop or time.perf_counter_ns()
     except DeadlineExceeded:
-        passes_stop = passes_stop or time.perf_counter_ns()
         outcome.timed_out = True
         outcome.fail(f"rank {plan.rank}: deadline reached before the pattern finished")
     finally:
+        passes_stop = passes_stop or time.perf_counter_ns()   # before the untimed closes
         for fds in handles.values():  # untimed: ops after the deadline, or no close op
             for handle in fds:
                 setup.backend.close(handle)

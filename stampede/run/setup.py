@@ -15,7 +15,6 @@ from stampede.buffers import AlignedBuffer
 from stampede.checkpoint.plan import RankPlan, stripes
 from stampede.run import metadata_loop
 from stampede.run.digests import new_digest
-from stampede.run.metadata_loop import Program
 from stampede.run.prefetch import Prefetch
 from stampede.run.where import Where
 from stampede.spec import JobSpec
@@ -56,7 +55,7 @@ class RankSetup(NamedTuple):
     notes: tuple[str, ...] = ()     # what the phases should say (the exchange, cuFile)
     where: Where | None = None      # --trace: each op's file and offset (else nothing kept)
     prefetch: Prefetch | None = None   # checkpoint.prefetch: WILLNEED ahead of the reads
-    program: Program | None = None  # stat, open and close only: the compiled pass (else None)
+    program: metadata_loop.Program | None = None  # stat, open and close only: the compiled pass (else None)
 
     @property
     def checks(self) -> bool:
