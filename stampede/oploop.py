@@ -6,7 +6,8 @@ stampede.run.metadata_loop's; this module loads the library and describes the ca
 The library is optional: where the install could not compile it (no C compiler), or with
 STAMPEDE_PYTHON_LOOPS=1 in the ranks' environment (to compare, and for the tests that run
 both), `run_steps` is None and the pattern runs the same ops in Python. A run's sidecar says
-which (`node.metadata_loop`); docs/concepts/measured.md says what the difference costs.
+whether the library was there (`node.metadata_loop`: `which`); docs/concepts/measured.md
+says what the difference costs.
 """
 
 from __future__ import annotations
