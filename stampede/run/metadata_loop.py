@@ -87,9 +87,9 @@ class Program:
               iteration: int, log: Log, outcome: PhaseOutcome, where: Where | None) -> None:
         """The samples of the steps that ran, as the Python loops append them."""
         append, error = log.append, self.compiled.error
-        if where is not None:   # the trace's file table: every file of the pass, in order,
-            for relpath in self.relpaths:   # as the loops name each file they visit
-                where.file_id(relpath)
+        # the trace's file table: every file of the pass, in order, as the loops name each
+        # file they visit; a sample's file id is then its file index's
+        file_ids = [where.file_id(relpath) for relpath in self.relpaths] if where is not None else []
         steps = self.steps[:ran].tolist()
         for (op, index, _), start, stop, result in zip(steps, stamps[0:2 * ran:2].tolist(),
                                                        stamps[1:2 * ran:2].tolist(),
@@ -98,7 +98,7 @@ class Program:
                 continue
             append((iteration, SAMPLE_CODE[op], start, stop, 0, int(result >= 0)))
             if where is not None:
-                where.rows.append((len(log) - 1, where.file_id(self.relpaths[index]), NOWHERE))
+                where.rows.append((len(log) - 1, file_ids[index], NOWHERE))
             if result < 0:
                 failure = error(op, int(result), self.paths[index])
                 opened = op == oploop.OPEN
